@@ -1,0 +1,1383 @@
+"""tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
+
+Read this file top to bottom:
+
+  1. dtypes, grad mode and the random generator
+  2. the Tensor and how an op enters the graph
+  3. elementwise arithmetic (with broadcasting and its backward: "unbroadcast")
+  4. elementwise functions (exp, tanh, gelu, ...)
+  5. reductions (sum, mean, var, max, logsumexp, ...)
+  6. shape and indexing (reshape, permute, getitem, cat, ...)
+  7. matmul
+  8. softmax and log_softmax
+  9. backward: walking the graph in reverse topological order
+ 10. in-place ops and the version counter
+ 11. creation functions
+ 12. gradcheck: finite differences against the analytic gradient
+
+Every op is a forward line on NumPy arrays plus a backward rule: a function that
+receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
+one op at a time). Inside ops, NumPy functions are applied to the arrays
+(np.exp(x), np.matmul(a, b), np.add.at(...)) and tensor data is never converted
+with np.asarray, so array libraries that implement NumPy's dispatch protocols
+(CuPy) can run the same code.
+"""
+import builtins  # sum, max, min and abs are redefined below as tensor ops
+import math
+from collections import namedtuple
+
+import numpy as np
+
+# ---------------------------------------------------------------------------
+# 1. dtypes, grad mode and the random generator
+# ---------------------------------------------------------------------------
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+float16 = np.dtype(np.float16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+long = int64
+bool_ = np.dtype(np.bool_)
+default_dtype = float32  # PyTorch's default for Python floats
+
+_grad_enabled = True
+
+
+def is_grad_enabled():
+    return _grad_enabled
+
+
+class _GradMode:
+    """Base of no_grad / enable_grad: a context manager and a decorator."""
+    enabled = True
+
+    def __enter__(self):
+        global _grad_enabled
+        self._prev = _grad_enabled
+        _grad_enabled = self.enabled
+
+    def __exit__(self, *exc):
+        global _grad_enabled
+        _grad_enabled = self._prev
+        return False
+
+    def __call__(self, fn):
+        mode = type(self)
+
+        def wrapper(*args, **kwargs):
+            with mode():
+                return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Inside `with no_grad():` (or a function decorated @no_grad()) no graph is built."""
+    enabled = False
+
+
+class enable_grad(_GradMode):
+    enabled = True
+
+
+# One generator for the whole library: manual_seed(s) makes every random op,
+# dropout and sampling included, reproducible.
+_rng = np.random.default_rng()
+
+
+def manual_seed(seed):
+    global _rng
+    _rng = np.random.default_rng(seed)
+
+
+def default_generator():
+    """The library's numpy Generator (used by randn, rand, dropout, multinomial, ...)."""
+    return _rng
+
+
+def get_rng_state():
+    return _rng.bit_generator.state
+
+
+def set_rng_state(state):
+    _rng.bit_generator.state = state
+
+
+def _dtype_of_python_data(data):
+    """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
+    arr = np.asarray(data)
+    if arr.dtype.kind == 'f' and not isinstance(data, np.ndarray):
+        return arr.astype(default_dtype)
+    if arr.dtype.kind in 'iu' and not isinstance(data, np.ndarray):
+        return arr.astype(int64)
+    return arr
+
+
+# ---------------------------------------------------------------------------
+# 2. The Tensor and how an op enters the graph
+# ---------------------------------------------------------------------------
+class Tensor:
+    """An n-dimensional array (`.data`) that can remember how it was computed.
+
+    A leaf is a tensor you created (`requires_grad=True` asks autograd to fill its
+    `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
+    its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
+    """
+    __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
+                 '_saved', '_vc', 'name', '__weakref__', '__dict__')
+    __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
+
+    def __init__(self, data, dtype=None, requires_grad=False):
+        if isinstance(data, Tensor):
+            data = data.data
+        arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
+        if arr is data:
+            arr = arr.copy()  # like torch.tensor: never alias the caller's array
+        self.data = arr
+        self.grad = None
+        self._parents = ()
+        self._backward = None
+        self._op = None
+        self._saved = ()
+        self._vc = [0]  # version counter, shared with views
+        self.name = None
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # -- properties ---------------------------------------------------------
+    shape = property(lambda self: self.data.shape)
+    ndim = property(lambda self: self.data.ndim)
+    dtype = property(lambda self: self.data.dtype)
+    is_leaf = property(lambda self: self._backward is None)
+    _version = property(lambda self: self._vc[0])
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[_dim(dim, self.ndim, 'size')]
+
+    def dim(self):
+        return self.ndim
+
+    def numel(self):
+        return self.data.size
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def item(self):
+        if self.data.size != 1:
+            raise ValueError(f"item(): only a one-element tensor can be converted to a Python "
+                             f"number, got shape {tuple(self.shape)}")
+        return self.data.reshape(()).item()
+
+    def numpy(self):
+        if self.requires_grad:
+            raise RuntimeError("numpy(): this tensor requires grad; call .detach().numpy()")
+        return self.data
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor of shape {tuple(self.shape)} "
+                               "is ambiguous; use .any() or .all()")
+        return bool(self.data.reshape(()))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
+
+    def __repr__(self):
+        body = np.array2string(self.data, separator=', ', prefix='tensor(', precision=4)
+        extra = ''
+        if self.dtype not in (default_dtype, int64, bool_):
+            extra += f', dtype={self.dtype}'
+        if self._backward is not None:
+            extra += f', grad_fn=<{self._op}>'
+        elif self.requires_grad:
+            extra += ', requires_grad=True'
+        return f'tensor({body}{extra})'
+
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and self.data.dtype.kind not in 'fc':
+            raise TypeError(f"only floating point tensors can require grad, got dtype "
+                            f"{self.dtype} (integer tensors are indices, they have no gradient)")
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_() can only change a leaf tensor; use detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self):
+        """Same data (shared, as in PyTorch), outside the graph."""
+        out = Tensor.__new__(Tensor)
+        _init_result(out, self.data, self._vc)
+        return out
+
+    def clone(self):
+        return _make(self.data.copy(), 'clone', (self,), lambda g: (g,))
+
+    def contiguous(self):
+        return self
+
+    def to(self, dtype):
+        """Cast to a dtype; between float dtypes the gradient is cast back."""
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        src = self.dtype
+        out = _make(self.data.astype(dtype), 'to', (self,), lambda g: (g.astype(src),))
+        if dtype.kind not in 'fc':
+            out = out.detach()
+        return out
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        return self.to(float64)
+
+    def long(self):
+        return self.to(int64)
+
+    def retain_grad(self):
+        """Ask backward to also store .grad on this non-leaf tensor."""
+        self._retains_grad = True
+        return self
+
+
+def _init_result(out, data, vc=None):
+    out.data = data
+    out.grad = None
+    out.requires_grad = False
+    out._parents = ()
+    out._backward = None
+    out._op = None
+    out._saved = ()
+    out._vc = [0] if vc is None else vc
+    out.name = None
+
+
+def _make(data, op, parents, backward, saved=(), view_of=None):
+    """Wrap an op's result. If grad mode is on and any input requires grad, the
+    result joins the graph: it keeps its inputs, the op name and the backward rule.
+
+    `saved` lists the tensors whose values the backward rule reads; their version
+    counters are recorded so that backward can detect a later in-place change.
+    `view_of` shares the input's version counter, since the output is a view of it.
+    """
+    out = Tensor.__new__(Tensor)
+    _init_result(out, data, None if view_of is None else view_of._vc)
+    out._op = op
+    if _grad_enabled:
+        for p in parents:
+            if p.requires_grad:
+                out.requires_grad = True
+                out._parents = parents
+                out._backward = backward
+                if saved:
+                    out._saved = tuple((t, t._vc[0]) for t in saved)
+                break
+    return out
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
+    keeps its dtype (float64 stays float64)."""
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def _lift(x, like):
+    """Turn a Python number (or array) into a constant tensor for a binary op.
+    Python floats take the float dtype of the other operand, so float32 stays float32."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.ndarray):
+        kind = like.dtype.kind
+        if kind == 'f':
+            dt = like.dtype
+        elif isinstance(x, float):
+            dt = default_dtype
+        elif isinstance(x, bool) and kind == 'b':
+            dt = bool_
+        else:
+            dt = like.dtype if kind in 'iu' else int64
+        return Tensor(np.asarray(x, dtype=dt))
+    return Tensor(x)
+
+
+def _dim(d, ndim, op):
+    """Normalize a (possibly negative) dim and name it in the error if out of range."""
+    n = builtins.max(ndim, 1)
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+        raise TypeError(f"{op}: dim must be an int, got {d!r}")
+    if not -n <= d < n:
+        raise IndexError(f"{op}: dim {d} is out of range for a tensor with ndim {ndim} "
+                         f"(expected a dim in [{-n}, {n - 1}])")
+    return d % n
+
+
+def _dims(dim, ndim, op):
+    """dim may be None (all dims), an int or a tuple; returns a tuple of axes."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (tuple, list)):
+        axes = tuple(_dim(d, ndim, op) for d in dim)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{op}: dim {tuple(dim)} repeats a dimension")
+        return axes
+    return (_dim(dim, ndim, op),) if ndim > 0 else ()
+
+
+# ---------------------------------------------------------------------------
+# 3. Elementwise arithmetic and broadcasting
+# ---------------------------------------------------------------------------
+def unbroadcast(grad, shape):
+    """Undo broadcasting in backward: sum grad down to the operand's shape.
+
+    In the forward pass an operand of shape (3,) was broadcast to (4, 3): it was
+    used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
+    that broadcasting added are summed away, dims of size 1 are summed with keepdims.
+    """
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
+    return grad.reshape(shape)
+
+
+def _broadcast_op(op, fn, a, b):
+    """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
+    try:
+        return fn(a.data, b.data)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                         "broadcast together") from None
+
+
+def add(a, b):
+    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+
+    def backward(g):  # d(a+b)/da = 1, d(a+b)/db = 1, then undo broadcasting
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(g, b.shape) if b.requires_grad else None)
+    return _make(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
+
+
+def sub(a, b):
+    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+
+    def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(-g, b.shape) if b.requires_grad else None)
+    return _make(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
+
+
+def mul(a, b):
+    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+
+    def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
+        return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+    return _make(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, (a, b))
+
+
+def div(a, b):
+    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    out = _broadcast_op('div', np.true_divide, a, b)
+    if a.dtype.kind != 'f' and b.dtype.kind != 'f':
+        out = out.astype(default_dtype)  # int / int is a float32 in PyTorch
+
+    def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
+        return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
+    return _make(out, 'div', (a, b), backward, (a, b))
+
+
+def pow(a, b):
+    """a ** b for a tensor and a Python number (either side) or two tensors."""
+    if not isinstance(b, Tensor) and isinstance(a, Tensor):  # tensor ** number
+        p = b
+
+        def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)
+            return (g * (p * a.data ** (p - 1)),)
+        return _make(a.data ** p, 'pow', (a,), backward_scalar, (a,))
+    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    out = _broadcast_op('pow', np.power, a, b)
+
+    def backward(g):  # d(a^b)/da = b * a^(b-1), d(a^b)/db = a^b * log(a)  (taken as 0 where a == 0)
+        ga = gb = None
+        if a.requires_grad:
+            ga = unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape)
+        if b.requires_grad:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                log_a = np.where(a.data == 0, 0, np.log(a.data))
+            gb = unbroadcast(g * out * log_a, b.shape)
+        return ga, gb
+    return _make(out, 'pow', (a, b), backward, (a, b))
+
+
+def neg(a):
+    return _make(-a.data, 'neg', (a,), lambda g: (-g,))  # d(-x)/dx = -1
+
+
+Tensor.__add__ = Tensor.add = add
+Tensor.__radd__ = lambda self, other: add(_lift(other, self), self)
+Tensor.__sub__ = Tensor.sub = sub
+Tensor.__rsub__ = lambda self, other: sub(_lift(other, self), self)
+Tensor.__mul__ = Tensor.mul = mul
+Tensor.__rmul__ = lambda self, other: mul(_lift(other, self), self)
+Tensor.__truediv__ = Tensor.div = div
+Tensor.__rtruediv__ = lambda self, other: div(_lift(other, self), self)
+Tensor.__pow__ = Tensor.pow = pow
+Tensor.__rpow__ = lambda self, other: pow(_lift(other, self), self)
+Tensor.__neg__ = Tensor.neg = neg
+
+
+# Comparisons give boolean tensors outside the graph (they have no gradient).
+def _compare(fn):
+    def compare(self, other):
+        other = _lift(other, self)
+        return Tensor.__new__(Tensor)._set(_broadcast_op(fn.__name__, fn, self, other))
+    return compare
+
+
+def _set(self, data):
+    _init_result(self, data)
+    return self
+
+
+Tensor._set = _set
+Tensor.__lt__, Tensor.__le__ = _compare(np.less), _compare(np.less_equal)
+Tensor.__gt__, Tensor.__ge__ = _compare(np.greater), _compare(np.greater_equal)
+Tensor.__eq__, Tensor.__ne__ = _compare(np.equal), _compare(np.not_equal)
+Tensor.eq, Tensor.ne, Tensor.lt, Tensor.gt = Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__gt__
+Tensor.any = lambda self: Tensor(np.any(self.data))
+Tensor.all = lambda self: Tensor(np.all(self.data))
+Tensor.__invert__ = lambda self: Tensor.__new__(Tensor)._set(np.logical_not(self.data))
+
+
+# ---------------------------------------------------------------------------
+# 4. Elementwise functions
+# ---------------------------------------------------------------------------
+def exp(x):
+    out = np.exp(x.data)
+    return _make(out, 'exp', (x,), lambda g: (g * out,))  # d/dx e^x = e^x
+
+
+def log(x):
+    return _make(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), (x,))  # d/dx log x = 1/x
+
+
+def sqrt(x):
+    out = np.sqrt(x.data)
+    return _make(out, 'sqrt', (x,), lambda g: (g / (2 * out),))  # d/dx sqrt x = 1/(2 sqrt x)
+
+
+def abs(x):
+    return _make(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), (x,))  # d|x|/dx = sign(x)
+
+
+def sin(x):
+    return _make(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), (x,))  # d sin = cos
+
+
+def cos(x):
+    return _make(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), (x,))  # d cos = -sin
+
+
+def tanh(x):
+    out = np.tanh(x.data)
+    return _make(out, 'tanh', (x,), lambda g: (g * (1 - out * out),))  # d/dx tanh x = 1 - tanh^2 x
+
+
+def sigmoid(x):
+    # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
+    out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
+    return _make(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),))  # d sigma = sigma (1 - sigma)
+
+
+def relu(x):
+    mask = x.data > 0
+    return _make(x.data * mask, 'relu', (x,), lambda g: (g * mask,))  # d relu = 1 where x > 0
+
+
+# erf(x) by W. J. Cody's rational Chebyshev approximations (Math. Comp. 23, 1969),
+# accurate to double precision: one rational function for |x| <= 0.5, and two for
+# erfc(|x|) * exp(x^2) on (0.5, 4] and (4, inf). NumPy has no erf of its own.
+_ERF_A = (3.16112374387056560e0, 1.13864154151050156e2, 3.77485237685302021e2,
+          3.20937758913846947e3, 1.85777706184603153e-1)
+_ERF_B = (2.36012909523441209e1, 2.44024637934444173e2, 1.28261652607737228e3,
+          2.84423683343917062e3)
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e0, 6.61191906371416295e1,
+          2.98635138197400131e2, 8.81952221241769090e2, 1.71204761263407058e3,
+          2.05107837782607147e3, 1.23033935479799725e3, 2.15311535474403846e-8)
+_ERF_D = (1.57449261107098347e1, 1.17693950891312499e2, 5.37181101862009858e2,
+          1.62138957456669019e3, 3.29079923573345963e3, 4.36261909014324716e3,
+          3.43936767414372164e3, 1.23033935480374942e3)
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)
+_ERF_Q = (2.56852019228982242e0, 1.87295284992346047e0, 5.27905102951428412e-1,
+          6.05183413124413191e-2, 2.33520497626869185e-3)
+
+
+def _erf_np(x):
+    """Vectorised erf of an array, in x's float dtype (computed in float64)."""
+    ax = np.abs(x).astype(np.float64)
+    out = np.empty_like(ax)
+    small, mid, big = ax <= 0.5, (ax > 0.5) & (ax <= 4.0), ax > 4.0
+    if small.any():  # erf(y) = y * A(y^2) / B(y^2)
+        y = ax[small]
+        z = y * y
+        num, den = _ERF_A[4] * z, z
+        for i in range(3):
+            num, den = (num + _ERF_A[i]) * z, (den + _ERF_B[i]) * z
+        out[small] = y * (num + _ERF_A[3]) / (den + _ERF_B[3])
+    if mid.any():  # erfc(y) = exp(-y^2) * C(y) / D(y)
+        y = ax[mid]
+        num, den = _ERF_C[8] * y, y
+        for i in range(7):
+            num, den = (num + _ERF_C[i]) * y, (den + _ERF_D[i]) * y
+        out[mid] = 1.0 - np.exp(-y * y) * (num + _ERF_C[7]) / (den + _ERF_D[7])
+    if big.any():  # erfc(y) = exp(-y^2) / y * (1/sqrt(pi) - P(1/y^2) / (y^2 Q(1/y^2)))
+        y = ax[big]
+        z = 1.0 / (y * y)
+        num, den = _ERF_P[5] * z, z
+        for i in range(4):
+            num, den = (num + _ERF_P[i]) * z, (den + _ERF_Q[i]) * z
+        r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
+        out[big] = 1.0 - np.exp(-y * y) * (1.0 / math.sqrt(math.pi) - r) / y
+    return (np.sign(x) * out).astype(x.dtype)
+
+
+def erf(x):
+    # d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+    return _make(_erf_np(x.data), 'erf', (x,),
+                 lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), (x,))
+
+
+def gelu(x, approximate='none'):
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF (exact, with erf), or
+    PyTorch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    xd = x.data
+    if approximate == 'tanh':
+        k = math.sqrt(2 / math.pi)
+        t = np.tanh(k * (xd + 0.044715 * xd ** 3))
+        out = 0.5 * xd * (1 + t)
+
+        def backward_tanh(g):  # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
+            return (g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * k * (1 + 0.134145 * xd * xd)),)
+        return _make(out, 'gelu', (x,), backward_tanh, (x,))
+    if approximate != 'none':
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))
+
+    def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
+        return (g * (cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))),)
+    return _make(xd * cdf, 'gelu', (x,), backward, (x,))
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    out = np.clip(x.data, min, max)
+    inside = np.ones(x.shape, dtype=bool) if min is None else x.data >= min
+    if max is not None:
+        inside &= x.data <= max
+    return _make(out, 'clamp', (x,), lambda g: (g * inside,))  # d clamp = 1 where min <= x <= max
+
+
+def maximum(a, b):
+    a, b = a, _lift(b, a)
+    out = _broadcast_op('maximum', np.maximum, a, b)
+
+    def backward(g):  # the larger input gets g; ties share it half and half (as PyTorch)
+        wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
+        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
+                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+    return _make(out, 'maximum', (a, b), backward, (a, b))
+
+
+def minimum(a, b):
+    a, b = a, _lift(b, a)
+    out = _broadcast_op('minimum', np.minimum, a, b)
+
+    def backward(g):  # the smaller input gets g; ties share it half and half
+        wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
+        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
+                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+    return _make(out, 'minimum', (a, b), backward, (a, b))
+
+
+def where(condition, a, b):
+    """where(cond, a, b): a where cond is true, else b (broadcasting all three)."""
+    cond = condition.data if isinstance(condition, Tensor) else condition
+    if isinstance(a, Tensor):
+        b = _lift(b, a)
+    else:
+        a = _lift(a, b)
+    try:
+        out = np.where(cond, a.data, b.data)
+    except ValueError:
+        raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
+                         f"{tuple(b.shape)} cannot be broadcast together") from None
+
+    def backward(g):  # g flows to a where cond holds, to b elsewhere
+        return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
+                unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
+    return _make(out, 'where', (a, b), backward)
+
+
+def masked_fill(x, mask, value):
+    """Positions where mask is true become `value`; they pass no gradient."""
+    m = mask.data if isinstance(mask, Tensor) else mask
+    try:
+        out = np.where(m, np.asarray(value, dtype=x.dtype), x.data)
+    except ValueError:
+        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
+                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
+    if out.shape != x.shape:
+        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
+                         f"broadcast to the tensor's shape {tuple(x.shape)}")
+    return _make(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),))  # d/dx = 0 where masked
+
+
+for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, erf, gelu, clamp, maximum,
+           minimum, masked_fill):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.__abs__ = abs
+Tensor.clip = clamp
+
+
+# ---------------------------------------------------------------------------
+# 5. Reductions
+# ---------------------------------------------------------------------------
+def _expand_back(g, shape, axes, keepdim):
+    """Backward of a reduction: put the reduced axes back (as size 1) and
+    broadcast g over them: every input element of a reduced slice receives it."""
+    if not keepdim and axes:
+        g = np.expand_dims(g, axes)
+    return np.broadcast_to(g, shape)
+
+
+def sum(x, dim=None, keepdim=False):
+    axes = _dims(dim, x.ndim, 'sum')
+    # d sum / dx_i = 1: each input element gets the gradient of its slice's sum
+    return _make(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,),
+                 lambda g: (_expand_back(g, x.shape, axes, keepdim),))
+
+
+def mean(x, dim=None, keepdim=False):
+    axes = _dims(dim, x.ndim, 'mean')
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    # d mean / dx_i = 1/n
+    return _make(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,),
+                 lambda g: (_expand_back(g / n, x.shape, axes, keepdim),))
+
+
+def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+    """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default)."""
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    axes = _dims(dim, x.ndim, 'var')
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    centered = x.data - np.mean(x.data, axis=axes, keepdims=True)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / (n - correction)
+
+    def backward(g):  # d var / dx_i = 2 (x_i - mean) / (N - correction)
+        return (_expand_back(g, x.shape, axes, keepdim) * centered * (2 / (n - correction)),)
+    return _make(out, 'var', (x,), backward, (x,))
+
+
+def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+    return sqrt(var(x, dim, correction=correction, keepdim=keepdim, unbiased=unbiased))
+
+
+def _extreme(x, dim, keepdim, op, fn):
+    axes = _dims(dim, x.ndim, op)
+    out = fn(x.data, axis=axes, keepdims=True)
+    # Gradient goes to the positions that hold the extreme value; when several tie,
+    # they share it evenly (PyTorch's amax/amin rule): d out / dx_i = [x_i == out] / count
+    mask = x.data == out
+    count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
+    res = out if keepdim else np.squeeze(out, axis=axes)
+    return _make(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,),
+                 (x,))
+
+
+def amax(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, 'amax', np.max)
+
+
+def amin(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, 'amin', np.min)
+
+
+MaxResult = namedtuple('max', ['values', 'indices'])
+MinResult = namedtuple('min', ['values', 'indices'])
+
+
+def _extreme_dim(x, dim, keepdim, op, argfn, result):
+    d = _dim(dim, x.ndim, op)
+    idx = np.expand_dims(argfn(x.data, axis=d), d)  # first extreme, as PyTorch on the CPU
+    values = np.take_along_axis(x.data, idx, axis=d)
+
+    def backward(g):  # only the selected index receives the gradient
+        gx = np.zeros(x.shape, dtype=g.dtype)
+        np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
+        return (gx,)
+    if not keepdim:
+        values, idx = np.squeeze(values, d), np.squeeze(idx, d)
+    return result(_make(values, op, (x,), backward), Tensor(idx))
+
+
+def max(x, dim=None, keepdim=False):
+    """max() -> the largest value; max(dim) -> (values, indices); max(other) -> maximum."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
+    if dim is None:
+        return amax(x)
+    return _extreme_dim(x, dim, keepdim, 'max', np.argmax, MaxResult)
+
+
+def min(x, dim=None, keepdim=False):
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
+    if dim is None:
+        return amin(x)
+    return _extreme_dim(x, dim, keepdim, 'min', np.argmin, MinResult)
+
+
+def logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
+    axes = _dims(dim, x.ndim, 'logsumexp')
+    m = np.max(x.data, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
+    with np.errstate(divide='ignore'):
+        out = np.log(np.sum(np.exp(x.data - m), axis=axes, keepdims=True)) + m
+
+    def backward(g):  # d lse / dx_i = exp(x_i - lse) = softmax(x)_i
+        return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.data - out),)
+    return _make(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward, (x,))
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return Tensor(np.argmax(x.data))
+    return Tensor(np.argmax(x.data, axis=_dim(dim, x.ndim, 'argmax'), keepdims=keepdim))
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return Tensor(np.argmin(x.data))
+    return Tensor(np.argmin(x.data, axis=_dim(dim, x.ndim, 'argmin'), keepdims=keepdim))
+
+
+for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, argmax, argmin):
+    setattr(Tensor, _f.__name__, _f)
+
+
+# ---------------------------------------------------------------------------
+# 6. Shape and indexing
+# ---------------------------------------------------------------------------
+def _sizes(args):
+    """Accept both f(2, 3) and f((2, 3))."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def reshape(x, *shape):
+    shape = _sizes(shape)
+    try:
+        out = x.data.reshape(shape)
+    except ValueError:
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
+                         f"({x.data.size} elements) into {shape}") from None
+    return _make(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x)  # same numbers
+
+
+def permute(x, *dims):
+    dims = _sizes(dims)
+    axes = tuple(_dim(d, x.ndim, 'permute') for d in dims)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"permute: {dims} is not a permutation of the {x.ndim} dims "
+                         f"of a tensor of shape {tuple(x.shape)}")
+    inverse = tuple(np.argsort(axes))
+    # backward: move the gradient's axes back with the inverse permutation
+    return _make(x.data.transpose(axes), 'permute', (x,), lambda g: (g.transpose(inverse),),
+                 view_of=x)
+
+
+def transpose(x, dim0, dim1):
+    d0, d1 = _dim(dim0, x.ndim, 'transpose'), _dim(dim1, x.ndim, 'transpose')
+    # swapping two axes is its own inverse
+    return _make(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
+                 lambda g: (np.swapaxes(g, d0, d1),), view_of=x)
+
+
+def unsqueeze(x, dim):
+    d = _dim(dim, x.ndim + 1, 'unsqueeze')
+    return _make(np.expand_dims(x.data, d), 'unsqueeze', (x,), lambda g: (g.reshape(x.shape),),
+                 view_of=x)
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
+    else:
+        axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
+    return _make(np.squeeze(x.data, axis=axes), 'squeeze', (x,), lambda g: (g.reshape(x.shape),),
+                 view_of=x)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = _dim(start_dim, x.ndim, 'flatten'), _dim(end_dim, x.ndim, 'flatten')
+    n = 1
+    for size in x.shape[s:e + 1]:
+        n *= size
+    return reshape(x, x.shape[:s] + (n,) + x.shape[e + 1:])
+
+
+def expand(x, *sizes):
+    sizes = _sizes(sizes)
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: cannot expand shape {tuple(x.shape)} to {sizes} (fewer dims)")
+    target = tuple(x.shape[i - lead] if (n == -1 and i >= lead) else n for i, n in enumerate(sizes))
+    try:
+        out = np.broadcast_to(x.data, target)
+    except ValueError:
+        raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
+    # each input element was repeated along the expanded dims: sum the gradient back
+    return _make(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x)
+
+
+def _is_basic_index(idx):
+    """ints, slices, None and ... select a view; anything else is advanced indexing."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return all(i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer))
+               and not isinstance(i, bool) for i in items)
+
+
+def _index_data(idx):
+    if isinstance(idx, Tensor):
+        idx = idx.data
+    if isinstance(idx, np.ndarray) and idx.dtype == bool:
+        return np.nonzero(idx)  # a boolean mask selects the positions where it is true
+    if isinstance(idx, np.ndarray):
+        return idx
+    if isinstance(idx, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in idx)
+    return idx
+
+
+def getitem(x, idx):
+    idx = _index_data(idx)
+    try:
+        out = x.data[idx]
+    except IndexError as e:
+        raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
+    basic = _is_basic_index(idx)
+
+    def backward(g):
+        gx = np.zeros(x.shape, dtype=g.dtype)
+        if basic:
+            gx[idx] = g  # a view picks each element at most once: just place g there
+        else:
+            np.add.at(gx, idx, g)  # a gather may pick an element twice: add, don't overwrite
+        return (gx,)
+    return _make(out, 'index', (x,), backward, view_of=x if basic else None)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    first = tensors[0]
+    d = _dim(dim, first.ndim, 'cat')
+    for t in tensors[1:]:
+        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+                                       if i != d):
+            raise ValueError(f"cat: tensors must have the same shape except in dim {dim}; got "
+                             f"shapes {tuple(first.shape)} and {tuple(t.shape)}")
+    ends = np.cumsum([t.shape[d] for t in tensors])[:-1]
+
+    def backward(g):  # each input gets back its own slice of the gradient
+        return tuple(np.split(g, ends, axis=d))
+    return _make(np.concatenate([t.data for t in tensors], axis=d), 'cat', tuple(tensors), backward)
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ValueError(f"stack: all tensors must have the same shape; got shapes "
+                             f"{tuple(tensors[0].shape)} and {tuple(t.shape)}")
+    d = _dim(dim, tensors[0].ndim + 1, 'stack')
+
+    def backward(g):  # input i gets the gradient's slice i along the new dim
+        return tuple(np.take(g, i, axis=d) for i in range(len(tensors)))
+    return _make(np.stack([t.data for t in tensors], axis=d), 'stack', tuple(tensors), backward)
+
+
+def narrow(x, dim, start, length):
+    d = _dim(dim, x.ndim, 'narrow')
+    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def split(x, split_size_or_sections, dim=0):
+    """Pieces of split_size (the last may be smaller), or of the listed sizes."""
+    d = _dim(dim, x.ndim, 'split')
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        sizes = [split_size_or_sections] * (n // split_size_or_sections)
+        if n % split_size_or_sections:
+            sizes.append(n % split_size_or_sections)
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of dim {dim} "
+                             f"of a tensor of shape {tuple(x.shape)}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(x, d, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    """`chunks` pieces of ceil(n / chunks) (as PyTorch, possibly fewer pieces)."""
+    n = x.shape[_dim(dim, x.ndim, 'chunk')]
+    return split(x, -(-n // chunks), dim)
+
+
+def tril(x, diagonal=0):
+    return _make(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
+
+
+def triu(x, diagonal=0):
+    return _make(np.triu(x.data, diagonal), 'triu', (x,), lambda g: (np.triu(g, diagonal),))
+
+
+for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, split,
+           chunk, tril, triu):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.view = reshape
+Tensor.__getitem__ = getitem
+Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
+Tensor.mT = property(lambda self: transpose(self, -2, -1))
+Tensor.expand_as = lambda self, other: expand(self, other.shape)
+Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
+
+
+# ---------------------------------------------------------------------------
+# 7. Matrix multiplication
+# ---------------------------------------------------------------------------
+def matmul(a, b):
+    """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
+
+    A 1-D left operand is treated as a row (1, n), a 1-D right operand as a
+    column (n, 1); the added dim is removed from the result, as in PyTorch.
+    """
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if ka != kb:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                         f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
+    try:
+        out = np.matmul(a.data, b.data)
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
+                         "cannot be broadcast together") from None
+
+    def backward(g):
+        # out = A B  =>  dA = g B^T,  dB = A^T g  (on the operands promoted to 2-D),
+        # then batch dims that were broadcast are summed back (unbroadcast).
+        A = a.data if a.ndim > 1 else a.data[None, :]
+        B = b.data if b.ndim > 1 else b.data[:, None]
+        G = g
+        if a.ndim == 1:
+            G = np.expand_dims(G, -2)
+        if b.ndim == 1:
+            G = np.expand_dims(G, -1)
+        ga = gb = None
+        if a.requires_grad:
+            ga = np.matmul(G, np.swapaxes(B, -1, -2))
+            ga = unbroadcast(ga, A.shape if a.ndim > 1 else (1,) * (ga.ndim - 2) + A.shape)
+            ga = ga.reshape(a.shape)
+        if b.requires_grad:
+            if B.ndim == 2 and A.ndim > 2 and A.shape[:-2] == G.shape[:-2]:
+                # B (a weight) was shared by every batch entry: fold the batch into the
+                # rows so the sum over the batch happens inside one 2-D matmul
+                gb = np.matmul(A.reshape(-1, A.shape[-1]).T, G.reshape(-1, G.shape[-1]))
+            else:
+                gb = np.matmul(np.swapaxes(A, -1, -2), G)
+                gb = unbroadcast(gb, B.shape if b.ndim > 1 else (1,) * (gb.ndim - 2) + B.shape)
+            gb = gb.reshape(b.shape)
+        return ga, gb
+    return _make(out, 'matmul', (a, b), backward, (a, b))
+
+
+Tensor.__matmul__ = Tensor.matmul = matmul
+Tensor.__rmatmul__ = lambda self, other: matmul(_lift(other, self), self)
+
+
+# ---------------------------------------------------------------------------
+# 8. Softmax and log-softmax (fused: one op, one hand-derived backward)
+# ---------------------------------------------------------------------------
+def softmax(x, dim):
+    """exp(x - max) / sum(exp(x - max)): subtracting the max avoids overflow and
+    leaves the result unchanged. -inf entries (masked positions) get probability 0."""
+    d = _dim(dim, x.ndim, 'softmax')
+    e = np.exp(x.data - np.max(x.data, axis=d, keepdims=True))
+    out = e / np.sum(e, axis=d, keepdims=True)
+
+    def backward(g):  # dx = p * (g - sum(p * g))   (the Jacobian diag(p) - p p^T applied to g)
+        return (out * (g - np.sum(g * out, axis=d, keepdims=True)),)
+    return _make(out, 'softmax', (x,), backward)
+
+
+def log_softmax(x, dim):
+    """x - logsumexp(x), computed stably."""
+    d = _dim(dim, x.ndim, 'log_softmax')
+    shifted = x.data - np.max(x.data, axis=d, keepdims=True)
+    out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+
+    def backward(g):  # dx = g - softmax(x) * sum(g)
+        return (g - np.exp(out) * np.sum(g, axis=d, keepdims=True),)
+    return _make(out, 'log_softmax', (x,), backward)
+
+
+Tensor.softmax = softmax
+Tensor.log_softmax = log_softmax
+
+
+# ---------------------------------------------------------------------------
+# 9. Backward: reverse-mode automatic differentiation
+# ---------------------------------------------------------------------------
+def _freed_graph(g):
+    raise RuntimeError("backward: trying to backward through the graph a second time (its "
+                       "buffers were freed by the first backward); pass retain_graph=True to "
+                       "the first backward if you need to go through it twice")
+
+
+def _topological_order(root):
+    """Every tensor that root depends on (and that requires grad), inputs before
+    outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
+    (a recursive version would hit Python's recursion limit)."""
+    order, visited = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)  # all of node's inputs are already in order
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        for p in node._parents:
+            if p.requires_grad and id(p) not in visited:
+                stack.append((p, False))
+    return order
+
+
+def backward(tensor, gradient=None, retain_graph=False):
+    """Fill .grad of every leaf that `tensor` depends on: d tensor / d leaf.
+
+    Walks the graph from the output back to the leaves (reverse topological
+    order), calling each op's backward rule with the gradient of its output and
+    adding what it returns into the gradients of its inputs. A tensor used twice
+    receives the sum of both contributions (the multivariable chain rule).
+    """
+    if not tensor.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
+                           "(no input had requires_grad=True, or it was made under no_grad)")
+    if gradient is None:
+        if tensor.data.size != 1:
+            raise RuntimeError(f"backward: grad can be created implicitly only for a "
+                               f"single-element output, got shape {tuple(tensor.shape)}; "
+                               "pass gradient=...")
+        gradient = np.ones_like(tensor.data)
+    else:
+        gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+        if tuple(np.shape(gradient)) != tuple(tensor.shape):
+            raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
+                               f"the tensor has shape {tuple(tensor.shape)}")
+    grads = {id(tensor): gradient}
+    for node in reversed(_topological_order(tensor)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node._backward is None:  # a leaf: accumulate (never overwrite) into .grad
+            if node.grad is None:
+                node.grad = g.astype(node.dtype, copy=True)
+            else:
+                node.grad += g
+            continue
+        if getattr(node, '_retains_grad', False):
+            node.grad = g.astype(node.dtype, copy=True) if node.grad is None else node.grad + g
+        for t, version in node._saved:
+            if t._vc[0] != version:
+                raise RuntimeError(
+                    f"backward through '{node._op}': a tensor of shape {tuple(t.shape)} that it "
+                    f"saved for backward was modified in place (it is at version {t._vc[0]}, "
+                    f"expected version {version}); use an out-of-place op or .clone() first")
+        input_grads = node._backward(g)
+        for p, pg in zip(node._parents, input_grads):
+            if pg is None or not p.requires_grad:
+                continue
+            key = id(p)
+            if key in grads:
+                grads[key] = grads[key] + pg  # two paths into p: their gradients add up
+            else:
+                grads[key] = pg
+        if not retain_graph:  # free the saved buffers: the graph can't be walked again
+            node._backward = _freed_graph
+            node._parents = ()
+            node._saved = ()
+
+
+Tensor.backward = backward
+
+
+# ---------------------------------------------------------------------------
+# 10. In-place ops and the version counter
+# ---------------------------------------------------------------------------
+def _check_inplace(x, op):
+    if _grad_enabled and x.requires_grad:
+        if x.is_leaf:
+            raise RuntimeError(f"{op}: a leaf tensor that requires grad cannot be changed in "
+                               "place while grad mode is on; do it inside `with no_grad():`")
+        raise RuntimeError(f"{op}: tinytorch does not record in-place ops in the graph; this "
+                           "tensor is part of a graph, use the out-of-place form")
+
+
+def _bump(x):
+    x._vc[0] += 1  # views share the counter, so they see the change too
+    return x
+
+
+def add_(x, other, alpha=1):
+    _check_inplace(x, 'add_')
+    o = other.data if isinstance(other, Tensor) else other
+    np.add(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
+    return _bump(x)
+
+
+def sub_(x, other, alpha=1):
+    _check_inplace(x, 'sub_')
+    o = other.data if isinstance(other, Tensor) else other
+    np.subtract(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
+    return _bump(x)
+
+
+def mul_(x, other):
+    _check_inplace(x, 'mul_')
+    np.multiply(x.data, other.data if isinstance(other, Tensor) else other, out=x.data,
+                casting='same_kind')
+    return _bump(x)
+
+
+def div_(x, other):
+    _check_inplace(x, 'div_')
+    np.divide(x.data, other.data if isinstance(other, Tensor) else other, out=x.data,
+              casting='same_kind')
+    return _bump(x)
+
+
+def fill_(x, value):
+    _check_inplace(x, 'fill_')
+    x.data[...] = value
+    return _bump(x)
+
+
+def zero_(x):
+    _check_inplace(x, 'zero_')
+    x.data[...] = 0
+    return _bump(x)
+
+
+def copy_(x, src):
+    _check_inplace(x, 'copy_')
+    s = src.data if isinstance(src, Tensor) else src
+    try:
+        x.data[...] = s
+    except ValueError:
+        raise ValueError(f"copy_: source of shape {tuple(np.shape(s))} cannot be copied into a "
+                         f"tensor of shape {tuple(x.shape)}") from None
+    return _bump(x)
+
+
+def setitem(x, idx, value):
+    _check_inplace(x, '__setitem__')
+    x.data[_index_data(idx)] = value.data if isinstance(value, Tensor) else value
+    _bump(x)
+
+
+for _f in (add_, sub_, mul_, div_, fill_, zero_, copy_):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.__setitem__ = setitem
+Tensor.__iadd__ = lambda self, o: add_(self, o)
+Tensor.__isub__ = lambda self, o: sub_(self, o)
+Tensor.__imul__ = lambda self, o: mul_(self, o)
+Tensor.__itruediv__ = lambda self, o: div_(self, o)
+
+
+# ---------------------------------------------------------------------------
+# 11. Creation functions
+# ---------------------------------------------------------------------------
+def _leaf(data, requires_grad):
+    return Tensor(data, requires_grad=requires_grad) if requires_grad else \
+        Tensor.__new__(Tensor)._set(data)
+
+
+def zeros(*size, dtype=None, requires_grad=False):
+    return _leaf(np.zeros(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+
+
+def ones(*size, dtype=None, requires_grad=False):
+    return _leaf(np.ones(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad=False):
+    if dtype is None:
+        dtype = default_dtype if isinstance(fill_value, float) else \
+            (bool_ if isinstance(fill_value, bool) else int64)
+    return _leaf(np.full(tuple(size) if not isinstance(size, int) else (size,), fill_value,
+                         dtype=dtype), requires_grad)
+
+
+def zeros_like(x, dtype=None, requires_grad=False):
+    return _leaf(np.zeros(x.shape, dtype=dtype or x.dtype), requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False):
+    return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = default_dtype if any(isinstance(v, float) for v in (start, end, step)) else int64
+    return _leaf(np.arange(start, end, step, dtype=dtype), requires_grad)
+
+
+def randn(*size, dtype=None, requires_grad=False):
+    return _leaf(_rng.standard_normal(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+
+
+def rand(*size, dtype=None, requires_grad=False):
+    return _leaf(_rng.random(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=int64):
+    if high is None:
+        low, high = 0, low
+    return _leaf(_rng.integers(low, high, size=size, dtype=dtype), False)
+
+
+def randperm(n):
+    return _leaf(_rng.permutation(n).astype(int64), False)
+
+
+def multinomial(probs, num_samples=1):
+    """Sample indices from each row of probs (rows need not be normalised), with replacement."""
+    p = probs.data if isinstance(probs, Tensor) else probs
+    p2 = p.reshape(-1, p.shape[-1]).astype(np.float64)
+    cdf = np.cumsum(p2, axis=-1)
+    u = _rng.random((p2.shape[0], num_samples)) * cdf[:, -1:]
+    idx = np.sum(cdf[:, None, :] <= u[:, :, None], axis=-1)  # first index whose cdf exceeds u
+    idx = np.minimum(idx, p.shape[-1] - 1)
+    return _leaf(idx.reshape(p.shape[:-1] + (num_samples,)).astype(int64), False)
+
+
+def eye(n, dtype=None):
+    return _leaf(np.eye(n, dtype=dtype or default_dtype), False)
+
+
+# Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
+# (sum, max, min and abs shadow Python's builtins inside this module only.)
+
+
+# ---------------------------------------------------------------------------
+# 12. gradcheck: compare the analytic gradient with central finite differences
+# ---------------------------------------------------------------------------
+class GradcheckError(AssertionError):
+    pass
+
+
+def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
+    """Check the backward rules used by fn against finite differences.
+
+    fn(*inputs) returns a tensor; a non-scalar output is reduced to
+    sum(out * v) with a fixed random v, so every element of the output counts.
+    For each input that requires grad (it must be float64) every element is
+    nudged by +-eps: numeric = (f(x + eps) - f(x - eps)) / (2 eps). Returns True,
+    or raises GradcheckError naming the input and its worst element.
+    """
+    inputs = list(inputs)
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor) and x.requires_grad and x.dtype != float64:
+            raise TypeError(f"gradcheck: input {i} is {x.dtype}; finite differences need float64")
+    out = fn(*inputs)
+    v = np.random.default_rng(seed).standard_normal(out.shape)
+
+    def f():
+        with no_grad():
+            return float(np.sum(fn(*inputs).data * v))
+
+    saved = [x.grad for x in inputs if isinstance(x, Tensor)]
+    for x in inputs:
+        if isinstance(x, Tensor):
+            x.grad = None
+    out.backward(v.astype(out.dtype))
+    analytic = [x.grad if isinstance(x, Tensor) else None for x in inputs]
+    for x, g in zip([x for x in inputs if isinstance(x, Tensor)], saved):
+        x.grad = g
+
+    for i, x in enumerate(inputs):
+        if not (isinstance(x, Tensor) and x.requires_grad):
+            continue
+        numeric = np.zeros(x.shape)
+        for idx in np.ndindex(*x.shape):
+            old = x.data[idx]
+            x.data[idx] = old + eps
+            plus = f()
+            x.data[idx] = old - eps
+            minus = f()
+            x.data[idx] = old
+            numeric[idx] = (plus - minus) / (2 * eps)
+        a = analytic[i] if analytic[i] is not None else np.zeros(x.shape)
+        err = np.abs(a - numeric) - (atol + rtol * np.abs(numeric))
+        if err.size and err.max() > 0:
+            worst = np.unravel_index(np.argmax(err), x.shape)
+            raise GradcheckError(f"gradcheck: input {i} (shape {tuple(x.shape)}) element "
+                                 f"{tuple(int(w) for w in worst)}: analytic {a[worst]:.8g} vs "
+                                 f"numeric {numeric[worst]:.8g}")
+    return True
