@@ -106,9 +106,11 @@ def set_rng_state(state):
 def _dtype_of_python_data(data):
     """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
     arr = np.asarray(data)
-    if arr.dtype.kind == 'f' and not isinstance(data, np.ndarray):
+    if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
+        return arr
+    if arr.dtype.kind == 'f':
         return arr.astype(default_dtype)
-    if arr.dtype.kind in 'iu' and not isinstance(data, np.ndarray):
+    if arr.dtype.kind in 'iu':
         return arr.astype(int64)
     return arr
 
@@ -132,7 +134,7 @@ class Tensor:
             data = data.data
         arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
         if arr is data:
-            arr = arr.copy()  # like torch.tensor: never alias the caller's array
+            arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
         self.data = arr
         self.grad = None
         self._parents = ()
@@ -742,9 +744,9 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
         gx = np.zeros(x.shape, dtype=g.dtype)
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
-    if not keepdim:
-        values, idx = np.squeeze(values, d), np.squeeze(idx, d)
-    return result(_make(values, op, (x,), backward), Tensor(idx))
+    if keepdim:
+        return result(_make(values, op, (x,), backward), Tensor(idx))
+    return result(_make(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
 
 
 def max(x, dim=None, keepdim=False):
@@ -1020,10 +1022,10 @@ def matmul(a, b):
         A = a.data if a.ndim > 1 else a.data[None, :]
         B = b.data if b.ndim > 1 else b.data[:, None]
         G = g
-        if a.ndim == 1:
-            G = np.expand_dims(G, -2)
         if b.ndim == 1:
-            G = np.expand_dims(G, -1)
+            G = G[..., None]  # put back the column dim that a 1-D right operand removed
+        if a.ndim == 1:
+            G = G[..., None, :]  # and the row dim that a 1-D left operand removed
         ga = gb = None
         if a.requires_grad:
             ga = np.matmul(G, np.swapaxes(B, -1, -2))
