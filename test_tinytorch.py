@@ -33,7 +33,7 @@ def test_gradcheck_catches_a_wrong_backward():
     x = t64(3, 4)
 
     def wrong_square(x):  # forward x^2, backward claims 3x
-        return tt._make(x.data ** 2, 'wrong', (x,), lambda g: (g * 3 * x.data,))
+        return tt.from_op(x.data ** 2, 'wrong', (x,), lambda g: (g * 3 * x.data,))
     with pytest.raises(tt.GradcheckError, match=r"input 0 \(shape \(3, 4\)\) element"):
         tt.gradcheck(wrong_square, [x])
 
@@ -504,3 +504,470 @@ def test_ops_match_pytorch():
     both(lambda x: x[:, [0, 0, 2]].amax(1), lambda x: x[:, [0, 0, 2]].amax(1), a)
     both(lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(),
          lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(), a)
+
+
+# ===========================================================================
+# nn.py
+# ===========================================================================
+import nn  # noqa: E402
+import optim  # noqa: E402
+
+
+class TinyNet(nn.Module):
+    def __init__(self):
+        self.fc1 = nn.Linear(3, 4)
+        self.act = nn.GELU()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.LayerNorm(4)])
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.act(self.fc1(x))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def test_module_parameters_names_and_modes():
+    m = TinyNet()
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ['fc1.weight', 'fc1.bias', 'blocks.0.weight', 'blocks.0.bias',
+                     'blocks.1.weight', 'blocks.1.bias', 'head.weight', 'head.bias']
+    assert m.fc1.weight.shape == (4, 3) and all(p.requires_grad for p in m.parameters())
+    assert m.num_parameters() == 16 + 20 + 8 + 10
+    assert len(m.modules()) == 7 and len(m.children()) == 4
+    m.eval()
+    assert not m.training and not m.blocks[1].training
+    m.train()
+    assert m.blocks[0].training
+    text = repr(m)
+    assert "(fc1): Linear(in_features=3, out_features=4, bias=True)  # 16 params" in text
+    assert "(1): LayerNorm((4,), eps=1e-05)" in text
+
+
+def test_module_zero_grad_and_tied_parameters_listed_once():
+    m = TinyNet()
+    m(tt.randn(2, 3)).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+    m.head = nn.Linear(4, 4)
+    m.head.weight = m.blocks[0].weight  # weight tying: one parameter, two modules
+    assert sum(1 for p in m.parameters() if p is m.blocks[0].weight) == 1
+    assert 'head.weight' in m.state_dict() and 'blocks.0.weight' in m.state_dict()
+
+
+def test_linear_default_init_bounds():
+    tt.manual_seed(0)
+    lin = nn.Linear(100, 50)
+    assert np.abs(lin.weight.data).max() <= 0.1 and np.abs(lin.bias.data).max() <= 0.1
+    assert np.abs(lin.weight.data).max() > 0.09  # U(-1/sqrt(in), 1/sqrt(in)), not tiny
+
+
+def test_linear_layer_gradcheck_and_equals_composed():
+    x, w, b = t64(2, 5, 3, seed=1), t64(4, 3, seed=2), t64(4, seed=3)
+    check(lambda x, w, b: nn.linear(x, w, b), x, w, b)
+    check(lambda x, w: nn.linear(x, w), x, w)
+    np.testing.assert_allclose(nn.linear(x, w, b).data, (x @ w.T + b).data, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"input of shape \(2, 5, 3\) has 3 features.*\(4, 5\)"):
+        nn.linear(x, t64(4, 5))
+
+
+def test_embedding_gradcheck_with_repeated_indices():
+    w = t64(6, 3)
+    idx = tt.tensor([[0, 2, 2], [5, 0, 2]])
+    check(lambda w: nn.embedding(idx, w), w)
+    emb = nn.Embedding(6, 3)
+    emb(idx).sum().backward()
+    np.testing.assert_array_equal(emb.weight.grad[:, 0], [2, 0, 3, 0, 0, 1])
+    with pytest.raises(IndexError, match="index 6 is out of range for an embedding of 6 rows"):
+        emb(tt.tensor([6]))
+
+
+def test_layer_norm_gradcheck_and_equals_composed():
+    x, w, b = t64(2, 3, 5, seed=1), t64(5, seed=2), t64(5, seed=3)
+    check(lambda x, w, b: nn.layer_norm(x, (5,), w, b), x, w, b)
+    check(lambda x: nn.layer_norm(x, (3, 5)), x)
+
+    def composed(x, w, b):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / (var + 1e-5).sqrt() * w + b
+    fused, ref = nn.layer_norm(x, 5, w, b), composed(x, w, b)
+    np.testing.assert_allclose(fused.data, ref.data, rtol=1e-10, atol=1e-12)
+    v = np.random.default_rng(0).standard_normal(x.shape)
+    fused.backward(v)
+    grads = [t.grad.copy() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    ref.backward(v)
+    for got, t in zip(grads, (x, w, b)):
+        np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_activation_modules():
+    x = t64(3, 4, low=0.1)
+    for layer, fn in [(nn.ReLU(), tt.relu), (nn.Tanh(), tt.tanh), (nn.Sigmoid(), tt.sigmoid),
+                      (nn.GELU(), tt.gelu)]:
+        np.testing.assert_array_equal(layer(x).data, fn(x).data)
+        check(layer, x)
+
+
+def test_dropout_statistics_and_eval_identity():
+    tt.manual_seed(0)
+    d = nn.Dropout(0.25)
+    x = tt.ones(200, 500, requires_grad=True)
+    y = d(x)
+    kept = y.data != 0
+    assert abs(kept.mean() - 0.75) < 0.01
+    np.testing.assert_allclose(y.data[kept], 1 / 0.75)
+    assert abs(y.data.mean() - 1.0) < 0.02
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, y.data)  # the gradient goes through the same mask
+    d.eval()
+    assert d(x) is x
+    tt.manual_seed(7)
+    a = nn.dropout(tt.ones(10), 0.5).data
+    tt.manual_seed(7)
+    np.testing.assert_array_equal(a, nn.dropout(tt.ones(10), 0.5).data)
+
+
+def test_sequential():
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 1))
+    assert model(tt.randn(4, 3)).shape == (4, 1) and len(model) == 3
+    assert [n for n, _ in model.named_parameters()][0] == '0.weight'
+
+
+# ---------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------
+def test_mse_loss():
+    a, b = t64(4, 3, seed=1), t64(4, 3, seed=2)
+    check(lambda a: nn.mse_loss(a, b), a)
+    assert abs(nn.mse_loss(a, b).item() - np.mean((a.data - b.data) ** 2)) < 1e-12
+    assert nn.MSELoss(reduction='sum')(a, b).item() == pytest.approx(np.sum((a.data - b.data) ** 2))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_gradcheck(reduction):
+    logits = t64(6, 5)
+    target = tt.tensor([0, 4, 2, -100, 1, 2])
+    check(lambda z: nn.cross_entropy(z, target, reduction=reduction), logits)
+    composed = -(logits.log_softmax(1)[tt.tensor([0, 1, 2, 4, 5]), tt.tensor([0, 4, 2, 1, 2])])
+    fused = nn.cross_entropy(logits, target, reduction=reduction)
+    if reduction == 'mean':
+        assert fused.item() == pytest.approx(composed.mean().item(), rel=1e-12)
+    elif reduction == 'sum':
+        assert fused.item() == pytest.approx(composed.sum().item(), rel=1e-12)
+    else:
+        assert fused.data[3] == 0
+        np.testing.assert_allclose(np.delete(fused.data, 3), composed.data, rtol=1e-12)
+
+
+def test_cross_entropy_is_stable_and_checks_targets():
+    logits = tt.tensor([[1e4, -1e4, 0.0], [-1e4, 1e4, 1e4]], requires_grad=True)
+    loss = nn.cross_entropy(logits, tt.tensor([0, 2]))
+    assert np.isfinite(loss.item()) and loss.item() == pytest.approx(math.log(2) / 2, rel=1e-4)
+    loss.backward()
+    assert np.all(np.isfinite(logits.grad))
+    assert loss.dtype == np.float32
+    with pytest.raises(IndexError, match="target 3 is out of range for 3 classes"):
+        nn.cross_entropy(logits, tt.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"need targets of shape \(2,\)"):
+        nn.cross_entropy(logits, tt.tensor([0, 1, 2]))
+
+
+def test_cross_entropy_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    z = np.random.default_rng(0).standard_normal((5, 4))
+    target = np.array([1, -100, 3, 0, 3])
+    ours = tt.tensor(z, requires_grad=True)
+    theirs = torch.tensor(z, requires_grad=True)
+    a = nn.cross_entropy(ours, tt.tensor(target), ignore_index=-100)
+    b = torch.nn.functional.cross_entropy(theirs, torch.tensor(target), ignore_index=-100)
+    a.backward()
+    b.backward()
+    assert a.item() == pytest.approx(b.item(), rel=1e-12)
+    np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_bce_with_logits():
+    x = t64(4, 3)
+    y = tt.tensor((np.random.default_rng(1).random((4, 3)) > 0.5).astype(np.float64))
+    check(lambda x: nn.binary_cross_entropy_with_logits(x, y), x)
+    p = 1 / (1 + np.exp(-x.data))
+    ref = -np.mean(y.data * np.log(p) + (1 - y.data) * np.log(1 - p))
+    assert nn.BCEWithLogitsLoss()(x, y).item() == pytest.approx(ref, rel=1e-12)
+    big = nn.binary_cross_entropy_with_logits(tt.tensor([1e4, -1e4]), tt.tensor([0.0, 1.0]))
+    assert big.item() == pytest.approx(1e4)
+
+
+# ---------------------------------------------------------------------------
+# Initialisers
+# ---------------------------------------------------------------------------
+def test_initialisers():
+    tt.manual_seed(0)
+    w = nn.Parameter(tt.zeros(200, 300))
+    nn.init.xavier_uniform_(w)
+    bound = math.sqrt(6 / 500)
+    assert np.abs(w.data).max() <= bound and np.abs(w.data).max() > 0.95 * bound
+    nn.init.kaiming_uniform_(w, nonlinearity='relu')
+    assert np.abs(w.data).max() <= math.sqrt(6 / 300)
+    nn.init.normal_(w, mean=1.0, std=0.02)
+    assert abs(w.data.mean() - 1.0) < 0.001 and abs(w.data.std() - 0.02) < 0.001
+    nn.init.zeros_(w)
+    assert not w.data.any()
+    nn.init.ones_(w)
+    assert w.data.all() and w.dtype == np.float32 and w.requires_grad
+
+
+# ---------------------------------------------------------------------------
+# state_dict and checkpoints
+# ---------------------------------------------------------------------------
+def test_state_dict_round_trip_gives_identical_outputs():
+    tt.manual_seed(0)
+    a, b = TinyNet(), TinyNet()
+    x = tt.randn(3, 3)
+    assert not np.array_equal(a(x).data, b(x).data)
+    b.load_state_dict(a.state_dict())
+    np.testing.assert_array_equal(a(x).data, b(x).data)
+
+
+def test_load_state_dict_lists_every_problem():
+    m = TinyNet()
+    sd = m.state_dict()
+    del sd['head.bias']
+    sd['extra.weight'] = np.zeros(3)
+    sd['fc1.weight'] = np.zeros((5, 3))
+    with pytest.raises(KeyError) as e:
+        m.load_state_dict(sd)
+    msg = str(e.value)
+    assert "missing keys: head.bias" in msg and "unexpected keys: extra.weight" in msg
+    assert "fc1.weight: checkpoint (5, 3) vs model (4, 3)" in msg
+
+
+def test_save_load_nested_and_atomic(tmp_path):
+    path = str(tmp_path / "ck.npz")
+    obj = {'model': {'w': np.arange(6, dtype=np.float32).reshape(2, 3)}, 'step': 7, 'name': 'x',
+           'lr': 0.5, 't': tt.tensor([1.0, 2.0]), 'groups': [{'betas': (0.9, 0.99)}],
+           'state': {0: {'step': 3}}, 'none': None}
+    nn.save(obj, path)
+    back = nn.load(path)
+    np.testing.assert_array_equal(back['model']['w'], obj['model']['w'])
+    assert back['model']['w'].dtype == np.float32
+    assert back['step'] == 7 and back['name'] == 'x' and back['lr'] == 0.5 and back['none'] is None
+    assert isinstance(back['t'], tt.Tensor) and back['t'].data.tolist() == [1.0, 2.0]
+    assert back['groups'][0]['betas'] == (0.9, 0.99) and back['state'][0]['step'] == 3
+    assert os.listdir(tmp_path) == ["ck.npz"]  # no temporary file left behind
+
+    class Boom:
+        pass
+    with pytest.raises(TypeError):
+        nn.save({'bad': Boom()}, path)  # fails while encoding: the old file is untouched
+    assert nn.load(path)['step'] == 7 and os.listdir(tmp_path) == ["ck.npz"]
+
+
+def test_truncated_or_foreign_checkpoint_gives_clear_error(tmp_path):
+    path = str(tmp_path / "ck.npz")
+    nn.save({'w': np.ones((100, 100))}, path)
+    data = open(path, 'rb').read()
+    cut = str(tmp_path / "cut.npz")
+    with open(cut, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(nn.CheckpointError, match="cut.npz is truncated or corrupt"):
+        nn.load(cut)
+    plain = str(tmp_path / "plain.npz")
+    np.savez(plain, x=np.ones(3))
+    with pytest.raises(nn.CheckpointError, match="plain.npz is not a tinytorch checkpoint"):
+        nn.load(plain)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        nn.load(str(tmp_path / "missing.npz"))
+
+
+def test_checkpoint_never_unpickles(tmp_path):
+    path = str(tmp_path / "evil.npz")
+    np.savez(path, __tinytorch_meta__=np.frombuffer(b'{"__array__": 0}', np.uint8),
+             a0=np.array([{'object': 1}], dtype=object))
+    with pytest.raises(nn.CheckpointError, match="evil.npz"):
+        nn.load(path)
+
+
+# ===========================================================================
+# optim.py
+# ===========================================================================
+def _param(values):
+    p = nn.Parameter(tt.tensor(np.array(values, dtype=np.float64)))
+    return p
+
+
+def _run(opt_cls, grads, **kw):
+    p = _param([1.0, -2.0, 3.0])
+    opt = opt_cls([p], **kw)
+    out = []
+    for g in grads:
+        p.grad = np.array(g, dtype=np.float64)
+        opt.step()
+        out.append(p.data.copy())
+    return out
+
+
+GRADS = [[0.5, -1.0, 2.0], [0.1, 0.3, -0.2], [-0.4, 0.2, 0.6]]
+
+
+def test_sgd_momentum_nesterov_weight_decay_by_hand():
+    lr, mu, wd, damp = 0.1, 0.9, 0.01, 0.0
+    got = _run(optim.SGD, GRADS, lr=lr, momentum=mu, weight_decay=wd, nesterov=True)
+    p, buf = np.array([1.0, -2.0, 3.0]), None
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p
+        buf = g.copy() if buf is None else mu * buf + (1 - damp) * g
+        p = p - lr * (g + mu * buf)
+        np.testing.assert_allclose(step, p, rtol=1e-14)
+    plain = _run(optim.SGD, GRADS[:1], lr=0.5)
+    np.testing.assert_allclose(plain[0], np.array([1.0, -2.0, 3.0]) - 0.5 * np.array(GRADS[0]))
+
+
+@pytest.mark.parametrize("cls,decoupled", [(optim.Adam, False), (optim.AdamW, True)])
+def test_adam_and_adamw_by_hand(cls, decoupled):
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.99, 1e-8, 0.1
+    got = _run(cls, GRADS, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    p, m, v = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
+    for t, (g, step) in enumerate(zip(GRADS, got), start=1):
+        g = np.array(g)
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(step, p, rtol=1e-12)
+
+
+def test_optimizers_match_pytorch():
+    torch = pytest.importorskip("torch")
+    cases = [(optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.1,
+                                                weight_decay=0.01)),
+             (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True)),
+             (optim.Adam, torch.optim.Adam, dict(lr=0.01, weight_decay=0.1)),
+             (optim.AdamW, torch.optim.AdamW, dict(lr=0.01, betas=(0.8, 0.9)))]
+    for ours_cls, theirs_cls, kw in cases:
+        ours = _run(ours_cls, GRADS, **kw)
+        tp = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        opt = theirs_cls([tp], **kw)
+        for g, mine in zip(GRADS, ours):
+            tp.grad = torch.tensor(g, dtype=torch.float64)
+            opt.step()
+            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
+
+
+def test_optimizer_skips_parameters_without_grad_and_keeps_float32():
+    a, b = nn.Parameter(tt.ones(3)), nn.Parameter(tt.ones(3))
+    opt = optim.AdamW([a, b], lr=0.1)
+    a.grad = np.ones(3, dtype=np.float32)
+    opt.step()
+    assert b.data.tolist() == [1, 1, 1] and a.data[0] < 1 and a.dtype == np.float32
+    assert opt.state[a]['exp_avg'].dtype == np.float32 and b not in opt.state
+    opt.zero_grad()
+    assert a.grad is None
+
+
+def test_param_groups_have_their_own_lr():
+    a, b = nn.Parameter(tt.ones(1)), nn.Parameter(tt.ones(1))
+    opt = optim.SGD([{'params': [a]}, {'params': [b], 'lr': 1.0}], lr=0.1)
+    a.grad, b.grad = np.ones(1, np.float32), np.ones(1, np.float32)
+    opt.step()
+    assert a.item() == pytest.approx(0.9) and b.item() == pytest.approx(0.0)
+
+
+def test_schedules():
+    p = nn.Parameter(tt.ones(1))
+    opt = optim.SGD([p], lr=1.0)
+    s = optim.StepLR(opt, step_size=2, gamma=0.5)
+    lrs = []
+    for _ in range(5):
+        lrs.append(s.get_last_lr()[0])
+        s.step()
+    assert lrs == [1.0, 1.0, 0.5, 0.5, 0.25]
+    opt = optim.SGD([p], lr=1.0)
+    s = optim.CosineAnnealingLR(opt, T_max=10, eta_min=0.1)
+    seen = [s.get_last_lr()[0]] + [s.step() or s.get_last_lr()[0] for _ in range(10)]
+    assert seen[0] == 1.0 and seen[10] == pytest.approx(0.1) and seen[5] == pytest.approx(0.55)
+    opt = optim.SGD([p], lr=1.0)
+    s = optim.WarmupCosineLR(opt, warmup_steps=4, total_steps=14, min_lr=0.1)
+    seen = [s.get_last_lr()[0]] + [s.step() or s.get_last_lr()[0] for _ in range(16)]
+    assert seen[:4] == pytest.approx([0.2, 0.4, 0.6, 0.8]) and seen[4] == pytest.approx(1.0)
+    assert seen[9] == pytest.approx(0.55) and seen[14] == pytest.approx(0.1) == seen[16]
+    assert all(x >= y for x, y in zip(seen[4:], seen[5:]))
+
+
+def test_schedules_match_pytorch():
+    torch = pytest.importorskip("torch")
+    for ours_cls, theirs_cls, kw in [(optim.StepLR, torch.optim.lr_scheduler.StepLR,
+                                      dict(step_size=3, gamma=0.3)),
+                                     (optim.CosineAnnealingLR,
+                                      torch.optim.lr_scheduler.CosineAnnealingLR,
+                                      dict(T_max=7, eta_min=0.01))]:
+        ours = ours_cls(optim.SGD([nn.Parameter(tt.ones(1))], lr=0.5), **kw)
+        topt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.5)
+        theirs = theirs_cls(topt, **kw)
+        for _ in range(7):
+            assert ours.get_last_lr()[0] == pytest.approx(theirs.get_last_lr()[0], rel=1e-12)
+            topt.step()
+            ours.step()
+            theirs.step()
+
+
+def test_clip_grad_norm():
+    a, b = nn.Parameter(tt.zeros(2)), nn.Parameter(tt.zeros(1))
+    a.grad, b.grad = np.array([3.0, 0.0], np.float32), np.array([4.0], np.float32)
+    total = optim.clip_grad_norm_([a, b], max_norm=1.0)
+    assert total.item() == pytest.approx(5.0)
+    assert np.sqrt(np.sum(a.grad ** 2) + np.sum(b.grad ** 2)) == pytest.approx(1.0, rel=1e-5)
+    np.testing.assert_allclose(a.grad, [0.6, 0.0], rtol=1e-5)
+    total = optim.clip_grad_norm_([a, b], max_norm=10.0)  # under the limit: unchanged
+    assert total.item() == pytest.approx(1.0, rel=1e-5) and a.grad[0] == pytest.approx(0.6, rel=1e-5)
+
+
+def _train_steps(model, opt, sched, data, steps):
+    for x, y in data[:steps]:
+        loss = nn.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+
+
+def test_exact_resume_through_a_checkpoint(tmp_path):
+    rng = np.random.default_rng(0)
+    data = [(tt.tensor(rng.standard_normal((8, 3)).astype(np.float32)),
+             tt.tensor(rng.integers(0, 2, 8))) for _ in range(10)]
+
+    def fresh():
+        tt.manual_seed(1)
+        model = TinyNet()
+        opt = optim.AdamW(model.parameters(), lr=0.01)
+        return model, opt, optim.WarmupCosineLR(opt, 2, 10)
+    straight = fresh()
+    _train_steps(*straight, data, 10)
+
+    first = fresh()
+    _train_steps(*first, data, 5)
+    path = str(tmp_path / "ck.npz")
+    nn.save({'model': first[0].state_dict(), 'optim': first[1].state_dict(),
+             'sched': first[2].state_dict()}, path)
+    ck = nn.load(path)
+    model, opt, sched = fresh()
+    model.load_state_dict(ck['model'])
+    opt.load_state_dict(ck['optim'])
+    sched.load_state_dict(ck['sched'])
+    _train_steps(model, opt, sched, data[5:], 5)
+    for (name, p), q in zip(straight[0].named_parameters(), model.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+
+
+def test_train_linear_script_converges():
+    import train_linear
+    w, b, loss = train_linear.fit_line(steps=1001, log_every=10_000)
+    assert abs(w - 2) < 1e-3 and abs(b - 1) < 1e-3 and loss < 1e-6
+    assert train_linear.fit_spiral(log_every=10_000) >= 0.95

@@ -226,7 +226,7 @@ class Tensor:
         return out
 
     def clone(self):
-        return _make(self.data.copy(), 'clone', (self,), lambda g: (g,))
+        return from_op(self.data.copy(), 'clone', (self,), lambda g: (g,))
 
     def contiguous(self):
         return self
@@ -237,7 +237,7 @@ class Tensor:
         if dtype == self.dtype:
             return self
         src = self.dtype
-        out = _make(self.data.astype(dtype), 'to', (self,), lambda g: (g.astype(src),))
+        out = from_op(self.data.astype(dtype), 'to', (self,), lambda g: (g.astype(src),))
         if dtype.kind not in 'fc':
             out = out.detach()
         return out
@@ -269,7 +269,7 @@ def _init_result(out, data, vc=None):
     out.name = None
 
 
-def _make(data, op, parents, backward, saved=(), view_of=None):
+def from_op(data, op, parents, backward, saved=(), view_of=None):
     """Wrap an op's result. If grad mode is on and any input requires grad, the
     result joins the graph: it keeps its inputs, the op name and the backward rule.
 
@@ -374,7 +374,7 @@ def add(a, b):
     def backward(g):  # d(a+b)/da = 1, d(a+b)/db = 1, then undo broadcasting
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
                 unbroadcast(g, b.shape) if b.requires_grad else None)
-    return _make(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
+    return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
 
 
 def sub(a, b):
@@ -383,7 +383,7 @@ def sub(a, b):
     def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
                 unbroadcast(-g, b.shape) if b.requires_grad else None)
-    return _make(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
+    return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
 
 
 def mul(a, b):
@@ -392,7 +392,7 @@ def mul(a, b):
     def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
         return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
-    return _make(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, (a, b))
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, (a, b))
 
 
 def div(a, b):
@@ -404,7 +404,7 @@ def div(a, b):
     def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
         return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
-    return _make(out, 'div', (a, b), backward, (a, b))
+    return from_op(out, 'div', (a, b), backward, (a, b))
 
 
 def pow(a, b):
@@ -414,7 +414,7 @@ def pow(a, b):
 
         def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)
             return (g * (p * a.data ** (p - 1)),)
-        return _make(a.data ** p, 'pow', (a,), backward_scalar, (a,))
+        return from_op(a.data ** p, 'pow', (a,), backward_scalar, (a,))
     a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
     out = _broadcast_op('pow', np.power, a, b)
 
@@ -427,11 +427,11 @@ def pow(a, b):
                 log_a = np.where(a.data == 0, 0, np.log(a.data))
             gb = unbroadcast(g * out * log_a, b.shape)
         return ga, gb
-    return _make(out, 'pow', (a, b), backward, (a, b))
+    return from_op(out, 'pow', (a, b), backward, (a, b))
 
 
 def neg(a):
-    return _make(-a.data, 'neg', (a,), lambda g: (-g,))  # d(-x)/dx = -1
+    return from_op(-a.data, 'neg', (a,), lambda g: (-g,))  # d(-x)/dx = -1
 
 
 Tensor.__add__ = Tensor.add = add
@@ -475,44 +475,44 @@ Tensor.__invert__ = lambda self: Tensor.__new__(Tensor)._set(np.logical_not(self
 # ---------------------------------------------------------------------------
 def exp(x):
     out = np.exp(x.data)
-    return _make(out, 'exp', (x,), lambda g: (g * out,))  # d/dx e^x = e^x
+    return from_op(out, 'exp', (x,), lambda g: (g * out,))  # d/dx e^x = e^x
 
 
 def log(x):
-    return _make(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), (x,))  # d/dx log x = 1/x
+    return from_op(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), (x,))  # d/dx log x = 1/x
 
 
 def sqrt(x):
     out = np.sqrt(x.data)
-    return _make(out, 'sqrt', (x,), lambda g: (g / (2 * out),))  # d/dx sqrt x = 1/(2 sqrt x)
+    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),))  # d/dx sqrt x = 1/(2 sqrt x)
 
 
 def abs(x):
-    return _make(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), (x,))  # d|x|/dx = sign(x)
+    return from_op(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), (x,))  # d|x|/dx = sign(x)
 
 
 def sin(x):
-    return _make(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), (x,))  # d sin = cos
+    return from_op(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), (x,))  # d sin = cos
 
 
 def cos(x):
-    return _make(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), (x,))  # d cos = -sin
+    return from_op(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), (x,))  # d cos = -sin
 
 
 def tanh(x):
     out = np.tanh(x.data)
-    return _make(out, 'tanh', (x,), lambda g: (g * (1 - out * out),))  # d/dx tanh x = 1 - tanh^2 x
+    return from_op(out, 'tanh', (x,), lambda g: (g * (1 - out * out),))  # d/dx tanh x = 1 - tanh^2 x
 
 
 def sigmoid(x):
     # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
     out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
-    return _make(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),))  # d sigma = sigma (1 - sigma)
+    return from_op(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),))  # d sigma = sigma (1 - sigma)
 
 
 def relu(x):
     mask = x.data > 0
-    return _make(x.data * mask, 'relu', (x,), lambda g: (g * mask,))  # d relu = 1 where x > 0
+    return from_op(x.data * mask, 'relu', (x,), lambda g: (g * mask,))  # d relu = 1 where x > 0
 
 
 # erf(x) by W. J. Cody's rational Chebyshev approximations (Math. Comp. 23, 1969),
@@ -565,7 +565,7 @@ def _erf_np(x):
 
 def erf(x):
     # d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-    return _make(_erf_np(x.data), 'erf', (x,),
+    return from_op(_erf_np(x.data), 'erf', (x,),
                  lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), (x,))
 
 
@@ -580,14 +580,14 @@ def gelu(x, approximate='none'):
 
         def backward_tanh(g):  # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
             return (g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * k * (1 + 0.134145 * xd * xd)),)
-        return _make(out, 'gelu', (x,), backward_tanh, (x,))
+        return from_op(out, 'gelu', (x,), backward_tanh, (x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))
 
     def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
         return (g * (cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))),)
-    return _make(xd * cdf, 'gelu', (x,), backward, (x,))
+    return from_op(xd * cdf, 'gelu', (x,), backward, (x,))
 
 
 def clamp(x, min=None, max=None):
@@ -597,7 +597,7 @@ def clamp(x, min=None, max=None):
     inside = np.ones(x.shape, dtype=bool) if min is None else x.data >= min
     if max is not None:
         inside &= x.data <= max
-    return _make(out, 'clamp', (x,), lambda g: (g * inside,))  # d clamp = 1 where min <= x <= max
+    return from_op(out, 'clamp', (x,), lambda g: (g * inside,))  # d clamp = 1 where min <= x <= max
 
 
 def maximum(a, b):
@@ -608,7 +608,7 @@ def maximum(a, b):
         wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
         return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
                 unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return _make(out, 'maximum', (a, b), backward, (a, b))
+    return from_op(out, 'maximum', (a, b), backward, (a, b))
 
 
 def minimum(a, b):
@@ -619,7 +619,7 @@ def minimum(a, b):
         wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
         return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
                 unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return _make(out, 'minimum', (a, b), backward, (a, b))
+    return from_op(out, 'minimum', (a, b), backward, (a, b))
 
 
 def where(condition, a, b):
@@ -638,7 +638,7 @@ def where(condition, a, b):
     def backward(g):  # g flows to a where cond holds, to b elsewhere
         return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
                 unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
-    return _make(out, 'where', (a, b), backward)
+    return from_op(out, 'where', (a, b), backward)
 
 
 def masked_fill(x, mask, value):
@@ -652,7 +652,7 @@ def masked_fill(x, mask, value):
     if out.shape != x.shape:
         raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
                          f"broadcast to the tensor's shape {tuple(x.shape)}")
-    return _make(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),))  # d/dx = 0 where masked
+    return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),))  # d/dx = 0 where masked
 
 
 for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, erf, gelu, clamp, maximum,
@@ -676,7 +676,7 @@ def _expand_back(g, shape, axes, keepdim):
 def sum(x, dim=None, keepdim=False):
     axes = _dims(dim, x.ndim, 'sum')
     # d sum / dx_i = 1: each input element gets the gradient of its slice's sum
-    return _make(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,),
+    return from_op(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,),
                  lambda g: (_expand_back(g, x.shape, axes, keepdim),))
 
 
@@ -686,7 +686,7 @@ def mean(x, dim=None, keepdim=False):
     for a in axes:
         n *= x.shape[a]
     # d mean / dx_i = 1/n
-    return _make(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,),
+    return from_op(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,),
                  lambda g: (_expand_back(g / n, x.shape, axes, keepdim),))
 
 
@@ -704,7 +704,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
 
     def backward(g):  # d var / dx_i = 2 (x_i - mean) / (N - correction)
         return (_expand_back(g, x.shape, axes, keepdim) * centered * (2 / (n - correction)),)
-    return _make(out, 'var', (x,), backward, (x,))
+    return from_op(out, 'var', (x,), backward, (x,))
 
 
 def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
@@ -719,7 +719,7 @@ def _extreme(x, dim, keepdim, op, fn):
     mask = x.data == out
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
-    return _make(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,),
+    return from_op(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,),
                  (x,))
 
 
@@ -745,8 +745,8 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
-        return result(_make(values, op, (x,), backward), Tensor(idx))
-    return result(_make(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
+        return result(from_op(values, op, (x,), backward), Tensor(idx))
+    return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
 
 
 def max(x, dim=None, keepdim=False):
@@ -776,7 +776,7 @@ def logsumexp(x, dim, keepdim=False):
 
     def backward(g):  # d lse / dx_i = exp(x_i - lse) = softmax(x)_i
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.data - out),)
-    return _make(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward, (x,))
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward, (x,))
 
 
 def argmax(x, dim=None, keepdim=False):
@@ -812,7 +812,7 @@ def reshape(x, *shape):
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
                          f"({x.data.size} elements) into {shape}") from None
-    return _make(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x)  # same numbers
+    return from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x)  # same numbers
 
 
 def permute(x, *dims):
@@ -823,20 +823,20 @@ def permute(x, *dims):
                          f"of a tensor of shape {tuple(x.shape)}")
     inverse = tuple(np.argsort(axes))
     # backward: move the gradient's axes back with the inverse permutation
-    return _make(x.data.transpose(axes), 'permute', (x,), lambda g: (g.transpose(inverse),),
+    return from_op(x.data.transpose(axes), 'permute', (x,), lambda g: (g.transpose(inverse),),
                  view_of=x)
 
 
 def transpose(x, dim0, dim1):
     d0, d1 = _dim(dim0, x.ndim, 'transpose'), _dim(dim1, x.ndim, 'transpose')
     # swapping two axes is its own inverse
-    return _make(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
+    return from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
                  lambda g: (np.swapaxes(g, d0, d1),), view_of=x)
 
 
 def unsqueeze(x, dim):
     d = _dim(dim, x.ndim + 1, 'unsqueeze')
-    return _make(np.expand_dims(x.data, d), 'unsqueeze', (x,), lambda g: (g.reshape(x.shape),),
+    return from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,), lambda g: (g.reshape(x.shape),),
                  view_of=x)
 
 
@@ -845,7 +845,7 @@ def squeeze(x, dim=None):
         axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
     else:
         axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
-    return _make(np.squeeze(x.data, axis=axes), 'squeeze', (x,), lambda g: (g.reshape(x.shape),),
+    return from_op(np.squeeze(x.data, axis=axes), 'squeeze', (x,), lambda g: (g.reshape(x.shape),),
                  view_of=x)
 
 
@@ -870,7 +870,7 @@ def expand(x, *sizes):
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
     # each input element was repeated along the expanded dims: sum the gradient back
-    return _make(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x)
+    return from_op(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x)
 
 
 def _is_basic_index(idx):
@@ -907,7 +907,7 @@ def getitem(x, idx):
         else:
             np.add.at(gx, idx, g)  # a gather may pick an element twice: add, don't overwrite
         return (gx,)
-    return _make(out, 'index', (x,), backward, view_of=x if basic else None)
+    return from_op(out, 'index', (x,), backward, view_of=x if basic else None)
 
 
 def cat(tensors, dim=0):
@@ -925,7 +925,7 @@ def cat(tensors, dim=0):
 
     def backward(g):  # each input gets back its own slice of the gradient
         return tuple(np.split(g, ends, axis=d))
-    return _make(np.concatenate([t.data for t in tensors], axis=d), 'cat', tuple(tensors), backward)
+    return from_op(np.concatenate([t.data for t in tensors], axis=d), 'cat', tuple(tensors), backward)
 
 
 def stack(tensors, dim=0):
@@ -940,7 +940,7 @@ def stack(tensors, dim=0):
 
     def backward(g):  # input i gets the gradient's slice i along the new dim
         return tuple(np.take(g, i, axis=d) for i in range(len(tensors)))
-    return _make(np.stack([t.data for t in tensors], axis=d), 'stack', tuple(tensors), backward)
+    return from_op(np.stack([t.data for t in tensors], axis=d), 'stack', tuple(tensors), backward)
 
 
 def narrow(x, dim, start, length):
@@ -975,11 +975,11 @@ def chunk(x, chunks, dim=0):
 
 
 def tril(x, diagonal=0):
-    return _make(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
+    return from_op(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
 
 
 def triu(x, diagonal=0):
-    return _make(np.triu(x.data, diagonal), 'triu', (x,), lambda g: (np.triu(g, diagonal),))
+    return from_op(np.triu(x.data, diagonal), 'triu', (x,), lambda g: (np.triu(g, diagonal),))
 
 
 for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, split,
@@ -1041,7 +1041,7 @@ def matmul(a, b):
                 gb = unbroadcast(gb, B.shape if b.ndim > 1 else (1,) * (gb.ndim - 2) + B.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
-    return _make(out, 'matmul', (a, b), backward, (a, b))
+    return from_op(out, 'matmul', (a, b), backward, (a, b))
 
 
 Tensor.__matmul__ = Tensor.matmul = matmul
@@ -1060,7 +1060,7 @@ def softmax(x, dim):
 
     def backward(g):  # dx = p * (g - sum(p * g))   (the Jacobian diag(p) - p p^T applied to g)
         return (out * (g - np.sum(g * out, axis=d, keepdims=True)),)
-    return _make(out, 'softmax', (x,), backward)
+    return from_op(out, 'softmax', (x,), backward)
 
 
 def log_softmax(x, dim):
@@ -1071,7 +1071,7 @@ def log_softmax(x, dim):
 
     def backward(g):  # dx = g - softmax(x) * sum(g)
         return (g - np.exp(out) * np.sum(g, axis=d, keepdims=True),)
-    return _make(out, 'log_softmax', (x,), backward)
+    return from_op(out, 'log_softmax', (x,), backward)
 
 
 Tensor.softmax = softmax

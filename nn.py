@@ -1,0 +1,614 @@
+"""nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
+
+  1. Parameter and Module (parameters, train/eval, state_dict, repr)
+  2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers
+  3. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
+  4. initialisers (nn.init.normal_, xavier_uniform_, ...)
+  5. checkpoints: save / load in NumPy's .npz format (never pickle), written atomically
+
+Needs only NumPy and tinytorch.py.
+"""
+import json
+import math
+import os
+import tempfile
+import zipfile
+from collections import OrderedDict
+from types import SimpleNamespace
+
+import numpy as np
+
+import tinytorch as tt
+from tinytorch import Tensor, from_op, no_grad, unbroadcast
+
+
+# ---------------------------------------------------------------------------
+# 1. Parameter and Module
+# ---------------------------------------------------------------------------
+class Parameter(Tensor):
+    """A Tensor that is a learnable part of a Module: it always requires grad."""
+
+    def __init__(self, data, requires_grad=True):
+        super().__init__(data.data if isinstance(data, Tensor) else data,
+                         requires_grad=requires_grad)
+
+    def __repr__(self):
+        return 'Parameter containing:\n' + super().__repr__()
+
+
+class Module:
+    """Base class of every layer and model.
+
+    Assigning a Parameter or a Module as an attribute registers it: parameters()
+    walks the attributes in the order they were set, then the sub-modules'.
+    """
+    training = True
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    # -- the module tree ------------------------------------------------------
+    def named_children(self):
+        for name, value in vars(self).items():
+            if isinstance(value, Module):
+                yield name, value
+
+    def children(self):
+        return [m for _, m in self.named_children()]
+
+    def named_modules(self, prefix=''):
+        yield prefix, self
+        for name, child in self.named_children():
+            yield from child.named_modules(prefix + ('.' if prefix else '') + name)
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def _named_parameters_all(self, prefix=''):
+        """Every (dotted name, parameter), shared parameters listed under each name."""
+        for name, value in vars(self).items():
+            if isinstance(value, Parameter):
+                yield prefix + name, value
+        for name, child in self.named_children():
+            yield from child._named_parameters_all(prefix + name + '.')
+
+    def named_parameters(self):
+        """(dotted name, parameter) pairs, as PyTorch names them ('blocks.0.attn.weight');
+        a parameter shared by two modules (weight tying) is listed once."""
+        seen = set()
+        for name, p in self._named_parameters_all():
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self):
+        return int(np.sum([p.data.size for p in self.parameters()]))
+
+    # -- modes and gradients --------------------------------------------------
+    def train(self, mode=True):
+        for m in self.modules():
+            m.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad = None
+
+    # -- state_dict -----------------------------------------------------------
+    def state_dict(self):
+        """A snapshot: dotted name -> copy of the parameter's array."""
+        return OrderedDict((name, p.data.copy()) for name, p in self._named_parameters_all())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy arrays into the parameters. With strict=True, missing keys, unexpected
+        keys and shape mismatches are all listed in one error and nothing is changed."""
+        own = OrderedDict(self._named_parameters_all())
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        mismatched = [f"{k}: checkpoint {tuple(np.shape(_array(v)))} vs model "
+                      f"{tuple(own[k].shape)}" for k, v in state_dict.items()
+                      if k in own and tuple(np.shape(_array(v))) != tuple(own[k].shape)]
+        problems = []
+        if strict and missing:
+            problems.append("missing keys: " + ", ".join(missing))
+        if strict and unexpected:
+            problems.append("unexpected keys: " + ", ".join(unexpected))
+        if mismatched:
+            problems.append("shape mismatches: " + "; ".join(mismatched))
+        if problems:
+            raise KeyError(f"load_state_dict for {type(self).__name__}: " + " | ".join(problems))
+        with no_grad():
+            for k, v in state_dict.items():
+                if k in own:
+                    own[k].copy_(_array(v).astype(own[k].dtype))
+        return SimpleNamespace(missing_keys=missing, unexpected_keys=unexpected)
+
+    # -- repr -----------------------------------------------------------------
+    def extra_repr(self):
+        return ''
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        children = list(self.named_children())
+        if children:
+            for name, child in children:
+                sub = repr(child).replace('\n', '\n  ')
+                lines.append(f"  ({name}): {sub}  # {child.num_parameters():,} params")
+            lines.append(')')
+        else:
+            lines[0] += ')'
+        return '\n'.join(lines)
+
+
+def _array(v):
+    return v.data if isinstance(v, Tensor) else np.asarray(v)
+
+
+class Sequential(Module):
+    def __init__(self, *layers):
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
+
+    def __getitem__(self, i):
+        return self.children()[i]
+
+    def __len__(self):
+        return len(self.children())
+
+    def forward(self, x):
+        for layer in self.children():
+            x = layer(x)
+        return x
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        for m in modules:
+            self.append(m)
+
+    def append(self, module):
+        setattr(self, str(len(self)), module)
+        return self
+
+    def __getitem__(self, i):
+        return self.children()[i]
+
+    def __len__(self):
+        return len(self.children())
+
+    def __iter__(self):
+        return iter(self.children())
+
+
+# ---------------------------------------------------------------------------
+# 2. Layers
+# ---------------------------------------------------------------------------
+def linear(x, weight, bias=None):
+    """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
+    folded into rows, so the whole batch is a single 2-D matrix multiply."""
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
+                         f"but the weight of shape {tuple(weight.shape)} expects {weight.shape[1]}")
+    x2 = x.data.reshape(-1, x.shape[-1])
+    out = x2 @ weight.data.T
+    if bias is not None:
+        out += bias.data
+    out = out.reshape(x.shape[:-1] + (weight.shape[0],))
+
+    def backward(g):
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None  # dx = g W
+        gw = g2.T @ x2 if weight.requires_grad else None  # dW = g^T x, summed over all rows
+        if bias is None:
+            return gx, gw
+        return gx, gw, g2.sum(axis=0)  # db = sum of g over all rows (b was broadcast)
+    parents = (x, weight) if bias is None else (x, weight, bias)
+    return from_op(out, 'linear', parents, backward, (x, weight))
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True, dtype=None):
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(tt.zeros(out_features, in_features, dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # PyTorch's default: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), same for bias
+        kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+def embedding(idx, weight):
+    """Rows of weight picked by integer indices: weight[idx]. Its backward (from
+    tinytorch's getitem) adds each position's gradient into its row, so a token
+    that appears twice gets both contributions."""
+    idx = idx if isinstance(idx, Tensor) else tt.tensor(idx)
+    if idx.dtype.kind not in 'iu':
+        raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
+    n = weight.shape[0]
+    if idx.data.size and (idx.data.min() < 0 or idx.data.max() >= n):
+        bad = idx.data[(idx.data < 0) | (idx.data >= n)][0]
+        raise IndexError(f"embedding: index {bad} is out of range for an embedding of "
+                         f"{n} rows")
+    return weight[idx]
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, dtype=None):
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype))  # N(0, 1)
+
+    def forward(self, idx):
+        return embedding(idx, self.weight)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Fused layer norm: y = (x - mean) / sqrt(var + eps) * weight + bias over the last
+    len(normalized_shape) dims, with a hand-derived backward (one node, not ten)."""
+    normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) \
+        else (normalized_shape,)
+    k = len(normalized_shape)
+    if tuple(x.shape[x.ndim - k:]) != normalized_shape:
+        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
+                         f"normalized shape {normalized_shape}")
+    axes = tuple(range(x.ndim - k, x.ndim))  # normalized dims
+    batch = tuple(range(x.ndim - k))  # dims weight and bias were broadcast over
+    n = int(np.prod(normalized_shape))
+    mu = x.data.mean(axis=axes, keepdims=True)
+    xc = x.data - mu
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+    xhat = xc * rstd
+    out = xhat if weight is None else xhat * weight.data
+    if bias is not None:
+        out = out + bias.data
+
+    def backward(g):
+        gxhat = g if weight is None else g * weight.data
+        # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
+        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+        gx = rstd * (gxhat - gxhat.sum(axis=axes, keepdims=True) / n
+                     - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True) / n)
+        grads = [gx]
+        if weight is not None:
+            grads.append((g * xhat).sum(axis=batch))  # dweight = sum over batch of g * xhat
+        if bias is not None:
+            grads.append(g.sum(axis=batch))  # dbias = sum over batch of g
+        return tuple(grads)
+    parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
+    return from_op(out, 'layer_norm', parents, backward, parents)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype=None):
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
+            else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(tt.ones(self.normalized_shape, dtype=dtype)) \
+            if elementwise_affine else None
+        self.bias = Parameter(tt.zeros(self.normalized_shape, dtype=dtype)) \
+            if elementwise_affine else None
+
+    def forward(self, x):
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def dropout(x, p=0.5, training=True):
+    """Inverted dropout: zero each element with probability p and scale the rest by
+    1/(1-p), so the expected value is unchanged and eval mode is the identity."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return x
+    mask = (tt.default_generator().random(x.shape, dtype=np.float32) >= p).astype(x.dtype)
+    mask *= 1.0 / (1.0 - p)
+    return from_op(x.data * mask, 'dropout', (x,), lambda g: (g * mask,))  # d/dx = mask / (1-p)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5):
+        if not 0 <= p < 1:
+            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return x.relu()
+
+
+class GELU(Module):
+    def __init__(self, approximate='none'):
+        self.approximate = approximate
+
+    def forward(self, x):
+        return x.gelu(approximate=self.approximate)
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return x.tanh()
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return x.sigmoid()
+
+
+# ---------------------------------------------------------------------------
+# 3. Losses
+# ---------------------------------------------------------------------------
+def _reduce(loss, reduction, op):
+    if reduction == 'mean':
+        return loss.mean()
+    if reduction == 'sum':
+        return loss.sum()
+    if reduction == 'none':
+        return loss
+    raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def mse_loss(input, target, reduction='mean'):
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input shape {tuple(input.shape)} and target shape "
+                         f"{tuple(target.shape)} differ")
+    diff = input - target
+    return _reduce(diff * diff, reduction, 'mse_loss')
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
+    """Fused log-softmax + negative log-likelihood.
+
+    loss_i = logsumexp(logits_i) - logits_i[target_i], computed with the max
+    subtracted (stable for logits of +-1e4). Its gradient is short and exact:
+    dloss_i / dlogits_i = softmax(logits_i) - onehot(target_i).
+    Rows whose target is ignore_index contribute nothing; 'mean' divides by the
+    number of rows that are not ignored.
+    """
+    if logits.ndim != 2:
+        raise ValueError(f"cross_entropy: logits must be (N, C), got shape {tuple(logits.shape)}; "
+                         "reshape (B, T, C) logits with .reshape(-1, C)")
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if t.dtype.kind not in 'iu':
+        raise TypeError(f"cross_entropy: targets must be integer class indices, got {t.dtype}")
+    n, c = logits.shape
+    if t.shape != (n,):
+        raise ValueError(f"cross_entropy: logits of shape {tuple(logits.shape)} need targets of "
+                         f"shape ({n},), got {tuple(t.shape)}")
+    valid = t != ignore_index
+    bad = valid & ((t < 0) | (t >= c))
+    if bad.any():
+        raise IndexError(f"cross_entropy: target {t[bad][0]} is out of range for {c} classes")
+    safe_t = np.where(valid, t, 0)
+    rows = np.arange(n)
+    shifted = logits.data - logits.data.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(axis=1))
+    loss = (lse - shifted[rows, safe_t]) * valid
+    count = int(valid.sum())
+    if reduction == 'mean':
+        out = loss.sum() / count if count else np.array(np.nan, dtype=logits.dtype)
+    elif reduction == 'sum':
+        out = loss.sum()
+    elif reduction == 'none':
+        out = loss
+    else:
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    out = np.asarray(out, dtype=logits.dtype)
+
+    def backward(g):
+        # d loss_i / d logits_i = softmax(logits_i) - onehot(target_i), zero for ignored rows
+        grad = np.exp(shifted - lse[:, None])
+        grad[rows, safe_t] -= 1
+        if reduction == 'none':
+            scale = g * valid
+        else:
+            scale = g * valid / count if reduction == 'mean' else g * valid
+        return ((grad * scale.astype(logits.dtype)[:, None]),)
+    return from_op(out, 'cross_entropy', (logits,), backward, (logits,))
+
+
+def binary_cross_entropy_with_logits(logits, target, reduction='mean'):
+    """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
+    max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y."""
+    y = target.data if isinstance(target, Tensor) else np.asarray(target, dtype=logits.dtype)
+    if y.shape != logits.shape:
+        raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(logits.shape)} "
+                         f"and target shape {tuple(y.shape)} differ")
+    x = logits.data
+    loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
+    sig = 0.5 + 0.5 * np.tanh(0.5 * x)
+    per_elem = from_op(loss, 'bce_with_logits', (logits,), lambda g: (g * (sig - y),), (logits,))
+    return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+
+
+class MSELoss(Module):
+    def __init__(self, reduction='mean'):
+        self.reduction = reduction
+
+    def forward(self, input, target):
+        return mse_loss(input, target, self.reduction)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, ignore_index=-100, reduction='mean'):
+        self.ignore_index, self.reduction = ignore_index, reduction
+
+    def forward(self, logits, target):
+        return cross_entropy(logits, target, self.ignore_index, self.reduction)
+
+
+class BCEWithLogitsLoss(Module):
+    def __init__(self, reduction='mean'):
+        self.reduction = reduction
+
+    def forward(self, logits, target):
+        return binary_cross_entropy_with_logits(logits, target, self.reduction)
+
+
+# ---------------------------------------------------------------------------
+# 4. Initialisers: in place, under no_grad, with the library's seeded generator
+# ---------------------------------------------------------------------------
+def _fans(t):
+    if t.ndim < 2:
+        raise ValueError(f"fan in/out needs a tensor with at least 2 dims, got {tuple(t.shape)}")
+    receptive = int(np.prod(t.shape[2:])) if t.ndim > 2 else 1
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+@no_grad()
+def uniform_(t, a=0.0, b=1.0):
+    return t.copy_(tt.default_generator().uniform(a, b, t.shape).astype(t.dtype))
+
+
+@no_grad()
+def normal_(t, mean=0.0, std=1.0):
+    return t.copy_((tt.default_generator().standard_normal(t.shape) * std + mean).astype(t.dtype))
+
+
+@no_grad()
+def zeros_(t):
+    return t.zero_()
+
+
+@no_grad()
+def ones_(t):
+    return t.fill_(1.0)
+
+
+def xavier_uniform_(t, gain=1.0):
+    fan_in, fan_out = _fans(t)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))  # keeps the variance of activations
+    return uniform_(t, -bound, bound)
+
+
+def kaiming_uniform_(t, a=0.0, mode='fan_in', nonlinearity='leaky_relu'):
+    fan_in, fan_out = _fans(t)
+    fan = fan_in if mode == 'fan_in' else fan_out
+    gain = math.sqrt(2.0 / (1 + a * a)) if nonlinearity == 'leaky_relu' else \
+        (math.sqrt(2.0) if nonlinearity == 'relu' else 1.0)
+    bound = gain * math.sqrt(3.0 / fan) if fan > 0 else 0.0
+    return uniform_(t, -bound, bound)
+
+
+init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=ones_,
+                       xavier_uniform_=xavier_uniform_, kaiming_uniform_=kaiming_uniform_)
+
+
+# ---------------------------------------------------------------------------
+# 5. Checkpoints: .npz (a zip of .npy arrays) plus a JSON description, no pickle
+# ---------------------------------------------------------------------------
+class CheckpointError(Exception):
+    pass
+
+
+_META = '__tinytorch_meta__'
+
+
+def _encode(obj, arrays):
+    """Turn nested dicts/lists of arrays, tensors, numbers and strings into JSON,
+    moving every array into `arrays` and leaving a reference in its place."""
+    if isinstance(obj, Tensor):
+        arrays.append(obj.data)
+        return {'__tensor__': len(arrays) - 1}
+    if isinstance(obj, np.ndarray):
+        arrays.append(obj)
+        return {'__array__': len(arrays) - 1}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {'__dict__': {k: _encode(v, arrays) for k, v in obj.items()}}
+        return {'__items__': [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {'__list__': [_encode(v, arrays) for v in obj], 'tuple': isinstance(obj, tuple)}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"save: cannot store an object of type {type(obj).__name__}")
+
+
+def _decode(obj, arrays):
+    if isinstance(obj, dict):
+        if '__tensor__' in obj:
+            return tt.tensor(arrays[obj['__tensor__']])
+        if '__array__' in obj:
+            return arrays[obj['__array__']]
+        if '__dict__' in obj:
+            return {k: _decode(v, arrays) for k, v in obj['__dict__'].items()}
+        if '__items__' in obj:
+            return {_decode(k, arrays): _decode(v, arrays) for k, v in obj['__items__']}
+        if '__list__' in obj:
+            items = [_decode(v, arrays) for v in obj['__list__']]
+            return tuple(items) if obj['tuple'] else items
+    return obj
+
+
+def save(obj, path):
+    """Write obj to path atomically: a temporary file in the same folder, flushed to
+    disk, then renamed over path. A crash mid-save leaves the old file intact."""
+    arrays = []
+    meta = json.dumps(_encode(obj, arrays))
+    entries = {f'a{i}': a for i, a in enumerate(arrays)}
+    entries[_META] = np.frombuffer(meta.encode('utf-8'), dtype=np.uint8)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            np.savez(f, **entries)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def load(path):
+    """Read what save() wrote. Never unpickles, so an untrusted file cannot run code."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if _META not in z.files:
+                raise CheckpointError(f"{path} is not a tinytorch checkpoint (no {_META} entry)")
+            meta = json.loads(bytes(z[_META]).decode('utf-8'))
+            arrays = {int(k[1:]): z[k] for k in z.files if k != _META}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
+            json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
+                              f"({type(e).__name__}: {e})") from None
+    return _decode(meta, arrays)
