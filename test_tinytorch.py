@@ -971,3 +971,162 @@ def test_train_linear_script_converges():
     w, b, loss = train_linear.fit_line(steps=1001, log_every=10_000)
     assert abs(w - 2) < 1e-3 and abs(b - 1) < 1e-3 and loss < 1e-6
     assert train_linear.fit_spiral(log_every=10_000) >= 0.95
+
+
+# ===========================================================================
+# transformer.py
+# ===========================================================================
+import transformer as tf  # noqa: E402
+
+STEPS_TO_MEMORISE = 200
+
+
+def tiny_config(**kw):
+    base = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    base.update(kw)
+    return tf.GPTConfig(**base)
+
+
+def test_attention_weights_are_causal_and_normalised():
+    q, k = t64(2, 5, 4, seed=1), t64(2, 5, 4, seed=2)
+    w = tf.attention_weights(q, k, is_causal=True).data
+    assert np.all(w[:, np.triu(np.ones((5, 5), dtype=bool), 1)] == 0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-12)
+    mask = np.random.default_rng(0).random((5, 5)) > 0.3
+    mask[:, 0] = True
+    w = tf.attention_weights(q, k, mask=tt.tensor(mask)).data
+    assert np.all(w[:, ~mask] == 0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-12)
+
+
+def test_attention_gradcheck():
+    q, k, v = t64(2, 4, 3, seed=1), t64(2, 4, 3, seed=2), t64(2, 4, 5, seed=3)
+    check(lambda q, k, v: tf.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    mask = np.tril(np.ones((4, 4), dtype=bool))
+    check(lambda q, k, v: tf.scaled_dot_product_attention(q, k, v, mask=mask), q, k, v)
+
+
+def test_attention_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 3, 6, 4)) for _ in range(3))
+    ours = tf.scaled_dot_product_attention(tt.tensor(q), tt.tensor(k), tt.tensor(v), is_causal=True)
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        torch.tensor(q), torch.tensor(k), torch.tensor(v), is_causal=True)
+    np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_multi_head_equals_a_loop_over_single_heads():
+    tt.manual_seed(0)
+    cfg = tiny_config(n_embd=12, n_head=3)
+    attn = tf.CausalSelfAttention(cfg)
+    x = tt.randn(2, 5, 12)
+    C, D = 12, 4
+    W, b = attn.c_attn.weight.data, attn.c_attn.bias.data
+    outs = []
+    for h in range(3):
+        head = tf.Head(C, D)
+        for lin, part in ((head.query, 0), (head.key, 1), (head.value, 2)):
+            rows = slice(part * C + h * D, part * C + (h + 1) * D)
+            lin.weight.data[...] = W[rows]
+            lin.bias.data[...] = b[rows]
+        outs.append(head(x))
+    expected = attn.c_proj(tt.cat(outs, dim=-1))
+    np.testing.assert_allclose(attn(x).data, expected.data, rtol=1e-5, atol=1e-6)
+
+
+def test_future_tokens_never_change_earlier_logits():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    a = np.array([[1, 2, 3, 4, 5, 6, 7, 8]])
+    b = a.copy()
+    b[0, 5:] = [10, 0, 9]
+    la, _ = model(a)
+    lb, _ = model(b)
+    np.testing.assert_array_equal(la.data[:, :5], lb.data[:, :5])
+    assert not np.allclose(la.data[:, 5:], lb.data[:, 5:])
+
+
+def test_gpt_loss_gradcheck_inputs_and_weights():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config(n_layer=1, n_embd=8, block_size=4, vocab_size=5))
+    for p in model.parameters():
+        p.data = p.data.astype(np.float64) * 10  # larger weights: gradients well above noise
+    idx, targets = np.array([[1, 2, 0, 4]]), tt.tensor([[2, 0, 4, 1]])
+    block = model.h[0]
+    x = t64(1, 4, 8)
+
+    def block_loss(x, w_attn, b_fc, ln_w):  # through a block, with respect to its input
+        return nn.cross_entropy(model.lm_head(model.ln_f(block(x))).reshape(4, 5),
+                                targets.reshape(4))
+    check(block_loss, x, block.attn.c_attn.weight, block.mlp.c_fc.bias, block.ln_1.weight)
+
+    def full_loss(wte, wpe, proj):  # the whole model, embeddings and tied head included
+        return model(idx, targets)[1]
+    check(full_loss, model.wte.weight, model.wpe.weight, block.attn.c_proj.weight)
+
+
+def test_gpt_shapes_parameter_count_and_tying():
+    cfg = tiny_config()
+    model = tf.GPT(cfg)
+    logits, loss = model(np.zeros((3, 8), dtype=np.int64), np.ones((3, 8), dtype=np.int64))
+    assert logits.shape == (3, 8, 11) and loss.shape == ()
+    assert model.lm_head.weight is model.wte.weight
+    C, V, L = 16, 11, 2
+    per_block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * 4 * C + 4 * C) + (4 * C * C + C)
+    assert model.num_parameters() == V * C + 8 * C + L * per_block + 2 * C
+    untied = tf.GPT(tiny_config(tie_weights=False))
+    assert untied.num_parameters() == model.num_parameters() + V * C
+    with pytest.raises(ValueError, match="longer than the block size 8"):
+        model(np.zeros((1, 9), dtype=np.int64))
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.8, 3), (0.0, None)])
+def test_cached_generation_equals_uncached(temperature, top_k):
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    tt.manual_seed(42)
+    fast = model.generate(prompt, 20, temperature=temperature, top_k=top_k, use_cache=True)
+    tt.manual_seed(42)
+    slow = model.generate(prompt, 20, temperature=temperature, top_k=top_k, use_cache=False)
+    assert fast.shape == (2, 23)  # 23 > block size 8: the context slid
+    np.testing.assert_array_equal(fast.data, slow.data)
+
+
+def test_cache_gives_the_same_logits_position_by_position():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    seq = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    full, _ = model(seq)
+    cache = tf.KVCache(2)
+    model(seq[:, :3], cache=cache)
+    for t in range(3, 8):
+        step, _ = model(seq[:, t:t + 1], cache=cache)
+        np.testing.assert_allclose(step.data[:, 0], full.data[:, t], rtol=1e-4, atol=1e-5)
+
+
+def test_tiny_gpt_memorises_a_repetitive_string():
+    # after "ab" comes "c" or "d": only attention to the token three back tells which
+    tt.manual_seed(0)
+    text = "abcabd" * 8
+    chars = sorted(set(text))
+    data = np.array([chars.index(c) for c in text])
+    model = tf.GPT(tf.GPTConfig(vocab_size=len(chars), block_size=12, n_layer=1, n_head=2,
+                                n_embd=32))
+    opt = optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    starts = range(0, 36, 3)
+    x = np.stack([data[i:i + 12] for i in starts])
+    y = np.stack([data[i + 1:i + 13] for i in starts])
+    losses = []
+    for step in range(STEPS_TO_MEMORISE):
+        _, loss = model(x, y)
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    per_token = nn.cross_entropy(model(x)[0].reshape(-1, len(chars)), tt.tensor(y.reshape(-1)),
+                                 reduction='none').data.reshape(x.shape)
+    assert losses[0] > 1.0
+    # position 1 ("ab" seen, c or d?) can't be known without what came before the window
+    assert per_token[:, 2:].mean() < 0.1, per_token.mean(0)

@@ -1,0 +1,251 @@
+"""transformer.py: attention and a GPT-style language model, built from tinytorch ops.
+
+  1. scaled dot-product attention: softmax(q k^T / sqrt(d) + mask) v
+  2. a single attention head (read this first), then multi-head causal self-attention
+  3. the Transformer block (pre-LayerNorm, GELU MLP) and the GPT model
+  4. generation with a key/value cache
+
+Nothing here has its own backward rule: attention is matmul, masked_fill and
+softmax from tinytorch.py, so its gradient comes from theirs.
+Needs only NumPy, tinytorch.py and nn.py.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+import nn
+import tinytorch as tt
+from tinytorch import no_grad
+
+
+# ---------------------------------------------------------------------------
+# 1. Scaled dot-product attention
+# ---------------------------------------------------------------------------
+def _causal_mask(tq, tk):
+    """Boolean (tq, tk) mask, True where a query may look: the lower triangle,
+    aligned to the top-left corner as in PyTorch's is_causal."""
+    return np.tril(np.ones((tq, tk), dtype=bool))
+
+
+def attention_weights(q, k, mask=None, is_causal=False):
+    """softmax(q @ k^T / sqrt(d)) over the keys, with disallowed positions at -inf
+    before the softmax (so they get weight exactly 0).
+
+    mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
+    (PyTorch's convention), or a float mask that is added to the scores.
+    """
+    d = q.shape[-1]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    if is_causal:
+        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
+    if mask is not None:
+        m = mask.data if isinstance(mask, tt.Tensor) else mask
+        if m.dtype == bool:
+            scores = scores.masked_fill(~m, -np.inf)
+        else:
+            scores = scores + tt.tensor(m.astype(scores.dtype))
+    return scores.softmax(-1)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
+    """q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) -> (..., Tq, dv)."""
+    return attention_weights(q, k, mask, is_causal) @ v
+
+
+# ---------------------------------------------------------------------------
+# 2. Attention modules
+# ---------------------------------------------------------------------------
+class Head(nn.Module):
+    """One causal self-attention head, spelled out: each position asks a query,
+    every earlier position offers a key and a value, and the answer is the
+    values averaged with weights softmax(query . key / sqrt(head_size))."""
+
+    def __init__(self, n_embd, head_size, bias=True):
+        self.query = nn.Linear(n_embd, head_size, bias=bias)
+        self.key = nn.Linear(n_embd, head_size, bias=bias)
+        self.value = nn.Linear(n_embd, head_size, bias=bias)
+
+    def forward(self, x):  # x: (B, T, C) -> (B, T, head_size)
+        return scaled_dot_product_attention(self.query(x), self.key(x), self.value(x),
+                                            is_causal=True)
+
+
+class KVCache:
+    """Keys and values already computed for earlier positions, one pair per layer,
+    so that generating a new token only computes that token's query, key and value."""
+
+    def __init__(self, n_layer):
+        self.layers = [None] * n_layer  # each: (k, v) tensors of shape (B, H, T, D)
+
+    @property
+    def length(self):
+        return 0 if self.layers[0] is None else self.layers[0][0].shape[2]
+
+
+class CausalSelfAttention(nn.Module):
+    """All heads at once: one Linear makes q, k and v for every head, the heads are
+    split off the channel dim with reshape + transpose, attend independently, and
+    are put back side by side before the output projection."""
+
+    def __init__(self, config):
+        if config.n_embd % config.n_head:
+            raise ValueError(f"n_embd ({config.n_embd}) must be a multiple of n_head "
+                             f"({config.n_head})")
+        self.n_head, self.n_embd = config.n_head, config.n_embd
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, cache=None, layer=0):
+        B, T, C = x.shape
+        H = self.n_head
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
+        q = q.reshape(B, T, H, C // H).transpose(1, 2)
+        k = k.reshape(B, T, H, C // H).transpose(1, 2)
+        v = v.reshape(B, T, H, C // H).transpose(1, 2)
+        past = 0
+        if cache is not None:
+            if cache.layers[layer] is not None:
+                past_k, past_v = cache.layers[layer]
+                past = past_k.shape[2]
+                k, v = tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)
+            cache.layers[layer] = (k, v)
+        # new query i sits at position past + i and may see keys 0 .. past + i
+        mask = None if past == 0 else np.tril(np.ones((T, past + T), dtype=bool), k=past)
+        w = attention_weights(q, k, mask=mask, is_causal=past == 0)
+        y = self.attn_dropout(w) @ v  # (B, H, T, C/H)
+        y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
+        return self.resid_dropout(self.c_proj(y))
+
+
+# ---------------------------------------------------------------------------
+# 3. Block and GPT
+# ---------------------------------------------------------------------------
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64  # the longest context the model sees (learned positions)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = True
+    tie_weights: bool = True  # the output head shares the token embedding matrix
+
+    def to_dict(self):
+        return asdict(self)
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm block: x + attn(ln(x)), then x + mlp(ln(x)). The residual
+    additions give the gradient a direct path back to the embeddings."""
+
+    def __init__(self, config):
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache=None, layer=0):
+        x = x + self.attn(self.ln_1(x), cache, layer)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # token embeddings
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)  # position embeddings
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        # GPT-2 initialisation: N(0, 0.02) for every matrix, zero biases, and the
+        # projections that write into the residual stream scaled by 1/sqrt(2 n_layer)
+        # so the residual sum does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith('c_proj.weight'):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
+            elif p.ndim == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith('bias'):
+                nn.init.zeros_(p)
+
+    def extra_repr(self):
+        return f"{self.num_parameters():,} parameters"
+
+    def forward(self, idx, targets=None, cache=None):
+        """idx: (B, T) token ids. Returns (logits (B, T, vocab), loss or None)."""
+        idx = idx if isinstance(idx, tt.Tensor) else tt.tensor(idx)
+        B, T = idx.shape
+        start = 0 if cache is None else cache.length
+        if start + T > self.config.block_size:
+            raise ValueError(f"GPT: a sequence of {start + T} tokens is longer than the block "
+                             f"size {self.config.block_size}")
+        pos = tt.arange(start, start + T)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) broadcasts over B
+        for i, block in enumerate(self.h):
+            x = block(x, cache, i)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            targets = targets if isinstance(targets, tt.Tensor) else tt.tensor(targets)
+            loss = nn.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+        return logits, loss
+
+    @no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Extend idx (B, T) by max_new_tokens sampled tokens.
+
+        With the cache, each new token runs the model on one position only. The
+        context is the last block_size tokens (it slides, as in nanoGPT). Once the
+        text is longer than block_size, the window moves by one token every step,
+        so every token's learned position embedding changes and the cached keys and
+        values no longer match: the cache is then rebuilt from the window each step.
+        Both paths therefore give exactly the logits (and, for the same seed, the
+        tokens) that generation without the cache gives.
+        temperature=0 picks the most likely token (greedy).
+        """
+        idx = idx if isinstance(idx, tt.Tensor) else tt.tensor(idx)
+        was_training = self.training
+        self.eval()
+        bs = self.config.block_size
+        cache = None
+        for _ in range(max_new_tokens):
+            window = idx if idx.shape[1] <= bs else idx[:, -bs:]
+            if not use_cache:
+                logits, _ = self(window)
+            elif cache is None or idx.shape[1] > bs:  # (re)build: encode the whole window
+                cache = KVCache(self.config.n_layer)
+                logits, _ = self(window, cache=cache)
+            else:  # only the newest token is new: one position through the model
+                logits, _ = self(idx[:, -1:], cache=cache)
+            logits = logits.data[:, -1, :]
+            if temperature == 0:
+                nxt = np.argmax(logits, axis=-1)[:, None]
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = np.sort(logits, axis=-1)[:, [-min(top_k, logits.shape[-1])]]
+                    logits = np.where(logits < kth, -np.inf, logits)
+                probs = tt.softmax(tt.tensor(logits), -1)
+                nxt = tt.multinomial(probs, num_samples=1).data
+            idx = tt.tensor(np.concatenate([idx.data, nxt.astype(idx.dtype)], axis=1))
+        self.train(was_training)
+        return idx
