@@ -1,0 +1,453 @@
+"""Train a character-level GPT on a text file, then write new text in its style.
+
+    python train_charlm.py                 # learns from this project's own source and README
+    python train_charlm.py my.txt          # learns from your text
+    python train_charlm.py my.txt --resume # continues from out/ckpt.npz exactly where it stopped
+    python train_charlm.py --sample --prompt "def " --length 300
+    python train_charlm.py --help
+
+Ctrl-C stops after the current step, saves a checkpoint and prints a sample.
+"""
+import argparse
+import csv
+import math
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import nn
+import optim
+import tinytorch as tt
+from transformer import GPT, GPTConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
+                  'train_linear.py', 'train_charlm.py']
+MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0)
+CKPT_NAME, METRICS_NAME = 'ckpt.npz', 'metrics.csv'
+
+
+class UserError(Exception):
+    """Bad input: printed as one clear line, exit status 2, no traceback."""
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Train a character-level GPT on a text file.")
+    p.add_argument('file', nargs='?', help="UTF-8 text file to learn from (default: this "
+                   "project's own README and source)")
+    g = p.add_argument_group('model (taken from the checkpoint when resuming or sampling)')
+    g.add_argument('--n-layer', type=int, help=f"Transformer blocks (default {MODEL_FLAGS['n_layer']})")
+    g.add_argument('--n-head', type=int, help=f"attention heads (default {MODEL_FLAGS['n_head']})")
+    g.add_argument('--n-embd', type=int, help=f"embedding width (default {MODEL_FLAGS['n_embd']})")
+    g.add_argument('--block-size', type=int,
+                   help=f"context length in characters (default {MODEL_FLAGS['block_size']})")
+    g.add_argument('--dropout', type=float, help="dropout rate (default 0.0)")
+    t = p.add_argument_group('training')
+    t.add_argument('--steps', type=int, default=2000, help="total optimizer steps (default 2000)")
+    t.add_argument('--batch-size', type=int, default=12, help="windows per step (default 12)")
+    t.add_argument('--lr', type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    t.add_argument('--min-lr', type=float, default=1e-4, help="final learning rate (default 1e-4)")
+    t.add_argument('--warmup', type=int, default=100, help="linear warmup steps (default 100)")
+    t.add_argument('--weight-decay', type=float, default=0.1, help="AdamW weight decay (default 0.1)")
+    t.add_argument('--grad-clip', type=float, default=1.0, help="max gradient norm (default 1.0)")
+    t.add_argument('--seed', type=int, default=1337, help="random seed (default 1337)")
+    t.add_argument('--eval-interval', type=int, default=250,
+                   help="validate and save a checkpoint every N steps (default 250)")
+    t.add_argument('--eval-iters', type=int, default=20,
+                   help="validation batches (fixed for the whole run, default 20)")
+    t.add_argument('--out-dir', default='out', help="checkpoint and metrics folder (default out)")
+    t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
+    t.add_argument('--stop-after', type=int, default=None,
+                   help="stop after this many steps in this run (as if interrupted), saving a "
+                        "checkpoint; --resume continues it")
+    t.add_argument('--plot', action='store_true',
+                   help="save OUT_DIR/loss.png from the metrics (needs matplotlib)")
+    s = p.add_argument_group('sampling')
+    s.add_argument('--sample', action='store_true',
+                   help="only generate text from OUT_DIR/ckpt.npz, no training")
+    s.add_argument('--prompt', default=None, help="text to start from (default a newline)")
+    s.add_argument('--length', type=int, default=500, help="characters to generate (default 500)")
+    s.add_argument('--temperature', type=float, default=0.8,
+                   help="sampling temperature; 0 = always the likeliest (default 0.8)")
+    s.add_argument('--top-k', type=int, default=None, help="sample among the k likeliest only")
+    args = p.parse_args(argv)
+    for name in ('steps', 'batch_size', 'eval_interval', 'eval_iters', 'length'):
+        if getattr(args, name) < 1 and not (name == 'length' and getattr(args, name) == 0):
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+# ---------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------
+def read_text(path):
+    """Read a UTF-8 file; every way this can fail becomes one clear UserError."""
+    if not os.path.exists(path):
+        raise UserError(f"file not found: {path}")
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder, not a text file")
+    try:
+        with open(path, 'rb') as f:
+            raw = f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                        f"{e.start}); convert it, e.g. with iconv -t UTF-8") from None
+    if not text:
+        raise UserError(f"{path} is empty: there is nothing to learn from")
+    return text
+
+
+def default_corpus():
+    parts = []
+    for name in DEFAULT_CORPUS:
+        path = os.path.join(HERE, name)
+        if os.path.exists(path):
+            parts.append(f"# ===== {name} =====\n" + read_text(path))
+    return '\n'.join(parts)
+
+
+def _codepoints(text):
+    return np.frombuffer(text.encode('utf-32-le'), dtype=np.uint32)
+
+
+class Vocab:
+    """Characters <-> integer ids, the ids in sorted order of the characters."""
+
+    def __init__(self, chars):
+        self.chars = ''.join(sorted(set(chars)))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+        self.codes = _codepoints(self.chars)  # sorted, so searchsorted finds each id
+
+    def encode(self, text):
+        missing = sorted(set(text) - set(self.index))
+        if missing:
+            raise UserError(f"these characters are not in the model's vocabulary: "
+                            f"{''.join(missing)!r}")
+        return np.searchsorted(self.codes, _codepoints(text)).astype(np.int64)
+
+    def decode(self, ids):
+        return ''.join(self.chars[i] for i in ids)
+
+
+def split_data(data, block_size):
+    """90/10 train/validation split; each part must hold at least one window."""
+    need = block_size + 1
+    if len(data) < need:
+        raise UserError(f"the text has {len(data)} characters, fewer than one block plus one "
+                        f"({need}); use a longer file or a smaller --block-size")
+    n = int(0.9 * len(data))
+    if n < need or len(data) - n < need:
+        print(f"note: the text is too short for a 90/10 split with block size {block_size}; "
+              "validating on the training text", file=sys.stderr)
+        return data, data
+    return data[:n], data[n:]
+
+
+def get_batch(data, block_size, batch_size, rng):
+    """batch_size random windows; y is x shifted by one character (the next-char targets)."""
+    starts = rng.integers(0, len(data) - block_size, size=batch_size)
+    offsets = np.arange(block_size)
+    x = data[starts[:, None] + offsets]
+    y = data[starts[:, None] + offsets + 1]
+    return tt.tensor(x), tt.tensor(y)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------
+def checkpoint_path(out_dir):
+    return os.path.join(out_dir, CKPT_NAME)
+
+
+def prepare_out_dir(out_dir):
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, '.write-test')
+        with open(probe, 'w') as f:
+            f.write('ok')
+        os.remove(probe)
+    except OSError as e:
+        raise UserError(f"cannot write to the output folder {out_dir}: "
+                        f"{e.strerror or e}") from None
+
+
+def load_checkpoint(out_dir):
+    path = checkpoint_path(out_dir)
+    if not os.path.exists(path):
+        raise UserError(f"no checkpoint at {path}; train first (or give --out-dir)")
+    try:
+        ck = nn.load(path)
+    except nn.CheckpointError as e:
+        raise UserError(str(e)) from None
+    for key in ('model', 'config', 'vocab', 'step'):
+        if key not in ck:
+            raise UserError(f"{path} is not a train_charlm.py checkpoint (no '{key}')")
+    return ck
+
+
+def build_config(args, vocab_size, saved=None):
+    """The model's config: from the flags, or from the checkpoint when there is one.
+    A model flag given explicitly must agree with the checkpoint."""
+    if saved is None:
+        values = {k: (getattr(args, k) if getattr(args, k) is not None else v)
+                  for k, v in MODEL_FLAGS.items()}
+        return GPTConfig(vocab_size=vocab_size, **values)
+    config = GPTConfig(**saved)
+    clashes = [f"--{k.replace('_', '-')} {getattr(args, k)} (checkpoint has {saved[k]})"
+               for k in MODEL_FLAGS if getattr(args, k) is not None and getattr(args, k) != saved[k]]
+    if clashes:
+        raise UserError("the checkpoint does not match the requested model: " + ", ".join(clashes))
+    return config
+
+
+def restore_model(ck, config):
+    model = GPT(config)
+    try:
+        model.load_state_dict(ck['model'])
+    except KeyError as e:
+        raise UserError(f"the checkpoint does not match the model: {e.args[0]}") from None
+    return model
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+@tt.no_grad()
+def evaluate(model, batches):
+    model.eval()
+    losses = [model(x, y)[1].item() for x, y in batches]
+    model.train()
+    return float(np.mean(losses))
+
+
+def sample_text(model, vocab, prompt, length, temperature, top_k):
+    if prompt is None:
+        prompt = '\n' if '\n' in vocab.index else vocab.chars[0]
+    if not prompt:
+        raise UserError("--prompt must not be empty")
+    ids = vocab.encode(prompt)[None, :]
+    out = model.generate(ids, length, temperature=temperature, top_k=top_k)
+    return vocab.decode(out.data[0].tolist())
+
+
+def fmt_time(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Progress:
+    """One status line that refreshes in place on a terminal (a new line per
+    validation); when the output is a file or a pipe, one line per validation."""
+
+    def __init__(self):
+        self.tty = sys.stdout.isatty()
+        self.width = 0
+
+    def show(self, text, final=False):
+        if self.tty:
+            pad = ' ' * max(0, self.width - len(text))
+            self.width = len(text)
+            sys.stdout.write('\r' + text + pad + ('\n' if final else ''))
+            sys.stdout.flush()
+            if final:
+                self.width = 0
+        elif final:
+            print(text, flush=True)
+
+
+class StopRequest:
+    """First Ctrl-C: finish the current step, save, sample, exit. Second: stop at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = signal.signal(signal.SIGINT, self.handler)
+
+    def handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self):
+        signal.signal(signal.SIGINT, self.previous)
+
+
+def plot_metrics(metrics_file, png_path):
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed (pip install matplotlib); the metrics are in "
+              f"{metrics_file}")
+        return
+    with open(metrics_file) as f:
+        rows = list(csv.DictReader(f))
+    steps = [int(r['step']) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [float(r['train_loss']) for r in rows], label='train')
+    val = [(int(r['step']), float(r['val_loss'])) for r in rows if r['val_loss']]
+    if val:
+        ax.plot(*zip(*val), 'o-', label='validation')
+    ax.set_xlabel('step')
+    ax.set_ylabel('loss (nats per character)')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path)
+    print(f"loss curve saved to {png_path}")
+
+
+def train(args):
+    if args.file:
+        text, source = read_text(args.file), args.file
+    else:
+        text, source = default_corpus(), "this project's own source and README"
+    prepare_out_dir(args.out_dir)
+    ck = load_checkpoint(args.out_dir) if args.resume else None
+    vocab = Vocab(text)
+    if ck is not None and ck['vocab'] != vocab.chars:
+        extra = sorted(set(vocab.chars) - set(ck['vocab']))
+        raise UserError(f"the checkpoint's vocabulary ({len(ck['vocab'])} characters) does not "
+                        f"match this text's ({len(vocab.chars)} characters"
+                        + (f"; new: {''.join(extra)!r}" if extra else '')
+                        + "); resume with the file it was trained on")
+    config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
+    train_data, val_data = split_data(vocab.encode(text), config.block_size)
+
+    tt.manual_seed(args.seed)
+    model = restore_model(ck, config) if ck else GPT(config)
+    # weight decay on the matrices (embeddings included, as in nanoGPT), not on biases
+    # and LayerNorm gains
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
+                             {'params': no_decay, 'weight_decay': 0.0}],
+                            lr=args.lr, betas=(0.9, 0.99))
+    scheduler = optim.WarmupCosineLR(optimizer, args.warmup, args.steps, min_lr=args.min_lr)
+    step = 0
+    if ck is not None:
+        optimizer.load_state_dict(ck['optimizer'])
+        scheduler.load_state_dict(ck['scheduler'])
+        tt.set_rng_state(ck['rng'])
+        step = int(ck['step'])
+    # fixed validation batches, from their own generator: evaluating never changes the
+    # training batches, so a resumed run sees exactly the batches a straight run sees
+    val_rng = np.random.default_rng(args.seed + 1)
+    val_batches = [get_batch(val_data, config.block_size, args.batch_size, val_rng)
+                   for _ in range(args.eval_iters)]
+
+    metrics_file = os.path.join(args.out_dir, METRICS_NAME)
+    if ck is None or not os.path.exists(metrics_file):
+        with open(metrics_file, 'w', newline='') as f:
+            csv.writer(f).writerow(['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec'])
+    print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
+          f"{model.num_parameters():,} parameters")
+    print(f"model: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} wide, block "
+          f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
+          + (f", resuming at step {step}" if step else ''))
+
+    def save(at_step):
+        nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
+                 'scheduler': scheduler.state_dict(), 'vocab': vocab.chars,
+                 'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
+                 'source': source}, checkpoint_path(args.out_dir))
+
+    progress, stop = Progress(), StopRequest()
+    last_val, start_time, start_step = float('nan'), time.time(), step
+    tokens_per_step = args.batch_size * config.block_size
+    stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
+    status = 'done'
+    try:
+        with open(metrics_file, 'a', newline='') as mf:
+            metrics = csv.writer(mf)
+            while step < stop_at:
+                x, y = get_batch(train_data, config.block_size, args.batch_size,
+                                 tt.default_generator())
+                _, loss = model(x, y)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    progress.show('', final=False)
+                    kept = (f"the last good checkpoint is kept at {checkpoint_path(args.out_dir)}"
+                            if os.path.exists(checkpoint_path(args.out_dir))
+                            else "no checkpoint was saved yet")
+                    print(f"\nerror: the loss became {loss_value} at step {step + 1}; stopping "
+                          f"(try a lower --lr). {kept}", file=sys.stderr)
+                    return 3
+                optimizer.zero_grad()
+                loss.backward()
+                optim.clip_grad_norm_(model.parameters(), args.grad_clip)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                elapsed = time.time() - start_time
+                tok_s = (step - start_step) * tokens_per_step / max(elapsed, 1e-9)
+                evaluated = step % args.eval_interval == 0 or step == args.steps
+                if evaluated:
+                    last_val = evaluate(model, val_batches)
+                metrics.writerow([step, f"{loss_value:.6f}", f"{last_val:.6f}" if evaluated else '',
+                                  f"{lr:.6g}", f"{tok_s:.1f}"])
+                eta = (stop_at - step) * elapsed / max(step - start_step, 1)
+                progress.show(f"step {step}/{args.steps} | loss {loss_value:.4f} | val "
+                              f"{last_val:.4f} | {tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed"
+                              f" | ETA {fmt_time(eta)}", final=evaluated)
+                if evaluated:
+                    mf.flush()
+                    save(step)
+                if stop.requested:
+                    status = 'interrupted'
+                    break
+            else:
+                if step < args.steps:
+                    status = 'stopped'
+    finally:
+        stop.restore()
+    progress.show('', final=False)
+    save(step)
+    if status == 'interrupted':
+        print(f"\ninterrupted at step {step}; checkpoint saved to {checkpoint_path(args.out_dir)}"
+              " (continue with --resume)")
+    elif status == 'stopped':
+        print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to "
+              f"{checkpoint_path(args.out_dir)} (continue with --resume)")
+    else:
+        print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; validation loss "
+              f"{last_val:.4f}; checkpoint saved to {checkpoint_path(args.out_dir)}")
+    if args.plot:
+        plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
+    if args.length:
+        print("\n--- sample ---")
+        print(sample_text(model, vocab, args.prompt, args.length, args.temperature, args.top_k))
+    return 130 if status == 'interrupted' else 0
+
+
+def sample_only(args):
+    ck = load_checkpoint(args.out_dir)
+    vocab = Vocab(ck['vocab'])
+    config = build_config(args, len(vocab.chars), ck['config'])
+    model = restore_model(ck, config)
+    tt.manual_seed(args.seed)
+    print(sample_text(model, vocab, args.prompt, args.length, args.temperature, args.top_k))
+    return 0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        return sample_only(args) if args.sample else train(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nstopped.", file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())
