@@ -1130,3 +1130,136 @@ def test_tiny_gpt_memorises_a_repetitive_string():
     assert losses[0] > 1.0
     # position 1 ("ab" seen, c or d?) can't be known without what came before the window
     assert per_token[:, 2:].mean() < 0.1, per_token.mean(0)
+
+
+# ===========================================================================
+# train_charlm.py end to end (a tiny model on a small file the test writes)
+# ===========================================================================
+TINY = ['--n-layer', '1', '--n-head', '2', '--n-embd', '16', '--block-size', '16',
+        '--batch-size', '4', '--eval-iters', '2', '--warmup', '2', '--length', '40']
+
+
+def run_charlm(*args, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(HERE, 'train_charlm.py'), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=HERE)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    rng = np.random.default_rng(0)
+    words = ["the cat", "sat on", "a mat", "and the dog", "ran far"]
+    path.write_text("\n".join(" ".join(rng.choice(words, 6)) for _ in range(120)))
+    return str(path)
+
+
+def test_charlm_trains_checkpoints_and_samples(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    r = run_charlm(corpus, *TINY, '--steps', '60', '--eval-interval', '20', '--lr', '1e-2',
+                   '--out-dir', out)
+    assert r.returncode == 0, r.stderr
+    assert "finished 60 steps" in r.stdout and "--- sample ---" in r.stdout
+    assert os.path.exists(os.path.join(out, 'ckpt.npz'))
+    import csv
+    with open(os.path.join(out, 'metrics.csv')) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row['step']) for row in rows] == list(range(1, 61))
+    vals = [float(row['val_loss']) for row in rows if row['val_loss']]
+    assert len(vals) == 3
+    losses = [float(row['train_loss']) for row in rows]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5  # it really learns
+    ck = nn.load(os.path.join(out, 'ckpt.npz'))
+    assert ck['step'] == 60 and ck['config']['n_embd'] == 16 and set(ck['vocab']) <= set(
+        open(corpus).read())
+    s = run_charlm('--sample', '--out-dir', out, '--prompt', 'the', '--length', '30')
+    assert s.returncode == 0, s.stderr
+    assert s.stdout.startswith('the') and len(s.stdout.rstrip('\n')) >= 33
+
+
+def test_charlm_resume_equals_a_straight_run(corpus, tmp_path):
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    common = [corpus, *TINY, '--steps', '12', '--eval-interval', '5', '--dropout', '0.1']
+    assert run_charlm(*common, '--out-dir', straight).returncode == 0
+    first = run_charlm(*common, '--out-dir', split, '--stop-after', '7')
+    assert first.returncode == 0 and "stopped at step 7 of 12" in first.stdout
+    second = run_charlm(*common, '--out-dir', split, '--resume')
+    assert second.returncode == 0, second.stderr
+    assert "resuming at step 7" in second.stdout
+    a, b = nn.load(os.path.join(straight, 'ckpt.npz')), nn.load(os.path.join(split, 'ckpt.npz'))
+    assert a['step'] == b['step'] == 12
+    for k in a['model']:
+        np.testing.assert_array_equal(a['model'][k], b['model'][k], err_msg=k)
+    for i, state in a['optimizer']['state'].items():
+        np.testing.assert_array_equal(state['exp_avg_sq'], b['optimizer']['state'][i]['exp_avg_sq'])
+    assert a['rng'] == b['rng']
+
+
+def test_charlm_ctrl_c_saves_and_samples(corpus, tmp_path):
+    import signal
+    import time
+    out = str(tmp_path / "run")
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                          '--steps', '100000', '--eval-interval', '5', '--out-dir', out],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(out, 'ckpt.npz')) and time.time() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130, stderr
+    assert "interrupted at step" in stdout and "--- sample ---" in stdout
+    assert "Traceback" not in stderr
+    ck = nn.load(os.path.join(out, 'ckpt.npz'))
+    assert 0 < ck['step'] < 100000
+
+
+def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
+    def fails(args, message, code=2):
+        r = run_charlm(*args)
+        assert r.returncode == code, (args, r.stdout, r.stderr)
+        assert message in r.stderr, (message, r.stderr)
+        assert "Traceback" not in r.stderr
+
+    out = ['--out-dir', str(tmp_path / "out")]
+    fails([str(tmp_path / "nope.txt"), *out], "file not found:")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    fails([str(empty), *out], "is empty")
+    short = tmp_path / "short.txt"
+    short.write_text("x" * 16)
+    fails([str(short), *TINY, *out], "fewer than one block plus one (17)")
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("caf\u00e9 ".encode('latin-1') * 100)
+    fails([str(latin), *out], "is not UTF-8 text (byte 0xe9 at offset 3)")
+    fails([str(tmp_path), *out], "is a folder")
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("x")
+    fails([corpus, '--out-dir', str(blocker / "sub")], "cannot write to the output folder")
+    fails(['--sample', '--out-dir', str(tmp_path / "nothing")], "no checkpoint at")
+
+    run = str(tmp_path / "run")
+    assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0
+    other = tmp_path / "other.txt"
+    other.write_text("ZYXWVUTSRQ 0123456789 " * 20)
+    fails([str(other), *TINY, '--steps', '6', '--out-dir', run, '--resume'],
+          "the checkpoint's vocabulary")
+    fails([corpus, *TINY[:4], '--n-embd', '32', '--out-dir', run, '--resume'],
+          "--n-embd 32 (checkpoint has 16)")
+    fails(['--sample', '--out-dir', run, '--prompt', 'QQQ'], "not in the model's vocabulary")
+    with open(os.path.join(run, 'ckpt.npz'), 'r+b') as f:
+        f.truncate(200)
+    fails(['--sample', '--out-dir', run], "is truncated or corrupt")
+
+
+def test_charlm_stops_on_nan_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    run = str(tmp_path / "run")
+    assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0
+    before = nn.load(os.path.join(run, 'ckpt.npz'))
+    r = run_charlm(corpus, *TINY, '--steps', '200', '--lr', '1e30', '--warmup', '0',
+                   '--grad-clip', '1e30', '--eval-interval', '1', '--out-dir', run, '--resume')
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "the loss became nan" in r.stderr or "the loss became inf" in r.stderr
+    assert "last good checkpoint is kept" in r.stderr
+    after = nn.load(os.path.join(run, 'ckpt.npz'))
+    assert after['step'] >= before['step']
+    assert all(np.all(np.isfinite(v)) for v in after['model'].values())

@@ -332,10 +332,13 @@ def train(args):
     scheduler = optim.WarmupCosineLR(optimizer, args.warmup, args.steps, min_lr=args.min_lr)
     step = 0
     if ck is not None:
+        # moments and step counts from the checkpoint; lr, its schedule and weight decay
+        # from this run's flags (the same flags continue the run exactly)
         optimizer.load_state_dict(ck['optimizer'])
-        scheduler.load_state_dict(ck['scheduler'])
-        tt.set_rng_state(ck['rng'])
+        optimizer.param_groups[0]['weight_decay'] = args.weight_decay
         step = int(ck['step'])
+        scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
+        tt.set_rng_state(ck['rng'])
     # fixed validation batches, from their own generator: evaluating never changes the
     # training batches, so a resumed run sees exactly the batches a straight run sees
     val_rng = np.random.default_rng(args.seed + 1)
@@ -354,7 +357,7 @@ def train(args):
 
     def save(at_step):
         nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
-                 'scheduler': scheduler.state_dict(), 'vocab': vocab.chars,
+                 'vocab': vocab.chars,
                  'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
                  'source': source}, checkpoint_path(args.out_dir))
 
