@@ -103,6 +103,11 @@ def test_gelu_values_match_math_erf():
     np.testing.assert_allclose(out, ref, rtol=1e-14, atol=1e-15)
     approx = tt.gelu(tt.tensor(xs), approximate='tanh').data
     np.testing.assert_allclose(approx, ref, atol=2e-3)
+    single = tt.gelu(tt.tensor(xs.astype(np.float32))).data  # float32 takes a cheaper erf
+    assert single.dtype == np.float32
+    np.testing.assert_allclose(single, ref, rtol=3e-7, atol=3e-7)  # A&S bound: 1.5e-7 * |x| / 2
+    erf32 = tt.erf(tt.tensor(xs.astype(np.float32))).data
+    np.testing.assert_allclose(erf32, [math.erf(v) for v in xs.astype(np.float32)], rtol=1e-7)
 
 
 def test_clamp_maximum_minimum_where_masked_fill():

@@ -535,7 +535,7 @@ _ERF_Q = (2.56852019228982242e0, 1.87295284992346047e0, 5.27905102951428412e-1,
 
 
 def _erf_np(x):
-    """Vectorised erf of an array, in x's float dtype (computed in float64)."""
+    """Vectorised erf of an array, accurate to double precision, in x's dtype."""
     ax = np.abs(x).astype(np.float64)
     out = np.empty_like(ax)
     small, mid, big = ax <= 0.5, (ax > 0.5) & (ax <= 4.0), ax > 4.0
@@ -560,7 +560,19 @@ def _erf_np(x):
             num, den = (num + _ERF_P[i]) * z, (den + _ERF_Q[i]) * z
         r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
         out[big] = 1.0 - np.exp(-y * y) * (1.0 / math.sqrt(math.pi) - r) / y
-    return (np.sign(x) * out).astype(x.dtype)
+    return np.copysign(out, x).astype(x.dtype, copy=False)
+
+
+def _erf_float32(x):
+    """A cheaper erf for float32 GELU: Abramowitz & Stegun 7.1.26,
+    erf(y) = 1 - t (a1 + t (a2 + ... + t a5)) exp(-y^2) with t = 1 / (1 + p y).
+    Its absolute error (< 1.5e-7, about 2e-7 in float32 arithmetic) is at float32's
+    resolution for GELU's x * (1 + erf) / 2, at a fifth of the cost of _erf_np."""
+    ax = np.abs(x)
+    t = 1 / (1 + np.float32(0.3275911) * ax)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    return np.copysign(1 - poly * np.exp(-ax * ax), x).astype(x.dtype, copy=False)
 
 
 def erf(x):
@@ -583,7 +595,8 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, (x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))
+    erf_fn = _erf_np if xd.dtype == np.float64 else _erf_float32
+    cdf = 0.5 * (1 + erf_fn(xd * (1 / math.sqrt(2))))
 
     def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
         return (g * (cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))),)
