@@ -1268,3 +1268,112 @@ def test_charlm_stops_on_nan_and_keeps_the_last_good_checkpoint(corpus, tmp_path
     after = nn.load(os.path.join(run, 'ckpt.npz'))
     assert after['step'] >= before['step']
     assert all(np.all(np.isfinite(v)) for v in after['model'].values())
+
+
+# ===========================================================================
+# Seeing the gradient: draw_graph and grad_path
+# ===========================================================================
+import re  # noqa: E402
+
+
+def parse_dot(dot):
+    """A small DOT reader for what draw_graph writes: node ids with labels, and edges."""
+    assert dot.startswith('digraph tinytorch {') and dot.rstrip().endswith('}')
+    assert dot.count('{') == dot.count('}') == 1
+    body = dot.strip().splitlines()[1:-1]
+    nodes, edges = {}, []
+    for line in body:
+        line = line.strip()
+        assert line.endswith(';'), line
+        m = re.fullmatch(r'(n\d+) \[label="([^"]*)"(.*)\];', line)
+        e = re.fullmatch(r'(n\d+) -> (n\d+);', line)
+        if m:
+            nodes[m.group(1)] = m.group(2)
+        elif e:
+            edges.append((e.group(1), e.group(2)))
+        else:
+            assert re.fullmatch(r'(rankdir=BT|node \[.*\]|note \[.*\]);', line), line
+    assert all(a in nodes and b in nodes for a, b in edges)
+    return nodes, edges
+
+
+def test_draw_graph_dot_matches_the_graph(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = tt.randn(5, 3)
+    loss = nn.cross_entropy(model(x), tt.tensor([0, 1, 0, 1, 1]))
+    dot = tt.draw_graph(loss, names=model)
+    nodes, edges = parse_dot(dot)
+    # cross_entropy <- linear <- tanh <- linear <- x, W1, b1 ; second linear also <- W2, b2
+    assert len(nodes) == 9 and len(edges) == 8
+    labels = sorted(label.split('\\n')[0] for label in nodes.values())
+    assert labels == ['0.bias', '0.weight', '2.bias', '2.weight', 'cross_entropy', 'input',
+                      'linear', 'linear', 'tanh']
+    assert 'linear\\n(5, 4) float32' in dot and '0.weight\\n(4, 3) float32' in dot
+    out = tmp_path / "g.dot"
+    tt.draw_graph(loss, path=str(out))
+    assert out.read_text() == tt.draw_graph(loss)
+
+
+def test_draw_graph_caps_big_graphs():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    _, loss = model(np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64))
+    nodes, edges = parse_dot(tt.draw_graph(loss, max_nodes=40))
+    assert len(nodes) == 40
+    total = len(tt._topological_order(loss))
+    assert f"{total - 40} more nodes not drawn (max_nodes=40)" in tt.draw_graph(loss, max_nodes=40)
+
+
+def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):
+    import shutil
+    monkeypatch.setattr(shutil, 'which', lambda name: None)
+    x = tt.randn(2, requires_grad=True)
+    tt.draw_graph((x * 2).sum(), path=str(tmp_path / "g.svg"))
+    assert "dot -Tsvg" in capsys.readouterr().out
+    assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
+
+
+def test_grad_path_names_ops_in_order_and_norms_match():
+    x = tt.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
+    b = tt.tensor(np.random.default_rng(1).standard_normal(4), requires_grad=True)
+    loss = ((x + b).tanh() * 2.0).sum()
+    text = tt.grad_path(loss, b, names={'x': x, 'b': b}, file=open(os.devnull, 'w'))
+    ops = [line.split()[0] for line in text.splitlines() if line.startswith('  ') and '|grad|' in line]
+    assert ops == ['sum', 'mul', 'tanh', 'add']
+    assert "summed over the broadcast dims (3, 4) -> (4,)" in text
+    loss.backward()
+    final = float(re.search(r"\|grad of b\| = ([0-9.e+-]+)", text).group(1))
+    assert final == pytest.approx(np.linalg.norm(b.grad), rel=1e-3)
+
+
+def test_grad_path_shows_each_path_and_adds_them():
+    x = tt.tensor([0.3, -0.7, 1.1], dtype=tt.float64, requires_grad=True)
+    loss = (x.exp() * x.sin() + x * 3.0).sum()
+    text = tt.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))
+    assert "path 3 of 3" in text and "the 3 contributions are added" in text
+    contributions = [float(v) for v in re.findall(r"= contribution ([0-9.e+-]+)", text)]
+    assert len(contributions) == 3
+    loss.backward(retain_graph=True)
+    total = float(re.search(r"\|grad of x\| = ([0-9.e+-]+)", text).group(1))
+    assert total == pytest.approx(np.linalg.norm(x.grad), rel=1e-3)
+    again = tt.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))  # after backward
+    assert again == text
+    loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        tt.grad_path(loss, x)
+
+
+def test_grad_path_through_a_gpt_to_the_first_attention_bias():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
+    bias = model.h[0].attn.c_attn.bias
+    text = tt.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
+    assert "h.0.attn.c_attn.bias" in text and "paths reach it" in text
+    assert "softmax backward" in text and "cross_entropy" in text
+    loss.backward()
+    final = float(re.search(r"\|grad of h.0.attn.c_attn.bias\| = ([0-9.e+-]+)", text).group(1))
+    assert final == pytest.approx(np.linalg.norm(bias.grad), rel=1e-3)
+    with pytest.raises(ValueError, match="does not affect this loss"):
+        _, loss2 = model(np.array([[1, 2]]), np.array([[2, 3]]))
+        tt.grad_path(loss2, nn.Parameter(tt.ones(2)))

@@ -1396,3 +1396,228 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
                                  f"{tuple(int(w) for w in worst)}: analytic {a[worst]:.8g} vs "
                                  f"numeric {numeric[worst]:.8g}")
     return True
+
+
+# ---------------------------------------------------------------------------
+# 13. Seeing the graph: draw_graph and grad_path
+# ---------------------------------------------------------------------------
+def _param_names(names):
+    """id -> name, from a Module (anything with named_parameters()) or a dict name -> tensor."""
+    if names is None:
+        return {}
+    items = names.named_parameters() if hasattr(names, 'named_parameters') else names.items()
+    return {id(t): n for n, t in items}
+
+
+def _check_intact(root):
+    if root._backward is _freed_graph:
+        raise RuntimeError("the graph behind this tensor was freed by backward(); call "
+                           "backward(retain_graph=True) first, or look before backward()")
+
+
+def _shape(t):
+    return '(' + ', '.join(str(n) for n in t.shape) + (',)' if t.ndim == 1 else ')')
+
+
+def draw_graph(tensor, path=None, names=None, max_nodes=150):
+    """The computation graph behind `tensor` as Graphviz DOT text.
+
+    Each box is an op (name, output shape, dtype); leaves are ellipses, parameters
+    filled and named when `names` (a Module, or a dict name -> tensor) is given.
+    Arrows point the way data flows; gradients flow back against them. At most
+    max_nodes nodes are drawn, nearest the output first, with a note of how many
+    were left out. With path ending in .svg or .png the graph is rendered with
+    Graphviz's `dot` when it is installed; any other path gets the DOT text.
+    """
+    _check_intact(tensor)
+    label = _param_names(names)
+    ids, order, queue = {}, [], [tensor]
+    while queue and len(order) < max_nodes:  # breadth first from the output
+        node = queue.pop(0)
+        if id(node) in ids:
+            continue
+        ids[id(node)] = f'n{len(order)}'
+        order.append(node)
+        queue.extend(p for p in node._parents if id(p) not in ids)
+    hidden = len(_topological_order(tensor)) - len(order) if tensor.requires_grad else 0
+    lines = ['digraph tinytorch {', '  rankdir=BT;',
+             '  node [shape=box, fontname="Helvetica", fontsize=10];']
+    for node in order:
+        text = f'{_shape(node)} {node.dtype}'
+        if node._parents:
+            attrs = f'label="{node._op}\\n{text}"'
+        elif id(node) in label:
+            attrs = (f'label="{label[id(node)]}\\n{text}", shape=ellipse, style=filled, '
+                     'fillcolor="#cfe2ff"')
+        else:
+            kind = 'leaf (requires grad)' if node.requires_grad else 'input'
+            attrs = f'label="{kind}\\n{text}", shape=ellipse'
+        lines.append(f'  {ids[id(node)]} [{attrs}];')
+    for node in order:
+        for p in node._parents:
+            if id(p) in ids:
+                lines.append(f'  {ids[id(p)]} -> {ids[id(node)]};')
+    if hidden > 0:
+        lines.append(f'  note [shape=note, label="{hidden} more nodes not drawn '
+                     f'(max_nodes={max_nodes})"];')
+    lines.append('}')
+    dot = '\n'.join(lines) + '\n'
+    if path is not None:
+        _write_graph(dot, path)
+    return dot
+
+
+def _write_graph(dot, path):
+    import os
+    import shutil
+    import subprocess
+    fmt = os.path.splitext(path)[1].lstrip('.').lower()
+    if fmt not in ('svg', 'png'):
+        with open(path, 'w') as f:
+            f.write(dot)
+        return
+    if shutil.which('dot') is None:
+        dot_path = os.path.splitext(path)[0] + '.dot'
+        with open(dot_path, 'w') as f:
+            f.write(dot)
+        print(f"draw_graph: Graphviz's `dot` is not installed, so {path} was not drawn; the DOT "
+              f"text is in {dot_path}. Install Graphviz (apt-get install graphviz, brew install "
+              f"graphviz) and run: dot -T{fmt} {dot_path} -o {path}")
+        return
+    subprocess.run(['dot', f'-T{fmt}', '-o', path], input=dot.encode(), check=True)
+
+
+def _rule_in_words(node, i, g_out, g_in):
+    """What node's backward rule does to the gradient on its way to input i."""
+    op, x = node._op, node._parents[i]
+    out_shape, in_shape = g_out.shape, x.shape
+    summed = (f"; summed over the broadcast dims {_shape(Tensor(g_out))} -> {_shape(x)}"
+              if tuple(out_shape) != tuple(in_shape) and op in ('add', 'sub', 'mul', 'div', 'where',
+                                                                 'maximum', 'minimum', 'pow')
+              else '')
+    other = node._parents[1 - i] if len(node._parents) == 2 else None
+    words = {
+        'add': "d(a+b) = 1: passed on unchanged",
+        'sub': "d(a-b): passed on unchanged" if i == 0 else "d(a-b)/db = -1: negated",
+        'mul': "d(a*b)/da = b: multiplied by the other factor",
+        'div': "d(a/b)/da = 1/b: divided by b" if i == 0 else "d(a/b)/db = -a/b^2",
+        'matmul': "d(A@B)/dA: g @ B^T" if i == 0 else "d(A@B)/dB: A^T @ g",
+        'linear': ("dx = g @ W" if i == 0 else
+                   f"dW = g^T @ x, summed over all {int(np.prod(out_shape[:-1]))} rows" if i == 1
+                   else f"db = sum of g over all rows {_shape(Tensor(g_out))} -> {_shape(x)}"),
+        'layer_norm': ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))" if i == 0 else
+                       "dweight = sum over rows of g * x_hat" if i == 1 else
+                       "dbias = sum over rows of g"),
+        'softmax': "softmax backward: p * (g - sum(p * g))",
+        'log_softmax': "log_softmax backward: g - softmax * sum(g)",
+        'cross_entropy': "softmax(logits) - onehot(target), divided by the number of rows",
+        'bce_with_logits': "sigmoid(x) - y",
+        'exp': "times exp(x)", 'log': "divided by x", 'sqrt': "divided by 2 sqrt(x)",
+        'tanh': "times 1 - tanh(x)^2", 'sigmoid': "times sigma(x) (1 - sigma(x))",
+        'relu': "kept where x > 0, zero elsewhere", 'gelu': "times GELU'(x) = Phi(x) + x phi(x)",
+        'abs': "times sign(x)", 'sin': "times cos(x)", 'cos': "times -sin(x)",
+        'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
+        'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
+        'dropout': "times the dropout mask / (1 - p)",
+        'sum': f"broadcast back over the summed dims {_shape(Tensor(g_out))} -> {_shape(x)}",
+        'mean': f"broadcast back {_shape(Tensor(g_out))} -> {_shape(x)} and divided by the count",
+        'var': "times 2 (x - mean) / (N - correction)",
+        'reshape': f"reshaped back {_shape(Tensor(g_out))} -> {_shape(x)}",
+        'permute': "axes permuted back", 'transpose': "the two axes swapped back",
+        'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
+        'expand': f"summed over the expanded dims {_shape(Tensor(g_out))} -> {_shape(x)}",
+        'index': f"placed into a zero tensor of shape {_shape(x)} (repeated indices added)",
+        'cat': "its own slice of the gradient", 'stack': "its own slice of the gradient",
+        'tril': "lower triangle kept", 'triu': "upper triangle kept",
+        'amax': "to the position(s) of the max, ties sharing", 'amin':
+            "to the position(s) of the min, ties sharing",
+        'max': "to the index of the max", 'min': "to the index of the min",
+        'logsumexp': "times softmax(x)", 'where': "kept where the condition picked this input",
+        'clone': "passed on unchanged", 'to': "cast back to the input's dtype",
+    }.get(op, f"backward of {op}")
+    if op == 'mul' and other is not None and other.data.size == 1:
+        words = f"d(a*b)/da = b: multiplied by {float(other.data.reshape(-1)[0]):.4g}"
+    return words + summed
+
+
+def grad_path(loss, param, names=None, max_paths=6, file=None):
+    """Print how the gradient travels from `loss` back to `param`, op by op.
+
+    For each step: the op, the shapes in and out, its backward rule in words and
+    the norm of the gradient there. When `param` is reached along several paths,
+    each path's own contribution is shown, and their sum, which is param's gradient
+    (the multivariable chain rule adds them). With more than max_paths paths, the
+    ops they pass through are listed once each instead, from the loss down.
+    The graph must be intact: call it before loss.backward(), or after
+    loss.backward(retain_graph=True). Returns the text it printed.
+    """
+    import sys
+    _check_intact(loss)
+    label = _param_names(names)
+    pname = label.get(id(param), 'the parameter')
+    order = _topological_order(loss)
+    if not any(n is param for n in order):
+        raise ValueError(f"grad_path: {pname} does not affect this loss (no path reaches it)")
+    # which nodes lie on a path to param, and how many paths leave each of them
+    paths = {id(param): 1}
+    for node in order:
+        n = builtins.sum(paths.get(id(p), 0) for p in node._parents)
+        if n and node is not param:
+            paths[id(node)] = n
+    seed = np.ones_like(loss.data)
+    out = [f"gradient of the loss {_shape(loss)} with respect to {pname} {_shape(param)}"]
+
+    def step_line(node, i, g, pg):
+        x = node._parents[i]
+        src = label.get(id(x), 'x' if not x._parents else x._op)
+        return (f"  {node._op:<14} {_shape(Tensor(g))} -> {_shape(x)} [{src}]  |grad| "
+                f"{np.linalg.norm(g):.4g} -> {np.linalg.norm(pg):.4g}:  "
+                f"{_rule_in_words(node, i, g, pg)}")
+
+    if paths[id(loss)] <= max_paths:
+        # walk each path on its own, sending the gradient along that path's edges only
+        total = np.zeros(param.shape)
+        stack = [(loss, seed, [])]
+        found = []
+        while stack:
+            node, g, lines = stack.pop()
+            if node is param:
+                found.append((lines, g))
+                continue
+            grads = node._backward(g)
+            for i, p in reversed(list(enumerate(node._parents))):
+                if id(p) in paths and grads[i] is not None:
+                    stack.append((p, grads[i], lines + [step_line(node, i, g, grads[i])]))
+        for k, (lines, g) in enumerate(found, 1):
+            out.append(f"path {k} of {len(found)}:")
+            out.extend(lines)
+            out.append(f"  = contribution {np.linalg.norm(g):.4g}")
+            total = total + g
+        if len(found) > 1:
+            out.append(f"the {len(found)} contributions are added (chain rule): "
+                       f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
+        else:
+            out.append(f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
+    else:
+        # too many paths to list: run backward once and list each op on some path
+        out.append(f"{paths[id(loss)]} paths reach it (more than max_paths={max_paths}); the "
+                   "ops they pass through, from the loss down (where a tensor feeds several ops, "
+                   "the gradients coming back from them are added):")
+        grads = {id(loss): seed}
+        total = None
+        for node in reversed(order):
+            g = grads.pop(id(node), None)
+            if g is None or id(node) not in paths:
+                continue
+            if node is param:
+                total = g
+                continue
+            for i, (p, pg) in enumerate(zip(node._parents, node._backward(g))):
+                if pg is None or id(p) not in paths:
+                    continue
+                out.append(step_line(node, i, g, pg))
+                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg
+        out.append(f"all contributions added: |grad of {pname}| = {np.linalg.norm(total):.4g}")
+    text = '\n'.join(out)
+    print(text, file=file or sys.stdout)
+    return text
