@@ -1377,3 +1377,22 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias():
     with pytest.raises(ValueError, match="does not affect this loss"):
         _, loss2 = model(np.array([[1, 2]]), np.array([[2, 3]]))
         tt.grad_path(loss2, nn.Parameter(tt.ones(2)))
+
+
+def test_readme_gradient_walkthrough():
+    """The README's grad_path output is what the code prints now (numbers to 0.1%;
+    values below 1e-9 are rounding noise and only need to stay tiny)."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(code, {})
+    now = buf.getvalue()
+    number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+    assert re.sub(number, '#', now) == re.sub(number, '#', shown)
+    for a, b in zip(re.findall(number, now), re.findall(number, shown)):
+        a, b = float(a), float(b)
+        assert (abs(a) < 1e-9 and abs(b) < 1e-9) or a == pytest.approx(b, rel=1e-3), (a, b)

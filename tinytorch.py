@@ -1565,7 +1565,9 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
         if n and node is not param:
             paths[id(node)] = n
     seed = np.ones_like(loss.data)
-    out = [f"gradient of the loss {_shape(loss)} with respect to {pname} {_shape(param)}"]
+    out = [f"gradient of the loss {_shape(loss)} with respect to {pname} {_shape(param)}",
+           "each step: op, gradient shape at its output -> at its input [that input], "
+           "|grad| there, and the backward rule"]
 
     def step_line(node, i, g, pg):
         x = node._parents[i]
