@@ -215,6 +215,12 @@ def test_repeated_indices_accumulate():
     x = tt.tensor([1.0, 2.0, 3.0], requires_grad=True)
     x[tt.tensor([0, 0, 2, 0])].sum().backward()
     np.testing.assert_array_equal(x.grad, [3.0, 0.0, 1.0])
+    rows = t64(4, 3)
+    idx = np.array([[3, -1, 0], [1, 3, 3]])  # -1 is row 3 too
+    check(lambda r: r[tt.tensor(idx)], rows)
+    rows.grad = None
+    rows[tt.tensor(idx)].sum().backward()
+    np.testing.assert_array_equal(rows.grad[:, 0], [1, 1, 0, 4])
 
 
 def test_boolean_mask_index():
@@ -1021,6 +1027,40 @@ def test_attention_matches_pytorch():
     np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def test_fused_attention_gradcheck_and_equals_composed():
+    qkv = t64(2, 5, 18)
+    check(lambda z: tf.fused_causal_attention(z, 3), qkv)
+
+    def composed(z):
+        B, T, C3 = z.shape
+        C, H = C3 // 3, 3
+        q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in z.split(C, dim=2))
+        y = tf.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(B, T, C)
+    fused, ref = tf.fused_causal_attention(qkv, 3), composed(qkv)
+    np.testing.assert_allclose(fused.data, ref.data, rtol=1e-12, atol=1e-14)
+    v = np.random.default_rng(1).standard_normal(fused.shape)
+    fused.backward(v)
+    got = qkv.grad.copy()
+    qkv.grad = None
+    ref.backward(v)
+    np.testing.assert_allclose(got, qkv.grad, rtol=1e-10, atol=1e-13)
+
+
+def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch):
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+        tt.manual_seed(0)
+        model = tf.GPT(tiny_config())
+        _, loss = model(np.array([[1, 2, 3, 4, 5]]), np.array([[2, 3, 4, 5, 6]]))
+        loss.backward()
+        results.append((loss.item(), [p.grad.copy() for p in model.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    for a, b in zip(results[0][1], results[1][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_multi_head_equals_a_loop_over_single_heads():
     tt.manual_seed(0)
     cfg = tiny_config(n_embd=12, n_head=3)
@@ -1363,14 +1403,17 @@ def test_grad_path_shows_each_path_and_adds_them():
         tt.grad_path(loss, x)
 
 
-def test_grad_path_through_a_gpt_to_the_first_attention_bias():
+@pytest.mark.parametrize("fused", [False, True])
+def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch):
+    monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
     tt.manual_seed(0)
     model = tf.GPT(tiny_config())
     _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
     bias = model.h[0].attn.c_attn.bias
     text = tt.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
     assert "h.0.attn.c_attn.bias" in text and "paths reach it" in text
-    assert "softmax backward" in text and "cross_entropy" in text
+    assert ("fused attention backward" if fused else "softmax backward") in text
+    assert "cross_entropy" in text
     loss.backward()
     final = float(re.search(r"\|grad of h.0.attn.c_attn.bias\| = ([0-9.e+-]+)", text).group(1))
     assert final == pytest.approx(np.linalg.norm(bias.grad), rel=1e-3)
@@ -1388,8 +1431,11 @@ def test_readme_gradient_walkthrough():
     code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(code, {})
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(code, {})
+    finally:
+        tf.FUSED_ATTENTION = True
     now = buf.getvalue()
     number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
     assert re.sub(number, '#', now) == re.sub(number, '#', shown)

@@ -18,6 +18,10 @@ import nn
 import tinytorch as tt
 from tinytorch import no_grad
 
+# CausalSelfAttention uses fused_causal_attention (one op, hand-derived backward) when it
+# can; set this to False to run the composed ops instead (same results, slower).
+FUSED_ATTENTION = True
+
 
 # ---------------------------------------------------------------------------
 # 1. Scaled dot-product attention
@@ -51,6 +55,60 @@ def attention_weights(q, k, mask=None, is_causal=False):
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
     """q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) -> (..., Tq, dv)."""
     return attention_weights(q, k, mask, is_causal) @ v
+
+
+_causal_bias_cache = {}
+
+
+def _causal_bias(t, dtype):
+    """(t, t) additive mask: 0 where a query may look (on and below the diagonal), -inf above."""
+    key = (t, np.dtype(dtype))
+    if key not in _causal_bias_cache:
+        _causal_bias_cache[key] = np.triu(np.full((t, t), -np.inf, dtype=dtype), 1)
+    return _causal_bias_cache[key]
+
+
+def fused_causal_attention(qkv, n_head):
+    """Multi-head causal self-attention as ONE op with a hand-derived backward.
+
+    qkv: the (B, T, 3C) output of the q/k/v projection. The result is the (B, T, C)
+    input of the output projection: the same numbers as splitting q, k and v,
+    making heads with reshape + transpose and calling
+    scaled_dot_product_attention(is_causal=True) (a test proves it), but q, k, v and
+    the heads are strided views of qkv instead of copies, only the attention
+    probabilities are kept for backward, and backward writes dq, dk and dv straight
+    into one (B, T, 3C) gradient. Per head, with S = q k^T / sqrt(D) and P = softmax(S):
+        out = P v,  dv = P^T g,  dP = g v^T,  dS = P * (dP - sum(P * dP)),
+        dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D).
+    """
+    B, T, C3 = qkv.shape
+    C, H = C3 // 3, n_head
+    D = C // H
+    scale = 1.0 / math.sqrt(D)
+    # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
+    q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
+    p = np.matmul(q, k.swapaxes(-1, -2))  # (B, H, T, T) scores
+    p *= scale
+    p += _causal_bias(T, p.dtype)  # masked scores become -inf, so their probability is 0
+    p -= p.max(axis=-1, keepdims=True)  # softmax, in place: subtract the max, exp, normalise
+    np.exp(p, out=p)
+    p /= p.sum(axis=-1, keepdims=True)
+    y = np.empty((B, T, H, D), dtype=p.dtype)
+    np.matmul(p, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
+
+    def backward(g):
+        g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
+        grad = np.empty((B, T, 3, H, D), dtype=g.dtype)
+        dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
+        np.matmul(p.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
+        ds = np.matmul(g, v.swapaxes(-1, -2))  # dP = g v^T
+        ds -= (ds * p).sum(axis=-1, keepdims=True)  # dS = P * (dP - sum(P * dP))
+        ds *= p
+        ds *= scale
+        np.matmul(ds, k, out=dq)  # dq = dS k / sqrt(D)
+        np.matmul(ds.swapaxes(-1, -2), q, out=dk)  # dk = dS^T q / sqrt(D)
+        return (grad.reshape(B, T, C3),)
+    return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, (qkv,))
 
 
 # ---------------------------------------------------------------------------
@@ -101,7 +159,12 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None, layer=0):
         B, T, C = x.shape
         H = self.n_head
-        q, k, v = self.c_attn(x).split(C, dim=2)
+        qkv = self.c_attn(x)
+        if FUSED_ATTENTION and cache is None and not (self.training and self.attn_dropout.p > 0):
+            return self.resid_dropout(self.c_proj(fused_causal_attention(qkv, H)))
+        # the same computation spelled out with engine ops (also the path of the KV cache
+        # and of attention dropout)
+        q, k, v = qkv.split(C, dim=2)
         # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
         q = q.reshape(B, T, H, C // H).transpose(1, 2)
         k = k.reshape(B, T, H, C // H).transpose(1, 2)

@@ -1,0 +1,303 @@
+"""bench.py: how fast is a tinytorch training step, and how does it compare with PyTorch?
+
+    python bench.py              # small, default and large GPT configurations
+    python bench.py --quick      # fewer steps, under a minute
+    python bench.py --threads 1  # BLAS / PyTorch threads (default: all cores)
+
+For each configuration it times the char-level GPT training step (forward, backward,
+AdamW step): the median over the timed steps after warm-up, tokens per second and
+the peak resident memory while stepping. When PyTorch is installed it builds the
+same model in PyTorch (nanoGPT's layout, the same weights copied in, the same batch,
+the same number of threads), checks that the first-step losses agree to 1e-4, times
+it the same way and prints the ratio tinytorch / PyTorch.
+"""
+import argparse
+import os
+import sys
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--quick', action='store_true', help="fewer steps: finishes in under a minute")
+    p.add_argument('--threads', type=int, default=os.cpu_count(),
+                   help="threads for BLAS and PyTorch (default: all cores)")
+    p.add_argument('--configs', default='small,default,large',
+                   help="comma-separated subset of small,default,large")
+    p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
+    p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
+    p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
+    p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+ARGS = parse_args() if __name__ == '__main__' else None
+if ARGS is not None:  # BLAS reads its thread count when NumPy is first imported
+    for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+        os.environ[var] = str(ARGS.threads)
+    if ARGS.worker == 'torch':  # PyTorch as a user gets it: tinytorch's malloc tuning off
+        os.environ['TINYTORCH_TUNE_MALLOC'] = '0'
+
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import optim  # noqa: E402
+import tinytorch as tt  # noqa: E402
+from transformer import GPT, GPTConfig  # noqa: E402
+
+CONFIGS = {
+    'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
+    'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
+}
+VOCAB = 65
+
+
+# ---------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------
+def rss_mb(field):
+    """VmHWM (peak resident size) or VmRSS of this process, in MB (Linux)."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) / 1024
+    return float('nan')
+
+
+def time_steps(step, warmup, steps):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1000
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+        pools = [f"{p['internal_api']} {p.get('version') or ''} ({p['num_threads']} threads)"
+                 for p in threadpool_info() if p['user_api'] == 'blas']
+        if pools:
+            return ', '.join(pools)
+    except ImportError:
+        pass
+    try:
+        blas = np.show_config(mode='dicts')['Build Dependencies']['blas']
+        name = f"{blas.get('name')} {blas.get('version', '')}"
+    except Exception:
+        name = 'unknown BLAS'
+    return f"{name} ({os.environ.get('OPENBLAS_NUM_THREADS', '?')} threads requested)"
+
+
+# ---------------------------------------------------------------------------
+# tinytorch
+# ---------------------------------------------------------------------------
+def make_batch(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (cfg['batch'], cfg['block_size'])
+    return rng.integers(0, VOCAB, shape), rng.integers(0, VOCAB, shape)
+
+
+def tinytorch_model(cfg):
+    tt.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=VOCAB, block_size=cfg['block_size'], n_layer=cfg['n_layer'],
+                         n_head=cfg['n_head'], n_embd=cfg['n_embd']))
+
+
+def tinytorch_setup(cfg):
+    model = tinytorch_model(cfg)
+    opt = optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    x, y = (tt.tensor(a) for a in make_batch(cfg))
+
+    def step():
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return model, step
+
+
+# ---------------------------------------------------------------------------
+# The same model in PyTorch (nanoGPT's layout and parameter names)
+# ---------------------------------------------------------------------------
+def torch_setup(cfg, ours, threads):
+    import torch
+    import torch.nn as tnn
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+
+    class Attn(tnn.Module):
+        def __init__(self, C, H):
+            super().__init__()
+            self.H = H
+            self.c_attn = tnn.Linear(C, 3 * C)
+            self.c_proj = tnn.Linear(C, C)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(x).split(C, dim=2)
+            q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    class MLP(tnn.Module):
+        def __init__(self, C):
+            super().__init__()
+            self.c_fc, self.gelu, self.c_proj = tnn.Linear(C, 4 * C), tnn.GELU(), tnn.Linear(4 * C, C)
+
+        def forward(self, x):
+            return self.c_proj(self.gelu(self.c_fc(x)))
+
+    class Block(tnn.Module):
+        def __init__(self, C, H):
+            super().__init__()
+            self.ln_1, self.attn = tnn.LayerNorm(C), Attn(C, H)
+            self.ln_2, self.mlp = tnn.LayerNorm(C), MLP(C)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class TorchGPT(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            C = cfg['n_embd']
+            self.wte, self.wpe = tnn.Embedding(VOCAB, C), tnn.Embedding(cfg['block_size'], C)
+            self.h = tnn.ModuleList([Block(C, cfg['n_head']) for _ in range(cfg['n_layer'])])
+            self.ln_f = tnn.LayerNorm(C)
+            self.lm_head = tnn.Linear(C, VOCAB, bias=False)
+            self.lm_head.weight = self.wte.weight
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1])
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.h:
+                x = block(x)
+            logits = self.lm_head(self.ln_f(x))
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    model = TorchGPT()
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    x, y = (torch.from_numpy(a) for a in make_batch(cfg))
+
+    def step():
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step, torch
+
+
+# ---------------------------------------------------------------------------
+# Autograd overhead: a chain of small ops, through tinytorch and as bare NumPy calls
+# ---------------------------------------------------------------------------
+def autograd_overhead(n_ops=300, repeats=20):
+    x0 = np.random.default_rng(0).standard_normal(16).astype(np.float32)
+
+    def with_tinytorch():
+        x = tt.tensor(x0, requires_grad=True)
+        y = x
+        for _ in range(n_ops // 3):
+            y = (y * 0.9 + 0.1).tanh()
+        y.sum().backward()
+
+    def with_numpy():  # the same forward calls, and the same backward arithmetic, by hand
+        outs, y = [], x0
+        for _ in range(n_ops // 3):
+            y = np.tanh(y * 0.9 + 0.1)
+            outs.append(y)
+        g = np.ones_like(y)
+        for out in reversed(outs):
+            g = g * (1 - out * out) * 0.9
+
+    def best(fn):
+        fn()
+        return min(_timed(fn) for _ in range(repeats))
+    t_tt, t_np = best(with_tinytorch), best(with_numpy)
+    return t_tt / n_ops * 1e6, t_np / n_ops * 1e6
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def worker(args):
+    """Run one framework on one configuration in this (fresh) process and print JSON,
+    with the peak resident size of the whole process (libraries included)."""
+    import json
+    cfg = CONFIGS[args.configs]
+    if args.worker == 'tinytorch':
+        step = tinytorch_setup(cfg)[1]
+    else:
+        step = torch_setup(cfg, tinytorch_model(cfg), args.threads)[0]
+    first = step()
+    ms = time_steps(step, max(0, args.warmup - 1), args.steps)
+    print(json.dumps({'ms': ms, 'mb': rss_mb('VmHWM'), 'first_loss': first}))
+
+
+def run_worker(framework, name, args, steps, warmup):
+    import json
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), '--worker', framework, '--configs', name,
+           '--threads', str(args.threads), '--steps', str(steps), '--warmup', str(warmup)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench.py: the {framework} run of '{name}' failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    args = ARGS
+    if args.worker:
+        return worker(args)
+    warmup, steps = (1, 5) if args.quick else (3, 20)
+    torch_version = None
+    if not args.no_torch:
+        try:
+            import torch
+            torch_version = torch.__version__
+        except ImportError:
+            print("PyTorch is not installed: printing tinytorch's own figures only.")
+    print(f"GPT training step (forward, backward, AdamW step): median of {steps} steps after "
+          f"{warmup} warm-up; each run in its own process; peak MB = that process's peak "
+          "resident size, libraries included")
+    print(f"NumPy {np.__version__}, BLAS: {blas_info()}, tinytorch malloc tuning: "
+          f"{'on' if tt.malloc_tuned else 'off'}")
+    if torch_version:
+        print(f"PyTorch {torch_version}, {args.threads} threads (torch.set_num_threads), "
+              "its default allocator settings")
+    header = f"{'config':<8} {'tinytorch ms':>12} {'tok/s':>9} {'peak MB':>8}"
+    if torch_version:
+        header += f" {'PyTorch ms':>10} {'tok/s':>9} {'peak MB':>8} {'ratio':>6} {'loss diff':>9}"
+    print(header)
+    for name in args.configs.split(','):
+        cfg = CONFIGS[name]
+        tokens = cfg['batch'] * cfg['block_size']
+        n = max(3, steps // 2) if name == 'large' and args.quick else steps
+        ours = run_worker('tinytorch', name, args, n, warmup)
+        line = f"{name:<8} {ours['ms']:>12.1f} {tokens / ours['ms'] * 1000:>9,.0f} {ours['mb']:>8.0f}"
+        if torch_version:
+            theirs = run_worker('torch', name, args, n, warmup)
+            diff = abs(theirs['first_loss'] - ours['first_loss'])
+            line += (f" {theirs['ms']:>10.1f} {tokens / theirs['ms'] * 1000:>9,.0f} "
+                     f"{theirs['mb']:>8.0f} {ours['ms'] / theirs['ms']:>6.2f} {diff:>9.1e}")
+            if diff > 1e-4:
+                line += "  (first-step losses differ by more than 1e-4!)"
+        print(line, flush=True)
+    per_op_tt, per_op_np = autograd_overhead()
+    print(f"autograd overhead: a chain of small elementwise ops (16 floats) costs "
+          f"{per_op_tt:.1f} us/op through tinytorch (forward + backward) vs {per_op_np:.1f} us/op "
+          f"as bare NumPy calls ({per_op_tt / per_op_np:.1f}x)")
+
+
+if __name__ == '__main__':
+    main()
