@@ -128,15 +128,20 @@ class Adam(Optimizer):
             state['exp_avg_sq'] = np.zeros_like(p.data)
         state['step'] += 1
         t, m, v = state['step'], state['exp_avg'], state['exp_avg_sq']
-        m *= b1
-        m += (1 - b1) * g
-        v *= b2
-        v += (1 - b2) * (g * g)
         bias1, bias2 = 1 - b1 ** t, 1 - b2 ** t
-        denom = np.sqrt(v)
-        denom /= math.sqrt(bias2)
-        denom += eps
-        p.data -= (lr / bias1) * (m / denom)
+        m *= b1
+        tmp = np.multiply(g, 1 - b1)  # one scratch array, reused below (no other temporaries)
+        m += tmp
+        v *= b2
+        np.multiply(g, g, out=tmp)
+        tmp *= 1 - b2
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp /= math.sqrt(bias2)
+        tmp += eps  # denominator: sqrt(v / (1 - b2^t)) + eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= lr / bias1
+        p.data -= tmp
 
 
 class AdamW(Adam):
