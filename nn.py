@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 import tinytorch as tt
-from tinytorch import Tensor, from_op, no_grad, unbroadcast
+from tinytorch import Tensor, from_op, no_grad, sum_last, sum_leading
 
 
 # ---------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def linear(x, weight, bias=None):
         gw = g2.T @ x2 if weight.requires_grad else None  # dW = g^T x, summed over all rows
         if bias is None:
             return gx, gw
-        return gx, gw, g2.sum(axis=0)  # db = sum of g over all rows (b was broadcast)
+        return gx, gw, sum_leading(g2)  # db = sum of g over all rows (b was broadcast)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return from_op(out, 'linear', parents, backward, (x, weight))
 
@@ -273,31 +273,30 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if tuple(x.shape[x.ndim - k:]) != normalized_shape:
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
                          f"normalized shape {normalized_shape}")
-    axes = tuple(range(x.ndim - k, x.ndim))  # normalized dims
-    batch = tuple(range(x.ndim - k))  # dims weight and bias were broadcast over
     n = int(np.prod(normalized_shape))
-    mu = x.data.mean(axis=axes, keepdims=True)
-    xc = x.data - mu
-    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+    rows = x.data.reshape(-1, n)  # one row per normalized group
+    xc = rows - sum_last(rows) / n
+    rstd = 1.0 / np.sqrt(sum_last(xc * xc) / n + eps)
     xhat = xc * rstd
-    out = xhat if weight is None else xhat * weight.data
+    out = xhat if weight is None else xhat * weight.data.reshape(n)
     if bias is not None:
-        out = out + bias.data
+        out = out + bias.data.reshape(n)
 
     def backward(g):
-        gxhat = g if weight is None else g * weight.data
+        g = g.reshape(-1, n)
+        gxhat = g if weight is None else g * weight.data.reshape(n)
         # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
         # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        gx = rstd * (gxhat - gxhat.sum(axis=axes, keepdims=True) / n
-                     - xhat * (gxhat * xhat).sum(axis=axes, keepdims=True) / n)
-        grads = [gx]
-        if weight is not None:
-            grads.append((g * xhat).sum(axis=batch))  # dweight = sum over batch of g * xhat
-        if bias is not None:
-            grads.append(g.sum(axis=batch))  # dbias = sum over batch of g
+        gx = gxhat - sum_last(gxhat) / n - xhat * (sum_last(gxhat * xhat) / n)
+        gx *= rstd
+        grads = [gx.reshape(x.shape)]
+        if weight is not None:  # dweight = sum over rows of g * xhat
+            grads.append(sum_leading(g * xhat).reshape(weight.shape))
+        if bias is not None:  # dbias = sum over rows of g
+            grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
-    return from_op(out, 'layer_norm', parents, backward, parents)
+    return from_op(out.reshape(x.shape), 'layer_norm', parents, backward, parents)
 
 
 class LayerNorm(Module):

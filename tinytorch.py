@@ -387,6 +387,30 @@ def unbroadcast(grad, shape):
     return grad.reshape(shape)
 
 
+_ones_cache = {}
+
+
+def _ones(n, dtype):
+    key = (n, np.dtype(dtype))
+    if key not in _ones_cache:
+        _ones_cache[key] = np.ones(n, dtype=dtype)
+    return _ones_cache[key]
+
+
+def sum_last(a):
+    """a.sum(axis=-1, keepdims=True), computed as a matrix-vector product with a vector
+    of ones: BLAS does that 3-5x faster than NumPy's reduction for rows of 32-512
+    floats (it runs on all cores). Used inside the fused ops (layer norm, attention)."""
+    return np.matmul(a, _ones(a.shape[-1], a.dtype))[..., None]
+
+
+def sum_leading(a):
+    """Sum over every axis but the last (a bias gradient: one sum per feature), as
+    ones @ a on a viewed as (rows, features)."""
+    a2 = a.reshape(-1, a.shape[-1])
+    return np.matmul(_ones(a2.shape[0], a.dtype), a2)
+
+
 def _broadcast_op(op, fn, a, b):
     """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
     try:

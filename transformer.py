@@ -92,7 +92,7 @@ def fused_causal_attention(qkv, n_head):
     p += _causal_bias(T, p.dtype)  # masked scores become -inf, so their probability is 0
     p -= p.max(axis=-1, keepdims=True)  # softmax, in place: subtract the max, exp, normalise
     np.exp(p, out=p)
-    p /= p.sum(axis=-1, keepdims=True)
+    p /= tt.sum_last(p)
     y = np.empty((B, T, H, D), dtype=p.dtype)
     np.matmul(p, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
 
@@ -102,7 +102,7 @@ def fused_causal_attention(qkv, n_head):
         dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
         np.matmul(p.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
         ds = np.matmul(g, v.swapaxes(-1, -2))  # dP = g v^T
-        ds -= (ds * p).sum(axis=-1, keepdims=True)  # dS = P * (dP - sum(P * dP))
+        ds -= tt.sum_last(ds * p)  # dS = P * (dP - sum(P * dP))
         ds *= p
         ds *= scale
         np.matmul(ds, k, out=dq)  # dq = dS k / sqrt(D)
