@@ -424,7 +424,6 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
     else:
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
                          f"got {reduction!r}")
-    out = np.asarray(out, dtype=logits.dtype)
 
     def backward(g):
         # d loss_i / d logits_i = softmax(logits_i) - onehot(target_i), zero for ignored rows

@@ -332,6 +332,8 @@ def test_tensor_attributes():
     comparisons = [x < 2, x <= 2, x > 2, x >= 2, x == 2, x != 2]
     assert all(c.dtype == np.bool_ and not c.requires_grad for c in comparisons)
     assert (x > 2).data.tolist() == [[False, False], [True, True]]
+    for full in (x.sum(), x.mean(), x.amax(), x.var(), nn.mse_loss(x, x * 2)):
+        assert isinstance(full.data, np.ndarray) and full.shape == ()  # not a NumPy scalar
 
 
 def test_manual_seed_is_reproducible():

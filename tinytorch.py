@@ -2,7 +2,7 @@
 
 Read this file top to bottom:
 
-  1. dtypes, grad mode and the random generator
+  1. dtypes, grad mode, the random generator (and the allocator setting)
   2. the Tensor and how an op enters the graph
   3. elementwise arithmetic (with broadcasting and its backward: "unbroadcast")
   4. elementwise functions (exp, tanh, gelu, ...)
@@ -14,6 +14,7 @@ Read this file top to bottom:
  10. in-place ops and the version counter
  11. creation functions
  12. gradcheck: finite differences against the analytic gradient
+ 13. seeing the graph: draw_graph (Graphviz DOT) and grad_path (a gradient's way back)
 
 Every op is a forward line on NumPy arrays plus a backward rule: a function that
 receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
@@ -305,6 +306,8 @@ def from_op(data, op, parents, backward, saved=(), view_of=None):
     counters are recorded so that backward can detect a later in-place change.
     `view_of` shares the input's version counter, since the output is a view of it.
     """
+    if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
+        data = np.asarray(data)
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
