@@ -323,9 +323,15 @@ def dropout(x, p=0.5, training=True):
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0:
         return x
-    mask = (tt.default_generator().random(x.shape, dtype=np.float32) >= p).astype(x.dtype)
-    mask *= 1.0 / (1.0 - p)
+    mask = dropout_mask(x.shape, p, x.dtype)
     return from_op(x.data * mask, 'dropout', (x,), lambda g: (g * mask,))  # d/dx = mask / (1-p)
+
+
+def dropout_mask(shape, p, dtype):
+    """0 with probability p, else 1/(1-p), from the library's seeded generator."""
+    mask = (tt.default_generator().random(shape, dtype=np.float32) >= p).astype(dtype)
+    mask *= 1.0 / (1.0 - p)
+    return mask
 
 
 class Dropout(Module):

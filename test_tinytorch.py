@@ -1033,6 +1033,11 @@ def test_fused_attention_gradcheck_and_equals_composed():
     qkv = t64(2, 5, 18)
     check(lambda z: tf.fused_causal_attention(z, 3), qkv)
 
+    def with_dropout(z):  # the same mask on every evaluation
+        tt.manual_seed(3)
+        return tf.fused_causal_attention(z, 3, dropout_p=0.4)
+    check(with_dropout, qkv)
+
     def composed(z):
         B, T, C3 = z.shape
         C, H = C3 // 3, 3
@@ -1049,12 +1054,13 @@ def test_fused_attention_gradcheck_and_equals_composed():
     np.testing.assert_allclose(got, qkv.grad, rtol=1e-10, atol=1e-13)
 
 
-def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch):
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout):
     results = []
     for fused in (True, False):
         monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
         tt.manual_seed(0)
-        model = tf.GPT(tiny_config())
+        model = tf.GPT(tiny_config(dropout=dropout))  # the same seed draws the same masks
         _, loss = model(np.array([[1, 2, 3, 4, 5]]), np.array([[2, 3, 4, 5, 6]]))
         loss.backward()
         results.append((loss.item(), [p.grad.copy() for p in model.parameters()]))

@@ -26,7 +26,7 @@ from transformer import GPT, GPTConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
-MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0)
+MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
 CKPT_NAME, METRICS_NAME = 'ckpt.npz', 'metrics.csv'
 
 
@@ -44,9 +44,11 @@ def parse_args(argv=None):
     g.add_argument('--n-embd', type=int, help=f"embedding width (default {MODEL_FLAGS['n_embd']})")
     g.add_argument('--block-size', type=int,
                    help=f"context length in characters (default {MODEL_FLAGS['block_size']})")
-    g.add_argument('--dropout', type=float, help="dropout rate (default 0.0)")
+    g.add_argument('--dropout', type=float,
+                   help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
     t = p.add_argument_group('training')
-    t.add_argument('--steps', type=int, default=2000, help="total optimizer steps (default 2000)")
+    t.add_argument('--steps', type=int, default=5000,
+                   help="total optimizer steps (default 5000: about 5 minutes on 2 cores)")
     t.add_argument('--batch-size', type=int, default=12, help="windows per step (default 12)")
     t.add_argument('--lr', type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     t.add_argument('--min-lr', type=float, default=1e-4, help="final learning rate (default 1e-4)")

@@ -68,7 +68,7 @@ def _causal_bias(t, dtype):
     return _causal_bias_cache[key]
 
 
-def fused_causal_attention(qkv, n_head):
+def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     """Multi-head causal self-attention as ONE op with a hand-derived backward.
 
     qkv: the (B, T, 3C) output of the q/k/v projection. The result is the (B, T, C)
@@ -80,6 +80,8 @@ def fused_causal_attention(qkv, n_head):
     into one (B, T, 3C) gradient. Per head, with S = q k^T / sqrt(D) and P = softmax(S):
         out = P v,  dv = P^T g,  dP = g v^T,  dS = P * (dP - sum(P * dP)),
         dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D).
+    With dropout_p > 0, P is replaced by P * M (M the inverted-dropout mask of
+    nn.dropout, drawn the same way) in out and dv, and dP is multiplied by M.
     """
     B, T, C3 = qkv.shape
     C, H = C3 // 3, n_head
@@ -93,15 +95,21 @@ def fused_causal_attention(qkv, n_head):
     p -= p.max(axis=-1, keepdims=True)  # softmax, in place: subtract the max, exp, normalise
     np.exp(p, out=p)
     p /= tt.sum_last(p)
+    pd, mask = p, None
+    if dropout_p > 0:  # the same mask nn.dropout would draw for P
+        mask = nn.dropout_mask(p.shape, dropout_p, p.dtype)
+        pd = p * mask
     y = np.empty((B, T, H, D), dtype=p.dtype)
-    np.matmul(p, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
+    np.matmul(pd, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
 
     def backward(g):
         g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
         grad = np.empty((B, T, 3, H, D), dtype=g.dtype)
         dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
-        np.matmul(p.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
+        np.matmul(pd.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
         ds = np.matmul(g, v.swapaxes(-1, -2))  # dP = g v^T
+        if mask is not None:
+            ds *= mask  # through the dropout: dP = (g v^T) * M
         ds -= tt.sum_last(ds * p)  # dS = P * (dP - sum(P * dP))
         ds *= p
         ds *= scale
@@ -160,10 +168,10 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H = self.n_head
         qkv = self.c_attn(x)
-        if FUSED_ATTENTION and cache is None and not (self.training and self.attn_dropout.p > 0):
-            return self.resid_dropout(self.c_proj(fused_causal_attention(qkv, H)))
-        # the same computation spelled out with engine ops (also the path of the KV cache
-        # and of attention dropout)
+        if FUSED_ATTENTION and cache is None:
+            p = self.attn_dropout.p if self.training else 0.0
+            return self.resid_dropout(self.c_proj(fused_causal_attention(qkv, H, p)))
+        # the same computation spelled out with engine ops (also the path of the KV cache)
         q, k, v = qkv.split(C, dim=2)
         # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
         q = q.reshape(B, T, H, C // H).transpose(1, 2)
