@@ -275,23 +275,26 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
                          f"normalized shape {normalized_shape}")
     n = int(np.prod(normalized_shape))
     rows = x.data.reshape(-1, n)  # one row per normalized group
-    xc = rows - sum_last(rows) / n
-    rstd = 1.0 / np.sqrt(sum_last(xc * xc) / n + eps)
-    xhat = xc * rstd
-    out = xhat if weight is None else xhat * weight.data.reshape(n)
+    xhat = rows - sum_last(rows) / n  # x - mean
+    rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
+    xhat *= rstd
+    out = xhat.copy() if weight is None else xhat * weight.data.reshape(n)
     if bias is not None:
-        out = out + bias.data.reshape(n)
+        out += bias.data.reshape(n)
 
     def backward(g):
         g = g.reshape(-1, n)
-        gxhat = g if weight is None else g * weight.data.reshape(n)
+        gx = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
         # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
         # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        gx = gxhat - sum_last(gxhat) / n - xhat * (sum_last(gxhat * xhat) / n)
+        tmp = gx * xhat
+        mean_gx_xhat = sum_last(tmp) / n
+        gx -= sum_last(gx) / n
+        gx -= np.multiply(xhat, mean_gx_xhat, out=tmp)
         gx *= rstd
         grads = [gx.reshape(x.shape)]
         if weight is not None:  # dweight = sum over rows of g * xhat
-            grads.append(sum_leading(g * xhat).reshape(weight.shape))
+            grads.append(sum_leading(np.multiply(g, xhat, out=tmp)).reshape(weight.shape))
         if bias is not None:  # dbias = sum over rows of g
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
