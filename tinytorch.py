@@ -344,7 +344,7 @@ def _lift(x, like):
             dt = bool_
         else:
             dt = like.dtype if kind in 'iu' else int64
-        return Tensor(np.asarray(x, dtype=dt))
+        return Tensor.__new__(Tensor)._set(np.asarray(x, dtype=dt))  # a constant, no copy
     return Tensor(x)
 
 
