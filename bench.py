@@ -192,7 +192,7 @@ def torch_setup(cfg, ours, threads):
         loss.backward()
         opt.step()
         return loss.item()
-    return step, torch
+    return step, model
 
 
 # ---------------------------------------------------------------------------

@@ -1450,3 +1450,16 @@ def test_readme_gradient_walkthrough():
     for a, b in zip(re.findall(number, now), re.findall(number, shown)):
         a, b = float(a), float(b)
         assert (abs(a) < 1e-9 and abs(b) < 1e-9) or a == pytest.approx(b, rel=1e-3), (a, b)
+
+
+def test_bench_script_runs():
+    """bench.py is not a timed test; this only checks that it still runs and reports."""
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
+                        'small', '--no-torch', '--threads', '1'],
+                       capture_output=True, text=True, timeout=120, cwd=HERE)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^small\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
+    assert "autograd overhead" in r.stdout
+    h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert h.returncode == 0 and '--quick' in h.stdout
