@@ -70,6 +70,17 @@ def test_pow_tensor_exponent_and_broadcast():
     check(lambda a, b: a ** b, base, t64(3, seed=5))
 
 
+def test_clone_and_dtype_casts():
+    x = t64(3, 4)
+    check(lambda x: x.clone() * x, x)
+    y = tt.randn(3, requires_grad=True)
+    z = y.double()
+    assert z.dtype == np.float64 and z.requires_grad
+    (z * 3).sum().backward()
+    assert y.grad.dtype == np.float32 and y.grad.tolist() == [3.0, 3.0, 3.0]
+    assert not y.long().requires_grad and y.long().dtype == np.int64
+
+
 def test_transposed_non_contiguous_inputs():
     a = tt.tensor(np.random.default_rng(0).standard_normal((4, 3)).T, requires_grad=True)
     assert not a.data.flags['C_CONTIGUOUS']
@@ -1227,6 +1238,25 @@ def test_charlm_trains_checkpoints_and_samples(corpus, tmp_path):
     s = run_charlm('--sample', '--out-dir', out, '--prompt', 'the', '--length', '30')
     assert s.returncode == 0, s.stderr
     assert s.stdout.startswith('the') and len(s.stdout.rstrip('\n')) >= 33
+
+
+def test_charlm_seeded_runs_are_reproducible_and_plot(corpus, tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for out in (a, b):
+        r = run_charlm(corpus, *TINY, '--steps', '5', '--seed', '7', '--out-dir', out, '--plot')
+        assert r.returncode == 0, r.stderr
+    try:
+        import matplotlib  # noqa: F401
+        assert os.path.exists(os.path.join(a, 'loss.png'))
+    except ImportError:
+        assert "--plot: matplotlib is not installed (pip install matplotlib)" in r.stdout
+    ca, cb = nn.load(os.path.join(a, 'ckpt.npz')), nn.load(os.path.join(b, 'ckpt.npz'))
+    for k in ca['model']:
+        np.testing.assert_array_equal(ca['model'][k], cb['model'][k], err_msg=k)
+    c = run_charlm(corpus, *TINY, '--steps', '5', '--seed', '8', '--out-dir', str(tmp_path / "c"))
+    assert c.returncode == 0
+    cc = nn.load(str(tmp_path / "c" / "ckpt.npz"))
+    assert not np.array_equal(ca['model']['wte.weight'], cc['model']['wte.weight'])
 
 
 def test_charlm_resume_equals_a_straight_run(corpus, tmp_path):

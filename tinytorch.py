@@ -255,7 +255,7 @@ class Tensor:
         return out
 
     def clone(self):
-        return from_op(self.data.copy(), 'clone', (self,), lambda g: (g,))
+        return from_op(self.data.copy(), 'clone', (self,), lambda g: (g,))  # d copy / dx = 1
 
     def contiguous(self):
         return self
@@ -266,6 +266,7 @@ class Tensor:
         if dtype == self.dtype:
             return self
         src = self.dtype
+        # d cast / dx = 1: the gradient comes back in the input's dtype
         out = from_op(self.data.astype(dtype), 'to', (self,), lambda g: (g.astype(src),))
         if dtype.kind not in 'fc':
             out = out.detach()
@@ -1091,10 +1092,12 @@ def chunk(x, chunks, dim=0):
 
 
 def tril(x, diagonal=0):
+    # zeroed entries do not depend on x: only the kept triangle passes gradient
     return from_op(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
 
 
 def triu(x, diagonal=0):
+    # zeroed entries do not depend on x: only the kept triangle passes gradient
     return from_op(np.triu(x.data, diagonal), 'triu', (x,), lambda g: (np.triu(g, diagonal),))
 
 
