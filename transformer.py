@@ -26,10 +26,11 @@ FUSED_ATTENTION = True
 # ---------------------------------------------------------------------------
 # 1. Scaled dot-product attention
 # ---------------------------------------------------------------------------
-def _causal_mask(tq, tk):
-    """Boolean (tq, tk) mask, True where a query may look: the lower triangle,
-    aligned to the top-left corner as in PyTorch's is_causal."""
-    return np.tril(np.ones((tq, tk), dtype=bool))
+def _causal_mask(tq, tk, past=0):
+    """Boolean (tq, tk) mask, True where a query may look: query i sits at position
+    past + i and sees keys 0 .. past + i. past=0 is PyTorch's is_causal (the lower
+    triangle from the top-left corner); the KV cache passes the number of cached keys."""
+    return np.tril(np.ones((tq, tk), dtype=bool), k=past)
 
 
 def attention_weights(q, k, mask=None, is_causal=False):
@@ -184,9 +185,7 @@ class CausalSelfAttention(nn.Module):
                 past = past_k.shape[2]
                 k, v = tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)
             cache.layers[layer] = (k, v)
-        # new query i sits at position past + i and may see keys 0 .. past + i
-        mask = None if past == 0 else np.tril(np.ones((T, past + T), dtype=bool), k=past)
-        w = attention_weights(q, k, mask=mask, is_causal=past == 0)
+        w = attention_weights(q, k, mask=_causal_mask(T, past + T, past))
         y = self.attn_dropout(w) @ v  # (B, H, T, C/H)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
