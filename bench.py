@@ -259,7 +259,7 @@ def main():
     args = ARGS
     if args.worker:
         return worker(args)
-    warmup, steps = (1, 5) if args.quick else (3, 20)
+    warmup, steps = (3, 8) if args.quick else (3, 20)
     torch_version = None
     if not args.no_torch:
         try:
