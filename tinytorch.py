@@ -349,6 +349,11 @@ def _lift(x, like):
     return Tensor(x)
 
 
+def _operands(a, b):
+    """Both operands of a binary op as tensors (at least one of them already is one)."""
+    return (a if isinstance(a, Tensor) else _lift(a, b)), _lift(b, a)
+
+
 def _dim(d, ndim, op):
     """Normalize a (possibly negative) dim and name it in the error if out of range."""
     n = builtins.max(ndim, 1)
@@ -425,7 +430,7 @@ def _broadcast_op(op, fn, a, b):
 
 
 def add(a, b):
-    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    a, b = _operands(a, b)
 
     def backward(g):  # d(a+b)/da = 1, d(a+b)/db = 1, then undo broadcasting
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
@@ -434,7 +439,7 @@ def add(a, b):
 
 
 def sub(a, b):
-    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    a, b = _operands(a, b)
 
     def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
@@ -443,7 +448,7 @@ def sub(a, b):
 
 
 def mul(a, b):
-    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    a, b = _operands(a, b)
 
     def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
         return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
@@ -452,7 +457,7 @@ def mul(a, b):
 
 
 def div(a, b):
-    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    a, b = _operands(a, b)
     out = _broadcast_op('div', np.true_divide, a, b)
     if a.dtype.kind != 'f' and b.dtype.kind != 'f':
         out = out.astype(default_dtype)  # int / int is a float32 in PyTorch
@@ -471,7 +476,7 @@ def pow(a, b):
         def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)
             return (g * (p * a.data ** (p - 1)),)
         return from_op(a.data ** p, 'pow', (a,), backward_scalar, (a,))
-    a, b = _lift(a, b) if not isinstance(a, Tensor) else a, _lift(b, a)
+    a, b = _operands(a, b)
     out = _broadcast_op('pow', np.power, a, b)
 
     def backward(g):  # d(a^b)/da = b * a^(b-1), d(a^b)/db = a^b * log(a)  (taken as 0 where a == 0)
@@ -697,7 +702,7 @@ def clamp(x, min=None, max=None):
 
 
 def maximum(a, b):
-    a, b = a, _lift(b, a)
+    a, b = _operands(a, b)
     out = _broadcast_op('maximum', np.maximum, a, b)
 
     def backward(g):  # the larger input gets g; ties share it half and half (as PyTorch)
@@ -708,7 +713,7 @@ def maximum(a, b):
 
 
 def minimum(a, b):
-    a, b = a, _lift(b, a)
+    a, b = _operands(a, b)
     out = _broadcast_op('minimum', np.minimum, a, b)
 
     def backward(g):  # the smaller input gets g; ties share it half and half
