@@ -399,10 +399,11 @@ def unbroadcast(grad, shape):
 _ones_cache = {}
 
 
-def _ones(n, dtype):
-    key = (n, np.dtype(dtype))
+def _ones(n, like):
+    """A cached vector of n ones of like's dtype and array type (NumPy, or CuPy, ...)."""
+    key = (n, like.dtype, type(like))
     if key not in _ones_cache:
-        _ones_cache[key] = np.ones(n, dtype=dtype)
+        _ones_cache[key] = np.ones_like(like, shape=(n,))
     return _ones_cache[key]
 
 
@@ -410,14 +411,14 @@ def sum_last(a):
     """a.sum(axis=-1, keepdims=True), computed as a matrix-vector product with a vector
     of ones: BLAS does that 3-5x faster than NumPy's reduction for rows of 32-512
     floats (it runs on all cores). Used inside the fused ops (layer norm, attention)."""
-    return np.matmul(a, _ones(a.shape[-1], a.dtype))[..., None]
+    return np.matmul(a, _ones(a.shape[-1], a))[..., None]
 
 
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
     a2 = a.reshape(-1, a.shape[-1])
-    return np.matmul(_ones(a2.shape[0], a.dtype), a2)
+    return np.matmul(_ones(a2.shape[0], a), a2)
 
 
 def _broadcast_op(op, fn, a, b):
@@ -695,7 +696,7 @@ def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     out = np.clip(x.data, min, max)
-    inside = np.ones(x.shape, dtype=bool) if min is None else x.data >= min
+    inside = np.ones_like(x.data, dtype=bool) if min is None else x.data >= min
     if max is not None:
         inside &= x.data <= max
     return from_op(out, 'clamp', (x,), lambda g: (g * inside,))  # d clamp = 1 where min <= x <= max
@@ -842,7 +843,7 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     values = np.take_along_axis(x.data, idx, axis=d)
 
     def backward(g):  # only the selected index receives the gradient
-        gx = np.zeros(x.shape, dtype=g.dtype)
+        gx = np.zeros_like(g, shape=x.shape)
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
@@ -1000,7 +1001,7 @@ def _scatter_add_rows(shape, idx, g):
     same result as np.add.at(gx, idx, g), several times faster)."""
     flat = idx.reshape(-1)
     flat = np.where(flat < 0, flat + shape[0], flat)
-    gx = np.zeros(shape, dtype=g.dtype)
+    gx = np.zeros_like(g, shape=shape)
     if flat.size == 0:
         return gx
     rows = g.reshape((flat.size,) + tuple(shape[1:]))
@@ -1023,7 +1024,7 @@ def getitem(x, idx):
     def backward(g):
         if rows:  # x[int array]: rows picked several times get their gradients added
             return (_scatter_add_rows(x.shape, idx, g),)
-        gx = np.zeros(x.shape, dtype=g.dtype)
+        gx = np.zeros_like(g, shape=x.shape)
         if basic:
             gx[idx] = g  # a view picks each element at most once: just place g there
         else:

@@ -61,11 +61,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
 _causal_bias_cache = {}
 
 
-def _causal_bias(t, dtype):
-    """(t, t) additive mask: 0 where a query may look (on and below the diagonal), -inf above."""
-    key = (t, np.dtype(dtype))
+def _causal_bias(t, like):
+    """(t, t) additive mask: 0 where a query may look (on and below the diagonal), -inf
+    above; of like's dtype and array type."""
+    key = (t, like.dtype, type(like))
     if key not in _causal_bias_cache:
-        _causal_bias_cache[key] = np.triu(np.full((t, t), -np.inf, dtype=dtype), 1)
+        _causal_bias_cache[key] = np.triu(np.full_like(like, -np.inf, shape=(t, t)), 1)
     return _causal_bias_cache[key]
 
 
@@ -92,7 +93,7 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
     p = np.matmul(q, k.swapaxes(-1, -2))  # (B, H, T, T) scores
     p *= scale
-    p += _causal_bias(T, p.dtype)  # masked scores become -inf, so their probability is 0
+    p += _causal_bias(T, p)  # masked scores become -inf, so their probability is 0
     p -= p.max(axis=-1, keepdims=True)  # softmax, in place: subtract the max, exp, normalise
     np.exp(p, out=p)
     p /= tt.sum_last(p)
@@ -100,12 +101,12 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     if dropout_p > 0:  # the same mask nn.dropout would draw for P
         mask = nn.dropout_mask(p.shape, dropout_p, p.dtype)
         pd = p * mask
-    y = np.empty((B, T, H, D), dtype=p.dtype)
+    y = np.empty_like(p, shape=(B, T, H, D))
     np.matmul(pd, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
 
     def backward(g):
         g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
-        grad = np.empty((B, T, 3, H, D), dtype=g.dtype)
+        grad = np.empty_like(g, shape=(B, T, 3, H, D))
         dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
         np.matmul(pd.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
         ds = np.matmul(g, v.swapaxes(-1, -2))  # dP = g v^T
