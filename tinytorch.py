@@ -626,36 +626,37 @@ def _erf_np(x):
 
 
 # Abramowitz & Stegun 7.1.26 for erfc(z), z = |x| / sqrt(2), rewritten for Phi(-|x|) =
-# erfc(z) / 2: the 1/sqrt(2) is folded into p and the 1/2 (with a minus sign) into a1..a5.
+# erfc(z) / 2: the 1/sqrt(2) is folded into p and the 1/2 into a1..a5.
 _AS_P = 0.3275911 / math.sqrt(2)
-_AS_A = tuple(-0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
-                                 1.061405429))
+_AS_A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
+                                1.061405429))
 
 
 def _normal_cdf_float32(x):
     """Phi(x) and exp(-x^2/2) for float32 GELU, cheaply and without cancellation.
 
-    Phi(-|x|) = erfc(|x|/sqrt 2) / 2, with erfc from Abramowitz & Stegun 7.1.26:
+    h = Phi(-|x|) = erfc(|x|/sqrt 2) / 2, with erfc from Abramowitz & Stegun 7.1.26:
     erfc(z) = t (a1 + t (a2 + ... + t a5)) exp(-z^2), t = 1 / (1 + p z), absolute error
-    < 1.5e-7 (float32's resolution near 1), then Phi(x) = 1/2 + sign(x) (1/2 - Phi(-|x|)).
-    Every step writes into an array it already has (out=...), so there are no temporaries.
+    < 1.5e-7 (float32's resolution near 1). Then Phi(x) = h for x < 0 and 1 - h for
+    x >= 0, i.e. h + step(x) (1 - 2h). Each step writes into an array it already has.
     """
     t = np.abs(x)
     t *= np.float32(_AS_P)
     t += 1
-    np.reciprocal(t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
-    poly = t * np.float32(_AS_A[4])
+    np.divide(np.float32(1), t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
+    h = t * np.float32(_AS_A[4])
     for a in _AS_A[3::-1]:
-        poly += np.float32(a)
-        poly *= t  # Horner: poly = -t (a1 + t (a2 + ...)) / 2
+        h += np.float32(a)
+        h *= t  # Horner: t (a1 + t (a2 + ...)) / 2
     e = np.square(x, out=t)
     e *= np.float32(-0.5)
     np.exp(e, out=e)  # exp(-x^2/2), kept for the backward rule
-    poly *= e  # -Phi(-|x|)
-    poly += np.float32(0.5)
-    np.copysign(poly, x, out=poly)
-    poly += np.float32(0.5)  # Phi(x) = 1/2 + sign(x) (1/2 - Phi(-|x|))
-    return poly, e
+    h *= e  # h = Phi(-|x|)
+    cdf = h * np.float32(-2)
+    cdf += 1
+    cdf *= np.greater_equal(x, 0).astype(np.float32)  # step(x): 1 where x >= 0
+    cdf += h  # Phi(x) = h + step(x) (1 - 2h)
+    return cdf, e
 
 
 def erf(x):
