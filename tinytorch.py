@@ -1528,8 +1528,9 @@ def _check_intact(root):
                            "backward(retain_graph=True) first, or look before backward()")
 
 
-def _shape(t):
-    return '(' + ', '.join(str(n) for n in t.shape) + (',)' if t.ndim == 1 else ')')
+def _shape(shape):
+    """(12, 64) or (128,): a shape written as Python writes a tuple."""
+    return str(tuple(int(n) for n in shape))
 
 
 def draw_graph(tensor, path=None, names=None, max_nodes=150):
@@ -1556,7 +1557,7 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     lines = ['digraph tinytorch {', '  rankdir=BT;',
              '  node [shape=box, fontname="Helvetica", fontsize=10];']
     for node in order:
-        text = f'{_shape(node)} {node.dtype}'
+        text = f'{_shape(node.shape)} {node.dtype}'
         if node._parents:
             attrs = f'label="{node._op}\\n{text}"'
         elif id(node) in label:
@@ -1604,7 +1605,7 @@ def _rule_in_words(node, i, g_out, g_in):
     """What node's backward rule does to the gradient on its way to input i."""
     op, x = node._op, node._parents[i]
     out_shape, in_shape = g_out.shape, x.shape
-    summed = (f"; summed over the broadcast dims {_shape(Tensor(g_out))} -> {_shape(x)}"
+    summed = (f"; summed over the broadcast dims {_shape(g_out.shape)} -> {_shape(x.shape)}"
               if tuple(out_shape) != tuple(in_shape) and op in ('add', 'sub', 'mul', 'div', 'where',
                                                                  'maximum', 'minimum', 'pow')
               else '')
@@ -1617,7 +1618,7 @@ def _rule_in_words(node, i, g_out, g_in):
         'matmul': "d(A@B)/dA: g @ B^T" if i == 0 else "d(A@B)/dB: A^T @ g",
         'linear': ("dx = g @ W" if i == 0 else
                    f"dW = g^T @ x, summed over all {int(np.prod(out_shape[:-1]))} rows" if i == 1
-                   else f"db = sum of g over all rows {_shape(Tensor(g_out))} -> {_shape(x)}"),
+                   else f"db = sum of g over all rows {_shape(g_out.shape)} -> {_shape(x.shape)}"),
         'layer_norm': ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))" if i == 0 else
                        "dweight = sum over rows of g * x_hat" if i == 1 else
                        "dbias = sum over rows of g"),
@@ -1632,14 +1633,14 @@ def _rule_in_words(node, i, g_out, g_in):
         'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
         'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
         'dropout': "times the dropout mask / (1 - p)",
-        'sum': f"broadcast back over the summed dims {_shape(Tensor(g_out))} -> {_shape(x)}",
-        'mean': f"broadcast back {_shape(Tensor(g_out))} -> {_shape(x)} and divided by the count",
+        'sum': f"broadcast back over the summed dims {_shape(g_out.shape)} -> {_shape(x.shape)}",
+        'mean': f"broadcast back {_shape(g_out.shape)} -> {_shape(x.shape)} and divided by the count",
         'var': "times 2 (x - mean) / (N - correction)",
-        'reshape': f"reshaped back {_shape(Tensor(g_out))} -> {_shape(x)}",
+        'reshape': f"reshaped back {_shape(g_out.shape)} -> {_shape(x.shape)}",
         'permute': "axes permuted back", 'transpose': "the two axes swapped back",
         'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
-        'expand': f"summed over the expanded dims {_shape(Tensor(g_out))} -> {_shape(x)}",
-        'index': f"placed into a zero tensor of shape {_shape(x)} (repeated indices added)",
+        'expand': f"summed over the expanded dims {_shape(g_out.shape)} -> {_shape(x.shape)}",
+        'index': f"placed into a zero tensor of shape {_shape(x.shape)} (repeated indices added)",
         'cat': "its own slice of the gradient", 'stack': "its own slice of the gradient",
         'tril': "lower triangle kept", 'triu': "upper triangle kept",
         'amax': "to the position(s) of the max, ties sharing", 'amin':
@@ -1680,14 +1681,14 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
         if n and node is not param:
             paths[id(node)] = n
     seed = np.ones_like(loss.data)
-    out = [f"gradient of the loss {_shape(loss)} with respect to {pname} {_shape(param)}",
+    out = [f"gradient of the loss {_shape(loss.shape)} with respect to {pname} {_shape(param.shape)}",
            "each step: op, gradient shape at its output -> at its input [that input], "
            "|grad| there, and the backward rule"]
 
     def step_line(node, i, g, pg):
         x = node._parents[i]
         src = label.get(id(x), 'x' if not x._parents else x._op)
-        return (f"  {node._op:<14} {_shape(Tensor(g))} -> {_shape(x)} [{src}]  |grad| "
+        return (f"  {node._op:<14} {_shape(g.shape)} -> {_shape(x.shape)} [{src}]  |grad| "
                 f"{np.linalg.norm(g):.4g} -> {np.linalg.norm(pg):.4g}:  "
                 f"{_rule_in_words(node, i, g, pg)}")
 
