@@ -1398,8 +1398,20 @@ def test_draw_graph_caps_big_graphs():
     _, loss = model(np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64))
     nodes, edges = parse_dot(tt.draw_graph(loss, max_nodes=40))
     assert len(nodes) == 40
-    total = len(tt._topological_order(loss))
+    seen, todo = {id(loss)}, [loss]  # every node of the graph, inputs and constants included
+    while todo:
+        for p in todo.pop()._parents:
+            if id(p) not in seen:
+                seen.add(id(p))
+                todo.append(p)
+    total = len(seen)
     assert f"{total - 40} more nodes not drawn (max_nodes=40)" in tt.draw_graph(loss, max_nodes=40)
+    everything, _ = parse_dot(tt.draw_graph(loss, max_nodes=total))
+    assert len(everything) == total and "not drawn" not in tt.draw_graph(loss, max_nodes=total)
+    # inputs and constants count too: 2 * (x @ w) has 5 nodes (mul, the 2, matmul, x, w)
+    w = tt.randn(3, 2, requires_grad=True)
+    small = (tt.randn(4, 3) @ w) * 2.0
+    assert "3 more nodes not drawn (max_nodes=2)" in tt.draw_graph(small, max_nodes=2)
 
 
 def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):

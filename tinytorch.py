@@ -1544,16 +1544,19 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     Graphviz's `dot` when it is installed; any other path gets the DOT text.
     """
     _check_intact(tensor)
+    from collections import deque
     label = _param_names(names)
-    ids, order, queue = {}, [], [tensor]
-    while queue and len(order) < max_nodes:  # breadth first from the output
-        node = queue.pop(0)
-        if id(node) in ids:
-            continue
-        ids[id(node)] = f'n{len(order)}'
+    seen, order, queue = {id(tensor)}, [], deque([tensor])
+    while queue:  # breadth first from the output: every node, inputs and constants included
+        node = queue.popleft()
         order.append(node)
-        queue.extend(p for p in node._parents if id(p) not in ids)
-    hidden = len(_topological_order(tensor)) - len(order) if tensor.requires_grad else 0
+        for p in node._parents:
+            if id(p) not in seen:
+                seen.add(id(p))
+                queue.append(p)
+    hidden = len(order) - max_nodes
+    order = order[:max_nodes]  # the nodes nearest the output
+    ids = {id(node): f'n{i}' for i, node in enumerate(order)}
     lines = ['digraph tinytorch {', '  rankdir=BT;',
              '  node [shape=box, fontname="Helvetica", fontsize=10];']
     for node in order:
