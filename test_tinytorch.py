@@ -374,6 +374,16 @@ def test_gradients_accumulate_across_backward_calls():
     np.testing.assert_array_equal(x.grad, [6.0, 6.0])
 
 
+def test_retain_grad_keeps_a_non_leaf_gradient():
+    x = tt.tensor([1.0, -2.0], requires_grad=True)
+    y = (x * 3).retain_grad()
+    z = y.tanh()
+    (z * z).sum().backward()
+    np.testing.assert_allclose(y.grad, 2 * z.data * (1 - z.data ** 2), rtol=1e-6)
+    assert z.grad is None  # only the tensors that asked keep theirs
+    np.testing.assert_allclose(x.grad, 3 * y.grad, rtol=1e-6)
+
+
 def test_tensor_used_twice_gets_both_contributions():
     x = tt.tensor([2.0], requires_grad=True)
     (x * x + x).sum().backward()  # d/dx (x^2 + x) = 2x + 1
