@@ -34,15 +34,16 @@ ARGS = parse_args() if __name__ == '__main__' else None
 if ARGS is not None:  # BLAS reads its thread count when NumPy is first imported
     for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
         os.environ[var] = str(ARGS.threads)
-    if ARGS.worker == 'torch':  # PyTorch as a user gets it: tinytorch's malloc tuning off
+    if ARGS.worker == 'torch':  # PyTorch as a user gets it: tinytorch's process tuning off
         os.environ['TINYTORCH_TUNE_MALLOC'] = '0'
+        os.environ['TINYTORCH_TUNE_THREADS'] = '0'
 
 import time  # noqa: E402
 
+import tinytorch as tt  # noqa: E402  (before NumPy: it tunes OpenBLAS's threads as NumPy loads)
 import numpy as np  # noqa: E402
 
 import optim  # noqa: E402
-import tinytorch as tt  # noqa: E402
 from transformer import GPT, GPTConfig  # noqa: E402
 
 CONFIGS = {

@@ -16,9 +16,9 @@ import zipfile
 from collections import OrderedDict
 from types import SimpleNamespace
 
+import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
-import tinytorch as tt
 from tinytorch import Tensor, from_op, no_grad, sum_last, sum_leading
 
 

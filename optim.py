@@ -6,9 +6,9 @@ is PyTorch's, written out on NumPy arrays. Needs only NumPy and tinytorch.py.
 """
 import math
 
+import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
-import tinytorch as tt
 from tinytorch import no_grad
 
 

@@ -1075,6 +1075,60 @@ def test_fused_attention_gradcheck_and_equals_composed():
     np.testing.assert_allclose(got, qkv.grad, rtol=1e-10, atol=1e-13)
 
 
+@pytest.fixture
+def threads_everywhere(monkeypatch):
+    """parallel_for splits every job, however small (tests use small arrays)."""
+    monkeypatch.setattr(tt, 'PARALLEL_MIN_SIZE', 0)
+    before = tt.get_num_threads()
+    yield tt.set_num_threads
+    tt.set_num_threads(before)
+
+
+def test_parallel_for_covers_every_index_once_and_reraises(threads_everywhere):
+    threads_everywhere(3)
+    seen = np.zeros(10, dtype=int)
+
+    def add(lo, hi):
+        seen[lo:hi] += 1
+    tt.parallel_for(add, 10, 10)
+    assert seen.tolist() == [1] * 10
+
+    def fail(lo, hi):
+        if lo > 0:  # only a worker thread's range
+            raise ValueError(f"bad range {lo}")
+    with pytest.raises(ValueError, match="bad range"):
+        tt.parallel_for(fail, 10, 10)
+    with pytest.raises(ValueError, match="at least 1 thread"):
+        tt.set_num_threads(0)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threaded_kernels_equal_one_thread(threads_everywhere, threads):
+    """GELU and fused attention split their work between threads: the same numbers,
+    and gradients that still pass gradcheck, with 5 batch items cut unevenly."""
+    x32 = np.random.default_rng(0).standard_normal((5, 7, 6)).astype(np.float32)
+    results = []
+    for n in (1, threads):
+        threads_everywhere(n)
+        outs = []
+        for dtype in (np.float32, np.float64):
+            x = tt.tensor(x32.astype(dtype), requires_grad=True)
+            y = tt.gelu(x)
+            y.backward(np.cos(x.data))
+            outs += [y.data, x.grad]
+        for dropout in (0.0, 0.3):
+            qkv = t64(5, 7, 18, seed=4)
+            tt.manual_seed(1)
+            y = tf.fused_causal_attention(qkv, 3, dropout_p=dropout)
+            y.backward(np.sin(y.data))
+            outs += [y.data, qkv.grad]
+        results.append(outs)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    check(lambda z: tf.fused_causal_attention(z, 3), t64(5, 4, 18, seed=2))
+    check(tt.gelu, t64(5, 3, seed=3))
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout):
     results = []

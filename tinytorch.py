@@ -25,9 +25,17 @@ with np.asarray, so array libraries that implement NumPy's dispatch protocols
 """
 import builtins  # sum, max, min and abs are redefined below as tensor ops
 import math
+import os
+import sys
 from collections import namedtuple
 
-import numpy as np
+# Before NumPy loads OpenBLAS: let its idle worker threads sleep at once instead of
+# spinning for ~0.1 s after every matmul, so that they leave the cores free for
+# tinytorch's own threads (see parallel_for in section 1). Only possible while NumPy
+# is not yet imported; a value the user set wins; TINYTORCH_TUNE_THREADS=0 opts out.
+if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
+import numpy as np  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # 1. dtypes, grad mode and the random generator
@@ -94,8 +102,6 @@ def tune_malloc():
     Returns True if the settings were applied.
     """
     import ctypes
-    import os
-    import sys
     if os.environ.get('TINYTORCH_TUNE_MALLOC', '1') == '0' or not sys.platform.startswith('linux'):
         return False
     try:
@@ -108,6 +114,64 @@ def tune_malloc():
 
 
 malloc_tuned = tune_malloc()
+blas_threads_tuned = os.environ.get('OPENBLAS_THREAD_TIMEOUT') is not None
+
+
+def _threads_from_env():
+    for var in ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
+        if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:
+            return int(os.environ[var])
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
+_num_threads = _threads_from_env()
+_pool = None
+PARALLEL_MIN_SIZE = 2 ** 15  # below this many elements a job stays on one thread
+
+
+def get_num_threads():
+    return _num_threads
+
+
+def set_num_threads(n):
+    """How many threads tinytorch's own kernels (GELU, attention, ...) use, as
+    torch.set_num_threads. BLAS (the matmuls) has its own setting: OPENBLAS_NUM_THREADS.
+    The default comes from TINYTORCH_NUM_THREADS, OMP_NUM_THREADS or
+    OPENBLAS_NUM_THREADS, else the number of cores. 1 turns the threads off."""
+    global _num_threads, _pool
+    if int(n) < 1:
+        raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
+    if _pool is not None:
+        _pool.shutdown()
+        _pool = None
+    _num_threads = int(n)
+
+
+def parallel_for(fn, n, size, threads=None):
+    """Call fn(lo, hi) on [0, n) cut into get_num_threads() contiguous ranges, all at
+    once; fn must write its results into arrays it was given, range by range.
+
+    Why threads help in Python: every NumPy ufunc and matmul lets go of the GIL while
+    it computes, so two threads working on different rows of the same arrays really
+    run side by side. BLAS spreads a big matmul over the cores by itself, but the
+    small per-head matmuls of attention and every elementwise op (GELU) run on one
+    core; here they get all of them. size (the elements involved) keeps small jobs,
+    where starting threads would cost more than it saves, on this thread; threads
+    (at most get_num_threads()) lets a caller ask for fewer.
+    """
+    global _pool
+    k = builtins.min(_num_threads, n, threads or _num_threads)
+    if k < 2 or size < PARALLEL_MIN_SIZE:
+        fn(0, n)
+        return
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(_num_threads - 1, thread_name_prefix='tinytorch')
+    bounds = [n * i // k for i in range(k + 1)]
+    futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    fn(bounds[0], bounds[1])  # this thread takes the first range
+    for f in futures:
+        f.result()  # waits, and re-raises an error from a worker
 
 # One generator for the whole library: manual_seed(s) makes every random op,
 # dropout and sampling included, reproducible.
@@ -632,31 +696,31 @@ _AS_A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.45315
                                 1.061405429))
 
 
-def _normal_cdf_float32(x):
-    """Phi(x) and exp(-x^2/2) for float32 GELU, cheaply and without cancellation.
+def _gelu_float32(x, out, cdf, e):
+    """GELU of a float32 array, written into out; cdf = Phi(x) and e = exp(-x^2/2) are
+    written too, for the backward rule. Cheap and without cancellation:
 
     h = Phi(-|x|) = erfc(|x|/sqrt 2) / 2, with erfc from Abramowitz & Stegun 7.1.26:
     erfc(z) = t (a1 + t (a2 + ... + t a5)) exp(-z^2), t = 1 / (1 + p z), absolute error
     < 1.5e-7 (float32's resolution near 1). Then Phi(x) = h for x < 0 and 1 - h for
-    x >= 0, i.e. h + step(x) (1 - 2h). Each step writes into an array it already has.
+    x >= 0, i.e. |step(x) - h|. Every step writes into an array it was given.
     """
-    t = np.abs(x)
+    t = np.abs(x, out=e)  # e holds t until t is no longer needed
     t *= np.float32(_AS_P)
     t += 1
     np.divide(np.float32(1), t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
-    h = t * np.float32(_AS_A[4])
+    h = np.multiply(t, np.float32(_AS_A[4]), out=cdf)
     for a in _AS_A[3::-1]:
         h += np.float32(a)
         h *= t  # Horner: t (a1 + t (a2 + ...)) / 2
-    e = np.square(x, out=t)
+    np.square(x, out=e)
     e *= np.float32(-0.5)
     np.exp(e, out=e)  # exp(-x^2/2), kept for the backward rule
     h *= e  # h = Phi(-|x|)
-    cdf = h * np.float32(-2)
-    cdf += 1
-    cdf *= np.greater_equal(x, 0).astype(np.float32)  # step(x): 1 where x >= 0
-    cdf += h  # Phi(x) = h + step(x) (1 - 2h)
-    return cdf, e
+    step = np.greater_equal(x, 0, out=out)  # 1.0 where x >= 0, else 0.0
+    np.subtract(step, h, out=cdf)
+    np.abs(cdf, out=cdf)  # Phi(x) = |step(x) - h|
+    np.multiply(x, cdf, out=out)  # GELU(x) = x Phi(x)
 
 
 def erf(x):
@@ -680,17 +744,29 @@ def gelu(x, approximate='none'):
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     if xd.dtype == np.float32:
-        cdf, e = _normal_cdf_float32(xd)
+        out, cdf, e = (np.empty_like(xd, order='C') for _ in range(3))
     else:
         cdf, e = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2)))), np.exp(-0.5 * xd * xd)
+        out = xd * cdf
+    # Flat views (a copy of xd if it is strided), so that parallel_for can hand each
+    # thread one contiguous piece.
+    xf, of, cf, ef = (a.reshape(-1) for a in (xd, out, cdf, e))
+    if xd.dtype == np.float32:
+        parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], cf[lo:hi], ef[lo:hi]),
+                     xd.size, xd.size)
 
     def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
-        d = xd * e
-        d *= 1 / math.sqrt(2 * math.pi)
-        d += cdf
-        d *= g
+        d = np.empty_like(xd, dtype=np.result_type(xd, g), order='C')
+        df, gf = d.reshape(-1), g.reshape(-1)
+
+        def piece(lo, hi):
+            dp = np.multiply(xf[lo:hi], ef[lo:hi], out=df[lo:hi])
+            dp *= 1 / math.sqrt(2 * math.pi)
+            dp += cf[lo:hi]
+            dp *= gf[lo:hi]
+        parallel_for(piece, xd.size, xd.size)
         return (d,)
-    return from_op(xd * cdf, 'gelu', (x,), backward, (x,))
+    return from_op(out, 'gelu', (x,), backward, (x,))
 
 
 def clamp(x, min=None, max=None):

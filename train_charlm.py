@@ -16,11 +16,11 @@ import signal
 import sys
 import time
 
+import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
 import nn
 import optim
-import tinytorch as tt
 from transformer import GPT, GPTConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -5,11 +5,11 @@
 
 Run: python train_linear.py
 """
+import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
 import nn
 import optim
-import tinytorch as tt
 
 
 def fit_line(steps=201, lr=0.05, log_every=50):

@@ -12,10 +12,10 @@ Needs only NumPy, tinytorch.py and nn.py.
 import math
 from dataclasses import asdict, dataclass
 
+import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
 import nn
-import tinytorch as tt
 from tinytorch import no_grad
 
 # CausalSelfAttention uses fused_causal_attention (one op, hand-derived backward) when it
@@ -91,32 +91,50 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     scale = 1.0 / math.sqrt(D)
     # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
     q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
-    p = np.matmul(q, k.swapaxes(-1, -2))  # (B, H, T, T) scores
-    p *= scale
-    p += _causal_bias(T, p)  # masked scores become -inf, so their probability is 0
-    p -= p.max(axis=-1, keepdims=True)  # softmax, in place: subtract the max, exp, normalise
-    np.exp(p, out=p)
-    p /= tt.sum_last(p)
-    pd, mask = p, None
-    if dropout_p > 0:  # the same mask nn.dropout would draw for P
-        mask = nn.dropout_mask(p.shape, dropout_p, p.dtype)
-        pd = p * mask
-    y = np.empty_like(p, shape=(B, T, H, D))
-    np.matmul(pd, v, out=y.transpose(0, 2, 1, 3))  # heads land side by side: (B, T, H, D)
+    p = np.empty_like(q, shape=(B, H, T, T))  # the attention probabilities, kept for backward
+    y = np.empty_like(q, shape=(B, T, H, D))  # heads side by side: (B, T, C) once reshaped
+    mask = nn.dropout_mask(p.shape, dropout_p, p.dtype) if dropout_p > 0 else None
+    pd = p if mask is None else np.empty_like(p)  # P, or P * M with dropout
+
+    # Batch items are independent, so threads can take a range each (tt.parallel_for).
+    # BLAS already spreads a matmul over all cores once it has more than about 2^18
+    # multiply-adds (OpenBLAS's threshold); then one thread here is the better choice.
+    threads = tt.get_num_threads() if T * T * D <= 2 ** 18 else 1
+
+    def forward_rows(lo, hi):  # batch items lo..hi-1
+        s = slice(lo, hi)
+        ps = np.matmul(q[s], k[s].swapaxes(-1, -2), out=p[s])  # scores q k^T
+        ps *= scale
+        ps += _causal_bias(T, ps)  # masked scores become -inf, so their probability is 0
+        ps -= ps.max(axis=-1, keepdims=True)  # softmax, in place: subtract the row max,
+        np.exp(ps, out=ps)  # exponentiate,
+        ps /= tt.sum_last(ps)  # normalise
+        if mask is not None:
+            np.multiply(ps, mask[s], out=pd[s])
+        np.matmul(pd[s], v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
+    tt.parallel_for(forward_rows, B, p.size, threads)
 
     def backward(g):
         g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
+        yh = y.transpose(0, 2, 1, 3)  # the output, per head: (B, H, T, D)
         grad = np.empty_like(g, shape=(B, T, 3, H, D))
         dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
-        np.matmul(pd.swapaxes(-1, -2), g, out=dv)  # dv = P^T g
-        ds = np.matmul(g, v.swapaxes(-1, -2))  # dP = g v^T
-        if mask is not None:
-            ds *= mask  # through the dropout: dP = (g v^T) * M
-        ds -= tt.sum_last(ds * p)  # dS = P * (dP - sum(P * dP))
-        ds *= p
-        ds *= scale
-        np.matmul(ds, k, out=dq)  # dq = dS k / sqrt(D)
-        np.matmul(ds.swapaxes(-1, -2), q, out=dk)  # dk = dS^T q / sqrt(D)
+        ds = np.empty_like(p)
+
+        def backward_rows(lo, hi):
+            s = slice(lo, hi)
+            np.matmul(pd[s].swapaxes(-1, -2), g[s], out=dv[s])  # dv = P^T g
+            dss = np.matmul(g[s], v[s].swapaxes(-1, -2), out=ds[s])  # dP = g v^T
+            if mask is not None:
+                dss *= mask[s]  # through the dropout: dP = (g v^T) * M
+            # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
+            # a sum over D (the output) instead of over T (FlashAttention's trick).
+            dss -= tt.sum_last(g[s] * yh[s])
+            dss *= p[s]
+            dss *= scale
+            np.matmul(dss, k[s], out=dq[s])  # dq = dS k / sqrt(D)
+            np.matmul(dss.swapaxes(-1, -2), q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
+        tt.parallel_for(backward_rows, B, p.size, threads)
         return (grad.reshape(B, T, C3),)
     return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, (qkv,))
 
