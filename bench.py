@@ -2,7 +2,7 @@
 
     python bench.py              # small, default and large GPT configurations
     python bench.py --quick      # fewer steps, under a minute
-    python bench.py --threads 1  # BLAS / PyTorch threads (default: all cores)
+    python bench.py --threads 1  # threads for BLAS, tinytorch and PyTorch (default: all cores)
 
 For each configuration it times the char-level GPT training step (forward, backward,
 AdamW step): the median over the timed steps after warm-up, tokens per second and
@@ -20,10 +20,13 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--quick', action='store_true', help="fewer steps: finishes in under a minute")
     p.add_argument('--threads', type=int, default=os.cpu_count(),
-                   help="threads for BLAS and PyTorch (default: all cores)")
+                   help="threads for BLAS, tinytorch's own kernels and PyTorch (default: all cores)")
     p.add_argument('--configs', default='small,default,large',
                    help="comma-separated subset of small,default,large")
     p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
+    p.add_argument('--rounds', type=int, default=3,
+                   help="runs of each framework per configuration, alternating, each in a fresh "
+                        "process; the median run is reported (default 3; large: 1)")
     p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
     p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
     p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
@@ -256,6 +259,13 @@ def run_worker(framework, name, args, steps, warmup):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def median_run(runs):
+    """The run with the median step time (the peak memory is the highest of all runs)."""
+    run = dict(sorted(runs, key=lambda r: r['ms'])[len(runs) // 2])
+    run['mb'] = max(r['mb'] for r in runs)
+    return run
+
+
 def main():
     args = ARGS
     if args.worker:
@@ -269,10 +279,12 @@ def main():
         except ImportError:
             print("PyTorch is not installed: printing tinytorch's own figures only.")
     print(f"GPT training step (forward, backward, AdamW step): median of {steps} steps after "
-          f"{warmup} warm-up; each run in its own process; peak MB = that process's peak "
-          "resident size, libraries included")
-    print(f"NumPy {np.__version__}, BLAS: {blas_info()}, tinytorch malloc tuning: "
-          f"{'on' if tt.malloc_tuned else 'off'}")
+          f"{warmup} warm-up, in each of {args.rounds} runs per framework (large: 1), alternating, "
+          "each in a fresh process; the median run is shown; peak MB = the highest peak resident "
+          "size of a run's process, libraries included")
+    print(f"NumPy {np.__version__}, BLAS: {blas_info()}, tinytorch: {tt.get_num_threads()} threads, "
+          f"malloc tuning {'on' if tt.malloc_tuned else 'off'}, OpenBLAS idle spin "
+          f"2^{os.environ.get('OPENBLAS_THREAD_TIMEOUT', '28 (its default)')} cycles")
     if torch_version:
         print(f"PyTorch {torch_version}, {args.threads} threads (torch.set_num_threads), "
               "its default allocator settings")
@@ -284,10 +296,18 @@ def main():
         cfg = CONFIGS[name]
         tokens = cfg['batch'] * cfg['block_size']
         n = max(3, steps // 2) if name == 'large' and args.quick else steps
-        ours = run_worker('tinytorch', name, args, n, warmup)
+        # A shared machine has slow spells: alternating the two frameworks' runs lets a
+        # spell hit both, and the median run leaves a single unlucky one out.
+        rounds = 1 if name == 'large' and '--rounds' not in sys.argv else args.rounds
+        ours, theirs = [], []
+        for _ in range(rounds):
+            ours.append(run_worker('tinytorch', name, args, n, warmup))
+            if torch_version:
+                theirs.append(run_worker('torch', name, args, n, warmup))
+        ours = median_run(ours)
         line = f"{name:<8} {ours['ms']:>12.1f} {tokens / ours['ms'] * 1000:>9,.0f} {ours['mb']:>8.0f}"
         if torch_version:
-            theirs = run_worker('torch', name, args, n, warmup)
+            theirs = median_run(theirs)
             diff = abs(theirs['first_loss'] - ours['first_loss'])
             line += (f" {theirs['ms']:>10.1f} {tokens / theirs['ms'] * 1000:>9,.0f} "
                      f"{theirs['mb']:>8.0f} {ours['ms'] / theirs['ms']:>6.2f} {diff:>9.1e}")

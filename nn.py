@@ -273,7 +273,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if tuple(x.shape[x.ndim - k:]) != normalized_shape:
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
                          f"normalized shape {normalized_shape}")
-    n = int(np.prod(normalized_shape))
+    n = math.prod(normalized_shape)
     rows = x.data.reshape(-1, n)  # one row per normalized group
     xhat = rows - sum_last(rows) / n  # x - mean
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
