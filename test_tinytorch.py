@@ -374,6 +374,25 @@ def test_gradients_accumulate_across_backward_calls():
     np.testing.assert_array_equal(x.grad, [6.0, 6.0])
 
 
+def test_leaf_grads_never_share_memory():
+    """The engine keeps a gradient array as .grad without copying only when nothing
+    else holds it: add sends the same g to both inputs, and a user's gradient stays
+    the user's."""
+    a, b = t64(3), t64(3)
+    (a + b).backward(np.ones(3))
+    assert not np.shares_memory(a.grad, b.grad)
+    a.grad += 1
+    assert b.grad.tolist() == [1.0, 1.0, 1.0]
+    user = np.ones(3)
+    x = t64(3)
+    x.backward(user)
+    assert not np.shares_memory(x.grad, user)
+    w = t64(4, 3)
+    y = (w @ t64(3, 2, requires_grad=False)).sum()
+    y.backward()
+    assert w.grad.flags.owndata  # a fresh matmul result: kept, not copied
+
+
 def test_retain_grad_keeps_a_non_leaf_gradient():
     x = tt.tensor([1.0, -2.0], requires_grad=True)
     y = (x * 3).retain_grad()

@@ -1338,10 +1338,12 @@ def backward(tensor, gradient=None, retain_graph=False):
         if g is None:
             continue
         if node._backward is None:  # a leaf: accumulate (never overwrite) into .grad
-            if node.grad is None:
-                node.grad = g.astype(node.dtype, copy=True)
-            else:
+            if node.grad is not None:
                 node.grad += g
+            elif sys.getrefcount(g) <= 2 and g.base is None and g.dtype == node.dtype:
+                node.grad = g  # nobody else holds g: keep it instead of copying (as PyTorch does)
+            else:
+                node.grad = g.astype(node.dtype, copy=True)  # g may be shared: .grad gets its own
             continue
         if getattr(node, '_retains_grad', False):
             node.grad = g.astype(node.dtype, copy=True) if node.grad is None else node.grad + g
