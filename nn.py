@@ -421,7 +421,9 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
     safe_t = np.where(valid, t, 0)
     rows = np.arange(n)
     shifted = logits.data - logits.data.max(axis=1, keepdims=True)
-    lse = np.log(np.exp(shifted).sum(axis=1))
+    e = np.exp(shifted)  # softmax numerators, kept for backward
+    sumexp = sum_last(e)  # (N, 1)
+    lse = np.log(sumexp[:, 0])
     loss = (lse - shifted[rows, safe_t]) * valid
     count = int(valid.sum())
     if reduction == 'mean':
@@ -436,7 +438,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
 
     def backward(g):
         # d loss_i / d logits_i = softmax(logits_i) - onehot(target_i), zero for ignored rows
-        grad = np.exp(shifted - lse[:, None])
+        grad = e / sumexp  # softmax(logits)
         grad[rows, safe_t] -= 1
         if reduction == 'none':
             scale = g * valid
