@@ -478,6 +478,12 @@ def sum_last(a):
     return np.matmul(a, _ones(a.shape[-1], a))[..., None]
 
 
+def sum_second_last(a):
+    """a.sum(axis=-2, keepdims=True) (a sum down each column of each matrix), as
+    ones @ a."""
+    return np.matmul(_ones(a.shape[-2], a), a)[..., None, :]
+
+
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""

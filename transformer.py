@@ -61,12 +61,13 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
 _causal_bias_cache = {}
 
 
-def _causal_bias(t, like):
-    """(t, t) additive mask: 0 where a query may look (on and below the diagonal), -inf
-    above; of like's dtype and array type."""
+def _causal_bias_keys_first(t, like):
+    """(t, t) additive mask indexed [key, query]: 0 where a query may look at a key (key
+    position <= query position, on and above the diagonal), -inf below; of like's
+    dtype and array type."""
     key = (t, like.dtype, type(like))
     if key not in _causal_bias_cache:
-        _causal_bias_cache[key] = np.triu(np.full_like(like, -np.inf, shape=(t, t)), 1)
+        _causal_bias_cache[key] = np.tril(np.full_like(like, -np.inf, shape=(t, t)), -1)
     return _causal_bias_cache[key]
 
 
@@ -82,6 +83,9 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     into one (B, T, 3C) gradient. Per head, with S = q k^T / sqrt(D) and P = softmax(S):
         out = P v,  dv = P^T g,  dP = g v^T,  dS = P * (dP - sum(P * dP)),
         dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D).
+    The arrays hold S^T and P^T (keys down, queries across): the softmax's max and sum
+    over the keys are then reductions down the columns, which NumPy does about twice
+    as fast as along rows as short as these.
     With dropout_p > 0, P is replaced by P * M (M the inverted-dropout mask of
     nn.dropout, drawn the same way) in out and dv, and dP is multiplied by M.
     """
@@ -91,10 +95,13 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     scale = 1.0 / math.sqrt(D)
     # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
     q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
-    p = np.empty_like(q, shape=(B, H, T, T))  # the attention probabilities, kept for backward
+    pt = np.empty_like(q, shape=(B, H, T, T))  # P^T, kept for backward
     y = np.empty_like(q, shape=(B, T, H, D))  # heads side by side: (B, T, C) once reshaped
-    mask = nn.dropout_mask(p.shape, dropout_p, p.dtype) if dropout_p > 0 else None
-    pd = p if mask is None else np.empty_like(p)  # P, or P * M with dropout
+    mask_t = None  # M^T, the dropout mask nn.dropout would draw for P, transposed like P^T
+    if dropout_p > 0:
+        mask = nn.dropout_mask(pt.shape, dropout_p, pt.dtype)
+        mask_t = np.ascontiguousarray(mask.swapaxes(-1, -2))
+    pdt = pt if mask_t is None else np.empty_like(pt)  # P^T, or (P * M)^T with dropout
 
     # Batch items are independent, so threads can take a range each (tt.parallel_for).
     # BLAS already spreads a matmul over all cores once it has more than about 2^18
@@ -103,38 +110,38 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
 
     def forward_rows(lo, hi):  # batch items lo..hi-1
         s = slice(lo, hi)
-        ps = np.matmul(q[s], k[s].swapaxes(-1, -2), out=p[s])  # scores q k^T
-        ps *= scale
-        ps += _causal_bias(T, ps)  # masked scores become -inf, so their probability is 0
-        ps -= ps.max(axis=-1, keepdims=True)  # softmax, in place: subtract the row max,
-        np.exp(ps, out=ps)  # exponentiate,
-        ps /= tt.sum_last(ps)  # normalise
-        if mask is not None:
-            np.multiply(ps, mask[s], out=pd[s])
-        np.matmul(pd[s], v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
-    tt.parallel_for(forward_rows, B, p.size, threads)
+        st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
+        st *= scale
+        st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
+        st -= st.max(axis=-2, keepdims=True)  # softmax over the keys, in place: subtract
+        np.exp(st, out=st)  # each query's max, exponentiate,
+        st /= tt.sum_second_last(st)  # normalise
+        if mask_t is not None:
+            np.multiply(st, mask_t[s], out=pdt[s])
+        np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
+    tt.parallel_for(forward_rows, B, pt.size, threads)
 
     def backward(g):
         g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
         yh = y.transpose(0, 2, 1, 3)  # the output, per head: (B, H, T, D)
         grad = np.empty_like(g, shape=(B, T, 3, H, D))
         dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
-        ds = np.empty_like(p)
+        dst = np.empty_like(pt)  # dP^T, then dS^T
 
         def backward_rows(lo, hi):
             s = slice(lo, hi)
-            np.matmul(pd[s].swapaxes(-1, -2), g[s], out=dv[s])  # dv = P^T g
-            dss = np.matmul(g[s], v[s].swapaxes(-1, -2), out=ds[s])  # dP = g v^T
-            if mask is not None:
-                dss *= mask[s]  # through the dropout: dP = (g v^T) * M
+            np.matmul(pdt[s], g[s], out=dv[s])  # dv = P^T g
+            ds = np.matmul(v[s], g[s].swapaxes(-1, -2), out=dst[s])  # dP^T = v g^T
+            if mask_t is not None:
+                ds *= mask_t[s]  # through the dropout: dP = (g v^T) * M
             # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
             # a sum over D (the output) instead of over T (FlashAttention's trick).
-            dss -= tt.sum_last(g[s] * yh[s])
-            dss *= p[s]
-            dss *= scale
-            np.matmul(dss, k[s], out=dq[s])  # dq = dS k / sqrt(D)
-            np.matmul(dss.swapaxes(-1, -2), q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
-        tt.parallel_for(backward_rows, B, p.size, threads)
+            ds -= tt.sum_last(g[s] * yh[s]).swapaxes(-1, -2)  # one value per query (column)
+            ds *= pt[s]
+            ds *= scale
+            np.matmul(ds.swapaxes(-1, -2), k[s], out=dq[s])  # dq = dS k / sqrt(D)
+            np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
+        tt.parallel_for(backward_rows, B, pt.size, threads)
         return (grad.reshape(B, T, C3),)
     return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, (qkv,))
 
