@@ -24,9 +24,9 @@ def parse_args():
     p.add_argument('--configs', default='small,default,large',
                    help="comma-separated subset of small,default,large")
     p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
-    p.add_argument('--rounds', type=int, default=3,
+    p.add_argument('--rounds', type=int,
                    help="runs of each framework per configuration, alternating, each in a fresh "
-                        "process; the median run is reported (default 3; large: 1)")
+                        "process; the median run is reported (default 5, --quick 3; large: 1)")
     p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
     p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
     p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
@@ -271,6 +271,8 @@ def main():
     if args.worker:
         return worker(args)
     warmup, steps = (3, 8) if args.quick else (3, 20)
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 5
     torch_version = None
     if not args.no_torch:
         try:
