@@ -117,6 +117,11 @@ def test_gelu_values_match_math_erf():
     single = tt.gelu(tt.tensor(xs.astype(np.float32))).data  # float32 takes a cheaper erf
     assert single.dtype == np.float32
     np.testing.assert_allclose(single, ref, rtol=3e-7, atol=3e-7)  # A&S bound: 1.5e-7 * |x| / 2
+    x32 = tt.tensor(xs.astype(np.float32), requires_grad=True)
+    tt.gelu(x32).sum().backward()  # float32's derivative Phi(x) + x phi(x), from the same erf
+    exact = [0.5 * (1 + math.erf(v / math.sqrt(2))) + v * math.exp(-v * v / 2) /
+             math.sqrt(2 * math.pi) for v in x32.data.astype(float)]
+    np.testing.assert_allclose(x32.grad, exact, rtol=1e-6, atol=3e-7)
     erf32 = tt.erf(tt.tensor(xs.astype(np.float32))).data
     np.testing.assert_allclose(erf32, [math.erf(v) for v in xs.astype(np.float32)], rtol=1e-7)
 

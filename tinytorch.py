@@ -695,38 +695,40 @@ def _erf_np(x):
     return np.copysign(out, x).astype(x.dtype, copy=False)
 
 
-# Abramowitz & Stegun 7.1.26 for erfc(z), z = |x| / sqrt(2), rewritten for Phi(-|x|) =
-# erfc(z) / 2: the 1/sqrt(2) is folded into p and the 1/2 into a1..a5.
-_AS_P = 0.3275911 / math.sqrt(2)
-_AS_A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027,
-                                1.061405429))
+# Abramowitz & Stegun 26.2.17 (Zelen & Severo) for the normal tail:
+# Phi(-|x|) = phi(x) t (b1 + b2 t + ... + b5 t^4), t = 1 / (1 + p |x|), error < 7.5e-8.
+_ZS_P = 0.2316419
+_ZS_B = (0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def _gelu_float32(x, out, cdf, e):
-    """GELU of a float32 array, written into out; cdf = Phi(x) and e = exp(-x^2/2) are
-    written too, for the backward rule. Cheap and without cancellation:
+def _gelu_float32(x, out, dgelu):
+    """GELU of a float32 array into out, and its derivative Phi(x) + x phi(x) into
+    dgelu (all the backward rule needs), cheaply and without cancellation.
 
-    h = Phi(-|x|) = erfc(|x|/sqrt 2) / 2, with erfc from Abramowitz & Stegun 7.1.26:
-    erfc(z) = t (a1 + t (a2 + ... + t a5)) exp(-z^2), t = 1 / (1 + p z), absolute error
-    < 1.5e-7 (float32's resolution near 1). Then Phi(x) = h for x < 0 and 1 - h for
-    x >= 0, i.e. |step(x) - h|. Every step writes into an array it was given.
+    phi(x) = exp(-x^2/2) / sqrt(2 pi) is the normal density and h = Phi(-|x|) the tail
+    from A&S 26.2.17 (above), absolute error < 7.5e-8, below float32's resolution
+    near 1. Then Phi(x) = h for x < 0 and 1 - h for x >= 0, i.e. |step(x) - h|.
+    Every step writes into an array it was given.
     """
-    t = np.abs(x, out=e)  # e holds t until t is no longer needed
-    t *= np.float32(_AS_P)
+    t = np.abs(x, out=dgelu)  # dgelu holds t until t is no longer needed
+    t *= np.float32(_ZS_P)
     t += 1
-    np.divide(np.float32(1), t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
-    h = np.multiply(t, np.float32(_AS_A[4]), out=cdf)
-    for a in _AS_A[3::-1]:
-        h += np.float32(a)
-        h *= t  # Horner: t (a1 + t (a2 + ...)) / 2
-    np.square(x, out=e)
-    e *= np.float32(-0.5)
-    np.exp(e, out=e)  # exp(-x^2/2), kept for the backward rule
-    h *= e  # h = Phi(-|x|)
-    step = np.greater_equal(x, 0, out=out)  # 1.0 where x >= 0, else 0.0
-    np.subtract(step, h, out=cdf)
-    np.abs(cdf, out=cdf)  # Phi(x) = |step(x) - h|
-    np.multiply(x, cdf, out=out)  # GELU(x) = x Phi(x)
+    np.divide(np.float32(1), t, out=t)  # t = 1 / (1 + p |x|)
+    h = np.multiply(t, np.float32(_ZS_B[4]), out=out)
+    for b in _ZS_B[3::-1]:
+        h += np.float32(b)
+        h *= t  # Horner: t (b1 + t (b2 + ...))
+    phi = np.square(x, out=dgelu)
+    phi *= np.float32(-0.5)
+    phi -= np.float32(_LOG_SQRT_2PI)
+    np.exp(phi, out=phi)  # phi(x) = exp(-x^2/2 - log sqrt(2 pi))
+    h *= phi  # h = Phi(-|x|)
+    h -= np.greater_equal(x, 0)  # h - step(x), step(x) = 1 where x >= 0
+    cdf = np.abs(h, out=h)  # Phi(x) = |step(x) - h|
+    phi *= x
+    phi += cdf  # dgelu = Phi(x) + x phi(x)
+    np.multiply(cdf, x, out=out)  # GELU(x) = x Phi(x)
 
 
 def erf(x):
@@ -749,30 +751,19 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, (x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if xd.dtype == np.float32:
-        out, cdf, e = (np.empty_like(xd, order='C') for _ in range(3))
-    else:
-        cdf, e = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2)))), np.exp(-0.5 * xd * xd)
-        out = xd * cdf
-    # Flat views (a copy of xd if it is strided), so that parallel_for can hand each
-    # thread one contiguous piece.
-    xf, of, cf, ef = (a.reshape(-1) for a in (xd, out, cdf, e))
-    if xd.dtype == np.float32:
-        parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], cf[lo:hi], ef[lo:hi]),
+    if xd.dtype == np.float32:  # in pieces, one per thread (flat views: contiguous pieces)
+        out, dgelu = np.empty_like(xd, order='C'), np.empty_like(xd, order='C')
+        xf, of, df = (a.reshape(-1) for a in (xd, out, dgelu))  # xf: a copy if xd is strided
+        parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]),
                      xd.size, xd.size)
+    else:
+        cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))
+        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))
+        out = xd * cdf
 
     def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
-        d = np.empty_like(xd, dtype=np.result_type(xd, g), order='C')
-        df, gf = d.reshape(-1), g.reshape(-1)
-
-        def piece(lo, hi):
-            dp = np.multiply(xf[lo:hi], ef[lo:hi], out=df[lo:hi])
-            dp *= 1 / math.sqrt(2 * math.pi)
-            dp += cf[lo:hi]
-            dp *= gf[lo:hi]
-        parallel_for(piece, xd.size, xd.size)
-        return (d,)
-    return from_op(out, 'gelu', (x,), backward, (x,))
+        return (g * dgelu,)  # (computed in the forward pass, which had phi at hand)
+    return from_op(out, 'gelu', (x,), backward)
 
 
 def clamp(x, min=None, max=None):
