@@ -1126,6 +1126,45 @@ def test_parallel_for_covers_every_index_once_and_reraises(threads_everywhere):
         tt.set_num_threads(0)
 
 
+def test_parallel_for_nested_in_a_worker_does_not_wait_on_itself(threads_everywhere):
+    import threading
+    threads_everywhere(2)
+    seen = np.zeros((4, 6), dtype=int)
+
+    def outer(lo, hi):
+        for i in range(lo, hi):
+            tt.parallel_for(lambda a, b: seen[i, a:b].__iadd__(1), 6, 6)
+    runner = threading.Thread(target=tt.parallel_for, args=(outer, 4, 4), daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "parallel_for deadlocked"
+    assert (seen == 1).all()
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason="needs os.fork")
+def test_parallel_for_works_in_a_forked_child(threads_everywhere):
+    import time
+    threads_everywhere(2)
+    tt.parallel_for(lambda lo, hi: None, 4, 4)  # the parent's pool and its thread exist
+    pid = os.fork()
+    if pid == 0:  # the child has the pool object but none of its threads
+        try:
+            out = np.zeros(4)
+            tt.parallel_for(lambda lo, hi: out[lo:hi].__iadd__(1), 4, 4)
+            os._exit(0 if (out == 1).all() else 1)
+        except BaseException:
+            os._exit(2)
+    for _ in range(100):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("parallel_for hung in a forked child")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_threaded_kernels_equal_one_thread(threads_everywhere, threads):
     """GELU and fused attention split their work between threads: the same numbers,

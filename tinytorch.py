@@ -27,6 +27,7 @@ import builtins  # sum, max, min and abs are redefined below as tensor ops
 import math
 import os
 import sys
+import threading
 from collections import namedtuple
 
 # Before NumPy loads OpenBLAS: let its idle worker threads sleep at once instead of
@@ -125,7 +126,7 @@ def _threads_from_env():
 
 
 _num_threads = _threads_from_env()
-_pool = None
+_pool, _pool_pid = None, None
 PARALLEL_MIN_SIZE = 2 ** 15  # below this many elements a job stays on one thread
 
 
@@ -159,14 +160,16 @@ def parallel_for(fn, n, size, threads=None):
     where starting threads would cost more than it saves, on this thread; threads
     (at most get_num_threads()) lets a caller ask for fewer.
     """
-    global _pool
+    global _pool, _pool_pid
     k = builtins.min(_num_threads, n, threads or _num_threads)
-    if k < 2 or size < PARALLEL_MIN_SIZE:
-        fn(0, n)
+    if k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
+            'tinytorch'):  # a job started on one of the pool's threads stays on it: the
+        fn(0, n)  # pool could otherwise end up waiting on itself
         return
-    if _pool is None:
+    if _pool is None or _pool_pid != os.getpid():  # a forked child has none of its threads
         from concurrent.futures import ThreadPoolExecutor
         _pool = ThreadPoolExecutor(_num_threads - 1, thread_name_prefix='tinytorch')
+        _pool_pid = os.getpid()
     bounds = [n * i // k for i in range(k + 1)]
     futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
     fn(bounds[0], bounds[1])  # this thread takes the first range
