@@ -284,8 +284,11 @@ def main():
           f"{warmup} warm-up, in each of {args.rounds} runs per framework (large: 1), alternating, "
           "each in a fresh process; the median run is shown; peak MB = the highest peak resident "
           "size of a run's process, libraries included")
-    print(f"NumPy {np.__version__}, BLAS: {blas_info()}, tinytorch: {tt.get_num_threads()} threads, "
-          f"malloc tuning {'on' if tt.malloc_tuned else 'off'}, OpenBLAS idle spin "
+    coretype = os.environ.get('OPENBLAS_CORETYPE')
+    print(f"NumPy {np.__version__}, BLAS: {blas_info()}"
+          + (f", OPENBLAS_CORETYPE={coretype} (from the environment)" if coretype else ""))
+    print(f"tinytorch: {tt.get_num_threads()} threads of its own, malloc tuning "
+          f"{'on' if tt.malloc_tuned else 'off'}, OpenBLAS idle spin "
           f"2^{os.environ.get('OPENBLAS_THREAD_TIMEOUT', '28 (its default)')} cycles")
     if torch_version:
         print(f"PyTorch {torch_version}, {args.threads} threads (torch.set_num_threads), "

@@ -2,7 +2,7 @@
 
 Read this file top to bottom:
 
-  1. dtypes, grad mode, the random generator (and the allocator setting)
+  1. dtypes, grad mode, the random generator (and the allocator and thread settings)
   2. the Tensor and how an op enters the graph
   3. elementwise arithmetic (with broadcasting and its backward: "unbroadcast")
   4. elementwise functions (exp, tanh, gelu, ...)
@@ -30,16 +30,17 @@ import sys
 import threading
 from collections import namedtuple
 
-# Before NumPy loads OpenBLAS: let its idle worker threads sleep at once instead of
-# spinning for ~0.1 s after every matmul, so that they leave the cores free for
-# tinytorch's own threads (see parallel_for in section 1). Only possible while NumPy
-# is not yet imported; a value the user set wins; TINYTORCH_TUNE_THREADS=0 opts out.
+# Before NumPy loads OpenBLAS: its idle worker threads spin for ~0.1 s after every
+# matmul, waiting for the next one, and take the cores from tinytorch's own threads
+# (parallel_for in section 1); ask them to spin ~20 us and then sleep. Only possible
+# while NumPy is not yet imported; a value the user set wins; TINYTORCH_TUNE_THREADS=0
+# leaves it alone.
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
 
 # ---------------------------------------------------------------------------
-# 1. dtypes, grad mode and the random generator
+# 1. dtypes, grad mode, the random generator, the allocator and threads
 # ---------------------------------------------------------------------------
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
@@ -115,7 +116,6 @@ def tune_malloc():
 
 
 malloc_tuned = tune_malloc()
-blas_threads_tuned = os.environ.get('OPENBLAS_THREAD_TIMEOUT') is not None
 
 
 def _threads_from_env():
@@ -172,9 +172,12 @@ def parallel_for(fn, n, size, threads=None):
         _pool_pid = os.getpid()
     bounds = [n * i // k for i in range(k + 1)]
     futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-    fn(bounds[0], bounds[1])  # this thread takes the first range
-    for f in futures:
-        f.result()  # waits, and re-raises an error from a worker
+    try:
+        fn(bounds[0], bounds[1])  # this thread takes the first range
+    finally:
+        for f in futures:
+            f.result()  # waits, and re-raises an error from a worker
+
 
 # One generator for the whole library: manual_seed(s) makes every random op,
 # dropout and sampling included, reproducible.
