@@ -718,9 +718,8 @@ def _gelu_float32(x, out, dgelu):
     Every step writes into an array it was given.
     """
     t = np.abs(x, out=dgelu)  # dgelu holds t until t is no longer needed
-    t *= np.float32(_ZS_P)
-    t += 1
-    np.divide(np.float32(1), t, out=t)  # t = 1 / (1 + p |x|)
+    t += np.float32(1 / _ZS_P)
+    np.divide(np.float32(1 / _ZS_P), t, out=t)  # t = 1 / (1 + p |x|) = (1/p) / (1/p + |x|)
     h = np.multiply(t, np.float32(_ZS_B[4]), out=out)
     for b in _ZS_B[3::-1]:
         h += np.float32(b)
