@@ -331,8 +331,16 @@ def dropout(x, p=0.5, training=True):
 
 
 def dropout_mask(shape, p, dtype):
-    """0 with probability p, else 1/(1-p), from the library's seeded generator."""
-    mask = (tt.default_generator().random(shape, dtype=np.float32) >= p).astype(dtype)
+    """0 with probability p, else 1/(1-p), from the library's seeded generator.
+
+    An element is kept when 32 random bits, read as an integer, are at least p * 2^32.
+    The generator's raw output gives 64 bits a draw: twice as fast as drawing floats
+    (masks are most of what dropout costs)."""
+    n = math.prod(shape)
+    bits = tt.default_generator().bit_generator.random_raw((n + 1) // 2).view(np.uint32)
+    mask = np.empty(shape, dtype=dtype)
+    threshold = np.uint32(min(round(p * 2 ** 32), 2 ** 32 - 1))
+    np.greater_equal(bits[:n].reshape(shape), threshold, out=mask)
     mask *= 1.0 / (1.0 - p)
     return mask
 
