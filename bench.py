@@ -271,8 +271,7 @@ def main():
     if args.worker:
         return worker(args)
     warmup, steps = (3, 8) if args.quick else (3, 20)
-    if args.rounds is None:
-        args.rounds = 3 if args.quick else 5
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
     torch_version = None
     if not args.no_torch:
         try:
@@ -282,7 +281,7 @@ def main():
             print("PyTorch is not installed: printing tinytorch's own figures only.")
     print(f"GPT training step (forward, backward, AdamW step): median of {steps} steps after "
           f"{warmup} warm-up{' (large: 3 after 2)' if args.quick else ''}, in each of "
-          f"{args.rounds} runs per framework (large: 1), alternating, "
+          f"{rounds} runs per framework{'' if args.rounds else ' (large: 1)'}, alternating, "
           "each in a fresh process; the median run is shown; peak MB = the highest peak resident "
           "size of a run's process, libraries included")
     coretype = os.environ.get('OPENBLAS_CORETYPE')
@@ -304,9 +303,9 @@ def main():
         n, w = (3, 2) if name == 'large' and args.quick else (steps, warmup)  # ~1.7 s a step
         # A shared machine has slow spells: alternating the two frameworks' runs lets a
         # spell hit both, and the median run leaves a single unlucky one out.
-        rounds = 1 if name == 'large' and '--rounds' not in sys.argv else args.rounds
+        runs = 1 if name == 'large' and args.rounds is None else rounds  # ~40 s a large run
         ours, theirs = [], []
-        for _ in range(rounds):
+        for _ in range(runs):
             ours.append(run_worker('tinytorch', name, args, n, w))
             if torch_version:
                 theirs.append(run_worker('torch', name, args, n, w))

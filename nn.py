@@ -448,10 +448,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
         # d loss_i / d logits_i = softmax(logits_i) - onehot(target_i), zero for ignored rows
         grad = e / sumexp  # softmax(logits)
         grad[rows, safe_t] -= 1
-        if reduction == 'none':
-            scale = g * valid
-        else:
-            scale = g * valid / count if reduction == 'mean' else g * valid
+        scale = g * valid / count if reduction == 'mean' else g * valid  # per row
         return ((grad * scale.astype(logits.dtype)[:, None]),)
     return from_op(out, 'cross_entropy', (logits,), backward, (logits,))
 
@@ -500,7 +497,7 @@ class BCEWithLogitsLoss(Module):
 def _fans(t):
     if t.ndim < 2:
         raise ValueError(f"fan in/out needs a tensor with at least 2 dims, got {tuple(t.shape)}")
-    receptive = int(np.prod(t.shape[2:])) if t.ndim > 2 else 1
+    receptive = math.prod(t.shape[2:])  # 1 for a matrix
     return t.shape[1] * receptive, t.shape[0] * receptive
 
 

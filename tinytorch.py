@@ -235,15 +235,7 @@ class Tensor:
         arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
         if arr is data:
             arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
-        self.data = arr
-        self.grad = None
-        self._parents = ()
-        self._backward = None
-        self._op = None
-        self._saved = ()
-        self._vc = [0]  # version counter, shared with views
-        self.name = None
-        self.requires_grad = False
+        _init_result(self, arr)  # no graph, a fresh version counter
         if requires_grad:
             self.requires_grad_(True)
 
@@ -366,7 +358,7 @@ def _init_result(out, data, vc=None):
     out._backward = None
     out._op = None
     out._saved = ()
-    out._vc = [0] if vc is None else vc
+    out._vc = [0] if vc is None else vc  # version counter, shared with views
     out.name = None
 
 
@@ -864,9 +856,7 @@ def sum(x, dim=None, keepdim=False):
 
 def mean(x, dim=None, keepdim=False):
     axes = _dims(dim, x.ndim, 'mean')
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
+    n = math.prod(x.shape[a] for a in axes)
     # d mean / dx_i = 1/n
     return from_op(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,),
                  lambda g: (_expand_back(g / n, x.shape, axes, keepdim),))
@@ -877,9 +867,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     if unbiased is not None:
         correction = 1 if unbiased else 0
     axes = _dims(dim, x.ndim, 'var')
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
+    n = math.prod(x.shape[a] for a in axes)
     centered = x.data - np.mean(x.data, axis=axes, keepdims=True)
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / (n - correction)
@@ -1035,10 +1023,7 @@ def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, 1)
     s, e = _dim(start_dim, x.ndim, 'flatten'), _dim(end_dim, x.ndim, 'flatten')
-    n = 1
-    for size in x.shape[s:e + 1]:
-        n *= size
-    return reshape(x, x.shape[:s] + (n,) + x.shape[e + 1:])
+    return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
 def expand(x, *sizes):
