@@ -212,7 +212,7 @@ def linear(x, weight, bias=None):
             return gx, gw
         return gx, gw, sum_leading(g2)  # db = sum of g over all rows (b was broadcast)
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return from_op(out, 'linear', parents, backward, (x, weight))
+    return from_op(out, 'linear', parents, backward, saved=(x, weight))
 
 
 class Linear(Module):
@@ -299,7 +299,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
-    return from_op(out.reshape(x.shape), 'layer_norm', parents, backward, parents)
+    return from_op(out.reshape(x.shape), 'layer_norm', parents, backward, 
+                   saved=() if weight is None else (weight,))  # backward reads the weight
 
 
 class LayerNorm(Module):
@@ -450,7 +451,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
         grad[rows, safe_t] -= 1
         scale = g * valid / count if reduction == 'mean' else g * valid  # per row
         return ((grad * scale.astype(logits.dtype)[:, None]),)
-    return from_op(out, 'cross_entropy', (logits,), backward, (logits,))
+    return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
 def binary_cross_entropy_with_logits(logits, target, reduction='mean'):
@@ -463,7 +464,8 @@ def binary_cross_entropy_with_logits(logits, target, reduction='mean'):
     x = logits.data
     loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
     sig = 0.5 + 0.5 * np.tanh(0.5 * x)
-    per_elem = from_op(loss, 'bce_with_logits', (logits,), lambda g: (g * (sig - y),), (logits,))
+    per_elem = from_op(loss, 'bce_with_logits', (logits,), lambda g: (g * (sig - y),),
+                       saved=tt._tensors_in(target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
 

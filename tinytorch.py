@@ -362,12 +362,14 @@ def _init_result(out, data, vc=None):
     out.name = None
 
 
-def from_op(data, op, parents, backward, saved=(), view_of=None):
+def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
     """Wrap an op's result. If grad mode is on and any input requires grad, the
     result joins the graph: it keeps its inputs, the op name and the backward rule.
 
-    `saved` lists the tensors whose values the backward rule reads; their version
-    counters are recorded so that backward can detect a later in-place change.
+    `saved` lists the tensors whose values the backward rule reads (inputs, masks,
+    indices), and `saves_output` says that it reads the result itself (exp, softmax):
+    their version counters are recorded, so that backward can detect a later
+    in-place change instead of returning a wrong gradient.
     `view_of` shares the input's version counter, since the output is a view of it.
     """
     if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
@@ -376,14 +378,21 @@ def from_op(data, op, parents, backward, saved=(), view_of=None):
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
     if _grad_enabled:
-        for p in parents:
-            if p.requires_grad:
-                out.requires_grad = True
-                out._parents = parents
-                out._backward = backward
-                if saved:
-                    out._saved = tuple((t, t._vc[0]) for t in saved)
-                break
+        try:
+            needs_grad = any(p.requires_grad for p in parents)
+        except AttributeError:
+            bad = next(p for p in parents if not isinstance(p, Tensor))
+            raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
+                            "and numbers with tt.tensor(...)") from None
+        if needs_grad:
+            out.requires_grad = True
+            out._parents = parents
+            out._backward = backward
+            # (counter, version now, shape): the counter, not the tensor, so that an
+            # output saving itself makes no reference cycle
+            out._saved = tuple((t._vc, t._vc[0], t.shape) for t in saved)
+            if saves_output:
+                out._saved += ((out._vc, out._vc[0], out.shape),)
     return out
 
 
@@ -393,28 +402,11 @@ def tensor(data, dtype=None, requires_grad=False):
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
-def _lift(x, like):
-    """Turn a Python number (or array) into a constant tensor for a binary op.
-    Python floats take the float dtype of the other operand, so float32 stays float32."""
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.ndarray):
-        kind = like.dtype.kind
-        if kind == 'f':
-            dt = like.dtype
-        elif isinstance(x, float):
-            dt = default_dtype
-        elif isinstance(x, bool) and kind == 'b':
-            dt = bool_
-        else:
-            dt = like.dtype if kind in 'iu' else int64
-        return Tensor.__new__(Tensor)._set(np.asarray(x, dtype=dt))  # a constant, no copy
-    return Tensor(x)
-
-
-def _operands(a, b):
-    """Both operands of a binary op as tensors (at least one of them already is one)."""
-    return (a if isinstance(a, Tensor) else _lift(a, b)), _lift(b, a)
+def _constant(data):
+    """A tensor outside the graph around an array (no copy): constants, masks, indices."""
+    out = Tensor.__new__(Tensor)
+    _init_result(out, data)
+    return out
 
 
 def _dim(d, ndim, op):
@@ -443,6 +435,80 @@ def _dims(dim, ndim, op):
 # ---------------------------------------------------------------------------
 # 3. Elementwise arithmetic and broadcasting
 # ---------------------------------------------------------------------------
+# Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
+#   1. Categories rank bool < integer < floating.
+#   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
+#      (Python or NumPy numbers; a scalar counts as bool, int64 or the default float32,
+#      whatever its NumPy width).
+#   3. Within a tier, the higher category wins and keeps its own width (int64 with
+#      float32 is float32, where NumPy says float64); within a category the wider wins.
+#   4. A lower tier changes the result only when its category is higher than the
+#      tiers above it:
+#        float32 tensor * 2.5 -> float32            int64 tensor * 2.5 -> float32
+#        float32 tensor * float64 0-d -> float32    int32 tensor * float64 0-d -> float64
+#        int32 tensor + int64 tensor -> int64       int tensor / int tensor -> float32
+_CATEGORY = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
+
+
+def promote_types(type1, type2):
+    """The dtype that holds both (rule 3 above), as torch.promote_types."""
+    type1, type2 = np.dtype(type1), np.dtype(type2)
+    c1, c2 = _CATEGORY[type1.kind], _CATEGORY[type2.kind]
+    if c1 != c2:
+        return type1 if c1 > c2 else type2
+    return np.promote_types(type1, type2)
+
+
+def _scalar_dtype(x):
+    """A Python or NumPy number as an operand: bool, int64 or the default float."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool_
+    if isinstance(x, (int, np.integer)):
+        return int64
+    if isinstance(x, (float, np.floating)):
+        return default_dtype
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
+def result_type(*operands):
+    """The dtype of an op's result on these operands (tensors, arrays or numbers),
+    by the promotion rule above; as torch.result_type."""
+    tiers = [None, None, None]  # tensors with dims, 0-d tensors, scalars
+    for x in operands:
+        if isinstance(x, (Tensor, np.ndarray)):
+            tier, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            tier, dt = 2, _scalar_dtype(x)
+        tiers[tier] = dt if tiers[tier] is None else promote_types(tiers[tier], dt)
+    result = None
+    for dt in tiers:  # from the highest tier down: a lower one needs a higher category
+        if dt is not None and (result is None or _CATEGORY[dt.kind] > _CATEGORY[result.kind]):
+            result = dt
+    return result
+
+
+def _as(x, dtype):
+    """x as a tensor of dtype: a cast in the graph for a tensor (its gradient comes
+    back in its own dtype), a constant for a number or an array."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == dtype else x.to(dtype)
+    if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
+        return _constant(np.array(x, dtype=dtype))  # a copy: later changes to x can't leak in
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
+def _operands(a, b, floating=False):
+    """Both operands of a binary op as tensors of the promoted dtype (a float one
+    if floating: int / int is float32)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype and (
+            not floating or a.dtype.kind == 'f'):
+        return a, b  # the common case: nothing to promote
+    dtype = result_type(a, b)
+    if floating and dtype.kind not in 'fc':
+        dtype = default_dtype
+    return _as(a, dtype), _as(b, dtype)
+
+
 def unbroadcast(grad, shape):
     """Undo broadcasting in backward: sum grad down to the operand's shape.
 
@@ -523,42 +589,45 @@ def mul(a, b):
     def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
         return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
-    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, (a, b))
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=(a, b))
 
 
 def div(a, b):
-    a, b = _operands(a, b)
+    a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
     out = _broadcast_op('div', np.true_divide, a, b)
-    if a.dtype.kind != 'f' and b.dtype.kind != 'f':
-        out = out.astype(default_dtype)  # int / int is a float32 in PyTorch
 
     def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
         return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
-    return from_op(out, 'div', (a, b), backward, (a, b))
+    return from_op(out, 'div', (a, b), backward, saved=(a, b))
 
 
 def pow(a, b):
     """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if not isinstance(b, Tensor) and isinstance(a, Tensor):  # tensor ** number
-        p = b
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):  # tensor ** number
+        a = _as(a, result_type(a, b))
+        p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
 
-        def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)
-            return (g * (p * a.data ** (p - 1)),)
-        return from_op(a.data ** p, 'pow', (a,), backward_scalar, (a,))
+        def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)  (0 for p = 0, even at x = 0)
+            return (g * (p * a.data ** (p - 1)) if p != 0 else np.zeros_like(g),)
+        return from_op(a.data ** p, 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', np.power, a, b)
 
-    def backward(g):  # d(a^b)/da = b * a^(b-1), d(a^b)/db = a^b * log(a)  (taken as 0 where a == 0)
+    def backward(g):
+        # d(a^b)/da = b * a^(b-1)  (0 where b == 0)
+        # d(a^b)/db = a^b * log(a)  (0 where a == 0 and b >= 0, as PyTorch)
         ga = gb = None
         if a.requires_grad:
-            ga = unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape)
+            with np.errstate(divide='ignore', invalid='ignore'):
+                ga = np.where(b.data == 0, 0, b.data * a.data ** (b.data - 1))
+            ga = unbroadcast(g * ga, a.shape)
         if b.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
-                log_a = np.where(a.data == 0, 0, np.log(a.data))
-            gb = unbroadcast(g * out * log_a, b.shape)
+                gb = np.where((a.data == 0) & (b.data >= 0), 0, out * np.log(a.data))
+            gb = unbroadcast(g * gb, b.shape)
         return ga, gb
-    return from_op(out, 'pow', (a, b), backward, (a, b))
+    return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
 
 
 def neg(a):
@@ -566,39 +635,33 @@ def neg(a):
 
 
 Tensor.__add__ = Tensor.add = add
-Tensor.__radd__ = lambda self, other: add(_lift(other, self), self)
+Tensor.__radd__ = lambda self, other: add(other, self)
 Tensor.__sub__ = Tensor.sub = sub
-Tensor.__rsub__ = lambda self, other: sub(_lift(other, self), self)
+Tensor.__rsub__ = lambda self, other: sub(other, self)
 Tensor.__mul__ = Tensor.mul = mul
-Tensor.__rmul__ = lambda self, other: mul(_lift(other, self), self)
+Tensor.__rmul__ = lambda self, other: mul(other, self)
 Tensor.__truediv__ = Tensor.div = div
-Tensor.__rtruediv__ = lambda self, other: div(_lift(other, self), self)
+Tensor.__rtruediv__ = lambda self, other: div(other, self)
 Tensor.__pow__ = Tensor.pow = pow
-Tensor.__rpow__ = lambda self, other: pow(_lift(other, self), self)
+Tensor.__rpow__ = lambda self, other: pow(_as(other, result_type(other, self)), self)
 Tensor.__neg__ = Tensor.neg = neg
 
 
 # Comparisons give boolean tensors outside the graph (they have no gradient).
 def _compare(fn):
     def compare(self, other):
-        other = _lift(other, self)
-        return Tensor.__new__(Tensor)._set(_broadcast_op(fn.__name__, fn, self, other))
+        a, b = _operands(self, other)
+        return _constant(_broadcast_op(fn.__name__, fn, a, b))
     return compare
 
 
-def _set(self, data):
-    _init_result(self, data)
-    return self
-
-
-Tensor._set = _set
 Tensor.__lt__, Tensor.__le__ = _compare(np.less), _compare(np.less_equal)
 Tensor.__gt__, Tensor.__ge__ = _compare(np.greater), _compare(np.greater_equal)
 Tensor.__eq__, Tensor.__ne__ = _compare(np.equal), _compare(np.not_equal)
 Tensor.eq, Tensor.ne, Tensor.lt, Tensor.gt = Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__gt__
 Tensor.any = lambda self: Tensor(np.any(self.data))
 Tensor.all = lambda self: Tensor(np.all(self.data))
-Tensor.__invert__ = lambda self: Tensor.__new__(Tensor)._set(np.logical_not(self.data))
+Tensor.__invert__ = lambda self: _constant(np.logical_not(self.data))
 
 
 # ---------------------------------------------------------------------------
@@ -606,39 +669,41 @@ Tensor.__invert__ = lambda self: Tensor.__new__(Tensor)._set(np.logical_not(self
 # ---------------------------------------------------------------------------
 def exp(x):
     out = np.exp(x.data)
-    return from_op(out, 'exp', (x,), lambda g: (g * out,))  # d/dx e^x = e^x
+    return from_op(out, 'exp', (x,), lambda g: (g * out,), saves_output=True)  # d/dx e^x = e^x
 
 
 def log(x):
-    return from_op(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), (x,))  # d/dx log x = 1/x
+    return from_op(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), saved=(x,))  # d/dx log x = 1/x
 
 
 def sqrt(x):
     out = np.sqrt(x.data)
-    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),))  # d/dx sqrt x = 1/(2 sqrt x)
+    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),), saves_output=True)  # d/dx sqrt x = 1/(2 sqrt x)
 
 
 def abs(x):
-    return from_op(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), (x,))  # d|x|/dx = sign(x)
+    return from_op(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), saved=(x,))  # d|x|/dx = sign(x)
 
 
 def sin(x):
-    return from_op(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), (x,))  # d sin = cos
+    return from_op(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), saved=(x,))  # d sin = cos
 
 
 def cos(x):
-    return from_op(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), (x,))  # d cos = -sin
+    return from_op(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), saved=(x,))  # d cos = -sin
 
 
 def tanh(x):
     out = np.tanh(x.data)
-    return from_op(out, 'tanh', (x,), lambda g: (g * (1 - out * out),))  # d/dx tanh x = 1 - tanh^2 x
+    # d/dx tanh x = 1 - tanh^2 x
+    return from_op(out, 'tanh', (x,), lambda g: (g * (1 - out * out),), saves_output=True)
 
 
 def sigmoid(x):
     # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
     out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
-    return from_op(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),))  # d sigma = sigma (1 - sigma)
+    # d sigma = sigma (1 - sigma)
+    return from_op(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),), saves_output=True)
 
 
 def relu(x):
@@ -732,7 +797,7 @@ def _gelu_float32(x, out, dgelu):
 def erf(x):
     # d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
     return from_op(_erf_np(x.data), 'erf', (x,),
-                 lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), (x,))
+                 lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), saved=(x,))
 
 
 def gelu(x, approximate='none'):
@@ -746,7 +811,7 @@ def gelu(x, approximate='none'):
 
         def backward_tanh(g):  # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
             return (g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * k * (1 + 0.134145 * xd * xd)),)
-        return from_op(out, 'gelu', (x,), backward_tanh, (x,))
+        return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     if xd.dtype == np.float32:  # in pieces, one per thread (flat views: contiguous pieces)
@@ -782,7 +847,7 @@ def maximum(a, b):
         wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
         return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
                 unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return from_op(out, 'maximum', (a, b), backward, (a, b))
+    return from_op(out, 'maximum', (a, b), backward, saved=(a, b))
 
 
 def minimum(a, b):
@@ -793,16 +858,13 @@ def minimum(a, b):
         wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
         return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
                 unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return from_op(out, 'minimum', (a, b), backward, (a, b))
+    return from_op(out, 'minimum', (a, b), backward, saved=(a, b))
 
 
 def where(condition, a, b):
     """where(cond, a, b): a where cond is true, else b (broadcasting all three)."""
     cond = condition.data if isinstance(condition, Tensor) else condition
-    if isinstance(a, Tensor):
-        b = _lift(b, a)
-    else:
-        a = _lift(a, b)
+    a, b = _operands(a, b)
     try:
         out = np.where(cond, a.data, b.data)
     except ValueError:
@@ -812,7 +874,7 @@ def where(condition, a, b):
     def backward(g):  # g flows to a where cond holds, to b elsewhere
         return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
                 unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
-    return from_op(out, 'where', (a, b), backward)
+    return from_op(out, 'where', (a, b), backward, saved=_tensors_in(condition))
 
 
 def masked_fill(x, mask, value):
@@ -826,7 +888,8 @@ def masked_fill(x, mask, value):
     if out.shape != x.shape:
         raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
                          f"broadcast to the tensor's shape {tuple(x.shape)}")
-    return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),))  # d/dx = 0 where masked
+    # d/dx = 0 where masked
+    return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),), saved=_tensors_in(mask))
 
 
 for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, erf, gelu, clamp, maximum,
@@ -874,7 +937,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
 
     def backward(g):  # d var / dx_i = 2 (x_i - mean) / (N - correction)
         return (_expand_back(g, x.shape, axes, keepdim) * centered * (2 / (n - correction)),)
-    return from_op(out, 'var', (x,), backward, (x,))
+    return from_op(out, 'var', (x,), backward)
 
 
 def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
@@ -889,8 +952,7 @@ def _extreme(x, dim, keepdim, op, fn):
     mask = x.data == out
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
-    return from_op(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,),
-                 (x,))
+    return from_op(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,))
 
 
 def amax(x, dim=None, keepdim=False):
@@ -946,7 +1008,8 @@ def logsumexp(x, dim, keepdim=False):
 
     def backward(g):  # d lse / dx_i = exp(x_i - lse) = softmax(x)_i
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.data - out),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward, (x,))
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
+                   saved=(x,), saves_output=True)
 
 
 def argmax(x, dim=None, keepdim=False):
@@ -1047,6 +1110,11 @@ def _is_basic_index(idx):
                and not isinstance(i, bool) for i in items)
 
 
+def _tensors_in(idx):
+    """The tensors in an index, mask or condition (an op's backward reads them)."""
+    return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
+
+
 def _index_data(idx):
     if isinstance(idx, Tensor):
         idx = idx.data
@@ -1078,6 +1146,7 @@ def _scatter_add_rows(shape, idx, g):
 
 
 def getitem(x, idx):
+    index_tensors = _tensors_in(idx)  # read by backward: guarded like saved inputs
     idx = _index_data(idx)
     try:
         out = x.data[idx]
@@ -1095,7 +1164,8 @@ def getitem(x, idx):
         else:
             np.add.at(gx, idx, g)  # a gather may pick an element twice: add, don't overwrite
         return (gx,)
-    return from_op(out, 'index', (x,), backward, view_of=x if basic else None)
+    return from_op(out, 'index', (x,), backward, saved=index_tensors,
+                   view_of=x if basic else None)
 
 
 def cat(tensors, dim=0):
@@ -1231,11 +1301,11 @@ def matmul(a, b):
                 gb = unbroadcast(gb, B.shape if b.ndim > 1 else (1,) * (gb.ndim - 2) + B.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
-    return from_op(out, 'matmul', (a, b), backward, (a, b))
+    return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
 
 Tensor.__matmul__ = Tensor.matmul = matmul
-Tensor.__rmatmul__ = lambda self, other: matmul(_lift(other, self), self)
+Tensor.__rmatmul__ = lambda self, other: matmul(_as(other, self.dtype), self)
 
 
 # ---------------------------------------------------------------------------
@@ -1250,7 +1320,7 @@ def softmax(x, dim):
 
     def backward(g):  # dx = p * (g - sum(p * g))   (the Jacobian diag(p) - p p^T applied to g)
         return (out * (g - np.sum(g * out, axis=d, keepdims=True)),)
-    return from_op(out, 'softmax', (x,), backward)
+    return from_op(out, 'softmax', (x,), backward, saves_output=True)
 
 
 def log_softmax(x, dim):
@@ -1261,7 +1331,7 @@ def log_softmax(x, dim):
 
     def backward(g):  # dx = g - softmax(x) * sum(g)
         return (g - np.exp(out) * np.sum(g, axis=d, keepdims=True),)
-    return from_op(out, 'log_softmax', (x,), backward)
+    return from_op(out, 'log_softmax', (x,), backward, saves_output=True)
 
 
 Tensor.softmax = softmax
@@ -1335,11 +1405,11 @@ def backward(tensor, gradient=None, retain_graph=False):
             continue
         if getattr(node, '_retains_grad', False):
             node.grad = g.astype(node.dtype, copy=True) if node.grad is None else node.grad + g
-        for t, version in node._saved:
-            if t._vc[0] != version:
+        for counter, version, shape in node._saved:
+            if counter[0] != version:
                 raise RuntimeError(
-                    f"backward through '{node._op}': a tensor of shape {tuple(t.shape)} that it "
-                    f"saved for backward was modified in place (it is at version {t._vc[0]}, "
+                    f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                    f"saved for backward was modified in place (it is at version {counter[0]}, "
                     f"expected version {version}); use an out-of-place op or .clone() first")
         input_grads = node._backward(g)
         for p, pg in zip(node._parents, input_grads):
@@ -1447,7 +1517,7 @@ Tensor.__itruediv__ = lambda self, o: div_(self, o)
 # ---------------------------------------------------------------------------
 def _leaf(data, requires_grad):
     return Tensor(data, requires_grad=requires_grad) if requires_grad else \
-        Tensor.__new__(Tensor)._set(data)
+        _constant(data)
 
 
 def zeros(*size, dtype=None, requires_grad=False):

@@ -145,7 +145,8 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
             np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
         tt.parallel_for(backward_rows, B, pt.size, threads)
         return (grad.reshape(B, T, C3),)
-    return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, (qkv,))
+    return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, saved=(qkv,),
+                      saves_output=True)  # backward reads y
 
 
 # ---------------------------------------------------------------------------
