@@ -484,6 +484,77 @@ def test_version_counter_detects_in_place_change():
         loss.backward()
 
 
+_OUTPUT_SAVERS = {  # ops whose backward rule reads their own output
+    'exp': lambda x: x.exp(), 'sqrt': lambda x: x.abs().sqrt(), 'tanh': lambda x: x.tanh(),
+    'sigmoid': lambda x: x.sigmoid(), 'softmax': lambda x: x.softmax(-1),
+    'log_softmax': lambda x: x.log_softmax(-1), 'logsumexp': lambda x: x.logsumexp(-1),
+    'logsumexp keepdim': lambda x: x.logsumexp(-1, keepdim=True),
+    'pow (tensor exponent)': lambda x: x.abs() ** (x * 0 + 1.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OUTPUT_SAVERS))
+def test_an_output_read_by_backward_is_guarded(name):
+    x = tt.tensor([[0.5, 1.0, 2.0], [0.3, -0.2, 0.1]], requires_grad=True)
+    y = _OUTPUT_SAVERS[name](x)
+    y.detach().mul_(2)  # shares y's array and version counter
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+def test_masks_conditions_and_index_tensors_are_guarded():
+    x = tt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    mask, cond, idx = tt.tensor([True, False, True]), tt.tensor([True, False, False]), tt.tensor([0, 2])
+    uses = [(lambda: x.masked_fill(mask, 0.0), lambda: mask.fill_(False)),
+            (lambda: tt.where(cond, x, 0.0), lambda: cond.fill_(True)),
+            (lambda: x[idx], lambda: idx.fill_(1))]
+    for make, change in uses:
+        y = make()
+        change()
+        with pytest.raises(RuntimeError, match="modified in place"):
+            y.sum().backward()
+
+
+def test_promotion_follows_pytorch_without_it_installed():
+    i32, i64 = tt.tensor([1, 2], dtype=tt.int32), tt.tensor([1, 2])
+    f32, f64 = tt.tensor([1.0, 2.0]), tt.tensor([1.0, 2.0], dtype=tt.float64)
+    b = tt.tensor([True, False])
+    cases = [
+        (tt.arange(5) * 0.5, tt.float32), (i64 / 2.0, tt.float32), (i64 / i64, tt.float32),
+        (f32 + i64, tt.float32), (f32 * np.int64(3), tt.float32), (f32 * np.float64(3), tt.float32),
+        (f32 * tt.tensor(2.0, dtype=tt.float64), tt.float32),
+        (i32 + tt.tensor(2.0, dtype=tt.float64), tt.float64), (i32 + 2.5, tt.float32),
+        (i32 + i64, tt.int64), (i32 * 3, tt.int32), (i32 + tt.tensor(3), tt.int32),
+        (b + True, tt.bool_), (b + 1, tt.int64), (b * 1.5, tt.float32), (f64 + f32, tt.float64),
+        (2 ** i32, tt.int32), (i64 ** 0.5, tt.float32), (0.5 - i32, tt.float32),
+        (tt.where(b, i32, 2.5), tt.float32), (tt.maximum(i32, f32), tt.float32),
+    ]
+    for k, (result, dtype) in enumerate(cases):
+        assert result.dtype == dtype, (k, result.dtype, dtype)
+    assert (f32 < np.float64(1.5)).tolist() == [True, False]
+    assert tt.result_type(2, 2.5) == tt.float32 and tt.result_type(i32, 2) == tt.int32
+    assert tt.promote_types(tt.int64, tt.float32) == tt.float32  # NumPy would say float64
+
+
+def test_promoted_operand_gets_its_gradient_in_its_own_dtype():
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    s = tt.tensor(3.0, dtype=tt.float64, requires_grad=True)
+    y = x * s
+    assert y.dtype == tt.float32
+    y.sum().backward()
+    assert x.grad.dtype == tt.float32 and s.grad.dtype == tt.float64 and s.grad.item() == 3.0
+
+
+def test_in_place_op_refuses_a_result_of_a_higher_category():
+    i = tt.tensor([1, 2])
+    with pytest.raises(RuntimeError, match="add_: result type float32 can't be cast to int64"):
+        i += 1.5
+    with pytest.raises(RuntimeError, match="div_"):
+        i /= 2
+    i *= 3
+    assert i.tolist() == [3, 6] and i.dtype == tt.int64
+
+
 def test_views_share_the_version_counter():
     w = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
     x = tt.tensor([1.0, 1.0], requires_grad=True)

@@ -1446,30 +1446,42 @@ def _bump(x):
     return x
 
 
+def _in_place_operand(x, other, op, floating=False):
+    """other as an array for an in-place op on x: the promoted dtype (result_type)
+    must fit back into x's dtype, as in PyTorch (an int tensor can't take += 1.5)."""
+    dtype = result_type(x, other)
+    if floating and dtype.kind not in 'fc':
+        dtype = default_dtype
+    if _CATEGORY[dtype.kind] > _CATEGORY[x.dtype.kind]:
+        raise RuntimeError(f"{op}: result type {dtype} can't be cast to {x.dtype}, the tensor's "
+                           f"dtype; use the out-of-place form (x = x.{op[:-1]}(...)) or convert "
+                           f"x first (x.float())")
+    return other.data if isinstance(other, Tensor) else other
+
+
 def add_(x, other, alpha=1):
     _check_inplace(x, 'add_')
-    o = other.data if isinstance(other, Tensor) else other
+    o = _in_place_operand(x, other, 'add_')
     np.add(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
     return _bump(x)
 
 
 def sub_(x, other, alpha=1):
     _check_inplace(x, 'sub_')
-    o = other.data if isinstance(other, Tensor) else other
+    o = _in_place_operand(x, other, 'sub_')
     np.subtract(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
     return _bump(x)
 
 
 def mul_(x, other):
     _check_inplace(x, 'mul_')
-    np.multiply(x.data, other.data if isinstance(other, Tensor) else other, out=x.data,
-                casting='same_kind')
+    np.multiply(x.data, _in_place_operand(x, other, 'mul_'), out=x.data, casting='same_kind')
     return _bump(x)
 
 
 def div_(x, other):
     _check_inplace(x, 'div_')
-    np.divide(x.data, other.data if isinstance(other, Tensor) else other, out=x.data,
+    np.divide(x.data, _in_place_operand(x, other, 'div_', floating=True), out=x.data,
               casting='same_kind')
     return _bump(x)
 
