@@ -195,6 +195,7 @@ class ModuleList(Module):
 def linear(x, weight, bias=None):
     """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
     folded into rows, so the whole batch is a single 2-D matrix multiply."""
+    tt._same_dtype('linear', input=x, weight=weight, bias=bias)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
                          f"but the weight of shape {tuple(weight.shape)} expects {weight.shape[1]}")
@@ -270,6 +271,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) \
         else (normalized_shape,)
     k = len(normalized_shape)
+    tt._same_dtype('layer_norm', input=x, weight=weight, bias=bias)
     if tuple(x.shape[x.ndim - k:]) != normalized_shape:
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
                          f"normalized shape {normalized_shape}")

@@ -603,6 +603,21 @@ def test_error_messages_name_op_and_shapes():
         a[5]
 
 
+def test_mixed_dtypes_arrays_and_strings_get_clear_errors():
+    with pytest.raises(RuntimeError, match="matmul: first is float32 but second is float64.*x.float()"):
+        tt.ones(2, 3) @ tt.ones(3, 2, dtype=tt.float64)
+    with pytest.raises(TypeError, match="tt.tensor"):
+        tt.exp(np.ones(3))
+    with pytest.raises(TypeError, match="numbers or booleans"):
+        tt.tensor("abc")
+    with pytest.raises(TypeError, match="numbers or booleans"):
+        tt.tensor([None, 1])
+    a = np.arange(3.0)
+    t = tt.from_numpy(a)
+    a[0] = 7.0  # shares memory, keeps float64
+    assert t.dtype == tt.float64 and t.tolist() == [7.0, 1.0, 2.0]
+
+
 # ---------------------------------------------------------------------------
 # Against PyTorch, when it is installed
 # ---------------------------------------------------------------------------
@@ -683,6 +698,17 @@ def test_module_zero_grad_and_tied_parameters_listed_once():
     m.head.weight = m.blocks[0].weight  # weight tying: one parameter, two modules
     assert sum(1 for p in m.parameters() if p is m.blocks[0].weight) == 1
     assert 'head.weight' in m.state_dict() and 'blocks.0.weight' in m.state_dict()
+
+
+def test_linear_and_layer_norm_refuse_mixed_dtypes_and_arrays():
+    lin, ln = nn.Linear(3, 2), nn.LayerNorm(3)
+    with pytest.raises(RuntimeError, match="linear: input is float64 but weight is float32"):
+        lin(tt.ones(2, 3, dtype=tt.float64))
+    with pytest.raises(RuntimeError, match="layer_norm: input is float64 but weight is float32"):
+        ln(tt.ones(2, 3, dtype=tt.float64))
+    for module in (lin, ln):
+        with pytest.raises(TypeError, match=r"input must be a Tensor, got ndarray.*tt.tensor"):
+            module(np.ones((2, 3), dtype=np.float32))
 
 
 def test_linear_default_init_bounds():

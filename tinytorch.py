@@ -205,7 +205,13 @@ def set_rng_state(state):
 
 def _dtype_of_python_data(data):
     """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"tensor: {e}") from None
+    if arr.dtype.kind not in 'biufc':
+        raise TypeError(f"tensor: data must be numbers or booleans (nested lists or a NumPy "
+                        f"array of them), got {type(data).__name__} of dtype {arr.dtype}")
     if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
         return arr
     if arr.dtype.kind == 'f':
@@ -1256,6 +1262,21 @@ Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.sha
 # ---------------------------------------------------------------------------
 # 7. Matrix multiplication
 # ---------------------------------------------------------------------------
+def _same_dtype(op, **tensors):
+    """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
+    to float64 silently would double the memory and the time of a whole model."""
+    tensors = {name: t for name, t in tensors.items() if t is not None}
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
+                            "arrays with tt.tensor(...)")
+    (name0, t0), *rest = tensors.items()
+    for name, t in rest:
+        if t.dtype != t0.dtype:
+            raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
+                               f"have the same dtype: convert one (x.float() for a float32 model)")
+
+
 def matmul(a, b):
     """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
 
@@ -1265,6 +1286,7 @@ def matmul(a, b):
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
+    _same_dtype('matmul', first=a, second=b)
     ka = a.shape[-1]
     kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
     if ka != kb:
@@ -1530,6 +1552,16 @@ Tensor.__itruediv__ = lambda self, o: div_(self, o)
 def _leaf(data, requires_grad):
     return Tensor(data, requires_grad=requires_grad) if requires_grad else \
         _constant(data)
+
+
+def from_numpy(ndarray):
+    """A tensor that shares memory with a NumPy array (no copy, as torch.from_numpy):
+    a change to one is seen in the other. Keeps the array's dtype."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(ndarray).__name__}")
+    if ndarray.dtype.kind not in 'biufc':
+        raise TypeError(f"from_numpy: the array must hold numbers or booleans, got {ndarray.dtype}")
+    return _constant(ndarray)
 
 
 def zeros(*size, dtype=None, requires_grad=False):
