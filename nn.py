@@ -406,15 +406,20 @@ def mse_loss(input, target, reduction='mean'):
     return _reduce(diff * diff, reduction, 'mse_loss')
 
 
-def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
-    """Fused log-softmax + negative log-likelihood.
+def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='mean',
+                  label_smoothing=0.0):
+    """Fused log-softmax + negative log-likelihood, on (N, C) logits and N class indices.
 
-    loss_i = logsumexp(logits_i) - logits_i[target_i], computed with the max
-    subtracted (stable for logits of +-1e4). Its gradient is short and exact:
-    dloss_i / dlogits_i = softmax(logits_i) - onehot(target_i).
-    Rows whose target is ignore_index contribute nothing; 'mean' divides by the
-    number of rows that are not ignored.
+    loss_i = logsumexp(z_i) - z_i[t_i], computed with the max subtracted (stable for
+    logits of +-1e4). Its gradient is short and exact:
+        d loss_i / d z_i = softmax(z_i) - onehot(t_i).
+    weight (C,) scales class c's loss by weight[c]; 'mean' then divides by the sum
+    of the weights of the targets (PyTorch's weighted mean). label_smoothing e mixes
+    the one-hot target with a uniform one: loss_i = (1 - e) nll_i + e/C sum_c w_c (lse_i - z_ic).
+    Rows whose target is ignore_index contribute nothing and get a zero gradient,
+    even when every row is ignored (the loss is then nan, the gradient 0, as PyTorch).
     """
+    logits = input
     if logits.ndim != 2:
         raise ValueError(f"cross_entropy: logits must be (N, C), got shape {tuple(logits.shape)}; "
                          "reshape (B, T, C) logits with .reshape(-1, C)")
@@ -425,34 +430,59 @@ def cross_entropy(logits, target, ignore_index=-100, reduction='mean'):
     if t.shape != (n,):
         raise ValueError(f"cross_entropy: logits of shape {tuple(logits.shape)} need targets of "
                          f"shape ({n},), got {tuple(t.shape)}")
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if weight is not None:
+        tt._same_dtype('cross_entropy', input=logits, weight=weight)
+        if weight.shape != (c,):
+            raise ValueError(f"cross_entropy: weight must have shape ({c},), one per class, "
+                             f"got {tuple(weight.shape)}")
     valid = t != ignore_index
     bad = valid & ((t < 0) | (t >= c))
     if bad.any():
         raise IndexError(f"cross_entropy: target {t[bad][0]} is out of range for {c} classes")
     safe_t = np.where(valid, t, 0)
     rows = np.arange(n)
+    w = None if weight is None else weight.data.copy()  # a copy: backward reads it
+    w_t = valid if w is None else w[safe_t] * valid  # each row's weight, 0 if ignored
     shifted = logits.data - logits.data.max(axis=1, keepdims=True)
     e = np.exp(shifted)  # softmax numerators, kept for backward
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
-    loss = (lse - shifted[rows, safe_t]) * valid
-    count = int(valid.sum())
+    eps = label_smoothing
+    loss = (lse - shifted[rows, safe_t]) * w_t  # w_t[i] * nll_i
+    if eps:  # the uniform part: e/C sum_c w_c (lse_i - z_ic)
+        smooth = lse * c - shifted.sum(axis=1) if w is None else lse * w.sum() - shifted @ w
+        loss = (1 - eps) * loss + (eps / c) * smooth * valid
+    total = w_t.sum()  # 'mean' divides by the total weight (the count when unweighted)
     if reduction == 'mean':
-        out = loss.sum() / count if count else np.array(np.nan, dtype=logits.dtype)
-    elif reduction == 'sum':
-        out = loss.sum()
-    elif reduction == 'none':
-        out = loss
+        with np.errstate(divide='ignore', invalid='ignore'):
+            out = (loss.sum() / total).astype(logits.dtype)  # nan if every row is ignored
     else:
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
-                         f"got {reduction!r}")
+        out = loss.sum() if reduction == 'sum' else loss
 
     def backward(g):
-        # d loss_i / d logits_i = softmax(logits_i) - onehot(target_i), zero for ignored rows
+        # d loss_i / d z_i = w_ti (softmax(z_i) - onehot(t_i)); with smoothing:
+        #   (1 - e) w_ti (p_i - onehot(t_i)) + e/C (p_i sum(w) - w)
         grad = e / sumexp  # softmax(logits)
-        grad[rows, safe_t] -= 1
-        scale = g * valid / count if reduction == 'mean' else g * valid  # per row
-        return ((grad * scale.astype(logits.dtype)[:, None]),)
+        if eps:
+            w_all = c if w is None else w.sum()
+            grad *= ((1 - eps) * w_t + (eps / c) * w_all)[:, None]
+            grad[rows, safe_t] -= (1 - eps) * w_t
+            grad -= (eps / c) * (1 if w is None else w)
+        else:
+            if w is not None:
+                grad *= w_t[:, None]
+            grad[rows, safe_t] -= w_t
+        if reduction == 'mean':
+            scale = g / total if total else 0 * g  # all rows ignored: no gradient at all
+        else:
+            scale = g
+        scale = (scale * valid).astype(logits.dtype)
+        return (grad * (scale[:, None] if scale.ndim else scale),)
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
@@ -480,11 +510,13 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, ignore_index=-100, reduction='mean'):
-        self.ignore_index, self.reduction = ignore_index, reduction
+    def __init__(self, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
+        self.weight, self.ignore_index = weight, ignore_index
+        self.reduction, self.label_smoothing = reduction, label_smoothing
 
-    def forward(self, logits, target):
-        return cross_entropy(logits, target, self.ignore_index, self.reduction)
+    def forward(self, input, target):
+        return cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                             reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
 class BCEWithLogitsLoss(Module):

@@ -603,6 +603,43 @@ def test_error_messages_name_op_and_shapes():
         a[5]
 
 
+def _grad_of(fn, values):
+    x = tt.tensor(np.array(values, dtype=np.float64), requires_grad=True)
+    out = fn(x)
+    out.sum().backward()
+    return out.data, x.grad
+
+
+def test_edge_values_are_pytorchs():
+    import warnings
+    warnings.simplefilter('ignore', RuntimeWarning)
+    # std at zero spread: gradient 0 (PyTorch), not 0/0
+    assert _grad_of(lambda x: x.std(), [2.0, 2.0, 2.0])[1].tolist() == [0.0, 0.0, 0.0]
+    assert _grad_of(lambda x: x.std(0), [[1.0, 2.0], [1.0, 3.0]])[1][:, 0].tolist() == [0.0, 0.0]
+    # var of N values with correction >= N: divisor 0 -> inf (nan if all equal), no crash
+    val, grad = _grad_of(lambda x: x.var(correction=3), [0.0, 1.0, 2.0])
+    assert val == np.inf and np.isinf(grad[0]) and np.isnan(grad[1]) and np.isinf(grad[2])
+    val, grad = _grad_of(lambda x: x.var(), [5.0])
+    assert np.isnan(val) and np.isnan(grad[0])
+    val, grad = _grad_of(lambda x: x.var(1, correction=3), [[0.0, 1.0]])  # dim given: 2/(N-c)
+    assert grad.tolist() == [[1.0, -1.0]]
+    # x ** 0 has gradient 0 at x = 0 (also for a tensor exponent), 0 ** b has d/db = 0 for b >= 0
+    assert _grad_of(lambda x: x ** 0, [0.0, 2.0])[1].tolist() == [0.0, 0.0]
+    assert _grad_of(lambda x: x ** tt.tensor(0.0, dtype=tt.float64), [0.0])[1].tolist() == [0.0]
+    b = tt.tensor([0.0, 2.0], dtype=tt.float64, requires_grad=True)
+    (tt.zeros(2, dtype=tt.float64) ** b).sum().backward()
+    assert b.grad.tolist() == [0.0, 0.0]
+
+
+def test_cross_entropy_with_every_target_ignored_gives_zero_gradient():
+    logits = tt.tensor([[1.0, 2.0, 3.0], [0.5, 0.1, 0.2]], requires_grad=True)
+    for smoothing in (0.0, 0.1):
+        logits.grad = None
+        loss = nn.cross_entropy(logits, tt.tensor([-100, -100]), label_smoothing=smoothing)
+        loss.backward()
+        assert np.isnan(loss.item()) and logits.grad.tolist() == [[0.0] * 3] * 2
+
+
 def test_mixed_dtypes_arrays_and_strings_get_clear_errors():
     with pytest.raises(RuntimeError, match="matmul: first is float32 but second is float64.*x.float()"):
         tt.ones(2, 3) @ tt.ones(3, 2, dtype=tt.float64)
@@ -816,6 +853,23 @@ def test_cross_entropy_gradcheck(reduction):
     else:
         assert fused.data[3] == 0
         np.testing.assert_allclose(np.delete(fused.data, 3), composed.data, rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ['mean', 'sum', 'none'])
+def test_cross_entropy_weight_and_label_smoothing(reduction):
+    logits = t64(5, 4)
+    target = tt.tensor([0, 3, -100, 2, 3])
+    w = tt.tensor([0.5, 1.0, 2.0, 1.5], dtype=tt.float64)
+    check(lambda z: nn.cross_entropy(z, target, w, reduction=reduction, label_smoothing=0.2), logits)
+    # by hand, one row: (1 - e) w_t nll + e/C sum_c w_c (lse - z_c)
+    z, e = logits.data[0], 0.2
+    lse = np.log(np.exp(z).sum())
+    row = (1 - e) * 0.5 * (lse - z[0]) + e / 4 * np.sum(w.data * (lse - z))
+    loss = nn.cross_entropy(logits, target, w, reduction='none', label_smoothing=e)
+    assert loss.data[0] == pytest.approx(row) and loss.data[2] == 0
+    if reduction == 'mean':  # divided by the sum of the targets' weights, not the count
+        mean = nn.cross_entropy(logits, target, w, label_smoothing=e).item()
+        assert mean == pytest.approx(loss.data.sum() / (0.5 + 1.5 + 2.0 + 1.5))
 
 
 def test_cross_entropy_is_stable_and_checks_targets():

@@ -931,23 +931,45 @@ def mean(x, dim=None, keepdim=False):
                  lambda g: (_expand_back(g / n, x.shape, axes, keepdim),))
 
 
-def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
-    """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default)."""
+def _centered(x, dim, correction, unbiased, op):
+    """What var and std share: the axes, x - mean, the divisor N - correction."""
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    axes = _dims(dim, x.ndim, 'var')
+    axes = _dims(dim, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
-    centered = x.data - np.mean(x.data, axis=axes, keepdims=True)
+    return axes, x.data - np.mean(x.data, axis=axes, keepdims=True), n - correction
+
+
+def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+    """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default).
+    With N <= correction the divisor is 0, as in PyTorch: the variance is inf (nan if all
+    the values are equal)."""
+    axes, centered, dof = _centered(x, dim, correction, unbiased, 'var')
     with np.errstate(divide='ignore', invalid='ignore'):
-        out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / (n - correction)
+        out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
 
     def backward(g):  # d var / dx_i = 2 (x_i - mean) / (N - correction)
-        return (_expand_back(g, x.shape, axes, keepdim) * centered * (2 / (n - correction)),)
+        g = _expand_back(g, x.shape, axes, keepdim)
+        if dof <= 0 and dim is None:  # PyTorch's value: nan where x_i == mean, else inf
+            return (g * np.where(centered == 0, np.nan, np.inf),)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
     return from_op(out, 'var', (x,), backward)
 
 
 def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
-    return sqrt(var(x, dim, correction=correction, keepdim=keepdim, unbiased=unbiased))
+    """sqrt(var), one op, so that its gradient at zero spread is 0 (as PyTorch), not 0/0."""
+    axes, centered, dof = _centered(x, dim, correction, unbiased, 'std')
+    with np.errstate(divide='ignore', invalid='ignore'):
+        out = np.sqrt(np.sum(centered * centered, axis=axes, keepdims=True) / builtins.max(dof, 0))
+
+    def backward(g):  # d std / dx_i = (x_i - mean) / ((N - correction) std), 0 where std = 0
+        g = _expand_back(g, x.shape, axes, keepdim)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
+                return (g * np.where(out == 0, 0, 0.5 / out) * np.where(centered == 0, np.nan, np.inf),)
+            return (g * np.where(out == 0, 0, centered / (dof * out)),)
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward)
 
 
 def _extreme(x, dim, keepdim, op, fn):
