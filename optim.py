@@ -225,15 +225,28 @@ class WarmupCosineLR(LRScheduler):
 
 
 @no_grad()
-def clip_grad_norm_(parameters, max_norm, eps=1e-6):
-    """Scale all gradients together so that their global L2 norm is at most max_norm.
-    Returns the norm before clipping (as a tensor, like PyTorch)."""
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """Scale all gradients together so that their global norm is at most max_norm.
+
+    The global norm treats every gradient as one long vector: for p = norm_type,
+    total = (sum over all elements of |g|^p)^(1/p), the largest |g| for p = inf.
+    Each gradient is multiplied by min(1, max_norm / (total + 1e-6)). parameters is
+    one tensor or an iterable of them. Returns the total norm before clipping, as a
+    tensor in the gradients' dtype (as PyTorch)."""
+    if isinstance(parameters, tt.Tensor):
+        parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return tt.tensor(0.0)
-    total = math.sqrt(float(np.sum([np.vdot(g, g) for g in grads])))
-    coef = max_norm / (total + eps)
+    norm_type = float(norm_type)
+    norms = [np.linalg.norm(g.reshape(-1), ord=norm_type) for g in grads]  # one per tensor
+    dtype = grads[0].dtype
+    total = np.linalg.norm(np.array(norms, dtype=np.float64), ord=norm_type)  # norm of norms
+    if error_if_nonfinite and not np.isfinite(total):
+        raise RuntimeError(f"clip_grad_norm_: the total norm of order {norm_type} of the "
+                           f"gradients is {total}; pass error_if_nonfinite=False to clip anyway")
+    coef = max_norm / (total + 1e-6)
     if coef < 1:
         for g in grads:
-            g *= coef
-    return tt.tensor(total)
+            g *= np.asarray(coef, dtype=g.dtype)
+    return tt.tensor(np.asarray(total, dtype=dtype))

@@ -1137,6 +1137,25 @@ def test_clip_grad_norm():
     assert total.item() == pytest.approx(1.0, rel=1e-5) and a.grad[0] == pytest.approx(0.6, rel=1e-5)
 
 
+def test_clip_grad_norm_single_tensor_norm_types_and_dtype():
+    p = nn.Parameter(tt.zeros(2, 2, dtype=tt.float64))
+    p.grad = np.array([[3.0, 0.0], [0.0, -4.0]])
+    total = optim.clip_grad_norm_(p, max_norm=1.0)  # one tensor, not its rows
+    assert total.item() == pytest.approx(5.0) and total.dtype == tt.float64
+    np.testing.assert_allclose(p.grad, [[0.6, 0.0], [0.0, -0.8]], rtol=1e-5)
+    a, b = nn.Parameter(tt.zeros(2)), nn.Parameter(tt.zeros(1))
+    a.grad, b.grad = np.array([3.0, -1.0], np.float32), np.array([-4.0], np.float32)
+    assert optim.clip_grad_norm_([a, b], 100.0, norm_type='inf').item() == 4.0
+    assert optim.clip_grad_norm_([a, b], 100.0, norm_type=1).item() == pytest.approx(8.0)
+    assert optim.clip_grad_norm_([a, b], 100.0, norm_type=3).item() == pytest.approx(92 ** (1 / 3))
+    total = optim.clip_grad_norm_([a, b], 2.0, norm_type=float('inf'))
+    assert total.dtype == tt.float32
+    np.testing.assert_allclose(b.grad, [-2.0], rtol=1e-5)  # scaled by 2 / 4
+    a.grad[0] = np.nan
+    with pytest.raises(RuntimeError, match="total norm.*nan"):
+        optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
+
+
 def _train_steps(model, opt, sched, data, steps):
     for x, y in data[:steps]:
         loss = nn.cross_entropy(model(x), y)
