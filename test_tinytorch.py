@@ -103,6 +103,28 @@ def test_positive_domain_functions(name):
     check(lambda x: getattr(tt, name)(x), x)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: tt.log1p(x.abs()), lambda x: tt.expm1(x), lambda x: tt.silu(x),
+    lambda x: tt.leaky_relu(x, 0.2), lambda x: tt.softplus(x), lambda x: tt.softplus(x, 2.0, 1.0),
+    lambda x: tt.silu(x.T),  # a non-contiguous view
+], ids=["log1p", "expm1", "silu", "leaky_relu", "softplus", "softplus beta threshold",
+        "silu transposed"])
+def test_more_elementwise_functions(fn):
+    check(fn, t64(3, 4, low=0.05))
+
+
+def test_more_elementwise_values():
+    x = tt.tensor([-30.0, -1.0, 0.0, 1e-10, 2.0, 30.0], dtype=tt.float64)
+    s = 1 / (1 + np.exp(-x.data))
+    np.testing.assert_allclose(tt.silu(x).data, x.data * s, rtol=1e-12)
+    assert tt.log1p(x[3:])[0].item() == pytest.approx(1e-10, rel=1e-9)  # no cancellation
+    assert tt.expm1(x)[3].item() == pytest.approx(1e-10, rel=1e-9)
+    assert tt.leaky_relu(x, 0.1).tolist()[:3] == [-3.0, -0.1, 0.0]
+    sp = tt.softplus(x, beta=2.0, threshold=20.0).data
+    np.testing.assert_allclose(sp[:5], np.log1p(np.exp(2 * x.data[:5])) / 2, rtol=1e-12)
+    assert sp[5] == 30.0  # beta x > threshold: x itself
+
+
 def test_gelu_tanh_approximation():
     check(lambda x: tt.gelu(x, approximate='tanh'), t64(4, 5))
 
@@ -166,6 +188,45 @@ def test_var_correction_matches_numpy():
     np.testing.assert_allclose(x.var(1, correction=0).data, np.var(x.data, axis=1))
     np.testing.assert_allclose(x.std(unbiased=False).data, np.std(x.data))
     check(lambda x: x.var(0, correction=0), x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.norm(), lambda x: x.norm(dim=1), lambda x: x.norm(p=1, dim=-1, keepdim=True),
+    lambda x: x.norm(p=3, dim=(0, 2)), lambda x: x.norm(p=float('inf'), dim=0),
+    lambda x: x.norm(p=-float('inf')), lambda x: x.prod(), lambda x: x.prod(1),
+    lambda x: x.prod(-1, keepdim=True), lambda x: x.cumsum(1), lambda x: x.cumsum(-1),
+    lambda x: x.sort(1).values, lambda x: x.sort(0, descending=True).values,
+    lambda x: x.topk(2, dim=1).values, lambda x: x.topk(2, dim=0, largest=False).values,
+    lambda x: x.transpose(0, 2).cumsum(0), lambda x: x.transpose(1, 2).prod(1),
+], ids=["norm", "norm dim", "norm 1", "norm 3", "norm inf", "norm -inf", "prod", "prod dim",
+        "prod keepdim", "cumsum", "cumsum -1", "sort", "sort descending", "topk", "topk smallest",
+        "cumsum of a view", "prod of a view"])
+def test_more_reductions(fn):
+    check(fn, t64(3, 4, 2, low=0.1))
+
+
+def test_prod_and_norm_with_zeros():
+    for values, grad in [([0.0, 2.0, 3.0], [6.0, 0.0, 0.0]), ([0.0, 0.0, 3.0], [0.0, 0.0, 0.0]),
+                         ([1.0, 2.0, 3.0], [6.0, 3.0, 2.0])]:
+        assert _grad_of(lambda x: x.prod(), values)[1].tolist() == grad
+    check(lambda x: x.prod(1), tt.tensor([[0.0, 2.0, 3.0], [1.5, 0.0, 0.0], [1.0, 2.0, 0.5]],
+                                         dtype=tt.float64, requires_grad=True))
+    assert _grad_of(lambda x: x.norm(), [0.0, 0.0])[1].tolist() == [0.0, 0.0]  # PyTorch's 0
+    assert _grad_of(lambda x: x.norm(p=3), [0.0, 0.0])[1].tolist() == [0.0, 0.0]
+    assert _grad_of(lambda x: x.norm(p=float('inf')), [2.0, -2.0, 1.0])[1].tolist() == [0.5, -0.5, 0]
+    assert tt.tensor([0.0, 3.0, -2.0]).norm(p=0).item() == 2.0
+
+
+def test_sort_topk_argsort_indices():
+    x = tt.tensor([[3.0, 1.0, 2.0, 1.0]])
+    assert x.sort().indices.tolist() == [[1, 3, 2, 0]]  # ties keep their order
+    assert x.sort(descending=True).indices.tolist() == [[0, 2, 1, 3]]
+    assert x.argsort(descending=True).tolist() == [[0, 2, 1, 3]]
+    values, indices = x.topk(2)
+    assert values.tolist() == [[3.0, 2.0]] and indices.tolist() == [[0, 2]]
+    assert tt.cumsum(tt.tensor([True, True, False]), 0).tolist() == [1, 2, 2]
+    with pytest.raises(ValueError, match="topk: k=5"):
+        x.topk(5)
 
 
 def test_max_min_with_dim_return_values_and_indices():
@@ -245,6 +306,49 @@ def test_boolean_mask_index():
     out = x[tt.tensor(mask)]
     np.testing.assert_array_equal(out.data, x.data[mask])
     check(lambda x: x[tt.tensor(mask)], x)
+
+
+def test_gather_scatter_and_friends():
+    x = t64(3, 4)
+    idx = tt.tensor([[0, 0, 3], [2, 1, 1]])  # repeated indices: gradients add up
+    check(lambda x: x.gather(1, idx), x)
+    check(lambda x: x.gather(0, tt.tensor([[2, 0], [2, 2]])), x)  # index smaller than x
+    check(lambda x: x.T.gather(-1, tt.tensor([[0, 2], [1, 1]])), x)  # a non-contiguous view
+    src = t64(2, 4, seed=1)
+    check(lambda x, s: tt.scatter_add(x, 1, idx, s), x, src)
+    check(lambda x, s: x.scatter(0, tt.tensor([[2, 0, 1]]), s), x, src)
+    check(lambda x: x.scatter(1, tt.tensor([[1], [3], [0]]), 5.0), x)
+    check(lambda x: x.index_select(0, tt.tensor([2, 0, 2])), x)
+    check(lambda x: x.index_select(-1, tt.tensor([1])), x)
+    check(lambda x: tt.take_along_dim(x, tt.tensor([[1], [0], [3]]), 1), x)
+    check(lambda x: tt.take_along_dim(x, tt.tensor([[1, 2, 2]]), 1), t64(1, 4))  # broadcast x
+    check(lambda x: tt.take_along_dim(x, tt.tensor([5, 5, 0])), x)  # dim=None: flattened
+    # values, by hand
+    a = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert a.gather(1, tt.tensor([[1, 1], [0, 1]])).tolist() == [[2.0, 2.0], [3.0, 4.0]]
+    assert tt.scatter_add(tt.zeros(3), 0, tt.tensor([0, 2, 0]), a.reshape(-1)[:3]).tolist() == \
+        [4.0, 0.0, 2.0]
+    assert a.scatter(0, tt.tensor([[1, 0]]), tt.tensor([[9.0, 8.0]])).tolist() == [[1.0, 8.0], [9.0, 4.0]]
+    with pytest.raises(IndexError, match=r"gather: .*index of shape \(1, 1\)"):
+        a.gather(1, tt.tensor([[5]]))
+    with pytest.raises(TypeError, match="index must hold integers"):
+        a.gather(1, tt.tensor([[0.0]]))
+
+
+def test_flip_roll_repeat():
+    x = t64(2, 3, 4)
+    check(lambda x: x.flip(0, 2), x)
+    check(lambda x: x.flip((-1,)), x)
+    check(lambda x: x.roll(1, 2), x)
+    check(lambda x: x.roll((1, -2), (0, 2)), x)
+    check(lambda x: x.roll(5), x)
+    check(lambda x: x.repeat(2, 1, 3), x)
+    check(lambda x: x.repeat(2, 1, 1, 2), x)
+    check(lambda x: x.transpose(0, 2).repeat(1, 2, 1), x)
+    a = tt.tensor([[1, 2], [3, 4]])
+    assert a.flip(1).tolist() == [[2, 1], [4, 3]] and a.roll(1).tolist() == [[4, 1], [2, 3]]
+    assert a.repeat(1, 2).tolist() == [[1, 2, 1, 2], [3, 4, 3, 4]]
+    assert tt.tensor([1, 2]).repeat(2, 2).tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
 
 
 def test_cat_stack_split_chunk():

@@ -717,6 +717,41 @@ def relu(x):
     return from_op(x.data * mask, 'relu', (x,), lambda g: (g * mask,))  # d relu = 1 where x > 0
 
 
+def log1p(x):
+    # log(1 + x), accurate for tiny x;  d/dx = 1 / (1 + x)
+    return from_op(np.log1p(x.data), 'log1p', (x,), lambda g: (g / (1 + x.data),), saved=(x,))
+
+
+def expm1(x):
+    out = np.expm1(x.data)  # e^x - 1, accurate for tiny x;  d/dx = e^x = out + 1
+    return from_op(out, 'expm1', (x,), lambda g: (g * (out + 1),), saves_output=True)
+
+
+def silu(x):
+    """x * sigmoid(x) (also called swish)."""
+    with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
+        s = 1 / (1 + np.exp(-x.data))
+    # d/dx x s(x) = s + x s (1 - s) = s (1 + x (1 - s))
+    return from_op(x.data * s, 'silu', (x,), lambda g: (g * s * (1 + x.data * (1 - s)),),
+                   saved=(x,))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    slope = np.where(x.data > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
+    return from_op(x.data * slope, 'leaky_relu', (x,), lambda g: (g * slope,))  # d/dx = slope
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+    bx = x.data * beta
+    linear = bx > threshold
+    with np.errstate(over='ignore'):
+        out = np.where(linear, x.data, np.log1p(np.exp(np.minimum(bx, threshold))) / beta)
+    with np.errstate(over='ignore'):
+        s = 1 / (1 + np.exp(-bx))  # d/dx = sigmoid(beta x), 1 on the linear part
+    return from_op(out.astype(x.dtype), 'softplus', (x,), lambda g: (g * np.where(linear, 1, s),))
+
+
 # erf(x) by W. J. Cody's rational Chebyshev approximations (Math. Comp. 23, 1969),
 # accurate to double precision: one rational function for |x| <= 0.5, and two for
 # erfc(|x|) * exp(x^2) on (0.5, 4] and (4, inf). NumPy has no erf of its own.
@@ -898,7 +933,7 @@ def masked_fill(x, mask, value):
     return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),), saved=_tensors_in(mask))
 
 
-for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, erf, gelu, clamp, maximum,
+for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp, maximum,
            minimum, masked_fill):
     setattr(Tensor, _f.__name__, _f)
 Tensor.__abs__ = abs
@@ -1040,6 +1075,112 @@ def logsumexp(x, dim, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+def norm(x, p='fro', dim=None, keepdim=False):
+    """The vector p-norm over dim (all elements by default): (sum |x|^p)^(1/p);
+    'fro' and 2 are the Euclidean norm, inf the largest |x|, -inf the smallest,
+    0 the number of non-zero elements."""
+    if p == 'fro':
+        p = 2
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        raise ValueError(f"norm: p must be a number, inf or 'fro', got {p!r}")
+    axes = _dims(dim, x.ndim, 'norm')
+    ax = np.abs(x.data)
+    if p == math.inf or p == -math.inf:
+        out = (np.max if p > 0 else np.min)(ax, axis=axes, keepdims=True)
+    elif p == 0:
+        out = np.sum(ax != 0, axis=axes, keepdims=True).astype(x.dtype)
+    else:
+        out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
+
+    def backward(g):
+        g = _expand_back(g, x.shape, axes, keepdim)
+        sign = np.sign(x.data)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
+                hit = ax == out
+                return (g * sign * hit / np.sum(hit, axis=axes, keepdims=True),)
+            if p == 0:
+                return (np.zeros_like(g),)
+            if p == 1:  # d/dx_i = sign(x_i)
+                return (g * sign,)
+            # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1), and 0 where the norm is 0
+            return (g * np.where(out == 0, 0, sign * ax ** (p - 1) / out ** (p - 1)),)
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
+                   saved=(x,))
+
+
+def prod(x, dim=None, keepdim=False):
+    """The product of the elements (over one dim, or all of them)."""
+    axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
+    out = np.prod(x.data, axis=axes, keepdims=True)
+    zero = x.data == 0
+    zeros = np.sum(zero, axis=axes, keepdims=True)
+
+    def backward(g):
+        # d prod / dx_i = the product of the others: prod / x_i when no element is 0;
+        # with one 0, only that element gets the product of the others; with two, none
+        g = _expand_back(g, x.shape, axes, keepdim)
+        others = np.prod(np.where(zero, 1, x.data), axis=axes, keepdims=True)  # zeros left out
+        with np.errstate(divide='ignore', invalid='ignore'):
+            grad = np.where(zeros == 0, out / np.where(zero, 1, x.data),
+                            np.where((zeros == 1) & zero, others, 0))
+        return (g * grad,)
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
+                   saved=(x,))
+
+
+def cumsum(x, dim):
+    """Running sums along dim: out_i = x_0 + ... + x_i."""
+    d = _dim(dim, x.ndim, 'cumsum')
+    data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints sum as int64
+
+    def backward(g):  # x_i is in every out_j with j >= i: dx_i = g_i + ... + g_last
+        return (np.flip(np.cumsum(np.flip(g, d), axis=d), d),)
+    return from_op(np.cumsum(data, axis=d), 'cumsum', (x,), backward)
+
+
+SortResult = namedtuple('sort', ['values', 'indices'])
+TopkResult = namedtuple('topk', ['values', 'indices'])
+
+
+def _select_along(x, idx, d, op, result):
+    """values = x at idx along dim d, as a pair (values, indices); each value's gradient
+    goes back to the position it came from."""
+    def backward(g):
+        gx = np.zeros_like(g, shape=x.shape)
+        np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
+        return (gx,)
+    values = from_op(np.take_along_axis(x.data, idx, axis=d), op, (x,), backward)
+    return result(values, _constant(idx))
+
+
+def argsort(x, dim=-1, descending=False, stable=False):
+    """The indices that sort x along dim (ties keep their order: a stable sort)."""
+    d = _dim(dim, x.ndim, 'argsort')
+    if not descending:
+        return _constant(np.argsort(x.data, axis=d, kind='stable').astype(int64))
+    # descending and stable: sort the reversed array ascending, then reverse back
+    n = x.shape[d] if x.ndim else 1
+    idx = np.flip(np.argsort(np.flip(x.data, d), axis=d, kind='stable'), d)
+    return _constant((n - 1 - idx).astype(int64))
+
+
+def sort(x, dim=-1, descending=False, stable=False):
+    """(values, indices) of x sorted along dim."""
+    d = _dim(dim, x.ndim, 'sort')
+    return _select_along(x, argsort(x, d, descending).data, d, 'sort', SortResult)
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    """(values, indices) of the k largest (or smallest) elements along dim."""
+    d = _dim(dim, x.ndim, 'topk')
+    n = x.shape[d] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise ValueError(f"topk: k={k} is out of range for dim {dim} of size {n}")
+    idx = np.take(argsort(x, d, descending=largest).data, np.arange(k), axis=d)
+    return _select_along(x, idx, d, 'topk', TopkResult)
+
+
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
         return Tensor(np.argmax(x.data))
@@ -1052,7 +1193,8 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x.data, axis=_dim(dim, x.ndim, 'argmin'), keepdims=keepdim))
 
 
-for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, argmax, argmin):
+for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cumsum, argsort,
+           sort, topk, argmax, argmin):
     setattr(Tensor, _f.__name__, _f)
 
 
@@ -1196,6 +1338,133 @@ def getitem(x, idx):
                    view_of=x if basic else None)
 
 
+def _along(index, dim):
+    """The full NumPy index that picks, for every position of index, the element whose
+    coordinate in dim is index's value there and whose other coordinates are the
+    position's own: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (gather)."""
+    ix = list(np.indices(index.shape, sparse=True))
+    ix[dim] = index
+    return tuple(ix)
+
+
+def _index_tensor(index, op, ndim=None):
+    """An index argument (a tensor or array of integers) as an int array."""
+    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
+    if idx.dtype.kind not in 'iu':
+        raise TypeError(f"{op}: index must hold integers, got {idx.dtype}")
+    if ndim is not None and idx.ndim != ndim:
+        raise ValueError(f"{op}: index must have {ndim} dims (as the input), got shape "
+                         f"{tuple(idx.shape)}")
+    return idx
+
+
+def gather(input, dim, index):
+    """Pick along dim: out[i][j][k] = input[index[i][j][k]][j][k] (dim 0);
+    out has index's shape."""
+    d = _dim(dim, input.ndim, 'gather')
+    idx = _index_tensor(index, 'gather', input.ndim)
+    where_ = _along(idx, d)
+    try:
+        out = input.data[where_]
+    except IndexError as e:
+        raise IndexError(f"gather: {e} (input of shape {tuple(input.shape)}, index of shape "
+                         f"{tuple(idx.shape)}, dim {dim})") from None
+
+    def backward(g):  # each picked element gets its gradient back; picked twice: added
+        gx = np.zeros_like(g, shape=input.shape)
+        np.add.at(gx, where_, g)
+        return (gx,)
+    return from_op(out, 'gather', (input,), backward, saved=_tensors_in(index))
+
+
+def _scatter(input, dim, index, src, op, add):
+    """What scatter and scatter_add share: write (or add) src into a copy of input at
+    the positions _along(index, dim) picks; src is a tensor (its first index.shape
+    block is used) or a number."""
+    d = _dim(dim, input.ndim, op)
+    idx = _index_tensor(index, op, input.ndim)
+    where_ = _along(idx, d)
+    block = tuple(slice(0, n) for n in idx.shape)
+    is_tensor = isinstance(src, Tensor)
+    if is_tensor:
+        src = _as(src, input.dtype)
+    values = src.data[block] if is_tensor else np.asarray(src, dtype=input.dtype)
+    out = input.data.copy()
+    written = None  # scatter: where input's values were replaced
+    try:
+        if add:
+            np.add.at(out, where_, values)  # repeated indices add up
+        else:
+            out[where_] = values
+            written = np.zeros(input.shape, dtype=bool)
+            written[where_] = True
+    except (IndexError, ValueError) as e:
+        raise IndexError(f"{op}: {e} (input of shape {tuple(input.shape)}, index of shape "
+                         f"{tuple(idx.shape)}, dim {dim})") from None
+
+    def backward(g):
+        # input: g where its value was kept (everywhere for scatter_add), 0 where replaced;
+        # src: the gradient of the place each of its values went to (a gather of g)
+        gi = g if add else np.where(written, 0, g)
+        gs = None
+        if is_tensor and src.requires_grad:
+            gs = np.zeros_like(g, shape=src.shape)
+            gs[block] = g[where_]
+        return gi, gs
+    parents = (input, src) if is_tensor else (input,)
+    return from_op(out, op, parents, backward, saved=_tensors_in(index))
+
+
+def scatter(input, dim, index, src=None, *, value=None):
+    """A copy of input with out[index[i][j][k]][j][k] = src[i][j][k] (dim 0); src may be
+    a number (or give value=). Where an index repeats, which write wins is not defined
+    (as in PyTorch)."""
+    if (src is None) == (value is None):
+        raise ValueError("scatter: give exactly one of src and value")
+    return _scatter(input, dim, index, src if src is not None else value, 'scatter', add=False)
+
+
+def scatter_add(input, dim, index, src):
+    """A copy of input with src[i][j][k] added into out[index[i][j][k]][j][k] (dim 0);
+    repeated indices add up."""
+    return _scatter(input, dim, index, src, 'scatter_add', add=True)
+
+
+def index_select(input, dim, index):
+    """The slices number index[0], index[1], ... along dim (index is 1-D)."""
+    d = _dim(dim, input.ndim, 'index_select')
+    idx = _index_tensor(index, 'index_select')
+    if idx.ndim > 1:
+        raise ValueError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
+    try:
+        out = np.take(input.data, idx, axis=d)
+    except IndexError as e:
+        raise IndexError(f"index_select: {e} (input of shape {tuple(input.shape)})") from None
+
+    def backward(g):  # slices picked several times get their gradients added
+        gx = np.zeros_like(g, shape=input.shape)
+        np.add.at(np.moveaxis(gx, d, 0), idx.reshape(-1), np.moveaxis(g, d, 0))
+        return (gx,)
+    return from_op(out, 'index_select', (input,), backward, saved=_tensors_in(index))
+
+
+def take_along_dim(input, indices, dim=None):
+    """gather with broadcasting (NumPy's take_along_axis); dim=None works on the
+    flattened input."""
+    if dim is None:
+        return take_along_dim(reshape(input, -1), reshape(_as_index(indices), -1), 0)
+    d = _dim(dim, input.ndim, 'take_along_dim')
+    idx = _index_tensor(indices, 'take_along_dim', input.ndim)
+    others = np.broadcast_shapes(input.shape[:d] + (1,) + input.shape[d + 1:],
+                                 idx.shape[:d] + (1,) + idx.shape[d + 1:])
+    x = expand(input, others[:d] + (input.shape[d],) + others[d + 1:])
+    return gather(x, d, np.broadcast_to(idx, others[:d] + (idx.shape[d],) + others[d + 1:]))
+
+
+def _as_index(indices):
+    return indices if isinstance(indices, Tensor) else _constant(np.asarray(indices))
+
+
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
@@ -1260,6 +1529,40 @@ def chunk(x, chunks, dim=0):
     return split(x, -(-n // chunks), dim)
 
 
+def flip(x, *dims):
+    """Reverse the order of the elements along the given dims."""
+    axes = _dims(_sizes(dims), x.ndim, 'flip')
+    return from_op(np.flip(x.data, axes), 'flip', (x,), lambda g: (np.flip(g, axes),))  # flip back
+
+
+def roll(x, shifts, dims=None):
+    """Shift the elements along dims, wrapping around (all elements, flattened, if dims
+    is None)."""
+    if dims is None:
+        return reshape(roll(reshape(x, -1), shifts, 0), x.shape)
+    shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+    axes = _dims(dims, x.ndim, 'roll') if isinstance(dims, (tuple, list)) else (_dim(dims, x.ndim, 'roll'),)
+    if len(shifts) != len(axes):
+        raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} dims")
+    back = tuple(-s for s in shifts)
+    # backward: roll the gradient back the other way
+    return from_op(np.roll(x.data, shifts, axes), 'roll', (x,), lambda g: (np.roll(g, back, axes),))
+
+
+def repeat(x, *sizes):
+    """Tile x: sizes[i] copies along dim i (more sizes than dims add leading dims)."""
+    sizes = _sizes(sizes)
+    if len(sizes) < x.ndim:
+        raise ValueError(f"repeat: {len(sizes)} sizes for a tensor of {x.ndim} dims; give at "
+                         "least one per dim")
+    shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
+
+    def backward(g):  # every copy sends its gradient back: sum over the copies
+        split = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
+        return (g.reshape(split).sum(axis=tuple(range(0, len(split), 2))).reshape(x.shape),)
+    return from_op(np.tile(x.data.reshape(shape), sizes), 'repeat', (x,), backward)
+
+
 def tril(x, diagonal=0):
     # zeroed entries do not depend on x: only the kept triangle passes gradient
     return from_op(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
@@ -1271,7 +1574,8 @@ def triu(x, diagonal=0):
 
 
 for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, split,
-           chunk, tril, triu):
+           chunk, tril, triu, gather, scatter, scatter_add, index_select, take_along_dim, flip,
+           roll, repeat):
     setattr(Tensor, _f.__name__, _f)
 Tensor.view = reshape
 Tensor.__getitem__ = getitem
