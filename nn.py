@@ -384,6 +384,50 @@ class Sigmoid(Module):
         return x.sigmoid()
 
 
+class SiLU(Module):
+    def forward(self, x):
+        return tt.silu(x)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01):
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return tt.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class Softplus(Module):
+    def __init__(self, beta=1.0, threshold=20.0):
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return tt.softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+# nn doubles as torch.nn.functional: `import nn as F` runs F.relu(x), F.softmax(x, -1),
+# F.cross_entropy(...). The activations are tinytorch's own ops, under the same names.
+relu, gelu, silu, sigmoid, tanh = tt.relu, tt.gelu, tt.silu, tt.sigmoid, tt.tanh
+leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.softmax, tt.log_softmax
+
+
+def one_hot(tensor, num_classes=-1):
+    """(..., num_classes) int64 tensor with a 1 at each index (no gradient: indices have none)."""
+    idx = tensor.data if isinstance(tensor, Tensor) else np.asarray(tensor)
+    if idx.dtype.kind not in 'iu':
+        raise TypeError(f"one_hot: expects integer class indices, got {idx.dtype}")
+    n = int(idx.max()) + 1 if num_classes == -1 and idx.size else num_classes
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"one_hot: class values must be in [0, {n}), got {idx.min()}..{idx.max()}")
+    return tt.tensor(np.arange(n) == idx[..., None]).long()
+
+
 # ---------------------------------------------------------------------------
 # 3. Losses
 # ---------------------------------------------------------------------------
@@ -486,18 +530,20 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
-def binary_cross_entropy_with_logits(logits, target, reduction='mean'):
+def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
-    max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y."""
-    y = target.data if isinstance(target, Tensor) else np.asarray(target, dtype=logits.dtype)
-    if y.shape != logits.shape:
+    max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
+    for the target y (a target that requires grad gets it, as in PyTorch)."""
+    logits = input
+    target = target if isinstance(target, Tensor) else tt.tensor(np.asarray(target, dtype=logits.dtype))
+    if target.shape != logits.shape:
         raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(logits.shape)} "
-                         f"and target shape {tuple(y.shape)} differ")
-    x = logits.data
+                         f"and target shape {tuple(target.shape)} differ")
+    x, y = logits.data, target.data
     loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
     sig = 0.5 + 0.5 * np.tanh(0.5 * x)
-    per_elem = from_op(loss, 'bce_with_logits', (logits,), lambda g: (g * (sig - y),),
-                       saved=tt._tensors_in(target))
+    per_elem = from_op(loss, 'bce_with_logits', (logits, target),
+                       lambda g: (g * (sig - y), -g * x), saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
 

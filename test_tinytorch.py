@@ -22,6 +22,15 @@ def t64(*shape, seed=0, low=None, requires_grad=True):
     return tt.tensor(a, requires_grad=requires_grad)
 
 
+def need_torch():
+    """PyTorch, for the comparison tests (all named test_*pytorch*): skipped when it is not
+    installed, a failure instead when TINYTORCH_REQUIRE_TORCH=1 (as .ci/run sets)."""
+    if os.environ.get('TINYTORCH_REQUIRE_TORCH') == '1':
+        import torch
+        return torch
+    return pytest.importorskip("torch")
+
+
 def check(fn, *inputs):
     assert tt.gradcheck(fn, list(inputs))
 
@@ -763,7 +772,7 @@ def test_mixed_dtypes_arrays_and_strings_get_clear_errors():
 # Against PyTorch, when it is installed
 # ---------------------------------------------------------------------------
 def test_ops_match_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4, 5))
     b = rng.standard_normal((5, 2))
@@ -990,7 +999,7 @@ def test_cross_entropy_is_stable_and_checks_targets():
 
 
 def test_cross_entropy_matches_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     z = np.random.default_rng(0).standard_normal((5, 4))
     target = np.array([1, -100, 3, 0, 3])
     ours = tt.tensor(z, requires_grad=True)
@@ -1157,7 +1166,7 @@ def test_adam_and_adamw_by_hand(cls, decoupled):
 
 
 def test_optimizers_match_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     cases = [(optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.1,
                                                 weight_decay=0.01)),
              (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True)),
@@ -1214,7 +1223,7 @@ def test_schedules():
 
 
 def test_schedules_match_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     for ours_cls, theirs_cls, kw in [(optim.StepLR, torch.optim.lr_scheduler.StepLR,
                                       dict(step_size=3, gamma=0.3)),
                                      (optim.CosineAnnealingLR,
@@ -1339,7 +1348,7 @@ def test_attention_gradcheck():
 
 
 def test_attention_matches_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 3, 6, 4)) for _ in range(3))
     ours = tf.scaled_dot_product_attention(tt.tensor(q), tt.tensor(k), tt.tensor(v), is_causal=True)
@@ -1906,3 +1915,283 @@ def test_bench_script_runs():
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
     assert h.returncode == 0 and '--quick' in h.stdout
+
+
+# ===========================================================================
+# Conformance with PyTorch: every public op, its value, gradient and result dtype,
+# and the type promotion table. Skipped without PyTorch; .ci/run installs
+# torch==2.13.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
+# which turns a missing PyTorch into a failure instead of a skip.
+# ===========================================================================
+_KINDS = ('tensor', '0-d tensor', 'Python scalar', 'NumPy scalar')
+_DTYPES = ('bool', 'int32', 'int64', 'float32', 'float64')
+
+
+def _operand(lib, kind, dtype):
+    """One operand of the promotion table, for tinytorch (lib=tt) or PyTorch."""
+    value = {'bool': True, 'int32': 3, 'int64': 3, 'float32': 2.5, 'float64': 2.5}[dtype]
+    if kind == 'Python scalar':
+        return value
+    if kind == 'NumPy scalar':
+        return np.dtype(dtype).type(value)
+    dt = getattr(lib, dtype) if dtype != 'bool' else lib.bool_ if lib is tt else lib.bool
+    return lib.tensor([value, value] if kind == 'tensor' else value, dtype=dt)
+
+
+def _dtype_name(dt):
+    return str(dt).replace('torch.', '')
+
+
+@pytest.mark.parametrize("kind_a", _KINDS)
+@pytest.mark.parametrize("kind_b", _KINDS)
+def test_pytorch_promotion_table(kind_a, kind_b):
+    """tt.result_type against torch.result_type over every pair of dtypes and kinds, and
+    the dtype that add, mul, div and < actually give when an operand is a tensor.
+    One deliberate difference (README): PyTorch reads a NumPy bool scalar as a float;
+    tinytorch reads it as a bool, as it reads Python's True."""
+    torch = need_torch()
+    for da in _DTYPES:
+        for db in _DTYPES:
+            a_tt, b_tt = _operand(tt, kind_a, da), _operand(tt, kind_b, db)
+            a_t, b_t = _operand(torch, kind_a, da), _operand(torch, kind_b, db)
+            case = (kind_a, da, kind_b, db)
+            if (kind_a == 'NumPy scalar' and da == 'bool') or (kind_b == 'NumPy scalar' and db == 'bool'):
+                a_ref = True if kind_a == 'NumPy scalar' and da == 'bool' else a_t
+                b_ref = True if kind_b == 'NumPy scalar' and db == 'bool' else b_t
+                if not isinstance(a_ref, torch.Tensor) and not isinstance(b_ref, torch.Tensor) \
+                        and type(a_ref) is type(b_ref) is bool:
+                    continue  # torch.result_type(True, True) is refused
+                expected = torch.result_type(a_ref, b_ref)
+            else:
+                expected = torch.result_type(a_t, b_t)
+            assert _dtype_name(tt.result_type(a_tt, b_tt)) == _dtype_name(expected), case
+            if not (isinstance(a_tt, tt.Tensor) or isinstance(b_tt, tt.Tensor)):
+                continue
+            assert _dtype_name((a_tt + b_tt).dtype) == _dtype_name(expected), case
+            assert _dtype_name((a_tt * b_tt).dtype) == _dtype_name(expected), case
+            assert (a_tt < b_tt).dtype == tt.bool_, case
+            div = tt.promote_types(expected.__str__().replace('torch.', ''), 'float32') \
+                if expected.is_floating_point else tt.float32
+            assert _dtype_name((a_tt / b_tt).dtype) == _dtype_name(div), case
+
+
+def _idx(m, values):
+    return m.tensor(values)
+
+
+# (id, fn(m, F, *tensors), input shapes): m is tt or torch, F is nn or
+# torch.nn.functional. Inputs are float64 leaves made from the same random arrays;
+# "T" in a shape list means: that input is a (4, 3) array used through its transpose.
+_CONFORMANCE = [
+    # arithmetic with broadcasting, 0-d and empty operands
+    ("add broadcast", lambda m, F, a, b: a + b, [(2, 3, 4), (3, 1)]),
+    ("sub 0-d", lambda m, F, a, b: a - b, [(2, 3), ()]),
+    ("mul broadcast", lambda m, F, a, b: a * b, [(4, 1), (1, 5)]),
+    ("div", lambda m, F, a, b: a / b, [(3, 4), (4,)]),
+    ("pow scalar", lambda m, F, a: a.abs() ** 1.7, [(3, 4)]),
+    ("pow tensor", lambda m, F, a, b: a.abs() ** b, [(3, 4), (4,)]),
+    ("rpow", lambda m, F, a: 2.0 ** a, [(3,)]),
+    ("neg empty", lambda m, F, a: -a, [(0, 3)]),
+    ("scalar ops", lambda m, F, a: (3 - a) / 2 + 1.5 * a, [(2, 3)]),
+    # elementwise functions
+    ("exp", lambda m, F, a: a.exp(), [(3, 4)]),
+    ("log", lambda m, F, a: a.abs().log(), [(3, 4)]),
+    ("sqrt", lambda m, F, a: a.abs().sqrt(), [(3, 4)]),
+    ("abs", lambda m, F, a: a.abs(), [(3, 4)]),
+    ("sin cos", lambda m, F, a: a.sin() * a.cos(), [(3, 4)]),
+    ("tanh", lambda m, F, a: a.tanh(), [(3, 4)]),
+    ("sigmoid", lambda m, F, a: a.sigmoid(), [(3, 4)]),
+    ("relu", lambda m, F, a: a.relu(), [(3, 4)]),
+    ("log1p", lambda m, F, a: a.abs().log1p(), [(3, 4)]),
+    ("expm1", lambda m, F, a: a.expm1(), [(3, 4)]),
+    ("erf", lambda m, F, a: a.erf(), [(3, 4)]),
+    ("gelu", lambda m, F, a: F.gelu(a), [(3, 4)]),
+    ("gelu tanh", lambda m, F, a: F.gelu(a, approximate='tanh'), [(3, 4)]),
+    ("silu", lambda m, F, a: F.silu(a), [(3, 4)]),
+    ("leaky_relu", lambda m, F, a: F.leaky_relu(a, 0.1), [(3, 4)]),
+    ("softplus", lambda m, F, a: F.softplus(a, beta=2.0, threshold=1.0), [(3, 4)]),
+    ("clamp", lambda m, F, a: a.clamp(-0.5, 0.7), [(3, 4)]),
+    ("clamp min", lambda m, F, a: a.clamp(min=0.1), [(3, 4)]),
+    ("maximum", lambda m, F, a, b: m.maximum(a, b), [(3, 4), (4,)]),
+    ("minimum", lambda m, F, a, b: m.minimum(a, b), [(3, 1), (1, 4)]),
+    ("where", lambda m, F, a, b: m.where(a > 0, a, b), [(3, 4), (4,)]),
+    ("masked_fill", lambda m, F, a: a.masked_fill(a < 0, 0.5), [(3, 4)]),
+    ("exp of 0-d", lambda m, F, a: a.exp(), [()]),
+    ("tanh of a view", lambda m, F, a: a.T.tanh(), ["T"]),
+    # reductions, with negative dims, keepdim, views, 0-d and empty inputs
+    ("sum", lambda m, F, a: a.sum(), [(3, 4)]),
+    ("sum dims", lambda m, F, a: a.sum((0, -1), keepdim=True), [(2, 3, 4)]),
+    ("sum empty", lambda m, F, a: a.sum(0), [(0, 3)]),
+    ("sum 0-d", lambda m, F, a: a.sum(), [()]),
+    ("mean", lambda m, F, a: a.mean(-1), [(2, 3, 4)]),
+    ("mean of a view", lambda m, F, a: a.T.mean(0), ["T"]),
+    ("var", lambda m, F, a: a.var(1, keepdim=True), [(3, 4)]),
+    ("var correction 0", lambda m, F, a: a.var(correction=0), [(3, 4)]),
+    ("std", lambda m, F, a: a.std(-1), [(3, 4)]),
+    ("std dims", lambda m, F, a: a.std((0, 2), correction=0), [(2, 3, 4)]),
+    ("amax", lambda m, F, a: a.amax(-1), [(3, 4)]),
+    ("amin", lambda m, F, a: a.amin((0, 1)), [(3, 4)]),
+    ("max", lambda m, F, a: a.max(), [(3, 4)]),
+    ("max dim", lambda m, F, a: a.max(-1).values, [(3, 4)]),
+    ("min dim keepdim", lambda m, F, a: a.min(0, keepdim=True).values, [(3, 4)]),
+    ("max dim indices", lambda m, F, a: a.max(1).indices, [(3, 4)]),
+    ("argmax", lambda m, F, a: a.argmax(-1), [(3, 4)]),
+    ("argmin", lambda m, F, a: a.argmin(), [(3, 4)]),
+    ("logsumexp", lambda m, F, a: a.logsumexp(-1), [(3, 4)]),
+    ("norm", lambda m, F, a: a.norm(), [(3, 4)]),
+    ("norm p dim", lambda m, F, a: a.norm(p=3, dim=-1, keepdim=True), [(3, 4)]),
+    ("norm 1", lambda m, F, a: a.norm(p=1, dim=0), [(3, 4)]),
+    ("norm inf", lambda m, F, a: a.norm(p=float('inf'), dim=1), [(3, 4)]),
+    ("prod", lambda m, F, a: a.prod(), [(2, 3)]),
+    ("prod dim", lambda m, F, a: a.prod(-1), [(3, 4)]),
+    ("cumsum", lambda m, F, a: a.cumsum(-1), [(3, 4)]),
+    ("cumsum of a view", lambda m, F, a: a.T.cumsum(0), ["T"]),
+    ("sort", lambda m, F, a: a.sort(-1).values, [(3, 4)]),
+    ("sort descending", lambda m, F, a: a.sort(0, descending=True).values, [(3, 4)]),
+    ("sort indices", lambda m, F, a: a.sort(1).indices, [(3, 4)]),
+    ("argsort", lambda m, F, a: a.argsort(-1, descending=True), [(3, 4)]),
+    ("topk", lambda m, F, a: a.topk(2, dim=-1).values, [(3, 4)]),
+    ("topk smallest", lambda m, F, a: a.topk(2, dim=0, largest=False).values, [(3, 4)]),
+    ("topk indices", lambda m, F, a: a.topk(3).indices, [(3, 4)]),
+    # shapes and indexing
+    ("reshape", lambda m, F, a: a.reshape(4, -1), [(2, 3, 4)]),
+    ("view of a view", lambda m, F, a: a.transpose(0, 1).reshape(-1), [(2, 3)]),
+    ("permute", lambda m, F, a: a.permute(2, 0, 1), [(2, 3, 4)]),
+    ("transpose", lambda m, F, a: a.transpose(-1, 0), [(2, 3, 4)]),
+    ("unsqueeze squeeze", lambda m, F, a: a.unsqueeze(-1).squeeze(0), [(1, 3)]),
+    ("flatten", lambda m, F, a: a.flatten(1), [(2, 3, 4)]),
+    ("expand", lambda m, F, a: a.expand(2, 3, 4), [(3, 1)]),
+    ("getitem slice", lambda m, F, a: a[1:, ::2], [(3, 4)]),
+    ("getitem ints", lambda m, F, a: a[_idx(m, [0, 2, 0])], [(3, 4)]),
+    ("getitem mask", lambda m, F, a: a[a > 0], [(3, 4)]),
+    ("getitem mixed", lambda m, F, a: a[_idx(m, [1, 1]), 1:3], [(3, 4)]),
+    ("cat", lambda m, F, a, b: m.cat([a, b], -1), [(2, 3), (2, 1)]),
+    ("cat empty", lambda m, F, a, b: m.cat([a, b], 0), [(0, 3), (2, 3)]),
+    ("stack", lambda m, F, a, b: m.stack([a, b], 1), [(2, 3), (2, 3)]),
+    ("split", lambda m, F, a: a.split(2, -1)[1], [(3, 5)]),
+    ("chunk", lambda m, F, a: a.chunk(2, 0)[0], [(3, 4)]),
+    ("narrow", lambda m, F, a: a.narrow(1, 1, 2), [(3, 4)]),
+    ("tril triu", lambda m, F, a: a.tril(-1) + a.triu(1), [(4, 4)]),
+    ("gather", lambda m, F, a: a.gather(1, _idx(m, [[0, 0], [3, 1], [2, 2]])), [(3, 4)]),
+    ("gather of a view", lambda m, F, a: a.T.gather(0, _idx(m, [[1, 3, 0]])), ["T"]),
+    ("scatter", lambda m, F, a, b: a.scatter(1, _idx(m, [[0], [3], [1]]), b), [(3, 4), (3, 1)]),
+    ("scatter value", lambda m, F, a: a.scatter(0, _idx(m, [[2, 0, 1, 1]]), 0.5), [(3, 4)]),
+    ("scatter_add", lambda m, F, a, b: a.scatter_add(1, _idx(m, [[0, 0], [3, 1], [2, 2]]), b),
+     [(3, 4), (3, 2)]),
+    ("index_select", lambda m, F, a: a.index_select(-1, _idx(m, [3, 0, 3])), [(3, 4)]),
+    ("take_along_dim", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1], [0], [3]]), 1), [(3, 4)]),
+    ("take_along_dim broadcast", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1, 2]]), 1),
+     [(3, 4)]),
+    ("take_along_dim flat", lambda m, F, a: m.take_along_dim(a, _idx(m, [7, 0, 7])), [(3, 4)]),
+    ("flip", lambda m, F, a: a.flip(0, -1), [(2, 3, 4)]),
+    ("roll", lambda m, F, a: a.roll((1, -1), (0, 2)), [(2, 3, 4)]),
+    ("roll flat", lambda m, F, a: a.roll(2), [(3, 4)]),
+    ("repeat", lambda m, F, a: a.repeat(2, 1, 3), [(3, 4)]),
+    # matmul
+    ("matmul 2-D", lambda m, F, a, b: a @ b, [(3, 4), (4, 2)]),
+    ("matmul batched", lambda m, F, a, b: a @ b, [(2, 1, 3, 4), (3, 4, 5)]),
+    ("matmul 1-D", lambda m, F, a, b: a @ b, [(4,), (4, 2)]),
+    ("matmul vector", lambda m, F, a, b: a @ b, [(2, 3, 4), (4,)]),
+    ("matmul empty", lambda m, F, a, b: a @ b, [(0, 3), (3, 2)]),
+    ("matmul of views", lambda m, F, a, b: a.T @ b.T, ["T", (2, 3)]),
+    # softmax family
+    ("softmax", lambda m, F, a: a.softmax(-1), [(3, 4)]),
+    ("softmax dim 0", lambda m, F, a: F.softmax(a, 0), [(3, 4)]),
+    ("log_softmax", lambda m, F, a: F.log_softmax(a, dim=1), [(3, 4)]),
+    # nn's functional ops
+    ("linear", lambda m, F, x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)]),
+    ("linear no bias", lambda m, F, x, w: F.linear(x, w), [(3, 4), (5, 4)]),
+    ("embedding", lambda m, F, w: F.embedding(_idx(m, [[1, 0], [1, 3]]), w), [(4, 3)]),
+    ("layer_norm", lambda m, F, x, w, b: F.layer_norm(x, (4,), w, b), [(2, 3, 4), (4,), (4,)]),
+    ("layer_norm 2 dims", lambda m, F, x: F.layer_norm(x, (3, 4)), [(2, 3, 4)]),
+    ("mse_loss", lambda m, F, a, b: F.mse_loss(a, b), [(3, 4), (3, 4)]),
+    ("cross_entropy", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, -100, 0])), [(3, 4)]),
+    ("cross_entropy sum", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, 1, 0]), reduction='sum'),
+     [(3, 4)]),
+    ("cross_entropy weight smoothing", lambda m, F, a, w: F.cross_entropy(
+        a, _idx(m, [3, 1, 0]), w.detach().abs(), label_smoothing=0.1), [(3, 4), (4,)]),
+    ("cross_entropy none", lambda m, F, a: F.cross_entropy(a, _idx(m, [2, 1, -100]),
+                                                            reduction='none'), [(3, 4)]),
+    ("bce with logits", lambda m, F, a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
+     [(3, 4), (3, 4)]),
+    ("one_hot", lambda m, F: F.one_hot(_idx(m, [0, 3, 1]), 5), []),
+    ("clone", lambda m, F, a: a.clone() * 2, [(3,)]),
+]
+
+
+def _inputs(shapes, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((4, 3)).T if s == "T" else rng.standard_normal(s) for s in shapes]
+
+
+@pytest.mark.parametrize("name,fn,shapes", _CONFORMANCE, ids=[c[0] for c in _CONFORMANCE])
+def test_pytorch_conformance(name, fn, shapes):
+    """Value (float64, 1e-10), gradient (float64, 1e-6) and result dtype (float32 inputs)."""
+    torch = need_torch()
+    import warnings
+    F = torch.nn.functional
+    arrays = _inputs(shapes, seed=len(name))
+    ours = [tt.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        out, ref = fn(tt, nn, *ours), fn(torch, F, *theirs)
+    assert tuple(out.shape) == tuple(ref.shape), name
+    np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert _dtype_name(out.dtype) == _dtype_name(ref.dtype), name
+    if ref.requires_grad:
+        v = np.random.default_rng(1).standard_normal(out.shape)
+        out.backward(v)
+        ref.backward(torch.tensor(v))
+        for x, t in zip(ours, theirs):
+            if t.grad is None:
+                assert x.grad is None or not np.any(x.grad), name
+            else:
+                np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-6, atol=1e-8,
+                                           err_msg=name)
+    # the result dtype in float32, the default
+    ours32 = [tt.tensor(a.astype(np.float32)) for a in arrays]
+    theirs32 = [torch.tensor(a.astype(np.float32)) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert _dtype_name(fn(tt, nn, *ours32).dtype) == _dtype_name(fn(torch, F, *theirs32).dtype)
+
+
+def test_pytorch_edge_values():
+    """The edge cases listed in the README, each against PyTorch's own answer."""
+    torch = need_torch()
+    import warnings
+    cases = [
+        (lambda x: x.std(), [2.0, 2.0, 2.0]), (lambda x: x.std(0), [[1.0, 2.0], [1.0, 3.0]]),
+        (lambda x: x.var(correction=3), [0.0, 1.0, 2.0]), (lambda x: x.var(), [5.0]),
+        (lambda x: x.var(1, correction=3), [[0.0, 1.0]]),
+        (lambda x: x.std(correction=3), [0.0, 1.0]),
+        (lambda x: x ** 0, [0.0, 2.0]), (lambda x: x ** 0.5, [0.0, 4.0]),
+        (lambda x: x.norm(), [0.0, 0.0]), (lambda x: x.norm(dim=1), [[0.0, 0.0], [3.0, 4.0]]),
+        (lambda x: x.prod(), [0.0, 2.0, 3.0]), (lambda x: x.prod(), [0.0, 0.0, 3.0]),
+        (lambda x: x.logsumexp(0), [-np.inf, -np.inf]), (lambda x: x.mean(), np.zeros(0)),
+        (lambda x: x.sqrt(), [0.0, 1.0]), (lambda x: x.abs(), [0.0, -1.0]),
+        (lambda x: x.relu(), [0.0, 1.0]), (lambda x: x.clamp(0.0, 1.0), [0.0, 1.0, 2.0]),
+        (lambda x: x.amax(), [1.0, 3.0, 3.0]), (lambda x: x.max(0).values, [3.0, 3.0, 1.0]),
+        (lambda x: 1 / x, [0.0, 1.0]), (lambda x: x.log(), [0.0, 1.0]),
+        (lambda x: x.sigmoid(), [-800.0, 800.0]), (lambda x: x.softmax(-1), [-np.inf, -np.inf]),
+        (lambda x: x.norm(p=float('inf')), [2.0, -2.0, 1.0]),
+    ]
+    for k, (fn, values) in enumerate(cases):
+        a = np.array(values, dtype=np.float64)
+        x, t = tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        with warnings.catch_warnings(), np.errstate(all='ignore'):
+            warnings.simplefilter('ignore')
+            out, ref = fn(x), fn(t)
+            out.sum().backward()
+            ref.sum().backward()
+        np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
+        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
+    logits = np.random.default_rng(0).standard_normal((2, 3))
+    x, t = tt.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    loss, ref = nn.cross_entropy(x, tt.tensor([-100, -100])), \
+        torch.nn.functional.cross_entropy(t, torch.tensor([-100, -100]))
+    loss.backward()
+    ref.backward()
+    assert np.isnan(loss.item()) and np.isnan(ref.item())
+    np.testing.assert_array_equal(x.grad, t.grad.numpy())
