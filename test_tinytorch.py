@@ -602,7 +602,10 @@ _OUTPUT_SAVERS = {  # ops whose backward rule reads their own output
     'sigmoid': lambda x: x.sigmoid(), 'softmax': lambda x: x.softmax(-1),
     'log_softmax': lambda x: x.log_softmax(-1), 'logsumexp': lambda x: x.logsumexp(-1),
     'logsumexp keepdim': lambda x: x.logsumexp(-1, keepdim=True),
-    'pow (tensor exponent)': lambda x: x.abs() ** (x * 0 + 1.5),
+    'pow (tensor exponent)': lambda x: x.abs() ** (x * 0 + 1.5), 'expm1': lambda x: x.expm1(),
+    'std': lambda x: x.std(-1), 'norm': lambda x: x.norm(dim=-1), 'prod': lambda x: x.prod(-1),
+    'fused attention': lambda x: __import__('transformer').fused_causal_attention(
+        x.reshape(1, 2, 3), 1),
 }
 
 
@@ -611,6 +614,44 @@ def test_an_output_read_by_backward_is_guarded(name):
     x = tt.tensor([[0.5, 1.0, 2.0], [0.3, -0.2, 0.1]], requires_grad=True)
     y = _OUTPUT_SAVERS[name](x)
     y.detach().mul_(2)  # shares y's array and version counter
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+_INPUT_READERS = {  # ops whose backward rule reads an input: (op, number of inputs)
+    'mul': (lambda a, b: a * b, 2), 'div': (lambda a, b: a / b, 2),
+    'pow': (lambda a, b: a ** b, 2), 'pow scalar': (lambda a: a ** 3, 1),
+    'log': (lambda a: a.log(), 1), 'abs': (lambda a: a.abs(), 1), 'sin': (lambda a: a.sin(), 1),
+    'cos': (lambda a: a.cos(), 1), 'erf': (lambda a: a.erf(), 1), 'log1p': (lambda a: a.log1p(), 1),
+    'silu': (lambda a: tt.silu(a), 1), 'gelu tanh': (lambda a: a.gelu(approximate='tanh'), 1),
+    'maximum': (lambda a, b: tt.maximum(a, b), 2), 'minimum': (lambda a, b: tt.minimum(a, b), 2),
+    'matmul': (lambda a, b: a @ b.T, 2), 'norm': (lambda a: a.norm(p=3), 1),
+    'prod': (lambda a: a.prod(), 1), 'linear': (lambda a, b: nn.linear(a, b), 2),
+    'layer_norm weight': (lambda a, b: nn.layer_norm(a, (3,), b[0]), 2),
+    'bce_with_logits': (lambda a, b: nn.binary_cross_entropy_with_logits(a, b), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INPUT_READERS))
+def test_an_input_read_by_backward_is_guarded(name):
+    fn, n = _INPUT_READERS[name]
+    xs = [tt.tensor([[0.5, 1.5, 2.0], [0.3, 0.2, 0.1]], requires_grad=True) for _ in range(n)]
+    y = fn(*xs)
+    with tt.no_grad():
+        xs[-1].mul_(1.0)  # same values, a new version: backward must still refuse
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+def test_returned_indices_are_the_ones_backward_reads():
+    x = tt.tensor([[3.0, 1.0, 2.0]], requires_grad=True)
+    for result in (x.sort(), x.topk(2)):
+        result.indices.fill_(0)
+        with pytest.raises(RuntimeError, match="modified in place"):
+            result.values.sum().backward()
+    idx = tt.tensor([[2, 0]])
+    y = tt.take_along_dim(x, idx, 1)
+    idx.fill_(1)
     with pytest.raises(RuntimeError, match="modified in place"):
         y.sum().backward()
 

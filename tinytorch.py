@@ -385,7 +385,11 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     out._op = op
     if _grad_enabled:
         try:
-            needs_grad = any(p.requires_grad for p in parents)
+            needs_grad = False
+            for p in parents:
+                if p.requires_grad:
+                    needs_grad = True
+                    break
         except AttributeError:
             bad = next(p for p in parents if not isinstance(p, Tensor))
             raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
@@ -396,9 +400,10 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             out._backward = backward
             # (counter, version now, shape): the counter, not the tensor, so that an
             # output saving itself makes no reference cycle
-            out._saved = tuple((t._vc, t._vc[0], t.shape) for t in saved)
+            if saved:
+                out._saved = tuple((t._vc, t._vc[0], t.shape) for t in saved)
             if saves_output:
-                out._saved += ((out._vc, out._vc[0], out.shape),)
+                out._saved += ((out._vc, 0, out.shape),)  # a new tensor is at version 0
     return out
 
 
@@ -408,10 +413,11 @@ def tensor(data, dtype=None, requires_grad=False):
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
-def _constant(data):
-    """A tensor outside the graph around an array (no copy): constants, masks, indices."""
+def _constant(data, vc=None):
+    """A tensor outside the graph around an array (no copy): constants, masks, indices.
+    vc: the version counter of the tensor whose array this is a view of."""
     out = Tensor.__new__(Tensor)
-    _init_result(out, data)
+    _init_result(out, data, vc)
     return out
 
 
@@ -506,9 +512,16 @@ def _as(x, dtype):
 def _operands(a, b, floating=False):
     """Both operands of a binary op as tensors of the promoted dtype (a float one
     if floating: int / int is float32)."""
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype and (
-            not floating or a.dtype.kind == 'f'):
-        return a, b  # the common case: nothing to promote
+    # the common cases first: two tensors of one dtype, a float tensor with a Python number
+    # (rule 4: a number never changes a float tensor's dtype)
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            if a.dtype == b.dtype and (not floating or a.dtype.kind == 'f'):
+                return a, b
+        elif type(b) in (float, int) and a.dtype.kind == 'f':
+            return a, _constant(np.array(b, dtype=a.dtype))
+    elif type(a) in (float, int) and isinstance(b, Tensor) and b.dtype.kind == 'f':
+        return _constant(np.array(a, dtype=b.dtype)), b
     dtype = result_type(a, b)
     if floating and dtype.kind not in 'fc':
         dtype = default_dtype
@@ -1004,7 +1017,8 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
             if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
                 return (g * np.where(out == 0, 0, 0.5 / out) * np.where(centered == 0, np.nan, np.inf),)
             return (g * np.where(out == 0, 0, centered / (dof * out)),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward)
+    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
+                   saves_output=True)  # backward reads out
 
 
 def _extreme(x, dim, keepdim, op, fn):
@@ -1106,7 +1120,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1), and 0 where the norm is 0
             return (g * np.where(out == 0, 0, sign * ax ** (p - 1) / out ** (p - 1)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
-                   saved=(x,))
+                   saved=(x,), saves_output=True)
 
 
 def prod(x, dim=None, keepdim=False):
@@ -1126,7 +1140,7 @@ def prod(x, dim=None, keepdim=False):
                             np.where((zeros == 1) & zero, others, 0))
         return (g * grad,)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
-                   saved=(x,))
+                   saved=(x,), saves_output=True)
 
 
 def cumsum(x, dim):
@@ -1146,12 +1160,15 @@ TopkResult = namedtuple('topk', ['values', 'indices'])
 def _select_along(x, idx, d, op, result):
     """values = x at idx along dim d, as a pair (values, indices); each value's gradient
     goes back to the position it came from."""
+    indices = _constant(idx)
+
     def backward(g):
         gx = np.zeros_like(g, shape=x.shape)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
-    values = from_op(np.take_along_axis(x.data, idx, axis=d), op, (x,), backward)
-    return result(values, _constant(idx))
+    values = from_op(np.take_along_axis(x.data, idx, axis=d), op, (x,), backward,
+                     saved=(indices,))  # the indices returned are the ones backward reads
+    return result(values, indices)
 
 
 def argsort(x, dim=-1, descending=False, stable=False):
@@ -1458,7 +1475,9 @@ def take_along_dim(input, indices, dim=None):
     others = np.broadcast_shapes(input.shape[:d] + (1,) + input.shape[d + 1:],
                                  idx.shape[:d] + (1,) + idx.shape[d + 1:])
     x = expand(input, others[:d] + (input.shape[d],) + others[d + 1:])
-    return gather(x, d, np.broadcast_to(idx, others[:d] + (idx.shape[d],) + others[d + 1:]))
+    idx = np.broadcast_to(idx, others[:d] + (idx.shape[d],) + others[d + 1:])
+    vc = indices._vc if isinstance(indices, Tensor) else None  # a view: the same counter
+    return gather(x, d, _constant(idx, vc))
 
 
 def _as_index(indices):
