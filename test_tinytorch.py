@@ -2198,6 +2198,37 @@ def test_pytorch_conformance(name, fn, shapes):
         assert _dtype_name(fn(tt, nn, *ours32).dtype) == _dtype_name(fn(torch, F, *theirs32).dtype)
 
 
+def test_pytorch_creation_dtypes_and_casts():
+    torch = need_torch()
+    cases = [
+        lambda m: m.tensor([1, 2]), lambda m: m.tensor([1.5, 2]), lambda m: m.tensor(True),
+        lambda m: m.tensor(np.arange(3.0)), lambda m: m.tensor(np.arange(3, dtype=np.int32)),
+        lambda m: m.from_numpy(np.arange(3.0, dtype=np.float32)), lambda m: m.arange(5),
+        lambda m: m.arange(0, 1, 0.25), lambda m: m.arange(5.0), lambda m: m.zeros(2, 3),
+        lambda m: m.ones((2,)), lambda m: m.full((2,), 1), lambda m: m.full((2,), 1.5),
+        lambda m: m.full((2,), True), lambda m: m.eye(3), lambda m: m.randn(2),
+        lambda m: m.rand(2), lambda m: m.randint(0, 5, (3,)), lambda m: m.randperm(4),
+        lambda m: m.arange(5).float(), lambda m: m.arange(5.0).long(), lambda m: m.arange(5.0).double(),
+        lambda m: m.arange(5) / 2,
+        lambda m: m.arange(5).sum(), lambda m: m.tensor([True, False]).sum(),
+        lambda m: m.arange(5).cumsum(0), lambda m: m.arange(6).reshape(2, 3).prod(1),
+        lambda m: m.arange(5).argmax(), lambda m: m.arange(5) > 2,
+    ]
+    for k, make in enumerate(cases):
+        assert _dtype_name(make(tt).dtype) == _dtype_name(make(torch).dtype), k
+    for make in cases[:15] + cases[19:22]:
+        np.testing.assert_array_equal(make(tt).data, make(torch).numpy())
+
+
+def test_empty_reductions_say_what_is_wrong():
+    with pytest.raises(RuntimeError, match=r"amax: cannot reduce over an empty dim \(tensor of shape \(0, 3\)"):
+        tt.zeros(0, 3).amax()
+    with pytest.raises(RuntimeError, match="max: cannot reduce over an empty dim"):
+        tt.zeros(0, 3).max(0)
+    assert tt.zeros(0, 3).amax(1).shape == (0,) and tt.zeros(0, 3).sum().item() == 0.0
+    assert tt.zeros(0, 3).prod().item() == 1.0
+
+
 def test_pytorch_edge_values():
     """The edge cases listed in the README, each against PyTorch's own answer."""
     torch = need_torch()

@@ -1023,6 +1023,9 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
 
 def _extreme(x, dim, keepdim, op, fn):
     axes = _dims(dim, x.ndim, op)
+    if any(x.shape[a] == 0 for a in axes):
+        raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
+                           f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.data, axis=axes, keepdims=True)
     # Gradient goes to the positions that hold the extreme value; when several tie,
     # they share it evenly (PyTorch's amax/amin rule): d out / dx_i = [x_i == out] / count
@@ -1046,6 +1049,9 @@ MinResult = namedtuple('min', ['values', 'indices'])
 
 def _extreme_dim(x, dim, keepdim, op, argfn, result):
     d = _dim(dim, x.ndim, op)
+    if x.ndim and x.shape[d] == 0:
+        raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
+                           f"{tuple(x.shape)}, dim {dim})")
     idx = np.expand_dims(argfn(x.data, axis=d), d)  # first extreme, as PyTorch on the CPU
     values = np.take_along_axis(x.data, idx, axis=d)
 
