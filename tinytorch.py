@@ -91,136 +91,6 @@ class enable_grad(_GradMode):
     enabled = True
 
 
-def tune_malloc():
-    """Keep freed memory in the process instead of handing it back to the OS.
-
-    A training step allocates and frees the same large arrays every time. glibc's
-    malloc serves blocks over a (dynamic) threshold with mmap and returns them to
-    the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
-    each step pays for fresh zeroed pages again (page faults cost as much as the
-    arithmetic here). Raising both thresholds keeps those pages for reuse: about
-    25% faster steps, while the peak memory stays the same. Called when tinytorch is
-    imported on Linux; set TINYTORCH_TUNE_MALLOC=0 to leave the allocator alone.
-    Returns True if the settings were applied.
-    """
-    import ctypes
-    if os.environ.get('TINYTORCH_TUNE_MALLOC', '1') == '0' or not sys.platform.startswith('linux'):
-        return False
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2 ** 20)  # glibc's maximum
-                    and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 30))
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
-        return False
-
-
-malloc_tuned = tune_malloc()
-
-
-def _threads_from_env():
-    for var in ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
-        if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:
-            return int(os.environ[var])
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-
-
-_num_threads = _threads_from_env()
-_pool, _pool_pid = None, None
-PARALLEL_MIN_SIZE = 2 ** 17  # below this many elements a job stays on one thread (waking
-# a thread costs 20-60 us here: GELU on 2^17 floats took 268 us on 2 threads, 232 on one)
-
-
-def get_num_threads():
-    return _num_threads
-
-
-def set_num_threads(n):
-    """How many threads tinytorch's own kernels (GELU, attention, ...) use, as
-    torch.set_num_threads. BLAS (the matmuls) has its own setting: OPENBLAS_NUM_THREADS.
-    The default comes from TINYTORCH_NUM_THREADS, OMP_NUM_THREADS or
-    OPENBLAS_NUM_THREADS, else the number of cores. 1 turns the threads off."""
-    global _num_threads, _pool
-    if int(n) < 1:
-        raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
-    if _pool is not None:
-        _pool.shutdown()
-        _pool = None
-    _num_threads = int(n)
-
-
-def parallel_for(fn, n, size, threads=None):
-    """Call fn(lo, hi) on [0, n) cut into get_num_threads() contiguous ranges, all at
-    once; fn must write its results into arrays it was given, range by range.
-
-    Why threads help in Python: every NumPy ufunc and matmul lets go of the GIL while
-    it computes, so two threads working on different rows of the same arrays really
-    run side by side. BLAS spreads a big matmul over the cores by itself, but the
-    small per-head matmuls of attention and every elementwise op (GELU) run on one
-    core; here they get all of them. size (the elements involved) keeps small jobs,
-    where starting threads would cost more than it saves, on this thread; threads
-    (at most get_num_threads()) lets a caller ask for fewer.
-    """
-    global _pool, _pool_pid
-    k = builtins.min(_num_threads, n, threads or _num_threads)
-    if k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
-            'tinytorch'):  # a job started on one of the pool's threads stays on it: the
-        fn(0, n)  # pool could otherwise end up waiting on itself
-        return
-    if _pool is None or _pool_pid != os.getpid():  # a forked child has none of its threads
-        from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(_num_threads - 1, thread_name_prefix='tinytorch')
-        _pool_pid = os.getpid()
-    bounds = [n * i // k for i in range(k + 1)]
-    futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-    try:
-        fn(bounds[0], bounds[1])  # this thread takes the first range
-    finally:
-        for f in futures:
-            f.result()  # waits, and re-raises an error from a worker
-
-
-# One generator for the whole library: manual_seed(s) makes every random op,
-# dropout and sampling included, reproducible.
-_rng = np.random.default_rng()
-
-
-def manual_seed(seed):
-    global _rng
-    _rng = np.random.default_rng(seed)
-
-
-def default_generator():
-    """The library's numpy Generator (used by randn, rand, dropout, multinomial, ...)."""
-    return _rng
-
-
-def get_rng_state():
-    return _rng.bit_generator.state
-
-
-def set_rng_state(state):
-    _rng.bit_generator.state = state
-
-
-def _dtype_of_python_data(data):
-    """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
-    try:
-        arr = np.asarray(data)
-    except ValueError as e:  # ragged nested lists
-        raise ValueError(f"tensor: {e}") from None
-    if arr.dtype.kind not in 'biufc':
-        raise TypeError(f"tensor: data must be numbers or booleans (nested lists or a NumPy "
-                        f"array of them), got {type(data).__name__} of dtype {arr.dtype}")
-    if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
-        return arr
-    if arr.dtype.kind == 'f':
-        return arr.astype(default_dtype)
-    if arr.dtype.kind in 'iu':
-        return arr.astype(int64)
-    return arr
-
-
 # ---------------------------------------------------------------------------
 # 2. The Tensor and how an op enters the graph
 # ---------------------------------------------------------------------------
@@ -407,6 +277,24 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     return out
 
 
+def _dtype_of_python_data(data):
+    """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"tensor: {e}") from None
+    if arr.dtype.kind not in 'biufc':
+        raise TypeError(f"tensor: data must be numbers or booleans (nested lists or a NumPy "
+                        f"array of them), got {type(data).__name__} of dtype {arr.dtype}")
+    if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
+        return arr
+    if arr.dtype.kind == 'f':
+        return arr.astype(default_dtype)
+    if arr.dtype.kind in 'iu':
+        return arr.astype(int64)
+    return arr
+
+
 def tensor(data, dtype=None, requires_grad=False):
     """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
     keeps its dtype (float64 stays float64)."""
@@ -542,37 +430,6 @@ def unbroadcast(grad, shape):
         lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
     grad = grad.sum(axis=axes, keepdims=True) if axes else grad
     return grad.reshape(shape)
-
-
-_ones_cache = {}
-
-
-def _ones(n, like):
-    """A cached vector of n ones of like's dtype and array type (NumPy, or CuPy, ...)."""
-    key = (n, like.dtype, type(like))
-    if key not in _ones_cache:
-        _ones_cache[key] = np.ones_like(like, shape=(n,))
-    return _ones_cache[key]
-
-
-def sum_last(a):
-    """a.sum(axis=-1, keepdims=True), computed as a matrix-vector product with a vector
-    of ones: BLAS does that 3-5x faster than NumPy's reduction for rows of 32-512
-    floats (it runs on all cores). Used inside the fused ops (layer norm, attention)."""
-    return np.matmul(a, _ones(a.shape[-1], a))[..., None]
-
-
-def sum_second_last(a):
-    """a.sum(axis=-2, keepdims=True) (a sum down each column of each matrix), as
-    ones @ a."""
-    return np.matmul(_ones(a.shape[-2], a), a)[..., None, :]
-
-
-def sum_leading(a):
-    """Sum over every axis but the last (a bias gradient: one sum per feature), as
-    ones @ a on a viewed as (rows, features)."""
-    a2 = a.reshape(-1, a.shape[-1])
-    return np.matmul(_ones(a2.shape[0], a), a2)
 
 
 def _broadcast_op(op, fn, a, b):
@@ -763,89 +620,6 @@ def softplus(x, beta=1.0, threshold=20.0):
     with np.errstate(over='ignore'):
         s = 1 / (1 + np.exp(-bx))  # d/dx = sigmoid(beta x), 1 on the linear part
     return from_op(out.astype(x.dtype), 'softplus', (x,), lambda g: (g * np.where(linear, 1, s),))
-
-
-# erf(x) by W. J. Cody's rational Chebyshev approximations (Math. Comp. 23, 1969),
-# accurate to double precision: one rational function for |x| <= 0.5, and two for
-# erfc(|x|) * exp(x^2) on (0.5, 4] and (4, inf). NumPy has no erf of its own.
-_ERF_A = (3.16112374387056560e0, 1.13864154151050156e2, 3.77485237685302021e2,
-          3.20937758913846947e3, 1.85777706184603153e-1)
-_ERF_B = (2.36012909523441209e1, 2.44024637934444173e2, 1.28261652607737228e3,
-          2.84423683343917062e3)
-_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e0, 6.61191906371416295e1,
-          2.98635138197400131e2, 8.81952221241769090e2, 1.71204761263407058e3,
-          2.05107837782607147e3, 1.23033935479799725e3, 2.15311535474403846e-8)
-_ERF_D = (1.57449261107098347e1, 1.17693950891312499e2, 5.37181101862009858e2,
-          1.62138957456669019e3, 3.29079923573345963e3, 4.36261909014324716e3,
-          3.43936767414372164e3, 1.23033935480374942e3)
-_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
-          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)
-_ERF_Q = (2.56852019228982242e0, 1.87295284992346047e0, 5.27905102951428412e-1,
-          6.05183413124413191e-2, 2.33520497626869185e-3)
-
-
-def _erf_np(x):
-    """Vectorised erf of an array, accurate to double precision, in x's dtype."""
-    ax = np.abs(x).astype(np.float64)
-    out = np.empty_like(ax)
-    small, mid, big = ax <= 0.5, (ax > 0.5) & (ax <= 4.0), ax > 4.0
-    if small.any():  # erf(y) = y * A(y^2) / B(y^2)
-        y = ax[small]
-        z = y * y
-        num, den = _ERF_A[4] * z, z
-        for i in range(3):
-            num, den = (num + _ERF_A[i]) * z, (den + _ERF_B[i]) * z
-        out[small] = y * (num + _ERF_A[3]) / (den + _ERF_B[3])
-    if mid.any():  # erfc(y) = exp(-y^2) * C(y) / D(y)
-        y = ax[mid]
-        num, den = _ERF_C[8] * y, y
-        for i in range(7):
-            num, den = (num + _ERF_C[i]) * y, (den + _ERF_D[i]) * y
-        out[mid] = 1.0 - np.exp(-y * y) * (num + _ERF_C[7]) / (den + _ERF_D[7])
-    if big.any():  # erfc(y) = exp(-y^2) / y * (1/sqrt(pi) - P(1/y^2) / (y^2 Q(1/y^2)))
-        y = ax[big]
-        z = 1.0 / (y * y)
-        num, den = _ERF_P[5] * z, z
-        for i in range(4):
-            num, den = (num + _ERF_P[i]) * z, (den + _ERF_Q[i]) * z
-        r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
-        out[big] = 1.0 - np.exp(-y * y) * (1.0 / math.sqrt(math.pi) - r) / y
-    return np.copysign(out, x).astype(x.dtype, copy=False)
-
-
-# Abramowitz & Stegun 26.2.17 (Zelen & Severo) for the normal tail:
-# Phi(-|x|) = phi(x) t (b1 + b2 t + ... + b5 t^4), t = 1 / (1 + p |x|), error < 7.5e-8.
-_ZS_P = 0.2316419
-_ZS_B = (0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429)
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def _gelu_float32(x, out, dgelu):
-    """GELU of a float32 array into out, and its derivative Phi(x) + x phi(x) into
-    dgelu (all the backward rule needs), cheaply and without cancellation.
-
-    phi(x) = exp(-x^2/2) / sqrt(2 pi) is the normal density and h = Phi(-|x|) the tail
-    from A&S 26.2.17 (above), absolute error < 7.5e-8, below float32's resolution
-    near 1. Then Phi(x) = h for x < 0 and 1 - h for x >= 0, i.e. |step(x) - h|.
-    Every step writes into an array it was given.
-    """
-    t = np.abs(x, out=dgelu)  # dgelu holds t until t is no longer needed
-    t += np.float32(1 / _ZS_P)
-    np.divide(np.float32(1 / _ZS_P), t, out=t)  # t = 1 / (1 + p |x|) = (1/p) / (1/p + |x|)
-    h = np.multiply(t, np.float32(_ZS_B[4]), out=out)
-    for b in _ZS_B[3::-1]:
-        h += np.float32(b)
-        h *= t  # Horner: t (b1 + t (b2 + ...))
-    phi = np.square(x, out=dgelu)
-    phi *= np.float32(-0.5)
-    phi -= np.float32(_LOG_SQRT_2PI)
-    np.exp(phi, out=phi)  # phi(x) = exp(-x^2/2 - log sqrt(2 pi))
-    h *= phi  # h = Phi(-|x|)
-    h -= np.greater_equal(x, 0)  # h - step(x), step(x) = 1 where x >= 0
-    cdf = np.abs(h, out=h)  # Phi(x) = |step(x) - h|
-    phi *= x
-    phi += cdf  # dgelu = Phi(x) + x phi(x)
-    np.multiply(cdf, x, out=out)  # GELU(x) = x Phi(x)
 
 
 def erf(x):
@@ -1318,24 +1092,6 @@ def _index_data(idx):
     if isinstance(idx, tuple):
         return tuple(i.data if isinstance(i, Tensor) else i for i in idx)
     return idx
-
-
-def _scatter_add_rows(shape, idx, g):
-    """Backward of x[idx] for an integer array idx (an embedding lookup, a gather):
-    row r of the gradient is the sum of g's rows whose index is r. Sorting puts equal
-    indices next to each other, so np.add.reduceat sums each group in one pass (the
-    same result as np.add.at(gx, idx, g), several times faster)."""
-    flat = idx.reshape(-1)
-    flat = np.where(flat < 0, flat + shape[0], flat)
-    gx = np.zeros_like(g, shape=shape)
-    if flat.size == 0:
-        return gx
-    rows = g.reshape((flat.size,) + tuple(shape[1:]))
-    order = np.argsort(flat, kind='stable')
-    sorted_idx = flat[order]
-    starts = np.flatnonzero(np.concatenate(([True], sorted_idx[1:] != sorted_idx[:-1])))
-    gx[sorted_idx[starts]] = np.add.reduceat(rows[order], starts, axis=0)
-    return gx
 
 
 def getitem(x, idx):
@@ -1900,6 +1656,29 @@ Tensor.__itruediv__ = lambda self, o: div_(self, o)
 # ---------------------------------------------------------------------------
 # 11. Creation functions
 # ---------------------------------------------------------------------------
+# One generator for the whole library: manual_seed(s) makes every random op,
+# dropout and sampling included, reproducible.
+_rng = np.random.default_rng()
+
+
+def manual_seed(seed):
+    global _rng
+    _rng = np.random.default_rng(seed)
+
+
+def default_generator():
+    """The library's numpy Generator (used by randn, rand, dropout, multinomial, ...)."""
+    return _rng
+
+
+def get_rng_state():
+    return _rng.bit_generator.state
+
+
+def set_rng_state(state):
+    _rng.bit_generator.state = state
+
+
 def _leaf(data, requires_grad):
     return Tensor(data, requires_grad=requires_grad) if requires_grad else \
         _constant(data)
@@ -2273,3 +2052,227 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
     text = '\n'.join(out)
     print(text, file=file or sys.stdout)
     return text
+
+
+# ---------------------------------------------------------------------------
+# 14. Speed
+# ---------------------------------------------------------------------------
+def tune_malloc():
+    """Keep freed memory in the process instead of handing it back to the OS.
+
+    A training step allocates and frees the same large arrays every time. glibc's
+    malloc serves blocks over a (dynamic) threshold with mmap and returns them to
+    the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
+    each step pays for fresh zeroed pages again (page faults cost as much as the
+    arithmetic here). Raising both thresholds keeps those pages for reuse: about
+    25% faster steps, while the peak memory stays the same. Called when tinytorch is
+    imported on Linux; set TINYTORCH_TUNE_MALLOC=0 to leave the allocator alone.
+    Returns True if the settings were applied.
+    """
+    import ctypes
+    if os.environ.get('TINYTORCH_TUNE_MALLOC', '1') == '0' or not sys.platform.startswith('linux'):
+        return False
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2 ** 20)  # glibc's maximum
+                    and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 30))
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
+        return False
+
+
+malloc_tuned = tune_malloc()
+
+
+def _threads_from_env():
+    for var in ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
+        if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:
+            return int(os.environ[var])
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
+_num_threads = _threads_from_env()
+_pool, _pool_pid = None, None
+PARALLEL_MIN_SIZE = 2 ** 17  # below this many elements a job stays on one thread (waking
+# a thread costs 20-60 us here: GELU on 2^17 floats took 268 us on 2 threads, 232 on one)
+
+
+def get_num_threads():
+    return _num_threads
+
+
+def set_num_threads(n):
+    """How many threads tinytorch's own kernels (GELU, attention, ...) use, as
+    torch.set_num_threads. BLAS (the matmuls) has its own setting: OPENBLAS_NUM_THREADS.
+    The default comes from TINYTORCH_NUM_THREADS, OMP_NUM_THREADS or
+    OPENBLAS_NUM_THREADS, else the number of cores. 1 turns the threads off."""
+    global _num_threads, _pool
+    if int(n) < 1:
+        raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
+    if _pool is not None:
+        _pool.shutdown()
+        _pool = None
+    _num_threads = int(n)
+
+
+def parallel_for(fn, n, size, threads=None):
+    """Call fn(lo, hi) on [0, n) cut into get_num_threads() contiguous ranges, all at
+    once; fn must write its results into arrays it was given, range by range.
+
+    Why threads help in Python: every NumPy ufunc and matmul lets go of the GIL while
+    it computes, so two threads working on different rows of the same arrays really
+    run side by side. BLAS spreads a big matmul over the cores by itself, but the
+    small per-head matmuls of attention and every elementwise op (GELU) run on one
+    core; here they get all of them. size (the elements involved) keeps small jobs,
+    where starting threads would cost more than it saves, on this thread; threads
+    (at most get_num_threads()) lets a caller ask for fewer.
+    """
+    global _pool, _pool_pid
+    k = builtins.min(_num_threads, n, threads or _num_threads)
+    if k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
+            'tinytorch'):  # a job started on one of the pool's threads stays on it: the
+        fn(0, n)  # pool could otherwise end up waiting on itself
+        return
+    if _pool is None or _pool_pid != os.getpid():  # a forked child has none of its threads
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(_num_threads - 1, thread_name_prefix='tinytorch')
+        _pool_pid = os.getpid()
+    bounds = [n * i // k for i in range(k + 1)]
+    futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    try:
+        fn(bounds[0], bounds[1])  # this thread takes the first range
+    finally:
+        for f in futures:
+            f.result()  # waits, and re-raises an error from a worker
+
+
+_ones_cache = {}
+
+
+def _ones(n, like):
+    """A cached vector of n ones of like's dtype and array type (NumPy, or CuPy, ...)."""
+    key = (n, like.dtype, type(like))
+    if key not in _ones_cache:
+        _ones_cache[key] = np.ones_like(like, shape=(n,))
+    return _ones_cache[key]
+
+
+def sum_last(a):
+    """a.sum(axis=-1, keepdims=True), computed as a matrix-vector product with a vector
+    of ones: BLAS does that 3-5x faster than NumPy's reduction for rows of 32-512
+    floats (it runs on all cores). Used inside the fused ops (layer norm, attention)."""
+    return np.matmul(a, _ones(a.shape[-1], a))[..., None]
+
+
+def sum_second_last(a):
+    """a.sum(axis=-2, keepdims=True) (a sum down each column of each matrix), as
+    ones @ a."""
+    return np.matmul(_ones(a.shape[-2], a), a)[..., None, :]
+
+
+def sum_leading(a):
+    """Sum over every axis but the last (a bias gradient: one sum per feature), as
+    ones @ a on a viewed as (rows, features)."""
+    a2 = a.reshape(-1, a.shape[-1])
+    return np.matmul(_ones(a2.shape[0], a), a2)
+
+
+# erf(x) by W. J. Cody's rational Chebyshev approximations (Math. Comp. 23, 1969),
+# accurate to double precision: one rational function for |x| <= 0.5, and two for
+# erfc(|x|) * exp(x^2) on (0.5, 4] and (4, inf). NumPy has no erf of its own.
+_ERF_A = (3.16112374387056560e0, 1.13864154151050156e2, 3.77485237685302021e2,
+          3.20937758913846947e3, 1.85777706184603153e-1)
+_ERF_B = (2.36012909523441209e1, 2.44024637934444173e2, 1.28261652607737228e3,
+          2.84423683343917062e3)
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e0, 6.61191906371416295e1,
+          2.98635138197400131e2, 8.81952221241769090e2, 1.71204761263407058e3,
+          2.05107837782607147e3, 1.23033935479799725e3, 2.15311535474403846e-8)
+_ERF_D = (1.57449261107098347e1, 1.17693950891312499e2, 5.37181101862009858e2,
+          1.62138957456669019e3, 3.29079923573345963e3, 4.36261909014324716e3,
+          3.43936767414372164e3, 1.23033935480374942e3)
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)
+_ERF_Q = (2.56852019228982242e0, 1.87295284992346047e0, 5.27905102951428412e-1,
+          6.05183413124413191e-2, 2.33520497626869185e-3)
+
+
+def _erf_np(x):
+    """Vectorised erf of an array, accurate to double precision, in x's dtype."""
+    ax = np.abs(x).astype(np.float64)
+    out = np.empty_like(ax)
+    small, mid, big = ax <= 0.5, (ax > 0.5) & (ax <= 4.0), ax > 4.0
+    if small.any():  # erf(y) = y * A(y^2) / B(y^2)
+        y = ax[small]
+        z = y * y
+        num, den = _ERF_A[4] * z, z
+        for i in range(3):
+            num, den = (num + _ERF_A[i]) * z, (den + _ERF_B[i]) * z
+        out[small] = y * (num + _ERF_A[3]) / (den + _ERF_B[3])
+    if mid.any():  # erfc(y) = exp(-y^2) * C(y) / D(y)
+        y = ax[mid]
+        num, den = _ERF_C[8] * y, y
+        for i in range(7):
+            num, den = (num + _ERF_C[i]) * y, (den + _ERF_D[i]) * y
+        out[mid] = 1.0 - np.exp(-y * y) * (num + _ERF_C[7]) / (den + _ERF_D[7])
+    if big.any():  # erfc(y) = exp(-y^2) / y * (1/sqrt(pi) - P(1/y^2) / (y^2 Q(1/y^2)))
+        y = ax[big]
+        z = 1.0 / (y * y)
+        num, den = _ERF_P[5] * z, z
+        for i in range(4):
+            num, den = (num + _ERF_P[i]) * z, (den + _ERF_Q[i]) * z
+        r = z * (num + _ERF_P[4]) / (den + _ERF_Q[4])
+        out[big] = 1.0 - np.exp(-y * y) * (1.0 / math.sqrt(math.pi) - r) / y
+    return np.copysign(out, x).astype(x.dtype, copy=False)
+
+
+# Abramowitz & Stegun 26.2.17 (Zelen & Severo) for the normal tail:
+# Phi(-|x|) = phi(x) t (b1 + b2 t + ... + b5 t^4), t = 1 / (1 + p |x|), error < 7.5e-8.
+_ZS_P = 0.2316419
+_ZS_B = (0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _gelu_float32(x, out, dgelu):
+    """GELU of a float32 array into out, and its derivative Phi(x) + x phi(x) into
+    dgelu (all the backward rule needs), cheaply and without cancellation.
+
+    phi(x) = exp(-x^2/2) / sqrt(2 pi) is the normal density and h = Phi(-|x|) the tail
+    from A&S 26.2.17 (above), absolute error < 7.5e-8, below float32's resolution
+    near 1. Then Phi(x) = h for x < 0 and 1 - h for x >= 0, i.e. |step(x) - h|.
+    Every step writes into an array it was given.
+    """
+    t = np.abs(x, out=dgelu)  # dgelu holds t until t is no longer needed
+    t += np.float32(1 / _ZS_P)
+    np.divide(np.float32(1 / _ZS_P), t, out=t)  # t = 1 / (1 + p |x|) = (1/p) / (1/p + |x|)
+    h = np.multiply(t, np.float32(_ZS_B[4]), out=out)
+    for b in _ZS_B[3::-1]:
+        h += np.float32(b)
+        h *= t  # Horner: t (b1 + t (b2 + ...))
+    phi = np.square(x, out=dgelu)
+    phi *= np.float32(-0.5)
+    phi -= np.float32(_LOG_SQRT_2PI)
+    np.exp(phi, out=phi)  # phi(x) = exp(-x^2/2 - log sqrt(2 pi))
+    h *= phi  # h = Phi(-|x|)
+    h -= np.greater_equal(x, 0)  # h - step(x), step(x) = 1 where x >= 0
+    cdf = np.abs(h, out=h)  # Phi(x) = |step(x) - h|
+    phi *= x
+    phi += cdf  # dgelu = Phi(x) + x phi(x)
+    np.multiply(cdf, x, out=out)  # GELU(x) = x Phi(x)
+
+
+def _scatter_add_rows(shape, idx, g):
+    """Backward of x[idx] for an integer array idx (an embedding lookup, a gather):
+    row r of the gradient is the sum of g's rows whose index is r. Sorting puts equal
+    indices next to each other, so np.add.reduceat sums each group in one pass (the
+    same result as np.add.at(gx, idx, g), several times faster)."""
+    flat = idx.reshape(-1)
+    flat = np.where(flat < 0, flat + shape[0], flat)
+    gx = np.zeros_like(g, shape=shape)
+    if flat.size == 0:
+        return gx
+    rows = g.reshape((flat.size,) + tuple(shape[1:]))
+    order = np.argsort(flat, kind='stable')
+    sorted_idx = flat[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_idx[1:] != sorted_idx[:-1])))
+    gx[sorted_idx[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    return gx
