@@ -216,6 +216,10 @@ def linear(x, weight, bias=None):
     return from_op(out, 'linear', parents, backward, saved=(x, weight))
 
 
+tt.RULES_IN_WORDS['linear'] = ("dx = g @ W", "dW = g^T @ x, summed over all {rows} rows",
+                               "db = sum of g over all rows {g} -> {x}")
+
+
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, dtype=None):
         self.in_features, self.out_features = in_features, out_features
@@ -301,8 +305,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
-    return from_op(out.reshape(x.shape), 'layer_norm', parents, backward, 
+    return from_op(out.reshape(x.shape), 'layer_norm', parents, backward,
                    saved=() if weight is None else (weight,))  # backward reads the weight
+
+
+tt.RULES_IN_WORDS['layer_norm'] = ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))",
+                                   "dweight = sum over rows of g * x_hat", "dbias = sum over rows of g")
 
 
 class LayerNorm(Module):
@@ -331,6 +339,9 @@ def dropout(x, p=0.5, training=True):
         return x
     mask = dropout_mask(x.shape, p, x.dtype)
     return from_op(x.data * mask, 'dropout', (x,), lambda g: (g * mask,))  # d/dx = mask / (1-p)
+
+
+tt.RULES_IN_WORDS['dropout'] = "times the dropout mask / (1 - p)"
 
 
 def dropout_mask(shape, p, dtype):
@@ -530,6 +541,9 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
+tt.RULES_IN_WORDS['cross_entropy'] = "softmax(logits) - onehot(target), divided by the number of rows"
+
+
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
     max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
@@ -545,6 +559,9 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     per_elem = from_op(loss, 'bce_with_logits', (logits, target),
                        lambda g: (g * (sig - y), -g * x), saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+
+
+tt.RULES_IN_WORDS['bce_with_logits'] = ("sigmoid(x) - y", "-x")
 
 
 class MSELoss(Module):

@@ -511,6 +511,38 @@ def test_leaf_grads_never_share_memory():
     assert w.grad.flags.owndata  # a fresh matmul result: kept, not copied
 
 
+def test_speed_kernels_equal_the_plain_forms():
+    """Each kernel in tinytorch's Speed section computes what the op's plain code says."""
+    rng = np.random.default_rng(0)
+    A, G = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 2))
+    plain = tt.unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), (5, 2))  # matmul's dB
+    np.testing.assert_allclose(tt.shared_matrix_grad(A, G), plain, rtol=1e-12)
+    x = rng.standard_normal((7, 33)).astype(np.float32)
+    out, dgelu = tt.gelu_float32(x)
+    xd = x.astype(np.float64)
+    cdf = 0.5 * (1 + tt._erf_np(xd / math.sqrt(2)))
+    np.testing.assert_allclose(out, xd * cdf, rtol=1e-6, atol=3e-7)
+    np.testing.assert_allclose(dgelu, cdf + xd * np.exp(-xd * xd / 2) / math.sqrt(2 * math.pi),
+                               rtol=1e-6, atol=3e-7)
+    idx, rows = np.array([[2, 0], [2, 2]]), rng.standard_normal((2, 2, 3))
+    expected = np.zeros((4, 3))
+    np.add.at(expected, idx, rows)  # what getitem's backward computes, plainly
+    np.testing.assert_allclose(tt._scatter_add_rows((4, 3), idx, rows), expected, rtol=1e-12)
+    a = np.ones(3)
+    b = tt.sum_last(a.reshape(1, 3)), tt.sum_leading(np.ones((2, 3))), tt.sum_second_last(np.ones((2, 3)))
+    assert b[0].tolist() == [[3.0]] and b[1].tolist() == [2.0] * 3 and b[2].tolist() == [[2.0] * 3]
+
+
+def test_unshared_counts_the_references_backward_holds():
+    def accumulate(g):  # as _accumulate calls it, with the caller holding the array too
+        return tt.unshared(g)
+    g = np.ones(3)
+    assert accumulate(g)
+    also = g  # a second holder: .grad must get its own copy
+    assert not accumulate(g) and also is g
+    assert not accumulate(np.ones(4)[1:])  # a view of another array
+
+
 def test_retain_grad_keeps_a_non_leaf_gradient():
     x = tt.tensor([1.0, -2.0], requires_grad=True)
     y = (x * 3).retain_grad()

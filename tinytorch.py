@@ -2,9 +2,10 @@
 
 Read this file top to bottom:
 
-  1. dtypes, grad mode, the random generator (and the allocator and thread settings)
+  1. dtypes and grad mode
   2. the Tensor and how an op enters the graph
-  3. elementwise arithmetic (with broadcasting and its backward: "unbroadcast")
+  3. type promotion and elementwise arithmetic (with broadcasting and its backward:
+     "unbroadcast")
   4. elementwise functions (exp, tanh, gelu, ...)
   5. reductions (sum, mean, var, max, logsumexp, ...)
   6. shape and indexing (reshape, permute, getitem, cat, ...)
@@ -12,9 +13,12 @@ Read this file top to bottom:
   8. softmax and log_softmax
   9. backward: walking the graph in reverse topological order
  10. in-place ops and the version counter
- 11. creation functions
+ 11. creation functions and the random generator
  12. gradcheck: finite differences against the analytic gradient
  13. seeing the graph: draw_graph (Graphviz DOT) and grad_path (a gradient's way back)
+ 14. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+     some ops call in one line (each computes what the op's plain code says, faster;
+     a test checks that they agree). Nothing before it needs it to be understood.
 
 Every op is a forward line on NumPy arrays plus a backward rule: a function that
 receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
@@ -30,17 +34,16 @@ import sys
 import threading
 from collections import namedtuple
 
-# Before NumPy loads OpenBLAS: its idle worker threads spin for ~0.1 s after every
-# matmul, waiting for the next one, and take the cores from tinytorch's own threads
-# (parallel_for in section 1); ask them to spin ~20 us and then sleep. Only possible
-# while NumPy is not yet imported; a value the user set wins; TINYTORCH_TUNE_THREADS=0
-# leaves it alone.
+# A speed setting that must come before NumPy loads OpenBLAS (section 14, Speed, has the
+# rest): OpenBLAS's idle worker threads spin for ~0.1 s after every matmul, taking the
+# cores from tinytorch's own threads; ask them to spin ~20 us and then sleep. A value
+# the user set wins; TINYTORCH_TUNE_THREADS=0 leaves it alone.
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
 
 # ---------------------------------------------------------------------------
-# 1. dtypes, grad mode, the random generator, the allocator and threads
+# 1. dtypes and grad mode
 # ---------------------------------------------------------------------------
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
@@ -100,6 +103,13 @@ class Tensor:
     A leaf is a tensor you created (`requires_grad=True` asks autograd to fill its
     `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
     its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
+
+    Fields: `data` (the NumPy array), `grad` (a NumPy array or None), `requires_grad`,
+    `_parents` (the input tensors), `_backward` (the rule: gradient of the output ->
+    gradients of the inputs), `_op` (a name, for repr and the graph), `_saved`
+    ((version counter, version, shape) of each array the rule reads, checked by
+    backward), `_vc` (the version counter: a one-element list, shared with views and
+    bumped by every in-place change), `name` (optional, for draw_graph).
     """
     __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
                  '_saved', '_vc', 'name', '__weakref__', '__dict__')
@@ -642,15 +652,12 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if xd.dtype == np.float32:  # in pieces, one per thread (flat views: contiguous pieces)
-        out, dgelu = np.empty_like(xd, order='C'), np.empty_like(xd, order='C')
-        xf, of, df = (a.reshape(-1) for a in (xd, out, dgelu))  # xf: a copy if xd is strided
-        parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]),
-                     xd.size, xd.size)
-    else:
-        cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))
-        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))
+    if xd.dtype != np.float32:
+        cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))  # Phi(x)
+        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))  # Phi + x phi
         out = xd * cdf
+    else:  # the same two arrays, in fewer passes and on every core (section 14, Speed)
+        out, dgelu = gelu_float32(xd)
 
     def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
         return (g * dgelu,)  # (computed in the forward pass, which had phi at hand)
@@ -1406,28 +1413,21 @@ def matmul(a, b):
                          "cannot be broadcast together") from None
 
     def backward(g):
-        # out = A B  =>  dA = g B^T,  dB = A^T g  (on the operands promoted to 2-D),
-        # then batch dims that were broadcast are summed back (unbroadcast).
+        # out = A B  =>  dA = g B^T,  dB = A^T g, on the operands as matrices: a 1-D a is
+        # a row (1, n), a 1-D b a column (n, 1), and g gets back the dims they lost.
+        # Batch dims that were broadcast are summed back (unbroadcast).
         A = a.data if a.ndim > 1 else a.data[None, :]
         B = b.data if b.ndim > 1 else b.data[:, None]
-        G = g
-        if b.ndim == 1:
-            G = G[..., None]  # put back the column dim that a 1-D right operand removed
-        if a.ndim == 1:
-            G = G[..., None, :]  # and the row dim that a 1-D left operand removed
+        G = g[..., None] if b.ndim == 1 else g
+        G = G[..., None, :] if a.ndim == 1 else G
         ga = gb = None
         if a.requires_grad:
-            ga = np.matmul(G, np.swapaxes(B, -1, -2))
-            ga = unbroadcast(ga, A.shape if a.ndim > 1 else (1,) * (ga.ndim - 2) + A.shape)
-            ga = ga.reshape(a.shape)
+            ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
         if b.requires_grad:
-            if B.ndim == 2 and A.ndim > 2 and A.shape[:-2] == G.shape[:-2]:
-                # B (a weight) was shared by every batch entry: fold the batch into the
-                # rows so the sum over the batch happens inside one 2-D matmul
-                gb = np.matmul(A.reshape(-1, A.shape[-1]).T, G.reshape(-1, G.shape[-1]))
+            if B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:  # a matrix shared by
+                gb = shared_matrix_grad(A, G)  # the whole batch: one 2-D product (Speed)
             else:
-                gb = np.matmul(np.swapaxes(A, -1, -2), G)
-                gb = unbroadcast(gb, B.shape if b.ndim > 1 else (1,) * (gb.ndim - 2) + B.shape)
+                gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
@@ -1481,19 +1481,19 @@ def _topological_order(root):
     outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
     (a recursive version would hit Python's recursion limit)."""
     order, visited = [], set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
+    todo = [(root, False)]
+    while todo:
+        node, expanded = todo.pop()
         if expanded:
             order.append(node)  # all of node's inputs are already in order
             continue
         if id(node) in visited:
             continue
         visited.add(id(node))
-        stack.append((node, True))
+        todo.append((node, True))
         for p in node._parents:
             if p.requires_grad and id(p) not in visited:
-                stack.append((p, False))
+                todo.append((p, False))
     return order
 
 
@@ -1505,6 +1505,26 @@ def backward(tensor, gradient=None, retain_graph=False):
     adding what it returns into the gradients of its inputs. A tensor used twice
     receives the sum of both contributions (the multivariable chain rule).
     """
+    grads = {id(tensor): _initial_gradient(tensor, gradient)}  # id(tensor) -> d out / d tensor
+    for node in reversed(_topological_order(tensor)):
+        if id(node) not in grads:
+            continue  # no gradient reached it
+        g = grads.pop(id(node))
+        if node._backward is None:  # a leaf: add into its .grad
+            _accumulate(node, g)
+            continue
+        if getattr(node, '_retains_grad', False):  # asked for by x.retain_grad()
+            _accumulate(node, g)
+        _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
+        for p, pg in zip(node._parents, node._backward(g)):  # the op's rule: the chain rule
+            if pg is not None and p.requires_grad:
+                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg  # two paths add up
+        if not retain_graph:
+            _free(node)
+
+
+def _initial_gradient(tensor, gradient):
+    """d tensor / d tensor: ones for a single number, else the gradient the caller gave."""
     if not tensor.requires_grad:
         raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
                            "(no input had requires_grad=True, or it was made under no_grad)")
@@ -1513,46 +1533,40 @@ def backward(tensor, gradient=None, retain_graph=False):
             raise RuntimeError(f"backward: grad can be created implicitly only for a "
                                f"single-element output, got shape {tuple(tensor.shape)}; "
                                "pass gradient=...")
-        gradient = np.ones_like(tensor.data)
+        return np.ones_like(tensor.data)
+    gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+    if tuple(np.shape(gradient)) != tuple(tensor.shape):
+        raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
+                           f"the tensor has shape {tuple(tensor.shape)}")
+    return gradient
+
+
+def _accumulate(t, g):
+    """t.grad += g: gradients accumulate across backward calls, never overwrite."""
+    if t.grad is not None:
+        t.grad += g
+    elif g.dtype == t.dtype and unshared(g):  # g itself, no copy needed (section 14, Speed)
+        t.grad = g
     else:
-        gradient = gradient.data if isinstance(gradient, Tensor) else gradient
-        if tuple(np.shape(gradient)) != tuple(tensor.shape):
-            raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
-                               f"the tensor has shape {tuple(tensor.shape)}")
-    grads = {id(tensor): gradient}
-    for node in reversed(_topological_order(tensor)):
-        g = grads.pop(id(node), None)
-        if g is None:
-            continue
-        if node._backward is None:  # a leaf: accumulate (never overwrite) into .grad
-            if node.grad is not None:
-                node.grad += g
-            elif sys.getrefcount(g) <= 2 and g.base is None and g.dtype == node.dtype:
-                node.grad = g  # nobody else holds g: keep it instead of copying (as PyTorch does)
-            else:
-                node.grad = g.astype(node.dtype, copy=True)  # g may be shared: .grad gets its own
-            continue
-        if getattr(node, '_retains_grad', False):
-            node.grad = g.astype(node.dtype, copy=True) if node.grad is None else node.grad + g
-        for counter, version, shape in node._saved:
-            if counter[0] != version:
-                raise RuntimeError(
-                    f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
-                    f"saved for backward was modified in place (it is at version {counter[0]}, "
-                    f"expected version {version}); use an out-of-place op or .clone() first")
-        input_grads = node._backward(g)
-        for p, pg in zip(node._parents, input_grads):
-            if pg is None or not p.requires_grad:
-                continue
-            key = id(p)
-            if key in grads:
-                grads[key] = grads[key] + pg  # two paths into p: their gradients add up
-            else:
-                grads[key] = pg
-        if not retain_graph:  # free the saved buffers: the graph can't be walked again
-            node._backward = _freed_graph
-            node._parents = ()
-            node._saved = ()
+        t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
+
+
+def _check_saved(node):
+    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
+    (it would return a wrong gradient without a word)."""
+    for counter, version, shape in node._saved:
+        if counter[0] != version:
+            raise RuntimeError(
+                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                f"saved for backward was modified in place (it is at version {counter[0]}, "
+                f"expected version {version}); use an out-of-place op or .clone() first")
+
+
+def _free(node):
+    """Drop what the rule holds (its inputs, their arrays): the graph can't be walked again."""
+    node._backward = _freed_graph
+    node._parents = ()
+    node._saved = ()
 
 
 Tensor.backward = backward
@@ -1914,59 +1928,70 @@ def _write_graph(dot, path):
     subprocess.run(['dot', f'-T{fmt}', '-o', path], input=dot.encode(), check=True)
 
 
+# What each op's backward rule does to the gradient, in words, for grad_path. Each file
+# fills in its own ops (nn.py adds linear, layer_norm, ...; transformer.py its fused
+# attention). A value is one text, or a tuple with one text per input; {g} and {x} stand
+# for the shapes of the gradient at the op's output and of the input, {rows} for the
+# number of rows (all dims of the output but the last).
+RULES_IN_WORDS = {
+    'add': "d(a+b) = 1: passed on unchanged",
+    'sub': ("d(a-b): passed on unchanged", "d(a-b)/db = -1: negated"),
+    'mul': "d(a*b)/da = b: multiplied by the other factor",
+    'div': ("d(a/b)/da = 1/b: divided by b", "d(a/b)/db = -a/b^2"),
+    'matmul': ("d(A@B)/dA: g @ B^T", "d(A@B)/dB: A^T @ g"),
+    'softmax': "softmax backward: p * (g - sum(p * g))",
+    'log_softmax': "log_softmax backward: g - softmax * sum(g)",
+    'exp': "times exp(x)", 'log': "divided by x", 'sqrt': "divided by 2 sqrt(x)",
+    'tanh': "times 1 - tanh(x)^2", 'sigmoid': "times sigma(x) (1 - sigma(x))",
+    'relu': "kept where x > 0, zero elsewhere", 'gelu': "times GELU'(x) = Phi(x) + x phi(x)",
+    'abs': "times sign(x)", 'sin': "times cos(x)", 'cos': "times -sin(x)",
+    'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
+    'log1p': "divided by 1 + x", 'expm1': "times exp(x)",
+    'silu': "times sigma(x) (1 + x (1 - sigma(x)))", 'leaky_relu': "times 1 where x > 0, else the slope",
+    'softplus': "times sigma(beta x)",
+    'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
+    'sum': "broadcast back over the summed dims {g} -> {x}",
+    'mean': "broadcast back {g} -> {x} and divided by the count",
+    'var': "times 2 (x - mean) / (N - correction)",
+    'std': "times (x - mean) / ((N - correction) std)",
+    'norm': "times sign(x) |x|^(p-1) / norm^(p-1)", 'prod': "times the product of the others",
+    'cumsum': "reversed running sums", 'sort': "back to the positions the values came from",
+    'topk': "back to the positions the values came from",
+    'reshape': "reshaped back {g} -> {x}",
+    'permute': "axes permuted back", 'transpose': "the two axes swapped back",
+    'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
+    'expand': "summed over the expanded dims {g} -> {x}",
+    'index': "placed into a zero tensor of shape {x} (repeated indices added)",
+    'gather': "added back at the gathered positions of a zero tensor {x}",
+    'index_select': "added back at the selected slices of a zero tensor {x}",
+    'scatter': ("kept where not overwritten", "the gradient at the places written to"),
+    'scatter_add': ("passed on unchanged", "the gradient at the places added to"),
+    'flip': "flipped back", 'roll': "rolled back", 'repeat': "summed over the copies {g} -> {x}",
+    'cat': "its own slice of the gradient", 'stack': "its own slice of the gradient",
+    'tril': "lower triangle kept", 'triu': "upper triangle kept",
+    'amax': "to the position(s) of the max, ties sharing",
+    'amin': "to the position(s) of the min, ties sharing",
+    'max': "to the index of the max", 'min': "to the index of the min",
+    'logsumexp': "times softmax(x)", 'where': "kept where the condition picked this input",
+    'clone': "passed on unchanged", 'to': "cast back to the input's dtype",
+}
+_BROADCASTING = ('add', 'sub', 'mul', 'div', 'where', 'maximum', 'minimum', 'pow')
+
+
 def _rule_in_words(node, i, g_out, g_in):
     """What node's backward rule does to the gradient on its way to input i."""
     op, x = node._op, node._parents[i]
-    out_shape, in_shape = g_out.shape, x.shape
-    summed = (f"; summed over the broadcast dims {_shape(g_out.shape)} -> {_shape(x.shape)}"
-              if tuple(out_shape) != tuple(in_shape) and op in ('add', 'sub', 'mul', 'div', 'where',
-                                                                 'maximum', 'minimum', 'pow')
-              else '')
+    words = RULES_IN_WORDS.get(op, f"backward of {op}")
+    if isinstance(words, tuple):
+        words = words[i]
+    words = words.format(g=_shape(g_out.shape), x=_shape(x.shape),
+                         rows=math.prod(g_out.shape[:-1]))
     other = node._parents[1 - i] if len(node._parents) == 2 else None
-    words = {
-        'add': "d(a+b) = 1: passed on unchanged",
-        'sub': "d(a-b): passed on unchanged" if i == 0 else "d(a-b)/db = -1: negated",
-        'mul': "d(a*b)/da = b: multiplied by the other factor",
-        'div': "d(a/b)/da = 1/b: divided by b" if i == 0 else "d(a/b)/db = -a/b^2",
-        'matmul': "d(A@B)/dA: g @ B^T" if i == 0 else "d(A@B)/dB: A^T @ g",
-        'linear': ("dx = g @ W" if i == 0 else
-                   f"dW = g^T @ x, summed over all {int(np.prod(out_shape[:-1]))} rows" if i == 1
-                   else f"db = sum of g over all rows {_shape(g_out.shape)} -> {_shape(x.shape)}"),
-        'layer_norm': ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))" if i == 0 else
-                       "dweight = sum over rows of g * x_hat" if i == 1 else
-                       "dbias = sum over rows of g"),
-        'softmax': "softmax backward: p * (g - sum(p * g))",
-        'log_softmax': "log_softmax backward: g - softmax * sum(g)",
-        'cross_entropy': "softmax(logits) - onehot(target), divided by the number of rows",
-        'bce_with_logits': "sigmoid(x) - y",
-        'exp': "times exp(x)", 'log': "divided by x", 'sqrt': "divided by 2 sqrt(x)",
-        'tanh': "times 1 - tanh(x)^2", 'sigmoid': "times sigma(x) (1 - sigma(x))",
-        'relu': "kept where x > 0, zero elsewhere", 'gelu': "times GELU'(x) = Phi(x) + x phi(x)",
-        'abs': "times sign(x)", 'sin': "times cos(x)", 'cos': "times -sin(x)",
-        'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
-        'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
-        'dropout': "times the dropout mask / (1 - p)",
-        'sum': f"broadcast back over the summed dims {_shape(g_out.shape)} -> {_shape(x.shape)}",
-        'mean': f"broadcast back {_shape(g_out.shape)} -> {_shape(x.shape)} and divided by the count",
-        'var': "times 2 (x - mean) / (N - correction)",
-        'reshape': f"reshaped back {_shape(g_out.shape)} -> {_shape(x.shape)}",
-        'permute': "axes permuted back", 'transpose': "the two axes swapped back",
-        'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
-        'expand': f"summed over the expanded dims {_shape(g_out.shape)} -> {_shape(x.shape)}",
-        'index': f"placed into a zero tensor of shape {_shape(x.shape)} (repeated indices added)",
-        'cat': "its own slice of the gradient", 'stack': "its own slice of the gradient",
-        'tril': "lower triangle kept", 'triu': "upper triangle kept",
-        'amax': "to the position(s) of the max, ties sharing", 'amin':
-            "to the position(s) of the min, ties sharing",
-        'max': "to the index of the max", 'min': "to the index of the min",
-        'logsumexp': "times softmax(x)", 'where': "kept where the condition picked this input",
-        'clone': "passed on unchanged", 'to': "cast back to the input's dtype",
-        'causal_attention': "fused attention backward: dv = P^T g, dS = P * (g v^T - "
-                            "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)",
-    }.get(op, f"backward of {op}")
     if op == 'mul' and other is not None and other.data.size == 1:
         words = f"d(a*b)/da = b: multiplied by {float(other.data.reshape(-1)[0]):.4g}"
-    return words + summed
+    if tuple(g_out.shape) != tuple(x.shape) and op in _BROADCASTING:
+        words += f"; summed over the broadcast dims {_shape(g_out.shape)} -> {_shape(x.shape)}"
+    return words
 
 
 def grad_path(loss, param, names=None, max_paths=6, file=None):
@@ -2232,6 +2257,15 @@ _ZS_B = (0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def gelu_float32(x):
+    """GELU of a float32 array and its derivative Phi(x) + x phi(x), the arrays gelu's plain
+    code computes, cut into one piece per thread (flat views: contiguous pieces)."""
+    out, dgelu = np.empty_like(x, order='C'), np.empty_like(x, order='C')
+    xf, of, df = (a.reshape(-1) for a in (x, out, dgelu))  # xf: a copy if x is strided
+    parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]), x.size, x.size)
+    return out, dgelu
+
+
 def _gelu_float32(x, out, dgelu):
     """GELU of a float32 array into out, and its derivative Phi(x) + x phi(x) into
     dgelu (all the backward rule needs), cheaply and without cancellation.
@@ -2276,3 +2310,18 @@ def _scatter_add_rows(shape, idx, g):
     starts = np.flatnonzero(np.concatenate(([True], sorted_idx[1:] != sorted_idx[:-1])))
     gx[sorted_idx[starts]] = np.add.reduceat(rows[order], starts, axis=0)
     return gx
+
+
+def shared_matrix_grad(A, G):
+    """matmul's dB = sum over the batch of A^T G, for a matrix B (a weight) that every
+    batch item shared: the batch folded into the rows makes it one 2-D product, with
+    the sum inside BLAS, instead of a batched product and then a sum."""
+    return np.matmul(A.reshape(-1, A.shape[-1]).T, G.reshape(-1, G.shape[-1]))
+
+
+def unshared(a):
+    """True when nothing but backward's own variable holds gradient array a (and a is not
+    a view of another array): backward then stores a as a leaf's .grad instead of a copy,
+    as PyTorch's AccumulateGrad does. The references counted: backward's variable g,
+    _accumulate's argument, this function's argument and getrefcount's own."""
+    return sys.getrefcount(a) <= 4 and a.base is None

@@ -149,6 +149,10 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
                       saves_output=True)  # backward reads y
 
 
+tt.RULES_IN_WORDS['causal_attention'] = ("fused attention backward: dv = P^T g, dS = P * (g v^T - "
+                                         "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)")
+
+
 # ---------------------------------------------------------------------------
 # 2. Attention modules
 # ---------------------------------------------------------------------------
