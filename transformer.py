@@ -60,99 +60,6 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
     return attention_weights(q, k, mask, is_causal) @ v
 
 
-_causal_bias_cache = {}
-
-
-def _causal_bias_keys_first(t, like):
-    """(t, t) additive mask indexed [key, query]: 0 where a query may look at a key (key
-    position <= query position, on and above the diagonal), -inf below; of like's
-    dtype and array type."""
-    key = (t, like.dtype, type(like))
-    if key not in _causal_bias_cache:
-        _causal_bias_cache[key] = np.tril(np.full_like(like, -np.inf, shape=(t, t)), -1)
-    return _causal_bias_cache[key]
-
-
-def fused_causal_attention(qkv, n_head, dropout_p=0.0):
-    """Multi-head causal self-attention as ONE op with a hand-derived backward.
-
-    qkv: the (B, T, 3C) output of the q/k/v projection. The result is the (B, T, C)
-    input of the output projection: the same numbers as splitting q, k and v,
-    making heads with reshape + transpose and calling
-    scaled_dot_product_attention(is_causal=True) (a test proves it), but q, k, v and
-    the heads are strided views of qkv instead of copies, only the attention
-    probabilities are kept for backward, and backward writes dq, dk and dv straight
-    into one (B, T, 3C) gradient. Per head, with S = q k^T / sqrt(D) and P = softmax(S):
-        out = P v,  dv = P^T g,  dP = g v^T,  dS = P * (dP - sum(P * dP)),
-        dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D).
-    The arrays hold S^T and P^T (keys down, queries across): the softmax's max and sum
-    over the keys are then reductions down the columns, which NumPy does about twice
-    as fast as along rows as short as these.
-    With dropout_p > 0, P is replaced by P * M (M the inverted-dropout mask of
-    nn.dropout, drawn the same way) in out and dv, and dP is multiplied by M.
-    """
-    B, T, C3 = qkv.shape
-    C, H = C3 // 3, n_head
-    D = C // H
-    scale = 1.0 / math.sqrt(D)
-    # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
-    q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
-    pt = np.empty_like(q, shape=(B, H, T, T))  # P^T, kept for backward
-    y = np.empty_like(q, shape=(B, T, H, D))  # heads side by side: (B, T, C) once reshaped
-    mask_t = None  # M^T, the dropout mask nn.dropout would draw for P, transposed like P^T
-    if dropout_p > 0:
-        mask = nn.dropout_mask(pt.shape, dropout_p, pt.dtype)
-        mask_t = np.ascontiguousarray(mask.swapaxes(-1, -2))
-    pdt = pt if mask_t is None else np.empty_like(pt)  # P^T, or (P * M)^T with dropout
-
-    # Batch items are independent, so threads can take a range each (tt.parallel_for).
-    # BLAS already spreads a matmul over all cores once it has more than about 2^18
-    # multiply-adds (OpenBLAS's threshold); then one thread here is the better choice.
-    threads = tt.get_num_threads() if T * T * D <= 2 ** 18 else 1
-
-    def forward_rows(lo, hi):  # batch items lo..hi-1
-        s = slice(lo, hi)
-        st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
-        st *= scale
-        st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
-        st -= st.max(axis=-2, keepdims=True)  # softmax over the keys, in place: subtract
-        np.exp(st, out=st)  # each query's max, exponentiate,
-        st /= tt.sum_second_last(st)  # normalise
-        if mask_t is not None:
-            np.multiply(st, mask_t[s], out=pdt[s])
-        np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
-    tt.parallel_for(forward_rows, B, pt.size, threads)
-
-    def backward(g):
-        g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
-        yh = y.transpose(0, 2, 1, 3)  # the output, per head: (B, H, T, D)
-        grad = np.empty_like(g, shape=(B, T, 3, H, D))
-        dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
-        dst = np.empty_like(pt)  # dP^T, then dS^T
-
-        def backward_rows(lo, hi):
-            s = slice(lo, hi)
-            np.matmul(pdt[s], g[s], out=dv[s])  # dv = P^T g
-            ds = np.matmul(v[s], g[s].swapaxes(-1, -2), out=dst[s])  # dP^T = v g^T
-            if mask_t is not None:
-                ds *= mask_t[s]  # through the dropout: dP = (g v^T) * M
-            # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
-            # a sum over D (the output) instead of over T (FlashAttention's trick).
-            ds -= tt.sum_last(g[s] * yh[s]).swapaxes(-1, -2)  # one value per query (column)
-            ds *= pt[s]
-            ds *= scale
-            np.matmul(ds.swapaxes(-1, -2), k[s], out=dq[s])  # dq = dS k / sqrt(D)
-            np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
-        tt.parallel_for(backward_rows, B, pt.size, threads)
-        return (grad.reshape(B, T, C3),)
-    return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, saved=(qkv,),
-                      saves_output=True)  # backward reads y
-
-
-tt.RULES_IN_WORDS['causal_attention'] = ("fused attention backward: dv = P^T g, dS = P * (g v^T - "
-                                         "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)")
-
-
 # ---------------------------------------------------------------------------
 # 2. Attention modules
 # ---------------------------------------------------------------------------
@@ -352,3 +259,99 @@ class GPT(nn.Module):
             idx = tt.tensor(np.concatenate([idx.data, nxt.astype(idx.dtype)], axis=1))
         self.train(was_training)
         return idx
+
+
+# ---------------------------------------------------------------------------
+# 5. The fused attention kernel (speed: the same numbers as the composed ops above)
+# ---------------------------------------------------------------------------
+_causal_bias_cache = {}
+
+
+def _causal_bias_keys_first(t, like):
+    """(t, t) additive mask indexed [key, query]: 0 where a query may look at a key (key
+    position <= query position, on and above the diagonal), -inf below; of like's
+    dtype and array type."""
+    key = (t, like.dtype, type(like))
+    if key not in _causal_bias_cache:
+        _causal_bias_cache[key] = np.tril(np.full_like(like, -np.inf, shape=(t, t)), -1)
+    return _causal_bias_cache[key]
+
+
+def fused_causal_attention(qkv, n_head, dropout_p=0.0):
+    """Multi-head causal self-attention as ONE op with a hand-derived backward.
+
+    qkv: the (B, T, 3C) output of the q/k/v projection. The result is the (B, T, C)
+    input of the output projection: the same numbers as splitting q, k and v,
+    making heads with reshape + transpose and calling
+    scaled_dot_product_attention(is_causal=True) (a test proves it), but q, k, v and
+    the heads are strided views of qkv instead of copies, only the attention
+    probabilities are kept for backward, and backward writes dq, dk and dv straight
+    into one (B, T, 3C) gradient. Per head, with S = q k^T / sqrt(D) and P = softmax(S):
+        out = P v,  dv = P^T g,  dP = g v^T,  dS = P * (dP - sum(P * dP)),
+        dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D).
+    The arrays hold S^T and P^T (keys down, queries across): the softmax's max and sum
+    over the keys are then reductions down the columns, which NumPy does about twice
+    as fast as along rows as short as these.
+    With dropout_p > 0, P is replaced by P * M (M the inverted-dropout mask of
+    nn.dropout, drawn the same way) in out and dv, and dP is multiplied by M.
+    """
+    B, T, C3 = qkv.shape
+    C, H = C3 // 3, n_head
+    D = C // H
+    scale = 1.0 / math.sqrt(D)
+    # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
+    q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
+    pt = np.empty_like(q, shape=(B, H, T, T))  # P^T, kept for backward
+    y = np.empty_like(q, shape=(B, T, H, D))  # heads side by side: (B, T, C) once reshaped
+    mask_t = None  # M^T, the dropout mask nn.dropout would draw for P, transposed like P^T
+    if dropout_p > 0:
+        mask = nn.dropout_mask(pt.shape, dropout_p, pt.dtype)
+        mask_t = np.ascontiguousarray(mask.swapaxes(-1, -2))
+    pdt = pt if mask_t is None else np.empty_like(pt)  # P^T, or (P * M)^T with dropout
+
+    # Batch items are independent, so threads can take a range each (tt.parallel_for).
+    # BLAS already spreads a matmul over all cores once it has more than about 2^18
+    # multiply-adds (OpenBLAS's threshold); then one thread here is the better choice.
+    threads = tt.get_num_threads() if T * T * D <= 2 ** 18 else 1
+
+    def forward_rows(lo, hi):  # batch items lo..hi-1
+        s = slice(lo, hi)
+        st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
+        st *= scale
+        st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
+        st -= st.max(axis=-2, keepdims=True)  # softmax over the keys, in place: subtract
+        np.exp(st, out=st)  # each query's max, exponentiate,
+        st /= tt.sum_second_last(st)  # normalise
+        if mask_t is not None:
+            np.multiply(st, mask_t[s], out=pdt[s])
+        np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
+    tt.parallel_for(forward_rows, B, pt.size, threads)
+
+    def backward(g):
+        g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
+        yh = y.transpose(0, 2, 1, 3)  # the output, per head: (B, H, T, D)
+        grad = np.empty_like(g, shape=(B, T, 3, H, D))
+        dq, dk, dv = grad.transpose(2, 0, 3, 1, 4)  # views into the packed gradient
+        dst = np.empty_like(pt)  # dP^T, then dS^T
+
+        def backward_rows(lo, hi):
+            s = slice(lo, hi)
+            np.matmul(pdt[s], g[s], out=dv[s])  # dv = P^T g
+            ds = np.matmul(v[s], g[s].swapaxes(-1, -2), out=dst[s])  # dP^T = v g^T
+            if mask_t is not None:
+                ds *= mask_t[s]  # through the dropout: dP = (g v^T) * M
+            # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
+            # a sum over D (the output) instead of over T (FlashAttention's trick).
+            ds -= tt.sum_last(g[s] * yh[s]).swapaxes(-1, -2)  # one value per query (column)
+            ds *= pt[s]
+            ds *= scale
+            np.matmul(ds.swapaxes(-1, -2), k[s], out=dq[s])  # dq = dS k / sqrt(D)
+            np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
+        tt.parallel_for(backward_rows, B, pt.size, threads)
+        return (grad.reshape(B, T, C3),)
+    return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, saved=(qkv,),
+                      saves_output=True)  # backward reads y
+
+
+tt.RULES_IN_WORDS['causal_attention'] = ("fused attention backward: dv = P^T g, dS = P * (g v^T - "
+                                         "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)")
