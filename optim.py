@@ -48,7 +48,7 @@ class Optimizer:
             for p in group['params']:
                 if p.grad is not None:  # a parameter that got no gradient is left alone
                     self._update(p, p.grad, self.state.setdefault(p, {}), group)
-                    p._vc[0] += 1  # an in-place change: bump the version counter
+                    tt._bump(p)  # an in-place change: the version counter says so
 
     def _update(self, p, g, state, group):
         raise NotImplementedError
@@ -127,21 +127,17 @@ class Adam(Optimizer):
             state['exp_avg'] = np.zeros_like(p.data)
             state['exp_avg_sq'] = np.zeros_like(p.data)
         state['step'] += 1
-        t, m, v = state['step'], state['exp_avg'], state['exp_avg_sq']
-        bias1, bias2 = 1 - b1 ** t, 1 - b2 ** t
-        m *= b1
-        tmp = np.multiply(g, 1 - b1)  # one scratch array, reused below (no other temporaries)
-        m += tmp
-        v *= b2
-        np.multiply(g, g, out=tmp)
-        tmp *= 1 - b2
-        v += tmp
-        np.sqrt(v, out=tmp)
-        tmp /= math.sqrt(bias2)
-        tmp += eps  # denominator: sqrt(v / (1 - b2^t)) + eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= lr / bias1
-        p.data -= tmp
+        # adam_step's formula (below), done in place with one scratch array (Speed section)
+        adam_step_(p.data, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
+
+
+def adam_step(p, g, m, v, t, lr, b1, b2, eps):
+    """One Adam update of the arrays p, m, v (step number t, counted from 1), plainly."""
+    m[...] = b1 * m + (1 - b1) * g  # a moving average of the gradient
+    v[...] = b2 * v + (1 - b2) * g * g  # and of its square
+    m_hat = m / (1 - b1 ** t)  # both corrected for starting at 0
+    v_hat = v / (1 - b2 ** t)
+    p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
 class AdamW(Adam):
@@ -250,3 +246,25 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         for g in grads:
             g *= np.asarray(coef, dtype=g.dtype)
     return tt.tensor(np.asarray(total, dtype=dtype))
+
+
+# ---------------------------------------------------------------------------
+# Speed
+# ---------------------------------------------------------------------------
+def adam_step_(p, g, m, v, t, lr, b1, b2, eps):
+    """adam_step's arithmetic with one scratch array and no other temporaries (a third
+    of the memory traffic; a test checks that both give the same numbers)."""
+    bias1, bias2 = 1 - b1 ** t, 1 - b2 ** t
+    m *= b1
+    tmp = np.multiply(g, 1 - b1)
+    m += tmp  # m = b1 m + (1 - b1) g
+    v *= b2
+    np.multiply(g, g, out=tmp)
+    tmp *= 1 - b2
+    v += tmp  # v = b2 v + (1 - b2) g^2
+    np.sqrt(v, out=tmp)
+    tmp /= math.sqrt(bias2)
+    tmp += eps  # sqrt(v / (1 - b2^t)) + eps
+    np.divide(m, tmp, out=tmp)
+    tmp *= lr / bias1
+    p -= tmp  # p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)

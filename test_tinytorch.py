@@ -1255,6 +1255,17 @@ def test_optimizers_match_pytorch():
             np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
 
 
+def test_adam_step_in_place_equals_the_plain_formula():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(50) for _ in range(2)] + [rng.random(50) * 0.1 for _ in range(2)]
+    plain, fast = [a.copy() for a in arrays], [a.copy() for a in arrays]
+    for t in (1, 2, 3):
+        optim.adam_step(*plain, t, 1e-2, 0.9, 0.999, 1e-8)
+        optim.adam_step_(*fast, t, 1e-2, 0.9, 0.999, 1e-8)
+    for a, b in zip(plain, fast):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
 def test_optimizer_skips_parameters_without_grad_and_keeps_float32():
     a, b = nn.Parameter(tt.ones(3)), nn.Parameter(tt.ones(3))
     opt = optim.AdamW([a, b], lr=0.1)

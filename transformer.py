@@ -4,11 +4,12 @@
   2. a single attention head (read this first), then multi-head causal self-attention
   3. the Transformer block (pre-LayerNorm, GELU MLP) and the GPT model
   4. generation with a key/value cache
+  5. the fused attention kernel (speed; nothing above needs it to be understood)
 
 scaled_dot_product_attention is matmul, masked_fill and softmax from tinytorch.py,
-so its gradient comes from theirs. fused_causal_attention computes the same thing as
-one op with a hand-derived backward rule (faster; a test proves they agree), and it
-is what CausalSelfAttention uses unless FUSED_ATTENTION is False.
+so its gradient comes from theirs. fused_causal_attention (section 5) computes the
+same thing as one op with a hand-derived backward rule (faster; a test proves they
+agree), and it is what CausalSelfAttention uses unless FUSED_ATTENTION is False.
 Needs only NumPy, tinytorch.py and nn.py.
 """
 import math
@@ -106,13 +107,17 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None, layer=0):
-        B, T, C = x.shape
-        H = self.n_head
         qkv = self.c_attn(x)
-        if FUSED_ATTENTION and cache is None:
-            p = self.attn_dropout.p if self.training else 0.0
-            return self.resid_dropout(self.c_proj(fused_causal_attention(qkv, H, p)))
-        # the same computation spelled out with engine ops (also the path of the KV cache)
+        if FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 5)
+            y = fused_causal_attention(qkv, self.n_head, self.attn_dropout.p if self.training else 0.0)
+        else:
+            y = self.attend(qkv, cache, layer)
+        return self.resid_dropout(self.c_proj(y))
+
+    def attend(self, qkv, cache=None, layer=0):
+        """The heads' causal attention on the (B, T, 3C) q/k/v projection, with engine ops."""
+        B, T, C3 = qkv.shape
+        H, C = self.n_head, C3 // 3
         q, k, v = qkv.split(C, dim=2)
         # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
         q = q.reshape(B, T, H, C // H).transpose(1, 2)
@@ -127,8 +132,7 @@ class CausalSelfAttention(nn.Module):
             cache.layers[layer] = (k, v)
         w = attention_weights(q, k, mask=_causal_mask(T, past + T, past))
         y = self.attn_dropout(w) @ v  # (B, H, T, C/H)
-        y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
-        return self.resid_dropout(self.c_proj(y))
+        return y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
 
 
 # ---------------------------------------------------------------------------
