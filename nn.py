@@ -310,7 +310,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 tt.RULES_IN_WORDS['layer_norm'] = ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))",
-                                   "dweight = sum over rows of g * x_hat", "dbias = sum over rows of g")
+                                   "dweight = sum over rows of g * x_hat",
+                                   "dbias = sum over rows of g")
 
 
 class LayerNorm(Module):
@@ -541,7 +542,8 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
-tt.RULES_IN_WORDS['cross_entropy'] = "softmax(logits) - onehot(target), divided by the number of rows"
+tt.RULES_IN_WORDS['cross_entropy'] = (
+    "softmax(logits) - onehot(target), divided by the number of rows")
 
 
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
@@ -549,7 +551,8 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
     for the target y (a target that requires grad gets it, as in PyTorch)."""
     logits = input
-    target = target if isinstance(target, Tensor) else tt.tensor(np.asarray(target, dtype=logits.dtype))
+    if not isinstance(target, Tensor):
+        target = tt.tensor(np.asarray(target, dtype=logits.dtype))
     if target.shape != logits.shape:
         raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(logits.shape)} "
                          f"and target shape {tuple(target.shape)} differ")

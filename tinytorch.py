@@ -555,7 +555,7 @@ Tensor.__invert__ = lambda self: _constant(np.logical_not(self.data))
 # ---------------------------------------------------------------------------
 def exp(x):
     out = np.exp(x.data)
-    return from_op(out, 'exp', (x,), lambda g: (g * out,), saves_output=True)  # d/dx e^x = e^x
+    return from_op(out, 'exp', (x,), lambda g: (g * out,), saves_output=True)  # d e^x = e^x
 
 
 def log(x):
@@ -564,7 +564,8 @@ def log(x):
 
 def sqrt(x):
     out = np.sqrt(x.data)
-    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),), saves_output=True)  # d/dx sqrt x = 1/(2 sqrt x)
+    # d/dx sqrt x = 1/(2 sqrt x)
+    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),), saves_output=True)
 
 
 def abs(x):
@@ -727,7 +728,8 @@ def masked_fill(x, mask, value):
     return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),), saved=_tensors_in(mask))
 
 
-for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp, maximum,
+for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp,
+           maximum,
            minimum, masked_fill):
     setattr(Tensor, _f.__name__, _f)
 Tensor.__abs__ = abs
@@ -796,7 +798,8 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
         g = _expand_back(g, x.shape, axes, keepdim)
         with np.errstate(divide='ignore', invalid='ignore'):
             if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
-                return (g * np.where(out == 0, 0, 0.5 / out) * np.where(centered == 0, np.nan, np.inf),)
+                var_grad = np.where(centered == 0, np.nan, np.inf)
+                return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (g * np.where(out == 0, 0, centered / (dof * out)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
@@ -1329,7 +1332,7 @@ def roll(x, shifts, dims=None):
     if dims is None:
         return reshape(roll(reshape(x, -1), shifts, 0), x.shape)
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
-    axes = _dims(dims, x.ndim, 'roll') if isinstance(dims, (tuple, list)) else (_dim(dims, x.ndim, 'roll'),)
+    axes = _dims(dims if isinstance(dims, (tuple, list)) else (dims,), x.ndim, 'roll')
     if len(shifts) != len(axes):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} dims")
     back = tuple(-s for s in shifts)
@@ -1346,8 +1349,8 @@ def repeat(x, *sizes):
     shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
 
     def backward(g):  # every copy sends its gradient back: sum over the copies
-        split = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
-        return (g.reshape(split).sum(axis=tuple(range(0, len(split), 2))).reshape(x.shape),)
+        pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
+        return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(x.shape),)
     return from_op(np.tile(x.data.reshape(shape), sizes), 'repeat', (x,), backward)
 
 
@@ -1947,7 +1950,8 @@ RULES_IN_WORDS = {
     'abs': "times sign(x)", 'sin': "times cos(x)", 'cos': "times -sin(x)",
     'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
     'log1p': "divided by 1 + x", 'expm1': "times exp(x)",
-    'silu': "times sigma(x) (1 + x (1 - sigma(x)))", 'leaky_relu': "times 1 where x > 0, else the slope",
+    'silu': "times sigma(x) (1 + x (1 - sigma(x)))",
+    'leaky_relu': "times 1 where x > 0, else the slope",
     'softplus': "times sigma(beta x)",
     'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
     'sum': "broadcast back over the summed dims {g} -> {x}",
@@ -2033,17 +2037,17 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
     if paths[id(loss)] <= max_paths:
         # walk each path on its own, sending the gradient along that path's edges only
         total = np.zeros(param.shape)
-        stack = [(loss, seed, [])]
+        todo = [(loss, seed, [])]
         found = []
-        while stack:
-            node, g, lines = stack.pop()
+        while todo:
+            node, g, lines = todo.pop()
             if node is param:
                 found.append((lines, g))
                 continue
             grads = node._backward(g)
             for i, p in reversed(list(enumerate(node._parents))):
                 if id(p) in paths and grads[i] is not None:
-                    stack.append((p, grads[i], lines + [step_line(node, i, g, grads[i])]))
+                    todo.append((p, grads[i], lines + [step_line(node, i, g, grads[i])]))
         for k, (lines, g) in enumerate(found, 1):
             out.append(f"path {k} of {len(found)}:")
             out.extend(lines)

@@ -109,7 +109,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None, layer=0):
         qkv = self.c_attn(x)
         if FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 5)
-            y = fused_causal_attention(qkv, self.n_head, self.attn_dropout.p if self.training else 0.0)
+            p = self.attn_dropout.p if self.training else 0.0
+            y = fused_causal_attention(qkv, self.n_head, p)
         else:
             y = self.attend(qkv, cache, layer)
         return self.resid_dropout(self.c_proj(y))
