@@ -343,7 +343,7 @@ def _dims(dim, ndim, op):
 
 
 # ---------------------------------------------------------------------------
-# 3. Elementwise arithmetic and broadcasting
+# 3. Type promotion, elementwise arithmetic and broadcasting
 # ---------------------------------------------------------------------------
 # Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
 #   1. Categories rank bool < integer < floating.
@@ -634,9 +634,11 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 
 def erf(x):
+    # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x: NumPy has none, so _erf_np
+    # (section 14) evaluates Cody's rational approximations, to double precision.
     # d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
     return from_op(_erf_np(x.data), 'erf', (x,),
-                 lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), saved=(x,))
+                   lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), saved=(x,))
 
 
 def gelu(x, approximate='none'):
