@@ -281,9 +281,9 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             # (counter, version now, shape): the counter, not the tensor, so that an
             # output saving itself makes no reference cycle
             if saved:
-                out._saved = tuple((t._vc, t._vc[0], t.shape) for t in saved)
+                out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
             if saves_output:
-                out._saved += ((out._vc, 0, out.shape),)  # a new tensor is at version 0
+                out._saved += ((out._vc, 0, data.shape),)  # a new tensor is at version 0
     return out
 
 
@@ -1512,18 +1512,22 @@ def backward(tensor, gradient=None, retain_graph=False):
     """
     grads = {id(tensor): _initial_gradient(tensor, gradient)}  # id(tensor) -> d out / d tensor
     for node in reversed(_topological_order(tensor)):
-        if id(node) not in grads:
+        g = grads.pop(id(node), None)
+        if g is None:
             continue  # no gradient reached it
-        g = grads.pop(id(node))
         if node._backward is None:  # a leaf: add into its .grad
             _accumulate(node, g)
             continue
         if getattr(node, '_retains_grad', False):  # asked for by x.retain_grad()
             _accumulate(node, g)
-        _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
+        if node._saved:
+            _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
         for p, pg in zip(node._parents, node._backward(g)):  # the op's rule: the chain rule
             if pg is not None and p.requires_grad:
-                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg  # two paths add up
+                if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
+                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+                key = id(p)
+                grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
         if not retain_graph:
             _free(node)
 
@@ -1554,6 +1558,23 @@ def _accumulate(t, g):
         t.grad = g
     else:
         t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
+
+
+def _wrong_gradient(node, x, pg):
+    """A rule returned a gradient that can't be input x's: say which op, which input,
+    what was wrong and the likely cause."""
+    i = next(k for k, p in enumerate(node._parents) if p is x)
+    shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
+    if shape is None or dtype is None:
+        problem = f"returned a {type(pg).__name__}, not an array"
+    elif shape != tuple(x.shape):
+        problem = (f"returned a gradient of shape {shape} for an input of shape "
+                   f"{tuple(x.shape)}; a rule must sum the gradient back to its input's shape "
+                   "(see unbroadcast)")
+    else:
+        problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
+                   "input's dtype (cast with .astype(x.dtype))")
+    raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
 
 
 def _check_saved(node):
