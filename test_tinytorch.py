@@ -47,6 +47,57 @@ def test_gradcheck_catches_a_wrong_backward():
         tt.gradcheck(wrong_square, [x])
 
 
+def test_gradcheck_names_the_element_the_values_and_the_tolerance():
+    x = t64(3, 4)
+
+    def off_by_one_element(x):  # the rule is right except for element (1, 2)
+        def rule(g):
+            gx = g * 2 * x.data
+            gx[1, 2] += 0.5
+            return (gx,)
+        return tt.from_op(x.data ** 2, 'square', (x,), rule, saved=(x,))
+    with pytest.raises(tt.GradcheckError, match=r"input 0 \(shape \(3, 4\)\) element \(1, 2\): "
+                       r"analytic .* vs numeric .* \(allowed: atol \+ rtol \* \|numeric\| = "):
+        tt.gradcheck(off_by_one_element, [x])
+    with pytest.raises(tt.GradcheckError, match="fast_mode.*random direction 0"):
+        tt.gradcheck(off_by_one_element, [x], fast_mode=True)
+    assert tt.gradcheck(lambda x: x ** 2, [x], fast_mode=True)
+    assert x.grad is None  # gradcheck leaves the inputs' .grad alone
+
+
+def test_gradcheck_reports_a_missing_gradient_and_a_failing_backward():
+    a, b = t64(2, 3), t64(3, seed=1)
+
+    def forgets_b(a, b):  # b affects the output, but its rule returns None
+        return tt.from_op(a.data * b.data, 'mul', (a, b), lambda g: (g * b.data, None), saved=(a, b))
+    with pytest.raises(tt.GradcheckError, match=r"input 1 \(shape \(3,\)\) got no gradient \(None\)"):
+        tt.gradcheck(forgets_b, [a, b])
+
+    def no_unbroadcast(a, b):  # b was broadcast over a's rows: its gradient must be summed
+        return tt.from_op(a.data + b.data, 'myadd', (a, b), lambda g: (g, g))
+    with pytest.raises(tt.GradcheckError, match=r"backward failed: .*'myadd'.*shape \(2, 3\) for "
+                       r"an input of shape \(3,\).*unbroadcast"):
+        tt.gradcheck(no_unbroadcast, [a, b])
+    assert a.grad is None and b.grad is None
+
+
+def test_backward_refuses_a_gradient_of_the_wrong_shape_dtype_or_type():
+    a = tt.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    b = tt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    cases = [
+        (lambda g: (g, g), r"'mine': its rule returned a gradient of shape \(2, 3\) for an input of "
+                           r"shape \(3,\); a rule must sum the gradient back to its input's shape "
+                           r"\(see unbroadcast\) \(input 1\)"),
+        (lambda g: (g, g.sum(0).astype(np.float64)), r"returned a float64 gradient for a float32 input.*"
+                                                     r"\(input 1\)"),
+        (lambda g: (g.tolist(), None), r"returned a list, not an array \(input 0\)"),
+    ]
+    for rule, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            tt.from_op(a.data + b.data, 'mine', (a, b), rule).sum().backward()
+    assert a.grad is None and b.grad is None  # nothing half-written
+
+
 def test_gradcheck_refuses_float32():
     with pytest.raises(TypeError, match="float64"):
         tt.gradcheck(lambda x: x * 2, [tt.randn(3, requires_grad=True)])
