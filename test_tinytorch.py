@@ -2017,6 +2017,19 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch)
         tt.grad_path(loss2, nn.Parameter(tt.ones(2)))
 
 
+def test_readme_own_op_runs_as_shown():
+    """The README's "Write your own op" block runs, and prints what the README shows."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- own_op:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- own_op:output -->\n```text\n(.*?)```", text, re.S).group(1)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, 'README.md', 'exec'), {})
+    assert buf.getvalue() == shown
+
+
 def test_readme_gradient_walkthrough():
     """The README's grad_path output is what the code prints now (numbers to 0.1%;
     values below 1e-9 are rounding noise and only need to stay tiny)."""
