@@ -1212,6 +1212,24 @@ def test_save_load_nested_and_atomic(tmp_path):
     assert nn.load(path)['step'] == 7 and os.listdir(tmp_path) == ["ck.npz"]
 
 
+def test_a_crash_in_the_middle_of_a_save_leaves_the_old_checkpoint_alone(tmp_path, monkeypatch):
+    path = str(tmp_path / "ck.npz")
+    nn.save({'step': 1, 'w': np.arange(4.0)}, path)
+    real_savez = np.savez
+
+    def crash_halfway(f, **entries):  # write part of the archive, then die
+        real_savez(f, **entries)
+        f.truncate(f.tell() // 2)
+        raise OSError("disk full")
+    monkeypatch.setattr(nn.np, 'savez', crash_halfway)
+    with pytest.raises(OSError, match="disk full"):
+        nn.save({'step': 2, 'w': np.zeros(1000)}, path)
+    monkeypatch.setattr(nn.np, 'savez', real_savez)
+    back = nn.load(path)
+    assert back['step'] == 1 and back['w'].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert os.listdir(tmp_path) == ["ck.npz"]  # the half-written file is gone too
+
+
 def test_truncated_or_foreign_checkpoint_gives_clear_error(tmp_path):
     path = str(tmp_path / "ck.npz")
     nn.save({'w': np.ones((100, 100))}, path)
@@ -1287,6 +1305,49 @@ def test_adam_and_adamw_by_hand(cls, decoupled):
         v = b2 * v + (1 - b2) * g * g
         p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
         np.testing.assert_allclose(step, p, rtol=1e-12)
+
+
+@pytest.mark.parametrize("momentum,dampening,wd,nesterov", [
+    (0.9, 0.1, 0.01, False), (0.0, 0.0, 0.1, False), (0.5, 0.0, 0.0, True), (0.8, 0.3, 0.0, False)])
+def test_sgd_every_option_by_hand(momentum, dampening, wd, nesterov):
+    lr = 0.1
+    got = _run(optim.SGD, GRADS, lr=lr, momentum=momentum, dampening=dampening, weight_decay=wd,
+               nesterov=nesterov)
+    p, buf = np.array([1.0, -2.0, 3.0]), None
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p  # L2 weight decay goes into the gradient
+        if momentum:
+            buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
+            g = g + momentum * buf if nesterov else buf
+        p = p - lr * g
+        np.testing.assert_allclose(step, p, rtol=1e-14)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optim.SGD([_param([1.0])], lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+def test_adam_betas_and_eps_by_hand(cls):
+    lr, (b1, b2), eps = 0.05, (0.8, 0.7), 0.3  # a large eps, so that where it goes matters
+    got = _run(cls, GRADS, lr=lr, betas=(b1, b2), eps=eps, weight_decay=0.0)
+    p, m, v = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
+    for t, (g, step) in enumerate(zip(GRADS, got), start=1):
+        m = b1 * m + (1 - b1) * np.array(g)
+        v = b2 * v + (1 - b2) * np.array(g) ** 2
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    assert optim.AdamW([_param([1.0])]).param_groups[0]['weight_decay'] == 0.01  # PyTorch's default
+    assert optim.Adam([_param([1.0])]).param_groups[0]['weight_decay'] == 0.0
+
+
+def test_zero_grad_set_to_none_or_zeros():
+    p = _param([1.0, 2.0])
+    opt = optim.SGD([p], lr=0.1)
+    p.grad = np.array([3.0, 4.0])
+    kept = p.grad
+    opt.zero_grad(set_to_none=False)
+    assert p.grad is kept and p.grad.tolist() == [0.0, 0.0]
+    opt.zero_grad()
+    assert p.grad is None
 
 
 def test_optimizers_match_pytorch():
@@ -1760,6 +1821,24 @@ def corpus(tmp_path):
     words = ["the cat", "sat on", "a mat", "and the dog", "ran far"]
     path.write_text("\n".join(" ".join(rng.choice(words, 6)) for _ in range(120)))
     return str(path)
+
+
+def test_charlm_batches_are_next_character_windows_inside_the_split():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    data = np.arange(40) * 3  # every value tells its position
+    rng = np.random.default_rng(0)
+    starts = set()
+    for _ in range(200):
+        x, y = train_charlm.get_batch(data, 8, 4, rng)
+        assert x.shape == y.shape == (4, 8)
+        np.testing.assert_array_equal(y.data, x.data + 3)  # y is x shifted by one position
+        np.testing.assert_array_equal(np.diff(x.data, axis=1), 3)  # each row is one window
+        assert y.data.max() <= data[-1] and x.data.min() >= 0
+        starts.update((x.data[:, 0] // 3).tolist())
+    assert starts == set(range(0, 40 - 8))  # every window that fits, and none that doesn't
+    train, val = train_charlm.split_data(np.arange(100), 8)
+    assert len(train) == 90 and val[0] == 90 and len(val) == 10
 
 
 def test_charlm_trains_checkpoints_and_samples(corpus, tmp_path):
