@@ -1195,7 +1195,7 @@ def test_save_load_nested_and_atomic(tmp_path):
     path = str(tmp_path / "ck.npz")
     obj = {'model': {'w': np.arange(6, dtype=np.float32).reshape(2, 3)}, 'step': 7, 'name': 'x',
            'lr': 0.5, 't': tt.tensor([1.0, 2.0]), 'groups': [{'betas': (0.9, 0.99)}],
-           'state': {0: {'step': 3}}, 'none': None}
+           'state': {0: {'step': 3}}, 'none': None, 'arrays': [np.arange(3), (np.ones(2),)]}
     nn.save(obj, path)
     back = nn.load(path)
     np.testing.assert_array_equal(back['model']['w'], obj['model']['w'])
@@ -1203,11 +1203,13 @@ def test_save_load_nested_and_atomic(tmp_path):
     assert back['step'] == 7 and back['name'] == 'x' and back['lr'] == 0.5 and back['none'] is None
     assert isinstance(back['t'], tt.Tensor) and back['t'].data.tolist() == [1.0, 2.0]
     assert back['groups'][0]['betas'] == (0.9, 0.99) and back['state'][0]['step'] == 3
+    assert isinstance(back['groups'], list) and isinstance(back['arrays'][1], tuple)  # kinds kept
+    assert back['arrays'][0].tolist() == [0, 1, 2] and back['arrays'][1][0].tolist() == [1.0, 1.0]
     assert os.listdir(tmp_path) == ["ck.npz"]  # no temporary file left behind
 
     class Boom:
         pass
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="save: cannot store an object of type Boom"):
         nn.save({'bad': Boom()}, path)  # fails while encoding: the old file is untouched
     assert nn.load(path)['step'] == 7 and os.listdir(tmp_path) == ["ck.npz"]
 
@@ -1218,6 +1220,9 @@ def test_a_crash_in_the_middle_of_a_save_leaves_the_old_checkpoint_alone(tmp_pat
     real_savez = np.savez
 
     def crash_halfway(f, **entries):  # write part of the archive, then die
+        hidden = [n for n in os.listdir(tmp_path) if n != "ck.npz"]
+        # the new file is written beside the old one (a rename within one folder is atomic)
+        assert len(hidden) == 1 and hidden[0].startswith(".ck.npz.") and hidden[0].endswith(".tmp")
         real_savez(f, **entries)
         f.truncate(f.tell() // 2)
         raise OSError("disk full")
@@ -1337,6 +1342,28 @@ def test_adam_betas_and_eps_by_hand(cls):
         np.testing.assert_allclose(step, p, rtol=1e-13)
     assert optim.AdamW([_param([1.0])]).param_groups[0]['weight_decay'] == 0.01  # PyTorch's default
     assert optim.Adam([_param([1.0])]).param_groups[0]['weight_decay'] == 0.0
+
+
+def test_optimizer_errors_state_copies_and_a_second_scheduler():
+    with pytest.raises(ValueError, match="SGD: got an empty parameter list"):
+        optim.SGD([], lr=0.1)
+    with pytest.raises(ValueError, match="SGD: Nesterov momentum needs momentum > 0"):
+        optim.SGD([_param([1.0])], lr=0.1, momentum=0.0, nesterov=True)
+    a, b = _param([1.0, 2.0]), _param([3.0])
+    opt = optim.Adam([a, b], lr=0.1)
+    assert opt.defaults['lr'] == 0.1 and opt.param_groups[0]['betas'] == (0.9, 0.999)
+    a.grad, b.grad = np.array([0.5, -0.5]), np.array([1.0])
+    opt.step()
+    saved = opt.state_dict()
+    opt.step()  # the saved state is a snapshot: later steps don't change it
+    assert saved['state'][0]['step'] == 1 and saved['state'][0]['exp_avg'].tolist() == \
+        pytest.approx([0.05, -0.05])
+    with pytest.raises(ValueError, match="the saved parameter groups have sizes"):
+        optim.Adam([a], lr=0.1).load_state_dict(saved)
+    s = optim.StepLR(opt, step_size=1, gamma=0.5)
+    s.step()
+    s2 = optim.StepLR(opt, step_size=1, gamma=0.5)  # a second schedule starts from the initial lr
+    assert s2.get_last_lr() == [0.1] and opt.param_groups[0]['initial_lr'] == 0.1
 
 
 def test_zero_grad_set_to_none_or_zeros():
