@@ -536,6 +536,49 @@ def test_multinomial_follows_the_probabilities():
 # ---------------------------------------------------------------------------
 # Autograd semantics
 # ---------------------------------------------------------------------------
+def test_a_node_that_gets_no_gradient_does_not_stop_the_walk():
+    for order in (0, 1):  # the input that gets no gradient first, then last
+        x = tt.tensor([1.0, 2.0], requires_grad=True)
+        w = tt.tensor([3.0, 4.0], requires_grad=True)
+        dead = w * 2  # requires grad, but the rule below sends it nothing
+        parents = (dead, x) if order == 0 else (x, dead)
+        rule = (lambda g: (None, g * 3)) if order == 0 else (lambda g: (g * 3, None))
+        y = tt.from_op(x.data * 3 + dead.data, 'mix', parents, rule)
+        (y * x).sum().backward()  # x also has a second path
+        np.testing.assert_allclose(x.grad, 2 * 3 * x.data + dead.data)
+        assert w.grad is None
+
+
+def test_unbroadcast_sums_exactly_the_broadcast_dims():
+    g = np.arange(2 * 2 * 3, dtype=np.float64).reshape(2, 2, 3)
+    np.testing.assert_array_equal(tt.unbroadcast(g, (2, 1, 3)), g.sum(1, keepdims=True))
+    np.testing.assert_array_equal(tt.unbroadcast(g, (1, 3)), g.sum((0, 1)).reshape(1, 3))
+    np.testing.assert_array_equal(tt.unbroadcast(g, (2, 1)), g.sum((0, 2)).reshape(2, 1))
+    np.testing.assert_array_equal(tt.unbroadcast(g, ()), g.sum())
+    assert tt.unbroadcast(g, (2, 2, 3)) is g
+
+
+def test_defaults_and_one_sided_forms_are_pytorchs():
+    x = tt.tensor([[-2.0, 0.0, 3.0]], dtype=tt.float64, requires_grad=True)
+    y = tt.leaky_relu(x)  # negative_slope=0.01; at 0 the gradient is the slope, as PyTorch
+    y.sum().backward()
+    assert y.tolist() == [[-0.02, 0.0, 3.0]] and x.grad.tolist() == [[0.01, 0.01, 1.0]]
+    assert tt.stack([x, x]).shape == (2, 1, 3) and x.prod().shape == () and x.prod(1).shape == (1,)
+    assert x.clamp(max=0.0).tolist() == [[-2.0, 0.0, 0.0]]
+    assert x.clamp(min=0.0).tolist() == [[0.0, 0.0, 3.0]]
+    x.grad = None
+    x.clamp(max=0.0).sum().backward()  # 1 up to and at the bound, 0 above it
+    assert x.grad.tolist() == [[1.0, 1.0, 0.0]]
+    z = tt.zeros(1, 2, 1, 3)
+    assert z.squeeze().shape == (2, 3) and z.squeeze(0).shape == (2, 1, 3)
+    assert z.squeeze(1).shape == (1, 2, 1, 3)  # a dim that is not 1 stays, as PyTorch
+    assert z.squeeze((0, 2)).shape == (2, 3)
+    check(lambda t: t.squeeze() * 2, t64(1, 2, 1, 3))
+    v = z.squeeze()
+    v.fill_(1.0)  # a view: the base sees the change
+    assert z.sum().item() == 6.0 and z._version == 1
+
+
 def test_gradients_accumulate_across_backward_calls():
     x = tt.tensor([1.0, 2.0], requires_grad=True)
     (x * 3).sum().backward()
@@ -752,7 +795,7 @@ def test_masks_conditions_and_index_tensors_are_guarded():
             y.sum().backward()
 
 
-def test_promotion_follows_pytorch_without_it_installed():
+def test_promotion_rule_examples_by_hand():
     i32, i64 = tt.tensor([1, 2], dtype=tt.int32), tt.tensor([1, 2])
     f32, f64 = tt.tensor([1.0, 2.0]), tt.tensor([1.0, 2.0], dtype=tt.float64)
     b = tt.tensor([True, False])
@@ -847,7 +890,7 @@ def _grad_of(fn, values):
     return out.data, x.grad
 
 
-def test_edge_values_are_pytorchs():
+def test_edge_values_by_hand():
     import warnings
     warnings.simplefilter('ignore', RuntimeWarning)
     # std at zero spread: gradient 0 (PyTorch), not 0/0
