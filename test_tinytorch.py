@@ -1893,7 +1893,7 @@ def corpus(tmp_path):
     return str(path)
 
 
-def test_charlm_batches_are_next_character_windows_inside_the_split():
+def test_batches_are_next_character_windows_inside_the_split():
     sys.path.insert(0, HERE)
     import train_charlm
     data = np.arange(40) * 3  # every value tells its position
