@@ -1911,6 +1911,17 @@ def test_batches_are_next_character_windows_inside_the_split():
     assert len(train) == 90 and val[0] == 90 and len(val) == 10
 
 
+def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    train, val = train_charlm.split_data(np.arange(20), 8)  # 10% is 2 < 9: no room to validate
+    assert len(train) == len(val) == 20
+    assert "too short for a 90/10 split with block size 8" in capsys.readouterr().err
+    assert len(train_charlm.split_data(np.arange(9), 8)[0]) == 9  # exactly one window: kept
+    with pytest.raises(train_charlm.UserError, match="8 characters, fewer than one block plus one"):
+        train_charlm.split_data(np.arange(8), 8)
+
+
 def test_charlm_trains_checkpoints_and_samples(corpus, tmp_path):
     out = str(tmp_path / "run")
     r = run_charlm(corpus, *TINY, '--steps', '60', '--eval-interval', '20', '--lr', '1e-2',
