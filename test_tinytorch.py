@@ -1916,7 +1916,10 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
     import train_charlm
     train, val = train_charlm.split_data(np.arange(20), 8)  # 10% is 2 < 9: no room to validate
     assert len(train) == len(val) == 20
-    assert "too short for a 90/10 split with block size 8" in capsys.readouterr().err
+    assert "too short for a 90/10 split with block size 8; validating on the training text" \
+        in capsys.readouterr().err
+    train, val = train_charlm.split_data(np.arange(90), 8)  # 10% is exactly one window: a split
+    assert len(train) == 81 and len(val) == 9
     assert len(train_charlm.split_data(np.arange(9), 8)[0]) == 9  # exactly one window: kept
     with pytest.raises(train_charlm.UserError, match="8 characters, fewer than one block plus one"):
         train_charlm.split_data(np.arange(8), 8)
