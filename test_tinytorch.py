@@ -265,6 +265,59 @@ def test_more_reductions(fn):
     check(fn, t64(3, 4, 2, low=0.1))
 
 
+_X = np.random.default_rng(3).standard_normal((3, 4, 2))
+_VALUES = [  # (op on a tensor, the same computed with NumPy): forward values, no PyTorch needed
+    (lambda x: x.norm(), lambda a: np.sqrt((a * a).sum())),
+    (lambda x: x.norm(dim=1), lambda a: np.sqrt((a * a).sum(1))),
+    (lambda x: x.norm(p=1, dim=-1, keepdim=True), lambda a: np.abs(a).sum(-1, keepdims=True)),
+    (lambda x: x.norm(p=3, dim=(0, 2)), lambda a: (np.abs(a) ** 3).sum((0, 2)) ** (1 / 3)),
+    (lambda x: x.norm(p=float('inf'), dim=0), lambda a: np.abs(a).max(0)),
+    (lambda x: x.norm(p=-float('inf'), dim=2), lambda a: np.abs(a).min(2)),
+    (lambda x: x.norm(p=0, dim=1), lambda a: (a != 0).sum(1).astype(float)),
+    (lambda x: x.std(), lambda a: a.std(ddof=1)), (lambda x: x.std(1), lambda a: a.std(1, ddof=1)),
+    (lambda x: x.std((0, 2), correction=0, keepdim=True), lambda a: a.std((0, 2), keepdims=True)),
+    (lambda x: x.var(1, correction=2), lambda a: a.var(1, ddof=2)),
+    (lambda x: x.prod(), lambda a: a.prod()), (lambda x: x.prod(1), lambda a: a.prod(1)),
+    (lambda x: x.prod(-1, keepdim=True), lambda a: a.prod(-1, keepdims=True)),
+    (lambda x: x.cumsum(1), lambda a: a.cumsum(1)), (lambda x: x.cumsum(-1), lambda a: a.cumsum(-1)),
+    (lambda x: x.logsumexp(1), lambda a: np.log(np.exp(a).sum(1))),
+    (lambda x: x.logsumexp((0, 2), keepdim=True), lambda a: np.log(np.exp(a).sum((0, 2), keepdims=True))),
+    (lambda x: x.amax((0, 1)), lambda a: a.max((0, 1))), (lambda x: x.amin(-1), lambda a: a.min(-1)),
+    (lambda x: x.max(1).values, lambda a: a.max(1)), (lambda x: x.min(0, keepdim=True).values,
+                                                      lambda a: a.min(0, keepdims=True)),
+    (lambda x: x.max(1).indices, lambda a: a.argmax(1)), (lambda x: x.argmin(-1), lambda a: a.argmin(-1)),
+    (lambda x: x.softmax(1), lambda a: np.exp(a) / np.exp(a).sum(1, keepdims=True)),
+    (lambda x: x.log_softmax(-1), lambda a: a - np.log(np.exp(a).sum(-1, keepdims=True))),
+    (lambda x: x.sort(1).values, lambda a: np.sort(a, 1)), (lambda x: x.sort(1).indices,
+                                                            lambda a: np.argsort(a, 1)),
+    (lambda x: x.sort(0, descending=True).values, lambda a: -np.sort(-a, 0)),
+    (lambda x: x.topk(2, dim=1).values, lambda a: -np.sort(-a, 1)[:, :2]),
+    (lambda x: x.topk(2, dim=1, largest=False).values, lambda a: np.sort(a, 1)[:, :2]),
+    (lambda x: x.mean((0, -1)), lambda a: a.mean((0, -1))), (lambda x: x.sum(1, keepdim=True),
+                                                             lambda a: a.sum(1, keepdims=True)),
+    (lambda x: tt.silu(x), lambda a: a / (1 + np.exp(-a))), (lambda x: tt.softplus(x),
+                                                            lambda a: np.log1p(np.exp(a))),
+    (lambda x: x.expm1(), lambda a: np.expm1(a)), (lambda x: x.abs().log1p(), lambda a: np.log1p(np.abs(a))),
+    (lambda x: x.sigmoid(), lambda a: 1 / (1 + np.exp(-a))), (lambda x: x.tanh(), lambda a: np.tanh(a)),
+    (lambda x: x.clamp(-0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5)),
+    (lambda x: x.flip(0, 2), lambda a: a[::-1, :, ::-1]), (lambda x: x.roll(1, 1), lambda a: np.roll(a, 1, 1)),
+    (lambda x: x.repeat(1, 2, 1), lambda a: np.tile(a, (1, 2, 1))),
+    (lambda x: x.squeeze(), lambda a: a), (lambda x: x[:, None].squeeze(1), lambda a: a),
+    (lambda x: x.transpose(0, 2) @ x[:, 0], lambda a: a.transpose(2, 1, 0) @ a[:, 0]),
+]
+
+
+@pytest.mark.parametrize("k", range(len(_VALUES)))
+def test_forward_values_against_numpy(k):
+    """gradcheck checks that a rule agrees with its own forward pass; this checks the forward
+    pass itself, so that a wrong forward can't hide behind a consistent backward."""
+    ours, numpy_form = _VALUES[k]
+    out = ours(tt.tensor(_X))
+    expected = numpy_form(_X)
+    assert tuple(out.shape) == np.shape(expected)
+    np.testing.assert_allclose(out.data, expected, rtol=1e-12, atol=1e-14)
+
+
 def test_prod_and_norm_with_zeros():
     for values, grad in [([0.0, 2.0, 3.0], [6.0, 0.0, 0.0]), ([0.0, 0.0, 3.0], [0.0, 0.0, 0.0]),
                          ([1.0, 2.0, 3.0], [6.0, 3.0, 2.0])]:
@@ -558,7 +611,7 @@ def test_unbroadcast_sums_exactly_the_broadcast_dims():
     assert tt.unbroadcast(g, (2, 2, 3)) is g
 
 
-def test_defaults_and_one_sided_forms_are_pytorchs():
+def test_defaults_and_one_sided_forms_match_torch():
     x = tt.tensor([[-2.0, 0.0, 3.0]], dtype=tt.float64, requires_grad=True)
     y = tt.leaky_relu(x)  # negative_slope=0.01; at 0 the gradient is the slope, as PyTorch
     y.sum().backward()
