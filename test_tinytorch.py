@@ -956,6 +956,12 @@ def test_edge_values_by_hand():
     assert np.isnan(val) and np.isnan(grad[0])
     val, grad = _grad_of(lambda x: x.var(1, correction=3), [[0.0, 1.0]])  # dim given: 2/(N-c)
     assert grad.tolist() == [[1.0, -1.0]]
+    val, grad = _grad_of(lambda x: x.std(correction=3), [0.0, 1.0])  # var's inf, times 1/(2 inf)
+    assert val == np.inf and np.isnan(grad).all()
+    val, grad = _grad_of(lambda x: x.std(correction=2), [2.0, 2.0])  # 0/0 spread, then 0 * nan
+    assert np.isnan(val) and np.isnan(grad).all()
+    val, grad = _grad_of(lambda x: x.std(0, correction=3, keepdim=True), [[0.0], [1.0]])
+    assert val.shape == (1, 1) and val[0, 0] == np.inf and grad.tolist() == [[0.0], [0.0]]
     # x ** 0 has gradient 0 at x = 0 (also for a tensor exponent), 0 ** b has d/db = 0 for b >= 0
     assert _grad_of(lambda x: x ** 0, [0.0, 2.0])[1].tolist() == [0.0, 0.0]
     assert _grad_of(lambda x: x ** tt.tensor(0.0, dtype=tt.float64), [0.0])[1].tolist() == [0.0]
