@@ -283,7 +283,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             if saved:
                 out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
             if saves_output:
-                out._saved += ((out._vc, 0, data.shape),)  # a new tensor is at version 0
+                out._saved += ((out._vc, out._vc[0], data.shape),)
     return out
 
 
