@@ -2239,6 +2239,31 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch)
         tt.grad_path(loss2, nn.Parameter(tt.ones(2)))
 
 
+def test_readme_name_table_names_only_what_exists():
+    """Every name in the README's PyTorch -> tinytorch table exists where the table says."""
+    text = open(os.path.join(HERE, 'README.md')).read()
+    table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
+    homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
+             "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
+    checked = 0
+    for row in table.splitlines()[2:]:
+        if not row.startswith('|'):
+            continue
+        left, right = [c.strip() for c in row.strip('|').split('|')]
+        where = next((v for k, v in homes.items() if right.startswith(k) and (
+            k != "the same methods" or right == k or right.startswith("the same methods,"))), None)
+        if right.startswith("`nn.` + the same name (`tt.` too"):
+            where = [nn]
+        if where is None:
+            continue
+        left = re.sub(r"\(`[^)]*\)", "", left)  # drop the argument lists: (`weight`, ...)
+        for name in re.findall(r"`(?:torch\.|F\.|nn\.|x\.)?([A-Za-z_]+)(?:\(\))?`", left):
+            for home in where:
+                assert hasattr(home, name), (name, home)
+                checked += 1
+    assert checked > 60
+
+
 def test_readme_own_op_runs_as_shown():
     """The README's "Write your own op" block runs, and prints what the README shows."""
     import contextlib
