@@ -671,6 +671,10 @@ def _encode(obj, arrays):
         return {'__list__': [_encode(v, arrays) for v in obj], 'tuple': isinstance(obj, tuple)}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
+    if hasattr(obj, 'state_dict'):  # a Module or an optimizer: its numbers are its state_dict
+        raise TypeError(f"save: got a {type(obj).__name__}, which holds code as well as numbers; "
+                        "save its state_dict(): nn.save(obj.state_dict(), path), and bring it "
+                        "back with obj.load_state_dict(nn.load(path))")
     raise TypeError(f"save: cannot store an object of type {type(obj).__name__}")
 
 

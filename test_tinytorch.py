@@ -2190,6 +2190,34 @@ def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
 
 
+def test_draw_graph_renders_pdf_too_and_refuses_an_unknown_extension(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    x = tt.randn(2, requires_grad=True)
+    loss = (x * 2).sum()
+    with pytest.raises(ValueError, match=r"draw_graph: can't write 'g\.jpeg'.*\.svg, \.png, \.pdf.*"
+                       r"\.dot"):
+        tt.draw_graph(loss, path=str(tmp_path / "g.jpeg"))
+    assert not (tmp_path / "g.jpeg").exists()
+    calls = []
+    monkeypatch.setattr(shutil, 'which', lambda name: '/usr/bin/dot')
+    monkeypatch.setattr(subprocess, 'run', lambda args, **kw: calls.append(args))
+    tt.draw_graph(loss, path=str(tmp_path / "g.pdf"))  # rendered by dot, not DOT text in a .pdf
+    assert calls == [['dot', '-Tpdf', '-o', str(tmp_path / "g.pdf")]]
+    tt.draw_graph(loss, path=str(tmp_path / "g.gv"))
+    assert (tmp_path / "g.gv").read_text().startswith("digraph")
+
+
+def test_saving_a_module_says_to_save_its_state_dict(tmp_path):
+    with pytest.raises(TypeError, match=r"save: got a Sequential, which holds code as well as "
+                       r"numbers; save its state_dict\(\): nn.save\(obj.state_dict\(\), path\)"):
+        nn.save(nn.Sequential(nn.Linear(2, 2)), str(tmp_path / "m.npz"))
+    opt = optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"save: got a SGD.*state_dict\(\)"):
+        nn.save({'optimizer': opt}, str(tmp_path / "m.npz"))
+    assert not os.listdir(tmp_path)
+
+
 def test_grad_path_names_ops_in_order_and_norms_match():
     x = tt.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
     b = tt.tensor(np.random.default_rng(1).standard_normal(4), requires_grad=True)

@@ -1948,8 +1948,9 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     filled and named when `names` (a Module, or a dict name -> tensor) is given.
     Arrows point the way data flows; gradients flow back against them. At most
     max_nodes nodes are drawn, nearest the output first, with a note of how many
-    were left out. With path ending in .svg or .png the graph is rendered with
-    Graphviz's `dot` when it is installed; any other path gets the DOT text.
+    were left out. With path ending in .svg, .png or .pdf the graph is rendered with
+    Graphviz's `dot` when it is installed; .dot, .gv or .txt get the DOT text; any other
+    extension is refused with the list.
     """
     _check_intact(tensor)
     from collections import deque
@@ -1992,12 +1993,20 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     return dot
 
 
+_RENDERED = ('svg', 'png', 'pdf')  # drawn by Graphviz's dot
+_DOT_TEXT = ('dot', 'gv', 'txt')  # the DOT text itself
+
+
 def _write_graph(dot, path):
     import os
     import shutil
     import subprocess
     fmt = os.path.splitext(path)[1].lstrip('.').lower()
-    if fmt not in ('svg', 'png'):
+    if fmt not in _RENDERED + _DOT_TEXT:
+        raise ValueError(f"draw_graph: can't write {os.path.basename(path)!r}: give a path ending "
+                         f"in {', '.join('.' + f for f in _RENDERED)} (drawn with Graphviz) or "
+                         f"{', '.join('.' + f for f in _DOT_TEXT)} (the DOT text)")
+    if fmt in _DOT_TEXT:
         with open(path, 'w') as f:
             f.write(dot)
         return
