@@ -1984,6 +1984,45 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
         train_charlm.split_data(np.arange(8), 8)
 
 
+@pytest.mark.parametrize("args,message", [
+    (['--dropout', '1.5'], "--dropout 1.5 is out of range: it must be in [0, 1)"),
+    (['--dropout', '-0.1'], "--dropout -0.1 is out of range"),
+    (['--n-embd', '30', '--n-head', '4'], "--n-embd 30 is not a multiple of --n-head 4"),
+    (['--n-head', '3'], "--n-embd 128 is not a multiple of --n-head 3"),
+    (['--temperature', '-1'], "--temperature -1.0 is out of range: it must be 0 or more"),
+    (['--top-k', '0'], "--top-k 0 is out of range: it must be at least 1"),
+    (['--steps', '0'], "--steps 0 is out of range: it must be at least 1"),
+    (['--batch-size', '-2'], "--batch-size -2 is out of range"),
+    (['--block-size', '0'], "--block-size 0 is out of range"),
+    (['--n-layer', '0'], "--n-layer 0 is out of range"),
+    (['--eval-interval', '0'], "--eval-interval 0 is out of range"),
+    (['--eval-iters', '0'], "--eval-iters 0 is out of range"),
+    (['--stop-after', '0'], "--stop-after 0 is out of range"),
+    (['--length', '-1'], "--length -1 is out of range: it must be 0 or more"),
+    (['--warmup', '-1'], "--warmup -1 is out of range"),
+    (['--lr', '0'], "--lr 0.0 is out of range: it must be more than 0"),
+    (['--lr', 'nan'], "--lr nan is out of range"),
+    (['--min-lr=-1e-4'], "--min-lr -0.0001 is out of range"),
+    (['--weight-decay', '-0.1'], "--weight-decay -0.1 is out of range"),
+    (['--grad-clip', '0'], "--grad-clip 0.0 is out of range"),
+])
+def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    out = tmp_path / "out"
+    assert train_charlm.main([*args, '--out-dir', str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert not out.exists()  # refused before anything was read or written
+
+
+def test_bad_flag_from_the_command_line_is_one_line_and_exit_2():
+    r = run_charlm('--n-embd', '30', '--n-head', '4')
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr == ("error: --n-embd 30 is not a multiple of --n-head 4: each head gets "
+                        "n_embd / n_head channels (try --n-embd 28)\n")
+
+
 def test_charlm_trains_checkpoints_and_samples(corpus, tmp_path):
     out = str(tmp_path / "run")
     r = run_charlm(corpus, *TINY, '--steps', '60', '--eval-interval', '20', '--lr', '1e-2',

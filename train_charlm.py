@@ -76,10 +76,41 @@ def parse_args(argv=None):
                    help="sampling temperature; 0 = always the likeliest (default 0.8)")
     s.add_argument('--top-k', type=int, default=None, help="sample among the k likeliest only")
     args = p.parse_args(argv)
-    for name in ('steps', 'batch_size', 'eval_interval', 'eval_iters', 'length'):
-        if getattr(args, name) < 1 and not (name == 'length' and getattr(args, name) == 0):
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    check_flags(args)
     return args
+
+
+def check_flags(args):
+    """Every flag's value in its range, before any work: one UserError line that names the
+    flag, the value and what is allowed."""
+    def bad(name, rule):
+        value = getattr(args, name.replace('-', '_'))
+        raise UserError(f"--{name} {value} is out of range: {rule}")
+    at_least_1 = ('steps', 'batch-size', 'eval-interval', 'eval-iters', 'n-layer', 'n-head',
+                  'n-embd', 'block-size', 'stop-after', 'top-k')
+    for name in at_least_1:
+        value = getattr(args, name.replace('-', '_'))
+        if value is not None and value < 1:
+            bad(name, "it must be at least 1")
+    for name in ('length', 'warmup'):
+        if getattr(args, name) < 0:
+            bad(name, "it must be 0 or more")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        bad('dropout', "it must be in [0, 1)")
+    for name in ('lr', 'grad-clip'):
+        if not getattr(args, name.replace('-', '_')) > 0:
+            bad(name, "it must be more than 0")
+    for name in ('min-lr', 'weight-decay', 'temperature'):
+        if not getattr(args, name.replace('-', '_')) >= 0:
+            bad(name, "it must be 0 or more" + (" (0 = always the likeliest character)"
+                                                 if name == 'temperature' else ""))
+    if not (args.resume or args.sample):  # a new model: its widths must split into heads
+        n_embd = args.n_embd or MODEL_FLAGS['n_embd']
+        n_head = args.n_head or MODEL_FLAGS['n_head']
+        if n_embd % n_head:
+            raise UserError(f"--n-embd {n_embd} is not a multiple of --n-head {n_head}: each "
+                            f"head gets n_embd / n_head channels (try --n-embd "
+                            f"{n_embd - n_embd % n_head or n_head})")
 
 
 # ---------------------------------------------------------------------------
@@ -443,8 +474,8 @@ def sample_only(args):
 
 
 def main(argv=None):
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         return sample_only(args) if args.sample else train(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
