@@ -2140,6 +2140,22 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     fails(['--sample', '--out-dir', run], "is truncated or corrupt")
 
 
+def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
+    run = str(tmp_path / "run")
+    assert run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--out-dir', run
+                      ).returncode == 0
+    kept = {name: (tmp_path / "run" / name).read_bytes() for name in os.listdir(run)}
+    r = run_charlm(corpus, *TINY, '--steps', '6', '--out-dir', run)  # a second run, same folder
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    assert re.fullmatch(rf"error: {re.escape(run)} already holds a run \(4 steps, best validation "
+                        r"loss \d+\.\d{4}\); add --resume to continue it, give another --out-dir "
+                        r"to keep it, or --force to replace it\n", r.stderr), r.stderr
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in os.listdir(run)} == kept
+    r = run_charlm(corpus, *TINY, '--steps', '2', '--out-dir', run, '--force')  # on purpose
+    assert r.returncode == 0, r.stderr
+    assert nn.load(os.path.join(run, 'ckpt.npz'))['step'] == 2
+
+
 def test_charlm_stops_on_nan_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     run = str(tmp_path / "run")
     assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0

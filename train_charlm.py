@@ -62,6 +62,9 @@ def parse_args(argv=None):
                    help="validation batches (fixed for the whole run, default 20)")
     t.add_argument('--out-dir', default='out', help="checkpoint and metrics folder (default out)")
     t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
+    t.add_argument('--force', action='store_true',
+                   help="start a new run in an OUT_DIR that holds another run, replacing it "
+                        "(without it, such a run is refused and left intact)")
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
@@ -336,7 +339,31 @@ def plot_metrics(metrics_file, png_path):
     print(f"loss curve saved to {png_path}")
 
 
+def refuse_to_overwrite(out_dir):
+    """A new run never replaces a finished one by accident: say what the folder holds and
+    what to do instead."""
+    path = checkpoint_path(out_dir)
+    if not os.path.exists(path):
+        return
+    try:
+        step = f"{int(nn.load(path)['step'])} steps"
+    except (nn.CheckpointError, KeyError, TypeError, ValueError):
+        step = "a checkpoint"
+    best = ''
+    try:
+        with open(os.path.join(out_dir, METRICS_NAME), newline='') as f:
+            losses = [float(row['val_loss']) for row in csv.DictReader(f) if row.get('val_loss')]
+        if losses:
+            best = f", best validation loss {min(losses):.4f}"
+    except (OSError, ValueError, KeyError):
+        pass
+    raise UserError(f"{out_dir} already holds a run ({step}{best}); add --resume to continue it, "
+                    f"give another --out-dir to keep it, or --force to replace it")
+
+
 def train(args):
+    if not args.resume and not args.force:
+        refuse_to_overwrite(args.out_dir)
     if args.file:
         text, source = read_text(args.file), args.file
     else:
