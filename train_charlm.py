@@ -69,7 +69,8 @@ def parse_args(argv=None):
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
     t.add_argument('--plot', action='store_true',
-                   help="save OUT_DIR/loss.png from the metrics (needs matplotlib)")
+                   help="save OUT_DIR/loss.png from the metrics (needs matplotlib); on an OUT_DIR "
+                        "that holds a run, without --resume, it only draws that run")
     s = p.add_argument_group('sampling')
     s.add_argument('--sample', action='store_true',
                    help="only generate text from OUT_DIR/ckpt.npz, no training")
@@ -314,15 +315,19 @@ class StopRequest:
         signal.signal(signal.SIGINT, self.previous)
 
 
-def plot_metrics(metrics_file, png_path):
+def need_matplotlib(metrics_file):
+    """--plot is checked before any training: a missing matplotlib is one line, exit 2."""
     try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
-        print("--plot: matplotlib is not installed (pip install matplotlib); the metrics are in "
-              f"{metrics_file}")
-        return
+        raise UserError("--plot needs matplotlib (pip install matplotlib); nothing was trained "
+                        f"or drawn (the metrics are in {metrics_file})") from None
+
+
+def plot_metrics(metrics_file, png_path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
     with open(metrics_file) as f:
         rows = list(csv.DictReader(f))
     steps = [int(r['step']) for r in rows]
@@ -336,7 +341,20 @@ def plot_metrics(metrics_file, png_path):
     ax.legend()
     fig.tight_layout()
     fig.savefig(png_path)
-    print(f"loss curve saved to {png_path}")
+    print(f"loss curve saved to {png_path}"
+          + ("" if val else " (no validation loss yet: the run stopped before its first evaluation)"))
+
+
+def plot_only(args):
+    """--plot on a folder that holds a run: draw its curves, train nothing."""
+    metrics_file = os.path.join(args.out_dir, METRICS_NAME)
+    need_matplotlib(metrics_file)
+    if not os.path.exists(metrics_file):
+        raise UserError(f"{args.out_dir} holds a checkpoint but no {METRICS_NAME} to plot")
+    ck = load_checkpoint(args.out_dir)
+    print(f"drawing the run in {args.out_dir} ({int(ck['step'])} steps); nothing is trained")
+    plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
+    return 0
 
 
 def refuse_to_overwrite(out_dir):
@@ -362,6 +380,8 @@ def refuse_to_overwrite(out_dir):
 
 
 def train(args):
+    if args.plot:
+        need_matplotlib(os.path.join(args.out_dir, METRICS_NAME))
     if not args.resume and not args.force:
         refuse_to_overwrite(args.out_dir)
     if args.file:
@@ -480,8 +500,10 @@ def train(args):
         print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to "
               f"{checkpoint_path(args.out_dir)} (continue with --resume)")
     else:
-        print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; validation loss "
-              f"{last_val:.4f}; checkpoint saved to {checkpoint_path(args.out_dir)}")
+        val = f"validation loss {last_val:.4f}" if math.isfinite(last_val) else \
+            "no validation in this run"
+        print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; {val}; "
+              f"checkpoint saved to {checkpoint_path(args.out_dir)}")
     if args.plot:
         plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
     if args.length:
@@ -503,7 +525,12 @@ def sample_only(args):
 def main(argv=None):
     try:
         args = parse_args(argv)
-        return sample_only(args) if args.sample else train(args)
+        if args.sample:
+            return sample_only(args)
+        if args.plot and not (args.resume or args.force) and \
+                os.path.exists(checkpoint_path(args.out_dir)):
+            return plot_only(args)
+        return train(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
