@@ -1,5 +1,6 @@
 """Tests for tinytorch: finite-difference checks for every op, autograd semantics,
 modules, optimizers, the Transformer and the training scripts end to end."""
+import csv
 import math
 import os
 import subprocess
@@ -2129,6 +2130,22 @@ def test_charlm_resume_equals_a_straight_run(corpus, tmp_path):
     assert a['rng'] == b['rng']
 
 
+def test_charlm_resume_past_the_end_keeps_the_schedule(corpus, tmp_path):
+    run = str(tmp_path / "run")
+    common = [corpus, *TINY, '--lr', '1e-3', '--min-lr', '1e-4', '--warmup', '2']
+    assert run_charlm(*common, '--steps', '6', '--out-dir', run).returncode == 0
+    r = run_charlm(*common, '--steps', '9', '--out-dir', run, '--resume')
+    assert r.returncode == 0, r.stderr
+    assert "note: this run's learning-rate schedule ends at step 6; steps 7 to 9 run at " \
+        "--min-lr 0.0001" in r.stdout
+    with open(os.path.join(run, 'metrics.csv')) as f:
+        lrs = {int(row['step']): float(row['lr']) for row in csv.DictReader(f)}
+    assert sorted(lrs) == list(range(1, 10))
+    assert all(lrs[s] == pytest.approx(1e-4) for s in (7, 8, 9))  # no jump back up
+    assert all(lrs[s] >= lrs[s + 1] for s in range(3, 9))  # decays, then stays at min-lr
+    assert nn.load(os.path.join(run, 'ckpt.npz'))['schedule_steps'] == 6
+
+
 def test_charlm_ctrl_c_saves_and_samples(corpus, tmp_path):
     import signal
     import time
@@ -2206,8 +2223,9 @@ def test_charlm_stops_on_nan_and_keeps_the_last_good_checkpoint(corpus, tmp_path
     run = str(tmp_path / "run")
     assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0
     before = nn.load(os.path.join(run, 'ckpt.npz'))
-    r = run_charlm(corpus, *TINY, '--steps', '200', '--lr', '1e30', '--warmup', '0',
-                   '--grad-clip', '1e30', '--eval-interval', '1', '--out-dir', run, '--resume')
+    # the resumed run keeps its 3-step schedule, so the extra steps run at --min-lr: make it huge
+    r = run_charlm(corpus, *TINY, '--steps', '200', '--lr', '1e30', '--min-lr', '1e30', '--warmup',
+                   '0', '--grad-clip', '1e30', '--eval-interval', '1', '--out-dir', run, '--resume')
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert "the loss became nan" in r.stderr or "the loss became inf" in r.stderr
     assert "last good checkpoint is kept" in r.stderr

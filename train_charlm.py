@@ -409,7 +409,10 @@ def train(args):
     optimizer = optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
                              {'params': no_decay, 'weight_decay': 0.0}],
                             lr=args.lr, betas=(0.9, 0.99))
-    scheduler = optim.WarmupCosineLR(optimizer, args.warmup, args.steps, min_lr=args.min_lr)
+    # the schedule belongs to the run: a resumed run keeps the length it started with, so
+    # more --steps than that continue at --min-lr instead of stretching the cosine again
+    schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
+    scheduler = optim.WarmupCosineLR(optimizer, args.warmup, schedule_steps, min_lr=args.min_lr)
     step = 0
     if ck is not None:
         # moments and step counts from the checkpoint; lr, its schedule and weight decay
@@ -418,6 +421,10 @@ def train(args):
         optimizer.param_groups[0]['weight_decay'] = args.weight_decay
         step = int(ck['step'])
         scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
+        if args.steps > schedule_steps:
+            print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
+                  f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
+                  f"{args.min_lr:g}")
         tt.set_rng_state(ck['rng'])
     # fixed validation batches, from their own generator: evaluating never changes the
     # training batches, so a resumed run sees exactly the batches a straight run sees
@@ -439,7 +446,8 @@ def train(args):
         nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
                  'vocab': vocab.chars,
                  'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
-                 'source': source}, checkpoint_path(args.out_dir))
+                 'schedule_steps': schedule_steps, 'source': source},
+                checkpoint_path(args.out_dir))
 
     progress, stop = Progress(), StopRequest()
     last_val, start_time, start_step = float('nan'), time.time(), step
