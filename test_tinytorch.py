@@ -2146,6 +2146,34 @@ def test_charlm_resume_past_the_end_keeps_the_schedule(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'ckpt.npz'))['schedule_steps'] == 6
 
 
+def test_charlm_keeps_the_best_checkpoint_and_samples_from_it(corpus, tmp_path):
+    run = str(tmp_path / "run")
+    r = run_charlm(corpus, *TINY, '--steps', '8', '--eval-interval', '2', '--out-dir', run)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(run, 'metrics.csv')) as f:
+        vals = {int(row['step']): float(row['val_loss']) for row in csv.DictReader(f)
+                if row['val_loss']}
+    best_step = min(vals, key=vals.get)
+    best = nn.load(os.path.join(run, 'best.npz'))
+    assert best['step'] == best_step and best['best']['val_loss'] == pytest.approx(vals[best_step])
+    assert f"best validation loss {vals[best_step]:.4f} at step {best_step}" in r.stdout
+    s = run_charlm('--sample', '--out-dir', run, '--length', '20')
+    assert s.returncode == 0 and f"sampling from {os.path.join(run, 'best.npz')} (step " \
+        f"{best_step}, validation loss {vals[best_step]:.4f})" in s.stderr
+    s = run_charlm('--sample', '--latest', '--out-dir', run, '--length', '20')
+    assert s.returncode == 0 and f"sampling from {os.path.join(run, 'ckpt.npz')} (step 8)" in s.stderr
+    # the best so far survives a resume: a resumed run only replaces it with a better one
+    r = run_charlm(corpus, *TINY, '--steps', '10', '--eval-interval', '2', '--out-dir', run,
+                   '--resume', '--lr', '1e-9', '--min-lr', '1e-9')
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(run, 'metrics.csv')) as f:
+        vals = {int(row['step']): float(row['val_loss']) for row in csv.DictReader(f)
+                if row['val_loss']}
+    assert sorted(vals) == [2, 4, 6, 8, 10]  # the resumed run appended to the same metrics
+    assert nn.load(os.path.join(run, 'ckpt.npz'))['best']['step'] == min(vals, key=vals.get)
+    assert nn.load(os.path.join(run, 'best.npz'))['step'] == min(vals, key=vals.get)
+
+
 def test_charlm_ctrl_c_saves_and_samples(corpus, tmp_path):
     import signal
     import time
@@ -2199,6 +2227,9 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
           "--n-embd 32 (checkpoint has 16)")
     fails(['--sample', '--out-dir', run, '--prompt', 'QQQ'], "not in the model's vocabulary")
     with open(os.path.join(run, 'ckpt.npz'), 'r+b') as f:
+        f.truncate(200)
+    fails(['--sample', '--latest', '--out-dir', run], "is truncated or corrupt")
+    with open(os.path.join(run, 'best.npz'), 'r+b') as f:  # --sample reads the best one
         f.truncate(200)
     fails(['--sample', '--out-dir', run], "is truncated or corrupt")
 

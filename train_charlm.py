@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
 MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
-CKPT_NAME, METRICS_NAME = 'ckpt.npz', 'metrics.csv'
+CKPT_NAME, BEST_NAME, METRICS_NAME = 'ckpt.npz', 'best.npz', 'metrics.csv'
 
 
 class UserError(Exception):
@@ -73,7 +73,10 @@ def parse_args(argv=None):
                         "that holds a run, without --resume, it only draws that run")
     s = p.add_argument_group('sampling')
     s.add_argument('--sample', action='store_true',
-                   help="only generate text from OUT_DIR/ckpt.npz, no training")
+                   help="only generate text, from the run's best checkpoint (OUT_DIR/best.npz), "
+                        "no training")
+    s.add_argument('--latest', action='store_true',
+                   help="with --sample: use the latest checkpoint (OUT_DIR/ckpt.npz) instead")
     s.add_argument('--prompt', default=None, help="text to start from (default a newline)")
     s.add_argument('--length', type=int, default=500, help="characters to generate (default 500)")
     s.add_argument('--temperature', type=float, default=0.8,
@@ -199,8 +202,8 @@ def get_batch(data, block_size, batch_size, rng):
 # ---------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------
-def checkpoint_path(out_dir):
-    return os.path.join(out_dir, CKPT_NAME)
+def checkpoint_path(out_dir, name=CKPT_NAME):
+    return os.path.join(out_dir, name)
 
 
 def prepare_out_dir(out_dir):
@@ -215,8 +218,8 @@ def prepare_out_dir(out_dir):
                         f"{e.strerror or e}") from None
 
 
-def load_checkpoint(out_dir):
-    path = checkpoint_path(out_dir)
+def load_checkpoint(out_dir, name=CKPT_NAME):
+    path = checkpoint_path(out_dir, name)
     if not os.path.exists(path):
         raise UserError(f"no checkpoint at {path}; train first (or give --out-dir)")
     try:
@@ -442,12 +445,15 @@ def train(args):
           f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
 
-    def save(at_step):
+    best = dict(ck.get('best', {'step': 0, 'val_loss': math.inf})) if ck else \
+        {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
+
+    def save(at_step, name=CKPT_NAME):
         nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
                  'vocab': vocab.chars,
                  'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
-                 'schedule_steps': schedule_steps, 'source': source},
-                checkpoint_path(args.out_dir))
+                 'schedule_steps': schedule_steps, 'best': dict(best), 'source': source},
+                checkpoint_path(args.out_dir, name))
 
     progress, stop = Progress(), StopRequest()
     last_val, start_time, start_step = float('nan'), time.time(), step
@@ -490,6 +496,9 @@ def train(args):
                               f" | ETA {fmt_time(eta)}", final=evaluated)
                 if evaluated:
                     mf.flush()
+                    if last_val < best['val_loss']:  # a new best: keep it beside the latest
+                        best.update(step=step, val_loss=last_val)
+                        save(step, BEST_NAME)
                     save(step)
                 if stop.requested:
                     status = 'interrupted'
@@ -512,6 +521,9 @@ def train(args):
             "no validation in this run"
         print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; {val}; "
               f"checkpoint saved to {checkpoint_path(args.out_dir)}")
+    if best['step']:
+        print(f"best validation loss {best['val_loss']:.4f} at step {best['step']}, kept in "
+              f"{checkpoint_path(args.out_dir, BEST_NAME)} (--sample uses it)")
     if args.plot:
         plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
     if args.length:
@@ -521,7 +533,13 @@ def train(args):
 
 
 def sample_only(args):
-    ck = load_checkpoint(args.out_dir)
+    name = BEST_NAME if not args.latest and os.path.exists(
+        checkpoint_path(args.out_dir, BEST_NAME)) else CKPT_NAME
+    ck = load_checkpoint(args.out_dir, name)
+    best = ck.get('best', {})
+    val = f", validation loss {best['val_loss']:.4f}" if name == BEST_NAME else ""
+    print(f"sampling from {checkpoint_path(args.out_dir, name)} (step {int(ck['step'])}{val})",
+          file=sys.stderr)
     vocab = Vocab(ck['vocab'])
     config = build_config(args, len(vocab.chars), ck['config'])
     model = restore_model(ck, config)
