@@ -2442,6 +2442,27 @@ def test_readme_name_table_names_only_what_exists():
     assert checked > 60
 
 
+def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
+    """Every ```python block of the README runs as written in a fresh namespace (output that
+    is shown, not run, goes in a ```text block), and the op shown in "How an op enters
+    the graph" is the one in tinytorch.py."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)  # blocks that write files write them here
+    fused = tf.FUSED_ATTENTION
+    try:
+        for k, code in enumerate(blocks):
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
+    finally:
+        tf.FUSED_ATTENTION = fused
+    shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
+    assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
+
+
 def test_readme_own_op_runs_as_shown():
     """The README's "Write your own op" block runs, and prints what the README shows."""
     import contextlib
