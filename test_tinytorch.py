@@ -2463,6 +2463,14 @@ def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
     assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
 
 
+def test_readme_usage_block_lists_exactly_the_flags_of_help():
+    text = open(os.path.join(HERE, 'README.md')).read()
+    usage = re.search(r"```\n(python train_charlm.py \[FILE\].*?)```", text, re.S).group(1)
+    r = run_charlm('--help')
+    assert r.returncode == 0
+    assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
+
+
 def test_readme_own_op_runs_as_shown():
     """The README's "Write your own op" block runs, and prints what the README shows."""
     import contextlib
