@@ -2471,6 +2471,21 @@ def test_readme_usage_block_lists_exactly_the_flags_of_help():
     assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
 
 
+def test_chinese_readme_shows_the_same_tested_code_and_links_back():
+    en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
+    assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
+    blocks = re.findall(r"```python\n.*?```", zh, re.S)
+    assert len(blocks) == 3  # the three lines, tanh, the gradient walkthrough
+    for block in blocks:  # each one runs in the English README's tests
+        assert block in en
+    commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
+    assert commands and all(c in en for c in commands)  # the two commands, word for word
+    for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
+                    "## 梯度走查"):
+        assert heading in zh
+
+
 def test_readme_own_op_runs_as_shown():
     """The README's "Write your own op" block runs, and prints what the README shows."""
     import contextlib
