@@ -538,7 +538,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
         else:
             scale = g
         scale = (scale * valid).astype(logits.dtype)
-        return (grad * (scale[:, None] if scale.ndim else scale),)
+        return (grad * scale[:, None],)  # one scale per row
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 

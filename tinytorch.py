@@ -319,6 +319,11 @@ def _constant(data, vc=None):
     return out
 
 
+def _tensors_in(idx):
+    """The tensors in an index, mask or condition (an op's backward reads them)."""
+    return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
+
+
 def _dim(d, ndim, op):
     """Normalize a (possibly negative) dim and name it in the error if out of range."""
     n = builtins.max(ndim, 1)
@@ -1089,11 +1094,6 @@ def _is_basic_index(idx):
                and not isinstance(i, bool) for i in items)
 
 
-def _tensors_in(idx):
-    """The tensors in an index, mask or condition (an op's backward reads them)."""
-    return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
-
-
 def _index_data(idx):
     if isinstance(idx, Tensor):
         idx = idx.data
@@ -1243,7 +1243,8 @@ def take_along_dim(input, indices, dim=None):
     """gather with broadcasting (NumPy's take_along_axis); dim=None works on the
     flattened input."""
     if dim is None:
-        return take_along_dim(reshape(input, -1), reshape(_as_index(indices), -1), 0)
+        flat = indices if isinstance(indices, Tensor) else _constant(np.asarray(indices))
+        return take_along_dim(reshape(input, -1), reshape(flat, -1), 0)
     d = _dim(dim, input.ndim, 'take_along_dim')
     idx = _index_tensor(indices, 'take_along_dim', input.ndim)
     others = np.broadcast_shapes(input.shape[:d] + (1,) + input.shape[d + 1:],
@@ -1252,10 +1253,6 @@ def take_along_dim(input, indices, dim=None):
     idx = np.broadcast_to(idx, others[:d] + (idx.shape[d],) + others[d + 1:])
     vc = indices._vc if isinstance(indices, Tensor) else None  # a view: the same counter
     return gather(x, d, _constant(idx, vc))
-
-
-def _as_index(indices):
-    return indices if isinstance(indices, Tensor) else _constant(np.asarray(indices))
 
 
 def cat(tensors, dim=0):
@@ -1384,14 +1381,14 @@ Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.sha
 def _same_dtype(op, **tensors):
     """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
     to float64 silently would double the memory and the time of a whole model."""
-    tensors = {name: t for name, t in tensors.items() if t is not None}
-    for name, t in tensors.items():
+    given = [(name, t) for name, t in tensors.items() if t is not None]
+    for name, t in given:
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
                             "arrays with tt.tensor(...)")
-    (name0, t0), *rest = tensors.items()
-    for name, t in rest:
-        if t.dtype != t0.dtype:
+    name0, t0 = given[0]
+    for name, t in given[1:]:
+        if t.data.dtype != t0.data.dtype:
             raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
                                f"have the same dtype: convert one (x.float() for a float32 model)")
 
