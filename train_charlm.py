@@ -90,27 +90,25 @@ def parse_args(argv=None):
 def check_flags(args):
     """Every flag's value in its range, before any work: one UserError line that names the
     flag, the value and what is allowed."""
+    def value(name):
+        return getattr(args, name.replace('-', '_'))
+
     def bad(name, rule):
-        value = getattr(args, name.replace('-', '_'))
-        raise UserError(f"--{name} {value} is out of range: {rule}")
-    at_least_1 = ('steps', 'batch-size', 'eval-interval', 'eval-iters', 'n-layer', 'n-head',
-                  'n-embd', 'block-size', 'stop-after', 'top-k')
-    for name in at_least_1:
-        value = getattr(args, name.replace('-', '_'))
-        if value is not None and value < 1:
+        raise UserError(f"--{name} {value(name)} is out of range: {rule}")
+    for name in ('steps', 'batch-size', 'eval-interval', 'eval-iters', 'n-layer', 'n-head',
+                 'n-embd', 'block-size', 'stop-after', 'top-k'):
+        if value(name) is not None and value(name) < 1:
             bad(name, "it must be at least 1")
-    for name in ('length', 'warmup'):
-        if getattr(args, name) < 0:
+    for name in ('length', 'warmup', 'min-lr', 'weight-decay'):
+        if not value(name) >= 0:
             bad(name, "it must be 0 or more")
+    if not value('temperature') >= 0:
+        bad('temperature', "it must be 0 or more (0 = always the likeliest character)")
+    for name in ('lr', 'grad-clip'):
+        if not value(name) > 0:
+            bad(name, "it must be more than 0")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         bad('dropout', "it must be in [0, 1)")
-    for name in ('lr', 'grad-clip'):
-        if not getattr(args, name.replace('-', '_')) > 0:
-            bad(name, "it must be more than 0")
-    for name in ('min-lr', 'weight-decay', 'temperature'):
-        if not getattr(args, name.replace('-', '_')) >= 0:
-            bad(name, "it must be 0 or more" + (" (0 = always the likeliest character)"
-                                                 if name == 'temperature' else ""))
     if not (args.resume or args.sample):  # a new model: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
         n_head = args.n_head or MODEL_FLAGS['n_head']
@@ -367,18 +365,13 @@ def refuse_to_overwrite(out_dir):
     if not os.path.exists(path):
         return
     try:
-        step = f"{int(nn.load(path)['step'])} steps"
-    except (nn.CheckpointError, KeyError, TypeError, ValueError):
-        step = "a checkpoint"
-    best = ''
-    try:
-        with open(os.path.join(out_dir, METRICS_NAME), newline='') as f:
-            losses = [float(row['val_loss']) for row in csv.DictReader(f) if row.get('val_loss')]
-        if losses:
-            best = f", best validation loss {min(losses):.4f}"
-    except (OSError, ValueError, KeyError):
-        pass
-    raise UserError(f"{out_dir} already holds a run ({step}{best}); add --resume to continue it, "
+        ck = nn.load(path)
+        held = f"{int(ck['step'])} steps"
+        if ck.get('best', {}).get('step'):  # the best validation, which each checkpoint keeps
+            held += f", best validation loss {ck['best']['val_loss']:.4f}"
+    except (nn.CheckpointError, KeyError, TypeError, ValueError, AttributeError):
+        held = "a checkpoint"
+    raise UserError(f"{out_dir} already holds a run ({held}); add --resume to continue it, "
                     f"give another --out-dir to keep it, or --force to replace it")
 
 
@@ -445,8 +438,9 @@ def train(args):
           f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
 
-    best = dict(ck.get('best', {'step': 0, 'val_loss': math.inf})) if ck else \
-        {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
+    best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
+    if ck is not None:
+        best.update(ck.get('best', {}))
 
     def save(at_step, name=CKPT_NAME):
         nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
