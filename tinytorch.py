@@ -910,7 +910,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
             if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
                 hit = ax == out
                 return (g * sign * hit / np.sum(hit, axis=axes, keepdims=True),)
-            if p == 0:
+            if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
                 return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
