@@ -2843,3 +2843,365 @@ def test_pytorch_edge_values():
     ref.backward()
     assert np.isnan(loss.item()) and np.isnan(ref.item())
     np.testing.assert_array_equal(x.grad, t.grad.numpy())
+
+
+# ---------------------------------------------------------------------------
+# In-place ops in the graph (issue 17): recorded as PyTorch records them
+# ---------------------------------------------------------------------------
+def _micrograd_sanity(T):
+    """micrograd's test_sanity_check, written with tensors of constructor T."""
+    x = T(-4.0)
+    z = 2 * x + 2 + x
+    q = z.relu() + z * x
+    h = (z * z).relu()
+    y = h + q + q * x
+    y.backward()
+    return y.item(), x.grad.item()
+
+
+def _micrograd_more_ops(T):
+    """micrograd's test_more_ops, every += included."""
+    a, b = T(-4.0), T(2.0)
+    c = a + b
+    d = a * b + b ** 3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + (b + a).relu()
+    d += 3 * d + (b - a).relu()
+    e = c - d
+    f = e ** 2
+    g = f / 2.0
+    g += 10.0 / f
+    g.backward()
+    return g.item(), a.grad.item(), b.grad.item()
+
+
+def _t64_scalar(v):
+    return tt.tensor(np.array(v), requires_grad=True)
+
+
+def test_micrograd_engine_tests_run_with_in_place_adds():
+    # micrograd's published values (its tests compare with PyTorch's)
+    y, dx = _micrograd_sanity(_t64_scalar)
+    assert y == -20.0 and dx == 46.0
+    g, da, db = _micrograd_more_ops(_t64_scalar)
+    assert abs(g - 24.70408163265306) < 1e-10
+    assert abs(da - 138.83381924198252) < 1e-10 and abs(db - 645.5772594752186) < 1e-10
+
+
+def test_micrograd_engine_tests_match_pytorch():
+    torch = need_torch()
+
+    def T(v):
+        return torch.tensor(v, dtype=torch.float64, requires_grad=True)
+    assert _micrograd_sanity(_t64_scalar) == pytest.approx(_micrograd_sanity(T), abs=1e-12)
+    assert _micrograd_more_ops(_t64_scalar) == pytest.approx(_micrograd_more_ops(T), abs=1e-10)
+
+
+def test_in_place_op_keeps_the_object_and_rewrites_its_history():
+    x = tt.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = x * 2
+    same = y
+    y += 1
+    assert y is same and y._op == 'add_' and y.tolist() == [3.0, -3.0, 7.0]
+    y.relu_()
+    assert y._op == 'relu_' and y.tolist() == [3.0, 0.0, 7.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 0.0, 2.0]
+
+
+def test_an_op_that_used_the_old_value_sends_its_gradient_to_the_old_value():
+    x = t64(4)
+    a = x * 1
+    b = a.exp()          # used a before the change
+    a.mul_(3.0)          # a = 3x now
+    c = a * a            # uses the new a
+    (b.sum() + c.sum()).backward()
+    np.testing.assert_allclose(x.grad, np.exp(x.data) + 18 * x.data)
+
+
+# each in-place op and its out-of-place twin: (in place, out of place, operand)
+_IN_PLACE_TWINS = {
+    'add_': (lambda x, o: x.add_(o), lambda x, o: x + o),
+    'add_ alpha': (lambda x, o: x.add_(o, alpha=-2.5), lambda x, o: x + o * -2.5),
+    'iadd broadcast': (lambda x, o: x.__iadd__(o[0]), lambda x, o: x + o[0]),
+    'sub_': (lambda x, o: x.sub_(o), lambda x, o: x - o),
+    'isub': (lambda x, o: x.__isub__(o), lambda x, o: x - o),
+    'mul_': (lambda x, o: x.mul_(o), lambda x, o: x * o),
+    'imul number': (lambda x, o: x.__imul__(-1.5), lambda x, o: x * -1.5),
+    'div_': (lambda x, o: x.div_(o), lambda x, o: x / o),
+    'itruediv': (lambda x, o: x.__itruediv__(o[:, :1]), lambda x, o: x / o[:, :1]),
+    'pow_': (lambda x, o: x.abs().pow_(1.5), lambda x, o: x.abs() ** 1.5),
+    'pow_ tensor': (lambda x, o: x.abs().pow_(o), lambda x, o: x.abs() ** o),
+    'clamp_': (lambda x, o: x.clamp_(-0.5, 0.7), lambda x, o: x.clamp(-0.5, 0.7)),
+    'relu_': (lambda x, o: x.relu_(), lambda x, o: x.relu()),
+    'masked_fill_': (lambda x, o: x.masked_fill_(o.data > 0, -1.0),
+                     lambda x, o: x.masked_fill(o.data > 0, -1.0)),
+    'zero_': (lambda x, o: x.zero_() + o, lambda x, o: x * 0 + o),
+    'fill_': (lambda x, o: x.fill_(2.0) * o, lambda x, o: x * 0 + 2.0 * o),
+    'copy_': (lambda x, o: x.copy_(o[1]), lambda x, o: x * 0 + o[1]),
+    'setitem': (lambda x, o: x.__setitem__((0, slice(1, 3)), o[1, :2]) or x,
+                lambda x, o: tt.cat([tt.cat([x[0, :1], o[1, :2], x[0, 3:]]).unsqueeze(0), x[1:]])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_IN_PLACE_TWINS))
+def test_in_place_op_has_its_out_of_place_gradient(name):
+    in_place, out_of_place = _IN_PLACE_TWINS[name]
+    x, o = t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)
+    check(lambda x, o: in_place(x * 1, o), x, o)  # * 1: in place on an intermediate
+    got = in_place(x * 1, o)
+    want = out_of_place(x * 1, o)
+    np.testing.assert_allclose(got.data, want.data)
+    (got * o).sum().backward()
+    gx, go = x.grad.copy(), o.grad.copy()
+    x.grad = o.grad = None
+    (want * o).sum().backward()
+    np.testing.assert_allclose(gx, x.grad)
+    np.testing.assert_allclose(go, o.grad)
+
+
+def test_in_place_ops_match_pytorch():
+    torch = need_torch()
+    for name, (in_place, _) in sorted(_IN_PLACE_TWINS.items()):
+        xs = [t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)]
+        ts = [torch.tensor(v.data, requires_grad=True) for v in xs]
+        out, tout = in_place(xs[0] * 1, xs[1]), in_place(ts[0] * 1, ts[1])
+        (out * xs[1]).sum().backward()
+        (tout * ts[1]).sum().backward()
+        np.testing.assert_allclose(out.data, tout.detach().numpy(), err_msg=name)
+        for v, tv in zip(xs, ts):
+            np.testing.assert_allclose(v.grad, tv.grad.numpy(), atol=1e-12, err_msg=name)
+
+
+_SETITEM_INDEXES = {
+    'slice': (np.s_[1:3], (2, 4)),
+    'int': (np.s_[2], (4,)),
+    'int array': (np.array([3, 0]), (2, 4)),
+    'repeated int array': (np.array([1, 3, 1, 1]), (4, 4)),
+    'boolean': (np.array([True, False, True, False]), (2, 4)),
+    'mixed': (np.s_[np.array([0, 2]), 1:3], (2, 2)),
+    'mixed repeated': (np.s_[np.array([0, 2, 0]), 1:3], (3, 2)),
+    'two arrays repeated': ((np.array([0, 3, 0]), np.array([1, 2, 1])), (3,)),
+    'broadcast value': (np.s_[:, 1], (1,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SETITEM_INDEXES))
+def test_setitem_gradients(name):
+    idx, vshape = _SETITEM_INDEXES[name]
+
+    def f(x, v):
+        y = x * 1
+        y[idx] = v
+        return y * y  # not linear: the old and the written values both matter
+    check(f, t64(4, 4, seed=3), t64(*vshape, seed=4))
+
+
+def test_setitem_repeated_index_last_write_wins_and_only_it_gets_the_gradient():
+    x = tt.zeros(3, dtype=tt.float64, requires_grad=True)
+    v = tt.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = x * 1
+    y[tt.tensor([1, 1, 2])] = v
+    assert y.tolist() == [0.0, 2.0, 3.0]
+    (y * tt.tensor(np.array([10.0, 20.0, 30.0]))).sum().backward()
+    assert v.grad.tolist() == [0.0, 20.0, 30.0] and x.grad.tolist() == [10.0, 0.0, 0.0]
+
+
+def test_setitem_repeated_index_differs_from_pytorch_on_purpose():
+    # PyTorch gives every write to a repeated position that position's gradient, even the
+    # writes that were overwritten (its docs call duplicate indices undefined); tinytorch
+    # gives it only to the write that stayed, which is the true derivative (gradcheck agrees)
+    torch = need_torch()
+    tv = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    ty = torch.zeros(3) * 1
+    ty[torch.tensor([1, 1, 2])] = tv
+    (ty * torch.tensor([10.0, 20.0, 30.0])).sum().backward()
+    assert tv.grad.tolist() == [20.0, 20.0, 30.0]  # tinytorch: [0, 20, 30], tested above
+    check(lambda v: _set_rows(v, [1, 1, 2]) * tt.tensor(np.array([10.0, 20.0, 30.0])), t64(3))
+
+
+def _set_rows(v, rows):
+    y = tt.zeros(3, dtype=tt.float64)
+    y[tt.tensor(rows)] = v
+    return y
+
+
+def test_setitem_matches_pytorch():
+    torch = need_torch()
+    for name, (idx, vshape) in sorted(_SETITEM_INDEXES.items()):
+        if 'repeated' in name:
+            continue  # PyTorch's rule differs there: see the test below
+        x, v = t64(4, 4, seed=3), t64(*vshape, seed=4)
+        tx, tv = (torch.tensor(a.data, requires_grad=True) for a in (x, v))
+        tidx = tuple(torch.tensor(i) if isinstance(i, np.ndarray) else i for i in idx) \
+            if isinstance(idx, tuple) else (torch.tensor(idx) if isinstance(idx, np.ndarray) else idx)
+        y, ty = x * 1, tx * 1
+        y[idx] = v
+        ty[tidx] = tv
+        (y * y).sum().backward()
+        (ty * ty).sum().backward()
+        np.testing.assert_allclose(y.data, ty.detach().numpy(), err_msg=name)
+        np.testing.assert_allclose(x.grad, tx.grad.numpy(), err_msg=name)
+        np.testing.assert_allclose(v.grad, tv.grad.numpy(), err_msg=name)
+
+
+def test_setitem_on_a_tensor_outside_the_graph_brings_it_into_the_graph():
+    v = tt.tensor([1.0, 2.0], requires_grad=True)
+    out = tt.zeros(3, 2)
+    out[1] = v
+    out[2] = v * 3
+    assert out.requires_grad and not out.is_leaf and out._op == '__setitem__'
+    out.sum().backward()
+    assert v.grad.tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("name, make", [
+    ('exp', lambda x: x.exp()), ('softmax', lambda x: x.softmax(-1)),
+    ('matmul', lambda x: x @ x.T)])
+def test_in_place_change_of_a_saved_tensor_is_caught(name, make):
+    x = t64(2, 3)
+    h = x * 1
+    y = make(h)
+    (y if name != 'matmul' else h).add_(1.0)  # exp and softmax saved y; matmul saved h
+    with pytest.raises(RuntimeError, match=f"backward through '{name}'.*modified in place"):
+        y.sum().backward()
+
+
+def test_in_place_after_an_op_that_saved_nothing_is_fine():
+    x = t64(2, 3)
+    h = x * 1
+    y = h + 2.0  # add saves nothing
+    h.mul_(5.0)
+    (y.sum() + h.sum()).backward()
+    np.testing.assert_allclose(x.grad, np.full((2, 3), 6.0))
+
+
+def test_in_place_ops_on_intermediates_keep_no_extra_copies():
+    import tracemalloc
+    n = 1_000_000  # float32: 4 MB a tensor
+
+    def held(in_place):
+        x = tt.ones(n, requires_grad=True)
+        tracemalloc.start()
+        h = x * 1.0
+        if in_place:
+            h.relu_()
+            h += 1.0
+            h.mul_(2.0)
+            h -= 0.5
+            h[:10] = 0.0
+        else:
+            h = (((h.relu() + 1.0) * 2.0) - 0.5).masked_fill(tt.arange(n) < 10, 0.0)
+        current = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        h.sum().backward()  # the graph still works
+        assert x.grad[:10].tolist() == [0.0] * 10 and x.grad[10] == 2.0
+        return current
+    # in place: h's 4 MB and relu's mask (1 MB) are all the graph holds
+    assert held(True) < 5.5e6
+    assert held(False) > 4 * 4e6  # out of place: one array per op
+
+
+def test_in_place_op_that_needs_its_old_value_keeps_a_copy():
+    x, w = t64(3), t64(3, seed=1)
+    h = x * 1
+    h.mul_(w)  # dh/dw = the old h: kept as a clone in the graph
+    assert h._parents[0]._op == 'clone'
+    h.sum().backward()
+    np.testing.assert_allclose(w.grad, x.data)
+    np.testing.assert_allclose(x.grad, w.data)
+    h2 = x * 1
+    h2.mul_(2.0)  # a number needs no old value: no copy
+    assert h2._parents[0]._op != 'clone'
+
+
+def test_in_place_on_a_leaf_or_a_view_of_a_leaf_that_requires_grad_is_refused():
+    x = tt.tensor([[1.0, 2.0]], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        x.relu_()
+    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
+        x[0].add_(1.0)
+    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
+        x.T.mul_(2.0)
+
+
+def test_in_place_through_views_updates_the_base():
+    def f(x, v):
+        h = x * 1
+        r = h[1]           # a view: writing it writes h
+        r += v             # h's history becomes CopySlices(old h, r)
+        h.T[0].mul_(3.0)   # through a transposed view: column 0 of h
+        h.reshape(-1)[:2] = v[:2] * v[:2]  # through a reshaped view
+        h[2, 1:] += 1.0    # Python: t = h[2, 1:]; t += 1; h[2, 1:] = t
+        return h * h
+    check(f, t64(3, 2, seed=5), t64(2, seed=6))
+
+
+def test_a_view_made_before_its_base_changed_sees_the_new_history():
+    x = t64(2, 3)
+    h = x * 1
+    row = h[0]        # made before the change
+    h.mul_(2.0)       # row's values are now 2x[0]: its history is regenerated
+    (row * row).sum().backward()
+    expected = np.zeros((2, 3))
+    expected[0] = 8 * x.data[0]
+    np.testing.assert_allclose(x.grad, expected)
+
+
+def test_views_of_in_place_ops_match_pytorch():
+    torch = need_torch()
+
+    def f(x, v):
+        h = x * 1
+        r = h[1]
+        keep = h[0]
+        r += v
+        h.T[0].mul_(3.0)
+        h[2, 1:] += 1.0
+        return (h * h).sum() + (keep * v).sum()
+    xs = [t64(3, 2, seed=5), t64(2, seed=6)]
+    ts = [torch.tensor(a.data, requires_grad=True) for a in xs]
+    f(*xs).backward()
+    f(*ts).backward()
+    for a, ta in zip(xs, ts):
+        np.testing.assert_allclose(a.grad, ta.grad.numpy())
+
+
+def test_in_place_on_an_expanded_view_is_refused():
+    x = t64(1, 3)
+    e = (x * 1).expand(2, 3)
+    with pytest.raises(RuntimeError, match="expanded"):
+        e.add_(1.0)
+
+
+def test_in_place_ops_are_shown_in_the_graph_and_the_gradient_path():
+    x = tt.tensor([1.0, -2.0], requires_grad=True)
+    h = x * 3
+    h.relu_()
+    h += 1.0
+    loss = h.sum()
+    dot = tt.draw_graph(loss)
+    assert 'add_ (in place)' in dot and 'relu_ (in place)' in dot and '"mul\\n' in dot
+    text = tt.grad_path(loss, x, file=open(os.devnull, 'w'))
+    assert 'add_ (in place)' in text and 'relu_ (in place)' in text
+
+
+def test_in_place_through_a_view_of_a_tensor_outside_the_graph():
+    w = tt.tensor([1.0, 2.0], requires_grad=True)
+    out = tt.zeros(2, 2)
+    row = out[1]
+    row += w * 3  # out's memory changed: out joins the graph through CopySlices
+    assert out.requires_grad and out._op == 'CopySlices'
+    (out * out).sum().backward()
+    assert w.grad.tolist() == [18.0, 36.0]
+
+
+def test_matmul_assignment_rebinds_as_in_pytorch():
+    a = tt.tensor([[1.0, 2.0]], requires_grad=True)
+    h = a * 1
+    before = h
+    h @= tt.tensor([[1.0], [1.0]])  # PyTorch has no in-place matmul: h is a new tensor
+    assert h is not before and h.tolist() == [[3.0]]
+    h.sum().backward()
+    assert a.grad.tolist() == [[1.0, 1.0]]

@@ -28,10 +28,12 @@ with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (CuPy) can run the same code.
 """
 import builtins  # sum, max, min and abs are redefined below as tensor ops
+import itertools
 import math
 import os
 import sys
 import threading
+import weakref
 from collections import namedtuple
 
 # A speed setting that must come before NumPy loads OpenBLAS (section 14, Speed, has the
@@ -109,10 +111,12 @@ class Tensor:
     gradients of the inputs), `_op` (a name, for repr and the graph), `_saved`
     ((version counter, version, shape) of each array the rule reads, checked by
     backward), `_vc` (the version counter: a one-element list, shared with views and
-    bumped by every in-place change), `name` (optional, for draw_graph).
+    bumped by every in-place change), `_seq` (when its op ran: a number that grows with
+    every graph node, 0 for leaves; section 10 explains why), `name` (optional, for
+    draw_graph).
     """
     __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
-                 '_saved', '_vc', 'name', '__weakref__', '__dict__')
+                 '_saved', '_vc', '_seq', 'name', '__weakref__', '__dict__')
     __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
 
     def __init__(self, data, dtype=None, requires_grad=False):
@@ -245,7 +249,11 @@ def _init_result(out, data, vc=None):
     out._op = None
     out._saved = ()
     out._vc = [0] if vc is None else vc  # version counter, shared with views
+    out._seq = 0
     out.name = None
+
+
+_clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -278,6 +286,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             out.requires_grad = True
             out._parents = parents
             out._backward = backward
+            out._seq = next(_clock)
             # (counter, version now, shape): the counter, not the tensor, so that an
             # output saving itself makes no reference cycle
             if saved:
@@ -480,7 +489,9 @@ def mul(a, b):
     def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
         return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
-    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=(a, b))
+    # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
+    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
 
 
 def div(a, b):
@@ -490,7 +501,8 @@ def div(a, b):
     def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
         return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
                 unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
-    return from_op(out, 'div', (a, b), backward, saved=(a, b))
+    # saved: what the rule reads (b always, a only for b's gradient)
+    return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
 
 
 def pow(a, b):
@@ -1022,6 +1034,25 @@ def _sizes(args):
     return tuple(args)
 
 
+def _view(out, x, remake):
+    """out is a view of x's memory (a reshape, a transpose, x[0], ...). Remember its base
+    (the tensor at the bottom of a chain of views) and how to make it again from the
+    base, so that an in-place change through a view can rewrite the base's history and
+    a change of the base can rewrite its views' (section 10)."""
+    info = getattr(x, '_view', None)
+    if info is None:
+        base, make = x, remake
+    else:  # a view of a view: made from the base in two steps
+        base, first = info
+        make = lambda t: remake(first(t))  # noqa: E731
+    out._view = (base, make)
+    if not (base.requires_grad and base.is_leaf):  # a parameter's history never changes
+        if '_views' not in base.__dict__:
+            base._views = weakref.WeakSet()  # the views alive now, for section 10
+        base._views.add(out)
+    return out
+
+
 def reshape(x, *shape):
     shape = _sizes(shape)
     try:
@@ -1029,7 +1060,11 @@ def reshape(x, *shape):
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
                          f"({x.data.size} elements) into {shape}") from None
-    return from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x)  # same numbers
+    if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
+        return from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),))
+    # the same numbers in a new shape: the gradient takes the old shape back
+    return _view(from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x),
+                 x, lambda t: reshape(t, shape))
 
 
 def permute(x, *dims):
@@ -1040,21 +1075,22 @@ def permute(x, *dims):
                          f"of a tensor of shape {tuple(x.shape)}")
     inverse = tuple(np.argsort(axes))
     # backward: move the gradient's axes back with the inverse permutation
-    return from_op(x.data.transpose(axes), 'permute', (x,), lambda g: (g.transpose(inverse),),
-                 view_of=x)
+    return _view(from_op(x.data.transpose(axes), 'permute', (x,),
+                         lambda g: (g.transpose(inverse),), view_of=x), x, lambda t: permute(t, axes))
 
 
 def transpose(x, dim0, dim1):
     d0, d1 = _dim(dim0, x.ndim, 'transpose'), _dim(dim1, x.ndim, 'transpose')
     # swapping two axes is its own inverse
-    return from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
-                 lambda g: (np.swapaxes(g, d0, d1),), view_of=x)
+    return _view(from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
+                         lambda g: (np.swapaxes(g, d0, d1),), view_of=x),
+                 x, lambda t: transpose(t, d0, d1))
 
 
 def unsqueeze(x, dim):
     d = _dim(dim, x.ndim + 1, 'unsqueeze')
-    return from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,), lambda g: (g.reshape(x.shape),),
-                 view_of=x)
+    return _view(from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,),
+                         lambda g: (g.reshape(x.shape),), view_of=x), x, lambda t: unsqueeze(t, d))
 
 
 def squeeze(x, dim=None):
@@ -1062,8 +1098,9 @@ def squeeze(x, dim=None):
         axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
     else:
         axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
-    return from_op(np.squeeze(x.data, axis=axes), 'squeeze', (x,), lambda g: (g.reshape(x.shape),),
-                 view_of=x)
+    out = np.squeeze(x.data, axis=axes)
+    return _view(from_op(out, 'squeeze', (x,), lambda g: (g.reshape(x.shape),), view_of=x),
+                 x, lambda t: reshape(t, out.shape))
 
 
 def flatten(x, start_dim=0, end_dim=-1):
@@ -1084,7 +1121,8 @@ def expand(x, *sizes):
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
     # each input element was repeated along the expanded dims: sum the gradient back
-    return from_op(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x)
+    return _view(from_op(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x),
+                 x, lambda t: expand(t, target))
 
 
 def _is_basic_index(idx):
@@ -1125,8 +1163,9 @@ def getitem(x, idx):
         else:
             np.add.at(gx, idx, g)  # a gather may pick an element twice: add, don't overwrite
         return (gx,)
-    return from_op(out, 'index', (x,), backward, saved=index_tensors,
-                   view_of=x if basic else None)
+    if not basic:
+        return from_op(out, 'index', (x,), backward, saved=index_tensors)
+    return _view(from_op(out, 'index', (x,), backward, view_of=x), x, lambda t: getitem(t, idx))
 
 
 def _along(index, dim):
@@ -1494,9 +1533,24 @@ def _topological_order(root):
         visited.add(id(node))
         todo.append((node, True))
         for p in node._parents:
+            if p._seq >= node._seq:  # changed in place since node read it: its older self
+                p = _as_read_by(node, p)
             if p.requires_grad and id(p) not in visited:
                 todo.append((p, False))
     return order
+
+
+def _inputs(node):
+    """node's inputs as node read them: an input changed in place after node's op ran is
+    represented by its older self (section 10). Usually just node._parents."""
+    return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in node._parents)
+
+
+def _as_read_by(node, p):
+    """The version of p that node's op read (p's history was rewritten since)."""
+    while p._seq >= node._seq:
+        p = p._older
+    return p
 
 
 def backward(tensor, gradient=None, retain_graph=False):
@@ -1520,7 +1574,11 @@ def backward(tensor, gradient=None, retain_graph=False):
         if node._saved:
             _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
         for p, pg in zip(node._parents, node._backward(g)):  # the op's rule: the chain rule
-            if pg is not None and p.requires_grad:
+            if pg is None:
+                continue
+            if p._seq >= node._seq:  # p was changed in place after node's op read it
+                p = _as_read_by(node, p)
+            if p.requires_grad:
                 if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
                     _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
                 key = id(p)
@@ -1560,7 +1618,7 @@ def _accumulate(t, g):
 def _wrong_gradient(node, x, pg):
     """A rule returned a gradient that can't be input x's: say which op, which input,
     what was wrong and the likely cause."""
-    i = next(k for k, p in enumerate(node._parents) if p is x)
+    i = next(k for k, p in enumerate(_inputs(node)) if p is x)
     shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
     if shape is None or dtype is None:
         problem = f"returned a {type(pg).__name__}, not an array"
@@ -1596,15 +1654,46 @@ Tensor.backward = backward
 
 
 # ---------------------------------------------------------------------------
-# 10. In-place ops and the version counter
+# 10. In-place ops: the graph is rewritten, the version counter keeps it safe
 # ---------------------------------------------------------------------------
+# h.add_(1) (or h += 1) writes into h's own memory. If h is part of a graph, its
+# history is rewritten, as PyTorch does:
+#
+#   before:   x --mul--> h                 after:   x --mul--> (old h) --add_--> h
+#
+# The Python object h stays the same; it is now the output of add_, whose input is
+# h's old value: a snapshot object that keeps h's old history (h._older). An op that
+# read h before the change must still send its gradient to the old value. So every
+# graph node carries the number of its op in the order ops ran (_seq), and backward
+# sends a node's gradient to the version of each input that existed when the node
+# was made (_as_read_by, section 9).
+#
+# The old values themselves are gone: h's memory holds the new ones. If a rule saved
+# h to read it in backward (mul saves its inputs, exp its output), the version counter
+# sees the change and backward refuses. An op that saved nothing (add) doesn't mind.
+# So an in-place op saves the memory of a new tensor, except when its own rule needs
+# the old value (h.mul_(w) with w requiring grad: d(h*w)/dw = h): it keeps a copy,
+# a visible 'clone' node, as PyTorch keeps one.
+#
+# Each in-place op below computes its result with its out-of-place twin and hands it to
+# _in_place, which writes it into x's memory and rewrites x's history to be the twin's.
+# Through views: y = h[0]; y += 1 changes h's memory too. Then h's history becomes
+# CopySlices(old h, y) (y's region from y, the rest from the old h), and every other
+# live view of h is made again from the new h, so that its history matches its values.
 def _check_inplace(x, op):
-    if _grad_enabled and x.requires_grad:
-        if x.is_leaf:
-            raise RuntimeError(f"{op}: a leaf tensor that requires grad cannot be changed in "
-                               "place while grad mode is on; do it inside `with no_grad():`")
-        raise RuntimeError(f"{op}: tinytorch does not record in-place ops in the graph; this "
-                           "tensor is part of a graph, use the out-of-place form")
+    if not x.data.flags.writeable:
+        raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
+                           "elements are one memory location); call .clone() first")
+    if not _grad_enabled:
+        return
+    if x.requires_grad and x.is_leaf:
+        raise RuntimeError(f"{op}: a leaf tensor that requires grad cannot be changed in "
+                           "place while grad mode is on; do it inside `with no_grad():`")
+    info = getattr(x, '_view', None)
+    if info is not None and info[0].requires_grad and info[0].is_leaf:
+        raise RuntimeError(f"{op}: a view of a leaf tensor that requires grad cannot be "
+                           "changed in place while grad mode is on; do it inside `with "
+                           "no_grad():`, or change a clone (x.clone()) instead")
 
 
 def _bump(x):
@@ -1613,8 +1702,9 @@ def _bump(x):
 
 
 def _in_place_operand(x, other, op, floating=False):
-    """other as an array for an in-place op on x: the promoted dtype (result_type)
-    must fit back into x's dtype, as in PyTorch (an int tensor can't take += 1.5)."""
+    """other as a tensor of x's dtype for an in-place op on x: the promoted dtype
+    (result_type) must fit back into x's dtype, as in PyTorch (an int tensor can't
+    take += 1.5)."""
     dtype = result_type(x, other)
     if floating and dtype.kind not in 'fc':
         dtype = default_dtype
@@ -1622,72 +1712,199 @@ def _in_place_operand(x, other, op, floating=False):
         raise RuntimeError(f"{op}: result type {dtype} can't be cast to {x.dtype}, the tensor's "
                            f"dtype; use the out-of-place form (x = x.{op[:-1]}(...)) or convert "
                            f"x first (x.float())")
-    return other.data if isinstance(other, Tensor) else other
+    return _as(other, x.dtype)
+
+
+def _in_place(x, op, result):
+    """The end of every in-place op: result (the op's value, computed out of place)
+    goes into x's memory, and x becomes result in the graph."""
+    _check_inplace(x, op)
+    if result.shape != x.shape:
+        raise RuntimeError(f"{op}: the result has shape {tuple(result.shape)} but the tensor "
+                           f"has shape {tuple(x.shape)}; an in-place op can't change a shape")
+    x.data[...] = result.data
+    _bump(x)
+    if result.requires_grad:
+        result._op = op
+        _record(x, result)
+    return x
+
+
+def _record(x, node):
+    """x was changed in place: x takes node's history, then the base it is a view of and
+    the other views of that base get histories that match their new values."""
+    _rewrite(x, node)
+    info = getattr(x, '_view', None)
+    base = x if info is None else info[0]
+    if info is not None:  # the base's region under x holds x's new values
+        _rewrite(base, _copy_slices(base, x, info[1]))
+    if base.requires_grad:
+        for v in list(base.__dict__.get('_views', ())):
+            if v is not x:  # made again from the new base
+                _rewrite(v, v._view[1](base))
+
+
+_HISTORY = ('requires_grad', '_parents', '_backward', '_op', '_saved', '_seq')
+
+
+def _rewrite(x, node):
+    """x (the same Python object) becomes the output of node; its old history moves to a
+    snapshot, x._older, for the ops that read x before the change."""
+    old = Tensor.__new__(Tensor)
+    _init_result(old, x.data, x._vc)  # same memory: its old values are gone (see above)
+    for field in _HISTORY:
+        setattr(old, field, getattr(x, field))
+    if '_older' in x.__dict__:
+        old._older = x._older
+    for field in _HISTORY:
+        setattr(x, field, getattr(node, field))
+    x._older = old
+
+
+def _copy_slices(base, view, remake):
+    """base's value after a write through its view: view's new values in view's region,
+    base's old values elsewhere. remake(t) cuts the view's region out of t."""
+    def backward(g):  # g outside the region flows to the old base, inside it to the view
+        gb = g.copy()
+        region = remake(_constant(gb)).data  # a view of gb
+        gv = region.copy()
+        region[...] = 0
+        return gb, gv
+    return from_op(base.data, 'CopySlices', (base, view), backward)
+
+
+def _keep_old(x, other, needed):
+    """x's old value for a rule that reads it (d(x*w)/dw = x): a clone in the graph, the
+    one copy an in-place op can't avoid. `other` is x itself in x.mul_(x)."""
+    if not (needed and _grad_enabled):
+        return x, other
+    old = x.clone()
+    return old, (old if other is x else other)
+
+
+def _requires_grad(t):
+    return isinstance(t, Tensor) and t.requires_grad
 
 
 def add_(x, other, alpha=1):
-    _check_inplace(x, 'add_')
     o = _in_place_operand(x, other, 'add_')
-    np.add(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
-    return _bump(x)
+    return _in_place(x, 'add_', add(x, o if alpha == 1 else o * alpha))
 
 
 def sub_(x, other, alpha=1):
-    _check_inplace(x, 'sub_')
     o = _in_place_operand(x, other, 'sub_')
-    np.subtract(x.data, o if alpha == 1 else o * alpha, out=x.data, casting='same_kind')
-    return _bump(x)
+    return _in_place(x, 'sub_', sub(x, o if alpha == 1 else o * alpha))
 
 
 def mul_(x, other):
-    _check_inplace(x, 'mul_')
-    np.multiply(x.data, _in_place_operand(x, other, 'mul_'), out=x.data, casting='same_kind')
-    return _bump(x)
+    old, o = _keep_old(x, _in_place_operand(x, other, 'mul_'), _requires_grad(other))
+    return _in_place(x, 'mul_', mul(old, o))
 
 
 def div_(x, other):
-    _check_inplace(x, 'div_')
-    np.divide(x.data, _in_place_operand(x, other, 'div_', floating=True), out=x.data,
-              casting='same_kind')
-    return _bump(x)
+    old, o = _keep_old(x, _in_place_operand(x, other, 'div_', floating=True),
+                       _requires_grad(other))
+    return _in_place(x, 'div_', div(old, o))
+
+
+def pow_(x, exponent):
+    old, e = _keep_old(x, exponent, x.requires_grad or _requires_grad(exponent))
+    if isinstance(e, Tensor):
+        e = _in_place_operand(x, e, 'pow_')
+    return _in_place(x, 'pow_', pow(old, e))
+
+
+def clamp_(x, min=None, max=None):
+    return _in_place(x, 'clamp_', clamp(x, min, max))
+
+
+def relu_(x):
+    return _in_place(x, 'relu_', relu(x))
+
+
+def masked_fill_(x, mask, value):
+    return _in_place(x, 'masked_fill_', masked_fill(x, mask, value))
 
 
 def fill_(x, value):
-    _check_inplace(x, 'fill_')
-    x.data[...] = value
-    return _bump(x)
+    """Every element becomes value (a number or a 0-d tensor, which gets the gradient)."""
+    v = _in_place_operand(x, value, 'fill_')
+    if v.ndim != 0:
+        raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got shape "
+                           f"{tuple(v.shape)}")
+
+    def backward(g):  # the old values are forgotten: d/dx = 0; each element is the value: d/dv = sum
+        return np.zeros_like(g), g.sum().astype(g.dtype).reshape(())
+    return _in_place(x, 'fill_', from_op(np.full_like(x.data, v.data), 'fill', (x, v), backward))
 
 
 def zero_(x):
-    _check_inplace(x, 'zero_')
-    x.data[...] = 0
-    return _bump(x)
+    return fill_(x, 0)
 
 
 def copy_(x, src):
-    _check_inplace(x, 'copy_')
-    s = src.data if isinstance(src, Tensor) else src
+    """x's elements become src's (broadcast to x's shape, cast to x's dtype)."""
+    s = src if isinstance(src, Tensor) else _constant(np.asarray(src))
     try:
-        x.data[...] = s
+        data = np.broadcast_to(s.data, x.shape).astype(x.dtype)
     except ValueError:
-        raise ValueError(f"copy_: source of shape {tuple(np.shape(s))} cannot be copied into a "
+        raise ValueError(f"copy_: source of shape {tuple(s.shape)} cannot be copied into a "
                          f"tensor of shape {tuple(x.shape)}") from None
-    return _bump(x)
+
+    def backward(g):  # the old values are forgotten: d/dx = 0; d/dsrc = 1, summed where broadcast
+        return (np.zeros_like(g),
+                unbroadcast(g, s.shape).astype(s.dtype) if s.requires_grad else None)
+    return _in_place(x, 'copy_', from_op(data, 'copy', (x, s), backward))
+
+
+def _last_writes(shape, idx):
+    """For x[idx] = v with an index that may name a position twice: which slots of the
+    written region are the last write to their position (they stay; the earlier writes
+    are overwritten, as in PyTorch) - NumPy's own assignment decides, as in the forward."""
+    owner = np.full(shape, -1, dtype=np.intp)
+    slots = np.arange(owner[idx].size).reshape(owner[idx].shape)
+    owner[idx] = slots
+    return owner[idx] == slots
 
 
 def setitem(x, idx, value):
+    """x[idx] = value, with every index getitem takes. In the graph, x's history becomes
+    this write: the written positions get their gradient from value, the others from x's
+    old value."""
     _check_inplace(x, '__setitem__')
-    x.data[_index_data(idx)] = value.data if isinstance(value, Tensor) else value
+    i = _index_data(idx)
+    v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
+    recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
+    last = None if not recording or _is_basic_index(i) else _last_writes(x.shape, i)
+    try:
+        x.data[i] = v.data if isinstance(v, Tensor) else v
+    except (ValueError, IndexError) as e:
+        raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
     _bump(x)
+    if not recording:
+        return
+    parents = (x, v) if _requires_grad(v) else (x,)
+
+    def backward(g):
+        gx = g.copy()
+        gx[i] = 0  # written over: no gradient to the old values there
+        if len(parents) == 1:
+            return (gx,)
+        gv = g[i] if last is None else g[i] * last  # only the last write to a position counts
+        gv = gv.reshape((1,) * (v.ndim - gv.ndim) + gv.shape)
+        return gx, unbroadcast(gv, v.shape)  # a broadcast value: its uses add up
+    _record(x, from_op(x.data, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
-for _f in (add_, sub_, mul_, div_, fill_, zero_, copy_):
+for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
     setattr(Tensor, _f.__name__, _f)
+Tensor.clip_ = clamp_
 Tensor.__setitem__ = setitem
 Tensor.__iadd__ = lambda self, o: add_(self, o)
 Tensor.__isub__ = lambda self, o: sub_(self, o)
 Tensor.__imul__ = lambda self, o: mul_(self, o)
 Tensor.__itruediv__ = lambda self, o: div_(self, o)
+Tensor.__ipow__ = lambda self, o: pow_(self, o)
 
 
 # ---------------------------------------------------------------------------
@@ -1927,6 +2144,11 @@ def _param_names(names):
     return {id(t): n for n, t in items}
 
 
+def _op_label(node):
+    """The op's name as the graph shows it: add_ (in place) for an in-place op."""
+    return f'{node._op} (in place)' if node._op.endswith('_') else node._op
+
+
 def _check_intact(root):
     if root._backward is _freed_graph:
         raise RuntimeError("the graph behind this tensor was freed by backward(); call "
@@ -1956,7 +2178,7 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     while queue:  # breadth first from the output: every node, inputs and constants included
         node = queue.popleft()
         order.append(node)
-        for p in node._parents:
+        for p in _inputs(node):
             if id(p) not in seen:
                 seen.add(id(p))
                 queue.append(p)
@@ -1968,7 +2190,7 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
     for node in order:
         text = f'{_shape(node.shape)} {node.dtype}'
         if node._parents:
-            attrs = f'label="{node._op}\\n{text}"'
+            attrs = f'label="{_op_label(node)}\\n{text}"'
         elif id(node) in label:
             attrs = (f'label="{label[id(node)]}\\n{text}", shape=ellipse, style=filled, '
                      'fillcolor="#cfe2ff"')
@@ -1977,7 +2199,7 @@ def draw_graph(tensor, path=None, names=None, max_nodes=150):
             attrs = f'label="{kind}\\n{text}", shape=ellipse'
         lines.append(f'  {ids[id(node)]} [{attrs}];')
     for node in order:
-        for p in node._parents:
+        for p in _inputs(node):
             if id(p) in ids:
                 lines.append(f'  {ids[id(p)]} -> {ids[id(node)]};')
     if hidden > 0:
@@ -2053,6 +2275,10 @@ RULES_IN_WORDS = {
     'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
     'expand': "summed over the expanded dims {g} -> {x}",
     'index': "placed into a zero tensor of shape {x} (repeated indices added)",
+    'fill': ("zero: the old values were overwritten", "summed: every element is the value"),
+    'copy': ("zero: the old values were overwritten", "passed on (summed where broadcast)"),
+    '__setitem__': ("zeroed where x[i] = v wrote", "the written positions' gradient, g[i]"),
+    'CopySlices': ("zeroed in the view's region", "the view's region of g"),
     'gather': "added back at the gathered positions of a zero tensor {x}",
     'index_select': "added back at the selected slices of a zero tensor {x}",
     'scatter': ("kept where not overwritten", "the gradient at the places written to"),
@@ -2071,13 +2297,15 @@ _BROADCASTING = ('add', 'sub', 'mul', 'div', 'where', 'maximum', 'minimum', 'pow
 
 def _rule_in_words(node, i, g_out, g_in):
     """What node's backward rule does to the gradient on its way to input i."""
-    op, x = node._op, node._parents[i]
+    op, x = node._op, _inputs(node)[i]
+    if op.endswith('_') and op[:-1] in RULES_IN_WORDS:  # add_ (in place) has add's rule
+        op = op[:-1]
     words = RULES_IN_WORDS.get(op, f"backward of {op}")
     if isinstance(words, tuple):
         words = words[i]
     words = words.format(g=_shape(g_out.shape), x=_shape(x.shape),
                          rows=math.prod(g_out.shape[:-1]))
-    other = node._parents[1 - i] if len(node._parents) == 2 else None
+    other = _inputs(node)[1 - i] if len(node._parents) == 2 else None
     if op == 'mul' and other is not None and other.data.size == 1:
         words = f"d(a*b)/da = b: multiplied by {float(other.data.reshape(-1)[0]):.4g}"
     if tuple(g_out.shape) != tuple(x.shape) and op in _BROADCASTING:
@@ -2106,7 +2334,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
     # which nodes lie on a path to param, and how many paths leave each of them
     paths = {id(param): 1}
     for node in order:
-        n = builtins.sum(paths.get(id(p), 0) for p in node._parents)
+        n = builtins.sum(paths.get(id(p), 0) for p in _inputs(node))
         if n and node is not param:
             paths[id(node)] = n
     seed = np.ones_like(loss.data)
@@ -2115,9 +2343,9 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
            "|grad| there, and the backward rule"]
 
     def step_line(node, i, g, pg):
-        x = node._parents[i]
-        src = label.get(id(x), 'x' if not x._parents else x._op)
-        return (f"  {node._op:<14} {_shape(g.shape)} -> {_shape(x.shape)} [{src}]  |grad| "
+        x = _inputs(node)[i]
+        src = label.get(id(x), 'x' if not x._parents else _op_label(x))
+        return (f"  {_op_label(node):<14} {_shape(g.shape)} -> {_shape(x.shape)} [{src}]  |grad| "
                 f"{np.linalg.norm(g):.4g} -> {np.linalg.norm(pg):.4g}:  "
                 f"{_rule_in_words(node, i, g, pg)}")
 
@@ -2132,7 +2360,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
                 found.append((lines, g))
                 continue
             grads = node._backward(g)
-            for i, p in reversed(list(enumerate(node._parents))):
+            for i, p in reversed(list(enumerate(_inputs(node)))):
                 if id(p) in paths and grads[i] is not None:
                     todo.append((p, grads[i], lines + [step_line(node, i, g, grads[i])]))
         for k, (lines, g) in enumerate(found, 1):
@@ -2159,7 +2387,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
             if node is param:
                 total = g
                 continue
-            for i, (p, pg) in enumerate(zip(node._parents, node._backward(g))):
+            for i, (p, pg) in enumerate(zip(_inputs(node), node._backward(g))):
                 if pg is None or id(p) not in paths:
                     continue
                 out.append(step_line(node, i, g, pg))
