@@ -2476,13 +2476,13 @@ def test_chinese_readme_shows_the_same_tested_code_and_links_back():
     zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
     assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
     blocks = re.findall(r"```python\n.*?```", zh, re.S)
-    assert len(blocks) == 3  # the three lines, tanh, the gradient walkthrough
+    assert len(blocks) == 4  # the three lines, tanh, in-place ops, the gradient walkthrough
     for block in blocks:  # each one runs in the English README's tests
         assert block in en
     commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
     assert commands and all(c in en for c in commands)  # the two commands, word for word
     for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "## 梯度走查"):
+                    "### 原地运算", "## 梯度走查"):
         assert heading in zh
 
 
@@ -3205,3 +3205,12 @@ def test_matmul_assignment_rebinds_as_in_pytorch():
     assert h is not before and h.tolist() == [[3.0]]
     h.sum().backward()
     assert a.grad.tolist() == [[1.0, 1.0]]
+
+
+def test_a_long_lived_base_forgets_the_views_that_are_gone():
+    x = tt.zeros(10)
+    for i in range(1000):
+        x[i % 10] * 2.0  # a view of x, used and dropped
+    assert len(x._views) < 32
+    rows = [x[i] for i in range(10)]  # views still alive are kept
+    assert sum(r() is not None for r in x._views) >= len(rows)

@@ -112,11 +112,12 @@ class Tensor:
     ((version counter, version, shape) of each array the rule reads, checked by
     backward), `_vc` (the version counter: a one-element list, shared with views and
     bumped by every in-place change), `_seq` (when its op ran: a number that grows with
-    every graph node, 0 for leaves; section 10 explains why), `name` (optional, for
-    draw_graph).
+    every graph node, 0 for leaves; section 10 explains why), `_view` ((base, how to
+    make it from base) for a view of another tensor's memory, else None), `name`
+    (optional, for draw_graph).
     """
     __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
-                 '_saved', '_vc', '_seq', 'name', '__weakref__', '__dict__')
+                 '_saved', '_vc', '_seq', '_view', 'name', '__weakref__', '__dict__')
     __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
 
     def __init__(self, data, dtype=None, requires_grad=False):
@@ -250,6 +251,7 @@ def _init_result(out, data, vc=None):
     out._saved = ()
     out._vc = [0] if vc is None else vc  # version counter, shared with views
     out._seq = 0
+    out._view = None
     out.name = None
 
 
@@ -1039,17 +1041,19 @@ def _view(out, x, remake):
     (the tensor at the bottom of a chain of views) and how to make it again from the
     base, so that an in-place change through a view can rewrite the base's history and
     a change of the base can rewrite its views' (section 10)."""
-    info = getattr(x, '_view', None)
-    if info is None:
+    if x._view is None:
         base, make = x, remake
     else:  # a view of a view: made from the base in two steps
-        base, first = info
+        base, first = x._view
         make = lambda t: remake(first(t))  # noqa: E731
     out._view = (base, make)
-    if not (base.requires_grad and base.is_leaf):  # a parameter's history never changes
-        if '_views' not in base.__dict__:
-            base._views = weakref.WeakSet()  # the views alive now, for section 10
-        base._views.add(out)
+    if not (base.requires_grad and base._backward is None):  # a parameter's history never changes
+        refs = base.__dict__.get('_views')  # weak references: a view can still be freed
+        if refs is None:
+            base._views = refs = []
+        elif len(refs) >= 16 and len(refs) & (len(refs) - 1) == 0:  # at 16, 32, 64, ...
+            refs[:] = [r for r in refs if r() is not None]  # forget the views that are gone
+        refs.append(weakref.ref(out))
     return out
 
 
@@ -1689,7 +1693,7 @@ def _check_inplace(x, op):
     if x.requires_grad and x.is_leaf:
         raise RuntimeError(f"{op}: a leaf tensor that requires grad cannot be changed in "
                            "place while grad mode is on; do it inside `with no_grad():`")
-    info = getattr(x, '_view', None)
+    info = x._view
     if info is not None and info[0].requires_grad and info[0].is_leaf:
         raise RuntimeError(f"{op}: a view of a leaf tensor that requires grad cannot be "
                            "changed in place while grad mode is on; do it inside `with "
@@ -1734,13 +1738,14 @@ def _record(x, node):
     """x was changed in place: x takes node's history, then the base it is a view of and
     the other views of that base get histories that match their new values."""
     _rewrite(x, node)
-    info = getattr(x, '_view', None)
+    info = x._view
     base = x if info is None else info[0]
     if info is not None:  # the base's region under x holds x's new values
         _rewrite(base, _copy_slices(base, x, info[1]))
     if base.requires_grad:
-        for v in list(base.__dict__.get('_views', ())):
-            if v is not x:  # made again from the new base
+        for ref in list(base.__dict__.get('_views', ())):
+            v = ref()
+            if v is not None and v is not x:  # made again from the new base
                 _rewrite(v, v._view[1](base))
 
 
