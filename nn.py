@@ -1,7 +1,8 @@
 """nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
 
   1. Parameter and Module (parameters, train/eval, state_dict, repr)
-  2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers
+  2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers; for images
+     Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
   3. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
   4. initialisers (nn.init.normal_, xavier_uniform_, ...)
   5. checkpoints: save / load in NumPy's .npz format (never pickle), written atomically
@@ -87,6 +88,21 @@ class Module:
     def parameters(self):
         return [p for _, p in self.named_parameters()]
 
+    def register_buffer(self, name, tensor):
+        """A tensor that is state but not learned (BatchNorm's running mean): saved in
+        state_dict and checkpoints, never in parameters(), so no optimizer touches it."""
+        self.__dict__.setdefault('_buffer_names', []).append(name)
+        setattr(self, name, tensor)
+
+    def named_buffers(self, prefix=''):
+        for name in vars(self).get('_buffer_names', ()):
+            yield prefix + name, getattr(self, name)
+        for name, child in self.named_children():
+            yield from child.named_buffers(prefix + name + '.')
+
+    def buffers(self):
+        return [b for _, b in self.named_buffers()]
+
     def num_parameters(self):
         return int(np.sum([p.data.size for p in self.parameters()]))
 
@@ -104,14 +120,18 @@ class Module:
             p.grad = None
 
     # -- state_dict -----------------------------------------------------------
+    def _state(self):
+        yield from self._named_parameters_all()
+        yield from self.named_buffers()
+
     def state_dict(self):
-        """A snapshot: dotted name -> copy of the parameter's array."""
-        return OrderedDict((name, p.data.copy()) for name, p in self._named_parameters_all())
+        """A snapshot: dotted name -> copy of the array of each parameter, then each buffer."""
+        return OrderedDict((name, p.data.copy()) for name, p in self._state())
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy arrays into the parameters. With strict=True, missing keys, unexpected
         keys and shape mismatches are all listed in one error and nothing is changed."""
-        own = OrderedDict(self._named_parameters_all())
+        own = OrderedDict(self._state())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         mismatched = [f"{k}: checkpoint {tuple(np.shape(_array(v)))} vs model "
@@ -438,6 +458,190 @@ def one_hot(tensor, num_classes=-1):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"one_hot: class values must be in [0, {n}), got {idx.min()}..{idx.max()}")
     return tt.tensor(np.arange(n) == idx[..., None]).long()
+
+
+# -- images: convolution, pooling, batch norm ----------------------------------
+# A convolution is a matmul over patches: tt.unfold turns every kh x kw patch of the
+# image into a column, one matmul with the kernels (flattened into rows) gives every
+# output channel at every position, and a reshape puts the positions back in a grid.
+# Its gradient comes from theirs: the kernel's gradient is the output gradient times
+# the patches, the image's is the kernels times the output gradient, folded back.
+def _image(x, op, channels=None):
+    if x.ndim != 4:
+        raise ValueError(f"{op}: expected a 4-D input (N, C, H, W), got shape {tuple(x.shape)}")
+    if channels is not None and x.shape[1] != channels:
+        raise ValueError(f"{op}: expected {channels} input channels, got {x.shape[1]} "
+                         f"(input of shape {tuple(x.shape)})")
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
+    """(N, C, H, W) * weight (O, C, kh, kw) -> (N, O, oh, ow), as F.conv2d (groups=1)."""
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: weight must be 4-D (out, in, kh, kw), got {tuple(weight.shape)}")
+    _image(input, 'conv2d', weight.shape[1])
+    tt._same_dtype('conv2d', input=input, weight=weight, bias=bias)
+    n, o = input.shape[0], weight.shape[0]
+    kernel = weight.shape[2:]
+    oh, ow = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d').out
+    cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
+    out = weight.reshape(o, -1) @ cols  # (O, C*kh*kw) @ (N, C*kh*kw, L) -> (N, O, L)
+    if bias is not None:
+        out = out + bias.reshape(o, 1)
+    return out.reshape(n, o, oh, ow)
+
+
+def _pool_windows(input, kernel_size, stride, padding, dilation, op):
+    """Each channel's windows as columns: (N*C, kh*kw, L), and the output's shape."""
+    _image(input, op)
+    n, c, h, w = input.shape
+    stride = kernel_size if stride is None else stride  # PyTorch's default: no overlap
+    win = tt.window(input.shape, kernel_size, dilation, padding, stride, op)
+    if win.padding[0] > win.kernel[0] // 2 or win.padding[1] > win.kernel[1] // 2:
+        raise ValueError(f"{op}: padding {win.padding} must be at most half the kernel "
+                         f"{win.kernel}, as in PyTorch")
+    cols = tt.unfold(input.reshape(n * c, 1, h, w), win.kernel, win.dilation, win.padding,
+                     win.stride)
+    return cols, (n, c) + win.out
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
+    """The largest value of each window. Its gradient goes to that one element (the first
+    one on ties, as PyTorch); padding never wins."""
+    cols, shape = _pool_windows(input, kernel_size, stride, padding, dilation, 'max_pool2d')
+    if padding:  # unfold pads with 0; a max pool's padding is -inf
+        n, c, h, w = input.shape
+        real = tt.unfold(tt.ones(1, 1, h, w, dtype=input.dtype), kernel_size, dilation,
+                         padding, kernel_size if stride is None else stride)
+        cols = cols.masked_fill(real.data == 0, -np.inf)
+    return cols.max(dim=1).values.reshape(shape)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0):
+    """The mean of each window (zero padding counts, as PyTorch's count_include_pad)."""
+    cols, shape = _pool_windows(input, kernel_size, stride, padding, 1, 'avg_pool2d')
+    return cols.mean(dim=1).reshape(shape)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalize each channel (dim 1) to mean 0, variance 1, then scale and shift.
+
+    In training, by the batch's own statistics (biased variance), and the running
+    estimates move toward them: running = (1 - momentum) running + momentum batch, with
+    the unbiased variance (as PyTorch). In eval, by the running estimates."""
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected (N, C) or (N, C, ...), got {tuple(input.shape)}")
+    c = input.shape[1]
+    shape = (1, c) + (1,) * (input.ndim - 2)  # broadcasts over all dims but the channels
+    dims = (0,) + tuple(range(2, input.ndim))
+    if training:
+        count = input.data.size // c
+        if count < 2:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when "
+                             f"training, got input of shape {tuple(input.shape)}")
+        mean = input.mean(dim=dims, keepdim=True)
+        var = input.var(dim=dims, correction=0, keepdim=True)
+        if running_mean is not None:
+            with no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.reshape(c) * momentum)
+                running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * count / (count - 1)))
+    else:
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    out = (input - mean) / (var + eps).sqrt()
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 bias=True, dtype=None):
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'Conv2d')
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.weight = Parameter(tt.zeros(out_channels, in_channels, *self.kernel_size, dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # PyTorch's default, as Linear's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C*kh*kw
+        kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(_fans(self.weight)[0])
+            uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
+                f"bias={self.bias is not None}")
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+
+    def forward(self, x):
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x):
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class _BatchNorm(Module):
+    dims = None  # the input ranks the layer takes
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, dtype=None):
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
+        self.register_buffer('running_mean', tt.zeros(num_features, dtype=dtype))
+        self.register_buffer('running_var', tt.ones(num_features, dtype=dtype))
+
+    def forward(self, x):
+        name = type(self).__name__
+        if x.ndim not in self.dims:
+            raise ValueError(f"{name}: expected a {' or '.join(f'{d}-D' for d in self.dims)} "
+                             f"input, got shape {tuple(x.shape)}")
+        if x.shape[1] != self.num_features:
+            raise ValueError(f"{name}: expected {self.num_features} channels (dim 1), got "
+                             f"{x.shape[1]} (input of shape {tuple(x.shape)})")
+        return batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                          self.training, self.momentum, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm1d(_BatchNorm):
+    dims = (2, 3)  # (N, C) or (N, C, L)
+
+
+class BatchNorm2d(_BatchNorm):
+    dims = (4,)  # (N, C, H, W)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
 
 
 # ---------------------------------------------------------------------------

@@ -3214,3 +3214,214 @@ def test_a_long_lived_base_forgets_the_views_that_are_gone():
     assert len(x._views) < 32
     rows = [x[i] for i in range(10)]  # views still alive are kept
     assert sum(r() is not None for r in x._views) >= len(rows)
+
+
+# ---------------------------------------------------------------------------
+# Vision (issue 13): unfold, conv2d, pooling, batch norm, and data.py
+# ---------------------------------------------------------------------------
+_UNFOLD_CASES = {
+    'plain 3x3': dict(kernel_size=3),
+    'stride 2 padding 1': dict(kernel_size=3, stride=2, padding=1),
+    'rectangular dilated': dict(kernel_size=(2, 3), dilation=(2, 1), padding=(1, 0)),
+    'overlapping, stride (1, 2)': dict(kernel_size=2, stride=(1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNFOLD_CASES))
+def test_unfold_gradient(name):
+    check(lambda x: tt.unfold(x, **_UNFOLD_CASES[name]), t64(2, 3, 5, 6))
+
+
+def test_unfold_lays_out_patches_as_pytorch_documents():
+    x = tt.arange(16.0).reshape(1, 1, 4, 4)
+    cols = tt.unfold(x, 2, stride=2)  # four 2x2 patches, each a column
+    assert cols.shape == (1, 4, 4)
+    assert cols[0, :, 0].tolist() == [0.0, 1.0, 4.0, 5.0]  # the top-left patch
+    assert cols[0, :, 3].tolist() == [10.0, 11.0, 14.0, 15.0]  # the bottom-right one
+    # overlapping patches: each pixel's gradient is the number of patches it is in
+    x = tt.ones(1, 1, 3, 3, requires_grad=True)
+    tt.unfold(x, 2).sum().backward()
+    assert x.grad[0, 0].tolist() == [[1, 2, 1], [2, 4, 2], [1, 2, 1]]
+
+
+_CONV_CASES = {
+    'plain': dict(),
+    'stride padding': dict(stride=2, padding=1),
+    'dilation, rectangular stride': dict(stride=(1, 2), dilation=2, padding=(2, 1)),
+    'no bias': dict(bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONV_CASES))
+def test_conv2d_gradient(name):
+    kw = dict(_CONV_CASES[name])
+    with_bias = kw.pop('bias', True)
+    inputs = [t64(2, 3, 6, 5), t64(4, 3, 3, 2, seed=1)] + ([t64(4, seed=2)] if with_bias else [])
+    check(lambda x, w, *b: nn.conv2d(x, w, b[0] if b else None, **kw), *inputs)
+
+
+@pytest.mark.parametrize("name", ['max', 'avg'])
+def test_pool_gradients(name):
+    pool = nn.max_pool2d if name == 'max' else nn.avg_pool2d
+    for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+               dict(kernel_size=(2, 3), stride=1)):
+        check(lambda x: pool(x, **kw), t64(2, 2, 5, 6, low=0.1))
+
+
+def test_max_pool_gives_a_tie_to_one_element_and_padding_never_wins():
+    x = tt.tensor(np.ones((1, 1, 2, 2)), requires_grad=True)
+    nn.max_pool2d(x, 2).sum().backward()
+    assert x.grad.sum() == 1.0 and x.grad[0, 0, 0, 0] == 1.0  # the first of the tied maxima
+    neg = tt.full((1, 1, 2, 2), -5.0)
+    assert nn.max_pool2d(neg, 2, stride=1, padding=1).tolist() == [[[[-5.0] * 3] * 3]]
+
+
+def test_batch_norm_gradients_in_training_and_eval():
+    rm, rv = tt.zeros(3, dtype=tt.float64), tt.ones(3, dtype=tt.float64)
+    check(lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True),
+          t64(4, 3, 2, 2), t64(3, seed=1), t64(3, seed=2))
+    check(lambda x, w, b: nn.batch_norm(x, rm * 0.5, rv * 2.0, w, b, training=False),
+          t64(4, 3), t64(3, seed=1), t64(3, seed=2))
+
+
+def test_batch_norm_running_statistics_follow_pytorch_rules():
+    bn = nn.BatchNorm1d(2, momentum=0.5)
+    x = tt.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
+    y = bn(x)
+    # normalized by the batch mean and the biased variance
+    np.testing.assert_allclose(y.data[:, 0], (x.data[:, 0] - 3.0) / np.sqrt(8 / 3 + 1e-5), rtol=1e-6)
+    # running: halfway to the batch mean and to the unbiased variance
+    np.testing.assert_allclose(bn.running_mean.data, [1.5, 15.0], rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.data, [0.5 + 0.5 * 4.0, 0.5 + 0.5 * 700.0], rtol=1e-6)
+    bn.eval()
+    np.testing.assert_allclose(bn(x).data[:, 0], (x.data[:, 0] - 1.5) / np.sqrt(2.5 + 1e-5), rtol=1e-6)
+    assert [n for n, _ in bn.named_parameters()] == ['weight', 'bias']
+    assert list(bn.state_dict()) == ['weight', 'bias', 'running_mean', 'running_var']
+
+
+def test_batch_norm_buffers_survive_a_checkpoint(tmp_path):
+    bn = nn.BatchNorm2d(3)
+    bn(tt.randn(4, 3, 2, 2) * 3 + 1)
+    nn.save(bn.state_dict(), tmp_path / 'bn.npz')
+    fresh = nn.BatchNorm2d(3)
+    fresh.load_state_dict(nn.load(tmp_path / 'bn.npz'))
+    np.testing.assert_array_equal(fresh.running_mean.data, bn.running_mean.data)
+    np.testing.assert_array_equal(fresh.running_var.data, bn.running_var.data)
+
+
+def test_vision_layers_have_pytorch_defaults_and_shapes():
+    tt.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,)
+    bound = 1 / math.sqrt(27)  # PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = 3*3*3
+    assert np.abs(conv.weight.data).max() <= bound and np.abs(conv.weight.data).max() > 0.8 * bound
+    assert np.abs(conv.bias.data).max() <= bound
+    x = tt.randn(2, 3, 8, 8)
+    assert conv(x).shape == (2, 8, 8, 8)
+    assert nn.Conv2d(3, 4, (3, 1), stride=2, bias=False)(x).shape == (2, 4, 3, 4)
+    assert nn.MaxPool2d(2)(x).shape == (2, 3, 4, 4) and nn.AvgPool2d(3, 1, 1)(x).shape == x.shape
+    assert nn.Flatten()(x).shape == (2, 192)
+    assert nn.BatchNorm2d(3)(x).shape == x.shape
+
+
+def test_vision_layers_refuse_wrong_inputs_in_one_line():
+    x = tt.randn(2, 3, 4, 4)
+    cases = [(lambda: nn.Conv2d(3, 4, 3)(tt.randn(3, 4, 4)), "expected a 4-D input"),
+             (lambda: nn.Conv2d(2, 4, 3)(x), "expected 2 input channels, got 3"),
+             (lambda: nn.Conv2d(3, 4, 7)(x), "kernel 7x7 .* spans 7x7, larger than the padded input 4x4"),
+             (lambda: nn.MaxPool2d(2, padding=2)(x), "padding .* at most half the kernel"),
+             (lambda: nn.BatchNorm2d(4)(x), "expected 4 channels"),
+             (lambda: nn.BatchNorm1d(3)(x), "expected a 2-D or 3-D input"),
+             (lambda: nn.BatchNorm1d(3)(tt.randn(1, 3)), "more than 1 value per channel"),
+             (lambda: tt.unfold(x, 2, stride=0), "must be >= 1"),
+             (lambda: tt.unfold(x, 'a'), "kernel_size must be an int or a pair")]
+    for make, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            make()
+
+
+def test_vision_ops_match_pytorch():
+    torch = need_torch()
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 7, 6))
+    w, b = rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
+    cases = [
+        (lambda x, w, b: tt.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2),
+         lambda x, w, b: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2)),
+        (lambda x, w, b: nn.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
+         lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2))),
+        (lambda x, w, b: nn.max_pool2d(x, 3, 2, 1), lambda x, w, b: F.max_pool2d(x, 3, 2, 1)),
+        (lambda x, w, b: nn.max_pool2d(x * (x > 0).double(), 2),  # ties among the zeros
+         lambda x, w, b: F.max_pool2d(x * (x > 0).double(), 2)),
+        (lambda x, w, b: nn.avg_pool2d(x, (2, 3), 1, 1), lambda x, w, b: F.avg_pool2d(x, (2, 3), 1, 1)),
+        (lambda x, w, b: nn.batch_norm(x, None, None, b[:3], b[1:], training=True),
+         lambda x, w, b: F.batch_norm(x, None, None, b[:3], b[1:], training=True)),
+    ]
+    for k, (ours, theirs) in enumerate(cases):
+        xs = [tt.tensor(a, requires_grad=True) for a in (x, w, b)]
+        ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+        out, tout = ours(*xs), theirs(*ts)
+        np.testing.assert_allclose(out.data, tout.detach().numpy(), atol=1e-12, err_msg=str(k))
+        gy = rng.standard_normal(out.shape)
+        out.backward(gy)
+        tout.backward(torch.tensor(gy))
+        for a, ta in zip(xs, ts):
+            if ta.grad is not None:
+                np.testing.assert_allclose(a.grad, ta.grad.numpy(), atol=1e-12, err_msg=str(k))
+    bn, tbn = nn.BatchNorm2d(3, momentum=0.3), torch.nn.BatchNorm2d(3, momentum=0.3).double()
+    bn.weight.data[...] = tbn.weight.detach().numpy()
+    for _ in range(3):
+        xb = rng.standard_normal((4, 3, 2, 2)) * 2 + 1
+        bn(tt.tensor(xb, dtype=tt.float32))
+        tbn(torch.tensor(xb))
+    np.testing.assert_allclose(bn.running_mean.data, tbn.running_mean.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.data, tbn.running_var.numpy(), rtol=1e-5)
+
+
+import data  # noqa: E402
+
+
+def test_data_loader_yields_each_example_once_per_epoch():
+    xs, ys = tt.arange(10.0).reshape(10, 1), tt.arange(10)
+    loader = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, shuffle=True)
+    assert len(loader) == 3
+    seen = []
+    for bx, by in loader:
+        assert bx.shape[1:] == (1,) and (bx[:, 0].long() == by).all().item()
+        seen += by.tolist()
+    assert sorted(seen) == list(range(10)) and seen != list(range(10))
+    assert [len(b[1]) for b in loader] == [4, 4, 2]
+    dropped = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, drop_last=True)
+    assert len(dropped) == 2 and [b[1].tolist() for b in dropped] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_data_loader_order_follows_the_seed():
+    ds = data.TensorDataset(tt.arange(20))
+
+    def order(seed):
+        tt.manual_seed(seed)
+        return [b[0].tolist() for b in data.DataLoader(ds, batch_size=5, shuffle=True)]
+    assert order(1) == order(1) and order(1) != order(2)
+    g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
+    a = [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g1)]
+    assert a == [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g2)]
+
+
+def test_data_loader_collates_a_plain_dataset_and_random_split_partitions():
+    class Squares(data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return tt.tensor([float(i)]), i * i
+    batches = list(data.DataLoader(Squares(), batch_size=2))
+    assert batches[0][0].tolist() == [[0.0], [1.0]] and batches[2][1].tolist() == [16]
+    tt.manual_seed(0)
+    a, b = data.random_split(Squares(), [3, 2])
+    assert sorted(a.indices + b.indices) == [0, 1, 2, 3, 4] and len(a) == 3
+    assert [len(s) for s in data.random_split(range(10), [0.5, 0.3, 0.2])] == [5, 3, 2]
+    with pytest.raises(ValueError, match="do not add up"):
+        data.random_split(range(10), [3, 3])
+    with pytest.raises(ValueError, match="same first dim"):
+        data.TensorDataset(tt.zeros(3), tt.zeros(4))

@@ -1419,7 +1419,7 @@ Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.sha
 
 
 # ---------------------------------------------------------------------------
-# 7. Matrix multiplication
+# 7. Matrix multiplication, and unfold: a convolution is a matmul over patches
 # ---------------------------------------------------------------------------
 def _same_dtype(op, **tensors):
     """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
@@ -1480,6 +1480,71 @@ def matmul(a, b):
 
 Tensor.__matmul__ = Tensor.matmul = matmul
 Tensor.__rmatmul__ = lambda self, other: matmul(_as(other, self.dtype), self)
+
+
+def _pair(v, name, op):
+    """kernel_size=3 means (3, 3): an int or a pair of ints, as PyTorch takes them."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v), int(v)
+    if isinstance(v, (tuple, list)) and len(v) == 2 and all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in v):
+        return int(v[0]), int(v[1])
+    raise TypeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}")
+
+
+Window = namedtuple('Window', 'kernel dilation padding stride out')
+
+
+def window(shape, kernel_size, dilation=1, padding=0, stride=1, op='unfold'):
+    """Where a kh x kw window slides over the last two dims of `shape` (each argument an
+    int or a pair): the sizes as pairs, and `out`, the number of window positions
+    (oh, ow) = ((H + 2 padding - dilation (k - 1) - 1) // stride + 1, same for W)."""
+    k, d = _pair(kernel_size, 'kernel_size', op), _pair(dilation, 'dilation', op)
+    p, s = _pair(padding, 'padding', op), _pair(stride, 'stride', op)
+    if builtins.min(k + d + s) < 1 or builtins.min(p) < 0:
+        raise ValueError(f"{op}: kernel_size, dilation and stride must be >= 1 and padding "
+                         f">= 0, got kernel_size={k}, dilation={d}, stride={s}, padding={p}")
+    size = [shape[-2 + i] + 2 * p[i] for i in (0, 1)]  # the padded input
+    span = [d[i] * (k[i] - 1) + 1 for i in (0, 1)]  # what one window covers
+    if span[0] > size[0] or span[1] > size[1]:
+        raise ValueError(f"{op}: the kernel {k[0]}x{k[1]} (dilation {d}) spans {span[0]}x"
+                         f"{span[1]}, larger than the padded input {size[0]}x{size[1]}")
+    out = tuple((size[i] - span[i]) // s[i] + 1 for i in (0, 1))
+    return Window(k, d, p, s, out)
+
+
+def _window_slice(w, i, j):
+    """The positions that kernel element (i, j) visits, in the padded input: a strided slice."""
+    (dh, dw), (sh, sw), (oh, ow) = w.dilation, w.stride, w.out
+    return (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+            slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col, as torch.nn.functional.unfold: every kh x kw patch of the image becomes a
+    column. (N, C, H, W) -> (N, C*kh*kw, L) with L = oh*ow patches; row c*kh*kw + i*kw + j
+    of column y*ow + x holds input[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw] (0 in the
+    padding). A convolution is then one matmul: weight (O, C*kh*kw) @ columns."""
+    if input.ndim != 4:
+        raise ValueError(f"unfold: expected a 4-D input (N, C, H, W), got shape "
+                         f"{tuple(input.shape)}")
+    w = window(input.shape, kernel_size, dilation, padding, stride)
+    (kh, kw), (ph, pw), (oh, ow) = w.kernel, w.padding, w.out
+    n, c, h, wd = input.shape
+    x = np.pad(input.data, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else input.data
+    cols = np.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):  # kernel element (i, j) sees one strided copy of the image
+            cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]
+
+    def backward(g):  # fold (col2im): each patch's gradient goes back where the patch came
+        gx = np.zeros(x.shape, dtype=g.dtype)  # from; overlapping patches add up
+        g = g.reshape(n, c, kh, kw, oh, ow)
+        for i in range(kh):
+            for j in range(kw):
+                gx[(..., *_window_slice(w, i, j))] += g[:, :, i, j]
+        return (gx[:, :, ph:ph + h, pw:pw + wd],)  # the padding's gradient is dropped
+    return from_op(cols.reshape(n, c * kh * kw, oh * ow), 'unfold', (input,), backward)
 
 
 # ---------------------------------------------------------------------------
@@ -2284,6 +2349,7 @@ RULES_IN_WORDS = {
     'copy': ("zero: the old values were overwritten", "passed on (summed where broadcast)"),
     '__setitem__': ("zeroed where x[i] = v wrote", "the written positions' gradient, g[i]"),
     'CopySlices': ("zeroed in the view's region", "the view's region of g"),
+    'unfold': "folded back: each patch's gradient added where the patch came from",
     'gather': "added back at the gathered positions of a zero tensor {x}",
     'index_select': "added back at the selected slices of a zero tensor {x}",
     'scatter': ("kept where not overwritten", "the gradient at the places written to"),
