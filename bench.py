@@ -1,6 +1,6 @@
 """bench.py: how fast is a tinytorch training step, and how does it compare with PyTorch?
 
-    python bench.py              # small, default and large GPT configurations
+    python bench.py              # small, default and large GPT configurations, and a CNN
     python bench.py --quick      # fewer steps, under a minute
     python bench.py --threads 1  # threads for BLAS, tinytorch and PyTorch (default: all cores)
 
@@ -9,7 +9,9 @@ AdamW step): the median over the timed steps after warm-up, tokens per second an
 the peak resident memory while stepping. When PyTorch is installed it builds the
 same model in PyTorch (nanoGPT's layout, the same weights copied in, the same batch,
 the same number of threads), checks that the first-step losses agree to 1e-4, times
-it the same way and prints the ratio tinytorch / PyTorch.
+it the same way and prints the ratio tinytorch / PyTorch. The cnn configuration is
+train_digits.py's CNN (two 3x3 convolutions, a max pool, two linear layers) on a batch
+of 32 8x8 images, with Adam; its throughput column counts images, not tokens.
 """
 import argparse
 import os
@@ -21,8 +23,8 @@ def parse_args():
     p.add_argument('--quick', action='store_true', help="fewer steps: finishes in under a minute")
     p.add_argument('--threads', type=int, default=os.cpu_count(),
                    help="threads for BLAS, tinytorch's own kernels and PyTorch (default: all cores)")
-    p.add_argument('--configs', default='small,default,large',
-                   help="comma-separated subset of small,default,large")
+    p.add_argument('--configs', default='small,default,large,cnn',
+                   help="comma-separated subset of small,default,large,cnn")
     p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
     p.add_argument('--rounds', type=int,
                    help="runs of each framework per configuration, alternating, each in a fresh "
@@ -53,6 +55,7 @@ CONFIGS = {
     'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
     'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
     'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
+    'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
 }
 VOCAB = 65
 
@@ -112,7 +115,52 @@ def tinytorch_model(cfg):
                          n_head=cfg['n_head'], n_embd=cfg['n_embd']))
 
 
+def cnn_batch(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.random((cfg['batch'], 1, 8, 8), dtype=np.float32),
+            rng.integers(0, 10, cfg['batch']))
+
+
+def tinytorch_cnn_setup(cfg):
+    import nn
+    from train_digits import make_model
+    tt.manual_seed(0)
+    model = make_model('cnn', 8, 8)
+    opt = optim.Adam(model.parameters(), lr=1e-3)
+    x, y = (tt.tensor(a) for a in cnn_batch(cfg))
+
+    def step():
+        loss = nn.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return model, step
+
+
+def torch_cnn_setup(cfg, ours, threads):
+    import torch
+    import torch.nn as tnn
+    torch.set_num_threads(threads)
+    model = tnn.Sequential(tnn.Conv2d(1, 16, 3, padding=1), tnn.ReLU(),
+                           tnn.Conv2d(16, 32, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2),
+                           tnn.Flatten(), tnn.Linear(512, 64), tnn.ReLU(), tnn.Linear(64, 10))
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = (torch.from_numpy(a) for a in cnn_batch(cfg))
+
+    def step():
+        loss = tnn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step, model
+
+
 def tinytorch_setup(cfg):
+    if cfg is CONFIGS['cnn']:
+        return tinytorch_cnn_setup(cfg)
     model = tinytorch_model(cfg)
     opt = optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     x, y = (tt.tensor(a) for a in make_batch(cfg))
@@ -241,6 +289,8 @@ def worker(args):
     cfg = CONFIGS[args.configs]
     if args.worker == 'tinytorch':
         step = tinytorch_setup(cfg)[1]
+    elif args.configs == 'cnn':
+        step = torch_cnn_setup(cfg, tinytorch_cnn_setup(cfg)[0], args.threads)[0]
     else:
         step = torch_setup(cfg, tinytorch_model(cfg), args.threads)[0]
     first = step()
@@ -279,7 +329,7 @@ def main():
             torch_version = torch.__version__
         except ImportError:
             print("PyTorch is not installed: printing tinytorch's own figures only.")
-    print(f"GPT training step (forward, backward, AdamW step): median of {steps} steps after "
+    print(f"GPT training step (forward, backward, AdamW step; cnn: Adam): median of {steps} steps after "
           f"{warmup} warm-up{' (large: 3 after 2)' if args.quick else ''}, in each of "
           f"{rounds} runs per framework{'' if args.rounds else ' (large: 1)'}, alternating, "
           "each in a fresh process; the median run is shown; peak MB = the highest peak resident "

@@ -482,7 +482,10 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     tt._same_dtype('conv2d', input=input, weight=weight, bias=bias)
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
-    oh, ow = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d').out
+    win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
+    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 6, Speed)
+        return conv2d_fused(input, weight, bias, win)
+    oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
     out = weight.reshape(o, -1) @ cols  # (O, C*kh*kw) @ (N, C*kh*kw, L) -> (N, O, L)
     if bias is not None:
@@ -490,15 +493,21 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     return out.reshape(n, o, oh, ow)
 
 
-def _pool_windows(input, kernel_size, stride, padding, dilation, op):
-    """Each channel's windows as columns: (N*C, kh*kw, L), and the output's shape."""
+def _pool_check(input, kernel_size, stride, padding, dilation, op):
+    """The pool's window; a wrong input or padding is refused in one line."""
     _image(input, op)
-    n, c, h, w = input.shape
     stride = kernel_size if stride is None else stride  # PyTorch's default: no overlap
     win = tt.window(input.shape, kernel_size, dilation, padding, stride, op)
     if win.padding[0] > win.kernel[0] // 2 or win.padding[1] > win.kernel[1] // 2:
         raise ValueError(f"{op}: padding {win.padding} must be at most half the kernel "
                          f"{win.kernel}, as in PyTorch")
+    return win
+
+
+def _pool_windows(input, kernel_size, stride, padding, dilation, op):
+    """Each channel's windows as columns: (N*C, kh*kw, L), and the output's shape."""
+    win = _pool_check(input, kernel_size, stride, padding, dilation, op)
+    n, c, h, w = input.shape
     cols = tt.unfold(input.reshape(n * c, 1, h, w), win.kernel, win.dilation, win.padding,
                      win.stride)
     return cols, (n, c) + win.out
@@ -507,6 +516,10 @@ def _pool_windows(input, kernel_size, stride, padding, dilation, op):
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
+    if FUSED_VISION:  # the same numbers as one op (section 6, Speed)
+        _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
+        return max_pool2d_fused(input, tt.window(input.shape, kernel_size, dilation, padding,
+                                                 kernel_size if stride is None else stride))
     cols, shape = _pool_windows(input, kernel_size, stride, padding, dilation, 'max_pool2d')
     if padding:  # unfold pads with 0; a max pool's padding is -inf
         n, c, h, w = input.shape
@@ -936,3 +949,94 @@ def load(path):
         raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
                               f"({type(e).__name__}: {e})") from None
     return _decode(meta, arrays)
+
+
+# ---------------------------------------------------------------------------
+# 6. Speed: conv2d and max_pool2d as single ops
+# ---------------------------------------------------------------------------
+# nn.conv2d and nn.max_pool2d (section 2) are compositions a learner can follow:
+# unfold, matmul, reshape, max. The functions below give the same numbers (a test
+# proves it) in one op each, with a hand-derived backward. NumPy is slow on the
+# short rows of small images (8 numbers a row for 8x8 digits): a loop over 8 numbers
+# costs more than the arithmetic. So the stride-1 convolution works on each image
+# flattened with its padded width: kernel element (i, j) then reads one contiguous run
+# of the flat image, starting i*Wp + j further on, instead of H short rows. Output
+# positions that fall in the padding columns are computed too, and dropped.
+# Set FUSED_VISION = False to run the compositions instead.
+FUSED_VISION = True
+
+
+def conv2d_fused(input, weight, bias, win):
+    """nn.conv2d for stride 1 as one op: columns of the flat padded images, one matmul.
+    out = W @ cols,  dW = g @ cols^T,  dcols = W^T @ g, each column's gradient added
+    back where it was read (unfold's backward)."""
+    (kh, kw), (dh, dw), (ph, pw), _, (oh, ow) = win
+    n, c, h, w = input.shape
+    o = weight.shape[0]
+    hp, wp = h + 2 * ph, w + 2 * pw
+    run = oh * wp  # the flat positions of the output rows, padding columns included
+    extra = (kw - 1) * dw  # the last row's run reads this far past the image
+    xp = np.zeros((c, n, hp * wp + extra), dtype=input.dtype)  # (C, N, flat padded image)
+    xp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w] = \
+        input.data.transpose(1, 0, 2, 3)
+    cols = np.empty((c, kh, kw, n, run), dtype=input.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            start = i * dh * wp + j * dw
+            cols[:, i, j] = xp[:, :, start:start + run]
+    cols = cols.reshape(c * kh * kw, n * run)
+    w2 = weight.data.reshape(o, -1)  # (O, C*kh*kw): the same order as cols' rows
+    out = (w2 @ cols).reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
+    if bias is not None:
+        out += bias.data[:, None, None, None]
+
+    def backward(g):
+        gw = np.zeros((o, n, oh, wp), dtype=g.dtype)  # g, with zeros in the padding columns
+        gw[..., :ow] = g.transpose(1, 0, 2, 3)
+        gw = gw.reshape(o, n * run)
+        gx = gweight = gb = None
+        if input.requires_grad:
+            gcols = (w2.T @ gw).reshape(c, kh, kw, n, run)
+            gp = np.zeros_like(xp)
+            for i in range(kh):
+                for j in range(kw):
+                    start = i * dh * wp + j * dw
+                    gp[:, :, start:start + run] += gcols[:, i, j]
+            gp = gp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w]
+            gx = np.ascontiguousarray(gp.transpose(1, 0, 2, 3))
+        if weight.requires_grad:
+            gweight = (gw @ cols.T).reshape(weight.shape)
+        if bias is not None and bias.requires_grad:
+            gb = g.sum(axis=(0, 2, 3))
+        return gx, gweight, gb
+    parents = (input, weight) if bias is None else (input, weight, bias)
+    return from_op(np.ascontiguousarray(out.transpose(1, 0, 2, 3)), 'conv2d', parents, backward,
+                   saved=(weight,))  # cols is a copy of the input, made in the forward pass
+
+
+def max_pool2d_fused(input, win):
+    """nn.max_pool2d as one op: a running maximum over the kh*kw strided slices of the
+    padded image (one slice per kernel element), remembering which slice won."""
+    (ph, pw) = win.padding
+    x = np.pad(input.data, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) \
+        if ph or pw else input.data
+    slices = [tt._window_slice(win, i, j) for i in range(win.kernel[0]) for j in range(win.kernel[1])]
+    out = x[(..., *slices[0])].copy()
+    winner = np.zeros(out.shape, dtype=np.int8)
+    for k, s in enumerate(slices[1:], 1):
+        bigger = x[(..., *s)] > out  # strictly: the first maximum keeps a tie, as PyTorch
+        np.copyto(out, x[(..., *s)], where=bigger)
+        np.copyto(winner, k, where=bigger)
+
+    def backward(g):  # g goes to the element that won each window
+        gx = np.zeros(x.shape, dtype=g.dtype)
+        for k, s in enumerate(slices):
+            gx[(..., *s)] += np.where(winner == k, g, 0)
+        h, w = input.shape[2:]
+        return (gx[:, :, ph:ph + h, pw:pw + w],)
+    return from_op(out, 'max_pool2d', (input,), backward)
+
+
+tt.RULES_IN_WORDS['conv2d'] = ("weight^T g, folded back into the image",
+                               "g times the patches, summed over every position", "summed")
+tt.RULES_IN_WORDS['max_pool2d'] = "to the maximum of each window, folded back into the image"

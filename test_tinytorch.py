@@ -3425,3 +3425,34 @@ def test_data_loader_collates_a_plain_dataset_and_random_split_partitions():
         data.random_split(range(10), [3, 3])
     with pytest.raises(ValueError, match="same first dim"):
         data.TensorDataset(tt.zeros(3), tt.zeros(4))
+
+
+@pytest.mark.parametrize("kind", ['conv2d', 'max_pool2d'])
+def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch):
+    """nn's speed section gives the numbers of the readable compositions, forward and
+    backward, for every geometry it takes (stride-1 convolutions, every max pool)."""
+    if kind == 'conv2d':
+        cases = [dict(), dict(padding=1), dict(padding=(2, 0), dilation=(1, 2)), dict(bias=None)]
+    else:
+        cases = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                 dict(kernel_size=(2, 3), stride=1, dilation=(2, 1)), dict(kernel_size=2, ties=1)]
+    for case in cases:
+        case = dict(case)
+        ties = case.pop('ties', 0)
+        results = []
+        for fused in (True, False):
+            monkeypatch.setattr(nn, 'FUSED_VISION', fused)
+            x = t64(2, 3, 7, 6, seed=5)
+            if ties:
+                x = tt.tensor(np.floor(x.data), requires_grad=True)  # many tied maxima
+            if kind == 'conv2d':
+                w, b = t64(4, 3, 3, 2, seed=6), t64(4, seed=7)
+                leaves = [x, w] + ([] if 'bias' in case else [b])
+                out = nn.conv2d(*leaves, **{k: v for k, v in case.items() if k != 'bias'})
+            else:
+                out, leaves = nn.max_pool2d(x, **case), [x]
+            assert (out._op in ('conv2d', 'max_pool2d')) == fused
+            out.backward(np.random.default_rng(8).standard_normal(out.shape))
+            results.append([out.data] + [leaf.grad for leaf in leaves])
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
