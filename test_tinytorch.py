@@ -2524,10 +2524,11 @@ def test_readme_gradient_walkthrough():
 def test_bench_script_runs():
     """bench.py is not a timed test; this only checks that it still runs and reports."""
     r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
-                        'small', '--no-torch', '--threads', '1'],
+                        'small,cnn', '--no-torch', '--threads', '1', '--rounds', '1'],
                        capture_output=True, text=True, timeout=120, cwd=HERE)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"^small\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
+    for name in ('small', 'cnn'):
+        assert re.search(rf"^{name}\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
     assert "autograd overhead" in r.stdout
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
@@ -3456,3 +3457,100 @@ def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch):
             results.append([out.data] + [leaf.grad for leaf in leaves])
         for a, b in zip(*results):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# train_digits.py end to end
+# ---------------------------------------------------------------------------
+def run_digits(*args, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=HERE)
+
+
+def test_train_digits_learns(tmp_path):
+    r = run_digits('--epochs', '3', '--out-dir', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    acc = [float(a) for a in re.findall(r"test accuracy\s+([\d.]+)%", r.stdout)]
+    assert len(acc) == 4  # one line per epoch, then the final report
+    assert acc[0] > 30 and acc[-1] > 85 and acc[-1] > acc[0] + 10  # chance is 10%
+    assert "confusion matrix" in r.stdout and re.search(r"ms per step", r.stdout)
+    lines = r.stdout.splitlines()
+    top = lines.index("confusion matrix (rows: true digit, columns: predicted)")
+    rows = [line.split() for line in lines[top + 2:top + 12]]
+    assert [row[0] for row in rows] == [str(d) for d in range(10)]
+    counts = [[0 if v == '.' else int(v) for v in row[1:]] for row in rows]
+    assert sum(map(sum, counts)) == 360  # every test digit in the matrix once
+    assert sum(counts[i][i] for i in range(10)) == round(acc[-1] * 3.6)
+    ck = nn.load(tmp_path / 'cnn.npz')
+    assert ck['model'] == 'cnn' and ck['test_accuracy'] == pytest.approx(acc[-1] / 100, abs=1e-4)
+    # a saved model is never overwritten without --force
+    again = run_digits('--epochs', '1', '--out-dir', str(tmp_path))
+    assert again.returncode == 2 and "already holds a trained model" in again.stderr
+    assert nn.load(tmp_path / 'cnn.npz')['test_accuracy'] == ck['test_accuracy']
+    mlp = run_digits('--model', 'mlp', '--epochs', '2', '--out-dir', str(tmp_path))
+    assert mlp.returncode == 0 and (tmp_path / 'mlp.npz').exists()
+
+
+def _write_idx(path, array):
+    dims = array.ndim
+    header = (0x0800 + dims).to_bytes(4, 'big') + b''.join(n.to_bytes(4, 'big') for n in array.shape)
+    with open(path, 'wb') as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_train_digits_reads_mnist_idx_files(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 60)
+    images = np.zeros((60, 12, 12), dtype=np.uint8)
+    for k, d in enumerate(labels):  # each digit class a bright square in its own place
+        images[k, d % 5 * 2:d % 5 * 2 + 3, d // 5 * 6:d // 5 * 6 + 3] = 255
+    _write_idx(tmp_path / 'train-images-idx3-ubyte', images[:40])
+    _write_idx(tmp_path / 'train-labels-idx1-ubyte', labels[:40])
+    _write_idx(tmp_path / 't10k-images-idx3-ubyte', images[40:])
+    _write_idx(tmp_path / 't10k-labels-idx1-ubyte', labels[40:])
+    r = run_digits('--mnist', str(tmp_path), '--epochs', '15', '--batch-size', '8',
+                   '--lr', '0.01', '--out-dir', str(tmp_path / 'out'))
+    assert r.returncode == 0, r.stderr
+    assert "40 training and 20 test images of 12x12" in r.stdout
+    assert float(re.findall(r"^test accuracy ([\d.]+)%", r.stdout, re.M)[0]) >= 90
+    (tmp_path / 't10k-labels-idx1-ubyte').write_bytes(b'\x00\x00\x08\x03' + b'\x00' * 8)
+    bad = run_digits('--mnist', str(tmp_path), '--out-dir', str(tmp_path / 'out2'))
+    assert bad.returncode == 2 and "is not an idx file of labels" in bad.stderr
+    (tmp_path / 't10k-labels-idx1-ubyte').unlink()
+    missing = run_digits('--mnist', str(tmp_path), '--out-dir', str(tmp_path / 'out2'))
+    assert missing.returncode == 2 and "MNIST file not found" in missing.stderr
+
+
+def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
+    import gzip
+    bad_csv = tmp_path / 'bad.csv.gz'
+    with gzip.open(bad_csv, 'wt') as f:
+        f.write("1,2,3\n4,5,6\n")
+    labels_csv = tmp_path / 'labels.csv.gz'
+    with gzip.open(labels_csv, 'wt') as f:
+        f.write(",".join(["0"] * 64 + ["12"]) + "\n")
+    plain = tmp_path / 'plain.csv.gz'
+    plain.write_text("not gzip")
+    cases = [(['--data', str(tmp_path / 'none.csv.gz')], "digits file not found"),
+             (['--data', str(bad_csv)], "64 pixel values and a label"),
+             (['--data', str(labels_csv)], "labels .* must be whole numbers 0-9"),
+             (['--data', str(plain)], "is not a gzipped CSV"),
+             (['--epochs', '0'], "--epochs must be at least 1"),
+             (['--lr', '-1'], "--lr must be positive"),
+             (['--mnist', str(tmp_path / 'nowhere')], "is not a folder")]
+    for args, message in cases:
+        r = run_digits(*args, '--out-dir', str(tmp_path / 'out'))
+        assert r.returncode == 2, (args, r.stderr)
+        assert re.search(message, r.stderr) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_train_digits_plot_needs_matplotlib_or_draws(tmp_path):
+    r = run_digits('--epochs', '1', '--plot', '--out-dir', str(tmp_path))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert r.returncode == 2 and "--plot needs matplotlib" in r.stderr
+        assert not (tmp_path / 'cnn.npz').exists()  # nothing was trained
+    else:
+        assert r.returncode == 0 and (tmp_path / 'cnn_errors.png').exists()
