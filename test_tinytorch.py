@@ -2422,6 +2422,7 @@ def test_readme_name_table_names_only_what_exists():
     text = open(os.path.join(HERE, 'README.md')).read()
     table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
     homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
+             "`data.` + the same name": [data],
              "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
     checked = 0
     for row in table.splitlines()[2:]:
@@ -2476,13 +2477,13 @@ def test_chinese_readme_shows_the_same_tested_code_and_links_back():
     zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
     assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
     blocks = re.findall(r"```python\n.*?```", zh, re.S)
-    assert len(blocks) == 4  # the three lines, tanh, in-place ops, the gradient walkthrough
+    assert len(blocks) == 5  # the three lines, tanh, in-place ops, convolution, the gradient walkthrough
     for block in blocks:  # each one runs in the English README's tests
         assert block in en
     commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
     assert commands and all(c in en for c in commands)  # the two commands, word for word
     for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "### 原地运算", "## 梯度走查"):
+                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查"):
         assert heading in zh
 
 
