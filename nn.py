@@ -5,7 +5,8 @@
      Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
   3. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
   4. initialisers (nn.init.normal_, xavier_uniform_, ...)
-  5. checkpoints: save / load in NumPy's .npz format (never pickle), written atomically
+  5. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
+     written atomically
 
 Needs only NumPy and tinytorch.py.
 """
@@ -860,7 +861,8 @@ init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=
 
 
 # ---------------------------------------------------------------------------
-# 5. Checkpoints: .npz (a zip of .npy arrays) plus a JSON description, no pickle
+# 5. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
+#    description of everything else; never pickle
 # ---------------------------------------------------------------------------
 class CheckpointError(Exception):
     pass
@@ -869,23 +871,25 @@ class CheckpointError(Exception):
 _META = '__tinytorch_meta__'
 
 
-def _encode(obj, arrays):
+def _encode(obj, arrays, names, path=''):
     """Turn nested dicts/lists of arrays, tensors, numbers and strings into JSON,
-    moving every array into `arrays` and leaving a reference in its place."""
-    if isinstance(obj, Tensor):
-        arrays.append(obj.data)
-        return {'__tensor__': len(arrays) - 1}
-    if isinstance(obj, np.ndarray):
-        arrays.append(obj)
-        return {'__array__': len(arrays) - 1}
+    moving every array into `arrays` (and its dotted path into `names`) and leaving a
+    reference in its place."""
+    if isinstance(obj, (Tensor, np.ndarray)):
+        arrays.append(obj.data if isinstance(obj, Tensor) else obj)
+        names.append(path)
+        return {'__tensor__' if isinstance(obj, Tensor) else '__array__': len(arrays) - 1}
     if isinstance(obj, np.generic):
         return obj.item()
+    sub = (path + '.') if path else ''
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj):
-            return {'__dict__': {k: _encode(v, arrays) for k, v in obj.items()}}
-        return {'__items__': [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+            return {'__dict__': {k: _encode(v, arrays, names, sub + k) for k, v in obj.items()}}
+        return {'__items__': [[_encode(k, arrays, names, sub + 'key'),
+                               _encode(v, arrays, names, f'{sub}{k}')] for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
-        return {'__list__': [_encode(v, arrays) for v in obj], 'tuple': isinstance(obj, tuple)}
+        return {'__list__': [_encode(v, arrays, names, f'{sub}{i}') for i, v in enumerate(obj)],
+                'tuple': isinstance(obj, tuple)}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if hasattr(obj, 'state_dict'):  # a Module or an optimizer: its numbers are its state_dict
@@ -912,17 +916,28 @@ def _decode(obj, arrays):
 
 
 def save(obj, path):
-    """Write obj to path atomically: a temporary file in the same folder, flushed to
-    disk, then renamed over path. A crash mid-save leaves the old file intact."""
-    arrays = []
-    meta = json.dumps(_encode(obj, arrays))
+    """Write obj (nested dicts and lists of tensors, arrays, numbers and strings: a
+    state_dict, a training checkpoint) to path: a .safetensors file when path ends so,
+    else NumPy's .npz. Atomically: a temporary file in the same folder, flushed to disk,
+    then renamed over path. A crash mid-save leaves the old file intact."""
+    arrays, names = [], []
+    meta = json.dumps(_encode(obj, arrays, names))
+    if str(path).endswith('.safetensors'):
+        tensors = dict(zip(_unique(names), arrays))
+        _atomic_write(path, lambda f: _write_safetensors(
+            f, tensors, {_META: meta, 'names': json.dumps(list(tensors)), 'format': 'pt'}))
+        return
     entries = {f'a{i}': a for i, a in enumerate(arrays)}
     entries[_META] = np.frombuffer(meta.encode('utf-8'), dtype=np.uint8)
+    _atomic_write(path, lambda f: np.savez(f, **entries))
+
+
+def _atomic_write(path, write):
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
     try:
         with os.fdopen(fd, 'wb') as f:
-            np.savez(f, **entries)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -932,10 +947,35 @@ def save(obj, path):
         raise
 
 
+def _unique(names):
+    """Tensor names for a .safetensors file: the dotted paths, made unique."""
+    seen, out = set(), []
+    for i, name in enumerate(names):
+        name = name or 'tensor'
+        if name in seen:
+            name = f'{name}#{i}'
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def load(path):
     """Read what save() wrote. Never unpickles, so an untrusted file cannot run code."""
+    path = str(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if path.endswith('.safetensors'):
+        tensors, metadata = load_safetensors(path)
+        if _META not in metadata:
+            raise CheckpointError(f"{path} is a safetensors file but not a tinytorch checkpoint "
+                                  f"(no {_META} entry in its metadata); read its tensors with "
+                                  "nn.load_safetensors")
+        try:
+            names = json.loads(metadata['names'])
+            return _decode(json.loads(metadata[_META]), {i: tensors[n] for i, n in enumerate(names)})
+        except (KeyError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{path}: its tinytorch description does not match its "
+                                  f"tensors ({type(e).__name__}: {e})") from None
     try:
         with np.load(path, allow_pickle=False) as z:
             if _META not in z.files:
@@ -949,6 +989,78 @@ def load(path):
         raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
                               f"({type(e).__name__}: {e})") from None
     return _decode(meta, arrays)
+
+
+# safetensors (Hugging Face's format): an 8-byte little-endian length N, N bytes of JSON
+# (for each tensor its dtype, shape and [begin, end) byte offsets in the data that
+# follows; "__metadata__": a dict of strings), then the tensors' raw little-endian bytes.
+_ST_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'I64': np.int64,
+              'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U64': np.uint64,
+              'U32': np.uint32, 'U16': np.uint16, 'U8': np.uint8, 'BOOL': np.bool_}
+_ST_CODES = {np.dtype(t): code for code, t in _ST_DTYPES.items()}
+
+
+def save_safetensors(tensors, path, metadata=None):
+    """Write name -> array (or tensor) as a .safetensors file, atomically."""
+    arrays = {k: (v.data if isinstance(v, Tensor) else np.asarray(v)) for k, v in tensors.items()}
+    _atomic_write(path, lambda f: _write_safetensors(f, arrays, metadata))
+
+
+def _write_safetensors(f, tensors, metadata):
+    header, offset = {}, 0
+    if metadata:
+        header['__metadata__'] = {str(k): str(v) for k, v in metadata.items()}
+    for name, a in tensors.items():
+        if a.dtype not in _ST_CODES:
+            raise TypeError(f"save: safetensors cannot store {name!r} of dtype {a.dtype}")
+        header[name] = {'dtype': _ST_CODES[a.dtype], 'shape': list(a.shape),
+                        'data_offsets': [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(',', ':')).encode('utf-8')
+    text += b' ' * (-len(text) % 8)  # the data starts 8-byte aligned, as the reference writer does
+    f.write(len(text).to_bytes(8, 'little') + text)
+    for a in tensors.values():
+        f.write(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder('<')).tobytes())
+
+
+def load_safetensors(path):
+    """Read a .safetensors file: (name -> NumPy array, metadata dict). bfloat16 tensors
+    come back as float32 (NumPy has no bfloat16)."""
+    def corrupt(why):
+        return CheckpointError(f"{path} is truncated or corrupt and cannot be loaded ({why})")
+    with open(path, 'rb') as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise corrupt(f"{len(raw)} bytes, fewer than the 8 of the header length")
+    n = int.from_bytes(raw[:8], 'little')
+    if n > len(raw) - 8:
+        raise corrupt(f"the header claims {n} bytes, the file has {len(raw) - 8} after it")
+    try:
+        header = json.loads(raw[8:8 + n].decode('utf-8'))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise corrupt(f"its header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise corrupt("its header is not a JSON object")
+    data = memoryview(raw)[8 + n:]
+    metadata = header.pop('__metadata__', None) or {}
+    tensors = {}
+    for name, info in header.items():
+        try:
+            code, shape, (begin, end) = info['dtype'], tuple(info['shape']), info['data_offsets']
+        except (KeyError, TypeError, ValueError):
+            raise corrupt(f"bad entry for {name!r}") from None
+        dtype = np.dtype(np.uint16 if code == 'BF16' else _ST_DTYPES.get(code, np.void))
+        if dtype == np.void:
+            raise corrupt(f"{name!r} has dtype {code}, which tinytorch cannot read")
+        count = math.prod(shape)
+        if not 0 <= begin <= end <= len(data) or end - begin != count * dtype.itemsize:
+            raise corrupt(f"{name!r}: offsets {begin}..{end} do not hold {shape} of {code} "
+                          f"within the {len(data)} bytes of data")
+        a = np.frombuffer(data[begin:end], dtype=dtype.newbyteorder('<')).reshape(shape)
+        if code == 'BF16':  # bfloat16 is the top half of a float32
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = a.astype(a.dtype.newbyteorder('='))
+    return tensors, metadata
 
 
 # ---------------------------------------------------------------------------

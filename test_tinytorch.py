@@ -1,6 +1,7 @@
 """Tests for tinytorch: finite-difference checks for every op, autograd semantics,
 modules, optimizers, the Transformer and the training scripts end to end."""
 import csv
+import json
 import math
 import os
 import subprocess
@@ -3555,3 +3556,321 @@ def test_train_digits_plot_needs_matplotlib_or_draws(tmp_path):
         assert not (tmp_path / 'cnn.npz').exists()  # nothing was trained
     else:
         assert r.returncode == 0 and (tmp_path / 'cnn_errors.png').exists()
+
+
+# ---------------------------------------------------------------------------
+# safetensors and export.py (issue 14): to Hugging Face GPT-2 and nanoGPT, and back
+# ---------------------------------------------------------------------------
+def test_safetensors_round_trip_of_every_dtype(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {f'a.{dt}': (rng.standard_normal((2, 3)) * 5).astype(dt)
+              for dt in ('float32', 'float64', 'float16', 'int64', 'int32', 'int16', 'int8',
+                         'uint8', 'bool')}
+    arrays['empty'] = np.zeros((0, 4), dtype=np.float32)
+    arrays['scalar'] = np.array(3.5)
+    nn.save_safetensors(arrays, tmp_path / 'x.safetensors', metadata={'note': 'hi'})
+    back, meta = nn.load_safetensors(tmp_path / 'x.safetensors')
+    assert meta == {'note': 'hi'} and list(back) == list(arrays)
+    for k in arrays:
+        assert back[k].dtype == arrays[k].dtype and back[k].shape == arrays[k].shape
+        np.testing.assert_array_equal(back[k], arrays[k])
+    # a whole training checkpoint: tensors by their dotted names, the rest in the metadata
+    ck = {'model': {'w': tt.randn(2, 2)}, 'step': 7, 'vocab': 'ab', 'best': {'val_loss': 1.5},
+          'rows': [np.arange(3), (1, 'x')]}
+    nn.save(ck, tmp_path / 'ck.safetensors')
+    got = nn.load(tmp_path / 'ck.safetensors')
+    assert got['step'] == 7 and got['vocab'] == 'ab' and got['rows'][1] == (1, 'x')
+    np.testing.assert_array_equal(got['model']['w'].data, ck['model']['w'].data)
+    assert list(nn.load_safetensors(tmp_path / 'ck.safetensors')[0]) == ['model.w', 'rows.0']
+
+
+def test_safetensors_reads_bfloat16_and_refuses_broken_files(tmp_path):
+    import json as _json
+    x = np.array([1.5, -2.25, 3.0], dtype=np.float32)
+    bf16 = (x.view(np.uint32) >> 16).astype('<u2')  # exact in bfloat16
+    header = _json.dumps({'x': {'dtype': 'BF16', 'shape': [3], 'data_offsets': [0, 6]}}).encode()
+    (tmp_path / 'bf.safetensors').write_bytes(len(header).to_bytes(8, 'little') + header +
+                                              bf16.tobytes())
+    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'bf.safetensors')[0]['x'], x)
+    nn.save({'w': np.ones(10)}, tmp_path / 'ok.safetensors')
+    raw = (tmp_path / 'ok.safetensors').read_bytes()
+    (tmp_path / 'cut.safetensors').write_bytes(raw[:-8])
+    (tmp_path / 'junk.safetensors').write_bytes(b'\xff' * 64)
+    nn.save_safetensors({'w': np.ones(2)}, tmp_path / 'foreign.safetensors')
+    for name, message in [('cut', 'cut.safetensors is truncated or corrupt'),
+                          ('junk', 'junk.safetensors is truncated or corrupt'),
+                          ('foreign', 'not a tinytorch checkpoint')]:
+        with pytest.raises(nn.CheckpointError, match=message):
+            nn.load(tmp_path / f'{name}.safetensors')
+
+
+def test_safetensors_files_open_in_the_safetensors_package(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    arrays = {'f': np.arange(6, dtype=np.float32).reshape(2, 3), 'i': np.arange(4),
+              'b': np.array([True, False])}
+    nn.save_safetensors(arrays, tmp_path / 'x.safetensors')
+    back = st.load_file(str(tmp_path / 'x.safetensors'))
+    for k in arrays:
+        np.testing.assert_array_equal(back[k], arrays[k])
+    st.save_file(arrays, str(tmp_path / 'y.safetensors'))  # and theirs open here
+    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'y.safetensors')[0]['f'],
+                                  arrays['f'])
+
+
+def test_safetensors_files_open_in_safetensors_torch_pytorch(tmp_path):
+    need_torch()
+    st = pytest.importorskip("safetensors.torch")
+    nn.save({'model': {'w': tt.randn(3, 2)}}, tmp_path / 'x.safetensors')
+    back = st.load_file(str(tmp_path / 'x.safetensors'))
+    np.testing.assert_array_equal(back['model.w'].numpy(),
+                                  nn.load(tmp_path / 'x.safetensors')['model']['w'].data)
+
+
+@pytest.fixture(scope='module')
+def trained_run(tmp_path_factory):
+    """A tiny train_charlm.py run, shared by the export tests."""
+    folder = tmp_path_factory.mktemp('export')
+    rng = np.random.default_rng(0)
+    words = ["the cat", "sat on", "a mat", "and the dog", "ran far"]
+    (folder / 'c.txt').write_text("\n".join(" ".join(rng.choice(words, 6)) for _ in range(120)))
+    r = run_charlm(str(folder / 'c.txt'), *TINY, '--steps', '30', '--eval-interval', '15',
+                   '--out-dir', str(folder / 'run'), '--length', '0')
+    assert r.returncode == 0, r.stderr
+    return folder
+
+
+def run_export(*args):
+    return subprocess.run([sys.executable, os.path.join(HERE, 'export.py'), *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=HERE)
+
+
+def _tiny_logits(ck, idx):
+    model = tf.GPT(tf.GPTConfig(**ck['config']))
+    model.load_state_dict(ck['model'])
+    model.eval()
+    with tt.no_grad():
+        return model(tt.tensor(idx))[0].data
+
+
+def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
+    r = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf')
+    assert r.returncode == 0, r.stderr
+    config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
+    assert config['model_type'] == 'gpt2' and config['activation_function'] == 'gelu'
+    assert config['n_positions'] == 16 and config['n_embd'] == 16
+    tensors, meta = nn.load_safetensors(tmp_path / 'hf' / 'model.safetensors')
+    ck = nn.load(trained_run / 'run' / 'ckpt.npz')
+    np.testing.assert_array_equal(tensors['transformer.h.0.attn.c_attn.weight'],
+                                  ck['model']['h.0.attn.c_attn.weight'].T)  # Conv1D: (in, out)
+    assert meta['format'] == 'pt'
+    vocab = json.loads((tmp_path / 'hf' / 'vocab.json').read_text(encoding='utf-8'))
+    assert ''.join(vocab[str(i)] for i in range(len(vocab))) == ck['vocab']
+    back = run_export('--from-hf', tmp_path / 'hf', '--out-dir', tmp_path / 'back')
+    assert back.returncode == 0, back.stderr
+    got = nn.load(tmp_path / 'back' / 'ckpt.npz')
+    assert got['vocab'] == ck['vocab'] and got['config'] == ck['config']
+    for k, v in ck['model'].items():
+        np.testing.assert_array_equal(got['model'][k], v)
+    again = run_export('--from-hf', tmp_path / 'hf', '--out-dir', tmp_path / 'back')
+    assert again.returncode == 2 and "already exists" in again.stderr
+    # the imported checkpoint samples and resumes in train_charlm.py
+    s = run_charlm('--sample', '--out-dir', str(tmp_path / 'back'), '--length', '20',
+                   '--temperature', '0')
+    assert s.returncode == 0 and len(s.stdout) >= 21, s.stderr  # the prompt and 20 characters
+    res = run_charlm(str(trained_run / 'c.txt'), *TINY, '--steps', '34', '--resume',
+                     '--eval-interval', '2', '--out-dir', str(tmp_path / 'back'), '--length', '0')
+    assert res.returncode == 0 and "no optimizer state" in res.stdout, res.stderr
+
+
+def test_export_refuses_what_gpt2_cannot_express(trained_run, tmp_path):
+    ck = nn.load(trained_run / 'run' / 'ckpt.npz')
+    for key, message in [('bias', 'bias=False'), ('tie_weights', 'untied head')]:
+        changed = dict(ck, config=dict(ck['config'], **{key: False}))
+        nn.save(changed, tmp_path / f'{key}.npz')
+        r = run_export(tmp_path / f'{key}.npz', '--to', 'hf', tmp_path / f'hf_{key}')
+        assert r.returncode == 2 and message in r.stderr and not (tmp_path / f'hf_{key}').exists()
+    cases = [([tmp_path / 'none.npz', '--to', 'hf', tmp_path / 'x'], "checkpoint not found"),
+             ([trained_run / 'run' / 'ckpt.npz', '--to', 'onnx', tmp_path / 'x'],
+              "format must be hf or nanogpt"),
+             ([trained_run / 'run' / 'ckpt.npz'], "give exactly one of"),
+             (['--from-hf', tmp_path], "need --out-dir"),
+             (['--from-hf', tmp_path, '--out-dir', tmp_path / 'o'], "config.json not found")]
+    for args, message in cases:
+        r = run_export(*args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _greedy(step_logits, ids, n):
+    for _ in range(n):
+        ids = ids + [int(np.argmax(step_logits(ids)))]
+    return ids
+
+
+def test_hf_gpt2_gives_tinytorchs_logits_and_greedy_text_pytorch(trained_run, tmp_path):
+    torch = need_torch()
+    transformers = pytest.importorskip("transformers")
+    r = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf')
+    assert r.returncode == 0, r.stderr
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / 'hf'))
+    hf.eval()
+    ck = nn.load(trained_run / 'run' / 'ckpt.npz')
+    idx = np.random.default_rng(1).integers(0, len(ck['vocab']), (3, 16))
+    with torch.no_grad():
+        theirs = hf(torch.tensor(idx)).logits.numpy()
+    np.testing.assert_allclose(_tiny_logits(ck, idx), theirs, atol=1e-5)
+    # greedy text: train_charlm.py --sample --temperature 0 against HF's generate
+    s = run_charlm('--sample', '--latest', '--out-dir', str(trained_run / 'run'), '--prompt',
+                   'the ', '--length', '10', '--temperature', '0')
+    assert s.returncode == 0, s.stderr
+    vocab = ck['vocab']
+    prompt = torch.tensor([[vocab.index(c) for c in 'the ']])
+    with torch.no_grad():
+        out = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert s.stdout.rstrip('\n') == ''.join(vocab[i] for i in out[0].tolist())
+
+
+class _NanoGPT:
+    """A PyTorch reference of nanoGPT's GPT (model.py: pre-LayerNorm blocks, fused qkv
+    c_attn, exact GELU, tied lm_head), written here from its published architecture."""
+
+    @staticmethod
+    def build(torch, a):
+        F, tnn = torch.nn.functional, torch.nn
+
+        class Attn(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c_attn = tnn.Linear(a['n_embd'], 3 * a['n_embd'], bias=a['bias'])
+                self.c_proj = tnn.Linear(a['n_embd'], a['n_embd'], bias=a['bias'])
+
+            def forward(self, x):
+                B, T, C = x.shape
+                q, k, v = self.c_attn(x).split(C, dim=2)
+                q, k, v = (t.view(B, T, a['n_head'], C // a['n_head']).transpose(1, 2)
+                           for t in (q, k, v))
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+        class MLP(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c_fc = tnn.Linear(a['n_embd'], 4 * a['n_embd'], bias=a['bias'])
+                self.c_proj = tnn.Linear(4 * a['n_embd'], a['n_embd'], bias=a['bias'])
+
+            def forward(self, x):
+                return self.c_proj(F.gelu(self.c_fc(x)))
+
+        class Block(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ln_1, self.attn = tnn.LayerNorm(a['n_embd'], bias=a['bias']), Attn()
+                self.ln_2, self.mlp = tnn.LayerNorm(a['n_embd'], bias=a['bias']), MLP()
+
+            def forward(self, x):
+                x = x + self.attn(self.ln_1(x))
+                return x + self.mlp(self.ln_2(x))
+
+        class GPT(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.transformer = tnn.ModuleDict(dict(
+                    wte=tnn.Embedding(a['vocab_size'], a['n_embd']),
+                    wpe=tnn.Embedding(a['block_size'], a['n_embd']),
+                    h=tnn.ModuleList([Block() for _ in range(a['n_layer'])]),
+                    ln_f=tnn.LayerNorm(a['n_embd'], bias=a['bias'])))
+                self.lm_head = tnn.Linear(a['n_embd'], a['vocab_size'], bias=False)
+                self.lm_head.weight = self.transformer.wte.weight
+
+            def forward(self, idx):
+                t = self.transformer
+                x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
+                for block in t.h:
+                    x = block(x)
+                return self.lm_head(t.ln_f(x))
+
+            def configure_optimizers(self, weight_decay, lr, betas):  # as nanoGPT groups them
+                params = [p for _, p in self.named_parameters()]
+                return torch.optim.AdamW(
+                    [{'params': [p for p in params if p.dim() >= 2], 'weight_decay': weight_decay},
+                     {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.0}],
+                    lr=lr, betas=betas)
+        return GPT()
+
+
+def test_nanogpt_gives_tinytorchs_logits_and_continues_its_optimizer_pytorch(trained_run, tmp_path):
+    torch = need_torch()
+    r = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng')
+    assert r.returncode == 0, r.stderr
+    pt = torch.load(tmp_path / 'ng' / 'ckpt.pt', weights_only=True)  # as nanoGPT reads it
+    ck = nn.load(trained_run / 'run' / 'ckpt.npz')
+    assert pt['iter_num'] == ck['step'] and pt['model_args']['block_size'] == 16
+    ref = _NanoGPT.build(torch, pt['model_args'])
+    ref.load_state_dict(pt['model'])  # strict: every name and shape as nanoGPT's
+    ref.eval()
+    idx = np.random.default_rng(2).integers(0, len(ck['vocab']), (2, 16))
+    with torch.no_grad():
+        np.testing.assert_allclose(_tiny_logits(ck, idx), ref(torch.tensor(idx)).numpy(),
+                                   atol=1e-5)
+    with open(tmp_path / 'ng' / 'meta.pkl', 'rb') as f:
+        meta = __import__('pickle').load(f)
+    assert ''.join(meta['itos'][i] for i in range(meta['vocab_size'])) == ck['vocab']
+    # the AdamW state continues in PyTorch: one more step there equals one more step here
+    ref.train()
+    opt = ref.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+    opt.load_state_dict(pt['optimizer'])
+    for g in opt.param_groups:
+        g['lr'] = 1e-3  # the schedule's lr at the saved step: set one lr in both
+    rng = np.random.default_rng(3)
+    x, y = (rng.integers(0, len(ck['vocab']), (2, 16)) for _ in range(2))
+    loss = torch.nn.functional.cross_entropy(ref(torch.tensor(x)).flatten(0, 1),
+                                             torch.tensor(y).flatten())
+    loss.backward()
+    opt.step()
+    model = tf.GPT(tf.GPTConfig(**dict(ck['config'], dropout=0.0)))
+    model.load_state_dict(ck['model'])
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    ours = optim.AdamW([{'params': decay, 'weight_decay': 0.1},
+                        {'params': [p for p in model.parameters() if p.ndim < 2],
+                         'weight_decay': 0.0}], lr=1e-3, betas=(0.9, 0.99))
+    ours.load_state_dict(ck['optimizer'])
+    for g in ours.param_groups:
+        g['lr'] = 1e-3
+    model(tt.tensor(x), tt.tensor(y))[1].backward()
+    ours.step()
+    sd = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    for k, v in model.state_dict().items():
+        name = k if k == 'lm_head.weight' else 'transformer.' + k
+        np.testing.assert_allclose(v, sd[name], atol=2e-6, err_msg=k)
+
+
+def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_path):
+    need_torch()
+    assert run_export(trained_run / 'run', '--to', 'nanogpt', tmp_path / 'ng').returncode == 0
+    r = run_export('--from-nanogpt', tmp_path / 'ng' / 'ckpt.pt', '--out-dir', tmp_path / 'back')
+    assert r.returncode == 0, r.stderr
+    ck, got = nn.load(trained_run / 'run' / 'best.npz'), nn.load(tmp_path / 'back' / 'ckpt.npz')
+    assert got['vocab'] == ck['vocab'] and got['step'] == ck['step']
+    for k, v in ck['model'].items():
+        np.testing.assert_array_equal(got['model'][k], v)
+    for i, s in ck['optimizer']['state'].items():
+        g = got['optimizer']['state'][int(i)]
+        assert g['step'] == s['step']
+        np.testing.assert_array_equal(g['exp_avg_sq'], s['exp_avg_sq'])
+    s = run_charlm('--sample', '--out-dir', str(tmp_path / 'back'), '--length', '15',
+                   '--temperature', '0', '--prompt', 'the ')
+    t = run_charlm('--sample', '--out-dir', str(trained_run / 'run'), '--length', '15',
+                   '--temperature', '0', '--prompt', 'the ')
+    assert s.returncode == 0 and s.stdout == t.stdout
+
+
+def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_path):
+    (tmp_path / 'torch.py').write_text("raise ImportError('no torch here')\n")  # hides torch
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    for args in ([trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng'],
+                 ['--from-nanogpt', tmp_path / 'ckpt.pt', '--out-dir', tmp_path / 'o']):
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'export.py'), *map(str, args)],
+                           capture_output=True, text=True, timeout=60, cwd=HERE, env=env)
+        assert r.returncode == 2 and "needs PyTorch (pip install torch)" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / 'ng').exists()

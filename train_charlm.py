@@ -413,15 +413,20 @@ def train(args):
     if ck is not None:
         # moments and step counts from the checkpoint; lr, its schedule and weight decay
         # from this run's flags (the same flags continue the run exactly)
-        optimizer.load_state_dict(ck['optimizer'])
-        optimizer.param_groups[0]['weight_decay'] = args.weight_decay
+        if 'optimizer' in ck:
+            optimizer.load_state_dict(ck['optimizer'])
+            optimizer.param_groups[0]['weight_decay'] = args.weight_decay
+        else:  # weights brought in by export.py from Hugging Face: no moments to continue
+            print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
+                  "moments start from zero")
         step = int(ck['step'])
         scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
         if args.steps > schedule_steps:
             print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
                   f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
                   f"{args.min_lr:g}")
-        tt.set_rng_state(ck['rng'])
+        if 'rng' in ck:
+            tt.set_rng_state(ck['rng'])
     # fixed validation batches, from their own generator: evaluating never changes the
     # training batches, so a resumed run sees exactly the batches a straight run sees
     val_rng = np.random.default_rng(args.seed + 1)
@@ -531,7 +536,8 @@ def sample_only(args):
         checkpoint_path(args.out_dir, BEST_NAME)) else CKPT_NAME
     ck = load_checkpoint(args.out_dir, name)
     best = ck.get('best', {})
-    val = f", validation loss {best['val_loss']:.4f}" if name == BEST_NAME else ""
+    val = f", validation loss {best['val_loss']:.4f}" if name == BEST_NAME and 'val_loss' in best \
+        else ""
     print(f"sampling from {checkpoint_path(args.out_dir, name)} (step {int(ck['step'])}{val})",
           file=sys.stderr)
     vocab = Vocab(ck['vocab'])
