@@ -3815,6 +3815,14 @@ def test_nanogpt_gives_tinytorchs_logits_and_continues_its_optimizer_pytorch(tra
     with open(tmp_path / 'ng' / 'meta.pkl', 'rb') as f:
         meta = __import__('pickle').load(f)
     assert ''.join(meta['itos'][i] for i in range(meta['vocab_size'])) == ck['vocab']
+    # greedy text: nanoGPT's model, argmax each step, against train_charlm.py --temperature 0
+    s = run_charlm('--sample', '--latest', '--out-dir', str(trained_run / 'run'), '--prompt',
+                   'the ', '--length', '10', '--temperature', '0')
+    ids = [meta['stoi'][c] for c in 'the ']
+    with torch.no_grad():
+        for _ in range(10):
+            ids.append(int(ref(torch.tensor([ids[-16:]]))[0, -1].argmax()))
+    assert s.returncode == 0 and s.stdout.rstrip('\n') == ''.join(meta['itos'][i] for i in ids)
     # the AdamW state continues in PyTorch: one more step there equals one more step here
     ref.train()
     opt = ref.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
