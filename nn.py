@@ -237,6 +237,7 @@ def linear(x, weight, bias=None):
     return from_op(out, 'linear', parents, backward, saved=(x, weight))
 
 
+tt.FLOPS['linear'] = lambda out, parents: 2 * out.data.size * parents[1].shape[1]
 tt.RULES_IN_WORDS['linear'] = ("dx = g @ W", "dW = g^T @ x, summed over all {rows} rows",
                                "db = sum of g over all rows {g} -> {x}")
 
@@ -1149,6 +1150,8 @@ def max_pool2d_fused(input, win):
     return from_op(out, 'max_pool2d', (input,), backward)
 
 
+# each output value: a multiply and an add per weight of its kernel (C*kh*kw of them)
+tt.FLOPS['conv2d'] = lambda out, parents: 2 * out.data.size * parents[1].data[0].size
 tt.RULES_IN_WORDS['conv2d'] = ("weight^T g, folded back into the image",
                                "g times the patches, summed over every position", "summed")
 tt.RULES_IN_WORDS['max_pool2d'] = "to the maximum of each window, folded back into the image"

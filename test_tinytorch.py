@@ -3882,3 +3882,115 @@ def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_pa
         assert r.returncode == 2 and "needs PyTorch (pip install torch)" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / 'ng').exists()
+
+
+# ---------------------------------------------------------------------------
+# Looking inside a run (issue 15): tt.profile and tt.detect_anomaly
+# ---------------------------------------------------------------------------
+def _gpt_step(model, opt, x, y):
+    loss = model(x, y)[1]
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def test_profile_rows_add_up_to_the_wall_time_of_the_block():
+    import time
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16))
+    opt = optim.AdamW(model.parameters())
+    x, y = tt.randint(0, 65, (4, 16)), tt.randint(0, 65, (4, 16))
+    _gpt_step(model, opt, x, y)
+    t0 = time.perf_counter()
+    with tt.profile() as prof:
+        _gpt_step(model, opt, x, y)
+    wall = (time.perf_counter() - t0) * 1000
+    rows = prof.rows
+    summed = sum(r['forward_ms'] + r['backward_ms'] for r in rows.values()) + prof.outside_ms
+    assert summed == pytest.approx(prof.total_ms, rel=1e-9)
+    assert prof.outside_ms >= 0 and prof.total_ms <= wall and prof.total_ms > 0.5 * wall
+    assert rows['linear']['calls'] == 2 * 4 + 1 and rows['causal_attention']['calls'] == 2
+    assert rows['AdamW.step']['calls'] == 1 and rows['linear']['backward_ms'] > 0
+    assert prof.peak_kept_bytes > 0 and 'linear' in prof.peak_by_op
+    text = str(prof)
+    assert text.splitlines()[0].split()[:3] == ['op', 'calls', 'fwd'] and '(outside ops)' in text
+    assert 'GFLOP/s' in text and 'peak held for backward' in text
+
+
+def test_profile_counts_matmul_flops_exactly():
+    a = tt.randn(3, 5, 7, requires_grad=True)
+    b = tt.randn(7, 4, requires_grad=True)
+    with tt.profile() as prof:
+        (a @ b).sum().backward()
+    forward = 2 * 3 * 5 * 4 * 7  # a multiply and an add for each of the 7 terms of each output
+    assert prof.rows['matmul']['flops'] == forward * 3  # forward, then dA and dB
+    w = tt.randn(6, 7, requires_grad=True)
+    with tt.profile() as prof:
+        nn.linear(a, w).sum().backward()
+    assert prof.rows['linear']['flops'] == 2 * 3 * 5 * 6 * 7 * 3
+    with tt.profile() as prof:
+        nn.conv2d(tt.randn(2, 3, 6, 6), tt.randn(4, 3, 3, 3), padding=1)
+    assert prof.rows['conv2d']['flops'] == 2 * (2 * 4 * 6 * 6) * (3 * 3 * 3)
+
+
+def test_profile_leaves_results_bit_identical():
+    def run(profiled):
+        tt.manual_seed(1)
+        model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8, dropout=0.1))
+        opt = optim.AdamW(model.parameters())
+        x, y = tt.randint(0, 65, (2, 8)), tt.randint(0, 65, (2, 8))
+        if profiled:
+            with tt.profile():
+                loss = _gpt_step(model, opt, x, y)
+        else:
+            loss = _gpt_step(model, opt, x, y)
+        return loss.item(), model.state_dict()
+    (l1, s1), (l2, s2) = run(False), run(True)
+    assert l1 == l2 and all(np.array_equal(s1[k], s2[k]) for k in s1)
+
+
+def test_attention_memory_held_for_backward_grows_with_the_square_of_the_context():
+    def held(block):
+        model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=8, n_head=2, block_size=block))
+        x = tt.randint(0, 65, (2, block))
+        with tt.profile() as prof:
+            model(x, x)[1].backward()
+        return prof.peak_by_op['causal_attention']
+    small, big = held(64), held(256)
+    assert 14 < big / small < 17  # 4x the context: about 16x (the (T, T) probabilities)
+
+
+@pytest.mark.parametrize("name, make, op, where", [
+    ('sqrt of a negative', lambda x: (x - 2.0).sqrt(), 'sqrt', 'forward'),
+    ('0/0', lambda x: (x * 0) / (x * 0), 'div', 'forward'),
+    ('log(0) * 0', lambda x: (x * 0).log() * 0, 'mul', 'forward'),
+    ('inf - inf after exp overflow', lambda x: (x * 1000).exp() - (x * 1000).exp(), 'sub',
+     'forward'),
+    ('sqrt at 0: an infinite gradient', lambda x: (x * 0).sqrt(), 'sqrt', 'backward'),
+])
+def test_detect_anomaly_names_the_op_of_a_planted_fault(name, make, op, where):
+    x = tt.tensor([1.0, 1.5], requires_grad=True)
+    with np.errstate(all='ignore'), tt.detect_anomaly():
+        if where == 'forward':
+            with pytest.raises(tt.AnomalyError, match=f"'{op}' returned NaN") as e:
+                make(x)
+        else:
+            y = make(x)
+            with pytest.raises(tt.AnomalyError, match=f"rule of '{op}' returned") as e:
+                y.sum().backward()
+    assert 'test_tinytorch.py:' in str(e.value)  # the line of user code
+    with np.errstate(all='ignore'):
+        (x * 0).log() * 0  # off again outside the block: NaN passes silently
+    assert not tt._hooks
+
+
+def test_detect_anomaly_is_silent_on_a_healthy_gpt_step():
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8))
+    opt = optim.AdamW(model.parameters())
+    x = tt.randint(0, 65, (2, 8))
+    with tt.detect_anomaly():
+        model.train()
+        _gpt_step(model, opt, x, x)
+        model.h[0].attn.attend(model.h[0].attn.c_attn(tt.randn(2, 8, 16)))  # -inf masks

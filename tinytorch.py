@@ -256,6 +256,7 @@ def _init_result(out, data, vc=None):
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
+_hooks = []  # what watches every op and rule: tt.profile, tt.detect_anomaly (section 13)
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -295,6 +296,9 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
                 out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
             if saves_output:
                 out._saved += ((out._vc, out._vc[0], data.shape),)
+    if _hooks:  # a profile or detect_anomaly is watching (section 13); else one check
+        for hook in _hooks:
+            hook.op(out, op, parents)
     return out
 
 
@@ -1642,7 +1646,8 @@ def backward(tensor, gradient=None, retain_graph=False):
             _accumulate(node, g)
         if node._saved:
             _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
-        for p, pg in zip(node._parents, node._backward(g)):  # the op's rule: the chain rule
+        rule_out = node._backward(g) if not _hooks else _watched_rule(node, g)
+        for p, pg in zip(node._parents, rule_out):  # the op's rule: the chain rule
             if pg is None:
                 continue
             if p._seq >= node._seq:  # p was changed in place after node's op read it
@@ -2467,6 +2472,254 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
     text = '\n'.join(out)
     print(text, file=file or sys.stdout)
     return text
+
+
+# -- Looking inside a run: profile and detect_anomaly -----------------------------
+# Both watch every op (from_op calls their .op) and every backward rule (backward calls
+# _watched_rule); when neither is on, that costs one check of the list _hooks per op.
+def _watched_rule(node, g):
+    """Run node's backward rule for the hooks that watch: they see it start and end."""
+    for hook in _hooks:
+        hook.rule_start(node)
+    grads = node._backward(g)
+    for hook in _hooks:
+        hook.rule_end(node, grads)
+    return grads
+
+
+class _Hook:
+    """Turned on by `with`, off at the end of the block, even after an error."""
+
+    def __enter__(self):
+        _hooks.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _hooks.remove(self)
+
+    def op(self, out, op, parents):
+        pass
+
+    def rule_start(self, node):
+        pass
+
+    def rule_end(self, node, grads):
+        pass
+
+
+# FLOPs of an op from its output and inputs, forward pass; backward does one such
+# product per input that gets a gradient (dA = g B^T and dB = A^T g for a matmul).
+# nn.py and transformer.py add their ops (linear, conv2d, causal_attention).
+def _matmul_flops(out, parents):
+    a = parents[0]
+    return 2 * out.data.size * (a.shape[-1] if a.ndim else 1)  # multiply and add per k
+
+
+FLOPS = {'matmul': _matmul_flops}
+BACKWARD_FLOPS_FACTOR = {}  # backward FLOPs / forward FLOPs where it is not the count above
+
+
+def _kept_bytes(node, seen):
+    """Bytes an op keeps alive for backward: its output, if it is in the graph, and the
+    arrays its rule captured (masks, probabilities, copies). A memory block is counted
+    once, for the first op that holds it (`seen`: the blocks counted so far, by id)."""
+    blocks = {}
+    arrays = [node.data] if node.requires_grad and node._view is None else []  # a view: its
+    # base's memory, counted there
+    for cell in getattr(node._backward, '__closure__', None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(v, np.ndarray):
+            arrays.append(v)
+    for a in arrays:
+        base = a if a.base is None else a.base
+        counted = seen.get(id(base))
+        if isinstance(base, np.ndarray) and (counted is None or counted() is not base):
+            blocks[id(base)] = base
+    seen.update((i, weakref.ref(b)) for i, b in blocks.items())  # weak: a freed block's id
+    return builtins.sum(b.nbytes for b in blocks.values())  # may be reused by a new one
+
+
+class profile(_Hook):
+    """Where the time, the FLOPs and the memory of a block go, per op:
+
+        with tt.profile() as prof:
+            loss = model(x, y)[1]; loss.backward(); optimizer.step()
+        print(prof)
+
+    An op's forward time runs from the end of the previous event (op, rule, or a
+    record_function block such as the optimizer's step) to the end of this op, so it
+    includes the Python that prepared it; each backward rule is timed on its own. The
+    row "(outside ops)" is the rest of the block, so the rows add up to prof.total_ms,
+    the wall time of the block. "kept" is what each op holds for backward (its output
+    and the arrays its rule captured); prof.peak_kept_bytes is the most held at once.
+    """
+
+    def __init__(self):
+        self.rows = {}  # op -> {'calls', 'forward_ms', 'backward_ms', 'flops', 'out_bytes', 'kept_bytes'}
+        self.total_ms = 0.0
+        self.kept, self.peak_kept_bytes, self.peak_by_op = 0, 0, {}
+        self._held = {}  # id(node) -> (op, bytes) still held for backward
+        self._seen = {}  # id -> weak reference of each memory block counted so far
+
+    def _row(self, op):
+        if op not in self.rows:
+            self.rows[op] = dict(calls=0, forward_ms=0.0, backward_ms=0.0, flops=0,
+                                 out_bytes=0, kept_bytes=0)
+        return self.rows[op]
+
+    def __enter__(self):
+        import time
+        self._time = time.perf_counter
+        self._start = self._last = self._time()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.total_ms = (self._time() - self._start) * 1000
+
+    def op(self, out, op, parents):
+        now = self._time()
+        row = self._row(op)
+        row['calls'] += 1
+        row['forward_ms'] += (now - self._last) * 1000
+        row['out_bytes'] += out.data.nbytes
+        if op in FLOPS:
+            row['flops'] += FLOPS[op](out, parents)
+        if out.requires_grad:
+            kept = _kept_bytes(out, self._seen)
+            row['kept_bytes'] += kept
+            self._held[id(out)] = (op, kept)
+            self.kept += kept
+            if self.kept > self.peak_kept_bytes:
+                self.peak_kept_bytes = self.kept
+                self.peak_by_op = self._by_op()
+        self._last = self._time()  # the bookkeeping above is not the next op's time
+
+    def _by_op(self):
+        by_op = {}
+        for op, kept in self._held.values():
+            by_op[op] = by_op.get(op, 0) + kept
+        return by_op
+
+    def rule_start(self, node):
+        self._rule_start = self._time()
+
+    def rule_end(self, node, grads):
+        now = self._time()
+        row = self._row(node._op)
+        row['backward_ms'] += (now - self._rule_start) * 1000
+        if node._op in FLOPS:
+            n = BACKWARD_FLOPS_FACTOR.get(node._op) or builtins.sum(
+                1 for p, pg in zip(node._parents, grads) if pg is not None and p.ndim >= 2)
+            row['flops'] += n * FLOPS[node._op](node, node._parents)  # bias gradients: sums
+        op_kept = self._held.pop(id(node), None)
+        if op_kept is not None:  # backward is done with it: freed
+            self.kept -= op_kept[1]
+        self._last = now
+
+    def region(self, name, ms):
+        row = self._row(name)
+        row['calls'] += 1
+        row['forward_ms'] += ms
+        self._last = self._time()
+
+    @property
+    def outside_ms(self):
+        return self.total_ms - builtins.sum(r['forward_ms'] + r['backward_ms']
+                                            for r in self.rows.values())
+
+    @property
+    def flops(self):
+        return builtins.sum(r['flops'] for r in self.rows.values())
+
+    def table(self):
+        ms = lambda r: r['forward_ms'] + r['backward_ms']  # noqa: E731
+        lines = [f"{'op':<20} {'calls':>6} {'fwd ms':>8} {'bwd ms':>8} {'total ms':>9} "
+                 f"{'share':>6} {'GFLOP':>7} {'out MB':>7} {'kept MB':>8}"]
+        total = self.total_ms or 1.0
+        for op, r in sorted(self.rows.items(), key=lambda kv: -ms(kv[1])):
+            lines.append(f"{op:<20} {r['calls']:>6} {r['forward_ms']:>8.2f} "
+                         f"{r['backward_ms']:>8.2f} {ms(r):>9.2f} {ms(r) / total:>6.1%} "
+                         f"{r['flops'] / 1e9:>7.3f} {r['out_bytes'] / 1e6:>7.2f} "
+                         f"{r['kept_bytes'] / 1e6:>8.2f}")
+        lines.append(f"{'(outside ops)':<20} {'':>6} {'':>8} {'':>8} {self.outside_ms:>9.2f} "
+                     f"{self.outside_ms / total:>6.1%}")
+        lines.append(f"{'total':<20} {'':>6} {'':>8} {'':>8} {self.total_ms:>9.2f} {1:>6.0%} "
+                     f"{self.flops / 1e9:>7.3f}")
+        rate = self.flops / (self.total_ms / 1000) / 1e9 if self.total_ms else 0.0
+        top = sorted(self.peak_by_op.items(), key=lambda kv: -kv[1])[:4]
+        held = ', '.join(f"{op} {b / 1e6:.1f} MB" for op, b in top)
+        lines.append(f"{self.flops / 1e9:.3f} GFLOP in {self.total_ms:.1f} ms: {rate:.1f} GFLOP/s; "
+                     f"peak held for backward {self.peak_kept_bytes / 1e6:.1f} MB"
+                     + (f" ({held})" if held else ""))
+        return '\n'.join(lines)
+
+    __str__ = table
+
+
+class record_function:
+    """A named row in an active profile for a block that is not an op (the optimizer's
+    step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
+    profile is on."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        import time
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        import time
+        for hook in _hooks:
+            if isinstance(hook, profile):
+                hook.region(self.name, (time.perf_counter() - self._start) * 1000)
+
+
+class AnomalyError(RuntimeError):
+    pass
+
+
+_LIBRARY = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py', 'data.py')
+
+
+def _user_line():
+    """The line of user code that called into the library (the innermost frame outside it)."""
+    import traceback
+    for frame in reversed(traceback.extract_stack()):
+        if os.path.basename(frame.filename) not in _LIBRARY:
+            return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return "(unknown)"
+
+
+class detect_anomaly(_Hook):
+    """Find where a NaN was born. Forward: the first op whose output holds a NaN raises,
+    naming the op, its inputs' shapes and the line of your code that called it
+    (infinities alone are allowed: masks use -inf). Backward: the first rule that returns
+    a NaN or infinite gradient raises, naming the op, the input, and the line that made
+    the op in the forward pass. Off by default; slow when on (it checks every array)."""
+
+    def op(self, out, op, parents):
+        where = _user_line()
+        if out.requires_grad:
+            out._made_at = where
+        if out.data.dtype.kind == 'f' and np.isnan(out.data).any():
+            shapes = ', '.join(str(tuple(p.shape)) for p in parents)
+            raise AnomalyError(f"detect_anomaly: '{op}' returned NaN in its output "
+                               f"{tuple(out.shape)} (inputs {shapes}), at {where}")
+
+    def rule_end(self, node, grads):
+        for i, (p, pg) in enumerate(zip(node._parents, grads)):
+            if pg is not None and np.issubdtype(np.asarray(pg).dtype, np.floating) and \
+                    not np.isfinite(pg).all():
+                kind = 'NaN' if np.isnan(pg).any() else 'an infinite value'
+                raise AnomalyError(
+                    f"detect_anomaly: the backward rule of '{node._op}' returned {kind} in the "
+                    f"gradient of its input {i} (shape {tuple(p.shape)}); the op was made at "
+                    f"{getattr(node, '_made_at', '(before detect_anomaly was on)')}")
 
 
 # ---------------------------------------------------------------------------

@@ -358,5 +358,9 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
                       saves_output=True)  # backward reads y
 
 
+# q k^T and P v, each 2*T*T*D per head and batch, all heads: 4*B*T*T*C (the masked half
+# is computed too); backward does four such products: twice the forward
+tt.FLOPS['causal_attention'] = lambda out, parents: 4 * out.data.size * out.shape[1]
+tt.BACKWARD_FLOPS_FACTOR['causal_attention'] = 2
 tt.RULES_IN_WORDS['causal_attention'] = ("fused attention backward: dv = P^T g, dS = P * (g v^T - "
                                          "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)")
