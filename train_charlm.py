@@ -68,6 +68,9 @@ def parse_args(argv=None):
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
+    t.add_argument('--profile', action='store_true',
+                   help="print where the time, FLOPs and memory of one training step of the "
+                        "configured model go (tt.profile), then exit; nothing is written")
     t.add_argument('--plot', action='store_true',
                    help="save OUT_DIR/loss.png from the metrics (needs matplotlib); on an OUT_DIR "
                         "that holds a run, without --resume, it only draws that run")
@@ -375,6 +378,79 @@ def refuse_to_overwrite(out_dir):
                     f"give another --out-dir to keep it, or --force to replace it")
 
 
+METRICS_COLUMNS = ['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec', 'grad_norm',
+                   'update_ratio']
+
+
+def start_metrics(path, fresh):
+    """A new metrics.csv with its header; a resumed run's file from before the health
+    columns existed gets them (empty in its old rows)."""
+    if not fresh and os.path.exists(path):
+        with open(path, newline='') as f:
+            rows = list(csv.reader(f))
+        if rows and rows[0] == METRICS_COLUMNS:
+            return
+        old = rows[1:] if rows else []
+    else:
+        old = []
+    with open(path, 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(METRICS_COLUMNS)
+        w.writerows(r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in old)
+
+
+def update_ratio(before, params):
+    """The median over the parameters of |change| / |weight| for one optimizer step: a
+    health signal (around 1e-3 is healthy; much larger, the steps are too big)."""
+    ratios = [np.linalg.norm(p.data - b) / (np.linalg.norm(b) + 1e-12)
+              for b, p in zip(before, params)]
+    return float(np.median(ratios))
+
+
+def diagnose_nan(model, x, y, rng_state):
+    """Run the step that went bad again under tt.detect_anomaly: which op made the NaN."""
+    tt.set_rng_state(rng_state)  # the same dropout masks as the step that failed
+    try:
+        with np.errstate(all='ignore'), tt.detect_anomaly():
+            _, loss = model(x, y)
+            model.zero_grad()
+            loss.backward()
+    except tt.AnomalyError as e:
+        return str(e)
+    return "detect_anomaly found no NaN when the step ran again"
+
+
+def profile_step(args):
+    """--profile: one step of the configured model, measured op by op; nothing written."""
+    if args.file:
+        text, source = read_text(args.file), args.file
+    else:
+        text, source = default_corpus(), "this project's own source and README"
+    vocab = Vocab(text)
+    config = build_config(args, len(vocab.chars))
+    train_data, _ = split_data(vocab.encode(text), config.block_size)
+    tt.manual_seed(args.seed)
+    model = GPT(config)
+    optimizer = optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
+                            weight_decay=args.weight_decay)
+
+    def step():
+        x, y = get_batch(train_data, config.block_size, args.batch_size, tt.default_generator())
+        _, loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+    step()  # a warm-up step: the first one also pays for setting things up
+    with tt.profile() as prof:
+        step()
+    print(f"one training step: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} "
+          f"wide, block {config.block_size}, batch {args.batch_size}, "
+          f"{model.num_parameters():,} parameters (text: {source})")
+    print(prof)
+    return 0
+
+
 def train(args):
     if args.plot:
         need_matplotlib(os.path.join(args.out_dir, METRICS_NAME))
@@ -434,9 +510,7 @@ def train(args):
                    for _ in range(args.eval_iters)]
 
     metrics_file = os.path.join(args.out_dir, METRICS_NAME)
-    if ck is None or not os.path.exists(metrics_file):
-        with open(metrics_file, 'w', newline='') as f:
-            csv.writer(f).writerow(['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec'])
+    start_metrics(metrics_file, fresh=ck is None)
     print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
           f"{model.num_parameters():,} parameters")
     print(f"model: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} wide, block "
@@ -465,30 +539,38 @@ def train(args):
             while step < stop_at:
                 x, y = get_batch(train_data, config.block_size, args.batch_size,
                                  tt.default_generator())
+                rng_state = tt.get_rng_state()  # to run this step again if it goes bad
                 _, loss = model(x, y)
                 loss_value = loss.item()
-                if not math.isfinite(loss_value):
+                grad_norm = math.nan
+                if math.isfinite(loss_value):
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
+                if not math.isfinite(grad_norm):
                     progress.show('', final=False)
                     kept = (f"the last good checkpoint is kept at {checkpoint_path(args.out_dir)}"
                             if os.path.exists(checkpoint_path(args.out_dir))
                             else "no checkpoint was saved yet")
-                    print(f"\nerror: the loss became {loss_value} at step {step + 1}; stopping "
-                          f"(try a lower --lr). {kept}", file=sys.stderr)
+                    what = (f"the loss became {loss_value}" if not math.isfinite(loss_value)
+                            else f"the gradient norm became {grad_norm}")
+                    print(f"\nerror: {what} at step {step + 1}; stopping (try a lower --lr). "
+                          f"{kept}\n{diagnose_nan(model, x, y, rng_state)}", file=sys.stderr)
                     return 3
-                optimizer.zero_grad()
-                loss.backward()
-                optim.clip_grad_norm_(model.parameters(), args.grad_clip)
                 lr = scheduler.get_last_lr()[0]
+                evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
+                before = [p.data.copy() for p in model.parameters()] if evaluated else None
                 optimizer.step()
                 scheduler.step()
                 step += 1
                 elapsed = time.time() - start_time
                 tok_s = (step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                evaluated = step % args.eval_interval == 0 or step == args.steps
+                ratio = ''
                 if evaluated:
                     last_val = evaluate(model, val_batches)
+                    ratio = f"{update_ratio(before, model.parameters()):.3e}"
                 metrics.writerow([step, f"{loss_value:.6f}", f"{last_val:.6f}" if evaluated else '',
-                                  f"{lr:.6g}", f"{tok_s:.1f}"])
+                                  f"{lr:.6g}", f"{tok_s:.1f}", f"{grad_norm:.4g}", ratio])
                 eta = (stop_at - step) * elapsed / max(step - start_step, 1)
                 progress.show(f"step {step}/{args.steps} | loss {loss_value:.4f} | val "
                               f"{last_val:.4f} | {tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed"
@@ -553,6 +635,8 @@ def main(argv=None):
         args = parse_args(argv)
         if args.sample:
             return sample_only(args)
+        if args.profile:
+            return profile_step(args)
         if args.plot and not (args.resume or args.force) and \
                 os.path.exists(checkpoint_path(args.out_dir)):
             return plot_only(args)
