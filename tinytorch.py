@@ -2687,12 +2687,20 @@ _LIBRARY = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py', 'data.py')
 
 
 def _user_line():
-    """The line of user code that called into the library (the innermost frame outside it)."""
+    """Where an op was called: the innermost line outside tinytorch.py and nn.py (a
+    model's forward), and, if that is in the library (transformer.py), the user's line
+    that called it."""
     import traceback
-    for frame in reversed(traceback.extract_stack()):
-        if os.path.basename(frame.filename) not in _LIBRARY:
-            return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
-    return "(unknown)"
+    stack = list(reversed(traceback.extract_stack()))
+    name = lambda f: os.path.basename(f.filename)  # noqa: E731
+    text = lambda f: f"{f.filename}:{f.lineno}: {(f.line or '').strip()}"  # noqa: E731
+    model = next((f for f in stack if name(f) not in ('tinytorch.py', 'nn.py')), None)
+    if model is None:
+        return "(unknown)"
+    if name(model) not in _LIBRARY:
+        return text(model)
+    user = next((f for f in stack if name(f) not in _LIBRARY), None)
+    return text(model) + ("" if user is None else f", called from {text(user)}")
 
 
 class detect_anomaly(_Hook):
