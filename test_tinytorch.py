@@ -4033,3 +4033,25 @@ def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
     assert "one training step" in r.stdout and "(outside ops)" in r.stdout
     assert re.search(r"^linear\s+\d+", r.stdout, re.M) and "AdamW.step" in r.stdout
     assert "GFLOP/s" in r.stdout and not run.exists()
+
+
+def test_in_place_on_an_intermediate_keeps_every_alias_in_step():
+    x = t64(3)
+    h = x * 2
+    d = h.detach()  # shares h's memory, as in PyTorch
+    h += 1.0
+    assert d.tolist() == h.tolist()
+    v = x * 3
+    row = v[1:]  # a view: shares v's memory
+    v.mul_(2.0)
+    assert row.tolist() == v[1:].tolist()
+    p = x * 1
+    e = p.exp()  # saves its output e; e then changes in place, taking new memory
+    e.add_(1.0)
+    with pytest.raises(RuntimeError, match="backward through 'exp'.*modified in place"):
+        e.sum().backward()
+    q = x.abs() ** t64(3, seed=1).abs()  # pow with a tensor exponent reads its output
+    q.relu_()  # q's memory may be new now: pow's rule must still be guarded
+    q.mul_(2.0)
+    with pytest.raises(RuntimeError, match="backward through 'pow'.*modified in place"):
+        q.sum().backward()

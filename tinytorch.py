@@ -204,6 +204,7 @@ class Tensor:
 
     def detach(self):
         """Same data (shared, as in PyTorch), outside the graph."""
+        self._shared = True  # an in-place op on self must write into the shared memory
         out = Tensor.__new__(Tensor)
         _init_result(out, self.data, self._vc)
         return out
@@ -1776,9 +1777,12 @@ def _bump(x):
 
 
 def _in_place_operand(x, other, op, floating=False):
-    """other as a tensor of x's dtype for an in-place op on x: the promoted dtype
-    (result_type) must fit back into x's dtype, as in PyTorch (an int tensor can't
+    """other for an in-place op on x, as a number or a tensor of x's dtype: the promoted
+    dtype (result_type) must fit back into x's dtype, as in PyTorch (an int tensor can't
     take += 1.5)."""
+    if x.dtype.kind == 'f' and (type(other) in (float, int) or
+                                isinstance(other, Tensor) and other.dtype == x.dtype):
+        return other  # the common cases: nothing to promote, the op takes it as it is
     dtype = result_type(x, other)
     if floating and dtype.kind not in 'fc':
         dtype = default_dtype
@@ -1796,12 +1800,23 @@ def _in_place(x, op, result):
     if result.shape != x.shape:
         raise RuntimeError(f"{op}: the result has shape {tuple(result.shape)} but the tensor "
                            f"has shape {tuple(x.shape)}; an in-place op can't change a shape")
-    x.data[...] = result.data
+    if result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
+        x.data = result.data  # no one else reads x's memory: take the result's, no copy
+    else:
+        x.data[...] = result.data  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
         result._op = op
         _record(x, result)
     return x
+
+
+def _sole_owner(x):
+    """x's memory is x's alone: x is an op's output, not a view, with no live views, never
+    detached. Its in-place op can then keep the result's memory instead of copying."""
+    views = x.__dict__.get('_views')
+    return (x._backward is not None and x._view is None and x.data.base is None
+            and '_shared' not in x.__dict__ and not (views and any(r() is not None for r in views)))
 
 
 def _record(x, node):
@@ -1819,20 +1834,26 @@ def _record(x, node):
                 _rewrite(v, v._view[1](base))
 
 
-_HISTORY = ('requires_grad', '_parents', '_backward', '_op', '_saved', '_seq')
+_NOTHING = np.zeros(2, dtype=np.float64)  # 16 bytes: one element of any dtype, read-only
+_NOTHING.flags.writeable = False
 
 
 def _rewrite(x, node):
     """x (the same Python object) becomes the output of node; its old history moves to a
     snapshot, x._older, for the ops that read x before the change."""
     old = Tensor.__new__(Tensor)
-    _init_result(old, x.data, x._vc)  # same memory: its old values are gone (see above)
-    for field in _HISTORY:
-        setattr(old, field, getattr(x, field))
+    # the old values are gone (x's memory holds the new ones): the snapshot keeps only the
+    # shape and dtype, in an array of that shape whose elements all sit on one (zero) value
+    _init_result(old, np.ndarray(x.shape, x.dtype, _NOTHING, 0, (0,) * x.ndim), x._vc)
+    old.requires_grad, old._parents, old._backward = x.requires_grad, x._parents, x._backward
+    old._op, old._saved, old._seq = x._op, x._saved, x._seq
     if '_older' in x.__dict__:
         old._older = x._older
-    for field in _HISTORY:
-        setattr(x, field, getattr(node, field))
+    x.requires_grad, x._parents, x._backward = node.requires_grad, node._parents, node._backward
+    x._op, x._seq = node._op, node._seq
+    # a rule that reads node's output now reads x's memory: guard it with x's counter
+    x._saved = tuple((x._vc, x._vc[0], s) if c is node._vc else (c, v, s)
+                     for c, v, s in node._saved)
     x._older = old
 
 
@@ -1903,7 +1924,7 @@ def masked_fill_(x, mask, value):
 
 def fill_(x, value):
     """Every element becomes value (a number or a 0-d tensor, which gets the gradient)."""
-    v = _in_place_operand(x, value, 'fill_')
+    v = _as(_in_place_operand(x, value, 'fill_'), x.dtype)
     if v.ndim != 0:
         raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got shape "
                            f"{tuple(v.shape)}")
