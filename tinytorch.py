@@ -1751,7 +1751,8 @@ Tensor.backward = backward
 # a visible 'clone' node, as PyTorch keeps one.
 #
 # Each in-place op below computes its result with its out-of-place twin and hands it to
-# _in_place, which writes it into x's memory and rewrites x's history to be the twin's.
+# _in_place, which writes it into x's memory (or, when nothing else shares that memory,
+# gives x the result's memory: no copy) and rewrites x's history to be the twin's.
 # Through views: y = h[0]; y += 1 changes h's memory too. Then h's history becomes
 # CopySlices(old h, y) (y's region from y, the rest from the old h), and every other
 # live view of h is made again from the new h, so that its history matches its values.
