@@ -2082,16 +2082,29 @@ def _fake_matplotlib(folder):
     return dict(os.environ, PYTHONPATH=str(folder))
 
 
+def _no_matplotlib(folder):
+    """An environment in which `import matplotlib` fails, whether or not it is installed."""
+    hidden = folder / "hide_matplotlib"
+    (hidden / "matplotlib").mkdir(parents=True)
+    (hidden / "matplotlib" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    return dict(os.environ, PYTHONPATH=str(hidden))
+
+
 def test_charlm_plot_draws_a_finished_run_without_training(corpus, tmp_path):
     run = str(tmp_path / "run")
+    hidden = _no_matplotlib(tmp_path)
     # without matplotlib, --plot is refused before any training: nothing is written
-    r = run_charlm(corpus, *TINY, '--steps', '4', '--out-dir', run, '--plot')
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                        '--steps', '4', '--out-dir', run, '--plot'], capture_output=True,
+                       text=True, timeout=120, cwd=HERE, env=hidden)
     assert r.returncode == 2 and r.stderr.startswith("error: --plot needs matplotlib")
     assert not os.path.exists(run)
     assert run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--out-dir', run
                       ).returncode == 0
     ckpt = (tmp_path / "run" / "ckpt.npz").read_bytes()
-    r = run_charlm('--plot', '--out-dir', run)  # no matplotlib: one line, the run untouched
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_charlm.py'), '--plot',
+                        '--out-dir', run], capture_output=True, text=True, timeout=120, cwd=HERE,
+                       env=hidden)  # no matplotlib: one line, the run untouched
     assert r.returncode == 2 and "--plot needs matplotlib" in r.stderr
     env = _fake_matplotlib(tmp_path)
     r = subprocess.run([sys.executable, os.path.join(HERE, 'train_charlm.py'), '--plot',
@@ -3550,15 +3563,25 @@ def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
-def test_train_digits_plot_needs_matplotlib_or_draws(tmp_path):
-    r = run_digits('--epochs', '1', '--plot', '--out-dir', str(tmp_path))
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert r.returncode == 2 and "--plot needs matplotlib" in r.stderr
-        assert not (tmp_path / 'cnn.npz').exists()  # nothing was trained
-    else:
-        assert r.returncode == 0 and (tmp_path / 'cnn_errors.png').exists()
+def test_train_digits_plot_needs_matplotlib(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1',
+                        '--plot', '--out-dir', str(tmp_path / 'out')], capture_output=True,
+                       text=True, timeout=120, cwd=HERE, env=_no_matplotlib(tmp_path))
+    assert r.returncode == 2 and "--plot needs matplotlib" in r.stderr
+    assert not (tmp_path / 'out').exists()  # nothing was trained
+
+
+def test_train_digits_plot_draws_the_misclassified_digits(tmp_path):
+    pytest.importorskip("matplotlib")
+    r = run_digits('--epochs', '1', '--model', 'mlp', '--plot', '--out-dir', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    wrong = int(re.search(r"(\d+) misclassified test digits drawn", r.stdout).group(1))
+    acc = float(re.findall(r"^test accuracy ([\d.]+)%", r.stdout, re.M)[0])
+    assert wrong == min(40, round(360 * (1 - acc / 100)))
+    assert (tmp_path / 'mlp_errors.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+
 
 
 # ---------------------------------------------------------------------------
