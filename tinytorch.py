@@ -9,13 +9,14 @@ Read this file top to bottom:
   4. elementwise functions (exp, tanh, gelu, ...)
   5. reductions (sum, mean, var, max, logsumexp, ...)
   6. shape and indexing (reshape, permute, getitem, cat, ...)
-  7. matmul
+  7. matmul, and unfold (im2col): a convolution is a matmul over patches
   8. softmax and log_softmax
   9. backward: walking the graph in reverse topological order
- 10. in-place ops and the version counter
+ 10. in-place ops: the graph is rewritten (views too), the version counter keeps it safe
  11. creation functions and the random generator
  12. gradcheck: finite differences against the analytic gradient
- 13. seeing the graph: draw_graph (Graphviz DOT) and grad_path (a gradient's way back)
+ 13. seeing the graph: draw_graph (Graphviz DOT) and grad_path (a gradient's way back);
+     looking inside a run: profile (time, FLOPs, memory per op) and detect_anomaly
  14. speed: the allocator and thread settings, parallel_for, and the fast kernels that
      some ops call in one line (each computes what the op's plain code says, faster;
      a test checks that they agree). Nothing before it needs it to be understood.
@@ -2231,7 +2232,7 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
 
 
 # ---------------------------------------------------------------------------
-# 13. Seeing the graph: draw_graph and grad_path
+# 13. Seeing the graph: draw_graph and grad_path; profile and detect_anomaly
 # ---------------------------------------------------------------------------
 def _param_names(names):
     """id -> name, from a Module (anything with named_parameters()) or a dict name -> tensor."""
