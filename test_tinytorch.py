@@ -3686,8 +3686,18 @@ def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
     assert config['n_positions'] == 16 and config['n_embd'] == 16
     tensors, meta = nn.load_safetensors(tmp_path / 'hf' / 'model.safetensors')
     ck = nn.load(trained_run / 'run' / 'ckpt.npz')
-    np.testing.assert_array_equal(tensors['transformer.h.0.attn.c_attn.weight'],
-                                  ck['model']['h.0.attn.c_attn.weight'].T)  # Conv1D: (in, out)
+    C = 16
+    conv1d = {'attn.c_attn.weight': (C, 3 * C), 'attn.c_proj.weight': (C, C),
+              'mlp.c_fc.weight': (C, 4 * C), 'mlp.c_proj.weight': (4 * C, C)}  # GPT-2: (in, out)
+    assert sorted(tensors) == sorted('transformer.' + k for k in ck['model'] if k != 'lm_head.weight')
+    for name, a in tensors.items():
+        ours = ck['model'][name.removeprefix('transformer.')]
+        suffix = '.'.join(name.split('.')[-3:])
+        if suffix in conv1d:
+            assert a.shape == conv1d[suffix]
+            np.testing.assert_array_equal(a, ours.T)
+        else:
+            np.testing.assert_array_equal(a, ours)
     assert meta['format'] == 'pt'
     vocab = json.loads((tmp_path / 'hf' / 'vocab.json').read_text(encoding='utf-8'))
     assert ''.join(vocab[str(i)] for i in range(len(vocab))) == ck['vocab']
