@@ -4088,3 +4088,17 @@ def test_in_place_on_an_intermediate_keeps_every_alias_in_step():
     q.mul_(2.0)
     with pytest.raises(RuntimeError, match="backward through 'pow'.*modified in place"):
         q.sum().backward()
+
+
+def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory():
+    x = tt.randn(1000, requires_grad=True)
+    with tt.profile() as prof:
+        h = x * 2.0
+        h.relu_()
+        h += 1.0
+        assert prof.kept > 0
+        h.sum().backward()
+    assert {'relu_', 'add_', 'mul', 'sum'} <= set(prof.rows)
+    assert 'relu' not in prof.rows and 'add' not in prof.rows
+    assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
+    assert prof.kept == 0  # backward went through every node: nothing is held any more

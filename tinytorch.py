@@ -1808,6 +1808,8 @@ def _in_place(x, op, result):
         x.data[...] = result.data  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
+        for hook in _hooks:  # a profile counted the twin under its own name: move it
+            hook.renamed(result, op)
         result._op = op
         _record(x, result)
     return x
@@ -2529,6 +2531,9 @@ class _Hook:
     def rule_end(self, node, grads):
         pass
 
+    def renamed(self, node, op):  # an in-place op's twin (add) became add_
+        pass
+
 
 # FLOPs of an op from its output and inputs, forward pass; backward does one such
 # product per input that gets a gradient (dA = g B^T and dB = A^T g for a matmul).
@@ -2584,8 +2589,9 @@ class profile(_Hook):
         self.rows = {}  # op -> {'calls', 'forward_ms', 'backward_ms', 'flops', 'out_bytes', 'kept_bytes'}
         self.total_ms = 0.0
         self.kept, self.peak_kept_bytes, self.peak_by_op = 0, 0, {}
-        self._held = {}  # id(node) -> (op, bytes) still held for backward
+        self._held = {}  # id(rule) -> (op, bytes) still held for backward
         self._seen = {}  # id -> weak reference of each memory block counted so far
+        self._last_op = None
 
     def _row(self, op):
         if op not in self.rows:
@@ -2606,20 +2612,35 @@ class profile(_Hook):
     def op(self, out, op, parents):
         now = self._time()
         row = self._row(op)
-        row['calls'] += 1
-        row['forward_ms'] += (now - self._last) * 1000
-        row['out_bytes'] += out.data.nbytes
-        if op in FLOPS:
-            row['flops'] += FLOPS[op](out, parents)
+        this = dict(calls=1, forward_ms=(now - self._last) * 1000, out_bytes=out.data.nbytes,
+                    flops=FLOPS[op](out, parents) if op in FLOPS else 0, kept_bytes=0)
         if out.requires_grad:
-            kept = _kept_bytes(out, self._seen)
-            row['kept_bytes'] += kept
-            self._held[id(out)] = (op, kept)
+            this['kept_bytes'] = kept = _kept_bytes(out, self._seen)
+            self._held[id(out._backward)] = (op, kept)  # the rule moves with the history
             self.kept += kept
             if self.kept > self.peak_kept_bytes:
                 self.peak_kept_bytes = self.kept
                 self.peak_by_op = self._by_op()
+        for key, value in this.items():
+            row[key] += value
+        self._last_op = (op, this)  # an in-place op renames it (renamed, above)
         self._last = self._time()  # the bookkeeping above is not the next op's time
+
+    def renamed(self, node, op):
+        """The op just counted as node._op is the in-place op (add as add_): move it."""
+        last, old = self._last_op, node._op
+        if last is None or last[0] != old:
+            return
+        src, row = self.rows[old], self._row(op)
+        for key, value in last[1].items():
+            src[key] -= value
+            row[key] += value
+        if not src['calls']:
+            del self.rows[old]
+        key = id(node._backward)
+        if key in self._held:
+            self._held[key] = (op, self._held[key][1])
+        self._last_op = None
 
     def _by_op(self):
         by_op = {}
@@ -2638,7 +2659,7 @@ class profile(_Hook):
             n = BACKWARD_FLOPS_FACTOR.get(node._op) or builtins.sum(
                 1 for p, pg in zip(node._parents, grads) if pg is not None and p.ndim >= 2)
             row['flops'] += n * FLOPS[node._op](node, node._parents)  # bias gradients: sums
-        op_kept = self._held.pop(id(node), None)
+        op_kept = self._held.pop(id(node._backward), None)
         if op_kept is not None:  # backward is done with it: freed
             self.kept -= op_kept[1]
         self._last = now
