@@ -4102,3 +4102,20 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert 'relu' not in prof.rows and 'add' not in prof.rows
     assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
     assert prof.kept == 0  # backward went through every node: nothing is held any more
+
+
+_SPLITS = [(11, [0.5, 0.5]), (10, [0.3, 0.3, 0.4]), (7, [0.1, 0.2, 0.7]), (5, [0.25] * 4)]
+
+
+def test_random_split_hands_out_the_remainder_one_each_from_the_first():
+    # floor(n * fraction) each, then the leftover examples one each, first split first
+    assert [[len(s) for s in data.random_split(range(n), f)] for n, f in _SPLITS] == \
+        [[6, 5], [3, 3, 4], [1, 2, 4], [2, 1, 1, 1]]
+
+
+def test_random_split_lengths_match_pytorch():
+    torch = need_torch()
+    from torch.utils.data import random_split
+    for n, fractions in _SPLITS:
+        assert [len(s) for s in data.random_split(range(n), fractions)] == \
+            [len(s) for s in random_split(range(n), fractions)]
