@@ -4119,3 +4119,26 @@ def test_random_split_lengths_match_pytorch():
     for n, fractions in _SPLITS:
         assert [len(s) for s in data.random_split(range(n), fractions)] == \
             [len(s) for s in random_split(range(n), fractions)]
+
+
+def test_data_edge_cases_and_explicit_generators():
+    with pytest.raises(ValueError, match="give at least one tensor"):
+        data.TensorDataset()
+    xs = tt.arange(6.0) * 10
+    ds = data.TensorDataset(xs)
+    one = list(data.DataLoader(ds))  # PyTorch's default: batches of one example
+    assert len(one) == 6 and one[2][0].tolist() == [20.0]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="batch_size must be a positive int"):
+            data.DataLoader(ds, batch_size=bad)
+    a, b = data.random_split(ds, [6, 0])  # an empty part is allowed, as in PyTorch
+    assert len(b) == 0 and sorted(a[i][0].item() for i in range(6)) == xs.tolist()
+    # an explicit generator decides the order, whatever tinytorch's own generator does
+    splits = []
+    for seed in (5, 5, 6):
+        tt.manual_seed(seed)  # changes tinytorch's generator, not the explicit one
+        part = data.random_split(ds, [3, 3], generator=np.random.default_rng(0))[0]
+        splits.append(part.indices)
+    assert splits[0] == splits[1] == splits[2]
+    with pytest.raises(ValueError, match="do not add up"):
+        data.random_split(range(3), [1])  # ints that do not cover the dataset
