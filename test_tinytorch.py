@@ -2958,6 +2958,7 @@ _IN_PLACE_TWINS = {
                      lambda x, o: x.masked_fill(o.data > 0, -1.0)),
     'zero_': (lambda x, o: x.zero_() + o, lambda x, o: x * 0 + o),
     'fill_': (lambda x, o: x.fill_(2.0) * o, lambda x, o: x * 0 + 2.0 * o),
+    'fill_ 0-d tensor': (lambda x, o: x.fill_(o[0, 0]) * o, lambda x, o: (x * 0 + o[0, 0]) * o),
     'copy_': (lambda x, o: x.copy_(o[1]), lambda x, o: x * 0 + o[1]),
     'setitem': (lambda x, o: x.__setitem__((0, slice(1, 3)), o[1, :2]) or x,
                 lambda x, o: tt.cat([tt.cat([x[0, :1], o[1, :2], x[0, 3:]]).unsqueeze(0), x[1:]])),
