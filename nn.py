@@ -506,9 +506,8 @@ def _pool_check(input, kernel_size, stride, padding, dilation, op):
     return win
 
 
-def _pool_windows(input, kernel_size, stride, padding, dilation, op):
+def _pool_windows(input, win):
     """Each channel's windows as columns: (N*C, kh*kw, L), and the output's shape."""
-    win = _pool_check(input, kernel_size, stride, padding, dilation, op)
     n, c, h, w = input.shape
     cols = tt.unfold(input.reshape(n * c, 1, h, w), win.kernel, win.dilation, win.padding,
                      win.stride)
@@ -518,22 +517,21 @@ def _pool_windows(input, kernel_size, stride, padding, dilation, op):
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
+    win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
     if FUSED_VISION:  # the same numbers as one op (section 6, Speed)
-        _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-        return max_pool2d_fused(input, tt.window(input.shape, kernel_size, dilation, padding,
-                                                 kernel_size if stride is None else stride))
-    cols, shape = _pool_windows(input, kernel_size, stride, padding, dilation, 'max_pool2d')
+        return max_pool2d_fused(input, win)
+    cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
-        n, c, h, w = input.shape
-        real = tt.unfold(tt.ones(1, 1, h, w, dtype=input.dtype), kernel_size, dilation,
-                         padding, kernel_size if stride is None else stride)
+        real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
+                         win.dilation, win.padding, win.stride)
         cols = cols.masked_fill(real.data == 0, -np.inf)
     return cols.max(dim=1).values.reshape(shape)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0):
     """The mean of each window (zero padding counts, as PyTorch's count_include_pad)."""
-    cols, shape = _pool_windows(input, kernel_size, stride, padding, 1, 'avg_pool2d')
+    cols, shape = _pool_windows(input, _pool_check(input, kernel_size, stride, padding, 1,
+                                                   'avg_pool2d'))
     return cols.mean(dim=1).reshape(shape)
 
 
