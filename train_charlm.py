@@ -378,6 +378,23 @@ def refuse_to_overwrite(out_dir):
                     f"give another --out-dir to keep it, or --force to replace it")
 
 
+def read_corpus(args):
+    """The text to learn from, and a name for it: FILE, or this project's own files."""
+    if args.file:
+        return read_text(args.file), args.file
+    return default_corpus(), "this project's own source and README"
+
+
+def make_optimizer(model, args):
+    """AdamW with weight decay on the matrices (embeddings included, as in nanoGPT), not
+    on biases and LayerNorm gains."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
+                        {'params': no_decay, 'weight_decay': 0.0}],
+                       lr=args.lr, betas=(0.9, 0.99))
+
+
 METRICS_COLUMNS = ['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec', 'grad_norm',
                    'update_ratio']
 
@@ -422,17 +439,13 @@ def diagnose_nan(model, x, y, rng_state):
 
 def profile_step(args):
     """--profile: one step of the configured model, measured op by op; nothing written."""
-    if args.file:
-        text, source = read_text(args.file), args.file
-    else:
-        text, source = default_corpus(), "this project's own source and README"
+    text, source = read_corpus(args)
     vocab = Vocab(text)
     config = build_config(args, len(vocab.chars))
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
     model = GPT(config)
-    optimizer = optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
-                            weight_decay=args.weight_decay)
+    optimizer = make_optimizer(model, args)
 
     def step():
         x, y = get_batch(train_data, config.block_size, args.batch_size, tt.default_generator())
@@ -456,10 +469,7 @@ def train(args):
         need_matplotlib(os.path.join(args.out_dir, METRICS_NAME))
     if not args.resume and not args.force:
         refuse_to_overwrite(args.out_dir)
-    if args.file:
-        text, source = read_text(args.file), args.file
-    else:
-        text, source = default_corpus(), "this project's own source and README"
+    text, source = read_corpus(args)
     prepare_out_dir(args.out_dir)
     ck = load_checkpoint(args.out_dir) if args.resume else None
     vocab = Vocab(text)
@@ -474,13 +484,7 @@ def train(args):
 
     tt.manual_seed(args.seed)
     model = restore_model(ck, config) if ck else GPT(config)
-    # weight decay on the matrices (embeddings included, as in nanoGPT), not on biases
-    # and LayerNorm gains
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = optim.AdamW([{'params': decay, 'weight_decay': args.weight_decay},
-                             {'params': no_decay, 'weight_decay': 0.0}],
-                            lr=args.lr, betas=(0.9, 0.99))
+    optimizer = make_optimizer(model, args)
     # the schedule belongs to the run: a resumed run keeps the length it started with, so
     # more --steps than that continue at --min-lr instead of stretching the cosine again
     schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
