@@ -1133,7 +1133,7 @@ def max_pool2d_fused(input, win):
         if ph or pw else input.data
     slices = [tt._window_slice(win, i, j) for i in range(win.kernel[0]) for j in range(win.kernel[1])]
     out = x[(..., *slices[0])].copy()
-    winner = np.zeros(out.shape, dtype=np.int8)
+    winner = np.zeros(out.shape, dtype=np.intp)  # which slice won: 0 .. kh*kw - 1
     for k, s in enumerate(slices[1:], 1):
         bigger = x[(..., *s)] > out  # strictly: the first maximum keeps a tie, as PyTorch
         np.copyto(out, x[(..., *s)], where=bigger)

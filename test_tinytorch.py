@@ -4143,3 +4143,12 @@ def test_data_edge_cases_and_explicit_generators():
     assert splits[0] == splits[1] == splits[2]
     with pytest.raises(ValueError, match="do not add up"):
         data.random_split(range(3), [1])  # ints that do not cover the dataset
+
+
+def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkeypatch):
+    x = tt.zeros(1, 1, 12, 12, requires_grad=True)
+    with tt.no_grad():
+        x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
+    monkeypatch.setattr(nn, 'FUSED_VISION', True)
+    nn.max_pool2d(x, 12).sum().backward()
+    assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
