@@ -1090,29 +1090,27 @@ def conv2d_fused(input, weight, bias, win):
     xp = np.zeros((c, n, hp * wp + extra), dtype=input.dtype)  # (C, N, flat padded image)
     xp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w] = \
         input.data.transpose(1, 0, 2, 3)
-    cols = np.empty((c, kh, kw, n, run), dtype=input.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            start = i * dh * wp + j * dw
-            cols[:, i, j] = xp[:, :, start:start + run]
+    # kernel element (i, j) reads the flat image from i*dh rows and j*dw columns on
+    starts = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
+    cols = np.empty((c, kh * kw, n, run), dtype=input.dtype)
+    for k, start in enumerate(starts):
+        cols[:, k] = xp[:, :, start:start + run]
     cols = cols.reshape(c * kh * kw, n * run)
     w2 = weight.data.reshape(o, -1)  # (O, C*kh*kw): the same order as cols' rows
     out = (w2 @ cols).reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
     if bias is not None:
         out += bias.data[:, None, None, None]
 
-    def backward(g):
+    def backward(g):  # dcols = W^T g, folded back;  dW = g cols^T;  db = g summed
         gw = np.zeros((o, n, oh, wp), dtype=g.dtype)  # g, with zeros in the padding columns
         gw[..., :ow] = g.transpose(1, 0, 2, 3)
         gw = gw.reshape(o, n * run)
         gx = gweight = gb = None
         if input.requires_grad:
-            gcols = (w2.T @ gw).reshape(c, kh, kw, n, run)
+            gcols = (w2.T @ gw).reshape(c, kh * kw, n, run)
             gp = np.zeros_like(xp)
-            for i in range(kh):
-                for j in range(kw):
-                    start = i * dh * wp + j * dw
-                    gp[:, :, start:start + run] += gcols[:, i, j]
+            for k, start in enumerate(starts):  # each column back where it was read
+                gp[:, :, start:start + run] += gcols[:, k]
             gp = gp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w]
             gx = np.ascontiguousarray(gp.transpose(1, 0, 2, 3))
         if weight.requires_grad:
