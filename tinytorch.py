@@ -34,6 +34,7 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from collections import namedtuple
 
@@ -1070,11 +1071,11 @@ def reshape(x, *shape):
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
                          f"({x.data.size} elements) into {shape}") from None
-    if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
-        return from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),))
     # the same numbers in a new shape: the gradient takes the old shape back
-    return _view(from_op(out, 'reshape', (x,), lambda g: (g.reshape(x.shape),), view_of=x),
-                 x, lambda t: reshape(t, shape))
+    backward = lambda g: (g.reshape(x.shape),)  # noqa: E731
+    if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
+        return from_op(out, 'reshape', (x,), backward)
+    return _view(from_op(out, 'reshape', (x,), backward, view_of=x), x, lambda t: reshape(t, shape))
 
 
 def permute(x, *dims):
@@ -1985,7 +1986,7 @@ def setitem(x, idx, value):
         return
     parents = (x, v) if _requires_grad(v) else (x,)
 
-    def backward(g):
+    def backward(g):  # d/dx = 1 where not written, 0 where written; d/dvalue = g at its places
         gx = g.copy()
         gx[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
@@ -2552,8 +2553,8 @@ def _kept_bytes(node, seen):
     arrays its rule captured (masks, probabilities, copies). A memory block is counted
     once, for the first op that holds it (`seen`: the blocks counted so far, by id)."""
     blocks = {}
-    arrays = [node.data] if node.requires_grad and node._view is None else []  # a view: its
-    # base's memory, counted there
+    # a view's memory is its base's, counted there
+    arrays = [node.data] if node.requires_grad and node._view is None else []
     for cell in getattr(node._backward, '__closure__', None) or ():
         try:
             v = cell.cell_contents
@@ -2600,17 +2601,15 @@ class profile(_Hook):
         return self.rows[op]
 
     def __enter__(self):
-        import time
-        self._time = time.perf_counter
-        self._start = self._last = self._time()
+        self._start = self._last = time.perf_counter()
         return super().__enter__()
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
-        self.total_ms = (self._time() - self._start) * 1000
+        self.total_ms = (time.perf_counter() - self._start) * 1000
 
     def op(self, out, op, parents):
-        now = self._time()
+        now = time.perf_counter()
         row = self._row(op)
         this = dict(calls=1, forward_ms=(now - self._last) * 1000, out_bytes=out.data.nbytes,
                     flops=FLOPS[op](out, parents) if op in FLOPS else 0, kept_bytes=0)
@@ -2624,7 +2623,7 @@ class profile(_Hook):
         for key, value in this.items():
             row[key] += value
         self._last_op = (op, this)  # an in-place op renames it (renamed, above)
-        self._last = self._time()  # the bookkeeping above is not the next op's time
+        self._last = time.perf_counter()  # the bookkeeping above is not the next op's time
 
     def renamed(self, node, op):
         """The op just counted as node._op is the in-place op (add as add_): move it."""
@@ -2649,10 +2648,10 @@ class profile(_Hook):
         return by_op
 
     def rule_start(self, node):
-        self._rule_start = self._time()
+        self._rule_start = time.perf_counter()
 
     def rule_end(self, node, grads):
-        now = self._time()
+        now = time.perf_counter()
         row = self._row(node._op)
         row['backward_ms'] += (now - self._rule_start) * 1000
         if node._op in FLOPS:
@@ -2668,7 +2667,7 @@ class profile(_Hook):
         row = self._row(name)
         row['calls'] += 1
         row['forward_ms'] += ms
-        self._last = self._time()
+        self._last = time.perf_counter()
 
     @property
     def outside_ms(self):
@@ -2713,11 +2712,9 @@ class record_function:
         self.name = name
 
     def __enter__(self):
-        import time
         self._start = time.perf_counter()
 
     def __exit__(self, *exc):
-        import time
         for hook in _hooks:
             if isinstance(hook, profile):
                 hook.region(self.name, (time.perf_counter() - self._start) * 1000)
