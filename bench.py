@@ -100,6 +100,18 @@ def blas_info():
     return f"{name} ({os.environ.get('OPENBLAS_NUM_THREADS', '?')} threads requested)"
 
 
+def training_step(loss_of, opt):
+    """One training step, the same in both frameworks: forward to the loss, gradients
+    cleared (set to None, PyTorch's default too), backward, the optimizer's step."""
+    def step():
+        loss = loss_of()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
 # ---------------------------------------------------------------------------
 # tinytorch
 # ---------------------------------------------------------------------------
@@ -129,13 +141,7 @@ def tinytorch_cnn_setup(cfg):
     opt = optim.Adam(model.parameters(), lr=1e-3)
     x, y = (tt.tensor(a) for a in cnn_batch(cfg))
 
-    def step():
-        loss = nn.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
-    return model, step
+    return model, training_step(lambda: nn.cross_entropy(model(x), y), opt)
 
 
 def torch_cnn_setup(cfg, ours, threads):
@@ -149,13 +155,7 @@ def torch_cnn_setup(cfg, ours, threads):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = (torch.from_numpy(a) for a in cnn_batch(cfg))
 
-    def step():
-        loss = tnn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
-    return step, model
+    return training_step(lambda: tnn.functional.cross_entropy(model(x), y), opt), model
 
 
 def tinytorch_setup(cfg):
@@ -165,13 +165,7 @@ def tinytorch_setup(cfg):
     opt = optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     x, y = (tt.tensor(a) for a in make_batch(cfg))
 
-    def step():
-        _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
-    return model, step
+    return model, training_step(lambda: model(x, y)[1], opt)
 
 
 # ---------------------------------------------------------------------------
@@ -238,13 +232,7 @@ def torch_setup(cfg, ours, threads):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     x, y = (torch.from_numpy(a) for a in make_batch(cfg))
 
-    def step():
-        loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
-    return step, model
+    return training_step(lambda: model(x, y), opt), model
 
 
 # ---------------------------------------------------------------------------
