@@ -227,19 +227,17 @@ def linear(x, weight, bias=None):
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(g):
+        """d(x W^T + b)/dx: g @ W
+        d(x W^T + b)/dW: g^T @ x  (summed over all rows)
+        d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
         g2 = g.reshape(-1, g.shape[-1])
-        gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None  # dx = g W
-        gw = g2.T @ x2 if weight.requires_grad else None  # dW = g^T x, summed over all rows
+        gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
+        gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
-        return gx, gw, sum_leading(g2)  # db = sum of g over all rows (b was broadcast)
+        return gx, gw, sum_leading(g2)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return from_op(out, 'linear', parents, backward, saved=(x, weight))
-
-
-tt.FLOPS['linear'] = lambda out, parents: 2 * out.data.size * parents[1].shape[1]
-tt.RULES_IN_WORDS['linear'] = ("dx = g @ W", "dW = g^T @ x, summed over all {rows} rows",
-                               "db = sum of g over all rows {g} -> {x}")
 
 
 class Linear(Module):
@@ -311,6 +309,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         out += bias.data.reshape(n)
 
     def backward(g):
+        """d layer_norm/dx: rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))
+        d layer_norm/d weight: g * x_hat  (summed over rows)
+        d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
         gx = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
         # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
@@ -321,19 +322,14 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         gx -= np.multiply(xhat, mean_gx_xhat, out=tmp)
         gx *= rstd
         grads = [gx.reshape(x.shape)]
-        if weight is not None:  # dweight = sum over rows of g * xhat
+        if weight is not None:
             grads.append(sum_leading(np.multiply(g, xhat, out=tmp)).reshape(weight.shape))
-        if bias is not None:  # dbias = sum over rows of g
+        if bias is not None:
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
     return from_op(out.reshape(x.shape), 'layer_norm', parents, backward,
                    saved=() if weight is None else (weight,))  # backward reads the weight
-
-
-tt.RULES_IN_WORDS['layer_norm'] = ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))",
-                                   "dweight = sum over rows of g * x_hat",
-                                   "dbias = sum over rows of g")
 
 
 class LayerNorm(Module):
@@ -361,10 +357,11 @@ def dropout(x, p=0.5, training=True):
     if not training or p == 0:
         return x
     mask = dropout_mask(x.shape, p, x.dtype)
-    return from_op(x.data * mask, 'dropout', (x,), lambda g: (g * mask,))  # d/dx = mask / (1-p)
 
-
-tt.RULES_IN_WORDS['dropout'] = "times the dropout mask / (1 - p)"
+    def backward(g):
+        """d dropout(x)/dx = mask: 0 where dropped, 1/(1-p) where kept"""
+        return (g * mask,)
+    return from_op(x.data * mask, 'dropout', (x,), backward)
 
 
 def dropout_mask(shape, p, dtype):
@@ -485,7 +482,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 6, Speed)
+    if tt.fast and FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 6, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -518,7 +515,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if FUSED_VISION:  # the same numbers as one op (section 6, Speed)
+    if tt.fast and FUSED_VISION:  # the same numbers as one op (section 6, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -738,8 +735,8 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
         out = loss.sum() if reduction == 'sum' else loss
 
     def backward(g):
-        # d loss_i / d z_i = w_ti (softmax(z_i) - onehot(t_i)); with smoothing:
-        #   (1 - e) w_ti (p_i - onehot(t_i)) + e/C (p_i sum(w) - w)
+        """d loss_i/d z_i = w_t (softmax(z_i) - onehot(t_i))  (divided by the total weight for 'mean'; 0 for ignored rows)"""
+        # with smoothing e: (1 - e) w_t (p_i - onehot(t_i)) + e/C (p_i sum(w) - w)
         grad = e / sumexp  # softmax(logits)
         if eps:
             w_all = c if w is None else w.sum()
@@ -759,10 +756,6 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
-tt.RULES_IN_WORDS['cross_entropy'] = (
-    "softmax(logits) - onehot(target), divided by the number of rows")
-
-
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
     max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
@@ -776,12 +769,13 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     x, y = logits.data, target.data
     loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
     sig = 0.5 + 0.5 * np.tanh(0.5 * x)
-    per_elem = from_op(loss, 'bce_with_logits', (logits, target),
-                       lambda g: (g * (sig - y), -g * x), saved=(logits, target))
+
+    def backward(g):
+        """d bce/dx = sigmoid(x) - y
+        d bce/dy = -x"""
+        return g * (sig - y), -g * x
+    per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
-
-
-tt.RULES_IN_WORDS['bce_with_logits'] = ("sigmoid(x) - y", "-x")
 
 
 class MSELoss(Module):
@@ -1101,7 +1095,10 @@ def conv2d_fused(input, weight, bias, win):
     if bias is not None:
         out += bias.data[:, None, None, None]
 
-    def backward(g):  # dcols = W^T g, folded back;  dW = g cols^T;  db = g summed
+    def backward(g):
+        """d conv2d/d input: W^T g, each column folded back where it was read
+        d conv2d/d weight: g @ cols^T  (summed over every position)
+        d conv2d/d bias = 1  (g summed over the batch and every position)"""
         gw = np.zeros((o, n, oh, wp), dtype=g.dtype)  # g, with zeros in the padding columns
         gw[..., :ow] = g.transpose(1, 0, 2, 3)
         gw = gw.reshape(o, n * run)
@@ -1137,7 +1134,8 @@ def max_pool2d_fused(input, win):
         np.copyto(out, x[(..., *s)], where=bigger)
         np.copyto(winner, k, where=bigger)
 
-    def backward(g):  # g goes to the element that won each window
+    def backward(g):
+        """d max_pool2d/dx = 1 at the element that won each window, else 0"""
         gx = np.zeros(x.shape, dtype=g.dtype)
         for k, s in enumerate(slices):
             gx[(..., *s)] += np.where(winner == k, g, 0)
@@ -1145,9 +1143,3 @@ def max_pool2d_fused(input, win):
         return (gx[:, :, ph:ph + h, pw:pw + w],)
     return from_op(out, 'max_pool2d', (input,), backward)
 
-
-# each output value: a multiply and an add per weight of its kernel (C*kh*kw of them)
-tt.FLOPS['conv2d'] = lambda out, parents: 2 * out.data.size * parents[1].data[0].size
-tt.RULES_IN_WORDS['conv2d'] = ("weight^T g, folded back into the image",
-                               "g times the patches, summed over every position", "summed")
-tt.RULES_IN_WORDS['max_pool2d'] = "to the maximum of each window, folded back into the image"

@@ -128,8 +128,8 @@ class Adam(Optimizer):
             state['exp_avg'] = np.zeros_like(p.data)
             state['exp_avg_sq'] = np.zeros_like(p.data)
         state['step'] += 1
-        # adam_step's formula (below), done in place with one scratch array (Speed section)
-        adam_step_(p.data, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
+        step = adam_step_ if tt.fast else adam_step  # the same numbers, faster (Speed section)
+        step(p.data, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
 
 
 def adam_step(p, g, m, v, t, lr, b1, b2, eps):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tinytorch as tt
+import lookinside
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -2274,7 +2275,7 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert re.search(r"the (loss|gradient norm) became (nan|inf)", r.stderr), r.stderr
     assert "last good checkpoint is kept" in r.stderr
-    # the step ran again under tt.detect_anomaly: the op that went bad, and where
+    # the step ran again under lookinside.detect_anomaly: the op that went bad, and where
     assert re.search(r"detect_anomaly: .*'[a-z_]+'.*(returned NaN|returned an infinite|"
                      r"returned NaN in the gradient)", r.stderr), r.stderr
     after = nn.load(os.path.join(run, 'ckpt.npz'))
@@ -2313,7 +2314,7 @@ def test_draw_graph_dot_matches_the_graph(tmp_path):
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     x = tt.randn(5, 3)
     loss = nn.cross_entropy(model(x), tt.tensor([0, 1, 0, 1, 1]))
-    dot = tt.draw_graph(loss, names=model)
+    dot = lookinside.draw_graph(loss, names=model)
     nodes, edges = parse_dot(dot)
     # cross_entropy <- linear <- tanh <- linear <- x, W1, b1 ; second linear also <- W2, b2
     assert len(nodes) == 9 and len(edges) == 8
@@ -2322,15 +2323,15 @@ def test_draw_graph_dot_matches_the_graph(tmp_path):
                       'linear', 'linear', 'tanh']
     assert 'linear\\n(5, 4) float32' in dot and '0.weight\\n(4, 3) float32' in dot
     out = tmp_path / "g.dot"
-    tt.draw_graph(loss, path=str(out))
-    assert out.read_text() == tt.draw_graph(loss)
+    lookinside.draw_graph(loss, path=str(out))
+    assert out.read_text() == lookinside.draw_graph(loss)
 
 
 def test_draw_graph_caps_big_graphs():
     tt.manual_seed(0)
     model = tf.GPT(tiny_config())
     _, loss = model(np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64))
-    nodes, edges = parse_dot(tt.draw_graph(loss, max_nodes=40))
+    nodes, edges = parse_dot(lookinside.draw_graph(loss, max_nodes=40))
     assert len(nodes) == 40
     seen, todo = {id(loss)}, [loss]  # every node of the graph, inputs and constants included
     while todo:
@@ -2339,20 +2340,20 @@ def test_draw_graph_caps_big_graphs():
                 seen.add(id(p))
                 todo.append(p)
     total = len(seen)
-    assert f"{total - 40} more nodes not drawn (max_nodes=40)" in tt.draw_graph(loss, max_nodes=40)
-    everything, _ = parse_dot(tt.draw_graph(loss, max_nodes=total))
-    assert len(everything) == total and "not drawn" not in tt.draw_graph(loss, max_nodes=total)
+    assert f"{total - 40} more nodes not drawn (max_nodes=40)" in lookinside.draw_graph(loss, max_nodes=40)
+    everything, _ = parse_dot(lookinside.draw_graph(loss, max_nodes=total))
+    assert len(everything) == total and "not drawn" not in lookinside.draw_graph(loss, max_nodes=total)
     # inputs and constants count too: 2 * (x @ w) has 5 nodes (mul, the 2, matmul, x, w)
     w = tt.randn(3, 2, requires_grad=True)
     small = (tt.randn(4, 3) @ w) * 2.0
-    assert "3 more nodes not drawn (max_nodes=2)" in tt.draw_graph(small, max_nodes=2)
+    assert "3 more nodes not drawn (max_nodes=2)" in lookinside.draw_graph(small, max_nodes=2)
 
 
 def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):
     import shutil
     monkeypatch.setattr(shutil, 'which', lambda name: None)
     x = tt.randn(2, requires_grad=True)
-    tt.draw_graph((x * 2).sum(), path=str(tmp_path / "g.svg"))
+    lookinside.draw_graph((x * 2).sum(), path=str(tmp_path / "g.svg"))
     assert "dot -Tsvg" in capsys.readouterr().out
     assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
 
@@ -2364,14 +2365,14 @@ def test_draw_graph_renders_pdf_too_and_refuses_an_unknown_extension(tmp_path, m
     loss = (x * 2).sum()
     with pytest.raises(ValueError, match=r"draw_graph: can't write 'g\.jpeg'.*\.svg, \.png, \.pdf.*"
                        r"\.dot"):
-        tt.draw_graph(loss, path=str(tmp_path / "g.jpeg"))
+        lookinside.draw_graph(loss, path=str(tmp_path / "g.jpeg"))
     assert not (tmp_path / "g.jpeg").exists()
     calls = []
     monkeypatch.setattr(shutil, 'which', lambda name: '/usr/bin/dot')
     monkeypatch.setattr(subprocess, 'run', lambda args, **kw: calls.append(args))
-    tt.draw_graph(loss, path=str(tmp_path / "g.pdf"))  # rendered by dot, not DOT text in a .pdf
+    lookinside.draw_graph(loss, path=str(tmp_path / "g.pdf"))  # rendered by dot, not DOT text in a .pdf
     assert calls == [['dot', '-Tpdf', '-o', str(tmp_path / "g.pdf")]]
-    tt.draw_graph(loss, path=str(tmp_path / "g.gv"))
+    lookinside.draw_graph(loss, path=str(tmp_path / "g.gv"))
     assert (tmp_path / "g.gv").read_text().startswith("digraph")
 
 
@@ -2389,7 +2390,7 @@ def test_grad_path_names_ops_in_order_and_norms_match():
     x = tt.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
     b = tt.tensor(np.random.default_rng(1).standard_normal(4), requires_grad=True)
     loss = ((x + b).tanh() * 2.0).sum()
-    text = tt.grad_path(loss, b, names={'x': x, 'b': b}, file=open(os.devnull, 'w'))
+    text = lookinside.grad_path(loss, b, names={'x': x, 'b': b}, file=open(os.devnull, 'w'))
     ops = [line.split()[0] for line in text.splitlines() if line.startswith('  ') and '|grad|' in line]
     assert ops == ['sum', 'mul', 'tanh', 'add']
     assert "summed over the broadcast dims (3, 4) -> (4,)" in text
@@ -2401,18 +2402,18 @@ def test_grad_path_names_ops_in_order_and_norms_match():
 def test_grad_path_shows_each_path_and_adds_them():
     x = tt.tensor([0.3, -0.7, 1.1], dtype=tt.float64, requires_grad=True)
     loss = (x.exp() * x.sin() + x * 3.0).sum()
-    text = tt.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))
+    text = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))
     assert "path 3 of 3" in text and "the 3 contributions are added" in text
     contributions = [float(v) for v in re.findall(r"= contribution ([0-9.e+-]+)", text)]
     assert len(contributions) == 3
     loss.backward(retain_graph=True)
     total = float(re.search(r"\|grad of x\| = ([0-9.e+-]+)", text).group(1))
     assert total == pytest.approx(np.linalg.norm(x.grad), rel=1e-3)
-    again = tt.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))  # after backward
+    again = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))  # after backward
     assert again == text
     loss.backward()
     with pytest.raises(RuntimeError, match="retain_graph=True"):
-        tt.grad_path(loss, x)
+        lookinside.grad_path(loss, x)
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -2422,16 +2423,16 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch)
     model = tf.GPT(tiny_config())
     _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
     bias = model.h[0].attn.c_attn.bias
-    text = tt.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
+    text = lookinside.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
     assert "h.0.attn.c_attn.bias" in text and "paths reach it" in text
-    assert ("fused attention backward" if fused else "softmax backward") in text
+    assert ("d attention/d qkv" if fused else "d softmax/dx: p * (g - sum(p * g))") in text
     assert "cross_entropy" in text
     loss.backward()
     final = float(re.search(r"\|grad of h.0.attn.c_attn.bias\| = ([0-9.e+-]+)", text).group(1))
     assert final == pytest.approx(np.linalg.norm(bias.grad), rel=1e-3)
     with pytest.raises(ValueError, match="does not affect this loss"):
         _, loss2 = model(np.array([[1, 2]]), np.array([[2, 3]]))
-        tt.grad_path(loss2, nn.Parameter(tt.ones(2)))
+        lookinside.grad_path(loss2, nn.Parameter(tt.ones(2)))
 
 
 def test_readme_name_table_names_only_what_exists():
@@ -3201,9 +3202,9 @@ def test_in_place_ops_are_shown_in_the_graph_and_the_gradient_path():
     h.relu_()
     h += 1.0
     loss = h.sum()
-    dot = tt.draw_graph(loss)
+    dot = lookinside.draw_graph(loss)
     assert 'add_ (in place)' in dot and 'relu_ (in place)' in dot and '"mul\\n' in dot
-    text = tt.grad_path(loss, x, file=open(os.devnull, 'w'))
+    text = lookinside.grad_path(loss, x, file=open(os.devnull, 'w'))
     assert 'add_ (in place)' in text and 'relu_ (in place)' in text
 
 
@@ -3922,7 +3923,7 @@ def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_pa
 
 
 # ---------------------------------------------------------------------------
-# Looking inside a run (issue 15): tt.profile and tt.detect_anomaly
+# Looking inside a run (issue 15): lookinside.profile and lookinside.detect_anomaly
 # ---------------------------------------------------------------------------
 def _gpt_step(model, opt, x, y):
     loss = model(x, y)[1]
@@ -3940,7 +3941,7 @@ def test_profile_rows_add_up_to_the_wall_time_of_the_block():
     x, y = tt.randint(0, 65, (4, 16)), tt.randint(0, 65, (4, 16))
     _gpt_step(model, opt, x, y)
     t0 = time.perf_counter()
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         _gpt_step(model, opt, x, y)
     wall = (time.perf_counter() - t0) * 1000
     rows = prof.rows
@@ -3958,15 +3959,15 @@ def test_profile_rows_add_up_to_the_wall_time_of_the_block():
 def test_profile_counts_matmul_flops_exactly():
     a = tt.randn(3, 5, 7, requires_grad=True)
     b = tt.randn(7, 4, requires_grad=True)
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         (a @ b).sum().backward()
     forward = 2 * 3 * 5 * 4 * 7  # a multiply and an add for each of the 7 terms of each output
     assert prof.rows['matmul']['flops'] == forward * 3  # forward, then dA and dB
     w = tt.randn(6, 7, requires_grad=True)
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         nn.linear(a, w).sum().backward()
     assert prof.rows['linear']['flops'] == 2 * 3 * 5 * 6 * 7 * 3
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         nn.conv2d(tt.randn(2, 3, 6, 6), tt.randn(4, 3, 3, 3), padding=1)
     assert prof.rows['conv2d']['flops'] == 2 * (2 * 4 * 6 * 6) * (3 * 3 * 3)
 
@@ -3978,7 +3979,7 @@ def test_profile_leaves_results_bit_identical():
         opt = optim.AdamW(model.parameters())
         x, y = tt.randint(0, 65, (2, 8)), tt.randint(0, 65, (2, 8))
         if profiled:
-            with tt.profile():
+            with lookinside.profile():
                 loss = _gpt_step(model, opt, x, y)
         else:
             loss = _gpt_step(model, opt, x, y)
@@ -3991,7 +3992,7 @@ def test_attention_memory_held_for_backward_grows_with_the_square_of_the_context
     def held(block):
         model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=8, n_head=2, block_size=block))
         x = tt.randint(0, 65, (2, block))
-        with tt.profile() as prof:
+        with lookinside.profile() as prof:
             model(x, x)[1].backward()
         return prof.peak_by_op['causal_attention']
     small, big = held(64), held(256)
@@ -4008,13 +4009,13 @@ def test_attention_memory_held_for_backward_grows_with_the_square_of_the_context
 ])
 def test_detect_anomaly_names_the_op_of_a_planted_fault(name, make, op, where):
     x = tt.tensor([1.0, 1.5], requires_grad=True)
-    with np.errstate(all='ignore'), tt.detect_anomaly():
+    with np.errstate(all='ignore'), lookinside.detect_anomaly():
         if where == 'forward':
-            with pytest.raises(tt.AnomalyError, match=f"'{op}' returned NaN") as e:
+            with pytest.raises(lookinside.AnomalyError, match=f"'{op}' returned NaN") as e:
                 make(x)
         else:
             y = make(x)
-            with pytest.raises(tt.AnomalyError, match=f"rule of '{op}' returned") as e:
+            with pytest.raises(lookinside.AnomalyError, match=f"rule of '{op}' returned") as e:
                 y.sum().backward()
     assert 'test_tinytorch.py:' in str(e.value)  # the line of user code
     with np.errstate(all='ignore'):
@@ -4027,7 +4028,7 @@ def test_detect_anomaly_is_silent_on_a_healthy_gpt_step():
     model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8))
     opt = optim.AdamW(model.parameters())
     x = tt.randint(0, 65, (2, 8))
-    with tt.detect_anomaly():
+    with lookinside.detect_anomaly():
         model.train()
         _gpt_step(model, opt, x, x)
         model.h[0].attn.attend(model.h[0].attn.c_attn(tt.randn(2, 8, 16)))  # -inf masks
@@ -4093,7 +4094,7 @@ def test_in_place_on_an_intermediate_keeps_every_alias_in_step():
 
 def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory():
     x = tt.randn(1000, requires_grad=True)
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         h = x * 2.0
         h.relu_()
         h += 1.0

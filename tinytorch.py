@@ -1,34 +1,43 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
-Read this file top to bottom:
+Read this file top to bottom. Part I is a complete engine on its own: a reader who
+stops at the line "END OF PART I" (about line 770) has seen everything a gradient
+needs, from the Tensor to backward.
 
+Part I: the engine
   1. dtypes and grad mode
-  2. the Tensor and how an op enters the graph
-  3. type promotion and elementwise arithmetic (with broadcasting and its backward:
-     "unbroadcast")
-  4. elementwise functions (exp, tanh, gelu, ...)
-  5. reductions (sum, mean, var, max, logsumexp, ...)
-  6. shape and indexing (reshape, permute, getitem, cat, ...)
-  7. matmul, and unfold (im2col): a convolution is a matmul over patches
-  8. softmax and log_softmax
-  9. backward: walking the graph in reverse topological order
- 10. in-place ops: the graph is rewritten (views too), the version counter keeps it safe
- 11. creation functions and the random generator
- 12. gradcheck: finite differences against the analytic gradient
- 13. seeing the graph: draw_graph (Graphviz DOT) and grad_path (a gradient's way back);
-     looking inside a run: profile (time, FLOPs, memory per op) and detect_anomaly
- 14. speed: the allocator and thread settings, parallel_for, and the fast kernels that
-     some ops call in one line (each computes what the op's plain code says, faster;
-     a test checks that they agree). Nothing before it needs it to be understood.
+  2. the Tensor, and how an op enters the graph (from_op)
+  3. arithmetic with broadcasting (add, sub, mul, div, pow) and its backward: unbroadcast
+  4. matmul
+  5. sum and mean, exp and log
+  6. backward: walking the graph in reverse topological order
+Part II: the rest, each section saying what it adds to Part I
+  7. type promotion: PyTorch's rule for operands of different dtypes
+  8. the version counter: backward refuses a rule whose saved arrays were changed
+  9. elementwise functions (tanh, gelu, clamp, where, comparisons, ...)
+ 10. reductions (var, max, logsumexp, norm, sort, ...)
+ 11. shape and indexing; views share memory with their base
+ 12. unfold (im2col): a convolution is a matmul over patches; softmax and log_softmax
+ 13. in-place ops: the graph is rewritten (views too)
+ 14. creation functions and the random generator
+ 15. gradcheck: finite differences against the analytic gradient
+ 16. hooks: where the tools in lookinside.py (draw_graph, grad_path, profile,
+     detect_anomaly) watch the ops and the rules
+ 17. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+     some ops call in one line (each computes what the op's plain code says, faster; a
+     test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
+     one of them off, so the plain code is what runs. Nothing before it needs it.
 
 Every op is a forward line on NumPy arrays plus a backward rule: a function that
 receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
-one op at a time). Inside ops, NumPy functions are applied to the arrays
+one op at a time). The rule's docstring is its math, one line per input; it is also
+what grad_path prints. Inside ops, NumPy functions are applied to the arrays
 (np.exp(x), np.matmul(a, b), np.add.at(...)) and tensor data is never converted
 with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (CuPy) can run the same code.
 """
 import builtins  # sum, max, min and abs are redefined below as tensor ops
+import functools
 import itertools
 import math
 import os
@@ -38,13 +47,15 @@ import time
 import weakref
 from collections import namedtuple
 
-# A speed setting that must come before NumPy loads OpenBLAS (section 14, Speed, has the
-# rest): OpenBLAS's idle worker threads spin for ~0.1 s after every matmul, taking the
-# cores from tinytorch's own threads; ask them to spin ~20 us and then sleep. A value
-# the user set wins; TINYTORCH_TUNE_THREADS=0 leaves it alone.
+# One speed setting must come before NumPy loads OpenBLAS (section 17 explains it).
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
+
+
+# ===========================================================================
+# PART I: THE ENGINE
+# ===========================================================================
 
 # ---------------------------------------------------------------------------
 # 1. dtypes and grad mode
@@ -57,6 +68,10 @@ int64 = np.dtype(np.int64)
 long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
+
+# Part I runs the plain code. Section 17 (Speed) sets fast = True, unless the environment
+# says TINYTORCH_PLAIN=1; set tt.fast = False yourself to step through the plain code.
+fast = False
 
 _grad_enabled = True
 
@@ -82,10 +97,10 @@ class _GradMode:
     def __call__(self, fn):
         mode = type(self)
 
+        @functools.wraps(fn)  # help(fn) still shows fn's own signature and docstring
         def wrapper(*args, **kwargs):
             with mode():
                 return fn(*args, **kwargs)
-        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
         return wrapper
 
 
@@ -108,18 +123,17 @@ class Tensor:
     `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
     its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
 
-    Fields: `data` (the NumPy array), `grad` (a NumPy array or None), `requires_grad`,
-    `_parents` (the input tensors), `_backward` (the rule: gradient of the output ->
-    gradients of the inputs), `_op` (a name, for repr and the graph), `_saved`
-    ((version counter, version, shape) of each array the rule reads, checked by
-    backward), `_vc` (the version counter: a one-element list, shared with views and
-    bumped by every in-place change), `_seq` (when its op ran: a number that grows with
-    every graph node, 0 for leaves; section 10 explains why), `_view` ((base, how to
-    make it from base) for a view of another tensor's memory, else None), `name`
-    (optional, for draw_graph).
+    The fields Part I uses: `data` (the NumPy array), `grad` (a NumPy array or None),
+    `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
+    the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
+    `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
+    `name` (optional, for draw_graph). The others are explained where they are used:
+    `_saved` and `_vc` in section 8 (the version counter), `_view` and `_views` in
+    section 11 (views), `_seq`, `_older` and `_shared` in section 13 (in-place ops).
     """
     __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
-                 '_saved', '_vc', '_seq', '_view', 'name', '__weakref__', '__dict__')
+                 '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
+                 '_older', '_shared', '__weakref__')
     __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
 
     def __init__(self, data, dtype=None, requires_grad=False):
@@ -128,7 +142,7 @@ class Tensor:
         arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
         if arr is data:
             arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
-        _init_result(self, arr)  # no graph, a fresh version counter
+        _init_result(self, arr)  # no graph yet
         if requires_grad:
             self.requires_grad_(True)
 
@@ -137,7 +151,6 @@ class Tensor:
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
     is_leaf = property(lambda self: self._backward is None)
-    _version = property(lambda self: self._vc[0])
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[_dim(dim, self.ndim, 'size')]
@@ -204,40 +217,6 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    def detach(self):
-        """Same data (shared, as in PyTorch), outside the graph."""
-        self._shared = True  # an in-place op on self must write into the shared memory
-        out = Tensor.__new__(Tensor)
-        _init_result(out, self.data, self._vc)
-        return out
-
-    def clone(self):
-        return from_op(self.data.copy(), 'clone', (self,), lambda g: (g,))  # d copy / dx = 1
-
-    def contiguous(self):
-        return self
-
-    def to(self, dtype):
-        """Cast to a dtype; between float dtypes the gradient is cast back."""
-        dtype = np.dtype(dtype)
-        if dtype == self.dtype:
-            return self
-        src = self.dtype
-        # d cast / dx = 1: the gradient comes back in the input's dtype
-        out = from_op(self.data.astype(dtype), 'to', (self,), lambda g: (g.astype(src),))
-        if dtype.kind not in 'fc':
-            out = out.detach()
-        return out
-
-    def float(self):
-        return self.to(float32)
-
-    def double(self):
-        return self.to(float64)
-
-    def long(self):
-        return self.to(int64)
-
     def retain_grad(self):
         """Ask backward to also store .grad on this non-leaf tensor."""
         self._retains_grad = True
@@ -245,21 +224,24 @@ class Tensor:
 
 
 def _init_result(out, data, vc=None):
+    """Every field of a new tensor, outside the graph."""
     out.data = data
     out.grad = None
     out.requires_grad = False
     out._parents = ()
     out._backward = None
     out._op = None
-    out._saved = ()
-    out._vc = [0] if vc is None else vc  # version counter, shared with views
-    out._seq = 0
-    out._view = None
+    out._retains_grad = False
     out.name = None
+    out._saved = ()  # section 8
+    out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
+    out._view = out._views = None  # section 11
+    out._seq = 0  # section 13
+    out._older = None
+    out._shared = False
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # what watches every op and rule: tt.profile, tt.detect_anomaly (section 13)
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -268,41 +250,59 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
 
     `saved` lists the tensors whose values the backward rule reads (inputs, masks,
     indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    their version counters are recorded, so that backward can detect a later
-    in-place change instead of returning a wrong gradient.
-    `view_of` shares the input's version counter, since the output is a view of it.
+    section 8 guards them against later in-place changes. `view_of`: the output is a
+    view of that input's memory (section 11).
     """
     if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
         data = np.asarray(data)
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
-    if _grad_enabled:
-        try:
-            needs_grad = False
-            for p in parents:
-                if p.requires_grad:
-                    needs_grad = True
-                    break
-        except AttributeError:
-            bad = next(p for p in parents if not isinstance(p, Tensor))
-            raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
-                            "and numbers with tt.tensor(...)") from None
-        if needs_grad:
-            out.requires_grad = True
-            out._parents = parents
-            out._backward = backward
-            out._seq = next(_clock)
-            # (counter, version now, shape): the counter, not the tensor, so that an
-            # output saving itself makes no reference cycle
-            if saved:
-                out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
-            if saves_output:
-                out._saved += ((out._vc, out._vc[0], data.shape),)
-    if _hooks:  # a profile or detect_anomaly is watching (section 13); else one check
-        for hook in _hooks:
-            hook.op(out, op, parents)
+    if _grad_enabled and _any_requires_grad(parents, op):
+        out.requires_grad = True
+        out._parents = parents
+        out._backward = backward
+        out._seq = next(_clock)  # the order ops ran (section 13 needs it)
+        if saved or saves_output:
+            _guard_saved(out, saved, saves_output)
+    _watch_op(out, op, parents)
     return out
+
+
+def _any_requires_grad(parents, op):
+    try:
+        for p in parents:
+            if p.requires_grad:
+                return True
+        return False
+    except AttributeError:
+        bad = next(p for p in parents if not isinstance(p, Tensor))
+        raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
+                        "and numbers with tt.tensor(...)") from None
+
+
+# Part II makes the engine safe and complete by replacing these placeholders; each
+# names the section that does. In Part I they do nothing.
+def _guard_saved(out, saved, saves_output):
+    """Section 8 records the version of each array the rule reads."""
+
+
+def _check_saved(node):
+    """Section 8 refuses to run a rule whose saved arrays were changed in place."""
+
+
+def _inputs(node):
+    """node's inputs as its op read them. Section 13 (in-place ops) refines this."""
+    return node._parents
+
+
+def _watch_op(out, op, parents):
+    """Section 16 lets profile and detect_anomaly see every op."""
+
+
+def _run_rule(node, g):
+    """Run node's backward rule on g. Section 16 lets profile and detect_anomaly watch."""
+    return node._backward(g)
 
 
 def _dtype_of_python_data(data):
@@ -337,11 +337,6 @@ def _constant(data, vc=None):
     return out
 
 
-def _tensors_in(idx):
-    """The tensors in an index, mask or condition (an op's backward reads them)."""
-    return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
-
-
 def _dim(d, ndim, op):
     """Normalize a (possibly negative) dim and name it in the error if out of range."""
     n = builtins.max(ndim, 1)
@@ -366,8 +361,393 @@ def _dims(dim, ndim, op):
 
 
 # ---------------------------------------------------------------------------
-# 3. Type promotion, elementwise arithmetic and broadcasting
+# 3. Arithmetic with broadcasting
 # ---------------------------------------------------------------------------
+def _operands(a, b, floating=False):
+    """Both operands of a binary op as tensors of one dtype. Part I's rule: a number
+    takes the tensor's dtype (x * 2 stays float32). Section 7 replaces this with
+    PyTorch's full rule for mixed dtypes (and floating: int / int is a float)."""
+    if not isinstance(a, Tensor):
+        a = _constant(np.array(a, dtype=b.dtype))
+    if not isinstance(b, Tensor):
+        b = _constant(np.array(b, dtype=a.dtype))
+    return a, b
+
+
+def unbroadcast(grad, shape):
+    """Undo broadcasting in backward: sum grad down to the operand's shape.
+
+    In the forward pass an operand of shape (3,) was broadcast to (4, 3): it was
+    used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
+    that broadcasting added are summed away, dims of size 1 are summed with keepdims.
+    """
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
+    return grad.reshape(shape)
+
+
+def _broadcast_op(op, fn, a, b):
+    """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
+    try:
+        return fn(a.data, b.data)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                         "broadcast together") from None
+
+
+# In a two-input rule each input's gradient is computed only if that input requires
+# grad, then summed back to the input's shape (unbroadcast).
+def add(a, b):
+    a, b = _operands(a, b)
+
+    def backward(g):
+        """d(a+b)/da = 1
+        d(a+b)/db = 1"""
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(g, b.shape) if b.requires_grad else None)
+    return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
+
+
+def sub(a, b):
+    a, b = _operands(a, b)
+
+    def backward(g):
+        """d(a-b)/da = 1
+        d(a-b)/db = -1"""
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(-g, b.shape) if b.requires_grad else None)
+    return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
+
+
+def mul(a, b):
+    a, b = _operands(a, b)
+
+    def backward(g):
+        """d(a*b)/da = b
+        d(a*b)/db = a"""
+        return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+    # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
+    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
+
+
+def div(a, b):
+    a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
+    out = _broadcast_op('div', np.true_divide, a, b)
+
+    def backward(g):
+        """d(a/b)/da = 1/b
+        d(a/b)/db = -a/b^2"""
+        return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
+    # saved: what the rule reads (b always, a only for b's gradient)
+    return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
+
+
+def pow(a, b):
+    """a ** b for a tensor and a Python number (either side) or two tensors."""
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):  # tensor ** number
+        a = _operands(a, b)[0]
+        p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
+
+        def backward_scalar(g):
+            """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0)"""
+            return (g * (p * a.data ** (p - 1)) if p != 0 else np.zeros_like(g),)
+        return from_op(a.data ** p, 'pow', (a,), backward_scalar, saved=(a,))
+    a, b = _operands(a, b)
+    out = _broadcast_op('pow', np.power, a, b)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (0 where b = 0)
+        d(a^b)/db = a^b log(a)  (0 where a = 0 and b >= 0, as PyTorch)"""
+        ga = gb = None
+        if a.requires_grad:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                ga = np.where(b.data == 0, 0, b.data * a.data ** (b.data - 1))
+            ga = unbroadcast(g * ga, a.shape)
+        if b.requires_grad:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                gb = np.where((a.data == 0) & (b.data >= 0), 0, out * np.log(a.data))
+            gb = unbroadcast(g * gb, b.shape)
+        return ga, gb
+    return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
+
+
+def neg(a):
+    def backward(g):
+        """d(-x)/dx = -1"""
+        return (-g,)
+    return from_op(-a.data, 'neg', (a,), backward)
+
+
+Tensor.__add__ = Tensor.add = add
+Tensor.__radd__ = lambda self, other: add(other, self)
+Tensor.__sub__ = Tensor.sub = sub
+Tensor.__rsub__ = lambda self, other: sub(other, self)
+Tensor.__mul__ = Tensor.mul = mul
+Tensor.__rmul__ = lambda self, other: mul(other, self)
+Tensor.__truediv__ = Tensor.div = div
+Tensor.__rtruediv__ = lambda self, other: div(other, self)
+Tensor.__pow__ = Tensor.pow = pow
+Tensor.__rpow__ = lambda self, other: pow(*_operands(other, self))
+Tensor.__neg__ = Tensor.neg = neg
+
+
+# ---------------------------------------------------------------------------
+# 4. Matrix multiplication
+# ---------------------------------------------------------------------------
+def _same_dtype(op, **tensors):
+    """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
+    to float64 silently would double the memory and the time of a whole model."""
+    given = [(name, t) for name, t in tensors.items() if t is not None]
+    for name, t in given:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
+                            "arrays with tt.tensor(...)")
+    name0, t0 = given[0]
+    for name, t in given[1:]:
+        if t.data.dtype != t0.data.dtype:
+            raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
+                               f"have the same dtype: convert one (x.float() for a float32 model)")
+
+
+def matmul(a, b):
+    """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
+
+    A 1-D left operand is treated as a row (1, n), a 1-D right operand as a
+    column (n, 1); the added dim is removed from the result, as in PyTorch.
+    """
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    _same_dtype('matmul', first=a, second=b)
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if ka != kb:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                         f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
+    try:
+        out = np.matmul(a.data, b.data)
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
+                         "cannot be broadcast together") from None
+
+    def backward(g):
+        """d(A@B)/dA: g @ B^T
+        d(A@B)/dB: A^T @ g"""
+        # On the operands as matrices: a 1-D a is a row (1, n), a 1-D b a column (n, 1),
+        # and g gets back the dims they lost. Broadcast batch dims are summed back.
+        A = a.data if a.ndim > 1 else a.data[None, :]
+        B = b.data if b.ndim > 1 else b.data[:, None]
+        G = g[..., None] if b.ndim == 1 else g
+        G = G[..., None, :] if a.ndim == 1 else G
+        ga = gb = None
+        if a.requires_grad:
+            ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
+        if b.requires_grad:
+            if fast and B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:
+                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 17)
+            else:
+                gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
+            gb = gb.reshape(b.shape)
+        return ga, gb
+    return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
+
+
+Tensor.__matmul__ = Tensor.matmul = matmul
+Tensor.__rmatmul__ = lambda self, other: matmul(_operands(other, self)[0], self)
+
+
+# ---------------------------------------------------------------------------
+# 5. Sum and mean, exp and log
+# ---------------------------------------------------------------------------
+def _expand_back(g, shape, axes, keepdim):
+    """Backward of a reduction: put the reduced axes back (as size 1) and
+    broadcast g over them: every input element of a reduced slice receives it."""
+    if not keepdim and axes:
+        g = np.expand_dims(g, axes)
+    return np.broadcast_to(g, shape)
+
+
+def sum(x, dim=None, keepdim=False):
+    axes = _dims(dim, x.ndim, 'sum')
+
+    def backward(g):
+        """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
+        return (_expand_back(g, x.shape, axes, keepdim),)
+    return from_op(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
+
+
+def mean(x, dim=None, keepdim=False):
+    axes = _dims(dim, x.ndim, 'mean')
+    n = math.prod(x.shape[a] for a in axes)
+
+    def backward(g):
+        """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
+        return (_expand_back(g / n, x.shape, axes, keepdim),)
+    return from_op(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
+
+
+def exp(x):
+    out = np.exp(x.data)
+
+    def backward(g):
+        """d e^x/dx = e^x"""
+        return (g * out,)
+    return from_op(out, 'exp', (x,), backward, saves_output=True)
+
+
+def log(x):
+    def backward(g):
+        """d log(x)/dx = 1/x"""
+        return (g / x.data,)
+    return from_op(np.log(x.data), 'log', (x,), backward, saved=(x,))
+
+
+Tensor.sum, Tensor.mean, Tensor.exp, Tensor.log = sum, mean, exp, log
+
+
+# ---------------------------------------------------------------------------
+# 6. Backward: reverse-mode automatic differentiation
+# ---------------------------------------------------------------------------
+def backward(tensor, gradient=None, retain_graph=False):
+    """Fill .grad of every leaf that `tensor` depends on: d tensor / d leaf.
+
+    Walks the graph from the output back to the leaves (reverse topological
+    order), calling each op's backward rule with the gradient of its output and
+    adding what it returns into the gradients of its inputs. A tensor used twice
+    receives the sum of both contributions (the multivariable chain rule).
+    """
+    for node, g, _ in _walk(tensor, _initial_gradient(tensor, gradient), retain_graph):
+        if node._backward is None or node._retains_grad:  # a leaf, or asked for
+            _accumulate(node, g)
+
+
+Tensor.backward = backward
+
+
+def _walk(root, g_root, retain_graph=False):
+    """The walk behind backward: yields (tensor, d root / d tensor, what its rule
+    returned for each of its inputs) for every tensor the gradient reaches, outputs
+    before inputs. A leaf has no rule: its third item is None."""
+    grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
+    for node in reversed(_topological_order(root)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue  # no gradient reached it
+        if node._backward is None:
+            yield node, g, None
+            continue
+        _check_saved(node)  # section 8
+        rule_out = _run_rule(node, g)  # the op's rule: one step of the chain rule
+        yield node, g, rule_out
+        for p, pg in zip(_inputs(node), rule_out):
+            if pg is None or not p.requires_grad:
+                continue
+            if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
+                _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+            key = id(p)
+            grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
+        if not retain_graph:
+            _free(node)
+
+
+def _topological_order(root):
+    """Every tensor that root depends on (and that requires grad), inputs before
+    outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
+    (a recursive version would hit Python's recursion limit)."""
+    order, visited = [], set()
+    todo = [(root, False)]
+    while todo:
+        node, expanded = todo.pop()
+        if expanded:
+            order.append(node)  # all of node's inputs are already in order
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        todo.append((node, True))
+        for p in _inputs(node):
+            if p.requires_grad and id(p) not in visited:
+                todo.append((p, False))
+    return order
+
+
+def _initial_gradient(tensor, gradient):
+    """d tensor / d tensor: ones for a single number, else the gradient the caller gave."""
+    if not tensor.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
+                           "(no input had requires_grad=True, or it was made under no_grad)")
+    if gradient is None:
+        if tensor.data.size != 1:
+            raise RuntimeError(f"backward: grad can be created implicitly only for a "
+                               f"single-element output, got shape {tuple(tensor.shape)}; "
+                               "pass gradient=...")
+        return np.ones_like(tensor.data)
+    gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+    if tuple(np.shape(gradient)) != tuple(tensor.shape):
+        raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
+                           f"the tensor has shape {tuple(tensor.shape)}")
+    return gradient
+
+
+def _accumulate(t, g):
+    """t.grad += g: gradients accumulate across backward calls, never overwrite."""
+    if t.grad is not None:
+        t.grad += g
+    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 17)
+        t.grad = g
+    else:
+        t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
+
+
+def _wrong_gradient(node, x, pg):
+    """A rule returned a gradient that can't be input x's: say which op, which input,
+    what was wrong and the likely cause."""
+    i = next(k for k, p in enumerate(_inputs(node)) if p is x)
+    shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
+    if shape is None or dtype is None:
+        problem = f"returned a {type(pg).__name__}, not an array"
+    elif shape != tuple(x.shape):
+        problem = (f"returned a gradient of shape {shape} for an input of shape "
+                   f"{tuple(x.shape)}; a rule must sum the gradient back to its input's shape "
+                   "(see unbroadcast)")
+    else:
+        problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
+                   "input's dtype (cast with .astype(x.dtype))")
+    raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
+
+
+def _freed_graph(g):
+    raise RuntimeError("backward: trying to backward through the graph a second time (its "
+                       "buffers were freed by the first backward); pass retain_graph=True to "
+                       "the first backward if you need to go through it twice")
+
+
+def _free(node):
+    """Drop what the rule holds (its inputs, their arrays): the graph can't be walked again."""
+    node._backward = _freed_graph
+    node._parents = ()
+    node._saved = ()
+
+# END OF PART I: a working engine. Everything below adds to it.
+
+
+# ===========================================================================
+# PART II: THE REST
+# ===========================================================================
+
+# ---------------------------------------------------------------------------
+# 7. Type promotion: PyTorch's rule for operands of different dtypes
+# ---------------------------------------------------------------------------
+# Part I's _operands gave a number the tensor's dtype. This section replaces it with
+# PyTorch's whole rule, and adds casts (x.to(dtype), x.float(), ...).
+#
 # Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
 #   1. Categories rank bool < integer < floating.
 #   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
@@ -449,114 +829,307 @@ def _operands(a, b, floating=False):
     return _as(a, dtype), _as(b, dtype)
 
 
-def unbroadcast(grad, shape):
-    """Undo broadcasting in backward: sum grad down to the operand's shape.
-
-    In the forward pass an operand of shape (3,) was broadcast to (4, 3): it was
-    used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
-    that broadcasting added are summed away, dims of size 1 are summed with keepdims.
-    """
-    if grad.shape == shape:
-        return grad
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
-    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
-    return grad.reshape(shape)
 
 
-def _broadcast_op(op, fn, a, b):
-    """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
-    try:
-        return fn(a.data, b.data)
-    except ValueError:
-        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
-                         "broadcast together") from None
-
-
-def add(a, b):
-    a, b = _operands(a, b)
-
-    def backward(g):  # d(a+b)/da = 1, d(a+b)/db = 1, then undo broadcasting
-        return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                unbroadcast(g, b.shape) if b.requires_grad else None)
-    return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
-
-
-def sub(a, b):
-    a, b = _operands(a, b)
-
-    def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
-        return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                unbroadcast(-g, b.shape) if b.requires_grad else None)
-    return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
-
-
-def mul(a, b):
-    a, b = _operands(a, b)
-
-    def backward(g):  # d(a*b)/da = b, d(a*b)/db = a
-        return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
-                unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
-    # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
-    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
-    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
-
-
-def div(a, b):
-    a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
-    out = _broadcast_op('div', np.true_divide, a, b)
-
-    def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
-        return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
-                unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
-    # saved: what the rule reads (b always, a only for b's gradient)
-    return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
-
-
-def pow(a, b):
-    """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):  # tensor ** number
-        a = _as(a, result_type(a, b))
-        p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
-
-        def backward_scalar(g):  # d(x^p)/dx = p * x^(p-1)  (0 for p = 0, even at x = 0)
-            return (g * (p * a.data ** (p - 1)) if p != 0 else np.zeros_like(g),)
-        return from_op(a.data ** p, 'pow', (a,), backward_scalar, saved=(a,))
-    a, b = _operands(a, b)
-    out = _broadcast_op('pow', np.power, a, b)
+def to(self, dtype):
+    """Cast to a dtype; between float dtypes the gradient is cast back."""
+    dtype = np.dtype(dtype)
+    if dtype == self.dtype:
+        return self
+    src = self.dtype
 
     def backward(g):
-        # d(a^b)/da = b * a^(b-1)  (0 where b == 0)
-        # d(a^b)/db = a^b * log(a)  (0 where a == 0 and b >= 0, as PyTorch)
-        ga = gb = None
-        if a.requires_grad:
-            with np.errstate(divide='ignore', invalid='ignore'):
-                ga = np.where(b.data == 0, 0, b.data * a.data ** (b.data - 1))
-            ga = unbroadcast(g * ga, a.shape)
-        if b.requires_grad:
-            with np.errstate(divide='ignore', invalid='ignore'):
-                gb = np.where((a.data == 0) & (b.data >= 0), 0, out * np.log(a.data))
-            gb = unbroadcast(g * gb, b.shape)
-        return ga, gb
-    return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
+        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
+        return (g.astype(src),)
+    out = from_op(self.data.astype(dtype), 'to', (self,), backward)
+    if dtype.kind not in 'fc':
+        out = out.detach()
+    return out
 
 
-def neg(a):
-    return from_op(-a.data, 'neg', (a,), lambda g: (-g,))  # d(-x)/dx = -1
+Tensor.to = to
+Tensor.float = lambda self: to(self, float32)
+Tensor.double = lambda self: to(self, float64)
+Tensor.long = lambda self: to(self, int64)
 
 
-Tensor.__add__ = Tensor.add = add
-Tensor.__radd__ = lambda self, other: add(other, self)
-Tensor.__sub__ = Tensor.sub = sub
-Tensor.__rsub__ = lambda self, other: sub(other, self)
-Tensor.__mul__ = Tensor.mul = mul
-Tensor.__rmul__ = lambda self, other: mul(other, self)
-Tensor.__truediv__ = Tensor.div = div
-Tensor.__rtruediv__ = lambda self, other: div(other, self)
-Tensor.__pow__ = Tensor.pow = pow
-Tensor.__rpow__ = lambda self, other: pow(_as(other, result_type(other, self)), self)
-Tensor.__neg__ = Tensor.neg = neg
+
+# ---------------------------------------------------------------------------
+# 8. The version counter: backward refuses a rule whose saved arrays were changed
+# ---------------------------------------------------------------------------
+# A rule often reads arrays from the forward pass: mul's rule reads both factors, exp's
+# its own output. If one of them is changed in place before backward (x += 1), the rule
+# would return a wrong gradient without a word. So every tensor has a version counter,
+# `_vc`: a one-element list, shared with its views and bumped by every in-place change
+# (section 13). from_op records (counter, version now, shape) of each array the rule
+# reads in the output's `_saved`, and backward compares before it runs the rule.
+# This section replaces Part I's placeholders _guard_saved and _check_saved.
+def _guard_saved(out, saved, saves_output):
+    """Record the version of each array out's rule reads."""
+    # the counter, not the tensor, so that an output saving itself makes no reference cycle
+    out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
+    if saves_output:
+        out._saved += ((out._vc, out._vc[0], out.data.shape),)
+
+
+def _check_saved(node):
+    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
+    (it would return a wrong gradient without a word)."""
+    for counter, version, shape in node._saved:
+        if counter[0] != version:
+            raise RuntimeError(
+                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                f"saved for backward was modified in place (it is at version {counter[0]}, "
+                f"expected version {version}); use an out-of-place op or .clone() first")
+
+
+Tensor._version = property(lambda self: self._vc[0])
+
+
+def _tensors_in(idx):
+    """The tensors in an index, mask or condition (an op's backward reads them)."""
+    return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
+
+
+# ---------------------------------------------------------------------------
+# 9. Elementwise functions
+# ---------------------------------------------------------------------------
+def sqrt(x):
+    out = np.sqrt(x.data)
+
+    def backward(g):
+        """d sqrt(x)/dx = 1/(2 sqrt(x))"""
+        return (g / (2 * out),)
+    return from_op(out, 'sqrt', (x,), backward, saves_output=True)
+
+
+def abs(x):
+    def backward(g):
+        """d|x|/dx = sign(x)"""
+        return (g * np.sign(x.data),)
+    return from_op(np.abs(x.data), 'abs', (x,), backward, saved=(x,))
+
+
+def sin(x):
+    def backward(g):
+        """d sin(x)/dx = cos(x)"""
+        return (g * np.cos(x.data),)
+    return from_op(np.sin(x.data), 'sin', (x,), backward, saved=(x,))
+
+
+def cos(x):
+    def backward(g):
+        """d cos(x)/dx = -sin(x)"""
+        return (-g * np.sin(x.data),)
+    return from_op(np.cos(x.data), 'cos', (x,), backward, saved=(x,))
+
+
+def tanh(x):
+    out = np.tanh(x.data)
+
+    def backward(g):
+        """d tanh(x)/dx = 1 - tanh(x)^2"""
+        return (g * (1 - out * out),)
+    return from_op(out, 'tanh', (x,), backward, saves_output=True)
+
+
+def sigmoid(x):
+    # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
+    out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
+
+    def backward(g):
+        """d sigma(x)/dx = sigma(x) (1 - sigma(x))"""
+        return (g * out * (1 - out),)
+    return from_op(out, 'sigmoid', (x,), backward, saves_output=True)
+
+
+def relu(x):
+    mask = x.data > 0
+
+    def backward(g):
+        """d relu(x)/dx = 1 where x > 0, else 0"""
+        return (g * mask,)
+    return from_op(x.data * mask, 'relu', (x,), backward)
+
+
+def log1p(x):
+    def backward(g):
+        """d log(1 + x)/dx = 1/(1 + x)"""
+        return (g / (1 + x.data),)
+    return from_op(np.log1p(x.data), 'log1p', (x,), backward, saved=(x,))  # accurate for tiny x
+
+
+def expm1(x):
+    out = np.expm1(x.data)  # e^x - 1, accurate for tiny x
+
+    def backward(g):
+        """d (e^x - 1)/dx = e^x = out + 1"""
+        return (g * (out + 1),)
+    return from_op(out, 'expm1', (x,), backward, saves_output=True)
+
+
+def silu(x):
+    """x * sigmoid(x) (also called swish)."""
+    with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
+        s = 1 / (1 + np.exp(-x.data))
+
+    def backward(g):
+        """d x s(x)/dx = s + x s (1 - s) = s (1 + x (1 - s)),  s = sigma(x)"""
+        return (g * s * (1 + x.data * (1 - s)),)
+    return from_op(x.data * s, 'silu', (x,), backward, saved=(x,))
+
+
+def leaky_relu(x, negative_slope=0.01):
+    slope = np.where(x.data > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
+
+    def backward(g):
+        """d leaky_relu(x)/dx = 1 where x > 0, else negative_slope"""
+        return (g * slope,)
+    return from_op(x.data * slope, 'leaky_relu', (x,), backward)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+    bx = x.data * beta
+    linear = bx > threshold
+    with np.errstate(over='ignore'):
+        out = np.where(linear, x.data, np.log1p(np.exp(np.minimum(bx, threshold))) / beta)
+        s = 1 / (1 + np.exp(-bx))
+
+    def backward(g):
+        """d softplus(x)/dx = sigma(beta x), and 1 where beta x > threshold"""
+        return (g * np.where(linear, 1, s),)
+    return from_op(out.astype(x.dtype), 'softplus', (x,), backward)
+
+
+def _erf_plain(x):
+    """erf of an array by Python's math.erf, one element at a time (the plain path)."""
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+
+
+def erf(x):
+    # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
+    # asks math.erf element by element; section 17's _erf_np does the array at once.
+    out = _erf_np(x.data) if fast else _erf_plain(x.data)
+
+    def backward(g):
+        """d erf(x)/dx = 2/sqrt(pi) exp(-x^2)"""
+        return (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),)
+    return from_op(out, 'erf', (x,), backward, saved=(x,))
+
+
+def gelu(x, approximate='none'):
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF (exact, with erf), or
+    PyTorch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    xd = x.data
+    if approximate == 'tanh':
+        k = math.sqrt(2 / math.pi)
+        t = np.tanh(k * (xd + 0.044715 * xd ** 3))
+        out = 0.5 * xd * (1 + t)
+
+        def backward_tanh(g):
+            """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2),  t = tanh(k (x + 0.044715 x^3))"""
+            return (g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * k * (1 + 0.134145 * xd * xd)),)
+        return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
+    if approximate != 'none':
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 17)
+        out, dgelu = gelu_float32(xd)
+    else:
+        erf_ = _erf_np if fast else _erf_plain
+        cdf = 0.5 * (1 + erf_(xd * (1 / math.sqrt(2))))  # Phi(x)
+        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))  # Phi + x phi
+        out = xd * cdf
+
+    def backward(g):
+        """d x Phi(x)/dx = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)"""
+        return (g * dgelu,)  # (computed in the forward pass, which had phi at hand)
+    return from_op(out, 'gelu', (x,), backward)
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    out = np.clip(x.data, min, max)
+    inside = np.ones_like(x.data, dtype=bool) if min is None else x.data >= min
+    if max is not None:
+        inside &= x.data <= max
+
+    def backward(g):
+        """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
+        return (g * inside,)
+    return from_op(out, 'clamp', (x,), backward)
+
+
+def maximum(a, b):
+    a, b = _operands(a, b)
+    out = _broadcast_op('maximum', np.maximum, a, b)
+
+    def backward(g):
+        """d max(a,b)/da = 1 where a > b, 1/2 where a = b (as PyTorch), else 0
+        d max(a,b)/db = 1 where b > a, 1/2 where a = b, else 0"""
+        wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
+        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
+                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+    return from_op(out, 'maximum', (a, b), backward, saved=(a, b))
+
+
+def minimum(a, b):
+    a, b = _operands(a, b)
+    out = _broadcast_op('minimum', np.minimum, a, b)
+
+    def backward(g):
+        """d min(a,b)/da = 1 where a < b, 1/2 where a = b, else 0
+        d min(a,b)/db = 1 where b < a, 1/2 where a = b, else 0"""
+        wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
+        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
+                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+    return from_op(out, 'minimum', (a, b), backward, saved=(a, b))
+
+
+def where(condition, a, b):
+    """where(cond, a, b): a where cond is true, else b (broadcasting all three)."""
+    cond = condition.data if isinstance(condition, Tensor) else condition
+    a, b = _operands(a, b)
+    try:
+        out = np.where(cond, a.data, b.data)
+    except ValueError:
+        raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
+                         f"{tuple(b.shape)} cannot be broadcast together") from None
+
+    def backward(g):
+        """d where(c,a,b)/da = 1 where c, else 0
+        d where(c,a,b)/db = 0 where c, else 1"""
+        return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
+                unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
+    return from_op(out, 'where', (a, b), backward, saved=_tensors_in(condition))
+
+
+def masked_fill(x, mask, value):
+    """Positions where mask is true become `value`; they pass no gradient."""
+    m = mask.data if isinstance(mask, Tensor) else mask
+    try:
+        out = np.where(m, np.asarray(value, dtype=x.dtype), x.data)
+    except ValueError:
+        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
+                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
+    if out.shape != x.shape:
+        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
+                         f"broadcast to the tensor's shape {tuple(x.shape)}")
+
+    def backward(g):
+        """d masked_fill(x)/dx = 0 where the mask is true, else 1"""
+        return (np.where(m, 0, g),)
+    return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
+
+
+for _f in (sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp,
+           maximum, minimum, masked_fill):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.__abs__ = abs
+Tensor.clip = clamp
+
+
 
 
 # Comparisons give boolean tensors outside the graph (they have no gradient).
@@ -577,219 +1150,8 @@ Tensor.__invert__ = lambda self: _constant(np.logical_not(self.data))
 
 
 # ---------------------------------------------------------------------------
-# 4. Elementwise functions
+# 10. Reductions
 # ---------------------------------------------------------------------------
-def exp(x):
-    out = np.exp(x.data)
-    return from_op(out, 'exp', (x,), lambda g: (g * out,), saves_output=True)  # d e^x = e^x
-
-
-def log(x):
-    return from_op(np.log(x.data), 'log', (x,), lambda g: (g / x.data,), saved=(x,))  # d/dx log x = 1/x
-
-
-def sqrt(x):
-    out = np.sqrt(x.data)
-    # d/dx sqrt x = 1/(2 sqrt x)
-    return from_op(out, 'sqrt', (x,), lambda g: (g / (2 * out),), saves_output=True)
-
-
-def abs(x):
-    return from_op(np.abs(x.data), 'abs', (x,), lambda g: (g * np.sign(x.data),), saved=(x,))  # d|x|/dx = sign(x)
-
-
-def sin(x):
-    return from_op(np.sin(x.data), 'sin', (x,), lambda g: (g * np.cos(x.data),), saved=(x,))  # d sin = cos
-
-
-def cos(x):
-    return from_op(np.cos(x.data), 'cos', (x,), lambda g: (-g * np.sin(x.data),), saved=(x,))  # d cos = -sin
-
-
-def tanh(x):
-    out = np.tanh(x.data)
-    # d/dx tanh x = 1 - tanh^2 x
-    return from_op(out, 'tanh', (x,), lambda g: (g * (1 - out * out),), saves_output=True)
-
-
-def sigmoid(x):
-    # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
-    out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
-    # d sigma = sigma (1 - sigma)
-    return from_op(out, 'sigmoid', (x,), lambda g: (g * out * (1 - out),), saves_output=True)
-
-
-def relu(x):
-    mask = x.data > 0
-    return from_op(x.data * mask, 'relu', (x,), lambda g: (g * mask,))  # d relu = 1 where x > 0
-
-
-def log1p(x):
-    # log(1 + x), accurate for tiny x;  d/dx = 1 / (1 + x)
-    return from_op(np.log1p(x.data), 'log1p', (x,), lambda g: (g / (1 + x.data),), saved=(x,))
-
-
-def expm1(x):
-    out = np.expm1(x.data)  # e^x - 1, accurate for tiny x;  d/dx = e^x = out + 1
-    return from_op(out, 'expm1', (x,), lambda g: (g * (out + 1),), saves_output=True)
-
-
-def silu(x):
-    """x * sigmoid(x) (also called swish)."""
-    with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
-        s = 1 / (1 + np.exp(-x.data))
-    # d/dx x s(x) = s + x s (1 - s) = s (1 + x (1 - s))
-    return from_op(x.data * s, 'silu', (x,), lambda g: (g * s * (1 + x.data * (1 - s)),),
-                   saved=(x,))
-
-
-def leaky_relu(x, negative_slope=0.01):
-    slope = np.where(x.data > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
-    return from_op(x.data * slope, 'leaky_relu', (x,), lambda g: (g * slope,))  # d/dx = slope
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
-    bx = x.data * beta
-    linear = bx > threshold
-    with np.errstate(over='ignore'):
-        out = np.where(linear, x.data, np.log1p(np.exp(np.minimum(bx, threshold))) / beta)
-    with np.errstate(over='ignore'):
-        s = 1 / (1 + np.exp(-bx))  # d/dx = sigmoid(beta x), 1 on the linear part
-    return from_op(out.astype(x.dtype), 'softplus', (x,), lambda g: (g * np.where(linear, 1, s),))
-
-
-def erf(x):
-    # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x: NumPy has none, so _erf_np
-    # (section 14) evaluates Cody's rational approximations, to double precision.
-    # d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-    return from_op(_erf_np(x.data), 'erf', (x,),
-                   lambda g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),), saved=(x,))
-
-
-def gelu(x, approximate='none'):
-    """GELU(x) = x * Phi(x), Phi the standard normal CDF (exact, with erf), or
-    PyTorch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    xd = x.data
-    if approximate == 'tanh':
-        k = math.sqrt(2 / math.pi)
-        t = np.tanh(k * (xd + 0.044715 * xd ** 3))
-        out = 0.5 * xd * (1 + t)
-
-        def backward_tanh(g):  # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
-            return (g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * k * (1 + 0.134145 * xd * xd)),)
-        return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
-    if approximate != 'none':
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if xd.dtype != np.float32:
-        cdf = 0.5 * (1 + _erf_np(xd * (1 / math.sqrt(2))))  # Phi(x)
-        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))  # Phi + x phi
-        out = xd * cdf
-    else:  # the same two arrays, in fewer passes and on every core (section 14, Speed)
-        out, dgelu = gelu_float32(xd)
-
-    def backward(g):  # d/dx x Phi(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)
-        return (g * dgelu,)  # (computed in the forward pass, which had phi at hand)
-    return from_op(out, 'gelu', (x,), backward)
-
-
-def clamp(x, min=None, max=None):
-    if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
-    out = np.clip(x.data, min, max)
-    inside = np.ones_like(x.data, dtype=bool) if min is None else x.data >= min
-    if max is not None:
-        inside &= x.data <= max
-    return from_op(out, 'clamp', (x,), lambda g: (g * inside,))  # d clamp = 1 where min <= x <= max
-
-
-def maximum(a, b):
-    a, b = _operands(a, b)
-    out = _broadcast_op('maximum', np.maximum, a, b)
-
-    def backward(g):  # the larger input gets g; ties share it half and half (as PyTorch)
-        wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
-        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
-                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return from_op(out, 'maximum', (a, b), backward, saved=(a, b))
-
-
-def minimum(a, b):
-    a, b = _operands(a, b)
-    out = _broadcast_op('minimum', np.minimum, a, b)
-
-    def backward(g):  # the smaller input gets g; ties share it half and half
-        wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
-        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
-                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
-    return from_op(out, 'minimum', (a, b), backward, saved=(a, b))
-
-
-def where(condition, a, b):
-    """where(cond, a, b): a where cond is true, else b (broadcasting all three)."""
-    cond = condition.data if isinstance(condition, Tensor) else condition
-    a, b = _operands(a, b)
-    try:
-        out = np.where(cond, a.data, b.data)
-    except ValueError:
-        raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
-                         f"{tuple(b.shape)} cannot be broadcast together") from None
-
-    def backward(g):  # g flows to a where cond holds, to b elsewhere
-        return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
-                unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
-    return from_op(out, 'where', (a, b), backward, saved=_tensors_in(condition))
-
-
-def masked_fill(x, mask, value):
-    """Positions where mask is true become `value`; they pass no gradient."""
-    m = mask.data if isinstance(mask, Tensor) else mask
-    try:
-        out = np.where(m, np.asarray(value, dtype=x.dtype), x.data)
-    except ValueError:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
-    if out.shape != x.shape:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}")
-    # d/dx = 0 where masked
-    return from_op(out, 'masked_fill', (x,), lambda g: (np.where(m, 0, g),), saved=_tensors_in(mask))
-
-
-for _f in (exp, log, sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp,
-           maximum,
-           minimum, masked_fill):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.__abs__ = abs
-Tensor.clip = clamp
-
-
-# ---------------------------------------------------------------------------
-# 5. Reductions
-# ---------------------------------------------------------------------------
-def _expand_back(g, shape, axes, keepdim):
-    """Backward of a reduction: put the reduced axes back (as size 1) and
-    broadcast g over them: every input element of a reduced slice receives it."""
-    if not keepdim and axes:
-        g = np.expand_dims(g, axes)
-    return np.broadcast_to(g, shape)
-
-
-def sum(x, dim=None, keepdim=False):
-    axes = _dims(dim, x.ndim, 'sum')
-    # d sum / dx_i = 1: each input element gets the gradient of its slice's sum
-    return from_op(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,),
-                 lambda g: (_expand_back(g, x.shape, axes, keepdim),))
-
-
-def mean(x, dim=None, keepdim=False):
-    axes = _dims(dim, x.ndim, 'mean')
-    n = math.prod(x.shape[a] for a in axes)
-    # d mean / dx_i = 1/n
-    return from_op(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,),
-                 lambda g: (_expand_back(g / n, x.shape, axes, keepdim),))
-
-
 def _centered(x, dim, correction, unbiased, op):
     """What var and std share: the axes, x - mean, the divisor N - correction."""
     if unbiased is not None:
@@ -807,7 +1169,8 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
 
-    def backward(g):  # d var / dx_i = 2 (x_i - mean) / (N - correction)
+    def backward(g):
+        """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, x.shape, axes, keepdim)
         if dof <= 0 and dim is None:  # PyTorch's value: nan where x_i == mean, else inf
             return (g * np.where(centered == 0, np.nan, np.inf),)
@@ -822,7 +1185,8 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sqrt(np.sum(centered * centered, axis=axes, keepdims=True) / builtins.max(dof, 0))
 
-    def backward(g):  # d std / dx_i = (x_i - mean) / ((N - correction) std), 0 where std = 0
+    def backward(g):
+        """d std / dx_i = (x_i - mean) / ((N - correction) std),  0 where std = 0"""
         g = _expand_back(g, x.shape, axes, keepdim)
         with np.errstate(divide='ignore', invalid='ignore'):
             if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
@@ -839,12 +1203,14 @@ def _extreme(x, dim, keepdim, op, fn):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.data, axis=axes, keepdims=True)
-    # Gradient goes to the positions that hold the extreme value; when several tie,
-    # they share it evenly (PyTorch's amax/amin rule): d out / dx_i = [x_i == out] / count
     mask = x.data == out
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
-    return from_op(res, op, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdim) * mask / count,))
+
+    def backward(g):
+        """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
+        return (_expand_back(g, x.shape, axes, keepdim) * mask / count,)
+    return from_op(res, op, (x,), backward)
 
 
 def amax(x, dim=None, keepdim=False):
@@ -867,7 +1233,8 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     idx = np.expand_dims(argfn(x.data, axis=d), d)  # first extreme, as PyTorch on the CPU
     values = np.take_along_axis(x.data, idx, axis=d)
 
-    def backward(g):  # only the selected index receives the gradient
+    def backward(g):
+        """d max(dim) / dx_i = 1 at the index returned, else 0"""
         gx = np.zeros_like(g, shape=x.shape)
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
@@ -901,7 +1268,8 @@ def logsumexp(x, dim, keepdim=False):
     with np.errstate(divide='ignore'):
         out = np.log(np.sum(np.exp(x.data - m), axis=axes, keepdims=True)) + m
 
-    def backward(g):  # d lse / dx_i = exp(x_i - lse) = softmax(x)_i
+    def backward(g):
+        """d logsumexp / dx_i = exp(x_i - logsumexp) = softmax(x)_i"""
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.data - out),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
                    saved=(x,), saves_output=True)
@@ -925,6 +1293,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
         out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g):
+        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
         g = _expand_back(g, x.shape, axes, keepdim)
         sign = np.sign(x.data)
         with np.errstate(divide='ignore', invalid='ignore'):
@@ -949,7 +1318,7 @@ def prod(x, dim=None, keepdim=False):
     zeros = np.sum(zero, axis=axes, keepdims=True)
 
     def backward(g):
-        # d prod / dx_i = the product of the others: prod / x_i when no element is 0;
+        """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
         # with one 0, only that element gets the product of the others; with two, none
         g = _expand_back(g, x.shape, axes, keepdim)
         others = np.prod(np.where(zero, 1, x.data), axis=axes, keepdims=True)  # zeros left out
@@ -966,7 +1335,8 @@ def cumsum(x, dim):
     d = _dim(dim, x.ndim, 'cumsum')
     data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints sum as int64
 
-    def backward(g):  # x_i is in every out_j with j >= i: dx_i = g_i + ... + g_last
+    def backward(g):
+        """d cumsum_j / dx_i = 1 for j >= i: dx_i = g_i + ... + g_last"""
         return (np.flip(np.cumsum(np.flip(g, d), axis=d), d),)
     return from_op(np.cumsum(data, axis=d), 'cumsum', (x,), backward)
 
@@ -981,6 +1351,7 @@ def _select_along(x, idx, d, op, result):
     indices = _constant(idx)
 
     def backward(g):
+        """d values_j / dx_i = 1 where value j came from position i"""
         gx = np.zeros_like(g, shape=x.shape)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
@@ -1033,9 +1404,31 @@ for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cum
     setattr(Tensor, _f.__name__, _f)
 
 
+
 # ---------------------------------------------------------------------------
-# 6. Shape and indexing
+# 11. Shape and indexing; views
 # ---------------------------------------------------------------------------
+# A view shares its base's memory: x.T, x[0], x.reshape(...) where NumPy can, detach().
+# A change through one is seen through the other, and they share the version counter.
+def detach(x):
+    """Same data (shared, as in PyTorch), outside the graph."""
+    x._shared = True  # an in-place op on x must write into the shared memory (section 13)
+    out = Tensor.__new__(Tensor)
+    _init_result(out, x.data, x._vc)
+    return out
+
+
+def clone(x):
+    def backward(g):
+        """d clone(x)/dx = 1"""
+        return (g,)
+    return from_op(x.data.copy(), 'clone', (x,), backward)
+
+
+Tensor.detach, Tensor.clone = detach, clone
+Tensor.contiguous = lambda self: self
+
+
 def _sizes(args):
     """Accept both f(2, 3) and f((2, 3))."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
@@ -1055,7 +1448,7 @@ def _view(out, x, remake):
         make = lambda t: remake(first(t))  # noqa: E731
     out._view = (base, make)
     if not (base.requires_grad and base._backward is None):  # a parameter's history never changes
-        refs = base.__dict__.get('_views')  # weak references: a view can still be freed
+        refs = base._views  # weak references: a view can still be freed
         if refs is None:
             base._views = refs = []
         elif len(refs) >= 16 and len(refs) & (len(refs) - 1) == 0:  # at 16, 32, 64, ...
@@ -1071,8 +1464,10 @@ def reshape(x, *shape):
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
                          f"({x.data.size} elements) into {shape}") from None
-    # the same numbers in a new shape: the gradient takes the old shape back
-    backward = lambda g: (g.reshape(x.shape),)  # noqa: E731
+
+    def backward(g):
+        """d reshape(x)/dx = 1  (the same numbers: g takes x's shape back)"""
+        return (g.reshape(x.shape),)
     if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
         return from_op(out, 'reshape', (x,), backward)
     return _view(from_op(out, 'reshape', (x,), backward, view_of=x), x, lambda t: reshape(t, shape))
@@ -1085,23 +1480,32 @@ def permute(x, *dims):
         raise ValueError(f"permute: {dims} is not a permutation of the {x.ndim} dims "
                          f"of a tensor of shape {tuple(x.shape)}")
     inverse = tuple(np.argsort(axes))
-    # backward: move the gradient's axes back with the inverse permutation
-    return _view(from_op(x.data.transpose(axes), 'permute', (x,),
-                         lambda g: (g.transpose(inverse),), view_of=x), x, lambda t: permute(t, axes))
+
+    def backward(g):
+        """d permute(x)/dx = 1  (g's axes moved back by the inverse permutation)"""
+        return (g.transpose(inverse),)
+    return _view(from_op(x.data.transpose(axes), 'permute', (x,), backward, view_of=x),
+                 x, lambda t: permute(t, axes))
 
 
 def transpose(x, dim0, dim1):
     d0, d1 = _dim(dim0, x.ndim, 'transpose'), _dim(dim1, x.ndim, 'transpose')
-    # swapping two axes is its own inverse
-    return _view(from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,),
-                         lambda g: (np.swapaxes(g, d0, d1),), view_of=x),
+
+    def backward(g):
+        """d transpose(x)/dx = 1  (g's two axes swapped back)"""
+        return (np.swapaxes(g, d0, d1),)
+    return _view(from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,), backward, view_of=x),
                  x, lambda t: transpose(t, d0, d1))
 
 
 def unsqueeze(x, dim):
     d = _dim(dim, x.ndim + 1, 'unsqueeze')
-    return _view(from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,),
-                         lambda g: (g.reshape(x.shape),), view_of=x), x, lambda t: unsqueeze(t, d))
+
+    def backward(g):
+        """d unsqueeze(x)/dx = 1  (the added dim removed from g)"""
+        return (g.reshape(x.shape),)
+    return _view(from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,), backward, view_of=x),
+                 x, lambda t: unsqueeze(t, d))
 
 
 def squeeze(x, dim=None):
@@ -1110,7 +1514,11 @@ def squeeze(x, dim=None):
     else:
         axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
     out = np.squeeze(x.data, axis=axes)
-    return _view(from_op(out, 'squeeze', (x,), lambda g: (g.reshape(x.shape),), view_of=x),
+
+    def backward(g):
+        """d squeeze(x)/dx = 1  (the removed dims put back into g)"""
+        return (g.reshape(x.shape),)
+    return _view(from_op(out, 'squeeze', (x,), backward, view_of=x),
                  x, lambda t: reshape(t, out.shape))
 
 
@@ -1131,8 +1539,11 @@ def expand(x, *sizes):
         out = np.broadcast_to(x.data, target)
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
-    # each input element was repeated along the expanded dims: sum the gradient back
-    return _view(from_op(out, 'expand', (x,), lambda g: (unbroadcast(g, x.shape),), view_of=x),
+
+    def backward(g):
+        """d expand(x)/dx = 1 for each copy  (g summed over the expanded dims)"""
+        return (unbroadcast(g, x.shape),)
+    return _view(from_op(out, 'expand', (x,), backward, view_of=x),
                  x, lambda t: expand(t, target))
 
 
@@ -1166,7 +1577,8 @@ def getitem(x, idx):
     rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
 
     def backward(g):
-        if rows:  # x[int array]: rows picked several times get their gradients added
+        """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
+        if fast and rows:  # x[int array]: np.add.at below, faster (section 17)
             return (_scatter_add_rows(x.shape, idx, g),)
         gx = np.zeros_like(g, shape=x.shape)
         if basic:
@@ -1211,7 +1623,8 @@ def gather(input, dim, index):
         raise IndexError(f"gather: {e} (input of shape {tuple(input.shape)}, index of shape "
                          f"{tuple(idx.shape)}, dim {dim})") from None
 
-    def backward(g):  # each picked element gets its gradient back; picked twice: added
+    def backward(g):
+        """d gather/dx = 1 at the gathered positions  (g added back there; picked twice: added)"""
         gx = np.zeros_like(g, shape=input.shape)
         np.add.at(gx, where_, g)
         return (gx,)
@@ -1244,8 +1657,8 @@ def _scatter(input, dim, index, src, op, add):
                          f"{tuple(idx.shape)}, dim {dim})") from None
 
     def backward(g):
-        # input: g where its value was kept (everywhere for scatter_add), 0 where replaced;
-        # src: the gradient of the place each of its values went to (a gather of g)
+        """d scatter/d input = 1 where its value was kept (everywhere for scatter_add), 0 where replaced
+        d scatter/d src = 1 at the place each of its values went  (a gather of g)"""
         gi = g if add else np.where(written, 0, g)
         gs = None
         if is_tensor and src.requires_grad:
@@ -1282,7 +1695,8 @@ def index_select(input, dim, index):
     except IndexError as e:
         raise IndexError(f"index_select: {e} (input of shape {tuple(input.shape)})") from None
 
-    def backward(g):  # slices picked several times get their gradients added
+    def backward(g):
+        """d index_select/dx = 1 at the selected slices  (slices picked several times: added)"""
         gx = np.zeros_like(g, shape=input.shape)
         np.add.at(np.moveaxis(gx, d, 0), idx.reshape(-1), np.moveaxis(g, d, 0))
         return (gx,)
@@ -1318,7 +1732,8 @@ def cat(tensors, dim=0):
                              f"shapes {tuple(first.shape)} and {tuple(t.shape)}")
     ends = np.cumsum([t.shape[d] for t in tensors])[:-1]
 
-    def backward(g):  # each input gets back its own slice of the gradient
+    def backward(g):
+        """d cat/d(each input) = 1 on its own slice  (each input gets back its slice of g)"""
         return tuple(np.split(g, ends, axis=d))
     return from_op(np.concatenate([t.data for t in tensors], axis=d), 'cat', tuple(tensors), backward)
 
@@ -1333,7 +1748,8 @@ def stack(tensors, dim=0):
                              f"{tuple(tensors[0].shape)} and {tuple(t.shape)}")
     d = _dim(dim, tensors[0].ndim + 1, 'stack')
 
-    def backward(g):  # input i gets the gradient's slice i along the new dim
+    def backward(g):
+        """d stack/d(each input) = 1 on its own slice  (input i gets slice i of g along the new dim)"""
         return tuple(np.take(g, i, axis=d) for i in range(len(tensors)))
     return from_op(np.stack([t.data for t in tensors], axis=d), 'stack', tuple(tensors), backward)
 
@@ -1372,7 +1788,11 @@ def chunk(x, chunks, dim=0):
 def flip(x, *dims):
     """Reverse the order of the elements along the given dims."""
     axes = _dims(_sizes(dims), x.ndim, 'flip')
-    return from_op(np.flip(x.data, axes), 'flip', (x,), lambda g: (np.flip(g, axes),))  # flip back
+
+    def backward(g):
+        """d flip(x)/dx = 1  (g flipped back)"""
+        return (np.flip(g, axes),)
+    return from_op(np.flip(x.data, axes), 'flip', (x,), backward)
 
 
 def roll(x, shifts, dims=None):
@@ -1385,8 +1805,11 @@ def roll(x, shifts, dims=None):
     if len(shifts) != len(axes):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} dims")
     back = tuple(-s for s in shifts)
-    # backward: roll the gradient back the other way
-    return from_op(np.roll(x.data, shifts, axes), 'roll', (x,), lambda g: (np.roll(g, back, axes),))
+
+    def backward(g):
+        """d roll(x)/dx = 1  (g rolled back the other way)"""
+        return (np.roll(g, back, axes),)
+    return from_op(np.roll(x.data, shifts, axes), 'roll', (x,), backward)
 
 
 def repeat(x, *sizes):
@@ -1397,20 +1820,25 @@ def repeat(x, *sizes):
                          "least one per dim")
     shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
 
-    def backward(g):  # every copy sends its gradient back: sum over the copies
+    def backward(g):
+        """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
         return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(x.shape),)
     return from_op(np.tile(x.data.reshape(shape), sizes), 'repeat', (x,), backward)
 
 
 def tril(x, diagonal=0):
-    # zeroed entries do not depend on x: only the kept triangle passes gradient
-    return from_op(np.tril(x.data, diagonal), 'tril', (x,), lambda g: (np.tril(g, diagonal),))
+    def backward(g):
+        """d tril(x)/dx = 1 in the kept triangle, 0 where zeroed"""
+        return (np.tril(g, diagonal),)
+    return from_op(np.tril(x.data, diagonal), 'tril', (x,), backward)
 
 
 def triu(x, diagonal=0):
-    # zeroed entries do not depend on x: only the kept triangle passes gradient
-    return from_op(np.triu(x.data, diagonal), 'triu', (x,), lambda g: (np.triu(g, diagonal),))
+    def backward(g):
+        """d triu(x)/dx = 1 in the kept triangle, 0 where zeroed"""
+        return (np.triu(g, diagonal),)
+    return from_op(np.triu(x.data, diagonal), 'triu', (x,), backward)
 
 
 for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, split,
@@ -1425,70 +1853,11 @@ Tensor.expand_as = lambda self, other: expand(self, other.shape)
 Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 
+
+
 # ---------------------------------------------------------------------------
-# 7. Matrix multiplication, and unfold: a convolution is a matmul over patches
+# 12. Unfold (im2col): a convolution is a matmul over patches; softmax
 # ---------------------------------------------------------------------------
-def _same_dtype(op, **tensors):
-    """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
-    to float64 silently would double the memory and the time of a whole model."""
-    given = [(name, t) for name, t in tensors.items() if t is not None]
-    for name, t in given:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
-                            "arrays with tt.tensor(...)")
-    name0, t0 = given[0]
-    for name, t in given[1:]:
-        if t.data.dtype != t0.data.dtype:
-            raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
-                               f"have the same dtype: convert one (x.float() for a float32 model)")
-
-
-def matmul(a, b):
-    """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
-
-    A 1-D left operand is treated as a row (1, n), a 1-D right operand as a
-    column (n, 1); the added dim is removed from the result, as in PyTorch.
-    """
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
-    _same_dtype('matmul', first=a, second=b)
-    ka = a.shape[-1]
-    kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
-    if ka != kb:
-        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
-                         f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
-    try:
-        out = np.matmul(a.data, b.data)
-    except ValueError:
-        raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
-                         "cannot be broadcast together") from None
-
-    def backward(g):
-        # out = A B  =>  dA = g B^T,  dB = A^T g, on the operands as matrices: a 1-D a is
-        # a row (1, n), a 1-D b a column (n, 1), and g gets back the dims they lost.
-        # Batch dims that were broadcast are summed back (unbroadcast).
-        A = a.data if a.ndim > 1 else a.data[None, :]
-        B = b.data if b.ndim > 1 else b.data[:, None]
-        G = g[..., None] if b.ndim == 1 else g
-        G = G[..., None, :] if a.ndim == 1 else G
-        ga = gb = None
-        if a.requires_grad:
-            ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
-        if b.requires_grad:
-            if B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:  # a matrix shared by
-                gb = shared_matrix_grad(A, G)  # the whole batch: one 2-D product (Speed)
-            else:
-                gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
-            gb = gb.reshape(b.shape)
-        return ga, gb
-    return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
-
-
-Tensor.__matmul__ = Tensor.matmul = matmul
-Tensor.__rmatmul__ = lambda self, other: matmul(_as(other, self.dtype), self)
-
-
 def _pair(v, name, op):
     """kernel_size=3 means (3, 3): an int or a pair of ints, as PyTorch takes them."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
@@ -1544,7 +1913,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         for j in range(kw):  # kernel element (i, j) sees one strided copy of the image
             cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]
 
-    def backward(g):  # fold (col2im): each patch's gradient goes back where the patch came
+    def backward(g):
+        """d unfold(x)/dx = 1 where each patch came from  (fold, col2im: overlapping patches add)"""
         gx = np.zeros(x.shape, dtype=g.dtype)  # from; overlapping patches add up
         g = g.reshape(n, c, kh, kw, oh, ow)
         for i in range(kh):
@@ -1554,9 +1924,6 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     return from_op(cols.reshape(n, c * kh * kw, oh * ow), 'unfold', (input,), backward)
 
 
-# ---------------------------------------------------------------------------
-# 8. Softmax and log-softmax (fused: one op, one hand-derived backward)
-# ---------------------------------------------------------------------------
 def softmax(x, dim):
     """exp(x - max) / sum(exp(x - max)): subtracting the max avoids overflow and
     leaves the result unchanged. -inf entries (masked positions) get probability 0."""
@@ -1564,7 +1931,8 @@ def softmax(x, dim):
     e = np.exp(x.data - np.max(x.data, axis=d, keepdims=True))
     out = e / np.sum(e, axis=d, keepdims=True)
 
-    def backward(g):  # dx = p * (g - sum(p * g))   (the Jacobian diag(p) - p p^T applied to g)
+    def backward(g):
+        """d softmax/dx: p * (g - sum(p * g))  (the Jacobian diag(p) - p p^T applied to g)"""
         return (out * (g - np.sum(g * out, axis=d, keepdims=True)),)
     return from_op(out, 'softmax', (x,), backward, saves_output=True)
 
@@ -1575,7 +1943,8 @@ def log_softmax(x, dim):
     shifted = x.data - np.max(x.data, axis=d, keepdims=True)
     out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
 
-    def backward(g):  # dx = g - softmax(x) * sum(g)
+    def backward(g):
+        """d log_softmax/dx: g - softmax(x) * sum(g)"""
         return (g - np.exp(out) * np.sum(g, axis=d, keepdims=True),)
     return from_op(out, 'log_softmax', (x,), backward, saves_output=True)
 
@@ -1584,154 +1953,9 @@ Tensor.softmax = softmax
 Tensor.log_softmax = log_softmax
 
 
-# ---------------------------------------------------------------------------
-# 9. Backward: reverse-mode automatic differentiation
-# ---------------------------------------------------------------------------
-def _freed_graph(g):
-    raise RuntimeError("backward: trying to backward through the graph a second time (its "
-                       "buffers were freed by the first backward); pass retain_graph=True to "
-                       "the first backward if you need to go through it twice")
-
-
-def _topological_order(root):
-    """Every tensor that root depends on (and that requires grad), inputs before
-    outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
-    (a recursive version would hit Python's recursion limit)."""
-    order, visited = [], set()
-    todo = [(root, False)]
-    while todo:
-        node, expanded = todo.pop()
-        if expanded:
-            order.append(node)  # all of node's inputs are already in order
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        todo.append((node, True))
-        for p in node._parents:
-            if p._seq >= node._seq:  # changed in place since node read it: its older self
-                p = _as_read_by(node, p)
-            if p.requires_grad and id(p) not in visited:
-                todo.append((p, False))
-    return order
-
-
-def _inputs(node):
-    """node's inputs as node read them: an input changed in place after node's op ran is
-    represented by its older self (section 10). Usually just node._parents."""
-    return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in node._parents)
-
-
-def _as_read_by(node, p):
-    """The version of p that node's op read (p's history was rewritten since)."""
-    while p._seq >= node._seq:
-        p = p._older
-    return p
-
-
-def backward(tensor, gradient=None, retain_graph=False):
-    """Fill .grad of every leaf that `tensor` depends on: d tensor / d leaf.
-
-    Walks the graph from the output back to the leaves (reverse topological
-    order), calling each op's backward rule with the gradient of its output and
-    adding what it returns into the gradients of its inputs. A tensor used twice
-    receives the sum of both contributions (the multivariable chain rule).
-    """
-    grads = {id(tensor): _initial_gradient(tensor, gradient)}  # id(tensor) -> d out / d tensor
-    for node in reversed(_topological_order(tensor)):
-        g = grads.pop(id(node), None)
-        if g is None:
-            continue  # no gradient reached it
-        if node._backward is None:  # a leaf: add into its .grad
-            _accumulate(node, g)
-            continue
-        if getattr(node, '_retains_grad', False):  # asked for by x.retain_grad()
-            _accumulate(node, g)
-        if node._saved:
-            _check_saved(node)  # nothing the rule reads was changed in place since the forward pass
-        rule_out = node._backward(g) if not _hooks else _watched_rule(node, g)
-        for p, pg in zip(node._parents, rule_out):  # the op's rule: the chain rule
-            if pg is None:
-                continue
-            if p._seq >= node._seq:  # p was changed in place after node's op read it
-                p = _as_read_by(node, p)
-            if p.requires_grad:
-                if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
-                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
-                key = id(p)
-                grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
-        if not retain_graph:
-            _free(node)
-
-
-def _initial_gradient(tensor, gradient):
-    """d tensor / d tensor: ones for a single number, else the gradient the caller gave."""
-    if not tensor.requires_grad:
-        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
-                           "(no input had requires_grad=True, or it was made under no_grad)")
-    if gradient is None:
-        if tensor.data.size != 1:
-            raise RuntimeError(f"backward: grad can be created implicitly only for a "
-                               f"single-element output, got shape {tuple(tensor.shape)}; "
-                               "pass gradient=...")
-        return np.ones_like(tensor.data)
-    gradient = gradient.data if isinstance(gradient, Tensor) else gradient
-    if tuple(np.shape(gradient)) != tuple(tensor.shape):
-        raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
-                           f"the tensor has shape {tuple(tensor.shape)}")
-    return gradient
-
-
-def _accumulate(t, g):
-    """t.grad += g: gradients accumulate across backward calls, never overwrite."""
-    if t.grad is not None:
-        t.grad += g
-    elif g.dtype == t.dtype and unshared(g):  # g itself, no copy needed (section 14, Speed)
-        t.grad = g
-    else:
-        t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
-
-
-def _wrong_gradient(node, x, pg):
-    """A rule returned a gradient that can't be input x's: say which op, which input,
-    what was wrong and the likely cause."""
-    i = next(k for k, p in enumerate(_inputs(node)) if p is x)
-    shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
-    if shape is None or dtype is None:
-        problem = f"returned a {type(pg).__name__}, not an array"
-    elif shape != tuple(x.shape):
-        problem = (f"returned a gradient of shape {shape} for an input of shape "
-                   f"{tuple(x.shape)}; a rule must sum the gradient back to its input's shape "
-                   "(see unbroadcast)")
-    else:
-        problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
-                   "input's dtype (cast with .astype(x.dtype))")
-    raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
-
-
-def _check_saved(node):
-    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
-    (it would return a wrong gradient without a word)."""
-    for counter, version, shape in node._saved:
-        if counter[0] != version:
-            raise RuntimeError(
-                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
-                f"saved for backward was modified in place (it is at version {counter[0]}, "
-                f"expected version {version}); use an out-of-place op or .clone() first")
-
-
-def _free(node):
-    """Drop what the rule holds (its inputs, their arrays): the graph can't be walked again."""
-    node._backward = _freed_graph
-    node._parents = ()
-    node._saved = ()
-
-
-Tensor.backward = backward
-
 
 # ---------------------------------------------------------------------------
-# 10. In-place ops: the graph is rewritten, the version counter keeps it safe
+# 13. In-place ops: the graph is rewritten (views too)
 # ---------------------------------------------------------------------------
 # h.add_(1) (or h += 1) writes into h's own memory. If h is part of a graph, its
 # history is rewritten, as PyTorch does:
@@ -1758,6 +1982,26 @@ Tensor.backward = backward
 # Through views: y = h[0]; y += 1 changes h's memory too. Then h's history becomes
 # CopySlices(old h, y) (y's region from y, the rest from the old h), and every other
 # live view of h is made again from the new h, so that its history matches its values.
+#
+# This section replaces Part I's placeholder _inputs: backward, and the tools, ask it
+# for the inputs of a node as its op read them.
+def _inputs(node):
+    """node's inputs as node read them: an input changed in place after node's op ran is
+    represented by its older self. Usually just node._parents."""
+    parents = node._parents
+    for p in parents:
+        if p._seq >= node._seq:
+            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
+    return parents
+
+
+def _as_read_by(node, p):
+    """The version of p that node's op read (p's history was rewritten since)."""
+    while p._seq >= node._seq:
+        p = p._older
+    return p
+
+
 def _check_inplace(x, op):
     if not x.data.flags.writeable:
         raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
@@ -1803,13 +2047,13 @@ def _in_place(x, op, result):
     if result.shape != x.shape:
         raise RuntimeError(f"{op}: the result has shape {tuple(result.shape)} but the tensor "
                            f"has shape {tuple(x.shape)}; an in-place op can't change a shape")
-    if result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
+    if fast and result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
         x.data = result.data  # no one else reads x's memory: take the result's, no copy
     else:
         x.data[...] = result.data  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
-        for hook in _hooks:  # a profile counted the twin under its own name: move it
+        for hook in _hooks:  # a profile counted the twin under its own name (section 16)
             hook.renamed(result, op)
         result._op = op
         _record(x, result)
@@ -1819,9 +2063,9 @@ def _in_place(x, op, result):
 def _sole_owner(x):
     """x's memory is x's alone: x is an op's output, not a view, with no live views, never
     detached. Its in-place op can then keep the result's memory instead of copying."""
-    views = x.__dict__.get('_views')
+    views = x._views
     return (x._backward is not None and x._view is None and x.data.base is None
-            and '_shared' not in x.__dict__ and not (views and any(r() is not None for r in views)))
+            and not x._shared and not (views and any(r() is not None for r in views)))
 
 
 def _record(x, node):
@@ -1833,7 +2077,7 @@ def _record(x, node):
     if info is not None:  # the base's region under x holds x's new values
         _rewrite(base, _copy_slices(base, x, info[1]))
     if base.requires_grad:
-        for ref in list(base.__dict__.get('_views', ())):
+        for ref in list(base._views or ()):
             v = ref()
             if v is not None and v is not x:  # made again from the new base
                 _rewrite(v, v._view[1](base))
@@ -1852,8 +2096,7 @@ def _rewrite(x, node):
     _init_result(old, np.ndarray(x.shape, x.dtype, _NOTHING, 0, (0,) * x.ndim), x._vc)
     old.requires_grad, old._parents, old._backward = x.requires_grad, x._parents, x._backward
     old._op, old._saved, old._seq = x._op, x._saved, x._seq
-    if '_older' in x.__dict__:
-        old._older = x._older
+    old._older = x._older
     x.requires_grad, x._parents, x._backward = node.requires_grad, node._parents, node._backward
     x._op, x._seq = node._op, node._seq
     # a rule that reads node's output now reads x's memory: guard it with x's counter
@@ -1865,7 +2108,9 @@ def _rewrite(x, node):
 def _copy_slices(base, view, remake):
     """base's value after a write through its view: view's new values in view's region,
     base's old values elsewhere. remake(t) cuts the view's region out of t."""
-    def backward(g):  # g outside the region flows to the old base, inside it to the view
+    def backward(g):
+        """d CopySlices/d base = 1 outside the view's region, 0 inside
+        d CopySlices/d view = 1 inside the view's region"""
         gb = g.copy()
         region = remake(_constant(gb)).data  # a view of gb
         gv = region.copy()
@@ -1934,7 +2179,9 @@ def fill_(x, value):
         raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got shape "
                            f"{tuple(v.shape)}")
 
-    def backward(g):  # the old values are forgotten: d/dx = 0; each element is the value: d/dv = sum
+    def backward(g):
+        """d fill_/dx = 0  (the old values are forgotten)
+        d fill_/d value = 1 for each element  (g summed)"""
         return np.zeros_like(g), g.sum().astype(g.dtype).reshape(())
     return _in_place(x, 'fill_', from_op(np.full_like(x.data, v.data), 'fill', (x, v), backward))
 
@@ -1952,7 +2199,9 @@ def copy_(x, src):
         raise ValueError(f"copy_: source of shape {tuple(s.shape)} cannot be copied into a "
                          f"tensor of shape {tuple(x.shape)}") from None
 
-    def backward(g):  # the old values are forgotten: d/dx = 0; d/dsrc = 1, summed where broadcast
+    def backward(g):
+        """d copy_/dx = 0  (the old values are forgotten)
+        d copy_/d src = 1  (summed where src was broadcast)"""
         return (np.zeros_like(g),
                 unbroadcast(g, s.shape).astype(s.dtype) if s.requires_grad else None)
     return _in_place(x, 'copy_', from_op(data, 'copy', (x, s), backward))
@@ -1986,7 +2235,9 @@ def setitem(x, idx, value):
         return
     parents = (x, v) if _requires_grad(v) else (x,)
 
-    def backward(g):  # d/dx = 1 where not written, 0 where written; d/dvalue = g at its places
+    def backward(g):
+        """d setitem/dx = 1 where not written, 0 where written
+        d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
         gx = g.copy()
         gx[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
@@ -2008,8 +2259,9 @@ Tensor.__itruediv__ = lambda self, o: div_(self, o)
 Tensor.__ipow__ = lambda self, o: pow_(self, o)
 
 
+
 # ---------------------------------------------------------------------------
-# 11. Creation functions
+# 14. Creation functions and the random generator
 # ---------------------------------------------------------------------------
 # One generator for the whole library: manual_seed(s) makes every random op,
 # dropout and sampling included, reproducible.
@@ -2118,8 +2370,9 @@ def eye(n, dtype=None):
 # (sum, max, min and abs shadow Python's builtins inside this module only.)
 
 
+
 # ---------------------------------------------------------------------------
-# 12. gradcheck: compare the analytic gradient with central finite differences
+# 15. gradcheck: compare the analytic gradient with central finite differences
 # ---------------------------------------------------------------------------
 class GradcheckError(AssertionError):
     pass
@@ -2234,473 +2487,34 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
     return True
 
 
+
 # ---------------------------------------------------------------------------
-# 13. Seeing the graph: draw_graph and grad_path; profile and detect_anomaly
+# 16. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
-def _param_names(names):
-    """id -> name, from a Module (anything with named_parameters()) or a dict name -> tensor."""
-    if names is None:
-        return {}
-    items = names.named_parameters() if hasattr(names, 'named_parameters') else names.items()
-    return {id(t): n for n, t in items}
+# lookinside.py's profile and detect_anomaly watch every op and every backward rule:
+# `with` puts them in _hooks, and this section replaces Part I's placeholders _watch_op
+# and _run_rule so that they are told. When no tool is on, that costs one check of an
+# empty list per op.
+_hooks = []
 
 
-def _op_label(node):
-    """The op's name as the graph shows it: add_ (in place) for an in-place op."""
-    return f'{node._op} (in place)' if node._op.endswith('_') else node._op
+def _watch_op(out, op, parents):
+    """Tell the tools that watch (if any) that op made out."""
+    if _hooks:
+        for hook in _hooks:
+            hook.op(out, op, parents)
 
 
-def _check_intact(root):
-    if root._backward is _freed_graph:
-        raise RuntimeError("the graph behind this tensor was freed by backward(); call "
-                           "backward(retain_graph=True) first, or look before backward()")
-
-
-def _shape(shape):
-    """(12, 64) or (128,): a shape written as Python writes a tuple."""
-    return str(tuple(int(n) for n in shape))
-
-
-def draw_graph(tensor, path=None, names=None, max_nodes=150):
-    """The computation graph behind `tensor` as Graphviz DOT text.
-
-    Each box is an op (name, output shape, dtype); leaves are ellipses, parameters
-    filled and named when `names` (a Module, or a dict name -> tensor) is given.
-    Arrows point the way data flows; gradients flow back against them. At most
-    max_nodes nodes are drawn, nearest the output first, with a note of how many
-    were left out. With path ending in .svg, .png or .pdf the graph is rendered with
-    Graphviz's `dot` when it is installed; .dot, .gv or .txt get the DOT text; any other
-    extension is refused with the list.
-    """
-    _check_intact(tensor)
-    from collections import deque
-    label = _param_names(names)
-    seen, order, queue = {id(tensor)}, [], deque([tensor])
-    while queue:  # breadth first from the output: every node, inputs and constants included
-        node = queue.popleft()
-        order.append(node)
-        for p in _inputs(node):
-            if id(p) not in seen:
-                seen.add(id(p))
-                queue.append(p)
-    hidden = len(order) - max_nodes
-    order = order[:max_nodes]  # the nodes nearest the output
-    ids = {id(node): f'n{i}' for i, node in enumerate(order)}
-    lines = ['digraph tinytorch {', '  rankdir=BT;',
-             '  node [shape=box, fontname="Helvetica", fontsize=10];']
-    for node in order:
-        text = f'{_shape(node.shape)} {node.dtype}'
-        if node._parents:
-            attrs = f'label="{_op_label(node)}\\n{text}"'
-        elif id(node) in label:
-            attrs = (f'label="{label[id(node)]}\\n{text}", shape=ellipse, style=filled, '
-                     'fillcolor="#cfe2ff"')
-        else:
-            kind = 'leaf (requires grad)' if node.requires_grad else 'input'
-            attrs = f'label="{kind}\\n{text}", shape=ellipse'
-        lines.append(f'  {ids[id(node)]} [{attrs}];')
-    for node in order:
-        for p in _inputs(node):
-            if id(p) in ids:
-                lines.append(f'  {ids[id(p)]} -> {ids[id(node)]};')
-    if hidden > 0:
-        lines.append(f'  note [shape=note, label="{hidden} more nodes not drawn '
-                     f'(max_nodes={max_nodes})"];')
-    lines.append('}')
-    dot = '\n'.join(lines) + '\n'
-    if path is not None:
-        _write_graph(dot, path)
-    return dot
-
-
-_RENDERED = ('svg', 'png', 'pdf')  # drawn by Graphviz's dot
-_DOT_TEXT = ('dot', 'gv', 'txt')  # the DOT text itself
-
-
-def _write_graph(dot, path):
-    import os
-    import shutil
-    import subprocess
-    fmt = os.path.splitext(path)[1].lstrip('.').lower()
-    if fmt not in _RENDERED + _DOT_TEXT:
-        raise ValueError(f"draw_graph: can't write {os.path.basename(path)!r}: give a path ending "
-                         f"in {', '.join('.' + f for f in _RENDERED)} (drawn with Graphviz) or "
-                         f"{', '.join('.' + f for f in _DOT_TEXT)} (the DOT text)")
-    if fmt in _DOT_TEXT:
-        with open(path, 'w') as f:
-            f.write(dot)
-        return
-    if shutil.which('dot') is None:
-        dot_path = os.path.splitext(path)[0] + '.dot'
-        with open(dot_path, 'w') as f:
-            f.write(dot)
-        print(f"draw_graph: Graphviz's `dot` is not installed, so {path} was not drawn; the DOT "
-              f"text is in {dot_path}. Install Graphviz (apt-get install graphviz, brew install "
-              f"graphviz) and run: dot -T{fmt} {dot_path} -o {path}")
-        return
-    subprocess.run(['dot', f'-T{fmt}', '-o', path], input=dot.encode(), check=True)
-
-
-# What each op's backward rule does to the gradient, in words, for grad_path. Each file
-# fills in its own ops (nn.py adds linear, layer_norm, ...; transformer.py its fused
-# attention). A value is one text, or a tuple with one text per input; {g} and {x} stand
-# for the shapes of the gradient at the op's output and of the input, {rows} for the
-# number of rows (all dims of the output but the last).
-RULES_IN_WORDS = {
-    'add': "d(a+b) = 1: passed on unchanged",
-    'sub': ("d(a-b): passed on unchanged", "d(a-b)/db = -1: negated"),
-    'mul': "d(a*b)/da = b: multiplied by the other factor",
-    'div': ("d(a/b)/da = 1/b: divided by b", "d(a/b)/db = -a/b^2"),
-    'matmul': ("d(A@B)/dA: g @ B^T", "d(A@B)/dB: A^T @ g"),
-    'softmax': "softmax backward: p * (g - sum(p * g))",
-    'log_softmax': "log_softmax backward: g - softmax * sum(g)",
-    'exp': "times exp(x)", 'log': "divided by x", 'sqrt': "divided by 2 sqrt(x)",
-    'tanh': "times 1 - tanh(x)^2", 'sigmoid': "times sigma(x) (1 - sigma(x))",
-    'relu': "kept where x > 0, zero elsewhere", 'gelu': "times GELU'(x) = Phi(x) + x phi(x)",
-    'abs': "times sign(x)", 'sin': "times cos(x)", 'cos': "times -sin(x)",
-    'erf': "times 2/sqrt(pi) exp(-x^2)", 'pow': "times p x^(p-1)", 'neg': "negated",
-    'log1p': "divided by 1 + x", 'expm1': "times exp(x)",
-    'silu': "times sigma(x) (1 + x (1 - sigma(x)))",
-    'leaky_relu': "times 1 where x > 0, else the slope",
-    'softplus': "times sigma(beta x)",
-    'clamp': "kept where min <= x <= max", 'masked_fill': "zeroed where the mask is true",
-    'sum': "broadcast back over the summed dims {g} -> {x}",
-    'mean': "broadcast back {g} -> {x} and divided by the count",
-    'var': "times 2 (x - mean) / (N - correction)",
-    'std': "times (x - mean) / ((N - correction) std)",
-    'norm': "times sign(x) |x|^(p-1) / norm^(p-1)", 'prod': "times the product of the others",
-    'cumsum': "reversed running sums", 'sort': "back to the positions the values came from",
-    'topk': "back to the positions the values came from",
-    'reshape': "reshaped back {g} -> {x}",
-    'permute': "axes permuted back", 'transpose': "the two axes swapped back",
-    'unsqueeze': "the added dim removed", 'squeeze': "the removed dim put back",
-    'expand': "summed over the expanded dims {g} -> {x}",
-    'index': "placed into a zero tensor of shape {x} (repeated indices added)",
-    'fill': ("zero: the old values were overwritten", "summed: every element is the value"),
-    'copy': ("zero: the old values were overwritten", "passed on (summed where broadcast)"),
-    '__setitem__': ("zeroed where x[i] = v wrote", "the written positions' gradient, g[i]"),
-    'CopySlices': ("zeroed in the view's region", "the view's region of g"),
-    'unfold': "folded back: each patch's gradient added where the patch came from",
-    'gather': "added back at the gathered positions of a zero tensor {x}",
-    'index_select': "added back at the selected slices of a zero tensor {x}",
-    'scatter': ("kept where not overwritten", "the gradient at the places written to"),
-    'scatter_add': ("passed on unchanged", "the gradient at the places added to"),
-    'flip': "flipped back", 'roll': "rolled back", 'repeat': "summed over the copies {g} -> {x}",
-    'cat': "its own slice of the gradient", 'stack': "its own slice of the gradient",
-    'tril': "lower triangle kept", 'triu': "upper triangle kept",
-    'amax': "to the position(s) of the max, ties sharing",
-    'amin': "to the position(s) of the min, ties sharing",
-    'max': "to the index of the max", 'min': "to the index of the min",
-    'logsumexp': "times softmax(x)", 'where': "kept where the condition picked this input",
-    'clone': "passed on unchanged", 'to': "cast back to the input's dtype",
-}
-_BROADCASTING = ('add', 'sub', 'mul', 'div', 'where', 'maximum', 'minimum', 'pow')
-
-
-def _rule_in_words(node, i, g_out, g_in):
-    """What node's backward rule does to the gradient on its way to input i."""
-    op, x = node._op, _inputs(node)[i]
-    if op.endswith('_') and op[:-1] in RULES_IN_WORDS:  # add_ (in place) has add's rule
-        op = op[:-1]
-    words = RULES_IN_WORDS.get(op, f"backward of {op}")
-    if isinstance(words, tuple):
-        words = words[i]
-    words = words.format(g=_shape(g_out.shape), x=_shape(x.shape),
-                         rows=math.prod(g_out.shape[:-1]))
-    other = _inputs(node)[1 - i] if len(node._parents) == 2 else None
-    if op == 'mul' and other is not None and other.data.size == 1:
-        words = f"d(a*b)/da = b: multiplied by {float(other.data.reshape(-1)[0]):.4g}"
-    if tuple(g_out.shape) != tuple(x.shape) and op in _BROADCASTING:
-        words += f"; summed over the broadcast dims {_shape(g_out.shape)} -> {_shape(x.shape)}"
-    return words
-
-
-def grad_path(loss, param, names=None, max_paths=6, file=None):
-    """Print how the gradient travels from `loss` back to `param`, op by op.
-
-    For each step: the op, the shapes in and out, its backward rule in words and
-    the norm of the gradient there. When `param` is reached along several paths,
-    each path's own contribution is shown, and their sum, which is param's gradient
-    (the multivariable chain rule adds them). With more than max_paths paths, the
-    ops they pass through are listed once each instead, from the loss down.
-    The graph must be intact: call it before loss.backward(), or after
-    loss.backward(retain_graph=True). Returns the text it printed.
-    """
-    import sys
-    _check_intact(loss)
-    label = _param_names(names)
-    pname = label.get(id(param), 'the parameter')
-    order = _topological_order(loss)
-    if not any(n is param for n in order):
-        raise ValueError(f"grad_path: {pname} does not affect this loss (no path reaches it)")
-    # which nodes lie on a path to param, and how many paths leave each of them
-    paths = {id(param): 1}
-    for node in order:
-        n = builtins.sum(paths.get(id(p), 0) for p in _inputs(node))
-        if n and node is not param:
-            paths[id(node)] = n
-    seed = np.ones_like(loss.data)
-    out = [f"gradient of the loss {_shape(loss.shape)} with respect to {pname} {_shape(param.shape)}",
-           "each step: op, gradient shape at its output -> at its input [that input], "
-           "|grad| there, and the backward rule"]
-
-    def step_line(node, i, g, pg):
-        x = _inputs(node)[i]
-        src = label.get(id(x), 'x' if not x._parents else _op_label(x))
-        return (f"  {_op_label(node):<14} {_shape(g.shape)} -> {_shape(x.shape)} [{src}]  |grad| "
-                f"{np.linalg.norm(g):.4g} -> {np.linalg.norm(pg):.4g}:  "
-                f"{_rule_in_words(node, i, g, pg)}")
-
-    if paths[id(loss)] <= max_paths:
-        # walk each path on its own, sending the gradient along that path's edges only
-        total = np.zeros(param.shape)
-        todo = [(loss, seed, [])]
-        found = []
-        while todo:
-            node, g, lines = todo.pop()
-            if node is param:
-                found.append((lines, g))
-                continue
-            grads = node._backward(g)
-            for i, p in reversed(list(enumerate(_inputs(node)))):
-                if id(p) in paths and grads[i] is not None:
-                    todo.append((p, grads[i], lines + [step_line(node, i, g, grads[i])]))
-        for k, (lines, g) in enumerate(found, 1):
-            out.append(f"path {k} of {len(found)}:")
-            out.extend(lines)
-            out.append(f"  = contribution {np.linalg.norm(g):.4g}")
-            total = total + g
-        if len(found) > 1:
-            out.append(f"the {len(found)} contributions are added (chain rule): "
-                       f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
-        else:
-            out.append(f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
-    else:
-        # too many paths to list: run backward once and list each op on some path
-        out.append(f"{paths[id(loss)]} paths reach it (more than max_paths={max_paths}); the "
-                   "ops they pass through, from the loss down (where a tensor feeds several ops, "
-                   "the gradients coming back from them are added):")
-        grads = {id(loss): seed}
-        total = None
-        for node in reversed(order):
-            g = grads.pop(id(node), None)
-            if g is None or id(node) not in paths:
-                continue
-            if node is param:
-                total = g
-                continue
-            for i, (p, pg) in enumerate(zip(_inputs(node), node._backward(g))):
-                if pg is None or id(p) not in paths:
-                    continue
-                out.append(step_line(node, i, g, pg))
-                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg
-        out.append(f"all contributions added: |grad of {pname}| = {np.linalg.norm(total):.4g}")
-    text = '\n'.join(out)
-    print(text, file=file or sys.stdout)
-    return text
-
-
-# -- Looking inside a run: profile and detect_anomaly -----------------------------
-# Both watch every op (from_op calls their .op) and every backward rule (backward calls
-# _watched_rule); when neither is on, that costs one check of the list _hooks per op.
-def _watched_rule(node, g):
-    """Run node's backward rule for the hooks that watch: they see it start and end."""
+def _run_rule(node, g):
+    """Run node's backward rule; the tools that watch see it start and end."""
+    if not _hooks:
+        return node._backward(g)
     for hook in _hooks:
         hook.rule_start(node)
     grads = node._backward(g)
     for hook in _hooks:
         hook.rule_end(node, grads)
     return grads
-
-
-class _Hook:
-    """Turned on by `with`, off at the end of the block, even after an error."""
-
-    def __enter__(self):
-        _hooks.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _hooks.remove(self)
-
-    def op(self, out, op, parents):
-        pass
-
-    def rule_start(self, node):
-        pass
-
-    def rule_end(self, node, grads):
-        pass
-
-    def renamed(self, node, op):  # an in-place op's twin (add) became add_
-        pass
-
-
-# FLOPs of an op from its output and inputs, forward pass; backward does one such
-# product per input that gets a gradient (dA = g B^T and dB = A^T g for a matmul).
-# nn.py and transformer.py add their ops (linear, conv2d, causal_attention).
-def _matmul_flops(out, parents):
-    a = parents[0]
-    return 2 * out.data.size * (a.shape[-1] if a.ndim else 1)  # multiply and add per k
-
-
-FLOPS = {'matmul': _matmul_flops}
-BACKWARD_FLOPS_FACTOR = {}  # backward FLOPs / forward FLOPs where it is not the count above
-
-
-def _kept_bytes(node, seen):
-    """Bytes an op keeps alive for backward: its output, if it is in the graph, and the
-    arrays its rule captured (masks, probabilities, copies). A memory block is counted
-    once, for the first op that holds it (`seen`: the blocks counted so far, by id)."""
-    blocks = {}
-    # a view's memory is its base's, counted there
-    arrays = [node.data] if node.requires_grad and node._view is None else []
-    for cell in getattr(node._backward, '__closure__', None) or ():
-        try:
-            v = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(v, np.ndarray):
-            arrays.append(v)
-    for a in arrays:
-        base = a if a.base is None else a.base
-        counted = seen.get(id(base))
-        if isinstance(base, np.ndarray) and (counted is None or counted() is not base):
-            blocks[id(base)] = base
-    seen.update((i, weakref.ref(b)) for i, b in blocks.items())  # weak: a freed block's id
-    return builtins.sum(b.nbytes for b in blocks.values())  # may be reused by a new one
-
-
-class profile(_Hook):
-    """Where the time, the FLOPs and the memory of a block go, per op:
-
-        with tt.profile() as prof:
-            loss = model(x, y)[1]; loss.backward(); optimizer.step()
-        print(prof)
-
-    An op's forward time runs from the end of the previous event (op, rule, or a
-    record_function block such as the optimizer's step) to the end of this op, so it
-    includes the Python that prepared it; each backward rule is timed on its own. The
-    row "(outside ops)" is the rest of the block, so the rows add up to prof.total_ms,
-    the wall time of the block. "kept" is what each op holds for backward (its output
-    and the arrays its rule captured); prof.peak_kept_bytes is the most held at once.
-    """
-
-    def __init__(self):
-        self.rows = {}  # op -> {'calls', 'forward_ms', 'backward_ms', 'flops', 'out_bytes', 'kept_bytes'}
-        self.total_ms = 0.0
-        self.kept, self.peak_kept_bytes, self.peak_by_op = 0, 0, {}
-        self._held = {}  # id(rule) -> (op, bytes) still held for backward
-        self._seen = {}  # id -> weak reference of each memory block counted so far
-        self._last_op = None
-
-    def _row(self, op):
-        if op not in self.rows:
-            self.rows[op] = dict(calls=0, forward_ms=0.0, backward_ms=0.0, flops=0,
-                                 out_bytes=0, kept_bytes=0)
-        return self.rows[op]
-
-    def __enter__(self):
-        self._start = self._last = time.perf_counter()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        super().__exit__(*exc)
-        self.total_ms = (time.perf_counter() - self._start) * 1000
-
-    def op(self, out, op, parents):
-        now = time.perf_counter()
-        row = self._row(op)
-        this = dict(calls=1, forward_ms=(now - self._last) * 1000, out_bytes=out.data.nbytes,
-                    flops=FLOPS[op](out, parents) if op in FLOPS else 0, kept_bytes=0)
-        if out.requires_grad:
-            this['kept_bytes'] = kept = _kept_bytes(out, self._seen)
-            self._held[id(out._backward)] = (op, kept)  # the rule moves with the history
-            self.kept += kept
-            if self.kept > self.peak_kept_bytes:
-                self.peak_kept_bytes = self.kept
-                self.peak_by_op = self._by_op()
-        for key, value in this.items():
-            row[key] += value
-        self._last_op = (op, this)  # an in-place op renames it (renamed, above)
-        self._last = time.perf_counter()  # the bookkeeping above is not the next op's time
-
-    def renamed(self, node, op):
-        """The op just counted as node._op is the in-place op (add as add_): move it."""
-        last, old = self._last_op, node._op
-        if last is None or last[0] != old:
-            return
-        src, row = self.rows[old], self._row(op)
-        for key, value in last[1].items():
-            src[key] -= value
-            row[key] += value
-        if not src['calls']:
-            del self.rows[old]
-        key = id(node._backward)
-        if key in self._held:
-            self._held[key] = (op, self._held[key][1])
-        self._last_op = None
-
-    def _by_op(self):
-        by_op = {}
-        for op, kept in self._held.values():
-            by_op[op] = by_op.get(op, 0) + kept
-        return by_op
-
-    def rule_start(self, node):
-        self._rule_start = time.perf_counter()
-
-    def rule_end(self, node, grads):
-        now = time.perf_counter()
-        row = self._row(node._op)
-        row['backward_ms'] += (now - self._rule_start) * 1000
-        if node._op in FLOPS:
-            n = BACKWARD_FLOPS_FACTOR.get(node._op) or builtins.sum(
-                1 for p, pg in zip(node._parents, grads) if pg is not None and p.ndim >= 2)
-            row['flops'] += n * FLOPS[node._op](node, node._parents)  # bias gradients: sums
-        op_kept = self._held.pop(id(node._backward), None)
-        if op_kept is not None:  # backward is done with it: freed
-            self.kept -= op_kept[1]
-        self._last = now
-
-    def region(self, name, ms):
-        row = self._row(name)
-        row['calls'] += 1
-        row['forward_ms'] += ms
-        self._last = time.perf_counter()
-
-    @property
-    def outside_ms(self):
-        return self.total_ms - builtins.sum(r['forward_ms'] + r['backward_ms']
-                                            for r in self.rows.values())
-
-    @property
-    def flops(self):
-        return builtins.sum(r['flops'] for r in self.rows.values())
-
-    def table(self):
-        ms = lambda r: r['forward_ms'] + r['backward_ms']  # noqa: E731
-        lines = [f"{'op':<20} {'calls':>6} {'fwd ms':>8} {'bwd ms':>8} {'total ms':>9} "
-                 f"{'share':>6} {'GFLOP':>7} {'out MB':>7} {'kept MB':>8}"]
-        total = self.total_ms or 1.0
-        for op, r in sorted(self.rows.items(), key=lambda kv: -ms(kv[1])):
-            lines.append(f"{op:<20} {r['calls']:>6} {r['forward_ms']:>8.2f} "
-                         f"{r['backward_ms']:>8.2f} {ms(r):>9.2f} {ms(r) / total:>6.1%} "
-                         f"{r['flops'] / 1e9:>7.3f} {r['out_bytes'] / 1e6:>7.2f} "
-                         f"{r['kept_bytes'] / 1e6:>8.2f}")
-        lines.append(f"{'(outside ops)':<20} {'':>6} {'':>8} {'':>8} {self.outside_ms:>9.2f} "
-                     f"{self.outside_ms / total:>6.1%}")
-        lines.append(f"{'total':<20} {'':>6} {'':>8} {'':>8} {self.total_ms:>9.2f} {1:>6.0%} "
-                     f"{self.flops / 1e9:>7.3f}")
-        rate = self.flops / (self.total_ms / 1000) / 1e9 if self.total_ms else 0.0
-        top = sorted(self.peak_by_op.items(), key=lambda kv: -kv[1])[:4]
-        held = ', '.join(f"{op} {b / 1e6:.1f} MB" for op, b in top)
-        lines.append(f"{self.flops / 1e9:.3f} GFLOP in {self.total_ms:.1f} ms: {rate:.1f} GFLOP/s; "
-                     f"peak held for backward {self.peak_kept_bytes / 1e6:.1f} MB"
-                     + (f" ({held})" if held else ""))
-        return '\n'.join(lines)
-
-    __str__ = table
 
 
 class record_function:
@@ -2716,63 +2530,11 @@ class record_function:
 
     def __exit__(self, *exc):
         for hook in _hooks:
-            if isinstance(hook, profile):
-                hook.region(self.name, (time.perf_counter() - self._start) * 1000)
-
-
-class AnomalyError(RuntimeError):
-    pass
-
-
-_LIBRARY = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py', 'data.py')
-
-
-def _user_line():
-    """Where an op was called: the innermost line outside tinytorch.py and nn.py (a
-    model's forward), and, if that is in the library (transformer.py), the user's line
-    that called it."""
-    import traceback
-    stack = list(reversed(traceback.extract_stack()))
-    name = lambda f: os.path.basename(f.filename)  # noqa: E731
-    text = lambda f: f"{f.filename}:{f.lineno}: {(f.line or '').strip()}"  # noqa: E731
-    model = next((f for f in stack if name(f) not in ('tinytorch.py', 'nn.py')), None)
-    if model is None:
-        return "(unknown)"
-    if name(model) not in _LIBRARY:
-        return text(model)
-    user = next((f for f in stack if name(f) not in _LIBRARY), None)
-    return text(model) + ("" if user is None else f", called from {text(user)}")
-
-
-class detect_anomaly(_Hook):
-    """Find where a NaN was born. Forward: the first op whose output holds a NaN raises,
-    naming the op, its inputs' shapes and the line of your code that called it
-    (infinities alone are allowed: masks use -inf). Backward: the first rule that returns
-    a NaN or infinite gradient raises, naming the op, the input, and the line that made
-    the op in the forward pass. Off by default; slow when on (it checks every array)."""
-
-    def op(self, out, op, parents):
-        where = _user_line()
-        if out.requires_grad:
-            out._made_at = where
-        if out.data.dtype.kind == 'f' and np.isnan(out.data).any():
-            shapes = ', '.join(str(tuple(p.shape)) for p in parents)
-            raise AnomalyError(f"detect_anomaly: '{op}' returned NaN in its output "
-                               f"{tuple(out.shape)} (inputs {shapes}), at {where}")
-
-    def rule_end(self, node, grads):
-        for i, (p, pg) in enumerate(zip(node._parents, grads)):
-            if pg is not None and np.issubdtype(np.asarray(pg).dtype, np.floating) and \
-                    not np.isfinite(pg).all():
-                kind = 'NaN' if np.isnan(pg).any() else 'an infinite value'
-                raise AnomalyError(
-                    f"detect_anomaly: the backward rule of '{node._op}' returned {kind} in the "
-                    f"gradient of its input {i} (shape {tuple(p.shape)}); the op was made at "
-                    f"{getattr(node, '_made_at', '(before detect_anomaly was on)')}")
+            hook.region(self.name, (time.perf_counter() - self._start) * 1000)
 
 
 # ---------------------------------------------------------------------------
-# 14. Speed
+# 17. Speed
 # ---------------------------------------------------------------------------
 def tune_malloc():
     """Keep freed memory in the process instead of handing it back to the OS.
@@ -2846,7 +2608,7 @@ def parallel_for(fn, n, size, threads=None):
     """
     global _pool, _pool_pid
     k = builtins.min(_num_threads, n, threads or _num_threads)
-    if k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
+    if not fast or k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
             'tinytorch'):  # a job started on one of the pool's threads stays on it: the
         fn(0, n)  # pool could otherwise end up waiting on itself
         return
@@ -2878,12 +2640,16 @@ def sum_last(a):
     """a.sum(axis=-1, keepdims=True), computed as a matrix-vector product with a vector
     of ones: BLAS does that 3-5x faster than NumPy's reduction for rows of 32-512
     floats (it runs on all cores). Used inside the fused ops (layer norm, attention)."""
+    if not fast:
+        return np.sum(a, axis=-1, keepdims=True)
     return np.matmul(a, _ones(a.shape[-1], a))[..., None]
 
 
 def sum_second_last(a):
     """a.sum(axis=-2, keepdims=True) (a sum down each column of each matrix), as
     ones @ a."""
+    if not fast:
+        return np.sum(a, axis=-2, keepdims=True)
     return np.matmul(_ones(a.shape[-2], a), a)[..., None, :]
 
 
@@ -2891,6 +2657,8 @@ def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
     a2 = a.reshape(-1, a.shape[-1])
+    if not fast:
+        return np.sum(a2, axis=0)
     return np.matmul(_ones(a2.shape[0], a), a2)
 
 
@@ -3017,3 +2785,8 @@ def unshared(a):
     as PyTorch's AccumulateGrad does. The references counted: backward's variable g,
     _accumulate's argument, this function's argument and getrefcount's own."""
     return sys.getrefcount(a) <= 4 and a.base is None
+
+
+# The one switch for the plain path: every fast kernel above is used only while fast is
+# True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
+fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'

@@ -19,6 +19,7 @@ import time
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
+import lookinside
 import nn
 import optim
 from transformer import GPT, GPTConfig
@@ -70,7 +71,7 @@ def parse_args(argv=None):
                         "checkpoint; --resume continues it")
     t.add_argument('--profile', action='store_true',
                    help="print where the time, FLOPs and memory of one training step of the "
-                        "configured model go (tt.profile), then exit; nothing is written")
+                        "configured model go (lookinside.profile), then exit; nothing is written")
     t.add_argument('--plot', action='store_true',
                    help="save OUT_DIR/loss.png from the metrics (needs matplotlib); on an OUT_DIR "
                         "that holds a run, without --resume, it only draws that run")
@@ -425,14 +426,14 @@ def update_ratio(before, params):
 
 
 def diagnose_nan(model, x, y, rng_state):
-    """Run the step that went bad again under tt.detect_anomaly: which op made the NaN."""
+    """Run the step that went bad again under lookinside.detect_anomaly: which op made the NaN."""
     tt.set_rng_state(rng_state)  # the same dropout masks as the step that failed
     try:
-        with np.errstate(all='ignore'), tt.detect_anomaly():
+        with np.errstate(all='ignore'), lookinside.detect_anomaly():
             _, loss = model(x, y)
             model.zero_grad()
             loss.backward()
-    except tt.AnomalyError as e:
+    except lookinside.AnomalyError as e:
         return str(e)
     return "detect_anomaly found no NaN when the step ran again"
 
@@ -455,7 +456,7 @@ def profile_step(args):
         optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
     step()  # a warm-up step: the first one also pays for setting things up
-    with tt.profile() as prof:
+    with lookinside.profile() as prof:
         step()
     print(f"one training step: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} "
           f"wide, block {config.block_size}, batch {args.batch_size}, "

@@ -108,7 +108,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None, layer=0):
         qkv = self.c_attn(x)
-        if FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 5)
+        if tt.fast and FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 5)
             p = self.attn_dropout.p if self.training else 0.0
             y = fused_causal_attention(qkv, self.n_head, p)
         else:
@@ -333,6 +333,7 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     tt.parallel_for(forward_rows, B, pt.size, threads)
 
     def backward(g):
+        """d attention/d qkv: dv = P^T g, dS = P * (g v^T - sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)"""
         g = g.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D) view
         yh = y.transpose(0, 2, 1, 3)  # the output, per head: (B, H, T, D)
         grad = np.empty_like(g, shape=(B, T, 3, H, D))
@@ -357,10 +358,3 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, saved=(qkv,),
                       saves_output=True)  # backward reads y
 
-
-# q k^T and P v, each 2*T*T*D per head and batch, all heads: 4*B*T*T*C (the masked half
-# is computed too); backward does four such products: twice the forward
-tt.FLOPS['causal_attention'] = lambda out, parents: 4 * out.data.size * out.shape[1]
-tt.BACKWARD_FLOPS_FACTOR['causal_attention'] = 2
-tt.RULES_IN_WORDS['causal_attention'] = ("fused attention backward: dv = P^T g, dS = P * (g v^T - "
-                                         "sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)")
