@@ -6,12 +6,14 @@ import math
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 import tinytorch as tt
 import lookinside
+import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -104,6 +106,198 @@ def test_backward_refuses_a_gradient_of_the_wrong_shape_dtype_or_type():
 def test_gradcheck_refuses_float32():
     with pytest.raises(TypeError, match="float64"):
         tt.gradcheck(lambda x: x * 2, [tt.randn(3, requires_grad=True)])
+
+
+# ---------------------------------------------------------------------------
+# Part I of tinytorch.py stands alone; the rules' words; the plain switch
+# ---------------------------------------------------------------------------
+PART_I_END = "# END OF PART I"
+
+
+def _part_one_source():
+    src = open(os.path.join(HERE, 'tinytorch.py')).read()
+    assert src.count(PART_I_END) == 1
+    return src[:src.index(PART_I_END)]
+
+
+def test_part_one_is_a_working_engine_on_its_own():
+    """Only the source up to Part I's end marker: a loss through matmul, a broadcast add,
+    a softmax composed from exp / sum / division and a mean gives the full engine's gradients."""
+    ns = {'__name__': 'tinytorch_part_one'}
+    exec(compile(_part_one_source(), 'tinytorch.py (Part I)', 'exec'), ns)
+    rng = np.random.default_rng(0)
+    xs, ws, bs = rng.standard_normal((4, 3)), rng.standard_normal((3, 5)), rng.standard_normal(5)
+
+    def loss_and_grads(T):
+        x, w, b = (T.tensor(a, requires_grad=True) for a in (xs, ws, bs))
+        z = T.matmul(x, w) + b  # b is broadcast over the 4 rows
+        e = T.exp(z)
+        p = e / T.sum(e, dim=1, keepdim=True)  # softmax, composed
+        loss = T.mean(T.log(p) * -1.0)
+        T.backward(loss)
+        return float(loss.data), x.grad, w.grad, b.grad
+
+    part_one, full = loss_and_grads(types.SimpleNamespace(**ns)), loss_and_grads(tt)
+    assert ns['fast'] is False and 'result_type' not in ns and 'getitem' not in ns
+    assert part_one[0] == pytest.approx(full[0], rel=1e-12)
+    for a, b in zip(part_one[1:], full[1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+        assert np.abs(a).sum() > 0
+
+
+def test_backward_comes_before_line_800_and_part_one_has_no_later_names():
+    src = open(os.path.join(HERE, 'tinytorch.py')).read().split('\n')
+    line_of = {line.split('(')[0][4:]: i + 1 for i, line in enumerate(src) if line.startswith('def ')}
+    end = next(i + 1 for i, line in enumerate(src) if line.startswith(PART_I_END))
+    assert line_of['backward'] < 800 and line_of['backward'] < end < 800
+    assert "Part I: the engine" in "\n".join(src[:40]) and "END OF PART I" in "\n".join(src[:40])
+    for later in ('profile', 'draw_graph', 'grad_path', 'detect_anomaly', 'result_type'):
+        assert later not in line_of or line_of[later] > end
+
+
+def test_tensor_declares_every_attribute_in_slots():
+    assert not hasattr(tt.Tensor, '__dict__') or '__dict__' not in tt.Tensor.__slots__
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 2).retain_grad()
+    y[0] += 1  # in-place through a view: _older, _views, _shared are all slots
+    y.detach()
+    assert not hasattr(x, '__dict__') and not hasattr(y, '__dict__')
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def _rule_sites(path):
+    """(line, op, number of inputs or None when it varies, the rule's docstring lines or
+    None) for every from_op call in a file: every op the file registers."""
+    import ast
+    tree = ast.parse(open(os.path.join(HERE, path)).read())
+    sites = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        local = {n.name: n for n in ast.walk(fn) if isinstance(n, ast.FunctionDef) and n is not fn}
+        for call in ast.walk(fn):
+            name = getattr(call.func, 'id', getattr(call.func, 'attr', None)) \
+                if isinstance(call, ast.Call) else None
+            if name != 'from_op':
+                continue
+            parents, rule = call.args[2], call.args[3]
+            n = len(parents.elts) if isinstance(parents, ast.Tuple) else None
+            doc = ast.get_docstring(local[rule.id]) if isinstance(rule, ast.Name) and \
+                rule.id in local else None
+            lines = [line.strip() for line in doc.split('\n') if line.strip()] if doc else None
+            sites.append((call.lineno, ast.unparse(call.args[1]), n, lines, local.get(
+                getattr(rule, 'id', None))))
+    return sites
+
+
+@pytest.mark.parametrize("path", ['tinytorch.py', 'nn.py', 'transformer.py'])
+def test_every_rule_states_its_math_once_per_input(path):
+    """A rule's docstring is its math comment and grad_path's words: one line per input
+    (or one line for a rule that takes any number of inputs, as cat's)."""
+    sites = _rule_sites(path)
+    assert len(sites) >= (40 if path == 'tinytorch.py' else 1)
+    src = open(os.path.join(HERE, path)).read().split('\n')
+    for line, op, n, lines, fn in sites:
+        where = f"{path}:{line} ({op})"
+        assert lines, f"{where}: the backward rule has no docstring (its math, one line per input)"
+        assert n is None or len(lines) == n or (n > 1 and len(lines) == 1 and 'each' in lines[0]), \
+            f"{where}: {n} inputs but {len(lines)} lines of words: {lines}"
+        assert all(w.startswith('d') for w in lines), f"{where}: each line states a derivative"
+        # one source: no second math comment on the rule's def line
+        assert '#' not in src[fn.lineno - 1], f"{where}: a math comment beside the docstring"
+
+
+def test_every_rule_has_words_for_every_input_it_is_given():
+    """At run time too: each op grad_path meets has a line for each of its inputs."""
+    a, b = t64(3, 4), t64(4, seed=1)
+    graph = [tt.pow(a.abs() + 1, b), nn.cross_entropy(a, tt.tensor([0, 1, 3]), reduction='sum'),
+             tt.where(a > 0, a, b), tt.cat([a, b[None]]), tt.maximum(a, b), a @ b, a / b]
+    for out in graph:
+        for node in tt._topological_order(out.sum()):
+            if node._backward is not None:
+                lines = lookinside.rule_lines(node._backward)
+                assert len(lines) in (1, len(node._parents)), (node._op, lines)
+
+
+def test_grad_path_says_the_rule_that_runs():
+    """The two descriptions that had drifted: a ** b with respect to b, and a summed
+    cross-entropy (which divides by nothing)."""
+    a, b = tt.tensor([1.5, 2.0], requires_grad=True), tt.tensor([2.0, 3.0], requires_grad=True)
+    text = lookinside.grad_path((a ** b).sum(), b, file=open(os.devnull, 'w'))
+    assert "d(a^b)/db = a^b log(a)" in text and "p x^(p-1)" not in text
+    text = lookinside.grad_path((a ** b).sum(), a, file=open(os.devnull, 'w'))
+    assert "d(a^b)/da = b a^(b-1)" in text
+    logits = tt.tensor([[1.0, 2.0], [0.5, 0.1]], requires_grad=True)
+    loss = nn.cross_entropy(logits, tt.tensor([0, 1]), reduction='sum')
+    text = lookinside.grad_path(loss, logits, file=open(os.devnull, 'w'))
+    assert "softmax(z_i) - onehot(t_i)" in text and "number of rows" not in text
+
+
+def test_the_plain_switch_turns_every_speed_path_off(monkeypatch):
+    """tt.fast = False: none of the Speed section's kernels runs, and the answers agree."""
+    import optim
+    import transformer as tf_
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a speed path ran with tt.fast = False")
+
+    def run():
+        tt.manual_seed(0)
+        model = tf_.GPT(tf_.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
+        opt = optim.AdamW(model.parameters())
+        idx = tt.randint(0, 11, (2, 8))
+        loss = model(idx, idx)[1]
+        loss.backward()
+        opt.step()
+        conv = nn.Conv2d(2, 3, 3, padding=1)
+        y = nn.max_pool2d(conv(tt.randn(2, 2, 6, 6)), 2)
+        y.sum().backward()
+        emb = tt.randn(5, 3, requires_grad=True)
+        emb[tt.tensor([0, 0, 2])].sum().backward()
+        return loss.item(), [p.data.copy() for p in model.parameters()], conv.weight.grad, emb.grad
+
+    fast = run()
+    monkeypatch.setattr(tt, 'fast', False)
+    for name in ('shared_matrix_grad', 'gelu_float32', '_erf_np', '_scatter_add_rows', 'unshared',
+                 '_sole_owner', '_ones'):
+        monkeypatch.setattr(tt, name, refuse)
+    monkeypatch.setattr(nn, 'conv2d_fused', refuse)
+    monkeypatch.setattr(nn, 'max_pool2d_fused', refuse)
+    monkeypatch.setattr(tf_, 'fused_causal_attention', refuse)
+    monkeypatch.setattr(optim, 'adam_step_', refuse)
+    monkeypatch.setattr(tt, 'PARALLEL_MIN_SIZE', 0)
+    monkeypatch.setattr(tt, '_pool', types.SimpleNamespace(submit=refuse))
+    plain = run()
+    assert plain[0] == pytest.approx(fast[0], rel=1e-5)
+    for a, b in zip(plain[1], fast[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(plain[2], fast[2], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(plain[3], fast[3])
+
+
+def test_the_plain_switch_comes_from_the_environment():
+    code = "import tinytorch as tt; print(tt.fast)"
+    for value, expected in (('1', 'False'), ('0', 'True'), (None, 'True')):
+        env = {k: v for k, v in os.environ.items() if k != 'TINYTORCH_PLAIN'}
+        if value is not None:
+            env['TINYTORCH_PLAIN'] = value
+        r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                           cwd=HERE, timeout=60)
+        assert r.stdout.strip() == expected, r.stderr
+
+
+def test_no_grad_as_a_decorator_keeps_the_signature():
+    import inspect
+    import optim
+
+    @tt.no_grad()
+    def step(params, lr=0.1):
+        """Docs."""
+        return tt.is_grad_enabled()
+    assert str(inspect.signature(step)) == "(params, lr=0.1)" and step.__doc__ == "Docs."
+    assert step([]) is False and tt.is_grad_enabled()
+    assert 'max_norm' in str(inspect.signature(optim.clip_grad_norm_))
 
 
 # ---------------------------------------------------------------------------
@@ -661,7 +855,14 @@ def test_leaf_grads_never_share_memory():
     assert w.grad.flags.owndata  # a fresh matmul result: kept, not copied
 
 
-def test_speed_kernels_equal_the_plain_forms():
+@pytest.fixture
+def fast_paths(monkeypatch):
+    """The speed paths on, for the tests of the speed paths themselves (the suite also runs
+    with TINYTORCH_PLAIN=1, which turns them off everywhere else)."""
+    monkeypatch.setattr(tt, 'fast', True)
+
+
+def test_speed_kernels_equal_the_plain_forms(fast_paths):
     """Each kernel in tinytorch's Speed section computes what the op's plain code says."""
     rng = np.random.default_rng(0)
     A, G = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 2))
@@ -1499,7 +1700,7 @@ def test_optimizers_match_pytorch():
             np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
 
 
-def test_adam_step_in_place_equals_the_plain_formula():
+def test_adam_step_in_place_equals_the_plain_formula(fast_paths):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(50) for _ in range(2)] + [rng.random(50) * 0.1 for _ in range(2)]
     plain, fast = [a.copy() for a in arrays], [a.copy() for a in arrays]
@@ -1685,7 +1886,7 @@ def test_attention_matches_pytorch():
     np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_fused_attention_gradcheck_and_equals_composed():
+def test_fused_attention_gradcheck_and_equals_composed(fast_paths):
     qkv = t64(2, 5, 18)
     check(lambda z: tf.fused_causal_attention(z, 3), qkv)
 
@@ -1714,6 +1915,7 @@ def test_fused_attention_gradcheck_and_equals_composed():
 def threads_everywhere(monkeypatch):
     """parallel_for splits every job, however small (tests use small arrays)."""
     monkeypatch.setattr(tt, 'PARALLEL_MIN_SIZE', 0)
+    monkeypatch.setattr(tt, 'fast', True)
     before = tt.get_num_threads()
     yield tt.set_num_threads
     tt.set_num_threads(before)
@@ -1804,7 +2006,7 @@ def test_threaded_kernels_equal_one_thread(threads_everywhere, threads):
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout):
+def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout, fast_paths):
     results = []
     for fused in (True, False):
         monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
@@ -2417,7 +2619,7 @@ def test_grad_path_shows_each_path_and_adds_them():
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch):
+def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch, fast_paths):
     monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
     tt.manual_seed(0)
     model = tf.GPT(tiny_config())
@@ -3449,7 +3651,7 @@ def test_data_loader_collates_a_plain_dataset_and_random_split_partitions():
 
 
 @pytest.mark.parametrize("kind", ['conv2d', 'max_pool2d'])
-def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch):
+def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch, fast_paths):
     """nn's speed section gives the numbers of the readable compositions, forward and
     backward, for every geometry it takes (stride-1 convolutions, every max pool)."""
     if kind == 'conv2d':
@@ -3933,7 +4135,7 @@ def _gpt_step(model, opt, x, y):
     return loss
 
 
-def test_profile_rows_add_up_to_the_wall_time_of_the_block():
+def test_profile_rows_add_up_to_the_wall_time_of_the_block(fast_paths):
     import time
     tt.manual_seed(0)
     model = tf.GPT(tf.GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16))
@@ -3956,7 +4158,7 @@ def test_profile_rows_add_up_to_the_wall_time_of_the_block():
     assert 'GFLOP/s' in text and 'peak held for backward' in text
 
 
-def test_profile_counts_matmul_flops_exactly():
+def test_profile_counts_matmul_flops_exactly(fast_paths):
     a = tt.randn(3, 5, 7, requires_grad=True)
     b = tt.randn(7, 4, requires_grad=True)
     with lookinside.profile() as prof:
@@ -3988,7 +4190,7 @@ def test_profile_leaves_results_bit_identical():
     assert l1 == l2 and all(np.array_equal(s1[k], s2[k]) for k in s1)
 
 
-def test_attention_memory_held_for_backward_grows_with_the_square_of_the_context():
+def test_attention_memory_held_for_backward_grows_with_the_square_of_the_context(fast_paths):
     def held(block):
         model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=8, n_head=2, block_size=block))
         x = tt.randint(0, 65, (2, block))
@@ -4146,7 +4348,7 @@ def test_data_edge_cases_and_explicit_generators():
         data.random_split(range(3), [1])  # ints that do not cover the dataset
 
 
-def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkeypatch):
+def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkeypatch, fast_paths):
     x = tt.zeros(1, 1, 12, 12, requires_grad=True)
     with tt.no_grad():
         x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
