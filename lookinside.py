@@ -307,8 +307,9 @@ def _kept_bytes(node, seen):
         counted = seen.get(id(base))
         if isinstance(base, np.ndarray) and (counted is None or counted() is not base):
             blocks[id(base)] = base
-    seen.update((i, weakref.ref(b)) for i, b in blocks.items())  # weak: a freed block's id
-    return sum(b.nbytes for b in blocks.values())  # may be reused by a new one
+    # weak references: a freed block's id may be reused by a new one
+    seen.update((i, weakref.ref(b)) for i, b in blocks.items())
+    return sum(b.nbytes for b in blocks.values())
 
 
 class profile(_Hook):

@@ -2572,8 +2572,9 @@ def _threads_from_env():
 
 _num_threads = _threads_from_env()
 _pool, _pool_pid = None, None
-PARALLEL_MIN_SIZE = 2 ** 17  # below this many elements a job stays on one thread (waking
-# a thread costs 20-60 us here: GELU on 2^17 floats took 268 us on 2 threads, 232 on one)
+# Below this many elements a job stays on one thread (waking a thread costs 20-60 us here:
+# GELU on 2^17 floats took 268 us on 2 threads, 232 on one).
+PARALLEL_MIN_SIZE = 2 ** 17
 
 
 def get_num_threads():
@@ -2608,9 +2609,11 @@ def parallel_for(fn, n, size, threads=None):
     """
     global _pool, _pool_pid
     k = builtins.min(_num_threads, n, threads or _num_threads)
-    if not fast or k < 2 or size < PARALLEL_MIN_SIZE or threading.current_thread().name.startswith(
-            'tinytorch'):  # a job started on one of the pool's threads stays on it: the
-        fn(0, n)  # pool could otherwise end up waiting on itself
+    # A job started on one of the pool's threads stays on it: the pool could otherwise end
+    # up waiting on itself.
+    on_a_worker = threading.current_thread().name.startswith('tinytorch')
+    if not fast or k < 2 or size < PARALLEL_MIN_SIZE or on_a_worker:
+        fn(0, n)
         return
     if _pool is None or _pool_pid != os.getpid():  # a forked child has none of its threads
         from concurrent.futures import ThreadPoolExecutor

@@ -1,13 +1,13 @@
 """transformer.py: attention and a GPT-style language model, built from tinytorch ops.
 
   1. scaled dot-product attention: softmax(q k^T / sqrt(d) + mask) v
-  2. a single attention head (read this first), then multi-head causal self-attention
-  3. the Transformer block (pre-LayerNorm, GELU MLP) and the GPT model
-  4. generation with a key/value cache
-  5. the fused attention kernel (speed; nothing above needs it to be understood)
+  2. attention modules: a single head (read this first), then multi-head causal
+     self-attention (with its key/value cache for generation)
+  3. the Transformer block (pre-LayerNorm, GELU MLP) and the GPT model, with generate
+  4. the fused attention kernel (speed; nothing above needs it to be understood)
 
 scaled_dot_product_attention is matmul, masked_fill and softmax from tinytorch.py,
-so its gradient comes from theirs. fused_causal_attention (section 5) computes the
+so its gradient comes from theirs. fused_causal_attention (section 4) computes the
 same thing as one op with a hand-derived backward rule (faster; a test proves they
 agree), and it is what CausalSelfAttention uses unless FUSED_ATTENTION is False.
 Needs only NumPy, tinytorch.py and nn.py.
@@ -108,7 +108,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None, layer=0):
         qkv = self.c_attn(x)
-        if tt.fast and FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 5)
+        if tt.fast and FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 4)
             p = self.attn_dropout.p if self.training else 0.0
             y = fused_causal_attention(qkv, self.n_head, p)
         else:
@@ -267,7 +267,7 @@ class GPT(nn.Module):
 
 
 # ---------------------------------------------------------------------------
-# 5. The fused attention kernel (speed: the same numbers as the composed ops above)
+# 4. The fused attention kernel (speed: the same numbers as the composed ops above)
 # ---------------------------------------------------------------------------
 _causal_bias_cache = {}
 
@@ -324,9 +324,10 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
         st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
         st *= scale
         st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
-        st -= st.max(axis=-2, keepdims=True)  # softmax over the keys, in place: subtract
-        np.exp(st, out=st)  # each query's max, exponentiate,
-        st /= tt.sum_second_last(st)  # normalise
+        # softmax over the keys, in place: subtract each query's max, exponentiate, normalise
+        st -= st.max(axis=-2, keepdims=True)
+        np.exp(st, out=st)
+        st /= tt.sum_second_last(st)
         if mask_t is not None:
             np.multiply(st, mask_t[s], out=pdt[s])
         np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
