@@ -224,7 +224,8 @@ class Tensor:
 
 
 def _init_result(out, data, vc=None):
-    """Every field of a new tensor, outside the graph."""
+    """The fields of a new tensor, outside the graph. (_views, _older and _shared are set
+    only by views and in-place ops, sections 11 and 13, and read with a default.)"""
     out.data = data
     out.grad = None
     out.requires_grad = False
@@ -235,13 +236,12 @@ def _init_result(out, data, vc=None):
     out.name = None
     out._saved = ()  # section 8
     out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
-    out._view = out._views = None  # section 11
+    out._view = None  # section 11
     out._seq = 0  # section 13
-    out._older = None
-    out._shared = False
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
+_hooks = []  # tools watching every op and rule (lookinside.py, section 16): usually none
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -258,27 +258,27 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
-    if _grad_enabled and _any_requires_grad(parents, op):
-        out.requires_grad = True
-        out._parents = parents
-        out._backward = backward
-        out._seq = next(_clock)  # the order ops ran (section 13 needs it)
-        if saved or saves_output:
-            _guard_saved(out, saved, saves_output)
-    _watch_op(out, op, parents)
+    if _grad_enabled:
+        try:
+            needs_grad = False
+            for p in parents:
+                if p.requires_grad:
+                    needs_grad = True
+                    break
+        except AttributeError:
+            bad = next(p for p in parents if not isinstance(p, Tensor))
+            raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
+                            "and numbers with tt.tensor(...)") from None
+        if needs_grad:
+            out.requires_grad = True
+            out._parents = parents
+            out._backward = backward
+            out._seq = next(_clock)  # the order ops ran (section 13 needs it)
+            if saved or saves_output:
+                _guard_saved(out, saved, saves_output)
+    if _hooks:
+        _watch_op(out, op, parents)  # section 16
     return out
-
-
-def _any_requires_grad(parents, op):
-    try:
-        for p in parents:
-            if p.requires_grad:
-                return True
-        return False
-    except AttributeError:
-        bad = next(p for p in parents if not isinstance(p, Tensor))
-        raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
-                        "and numbers with tt.tensor(...)") from None
 
 
 # Part II makes the engine safe and complete by replacing these placeholders; each
@@ -294,15 +294,6 @@ def _check_saved(node):
 def _inputs(node):
     """node's inputs as its op read them. Section 13 (in-place ops) refines this."""
     return node._parents
-
-
-def _watch_op(out, op, parents):
-    """Section 16 lets profile and detect_anomaly see every op."""
-
-
-def _run_rule(node, g):
-    """Run node's backward rule on g. Section 16 lets profile and detect_anomaly watch."""
-    return node._backward(g)
 
 
 def _dtype_of_python_data(data):
@@ -643,8 +634,10 @@ def _walk(root, g_root, retain_graph=False):
         if node._backward is None:
             yield node, g, None
             continue
-        _check_saved(node)  # section 8
-        rule_out = _run_rule(node, g)  # the op's rule: one step of the chain rule
+        if node._saved:
+            _check_saved(node)  # section 8
+        # the op's rule: one step of the chain rule (section 16 lets tools watch it)
+        rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
         for p, pg in zip(_inputs(node), rule_out):
             if pg is None or not p.requires_grad:
@@ -1448,7 +1441,7 @@ def _view(out, x, remake):
         make = lambda t: remake(first(t))  # noqa: E731
     out._view = (base, make)
     if not (base.requires_grad and base._backward is None):  # a parameter's history never changes
-        refs = base._views  # weak references: a view can still be freed
+        refs = getattr(base, '_views', None)  # weak references: a view can still be freed
         if refs is None:
             base._views = refs = []
         elif len(refs) >= 16 and len(refs) & (len(refs) - 1) == 0:  # at 16, 32, 64, ...
@@ -2063,9 +2056,9 @@ def _in_place(x, op, result):
 def _sole_owner(x):
     """x's memory is x's alone: x is an op's output, not a view, with no live views, never
     detached. Its in-place op can then keep the result's memory instead of copying."""
-    views = x._views
+    views = getattr(x, '_views', None)
     return (x._backward is not None and x._view is None and x.data.base is None
-            and not x._shared and not (views and any(r() is not None for r in views)))
+            and not getattr(x, '_shared', False) and not (views and any(r() is not None for r in views)))
 
 
 def _record(x, node):
@@ -2077,7 +2070,7 @@ def _record(x, node):
     if info is not None:  # the base's region under x holds x's new values
         _rewrite(base, _copy_slices(base, x, info[1]))
     if base.requires_grad:
-        for ref in list(base._views or ()):
+        for ref in list(getattr(base, '_views', None) or ()):
             v = ref()
             if v is not None and v is not x:  # made again from the new base
                 _rewrite(v, v._view[1](base))
@@ -2096,7 +2089,7 @@ def _rewrite(x, node):
     _init_result(old, np.ndarray(x.shape, x.dtype, _NOTHING, 0, (0,) * x.ndim), x._vc)
     old.requires_grad, old._parents, old._backward = x.requires_grad, x._parents, x._backward
     old._op, old._saved, old._seq = x._op, x._saved, x._seq
-    old._older = x._older
+    old._older = getattr(x, '_older', None)
     x.requires_grad, x._parents, x._backward = node.requires_grad, node._parents, node._backward
     x._op, x._seq = node._op, node._seq
     # a rule that reads node's output now reads x's memory: guard it with x's counter
@@ -2492,23 +2485,16 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
 # 16. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
 # lookinside.py's profile and detect_anomaly watch every op and every backward rule:
-# `with` puts them in _hooks, and this section replaces Part I's placeholders _watch_op
-# and _run_rule so that they are told. When no tool is on, that costs one check of an
-# empty list per op.
-_hooks = []
-
-
+# `with` puts them in Part I's list _hooks, and then from_op and backward call these two.
+# When no tool is on, that costs one check of an empty list per op.
 def _watch_op(out, op, parents):
-    """Tell the tools that watch (if any) that op made out."""
-    if _hooks:
-        for hook in _hooks:
-            hook.op(out, op, parents)
+    """Tell the tools that watch that op made out."""
+    for hook in _hooks:
+        hook.op(out, op, parents)
 
 
 def _run_rule(node, g):
     """Run node's backward rule; the tools that watch see it start and end."""
-    if not _hooks:
-        return node._backward(g)
     for hook in _hooks:
         hook.rule_start(node)
     grads = node._backward(g)
