@@ -2772,6 +2772,212 @@ class detect_anomaly(_Hook):
 
 
 # ---------------------------------------------------------------------------
+# 13b. Your own op as a class: autograd.Function; autograd.grad and autograd.backward
+# ---------------------------------------------------------------------------
+# Every op above is a forward line plus a rule handed to from_op; the rule is a closure
+# that reads what it needs (inputs, masks) from the function around it. PyTorch code
+# writes the same op as a class with two static methods, forward(ctx, ...) and
+# backward(ctx, grad_output), and a context object ctx that carries what backward needs
+# (ctx.save_for_backward(x) ... ctx.saved_tensors). Function.apply is the bridge: it
+# runs forward without a graph, then hands the result to from_op with a rule that calls
+# backward. So a Function is one graph node like any other: the same walk, the same
+# version check of what it saved, the same shape and dtype check of what it returns.
+class FunctionCtx:
+    """The `ctx` a Function's forward and backward share."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad  # one bool per argument of apply
+        self.to_save = ()
+        self.non_differentiable = ()
+
+    def save_for_backward(self, *tensors):
+        """Keep tensors for backward; backward refuses to run if one of them is changed in
+        place after the forward pass (the version counter, as for every op's saved=)."""
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward: expected Tensors (or None), got "
+                                f"{type(t).__name__}; keep other values as ctx attributes")
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self):
+        return self.to_save
+
+    def mark_non_differentiable(self, *tensors):
+        """These outputs get no gradient (indices, masks): they stay outside the graph."""
+        self.non_differentiable = tensors
+
+
+class Function:
+    """Subclass it with static methods forward(ctx, *args) and backward(ctx, *grads), then
+    call YourFunction.apply(*args). backward returns one gradient per argument of forward
+    (None for an argument that is not a tensor or needs none)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("a Function subclass must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("a Function subclass must define backward(ctx, *grads) "
+                                  "to be differentiated")
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = FunctionCtx(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
+        with no_grad():  # forward computes values only; the graph node is made below
+            result = cls.forward(ctx, *args)
+        if not (_grad_enabled and builtins.any(ctx.needs_input_grad)):
+            return result
+        outputs = result if isinstance(result, tuple) else (result,)
+        inputs = tuple(a for a in args if isinstance(a, Tensor))
+        name = cls.__name__ + 'Backward'
+        saved = tuple(t for t in ctx.to_save if t is not None)
+
+        def rule(*gs):  # one gradient array per output -> one per tensor argument
+            with no_grad():
+                grads = cls.backward(ctx, *(None if g is None else _constant(g) for g in gs))
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            if len(grads) != len(args):
+                raise RuntimeError(f"function {name} returned an incorrect number of gradients "
+                                   f"(expected {len(args)}, got {len(grads)})")
+            for i, (a, g) in enumerate(zip(args, grads)):
+                if g is not None and not isinstance(a, Tensor):
+                    raise RuntimeError(f"function {name} returned a gradient different from "
+                                       f"None at position {i}, but that argument of forward "
+                                       f"is a {type(a).__name__}, not a Tensor")
+            return tuple(g.data if isinstance(g, Tensor) else g
+                         for a, g in zip(args, grads) if isinstance(a, Tensor))
+
+        def differentiable(o):
+            return isinstance(o, Tensor) and o.dtype.kind == 'f' and not builtins.any(
+                o is t for t in ctx.non_differentiable)
+
+        if len(outputs) == 1:
+            o = outputs[0]
+            if not differentiable(o):
+                return result
+            # the node shares o's memory and version counter (view_of): a Function may
+            # save its own output, as exp and tanh do, and an in-place change is caught
+            return from_op(o.data, name, inputs, rule, saved=saved, view_of=o)
+        # Several outputs hang off one hidden node: its "gradient" holds one gradient per
+        # output (an object array: 0 where none arrived), so backward runs once, with all.
+        def joint_rule(gs):
+            return rule(*(g if not isinstance(g, int) else
+                          np.zeros_like(o.data) if isinstance(o, Tensor) else None
+                          for g, o in zip(gs, outputs)))
+
+        joint = from_op(np.zeros(len(outputs), dtype=object), name, inputs, joint_rule,
+                        saved=saved)
+        made = []
+        for k, o in enumerate(outputs):
+            if differentiable(o):
+                def pick(g, k=k):  # output k's gradient goes in slot k
+                    gs = np.zeros(len(outputs), dtype=object)
+                    gs[k] = g
+                    return (gs,)
+                o = from_op(o.data, f'{name}[{k}]', (joint,), pick, view_of=o)
+            made.append(o)
+        return tuple(made)
+
+
+def _roots(outputs, grad_outputs, op):
+    """The outputs to differentiate and d(whatever)/d(output) for each (ones for a single
+    number when none is given), checked."""
+    outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = (grad_outputs,) * (len(outputs) if grad_outputs is None else 1)
+    grad_outputs = tuple(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"{op}: got {len(grad_outputs)} grad_outputs for {len(outputs)} "
+                           "outputs; give one per output (None for a single number)")
+    gs = []
+    for k, (o, g) in enumerate(zip(outputs, grad_outputs)):
+        if not o.requires_grad:
+            raise RuntimeError(f"{op}: element {k} of the outputs does not require grad and "
+                               "has no grad_fn")
+        g = _initial_gradient(o, g)
+        gs.append(g if g.dtype == o.dtype else g.astype(o.dtype))
+    return outputs, gs
+
+
+def _backward_from(outputs, gs, retain_graph):
+    """One walk (section 9) from several outputs at once: they all feed a root node whose
+    rule hands each output its gradient."""
+    if len(outputs) == 1:
+        return backward(outputs[0], gs[0], retain_graph=retain_graph)
+    with enable_grad():
+        root = from_op(np.zeros(()), 'autograd root', outputs, lambda g: tuple(gs))
+    backward(root, retain_graph=retain_graph)
+
+
+def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                   allow_unused=False):
+    """d outputs / d inputs (weighted by grad_outputs), returned as a tuple of tensors
+    instead of accumulated into .grad: no tensor's .grad changes."""
+    if create_graph:
+        raise NotImplementedError("autograd.grad: create_graph=True is not supported: backward "
+                                  "rules compute NumPy arrays, so a gradient has no graph of its "
+                                  "own (no second derivatives)")
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    for k, x in enumerate(inputs):
+        if not (isinstance(x, Tensor) and x.requires_grad):
+            raise RuntimeError(f"autograd.grad: input {k} does not require grad")
+    outputs, gs = _roots(outputs, grad_outputs, 'autograd.grad')
+    # The walk adds into .grad of the leaves (and of tensors that retain their grad). Let
+    # it, into fields cleared for this call and put back after it: only the inputs'
+    # fields are read, and no .grad anywhere is changed.
+    kept = {}
+    for t in [n for o in outputs for n in _topological_order(o)] + list(inputs):
+        if t._backward is None or getattr(t, '_retains_grad', False):
+            kept.setdefault(id(t), (t, t.grad))
+            t.grad = None
+    asked = [x for x in inputs if x._backward is not None and not getattr(x, '_retains_grad', False)]
+    for x in asked:
+        x._retains_grad = True  # a non-leaf input: the walk stores its gradient too
+    try:
+        _backward_from(outputs, gs, create_graph if retain_graph is None else retain_graph)
+        grads = [x.grad for x in inputs]
+    finally:
+        for x in asked:
+            del x._retains_grad
+            x.grad = None
+        for t, g in kept.values():
+            t.grad = g
+    for k, g in enumerate(grads):
+        if g is None and not allow_unused:
+            raise RuntimeError(f"autograd.grad: input {k} was not used to compute the outputs; "
+                               "pass allow_unused=True to get None for it")
+    return tuple(None if g is None else _constant(g) for g in grads)
+
+
+def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                       inputs=None):
+    """tensor.backward() for several tensors at once (their gradients add up in .grad);
+    inputs=...: accumulate into these tensors' .grad only."""
+    if create_graph:
+        raise NotImplementedError("autograd.backward: create_graph=True is not supported "
+                                  "(no second derivatives)")
+    if inputs is not None:
+        inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+        for x, g in zip(inputs, _autograd_grad(tensors, inputs, grad_tensors, retain_graph,
+                                               allow_unused=True)):
+            if g is not None:
+                _accumulate(x, g.data.copy())
+        return
+    outputs, gs = _roots(tensors, grad_tensors, 'autograd.backward')
+    _backward_from(outputs, gs, bool(retain_graph))
+
+
+class autograd:
+    """tt.autograd, PyTorch's torch.autograd: Function, grad, backward."""
+    Function = Function
+    FunctionCtx = FunctionCtx
+    grad = staticmethod(_autograd_grad)
+    backward = staticmethod(_autograd_backward)
+
+
+# ---------------------------------------------------------------------------
 # 14. Speed
 # ---------------------------------------------------------------------------
 def tune_malloc():
