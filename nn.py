@@ -485,7 +485,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 6, Speed)
+    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 7, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -518,7 +518,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if FUSED_VISION:  # the same numbers as one op (section 6, Speed)
+    if FUSED_VISION:  # the same numbers as one op (section 7, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -658,7 +658,297 @@ class Flatten(Module):
 
 
 # ---------------------------------------------------------------------------
-# 3. Losses
+# 3. Recurrent layers: RNN, LSTM, GRU
+# ---------------------------------------------------------------------------
+# A recurrent layer reads a sequence one step at a time and carries a hidden state h
+# from each step to the next. A cell is one step: a few lines of linear, sigmoid and
+# tanh. The layer is a loop over time that calls the cell; its gradient flows back
+# through the loop (backpropagation through time) with no code of its own, since every
+# line is a tinytorch op. The weights are PyTorch's, gate blocks in PyTorch's order:
+# weight_ih (gates * hidden, input) reads the input, weight_hh (gates * hidden, hidden)
+# the previous hidden state.
+def rnn_tanh_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)"""
+    return (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).tanh()
+
+
+def rnn_relu_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """h' = relu(x W_ih^T + b_ih + h W_hh^T + b_hh)"""
+    return (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).relu()
+
+
+def lstm_cell(x, state, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None):
+    """One LSTM step. state = (h, c); the four gates, in PyTorch's order:
+    i (input), f (forget), g (the candidate cell), o (output)."""
+    h, c = state
+    i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    c = f * c + i * g            # forget some of the old cell, write some of the new
+    h = o * c.tanh()             # show some of the cell
+    if w_hr is not None:         # proj_size > 0: h is projected down
+        h = linear(h, w_hr)
+    return h, c
+
+
+def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One GRU step, PyTorch's formula (r multiplies h's part of n *after* its bias):
+    r = sigmoid(x_r + h_r), z = sigmoid(x_z + h_z), n = tanh(x_n + r * h_n),
+    h' = (1 - z) * n + z * h, where x_* = x W_i*^T + b_i*, h_* = h W_h*^T + b_h*."""
+    x_r, x_z, x_n = linear(x, w_ih, b_ih).chunk(3, -1)
+    h_r, h_z, h_n = linear(h, w_hh, b_hh).chunk(3, -1)
+    r = (x_r + h_r).sigmoid()    # reset: how much of h the candidate reads
+    z = (x_z + h_z).sigmoid()    # update: how much of h is kept
+    n = (x_n + r * h_n).tanh()   # the candidate
+    return (1 - z) * n + z * h
+
+
+_CELLS = {'RNN_TANH': (rnn_tanh_cell, 1), 'RNN_RELU': (rnn_relu_cell, 1),
+          'LSTM': (lstm_cell, 4), 'GRU': (gru_cell, 3)}
+
+
+def _init_recurrent(module, hidden_size):
+    """PyTorch's initialisation of every recurrent weight and bias: U(-1/sqrt(hidden), 1/sqrt(hidden))."""
+    bound = 1 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+    for p in module.parameters():
+        uniform_(p, -bound, bound)
+
+
+class _RNNCellBase(Module):
+    def __init__(self, mode, input_size, hidden_size, bias, dtype):
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.bias = bias
+        gates = _CELLS[mode][1]
+        self.weight_ih = Parameter(tt.zeros(gates * hidden_size, input_size, dtype=dtype))
+        self.weight_hh = Parameter(tt.zeros(gates * hidden_size, hidden_size, dtype=dtype))
+        self.bias_ih = Parameter(tt.zeros(gates * hidden_size, dtype=dtype)) if bias else None
+        self.bias_hh = Parameter(tt.zeros(gates * hidden_size, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _init_recurrent(self, self.hidden_size)
+
+    def _check(self, input, hx):
+        name = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{name}: expected input to be 1-D or 2-D, got {input.ndim}-D "
+                             f"(shape {tuple(input.shape)})")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
+                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        batched = input.ndim == 2
+        x = input if batched else input.unsqueeze(0)
+        zeros = tt.zeros(x.shape[0], self.hidden_size, dtype=self.weight_ih.dtype)
+        states = (hx if isinstance(hx, tuple) else (hx,)) if hx is not None else (None,)
+        out = []
+        for s in states:
+            if s is None:
+                out.append(zeros)
+                continue
+            if tuple(s.shape) != tuple(x.shape[:1] if batched else ()) + (self.hidden_size,):
+                raise ValueError(f"{name}: hidden state has shape {tuple(s.shape)}, expected "
+                                 f"{tuple(input.shape[:-1]) + (self.hidden_size,)}")
+            out.append(s if batched else s.unsqueeze(0))
+        return batched, x, out
+
+    def _weights(self):
+        return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class RNNCell(_RNNCellBase):
+    """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu); input (N, input_size) or
+    (input_size,), hx like the output (zeros when None)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', dtype=None):
+        if nonlinearity not in ('tanh', 'relu'):
+            raise ValueError(f"RNNCell: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
+        self.nonlinearity = nonlinearity
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, (h,) = self._check(input, hx)
+        h = _CELLS[self.mode][0](x, h, *self._weights())
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(_RNNCellBase):
+    """(h', c') from input (N, input_size) or (input_size,) and hx = (h, c) (zeros when None)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, state = self._check(input, hx)
+        if len(state) == 1:
+            state = state * 2  # None: h and c both zeros
+        h, c = lstm_cell(x, tuple(state), *self._weights())
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+
+
+class GRUCell(_RNNCellBase):
+    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, (h,) = self._check(input, hx)
+        h = gru_cell(x, h, *self._weights())
+        return h if batched else h.squeeze(0)
+
+
+class _RNNBase(Module):
+    """RNN, LSTM and GRU: num_layers stacked layers, each a loop of its cell over time
+    (and a second loop from the end to the start when bidirectional)."""
+
+    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+        name = {'LSTM': 'LSTM', 'GRU': 'GRU'}.get(mode, 'RNN')
+        if not 0 <= dropout < 1:
+            raise ValueError(f"{name}: dropout must be in [0, 1), got {dropout}")
+        if proj_size < 0 or (proj_size and proj_size >= hidden_size):
+            raise ValueError(f"{name}: proj_size must be in [0, hidden_size={hidden_size}), "
+                             f"got {proj_size}")
+        if proj_size and mode != 'LSTM':
+            raise ValueError(f"{name}: proj_size is only supported by LSTM")
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
+        self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, proj_size
+        gates = _CELLS[mode][1]
+        directions = 2 if bidirectional else 1
+        out_size = proj_size or hidden_size  # what h is (and what the next layer reads)
+        for layer in range(num_layers):
+            layer_in = input_size if layer == 0 else out_size * directions
+            for suffix in ('', '_reverse')[:directions]:
+                def param(*shape):
+                    return Parameter(tt.zeros(*shape, dtype=dtype))
+                setattr(self, f'weight_ih_l{layer}{suffix}', param(gates * hidden_size, layer_in))
+                setattr(self, f'weight_hh_l{layer}{suffix}', param(gates * hidden_size, out_size))
+                if bias:
+                    setattr(self, f'bias_ih_l{layer}{suffix}', param(gates * hidden_size))
+                    setattr(self, f'bias_hh_l{layer}{suffix}', param(gates * hidden_size))
+                if proj_size:
+                    setattr(self, f'weight_hr_l{layer}{suffix}', param(proj_size, hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _init_recurrent(self, self.hidden_size)
+
+    def _weights(self, layer, suffix):
+        get = lambda kind: getattr(self, f'{kind}_l{layer}{suffix}', None)  # noqa: E731
+        w = (get('weight_ih'), get('weight_hh'), get('bias_ih'), get('bias_hh'))
+        return w + (get('weight_hr'),) if self.mode == 'LSTM' else w
+
+    def _run(self, x, state, weights, reverse):
+        """One direction of one layer: the cell at each time step, carrying the state.
+        x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
+        cell = _CELLS[self.mode][0]
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        ys = [None] * x.shape[0]
+        for t in steps:
+            state = cell(x[t], state, *weights)
+            ys[t] = state[0] if self.mode == 'LSTM' else state
+        return tt.stack(ys, 0), state
+
+    def forward(self, input, hx=None):
+        name = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
+        if input.ndim not in (2, 3):
+            raise ValueError(f"{name}: expected input to be 2-D (unbatched) or 3-D, got "
+                             f"{input.ndim}-D (shape {tuple(input.shape)})")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
+                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        batched = input.ndim == 3
+        x = input if not batched else input.transpose(0, 1) if self.batch_first else input
+        x = x if batched else x.unsqueeze(1)  # x: (L, N, features) from here on
+        directions = 2 if self.bidirectional else 1
+        n = x.shape[1]
+        sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == 'LSTM' else [])
+        states = (None,) * len(sizes) if hx is None else hx if isinstance(hx, tuple) else (hx,)
+        if len(states) != len(sizes):
+            raise ValueError(f"{name}: expected {'(h_0, c_0)' if len(sizes) == 2 else 'h_0'} "
+                             f"as the hidden state, got {len(states)} tensors")
+        start = []  # h_0 (and c_0): (layers * directions, N, size)
+        for s, size in zip(states, sizes):
+            want = (self.num_layers * directions,) + ((n,) if batched else ()) + (size,)
+            if s is None:
+                s = tt.zeros(*want, dtype=getattr(self, 'weight_ih_l0').dtype)
+            elif tuple(s.shape) != want:
+                raise ValueError(f"{name}: expected hidden state of shape {want}, got "
+                                 f"{tuple(s.shape)}")
+            start.append(s if batched else s.unsqueeze(1))
+        last = [[] for _ in sizes]  # the final state of each layer and direction
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(('', '_reverse')[:directions]):
+                k = layer * directions + d
+                state = tuple(s[k] for s in start) if self.mode == 'LSTM' else start[0][k]
+                y, state = self._run(x, state, self._weights(layer, suffix), reverse=d == 1)
+                outs.append(y)
+                for kept, s in zip(last, state if self.mode == 'LSTM' else (state,)):
+                    kept.append(s)
+            x = outs[0] if directions == 1 else tt.cat(outs, -1)  # both directions side by side
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = dropout(x, self.dropout)  # between layers, not after the last
+        final = [tt.stack(s, 0) for s in last]
+        if not batched:
+            x, final = x.squeeze(1), [s.squeeze(1) for s in final]
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        return x, (tuple(final) if self.mode == 'LSTM' else final[0])
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.mode == 'RNN_RELU':
+            s += ", nonlinearity='relu'"
+        for name, default in (('bias', True), ('batch_first', False), ('dropout', 0.0),
+                              ('bidirectional', False), ('proj_size', 0)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s
+
+
+class RNN(_RNNBase):
+    """Elman RNN: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) (or relu).
+    input (L, N, input_size) ((N, L, ...) with batch_first, or (L, input_size)), h_0
+    (num_layers * directions, N, hidden_size) or None; returns output, h_n."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
+        if nonlinearity not in ('tanh', 'relu'):
+            raise ValueError(f"RNN: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
+        self.nonlinearity = nonlinearity
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, num_layers,
+                         bias, batch_first, dropout, bidirectional, dtype=dtype)
+
+
+class LSTM(_RNNBase):
+    """Returns output, (h_n, c_n); hx = (h_0, c_0) or None. proj_size > 0 projects h
+    (PyTorch's LSTM with projections)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, proj_size, dtype)
+
+
+class GRU(_RNNBase):
+    """Returns output, h_n; hx = h_0 or None."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------
+# 4. Losses
 # ---------------------------------------------------------------------------
 def _reduce(loss, reduction, op):
     if reduction == 'mean':
@@ -811,7 +1101,7 @@ class BCEWithLogitsLoss(Module):
 
 
 # ---------------------------------------------------------------------------
-# 4. Initialisers: in place, under no_grad, with the library's seeded generator
+# 5. Initialisers: in place, under no_grad, with the library's seeded generator
 # ---------------------------------------------------------------------------
 def _fans(t):
     if t.ndim < 2:
@@ -860,7 +1150,7 @@ init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=
 
 
 # ---------------------------------------------------------------------------
-# 5. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
+# 6. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
 #    description of everything else; never pickle
 # ---------------------------------------------------------------------------
 class CheckpointError(Exception):
@@ -1063,7 +1353,7 @@ def load_safetensors(path):
 
 
 # ---------------------------------------------------------------------------
-# 6. Speed: conv2d and max_pool2d as single ops
+# 7. Speed: conv2d and max_pool2d as single ops
 # ---------------------------------------------------------------------------
 # nn.conv2d and nn.max_pool2d (section 2) are compositions a learner can follow:
 # unfold, matmul, reshape, max. The functions below give the same numbers (a test
