@@ -3,13 +3,20 @@
   1. Parameter and Module (parameters, train/eval, state_dict, repr)
   2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers; for images
      Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
-  3. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
-  4. initialisers (nn.init.normal_, xavier_uniform_, ...)
-  5. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
+  3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
+     tanh), and RNN, LSTM, GRU (a loop of the cell over time)
+  4. attention and the Transformer as PyTorch's modules: MultiheadAttention,
+     TransformerEncoderLayer / DecoderLayer, TransformerEncoder / Decoder, Transformer
+  5. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
+  6. initialisers (nn.init.normal_, xavier_uniform_, ...)
+  7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
+  8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
 
-Needs only NumPy and tinytorch.py.
+Needs only NumPy and tinytorch.py (and transformer.py's attention_weights, which
+MultiheadAttention imports when it runs).
 """
+import copy
 import json
 import math
 import os
@@ -337,14 +344,14 @@ tt.RULES_IN_WORDS['layer_norm'] = ("dx = rstd * (g*w - mean(g*w) - x_hat * mean(
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
             else tuple(normalized_shape)
         self.eps = eps
         self.weight = Parameter(tt.ones(self.normalized_shape, dtype=dtype)) \
             if elementwise_affine else None
         self.bias = Parameter(tt.zeros(self.normalized_shape, dtype=dtype)) \
-            if elementwise_affine else None
+            if elementwise_affine and bias else None
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -485,7 +492,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 7, Speed)
+    if FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -518,7 +525,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if FUSED_VISION:  # the same numbers as one op (section 7, Speed)
+    if FUSED_VISION:  # the same numbers as one op (section 8, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -948,7 +955,301 @@ class GRU(_RNNBase):
 
 
 # ---------------------------------------------------------------------------
-# 4. Losses
+# 4. Attention and the Transformer, as PyTorch's modules
+# ---------------------------------------------------------------------------
+# transformer.py builds attention step by step for its GPT (read it first). These are
+# PyTorch's general-purpose modules, with its names, arguments and state_dict keys, so
+# PyTorch code and checkpoints run here. They use the same attention: transformer.py's
+# attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v. Query,
+# key and value are each projected and split into heads, and an output projection
+# joins the heads again. A layer is attention and a two-layer MLP, each added to its
+# input and layer-normed (after the sum, or before the sublayer with norm_first).
+def _mask_as_added(mask, shape, what, dtype):
+    """A mask as an array added to the scores: a bool True means "may not attend" (-inf;
+    PyTorch's convention for these modules), a float mask is added as it is."""
+    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    if tuple(m.shape) != shape:
+        raise ValueError(f"MultiheadAttention: {what} has shape {tuple(m.shape)}, expected {shape}")
+    if m.dtype == bool:
+        return np.where(m, -np.inf, 0.0).astype(dtype)
+    return m.astype(dtype)
+
+
+class MultiheadAttention(Module):
+    """PyTorch's nn.MultiheadAttention: attn_output, attn_weights = mha(query, key, value).
+    Inputs (L, N, E) ((N, L, E) with batch_first, or unbatched (L, E)); kdim/vdim: the
+    features of key and value when they differ from embed_dim (then the projections are
+    q_proj_weight, k_proj_weight, v_proj_weight instead of one in_proj_weight)."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
+                             f"num_heads={num_heads}")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are "
+                                      "not supported")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, float(dropout)
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.head_dim, self.batch_first = embed_dim // num_heads, batch_first
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        E = embed_dim
+        if self._qkv_same_embed_dim:  # the three projections stacked: q's rows, k's, v's
+            self.in_proj_weight = Parameter(tt.zeros(3 * E, E, dtype=dtype))
+        else:
+            self.q_proj_weight = Parameter(tt.zeros(E, E, dtype=dtype))
+            self.k_proj_weight = Parameter(tt.zeros(E, self.kdim, dtype=dtype))
+            self.v_proj_weight = Parameter(tt.zeros(E, self.vdim, dtype=dtype))
+        self.in_proj_bias = Parameter(tt.zeros(3 * E, dtype=dtype)) if bias else None
+        self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
+        self._reset_parameters()
+
+    def _reset_parameters(self):  # PyTorch's: xavier for the projections, zero biases
+        for w in ('in_proj_weight', 'q_proj_weight', 'k_proj_weight', 'v_proj_weight'):
+            if w in vars(self):
+                xavier_uniform_(getattr(self, w))
+        if self.in_proj_bias is not None:
+            zeros_(self.in_proj_bias)
+            zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        from transformer import attention_weights  # here: transformer.py imports nn
+        if is_causal and attn_mask is None:
+            raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the "
+                               "causal mask; pass attn_mask too (nn.Transformer."
+                               "generate_square_subsequent_mask(L))")
+        batched = query.ndim == 3
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(f"MultiheadAttention: query, key and value must be all 3-D or all "
+                             f"2-D (unbatched), got shapes {tuple(query.shape)}, "
+                             f"{tuple(key.shape)}, {tuple(value.shape)}")
+        if not batched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = (key_padding_mask.data if isinstance(key_padding_mask, Tensor)
+                                    else np.asarray(key_padding_mask))[None]
+        elif self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        (L, N, E), S, H, d = query.shape, key.shape[0], self.num_heads, self.head_dim
+        for x, name, size in ((query, 'query', E), (key, 'key', self.kdim), (value, 'value', self.vdim)):
+            if x.shape[-1] != size or x.shape[1] != N:
+                raise ValueError(f"MultiheadAttention: {name} has shape {tuple(x.shape)} "
+                                 f"(sequence first), expected (T, {N}, {size})")
+        if value.shape[0] != S:
+            raise ValueError(f"MultiheadAttention: key has {S} positions but value has "
+                             f"{value.shape[0]}")
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else [None] * 3
+
+        def heads(x):  # (T, N, E) -> (N, H, T, d): each head attends on its own d features
+            return x.reshape(x.shape[0], N, H, d).permute(1, 2, 0, 3)
+
+        q, k, v = heads(linear(query, w_q, b_q)), heads(linear(key, w_k, b_k)), heads(linear(value, w_v, b_v))
+        mask = None  # attn_mask and key_padding_mask, added to the scores (N or 1, H or 1, L, S)
+        if attn_mask is not None:
+            shape = (L, S) if getattr(attn_mask, 'ndim', 0) == 2 else (N * H if batched else H, L, S)
+            mask = _mask_as_added(attn_mask, shape, 'attn_mask', q.dtype).reshape(-1, H, L, S) \
+                if len(shape) == 3 else _mask_as_added(attn_mask, shape, 'attn_mask', q.dtype)
+        if key_padding_mask is not None:
+            pad = _mask_as_added(key_padding_mask, (N, S), 'key_padding_mask', q.dtype)
+            pad = pad.reshape(N, 1, 1, S)
+            mask = pad if mask is None else mask + pad
+        weights = attention_weights(q, k, mask)  # (N, H, L, S)
+        if self.training and self.dropout:
+            weights = dropout(weights, self.dropout)
+        out = (weights @ v).permute(2, 0, 1, 3).reshape(L, N, E)  # heads side by side again
+        out = self.out_proj(out)
+        if not batched:
+            out = out.squeeze(1)
+        elif self.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        weights = weights.mean(1) if average_attn_weights else weights
+        return out, (weights if batched else weights.squeeze(0))
+
+    def extra_repr(self):
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+
+def _activation(activation, name):
+    if callable(activation):
+        return activation
+    if activation == 'relu':
+        return tt.relu
+    if activation == 'gelu':
+        return tt.gelu
+    raise ValueError(f"{name}: activation should be 'relu', 'gelu' or a callable, got {activation!r}")
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention, then a two-layer MLP (d_model -> dim_feedforward -> d_model), each
+    with dropout, a residual connection and a LayerNorm (after the sum; before the
+    sublayer with norm_first=True)."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        self.activation = _activation(activation, 'TransformerEncoderLayer')
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention on the target, attention from the target to the encoder's output
+    (memory), then the MLP; each with dropout, a residual connection and a LayerNorm."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, dtype=dtype)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
+        self.activation = _activation(activation, 'TransformerDecoderLayer')
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask,
+                                    memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask,
+                                           memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
+                                key_padding_mask=key_padding_mask, need_weights=False,
+                                is_causal=is_causal)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """num_layers copies of encoder_layer (each with its own parameters), then norm."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None):
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                      is_causal=bool(is_causal))
+        return self.norm(x) if self.norm is not None else x
+
+
+class TransformerDecoder(Module):
+    """num_layers copies of decoder_layer (each with its own parameters), then norm."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask,
+                      tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Transformer(Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need", PyTorch's
+    nn.Transformer: output = decoder(tgt, encoder(src))."""
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                 dim_feedforward=2048, dropout=0.1, activation='relu', custom_encoder=None,
+                 custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
+                 bias=True, dtype=None):
+        args = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                    layer_norm_eps=layer_norm_eps, batch_first=batch_first,
+                    norm_first=norm_first, bias=bias, dtype=dtype)
+        self.encoder = custom_encoder or TransformerEncoder(
+            TransformerEncoderLayer(d_model, nhead, **args), num_encoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.decoder = custom_decoder or TransformerDecoder(
+            TransformerDecoderLayer(d_model, nhead, **args), num_decoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():  # PyTorch's: xavier for every matrix
+            if p.ndim > 1:
+                xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ValueError(f"Transformer: src has batch size {src.shape[batch]} but tgt has "
+                             f"{tgt.shape[batch]} (shapes {tuple(src.shape)}, {tuple(tgt.shape)})")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"Transformer: src and tgt must have d_model={self.d_model} "
+                             f"features, got shapes {tuple(src.shape)}, {tuple(tgt.shape)}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, dtype=None):
+        """(sz, sz) float mask: 0 where position i may look (j <= i), -inf above the diagonal."""
+        return tt.tensor(np.triu(np.full((sz, sz), -np.inf), k=1), dtype=dtype or tt.default_dtype)
+
+
+# ---------------------------------------------------------------------------
+# 5. Losses
 # ---------------------------------------------------------------------------
 def _reduce(loss, reduction, op):
     if reduction == 'mean':
@@ -1101,7 +1402,7 @@ class BCEWithLogitsLoss(Module):
 
 
 # ---------------------------------------------------------------------------
-# 5. Initialisers: in place, under no_grad, with the library's seeded generator
+# 6. Initialisers: in place, under no_grad, with the library's seeded generator
 # ---------------------------------------------------------------------------
 def _fans(t):
     if t.ndim < 2:
@@ -1150,7 +1451,7 @@ init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=
 
 
 # ---------------------------------------------------------------------------
-# 6. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
+# 7. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
 #    description of everything else; never pickle
 # ---------------------------------------------------------------------------
 class CheckpointError(Exception):
@@ -1353,7 +1654,7 @@ def load_safetensors(path):
 
 
 # ---------------------------------------------------------------------------
-# 7. Speed: conv2d and max_pool2d as single ops
+# 8. Speed: conv2d and max_pool2d as single ops
 # ---------------------------------------------------------------------------
 # nn.conv2d and nn.max_pool2d (section 2) are compositions a learner can follow:
 # unfold, matmul, reshape, max. The functions below give the same numbers (a test
