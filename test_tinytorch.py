@@ -1910,6 +1910,22 @@ def test_autograd_function_and_grad_match_pytorch():
     np.testing.assert_allclose(g.data, gt.numpy(), rtol=1e-10)
 
 
+def test_readme_own_function_runs_as_shown():
+    """The README's autograd.Function block (the same op as its closure block, PyTorch's
+    way) runs and prints what the README shows."""
+    import contextlib
+    import io
+    import re
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- own_function:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- own_function:output -->\n```text\n(.*?)```", text, re.S).group(1)
+    assert "class Softsign(tt.autograd.Function)" in code and "def softsign(x)" in text
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, 'README.md', 'exec'), {})
+    assert buf.getvalue() == shown
+
+
 # ===========================================================================
 # optim.py
 # ===========================================================================
