@@ -709,6 +709,25 @@ def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
     return (1 - z) * n + z * h
 
 
+class _Unbind(tt.autograd.Function):
+    """x's slices along dim (PyTorch's torch.unbind) as one op, whose backward stacks the
+    slices' gradients. x[t] one step at a time would be an op each, whose backward makes a
+    gradient of x's full size: a loop over L steps would cost L times the sequence."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim = tt._dim(dim, x.ndim, 'unbind')
+        return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))  # no graph here
+
+    @staticmethod
+    def backward(ctx, *grads):  # d x / d slice_t: slice t's gradient goes back to place t
+        return tt.stack(grads, ctx.dim), None
+
+
+def unbind(x, dim=0):
+    return _Unbind.apply(x, dim)
+
+
 _CELLS = {'RNN_TANH': (rnn_tanh_cell, 1), 'RNN_RELU': (rnn_relu_cell, 1),
           'LSTM': (lstm_cell, 4), 'GRU': (gru_cell, 3)}
 
@@ -852,10 +871,11 @@ class _RNNBase(Module):
         """One direction of one layer: the cell at each time step, carrying the state.
         x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
         cell = _CELLS[self.mode][0]
+        xs = unbind(x, 0)  # x[0], x[1], ... (one op, see unbind)
         steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
         ys = [None] * x.shape[0]
         for t in steps:
-            state = cell(x[t], state, *weights)
+            state = cell(xs[t], state, *weights)
             ys[t] = state[0] if self.mode == 'LSTM' else state
         return tt.stack(ys, 0), state
 

@@ -1398,6 +1398,17 @@ def test_recurrent_cells_gradcheck():
           x, h2, t64(3, 4, seed=3), w_ih, w_hh, b_ih, b_hh, w_hr)
 
 
+def test_unbind_gives_the_slices_as_one_op():
+    x = t64(4, 2, 3)
+    for dim in (0, 1, -1):
+        pieces = nn.unbind(x, dim)
+        assert len(pieces) == x.shape[dim]
+        for t, p in enumerate(pieces):
+            np.testing.assert_array_equal(p.data, np.take(x.data, t, axis=dim))
+        check(lambda x: tt.stack(nn.unbind(x, dim)[::-1], 0) * tt.arange(x.shape[dim]).reshape(-1, 1, 1), x)
+        check(lambda x: nn.unbind(x, dim)[1], x)  # only one slice used: the others get zeros
+
+
 @pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"])
 def test_recurrent_layers_gradcheck(cls):
     if cls.endswith('Cell'):
