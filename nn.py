@@ -1068,16 +1068,18 @@ class MultiheadAttention(Module):
         def heads(x):  # (T, N, E) -> (N, H, T, d): each head attends on its own d features
             return x.reshape(x.shape[0], N, H, d).permute(1, 2, 0, 3)
 
-        q, k, v = heads(linear(query, w_q, b_q)), heads(linear(key, w_k, b_k)), heads(linear(value, w_v, b_v))
-        mask = None  # attn_mask and key_padding_mask, added to the scores (N or 1, H or 1, L, S)
-        if attn_mask is not None:
-            shape = (L, S) if getattr(attn_mask, 'ndim', 0) == 2 else (N * H if batched else H, L, S)
-            mask = _mask_as_added(attn_mask, shape, 'attn_mask', q.dtype).reshape(-1, H, L, S) \
-                if len(shape) == 3 else _mask_as_added(attn_mask, shape, 'attn_mask', q.dtype)
-        if key_padding_mask is not None:
+        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+        q, k, v = heads(q), heads(k), heads(v)
+        mask = None  # attn_mask and key_padding_mask as one array added to the scores
+        if attn_mask is not None and np.ndim(attn_mask.data if isinstance(attn_mask, Tensor)
+                                             else attn_mask) == 2:
+            mask = _mask_as_added(attn_mask, (L, S), 'attn_mask', q.dtype)  # the same for all
+        elif attn_mask is not None:  # one (L, S) mask per batch item and head
+            mask = _mask_as_added(attn_mask, (N * H if batched else H, L, S), 'attn_mask',
+                                  q.dtype).reshape(N, H, L, S)
+        if key_padding_mask is not None:  # (N, S): keys to ignore, for every query and head
             pad = _mask_as_added(key_padding_mask, (N, S), 'key_padding_mask', q.dtype)
-            pad = pad.reshape(N, 1, 1, S)
-            mask = pad if mask is None else mask + pad
+            mask = pad.reshape(N, 1, 1, S) if mask is None else mask + pad.reshape(N, 1, 1, S)
         weights = attention_weights(q, k, mask)  # (N, H, L, S)
         if self.training and self.dropout:
             weights = dropout(weights, self.dropout)

@@ -2876,7 +2876,7 @@ class Function:
                     gs = np.zeros(len(outputs), dtype=object)
                     gs[k] = g
                     return (gs,)
-                o = from_op(o.data, f'{name}[{k}]', (joint,), pick, view_of=o)
+                o = from_op(o.data, name + ' output', (joint,), pick, view_of=o)
             made.append(o)
         return tuple(made)
 
