@@ -1562,6 +1562,18 @@ def test_transformer_layers_gradcheck():
     _module_check(dec, t64(3, 2, 4, seed=1), t64(5, 2, 4, seed=2))
 
 
+def test_transformer_stacks_gradcheck():
+    model = _module64(nn.Transformer, 4, 2, 1, 1, 6, dropout=0.0, batch_first=True)
+    mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=tt.float64)
+    pad = np.array([[False, False, True], [False, False, False]])
+    params = list(model.parameters())
+    assert tt.gradcheck(lambda src, tgt, *p: model(src, tgt, tgt_mask=mask, src_key_padding_mask=pad),
+                        [t64(2, 3, 4, seed=1), t64(2, 3, 4, seed=2)] + params)
+    enc = nn.TransformerEncoder(_module64(nn.TransformerEncoderLayer, 4, 2, 6, dropout=0.0), 2,
+                                norm=_module64(nn.LayerNorm, 4))
+    _module_check(enc, t64(3, 2, 4, seed=3))
+
+
 def test_multihead_attention_masks_weights_and_names():
     tt.manual_seed(0)
     mha = nn.MultiheadAttention(4, 2)
