@@ -1235,12 +1235,15 @@ class Transformer(Module):
         args = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
                     layer_norm_eps=layer_norm_eps, batch_first=batch_first,
                     norm_first=norm_first, bias=bias, dtype=dtype)
-        self.encoder = custom_encoder or TransformerEncoder(
-            TransformerEncoderLayer(d_model, nhead, **args), num_encoder_layers,
-            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
-        self.decoder = custom_decoder or TransformerDecoder(
-            TransformerDecoderLayer(d_model, nhead, **args), num_decoder_layers,
-            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        if custom_encoder is None:
+            custom_encoder = TransformerEncoder(
+                TransformerEncoderLayer(d_model, nhead, **args), num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        if custom_decoder is None:
+            custom_decoder = TransformerDecoder(
+                TransformerDecoderLayer(d_model, nhead, **args), num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.encoder, self.decoder = custom_encoder, custom_decoder
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
         for p in self.parameters():  # PyTorch's: xavier for every matrix
             if p.ndim > 1:
