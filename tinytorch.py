@@ -2897,6 +2897,8 @@ def _roots(outputs, grad_outputs, op):
             raise RuntimeError(f"{op}: element {k} of the outputs does not require grad and "
                                "has no grad_fn")
         g = _initial_gradient(o, g)
+        if not hasattr(g, 'dtype'):  # a Python number for a one-element output
+            g = np.full(o.shape, g, dtype=o.dtype)
         gs.append(g if g.dtype == o.dtype else g.astype(o.dtype))
     return outputs, gs
 
