@@ -725,6 +725,7 @@ class _Unbind(tt.autograd.Function):
 
 
 def unbind(x, dim=0):
+    """The slices of x along dim, as a tuple (PyTorch's x.unbind(dim)): one op for all."""
     return _Unbind.apply(x, dim)
 
 
