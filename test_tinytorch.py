@@ -1387,7 +1387,7 @@ def _flat(out):
 
 
 def test_recurrent_cells_gradcheck():
-    x, h, c = t64(3, 4, seed=1), t64(3, 5, seed=2), t64(3, 5, seed=3)
+    x, h = t64(3, 4, seed=1), t64(3, 5, seed=2)
     for cell, gates in ((nn.rnn_tanh_cell, 1), (nn.rnn_relu_cell, 1), (nn.gru_cell, 3)):
         w_ih, w_hh = t64(gates * 5, 4, seed=4), t64(gates * 5, 5, seed=5)
         b_ih, b_hh = t64(gates * 5, seed=6), t64(gates * 5, seed=7)
@@ -1451,7 +1451,7 @@ def test_recurrent_shapes_states_and_errors():
     np.testing.assert_allclose(out.data[-1, :, :4], h.data[2], atol=1e-7)
     np.testing.assert_allclose(out.data[0, :, 4:], h.data[3], atol=1e-7)  # the reverse one ends at t=0
     out1, (h1, c1) = lstm(tt.randn(5, 3))  # unbatched
-    assert out1.shape == (5, 8) and h1.shape == (4, 4)
+    assert out1.shape == (5, 8) and h1.shape == (4, 4) and c1.shape == (4, 4)
     gru = nn.GRU(3, 4, batch_first=True)
     x, h0 = tt.randn(2, 5, 3), tt.randn(1, 2, 4)
     out, h = gru(x, h0)
@@ -1592,6 +1592,7 @@ def test_multihead_attention_masks_weights_and_names():
     as_float = np.where(blocked, -np.inf, 0.0).astype(np.float32)
     out2, w2 = mha(q, kv, kv, attn_mask=as_float, key_padding_mask=pad)
     np.testing.assert_allclose(out2.data, out.data, rtol=1e-6)
+    np.testing.assert_allclose(w2.data, w.data, rtol=1e-6)
     _, per_head = mha(q, kv, kv, average_attn_weights=False)
     assert per_head.shape == (2, 2, 3, 5)
     out3, none = mha(q, kv, kv, need_weights=False)
