@@ -1514,10 +1514,13 @@ def test_recurrent_layers_match_pytorch():
 
 
 def _same_as_pytorch(torch, ours, theirs, x, states, rng, **call):
-    """Load our state_dict into PyTorch's module, run both on x (and the states), and
+    """Load PyTorch's state_dict into our module, run both on x (and the states), and
     compare every output and the gradients of the input, the states and every parameter."""
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    theirs.load_state_dict({k: torch.tensor(v) for k, v in ours.state_dict().items()})
+    with torch.no_grad():  # every weight random (PyTorch's init zeros some biases), then ours = PyTorch's
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
     xs, ts = [tt.tensor(a, requires_grad=True) for a in [x] + states], \
         [torch.tensor(a, requires_grad=True) for a in [x] + states]
     pack = (lambda s: tuple(s) if len(s) > 1 else s[0])
@@ -1682,7 +1685,10 @@ def test_attention_and_transformer_match_pytorch():
 def _same_as_pytorch_mha(torch, ours, theirs, arrays, call, rng):
     """Like _same_as_pytorch, for modules that take several inputs and keyword masks."""
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    theirs.load_state_dict({k: torch.tensor(v) for k, v in ours.state_dict().items()})
+    with torch.no_grad():  # every weight random (PyTorch's init zeros some biases), then ours = PyTorch's
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
     xs = [tt.tensor(a, requires_grad=True) for a in arrays]
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     to_torch = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in call.items()}
