@@ -1045,6 +1045,11 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: query, key and value must be all 3-D or all "
                              f"2-D (unbatched), got shapes {tuple(query.shape)}, "
                              f"{tuple(key.shape)}, {tuple(value.shape)}")
+        for x, name, size in ((query, 'query', self.embed_dim), (key, 'key', self.kdim),
+                              (value, 'value', self.vdim)):
+            if x.shape[-1] != size:
+                raise ValueError(f"MultiheadAttention: {name} has {x.shape[-1]} features (shape "
+                                 f"{tuple(x.shape)}), expected {size}")
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
@@ -1053,13 +1058,10 @@ class MultiheadAttention(Module):
         elif self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
         (L, N, E), S, H, d = query.shape, key.shape[0], self.num_heads, self.head_dim
-        for x, name, size in ((query, 'query', E), (key, 'key', self.kdim), (value, 'value', self.vdim)):
-            if x.shape[-1] != size or x.shape[1] != N:
-                raise ValueError(f"MultiheadAttention: {name} has shape {tuple(x.shape)} "
-                                 f"(sequence first), expected (T, {N}, {size})")
-        if value.shape[0] != S:
-            raise ValueError(f"MultiheadAttention: key has {S} positions but value has "
-                             f"{value.shape[0]}")
+        if key.shape[1] != N or value.shape[1] != N or value.shape[0] != S:
+            raise ValueError(f"MultiheadAttention: query, key and value must have one batch size "
+                             f"and key and value one length; got (length, batch) {(L, N)}, "
+                             f"{tuple(key.shape[:2])}, {tuple(value.shape[:2])}")
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         else:

@@ -1607,8 +1607,10 @@ def test_multihead_attention_masks_weights_and_names():
         mha(q, q, q, is_causal=True)
     with pytest.raises(ValueError, match=r"attn_mask has shape \(3, 3\), expected \(3, 5\)"):
         mha(q, kv, kv, attn_mask=np.zeros((3, 3), bool))
-    with pytest.raises(ValueError, match=r"key has shape \(5, 2, 4\) \(sequence first\), expected \(T, 2, 3\)"):
+    with pytest.raises(ValueError, match=r"key has 4 features \(shape \(5, 2, 4\)\), expected 3"):
         cross(q, kv, tt.randn(5, 2, 6))
+    with pytest.raises(ValueError, match=r"got \(length, batch\) \(3, 2\), \(5, 2\), \(4, 2\)"):
+        mha(q, kv, tt.randn(4, 2, 4))
     with pytest.raises(ValueError, match="embed_dim=5 must be divisible by num_heads=2"):
         nn.MultiheadAttention(5, 2)
 
