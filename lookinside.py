@@ -9,7 +9,7 @@
   1. seeing the graph: draw_graph and grad_path
   2. looking inside a run: profile and detect_anomaly
 
-tinytorch.py keeps only the hook these need (its section 16); this file reads the graph
+tinytorch.py keeps only the hook these need (its section 17); this file reads the graph
 that tinytorch builds and the docstrings of its backward rules, and changes nothing.
 """
 import os
@@ -141,6 +141,13 @@ def rule_lines(rule):
     return [line.strip() for line in doc.strip().split('\n') if line.strip()]
 
 
+def _norm(g):
+    """|g|; a Function with several outputs passes one array per output (an object array)."""
+    if g.dtype != object:
+        return np.linalg.norm(g)
+    return np.sqrt(sum(float(np.sum(np.square(a))) for a in g.flat if not isinstance(a, int)))
+
+
 def _rule_in_words(node, i, g_out, g_in):
     """What node's backward rule does to the gradient on its way to input i."""
     inputs = tt._inputs(node)
@@ -190,7 +197,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
         x = tt._inputs(node)[i]
         src = label.get(id(x), 'x' if not x._parents else _op_label(x))
         return (f"  {_op_label(node):<14} {_shape(g.shape)} -> {_shape(x.shape)} [{src}]  |grad| "
-                f"{np.linalg.norm(g):.4g} -> {np.linalg.norm(pg):.4g}:  "
+                f"{_norm(g):.4g} -> {_norm(pg):.4g}:  "
                 f"{_rule_in_words(node, i, g, pg)}")
 
     if paths[id(loss)] <= max_paths:
@@ -210,13 +217,13 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
         for k, (lines, g) in enumerate(found, 1):
             out.append(f"path {k} of {len(found)}:")
             out.extend(lines)
-            out.append(f"  = contribution {np.linalg.norm(g):.4g}")
+            out.append(f"  = contribution {_norm(g):.4g}")
             total = total + g
         if len(found) > 1:
             out.append(f"the {len(found)} contributions are added (chain rule): "
-                       f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
+                       f"|grad of {pname}| = {_norm(total):.4g}")
         else:
-            out.append(f"|grad of {pname}| = {np.linalg.norm(total):.4g}")
+            out.append(f"|grad of {pname}| = {_norm(total):.4g}")
     else:
         # too many paths to list: walk the graph as backward does (its own walk, keeping
         # the graph) and list each step that lies on some path
@@ -232,7 +239,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
             for i, (p, pg) in enumerate(zip(tt._inputs(node), rule_out)):
                 if pg is not None and id(p) in paths:
                     out.append(step_line(node, i, g, pg))
-        out.append(f"all contributions added: |grad of {pname}| = {np.linalg.norm(total):.4g}")
+        out.append(f"all contributions added: |grad of {pname}| = {_norm(total):.4g}")
     text = '\n'.join(out)
     print(text, file=file or sys.stdout)
     return text
@@ -241,7 +248,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
 # ---------------------------------------------------------------------------
 # 2. Looking inside a run: profile and detect_anomaly
 # ---------------------------------------------------------------------------
-# Both watch every op and every backward rule through tinytorch's hooks (its section 16):
+# Both watch every op and every backward rule through tinytorch's hooks (its section 17):
 # inside `with`, tt._hooks holds them, and from_op and backward tell them what happens.
 class _Hook:
     """Turned on by `with`, off at the end of the block, even after an error."""

@@ -3,13 +3,20 @@
   1. Parameter and Module (parameters, train/eval, state_dict, repr)
   2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers; for images
      Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
-  3. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
-  4. initialisers (nn.init.normal_, xavier_uniform_, ...)
-  5. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
+  3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
+     tanh), and RNN, LSTM, GRU (a loop of the cell over time)
+  4. attention and the Transformer as PyTorch's modules: MultiheadAttention,
+     TransformerEncoderLayer / DecoderLayer, TransformerEncoder / Decoder, Transformer
+  5. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
+  6. initialisers (nn.init.normal_, xavier_uniform_, ...)
+  7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
+  8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
 
-Needs only NumPy and tinytorch.py.
+Needs only NumPy and tinytorch.py (and transformer.py's attention_weights, which
+MultiheadAttention imports when it runs).
 """
+import copy
 import json
 import math
 import os
@@ -333,14 +340,14 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
             else tuple(normalized_shape)
         self.eps = eps
         self.weight = Parameter(tt.ones(self.normalized_shape, dtype=dtype)) \
             if elementwise_affine else None
         self.bias = Parameter(tt.zeros(self.normalized_shape, dtype=dtype)) \
-            if elementwise_affine else None
+            if elementwise_affine and bias else None
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -482,7 +489,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if tt.fast and FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 6, Speed)
+    if tt.fast and FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -515,7 +522,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if tt.fast and FUSED_VISION:  # the same numbers as one op (section 6, Speed)
+    if tt.fast and FUSED_VISION:  # the same numbers as one op (section 8, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -655,7 +662,619 @@ class Flatten(Module):
 
 
 # ---------------------------------------------------------------------------
-# 3. Losses
+# 3. Recurrent layers: RNN, LSTM, GRU
+# ---------------------------------------------------------------------------
+# A recurrent layer reads a sequence one step at a time and carries a hidden state h
+# from each step to the next. A cell is one step: a few lines of linear, sigmoid and
+# tanh. The layer is a loop over time that calls the cell; its gradient flows back
+# through the loop (backpropagation through time) with no code of its own, since every
+# line is a tinytorch op. The weights are PyTorch's, gate blocks in PyTorch's order:
+# weight_ih (gates * hidden, input) reads the input, weight_hh (gates * hidden, hidden)
+# the previous hidden state.
+def rnn_tanh_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)"""
+    return (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).tanh()
+
+
+def rnn_relu_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """h' = relu(x W_ih^T + b_ih + h W_hh^T + b_hh)"""
+    return (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).relu()
+
+
+def lstm_cell(x, state, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None):
+    """One LSTM step. state = (h, c); the four gates, in PyTorch's order:
+    i (input), f (forget), g (the candidate cell), o (output)."""
+    h, c = state
+    i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    c = f * c + i * g            # forget some of the old cell, write some of the new
+    h = o * c.tanh()             # show some of the cell
+    if w_hr is not None:         # proj_size > 0: h is projected down
+        h = linear(h, w_hr)
+    return h, c
+
+
+def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One GRU step, PyTorch's formula (r multiplies h's part of n *after* its bias):
+    r = sigmoid(x_r + h_r), z = sigmoid(x_z + h_z), n = tanh(x_n + r * h_n),
+    h' = (1 - z) * n + z * h, where x_* = x W_i*^T + b_i*, h_* = h W_h*^T + b_h*."""
+    x_r, x_z, x_n = linear(x, w_ih, b_ih).chunk(3, -1)
+    h_r, h_z, h_n = linear(h, w_hh, b_hh).chunk(3, -1)
+    r = (x_r + h_r).sigmoid()    # reset: how much of h the candidate reads
+    z = (x_z + h_z).sigmoid()    # update: how much of h is kept
+    n = (x_n + r * h_n).tanh()   # the candidate
+    return (1 - z) * n + z * h
+
+
+class _Unbind(tt.autograd.Function):
+    """x's slices along dim (PyTorch's torch.unbind) as one op, whose backward stacks the
+    slices' gradients. x[t] one step at a time would be an op each, whose backward makes a
+    gradient of x's full size: a loop over L steps would cost L times the sequence."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim = tt._dim(dim, x.ndim, 'unbind')
+        return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))  # no graph here
+
+    @staticmethod
+    def backward(ctx, *grads):  # d x / d slice_t: slice t's gradient goes back to place t
+        return tt.stack(grads, ctx.dim), None
+
+
+def unbind(x, dim=0):
+    """The slices of x along dim, as a tuple (PyTorch's x.unbind(dim)): one op for all."""
+    return _Unbind.apply(x, dim)
+
+
+_CELLS = {'RNN_TANH': (rnn_tanh_cell, 1), 'RNN_RELU': (rnn_relu_cell, 1),
+          'LSTM': (lstm_cell, 4), 'GRU': (gru_cell, 3)}
+
+
+def _init_recurrent(module, hidden_size):
+    """PyTorch's initialisation of every recurrent weight and bias: U(-1/sqrt(hidden), 1/sqrt(hidden))."""
+    bound = 1 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+    for p in module.parameters():
+        uniform_(p, -bound, bound)
+
+
+class _RNNCellBase(Module):
+    def __init__(self, mode, input_size, hidden_size, bias, dtype):
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.bias = bias
+        gates = _CELLS[mode][1]
+        self.weight_ih = Parameter(tt.zeros(gates * hidden_size, input_size, dtype=dtype))
+        self.weight_hh = Parameter(tt.zeros(gates * hidden_size, hidden_size, dtype=dtype))
+        self.bias_ih = Parameter(tt.zeros(gates * hidden_size, dtype=dtype)) if bias else None
+        self.bias_hh = Parameter(tt.zeros(gates * hidden_size, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _init_recurrent(self, self.hidden_size)
+
+    def _check(self, input, hx):
+        name = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{name}: expected input to be 1-D or 2-D, got {input.ndim}-D "
+                             f"(shape {tuple(input.shape)})")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
+                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        batched = input.ndim == 2
+        x = input if batched else input.unsqueeze(0)
+        zeros = tt.zeros(x.shape[0], self.hidden_size, dtype=self.weight_ih.dtype)
+        states = (hx if isinstance(hx, tuple) else (hx,)) if hx is not None else (None,)
+        out = []
+        for s in states:
+            if s is None:
+                out.append(zeros)
+                continue
+            if tuple(s.shape) != tuple(x.shape[:1] if batched else ()) + (self.hidden_size,):
+                raise ValueError(f"{name}: hidden state has shape {tuple(s.shape)}, expected "
+                                 f"{tuple(input.shape[:-1]) + (self.hidden_size,)}")
+            out.append(s if batched else s.unsqueeze(0))
+        return batched, x, out
+
+    def _weights(self):
+        return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class RNNCell(_RNNCellBase):
+    """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu); input (N, input_size) or
+    (input_size,), hx like the output (zeros when None)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', dtype=None):
+        if nonlinearity not in ('tanh', 'relu'):
+            raise ValueError(f"RNNCell: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
+        self.nonlinearity = nonlinearity
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, (h,) = self._check(input, hx)
+        h = _CELLS[self.mode][0](x, h, *self._weights())
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(_RNNCellBase):
+    """(h', c') from input (N, input_size) or (input_size,) and hx = (h, c) (zeros when None)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, state = self._check(input, hx)
+        if len(state) == 1:
+            state = state * 2  # None: h and c both zeros
+        h, c = lstm_cell(x, tuple(state), *self._weights())
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+
+
+class GRUCell(_RNNCellBase):
+    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, bias, dtype)
+
+    def forward(self, input, hx=None):
+        batched, x, (h,) = self._check(input, hx)
+        h = gru_cell(x, h, *self._weights())
+        return h if batched else h.squeeze(0)
+
+
+class _RNNBase(Module):
+    """RNN, LSTM and GRU: num_layers stacked layers, each a loop of its cell over time
+    (and a second loop from the end to the start when bidirectional)."""
+
+    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+        name = {'LSTM': 'LSTM', 'GRU': 'GRU'}.get(mode, 'RNN')
+        if not 0 <= dropout < 1:
+            raise ValueError(f"{name}: dropout must be in [0, 1), got {dropout}")
+        if proj_size < 0 or (proj_size and proj_size >= hidden_size):
+            raise ValueError(f"{name}: proj_size must be in [0, hidden_size={hidden_size}), "
+                             f"got {proj_size}")
+        if proj_size and mode != 'LSTM':
+            raise ValueError(f"{name}: proj_size is only supported by LSTM")
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
+        self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, proj_size
+        gates = _CELLS[mode][1]
+        directions = 2 if bidirectional else 1
+        out_size = proj_size or hidden_size  # what h is (and what the next layer reads)
+        for layer in range(num_layers):
+            layer_in = input_size if layer == 0 else out_size * directions
+            for suffix in ('', '_reverse')[:directions]:
+                def param(*shape):
+                    return Parameter(tt.zeros(*shape, dtype=dtype))
+                setattr(self, f'weight_ih_l{layer}{suffix}', param(gates * hidden_size, layer_in))
+                setattr(self, f'weight_hh_l{layer}{suffix}', param(gates * hidden_size, out_size))
+                if bias:
+                    setattr(self, f'bias_ih_l{layer}{suffix}', param(gates * hidden_size))
+                    setattr(self, f'bias_hh_l{layer}{suffix}', param(gates * hidden_size))
+                if proj_size:
+                    setattr(self, f'weight_hr_l{layer}{suffix}', param(proj_size, hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _init_recurrent(self, self.hidden_size)
+
+    def _weights(self, layer, suffix):
+        get = lambda kind: getattr(self, f'{kind}_l{layer}{suffix}', None)  # noqa: E731
+        w = (get('weight_ih'), get('weight_hh'), get('bias_ih'), get('bias_hh'))
+        return w + (get('weight_hr'),) if self.mode == 'LSTM' else w
+
+    def _run(self, x, state, weights, reverse):
+        """One direction of one layer: the cell at each time step, carrying the state.
+        x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
+        cell = _CELLS[self.mode][0]
+        xs = unbind(x, 0)  # x[0], x[1], ... (one op, see unbind)
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        ys = [None] * x.shape[0]
+        for t in steps:
+            state = cell(xs[t], state, *weights)
+            ys[t] = state[0] if self.mode == 'LSTM' else state
+        return tt.stack(ys, 0), state
+
+    def forward(self, input, hx=None):
+        name = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
+        if input.ndim not in (2, 3):
+            raise ValueError(f"{name}: expected input to be 2-D (unbatched) or 3-D, got "
+                             f"{input.ndim}-D (shape {tuple(input.shape)})")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
+                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        batched = input.ndim == 3
+        x = input if not batched else input.transpose(0, 1) if self.batch_first else input
+        x = x if batched else x.unsqueeze(1)  # x: (L, N, features) from here on
+        directions = 2 if self.bidirectional else 1
+        n = x.shape[1]
+        sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == 'LSTM' else [])
+        states = (None,) * len(sizes) if hx is None else hx if isinstance(hx, tuple) else (hx,)
+        if len(states) != len(sizes):
+            raise ValueError(f"{name}: expected {'(h_0, c_0)' if len(sizes) == 2 else 'h_0'} "
+                             f"as the hidden state, got {len(states)} tensors")
+        start = []  # h_0 (and c_0): (layers * directions, N, size)
+        for s, size in zip(states, sizes):
+            want = (self.num_layers * directions,) + ((n,) if batched else ()) + (size,)
+            if s is None:
+                s = tt.zeros(*want, dtype=getattr(self, 'weight_ih_l0').dtype)
+            elif tuple(s.shape) != want:
+                raise ValueError(f"{name}: expected hidden state of shape {want}, got "
+                                 f"{tuple(s.shape)}")
+            start.append(s if batched else s.unsqueeze(1))
+        last = [[] for _ in sizes]  # the final state of each layer and direction
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(('', '_reverse')[:directions]):
+                k = layer * directions + d
+                state = tuple(s[k] for s in start) if self.mode == 'LSTM' else start[0][k]
+                y, state = self._run(x, state, self._weights(layer, suffix), reverse=d == 1)
+                outs.append(y)
+                for kept, s in zip(last, state if self.mode == 'LSTM' else (state,)):
+                    kept.append(s)
+            x = outs[0] if directions == 1 else tt.cat(outs, -1)  # both directions side by side
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = dropout(x, self.dropout)  # between layers, not after the last
+        final = [tt.stack(s, 0) for s in last]
+        if not batched:
+            x, final = x.squeeze(1), [s.squeeze(1) for s in final]
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        return x, (tuple(final) if self.mode == 'LSTM' else final[0])
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.mode == 'RNN_RELU':
+            s += ", nonlinearity='relu'"
+        for name, default in (('bias', True), ('batch_first', False), ('dropout', 0.0),
+                              ('bidirectional', False), ('proj_size', 0)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s
+
+
+class RNN(_RNNBase):
+    """Elman RNN: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) (or relu).
+    input (L, N, input_size) ((N, L, ...) with batch_first, or (L, input_size)), h_0
+    (num_layers * directions, N, hidden_size) or None; returns output, h_n."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
+        if nonlinearity not in ('tanh', 'relu'):
+            raise ValueError(f"RNN: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
+        self.nonlinearity = nonlinearity
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, num_layers,
+                         bias, batch_first, dropout, bidirectional, dtype=dtype)
+
+
+class LSTM(_RNNBase):
+    """Returns output, (h_n, c_n); hx = (h_0, c_0) or None. proj_size > 0 projects h
+    (PyTorch's LSTM with projections)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, proj_size, dtype)
+
+
+class GRU(_RNNBase):
+    """Returns output, h_n; hx = h_0 or None."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------
+# 4. Attention and the Transformer, as PyTorch's modules
+# ---------------------------------------------------------------------------
+# transformer.py builds attention step by step for its GPT (read it first). These are
+# PyTorch's general-purpose modules, with its names, arguments and state_dict keys, so
+# PyTorch code and checkpoints run here. They use the same attention: transformer.py's
+# attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v. Query,
+# key and value are each projected and split into heads, and an output projection
+# joins the heads again. A layer is attention and a two-layer MLP, each added to its
+# input and layer-normed (after the sum, or before the sublayer with norm_first).
+def _mask_as_added(mask, shape, what, dtype):
+    """A mask as an array added to the scores: a bool True means "may not attend" (-inf;
+    PyTorch's convention for these modules), a float mask is added as it is."""
+    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    if tuple(m.shape) != shape:
+        raise ValueError(f"MultiheadAttention: {what} has shape {tuple(m.shape)}, expected {shape}")
+    if m.dtype == bool:
+        return np.where(m, -np.inf, 0.0).astype(dtype)
+    return m.astype(dtype)
+
+
+class MultiheadAttention(Module):
+    """PyTorch's nn.MultiheadAttention: attn_output, attn_weights = mha(query, key, value).
+    Inputs (L, N, E) ((N, L, E) with batch_first, or unbatched (L, E)); kdim/vdim: the
+    features of key and value when they differ from embed_dim (then the projections are
+    q_proj_weight, k_proj_weight, v_proj_weight instead of one in_proj_weight)."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
+                             f"num_heads={num_heads}")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are "
+                                      "not supported")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, float(dropout)
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.head_dim, self.batch_first = embed_dim // num_heads, batch_first
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        E = embed_dim
+        if self._qkv_same_embed_dim:  # the three projections stacked: q's rows, k's, v's
+            self.in_proj_weight = Parameter(tt.zeros(3 * E, E, dtype=dtype))
+        else:
+            self.q_proj_weight = Parameter(tt.zeros(E, E, dtype=dtype))
+            self.k_proj_weight = Parameter(tt.zeros(E, self.kdim, dtype=dtype))
+            self.v_proj_weight = Parameter(tt.zeros(E, self.vdim, dtype=dtype))
+        self.in_proj_bias = Parameter(tt.zeros(3 * E, dtype=dtype)) if bias else None
+        self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
+        self._reset_parameters()
+
+    def _reset_parameters(self):  # PyTorch's: xavier for the projections, zero biases
+        for w in ('in_proj_weight', 'q_proj_weight', 'k_proj_weight', 'v_proj_weight'):
+            if w in vars(self):
+                xavier_uniform_(getattr(self, w))
+        if self.in_proj_bias is not None:
+            zeros_(self.in_proj_bias)
+            zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        from transformer import attention_weights  # here: transformer.py imports nn
+        if is_causal and attn_mask is None:
+            raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the "
+                               "causal mask; pass attn_mask too (nn.Transformer."
+                               "generate_square_subsequent_mask(L))")
+        batched = query.ndim == 3
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(f"MultiheadAttention: query, key and value must be all 3-D or all "
+                             f"2-D (unbatched), got shapes {tuple(query.shape)}, "
+                             f"{tuple(key.shape)}, {tuple(value.shape)}")
+        for x, name, size in ((query, 'query', self.embed_dim), (key, 'key', self.kdim),
+                              (value, 'value', self.vdim)):
+            if x.shape[-1] != size:
+                raise ValueError(f"MultiheadAttention: {name} has {x.shape[-1]} features (shape "
+                                 f"{tuple(x.shape)}), expected {size}")
+        if not batched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = (key_padding_mask.data if isinstance(key_padding_mask, Tensor)
+                                    else np.asarray(key_padding_mask))[None]
+        elif self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        (L, N, E), S, H, d = query.shape, key.shape[0], self.num_heads, self.head_dim
+        if key.shape[1] != N or value.shape[1] != N or value.shape[0] != S:
+            raise ValueError(f"MultiheadAttention: query, key and value must have one batch size "
+                             f"and key and value one length; got (length, batch) {(L, N)}, "
+                             f"{tuple(key.shape[:2])}, {tuple(value.shape[:2])}")
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else [None] * 3
+
+        def heads(x):  # (T, N, E) -> (N, H, T, d): each head attends on its own d features
+            return x.reshape(x.shape[0], N, H, d).permute(1, 2, 0, 3)
+
+        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+        q, k, v = heads(q), heads(k), heads(v)
+        mask = None  # attn_mask and key_padding_mask as one array added to the scores
+        if attn_mask is not None and np.ndim(attn_mask.data if isinstance(attn_mask, Tensor)
+                                             else attn_mask) == 2:
+            mask = _mask_as_added(attn_mask, (L, S), 'attn_mask', q.dtype)  # the same for all
+        elif attn_mask is not None:  # one (L, S) mask per batch item and head
+            mask = _mask_as_added(attn_mask, (N * H if batched else H, L, S), 'attn_mask',
+                                  q.dtype).reshape(N, H, L, S)
+        if key_padding_mask is not None:  # (N, S): keys to ignore, for every query and head
+            pad = _mask_as_added(key_padding_mask, (N, S), 'key_padding_mask', q.dtype)
+            mask = pad.reshape(N, 1, 1, S) if mask is None else mask + pad.reshape(N, 1, 1, S)
+        weights = attention_weights(q, k, mask)  # (N, H, L, S)
+        if self.training and self.dropout:
+            weights = dropout(weights, self.dropout)
+        out = (weights @ v).permute(2, 0, 1, 3).reshape(L, N, E)  # heads side by side again
+        out = self.out_proj(out)
+        if not batched:
+            out = out.squeeze(1)
+        elif self.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        weights = weights.mean(1) if average_attn_weights else weights
+        return out, (weights if batched else weights.squeeze(0))
+
+    def extra_repr(self):
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+
+def _activation(activation, name):
+    if callable(activation):
+        return activation
+    if activation == 'relu':
+        return tt.relu
+    if activation == 'gelu':
+        return tt.gelu
+    raise ValueError(f"{name}: activation should be 'relu', 'gelu' or a callable, got {activation!r}")
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention, then a two-layer MLP (d_model -> dim_feedforward -> d_model), each
+    with dropout, a residual connection and a LayerNorm (after the sum; before the
+    sublayer with norm_first=True)."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        self.activation = _activation(activation, 'TransformerEncoderLayer')
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention on the target, attention from the target to the encoder's output
+    (memory), then the MLP; each with dropout, a residual connection and a LayerNorm."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, dtype=dtype)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
+        self.activation = _activation(activation, 'TransformerDecoderLayer')
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask,
+                                    memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask,
+                                           memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
+                                key_padding_mask=key_padding_mask, need_weights=False,
+                                is_causal=is_causal)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """num_layers copies of encoder_layer (each with its own parameters), then norm."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None):
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                      is_causal=bool(is_causal))
+        return self.norm(x) if self.norm is not None else x
+
+
+class TransformerDecoder(Module):
+    """num_layers copies of decoder_layer (each with its own parameters), then norm."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask,
+                      tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Transformer(Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need", PyTorch's
+    nn.Transformer: output = decoder(tgt, encoder(src))."""
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                 dim_feedforward=2048, dropout=0.1, activation='relu', custom_encoder=None,
+                 custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
+                 bias=True, dtype=None):
+        args = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                    layer_norm_eps=layer_norm_eps, batch_first=batch_first,
+                    norm_first=norm_first, bias=bias, dtype=dtype)
+        if custom_encoder is None:
+            custom_encoder = TransformerEncoder(
+                TransformerEncoderLayer(d_model, nhead, **args), num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        if custom_decoder is None:
+            custom_decoder = TransformerDecoder(
+                TransformerDecoderLayer(d_model, nhead, **args), num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.encoder, self.decoder = custom_encoder, custom_decoder
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():  # PyTorch's: xavier for every matrix
+            if p.ndim > 1:
+                xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ValueError(f"Transformer: src has batch size {src.shape[batch]} but tgt has "
+                             f"{tgt.shape[batch]} (shapes {tuple(src.shape)}, {tuple(tgt.shape)})")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"Transformer: src and tgt must have d_model={self.d_model} "
+                             f"features, got shapes {tuple(src.shape)}, {tuple(tgt.shape)}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, dtype=None):
+        """(sz, sz) float mask: 0 where position i may look (j <= i), -inf above the diagonal."""
+        return tt.tensor(np.triu(np.full((sz, sz), -np.inf), k=1), dtype=dtype or tt.default_dtype)
+
+
+# ---------------------------------------------------------------------------
+# 5. Losses
 # ---------------------------------------------------------------------------
 def _reduce(loss, reduction, op):
     if reduction == 'mean':
@@ -805,7 +1424,7 @@ class BCEWithLogitsLoss(Module):
 
 
 # ---------------------------------------------------------------------------
-# 4. Initialisers: in place, under no_grad, with the library's seeded generator
+# 6. Initialisers: in place, under no_grad, with the library's seeded generator
 # ---------------------------------------------------------------------------
 def _fans(t):
     if t.ndim < 2:
@@ -854,7 +1473,7 @@ init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=
 
 
 # ---------------------------------------------------------------------------
-# 5. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
+# 7. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
 #    description of everything else; never pickle
 # ---------------------------------------------------------------------------
 class CheckpointError(Exception):
@@ -1057,7 +1676,7 @@ def load_safetensors(path):
 
 
 # ---------------------------------------------------------------------------
-# 6. Speed: conv2d and max_pool2d as single ops
+# 8. Speed: conv2d and max_pool2d as single ops
 # ---------------------------------------------------------------------------
 # nn.conv2d and nn.max_pool2d (section 2) are compositions a learner can follow:
 # unfold, matmul, reshape, max. The functions below give the same numbers (a test

@@ -220,6 +220,20 @@ def test_every_rule_has_words_for_every_input_it_is_given():
                 assert len(lines) in (1, len(node._parents)), (node._op, lines)
 
 
+def test_grad_path_through_a_layer_of_several_outputs():
+    """An LSTM reads its time steps through one op with several outputs (nn.unbind): its
+    gradient is one array per output, and grad_path prints their norm."""
+    tt.manual_seed(0)
+    lstm = nn.LSTM(3, 4)
+    x = tt.randn(5, 2, 3, requires_grad=True)
+    out, _ = lstm(x)
+    loss = out.sum()
+    text = lookinside.grad_path(loss, x, file=open(os.devnull, 'w'), max_paths=2)
+    loss.backward()
+    total = float(text.rsplit('= ', 1)[1])
+    assert total == pytest.approx(np.linalg.norm(x.grad), rel=1e-3)
+
+
 def test_grad_path_says_the_rule_that_runs():
     """The two descriptions that had drifted: a ** b with respect to b, and a summed
     cross-entropy (which divides by nothing)."""
@@ -1564,6 +1578,600 @@ def test_checkpoint_never_unpickles(tmp_path):
              a0=np.array([{'object': 1}], dtype=object))
     with pytest.raises(nn.CheckpointError, match="evil.npz"):
         nn.load(path)
+
+
+# ---------------------------------------------------------------------------
+# Recurrent layers, attention and Transformer modules, autograd.Function (issue 25)
+# ---------------------------------------------------------------------------
+def _module64(cls, *args, seed=0, **kwargs):
+    tt.manual_seed(seed)
+    return cls(*args, dtype=tt.float64, **kwargs)
+
+
+def _module_check(module, *inputs):
+    """gradcheck of a module's output with respect to its inputs and every parameter."""
+    params = list(module.parameters())
+    n = len(inputs)
+    assert tt.gradcheck(lambda *xs: _flat(module(*xs[:n])), list(inputs) + params)
+
+
+def _flat(out):
+    """A module's outputs (output, h_n), (output, (h_n, c_n)), ... as one tensor."""
+    if isinstance(out, tt.Tensor):
+        return out.reshape(-1)
+    return tt.cat([_flat(o) for o in out if o is not None])
+
+
+def test_recurrent_cells_gradcheck():
+    x, h = t64(3, 4, seed=1), t64(3, 5, seed=2)
+    for cell, gates in ((nn.rnn_tanh_cell, 1), (nn.rnn_relu_cell, 1), (nn.gru_cell, 3)):
+        w_ih, w_hh = t64(gates * 5, 4, seed=4), t64(gates * 5, 5, seed=5)
+        b_ih, b_hh = t64(gates * 5, seed=6), t64(gates * 5, seed=7)
+        check(cell, x, h, w_ih, w_hh, b_ih, b_hh)
+    w_ih, w_hh, b_ih, b_hh = t64(16, 4, seed=4), t64(16, 2, seed=5), t64(16, seed=6), t64(16, seed=7)
+    w_hr, h2 = t64(2, 4, seed=8), t64(3, 2, seed=9)
+    check(lambda *a: tt.cat(nn.lstm_cell(a[0], (a[1], a[2]), *a[3:]), -1),
+          x, h2, t64(3, 4, seed=3), w_ih, w_hh, b_ih, b_hh, w_hr)
+
+
+def test_unbind_gives_the_slices_as_one_op():
+    x = t64(4, 2, 3)
+    for dim in (0, 1, -1):
+        pieces = nn.unbind(x, dim)
+        assert len(pieces) == x.shape[dim]
+        for t, p in enumerate(pieces):
+            np.testing.assert_array_equal(p.data, np.take(x.data, t, axis=dim))
+        check(lambda x: tt.stack(nn.unbind(x, dim)[::-1], 0) * tt.arange(x.shape[dim]).reshape(-1, 1, 1), x)
+        check(lambda x: nn.unbind(x, dim)[1], x)  # only one slice used: the others get zeros
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"])
+def test_recurrent_layers_gradcheck(cls):
+    if cls.endswith('Cell'):
+        m = _module64(getattr(nn, cls), 3, 4)
+        _module_check(m, t64(2, 3, seed=1))
+        _module_check(m, t64(3, seed=1))  # unbatched
+        return
+    kwargs = dict(num_layers=2, bidirectional=True, batch_first=True)
+    if cls == 'LSTM':
+        kwargs['proj_size'] = 2
+    m = _module64(getattr(nn, cls), 3, 4, **kwargs)
+    _module_check(m, t64(2, 3, 3, seed=1))
+
+
+def test_recurrent_parameter_names_shapes_init_and_repr():
+    tt.manual_seed(0)
+    m = nn.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2)
+    shapes = {name: tuple(p.shape) for name, p in m.named_parameters()}
+    assert list(shapes)[:5] == ['weight_ih_l0', 'weight_hh_l0', 'bias_ih_l0', 'bias_hh_l0', 'weight_hr_l0']
+    assert list(shapes)[5] == 'weight_ih_l0_reverse' and len(shapes) == 20
+    assert shapes['weight_ih_l0'] == (16, 3) and shapes['weight_hh_l0'] == (16, 2)
+    assert shapes['weight_ih_l1_reverse'] == (16, 4) and shapes['weight_hr_l1'] == (2, 4)
+    assert all(p.dtype == tt.float32 for p in m.parameters())
+    values = np.concatenate([p.data.ravel() for p in m.parameters()])
+    assert np.abs(values).max() <= 0.5 and np.abs(values).max() > 0.45  # U(-1/sqrt(4), 1/sqrt(4))
+    g = nn.GRU(3, 5, bias=False)
+    assert [n for n, _ in g.named_parameters()] == ['weight_ih_l0', 'weight_hh_l0']
+    assert g.weight_ih_l0.shape == (15, 3)
+    assert [n for n, _ in nn.RNNCell(3, 4).named_parameters()] == ['weight_ih', 'weight_hh', 'bias_ih', 'bias_hh']
+    assert repr(nn.GRU(3, 5, 2, batch_first=True)) == "GRU(3, 5, num_layers=2, batch_first=True)"
+    assert repr(nn.RNN(3, 5, nonlinearity='relu')) == "RNN(3, 5, nonlinearity='relu')"
+
+
+def test_recurrent_shapes_states_and_errors():
+    tt.manual_seed(0)
+    lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+    out, (h, c) = lstm(tt.randn(5, 2, 3))
+    assert out.shape == (5, 2, 8) and h.shape == (4, 2, 4) and c.shape == (4, 2, 4)
+    # the last step of the forward direction is h_n of the top layer's forward direction
+    np.testing.assert_allclose(out.data[-1, :, :4], h.data[2], atol=1e-7)
+    np.testing.assert_allclose(out.data[0, :, 4:], h.data[3], atol=1e-7)  # the reverse one ends at t=0
+    out1, (h1, c1) = lstm(tt.randn(5, 3))  # unbatched
+    assert out1.shape == (5, 8) and h1.shape == (4, 4) and c1.shape == (4, 4)
+    gru = nn.GRU(3, 4, batch_first=True)
+    x, h0 = tt.randn(2, 5, 3), tt.randn(1, 2, 4)
+    out, h = gru(x, h0)
+    assert out.shape == (2, 5, 4) and h.shape == (1, 2, 4)
+    # the layer is the cell in a loop: the same numbers step by step
+    cell = nn.GRUCell(3, 4)
+    cell.load_state_dict({k[:-3]: v for k, v in gru.state_dict().items()})
+    state = h0[0]
+    for t in range(5):
+        state = cell(x[:, t], state)
+        np.testing.assert_allclose(out.data[:, t], state.data, atol=1e-6)
+    with pytest.raises(ValueError, match=r"input has 5 features \(shape \(2, 5, 5\)\), expected input_size=3"):
+        gru(tt.randn(2, 5, 5))
+    with pytest.raises(ValueError, match=r"expected hidden state of shape \(1, 2, 4\), got \(2, 2, 4\)"):
+        gru(x, tt.randn(2, 2, 4))
+    with pytest.raises(ValueError, match=r"expected \(h_0, c_0\)"):
+        lstm(tt.randn(5, 2, 3), tt.randn(4, 2, 4))
+    with pytest.raises(ValueError, match="expected input to be 2-D"):
+        gru(tt.randn(3))
+    with pytest.raises(ValueError, match=r"hidden state has shape \(3,\), expected \(2, 4\)"):
+        nn.RNNCell(3, 4)(tt.randn(2, 3), tt.randn(3))
+    with pytest.raises(ValueError, match="proj_size must be in"):
+        nn.LSTM(3, 4, proj_size=4)
+
+
+def test_recurrent_dropout_only_between_layers_and_in_training():
+    tt.manual_seed(0)
+    x = tt.randn(4, 2, 3)
+    one = nn.GRU(3, 4, dropout=0.5)  # a single layer: nothing to drop between
+    assert np.array_equal(one(x)[0].data, one(x)[0].data)
+    two = nn.GRU(3, 4, num_layers=2, dropout=0.5)
+    a, b = two(x)[0].data, two(x)[0].data
+    assert not np.array_equal(a, b)  # a new mask each call
+    two.eval()
+    assert np.array_equal(two(x)[0].data, two(x)[0].data)
+
+
+def test_recurrent_layers_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(0)
+    cases = [('RNN', dict()), ('RNN', dict(nonlinearity='relu', num_layers=2, bidirectional=True)),
+             ('LSTM', dict()), ('LSTM', dict(num_layers=2, bidirectional=True, batch_first=True)),
+             ('LSTM', dict(proj_size=3, num_layers=2, bidirectional=True, bias=False)),
+             ('GRU', dict()), ('GRU', dict(num_layers=2, bidirectional=True, batch_first=True)),
+             ('RNNCell', dict()), ('LSTMCell', dict()), ('GRUCell', dict(bias=False))]
+    for name, kwargs in cases:
+        ours = _module64(getattr(nn, name), 4, 6, **kwargs)
+        theirs = getattr(torch.nn, name)(4, 6, dtype=torch.float64, **kwargs)
+        cell = name.endswith('Cell')
+        x = rng.standard_normal((3, 4) if cell else (3, 5, 4) if kwargs.get('batch_first') else (5, 3, 4))
+        directions = 2 if kwargs.get('bidirectional') else 1
+        h_size = kwargs.get('proj_size') or 6
+        hx = rng.standard_normal((3, h_size) if cell else
+                                 (kwargs.get('num_layers', 1) * directions, 3, h_size))
+        states = [hx, rng.standard_normal(hx.shape[:-1] + (6,))] if 'LSTM' in name else [hx]
+        _same_as_pytorch(torch, ours, theirs, x, states, rng)
+    unbatched = _module64(nn.GRU, 4, 6, num_layers=2)
+    _same_as_pytorch(torch, unbatched, torch.nn.GRU(4, 6, 2, dtype=torch.float64),
+                     rng.standard_normal((5, 4)), [rng.standard_normal((2, 6))], rng)
+
+
+def _same_as_pytorch(torch, ours, theirs, x, states, rng, **call):
+    """Load PyTorch's state_dict into our module, run both on x (and the states), and
+    compare every output and the gradients of the input, the states and every parameter."""
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with torch.no_grad():  # every weight random (PyTorch's init zeros some biases), then ours = PyTorch's
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    xs, ts = [tt.tensor(a, requires_grad=True) for a in [x] + states], \
+        [torch.tensor(a, requires_grad=True) for a in [x] + states]
+    pack = (lambda s: tuple(s) if len(s) > 1 else s[0])
+    out_ours = ours(xs[0], pack(xs[1:]), **call) if states else ours(xs[0], **call)
+    out_theirs = theirs(ts[0], pack(ts[1:]), **call) if states else theirs(ts[0], **call)
+    mine, torch_out = _flat(out_ours), torch.cat([t.reshape(-1) for t in _leaves(out_theirs)])
+    np.testing.assert_allclose(mine.data, torch_out.detach().numpy(), rtol=0, atol=1e-10)
+    v = rng.standard_normal(mine.shape)
+    mine.backward(v)
+    torch_out.backward(torch.tensor(v))
+    for a, b in zip(xs, ts):
+        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-6, atol=1e-12)
+    theirs_params = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad, theirs_params[name].grad.numpy(), rtol=1e-6,
+                                   atol=1e-12, err_msg=name)
+
+
+def _leaves(out):
+    if out is None:
+        return []
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _leaves(o)]
+    return [out]
+
+
+def test_multihead_attention_gradcheck():
+    mha = _module64(nn.MultiheadAttention, 4, 2)
+    _module_check(mha, t64(3, 2, 4, seed=1), t64(5, 2, 4, seed=2), t64(5, 2, 4, seed=3))
+    mha = _module64(nn.MultiheadAttention, 4, 2, kdim=3, vdim=5, bias=False, batch_first=True)
+    mask = np.triu(np.ones((3, 5), bool), 1)
+    assert tt.gradcheck(lambda q, k, v, *p: _flat(mha(q, k, v, attn_mask=mask)),
+                        [t64(2, 3, 4, seed=1), t64(2, 5, 3, seed=2), t64(2, 5, 5, seed=3)]
+                        + list(mha.parameters()))
+
+
+def test_transformer_layers_gradcheck():
+    enc = _module64(nn.TransformerEncoderLayer, 4, 2, dim_feedforward=6, dropout=0.0)
+    _module_check(enc, t64(3, 2, 4, seed=1))
+    dec = _module64(nn.TransformerDecoderLayer, 4, 2, dim_feedforward=6, dropout=0.0,
+                    norm_first=True, activation='gelu')
+    _module_check(dec, t64(3, 2, 4, seed=1), t64(5, 2, 4, seed=2))
+
+
+def test_transformer_stacks_gradcheck():
+    model = _module64(nn.Transformer, 4, 2, 1, 1, 6, dropout=0.0, batch_first=True)
+    mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=tt.float64)
+    pad = np.array([[False, False, True], [False, False, False]])
+    params = list(model.parameters())
+    assert tt.gradcheck(lambda src, tgt, *p: model(src, tgt, tgt_mask=mask, src_key_padding_mask=pad),
+                        [t64(2, 3, 4, seed=1), t64(2, 3, 4, seed=2)] + params)
+    enc = nn.TransformerEncoder(_module64(nn.TransformerEncoderLayer, 4, 2, 6, dropout=0.0), 2,
+                                norm=_module64(nn.LayerNorm, 4))
+    _module_check(enc, t64(3, 2, 4, seed=3))
+
+
+def test_multihead_attention_masks_weights_and_names():
+    tt.manual_seed(0)
+    mha = nn.MultiheadAttention(4, 2)
+    assert [n for n, _ in mha.named_parameters()] == ['in_proj_weight', 'in_proj_bias',
+                                                      'out_proj.weight', 'out_proj.bias']
+    assert not mha.in_proj_bias.data.any() and mha.in_proj_weight.shape == (12, 4)
+    q, kv = tt.randn(3, 2, 4), tt.randn(5, 2, 4)
+    blocked = np.zeros((3, 5), bool)
+    blocked[:, 3:] = True  # PyTorch's convention here: True may NOT attend
+    pad = np.zeros((2, 5), bool)
+    pad[1, 2] = True
+    out, w = mha(q, kv, kv, attn_mask=blocked, key_padding_mask=pad)
+    assert out.shape == (3, 2, 4) and w.shape == (2, 3, 5)
+    assert (w.data[:, :, 3:] == 0).all() and (w.data[1, :, 2] == 0).all() and w.data[0, :, 2].all()
+    np.testing.assert_allclose(w.data.sum(-1), 1, rtol=1e-6)
+    as_float = np.where(blocked, -np.inf, 0.0).astype(np.float32)
+    out2, w2 = mha(q, kv, kv, attn_mask=as_float, key_padding_mask=pad)
+    np.testing.assert_allclose(out2.data, out.data, rtol=1e-6)
+    np.testing.assert_allclose(w2.data, w.data, rtol=1e-6)
+    _, per_head = mha(q, kv, kv, average_attn_weights=False)
+    assert per_head.shape == (2, 2, 3, 5)
+    out3, none = mha(q, kv, kv, need_weights=False)
+    assert none is None and out3.shape == (3, 2, 4)
+    cross = nn.MultiheadAttention(4, 2, kdim=3, vdim=6)
+    assert [n for n, _ in cross.named_parameters()][:4] == ['q_proj_weight', 'k_proj_weight',
+                                                          'v_proj_weight', 'in_proj_bias']
+    with pytest.raises(RuntimeError, match="is_causal is a hint that attn_mask is the causal mask"):
+        mha(q, q, q, is_causal=True)
+    with pytest.raises(ValueError, match=r"attn_mask has shape \(3, 3\), expected \(3, 5\)"):
+        mha(q, kv, kv, attn_mask=np.zeros((3, 3), bool))
+    with pytest.raises(ValueError, match=r"key has 4 features \(shape \(5, 2, 4\)\), expected 3"):
+        cross(q, kv, tt.randn(5, 2, 6))
+    with pytest.raises(ValueError, match=r"got \(length, batch\) \(3, 2\), \(5, 2\), \(4, 2\)"):
+        mha(q, kv, tt.randn(4, 2, 4))
+    with pytest.raises(ValueError, match="embed_dim=5 must be divisible by num_heads=2"):
+        nn.MultiheadAttention(5, 2)
+
+
+def test_transformer_modules_names_masks_and_activation():
+    tt.manual_seed(0)
+    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1,
+                           dim_feedforward=16, dropout=0.0, batch_first=True)
+    keys = list(model.state_dict())
+    assert keys[0] == 'encoder.layers.0.self_attn.in_proj_weight' and 'encoder.norm.weight' in keys
+    assert 'decoder.layers.0.multihead_attn.out_proj.bias' in keys and keys[-1] == 'decoder.norm.bias'
+    assert len(keys) == 2 * 12 + 2 + 18 + 2
+    mask = nn.Transformer.generate_square_subsequent_mask(3)
+    assert mask.dtype == tt.float32 and mask.data.tolist() == [[0, -np.inf, -np.inf], [0, 0, -np.inf], [0, 0, 0]]
+    src, tgt = tt.randn(2, 5, 8), tt.randn(2, 3, 8)
+    out = model(src, tgt, tgt_mask=mask, tgt_is_causal=True)
+    assert out.shape == (2, 3, 8)
+    # causal: the first target position does not see the later ones
+    tgt2 = tgt.detach().clone()
+    tgt2.data[:, 1:] += 1
+    np.testing.assert_allclose(model(src, tgt2, tgt_mask=mask).data[:, 0], out.data[:, 0], atol=1e-6)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, activation=nn.GELU(), norm_first=True, bias=False)
+    assert layer.norm1.bias is None and layer.linear1.bias is None
+    assert nn.TransformerEncoder(layer, 2).layers[1].linear1.weight is not layer.linear1.weight
+    with pytest.raises(ValueError, match="activation should be 'relu', 'gelu' or a callable, got 'tanh'"):
+        nn.TransformerEncoderLayer(8, 2, activation='tanh')
+    with pytest.raises(ValueError, match="src has batch size 2 but tgt has 3"):
+        model(src, tt.randn(3, 3, 8))
+
+
+def test_attention_and_transformer_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(1)
+    L, S, N, E = 4, 5, 3, 6
+    q, kv = rng.standard_normal((L, N, E)), rng.standard_normal((S, N, E))
+    causal = np.triu(np.ones((L, S), bool), 1)
+    pad = np.zeros((N, S), bool)
+    pad[1, 3:] = True
+    float_mask = rng.standard_normal((N * 2, L, S))
+    calls = [dict(), dict(attn_mask=causal, key_padding_mask=pad),
+             dict(attn_mask=float_mask, average_attn_weights=False),
+             dict(key_padding_mask=pad * -2.0, need_weights=False)]
+    for call in calls:
+        ours = _module64(nn.MultiheadAttention, E, 2)
+        theirs = torch.nn.MultiheadAttention(E, 2, dtype=torch.float64)
+        _same_as_pytorch_mha(torch, ours, theirs, [q, kv, kv], call, rng)
+    ours = _module64(nn.MultiheadAttention, E, 3, kdim=4, vdim=7, bias=False, batch_first=True)
+    theirs = torch.nn.MultiheadAttention(E, 3, kdim=4, vdim=7, bias=False, batch_first=True,
+                                         dtype=torch.float64)
+    _same_as_pytorch_mha(torch, ours, theirs, [rng.standard_normal((N, L, E)), rng.standard_normal(
+        (N, S, 4)), rng.standard_normal((N, S, 7))], dict(key_padding_mask=pad), rng)
+    ours = _module64(nn.MultiheadAttention, E, 2)  # unbatched
+    theirs = torch.nn.MultiheadAttention(E, 2, dtype=torch.float64)
+    _same_as_pytorch_mha(torch, ours, theirs, [q[:, 0], kv[:, 0], kv[:, 0]],
+                         dict(attn_mask=causal, key_padding_mask=pad[1]), rng)
+    for kwargs in (dict(), dict(norm_first=True, activation='gelu', bias=False)):
+        ours = _module64(nn.TransformerEncoderLayer, E, 2, 8, dropout=0.0, **kwargs)
+        theirs = torch.nn.TransformerEncoderLayer(E, 2, 8, dropout=0.0, dtype=torch.float64, **kwargs)
+        _same_as_pytorch_mha(torch, ours, theirs, [q], dict(src_key_padding_mask=pad[:, :L]), rng)
+        ours = _module64(nn.TransformerDecoderLayer, E, 2, 8, dropout=0.0, **kwargs)
+        theirs = torch.nn.TransformerDecoderLayer(E, 2, 8, dropout=0.0, dtype=torch.float64, **kwargs)
+        _same_as_pytorch_mha(torch, ours, theirs, [q, kv], dict(memory_key_padding_mask=pad), rng)
+    ours = _module64(nn.Transformer, E, 2, 2, 2, 8, dropout=0.0, batch_first=True)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # about nested tensors, a speed path
+        theirs = torch.nn.Transformer(E, 2, 2, 2, 8, dropout=0.0, batch_first=True, dtype=torch.float64)
+    mask = nn.Transformer.generate_square_subsequent_mask(L, dtype=tt.float64)
+    np.testing.assert_array_equal(mask.data, torch.nn.Transformer.generate_square_subsequent_mask(L).numpy())
+    _same_as_pytorch_mha(torch, ours, theirs, [kv.transpose(1, 0, 2), q.transpose(1, 0, 2)],
+                         dict(tgt_mask=mask.data, src_key_padding_mask=pad), rng)
+
+
+def _same_as_pytorch_mha(torch, ours, theirs, arrays, call, rng):
+    """Like _same_as_pytorch, for modules that take several inputs and keyword masks."""
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with torch.no_grad():  # every weight random (PyTorch's init zeros some biases), then ours = PyTorch's
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    xs = [tt.tensor(a, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    to_torch = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in call.items()}
+    mine = _flat(ours(*xs, **call))
+    torch_out = torch.cat([t.reshape(-1) for t in _leaves(theirs(*ts, **to_torch))])
+    np.testing.assert_allclose(mine.data, torch_out.detach().numpy(), rtol=0, atol=1e-10)
+    v = rng.standard_normal(mine.shape)
+    mine.backward(v)
+    torch_out.backward(torch.tensor(v))
+    for a, b in zip(xs, ts):
+        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-6, atol=1e-12)
+    theirs_params = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad, theirs_params[name].grad.numpy(), rtol=1e-6,
+                                   atol=1e-12, err_msg=name)
+
+
+# -- tt.autograd ---------------------------------------------------------------
+class _ScaledTanh(tt.autograd.Function):
+    """scale * tanh(x), PyTorch's way: forward and backward, with ctx."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        y = x.tanh()
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        return y * scale
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        y, = ctx.saved_tensors
+        return grad_output * ctx.scale * (1 - y * y), None  # none for the number scale
+
+
+def _scaled_tanh(x, scale):
+    """The same op, tinytorch's way: a forward line and a closure rule for from_op."""
+    y = np.tanh(x.data)
+    return tt.from_op(y * scale, 'scaled_tanh', (x,), lambda g: (g * scale * (1 - y * y),))
+
+
+
+def test_autograd_function_matches_its_closure_twin():
+    x = t64(3, 4)
+    assert tt.gradcheck(lambda x: _ScaledTanh.apply(x, 2.5), [x])
+    assert tt.gradcheck(lambda x: _scaled_tanh(x, 2.5), [x])
+    a, b = _ScaledTanh.apply(x, 2.5), _scaled_tanh(x, 2.5)
+    np.testing.assert_array_equal(a.data, b.data)
+    assert a._op == '_ScaledTanhBackward' and a.requires_grad and not a.is_leaf
+    v = np.random.default_rng(0).standard_normal((3, 4))
+    (a * v).sum().backward()
+    ga, x.grad = x.grad, None
+    (b * v).sum().backward()
+    np.testing.assert_array_equal(ga, x.grad)
+    with tt.no_grad():
+        assert not _ScaledTanh.apply(x, 2.5).requires_grad
+    assert not _ScaledTanh.apply(t64(2, requires_grad=False), 1.0).requires_grad
+
+
+def test_autograd_function_saved_tensors_are_version_checked():
+    class Exp(tt.autograd.Function):  # saves its own output, as tt.exp does
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            y, = ctx.saved_tensors
+            return g * y
+
+    x = t64(3)
+    y = Exp.apply(x)
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="'ExpBackward': a tensor of shape \\(3,\\) that it "
+                                           "saved for backward was modified in place"):
+        y.sum().backward()
+    ok = Exp.apply(x)
+    ok.sum().backward(retain_graph=True)
+    ok.detach().zero_()  # detach() shares memory: the version counter sees this change too
+    with pytest.raises(RuntimeError, match="modified in place"):
+        ok.sum().backward()
+    h = x * 1
+    out = _ScaledTanh.apply(h, 1.0) * Exp.apply(h)  # Exp saved nothing of h: only its output
+    h.add_(1)
+    out.sum().backward()  # fine: nothing that was saved changed
+    saved_input = _MulSaved.apply(x * 1, x * 1)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        a = x * 1
+        y = _MulSaved.apply(a, x * 2)
+        a.add_(1)
+        y.sum().backward()
+    saved_input.sum().backward()
+
+
+class _MulSaved(tt.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+
+def test_autograd_function_ctx_needs_input_grad_outputs_and_errors():
+    seen = {}
+
+    class MulIdx(tt.autograd.Function):  # a * b and the argmax of a (not differentiable)
+        @staticmethod
+        def forward(ctx, a, b, note):
+            seen['needs'] = ctx.needs_input_grad
+            ctx.save_for_backward(a, b)
+            idx = a.argmax()
+            ctx.mark_non_differentiable(idx)
+            return a * b, idx
+
+        @staticmethod
+        def backward(ctx, g, g_idx):
+            seen['calls'] = seen.get('calls', 0) + 1
+            a, b = ctx.saved_tensors
+            assert not g_idx.data.any()  # the index's gradient arrives as zeros
+            return (g * b if ctx.needs_input_grad[0] else None,
+                    g * a if ctx.needs_input_grad[1] else None, None)
+
+    a, b = t64(4, seed=1), t64(4, seed=2, requires_grad=False)
+    prod, idx = MulIdx.apply(a, b, 'a note')
+    assert seen['needs'] == (True, False, False) and not idx.requires_grad and prod.requires_grad
+    assert tt.gradcheck(lambda a: MulIdx.apply(a, b, 'x')[0], [a])
+    b.requires_grad_()
+    seen.clear()
+    p, _ = MulIdx.apply(a, b, 'x')
+    (p.sum() * 2 + p[0]).backward()
+    assert seen['calls'] == 1  # one backward for all the outputs
+    np.testing.assert_allclose(b.grad, a.data * (2 + np.eye(4)[0]))
+
+    class TwoOut(tt.autograd.Function):  # (2x, sin x): backward gets both gradients at once
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2, x.sin()
+
+        @staticmethod
+        def backward(ctx, g2, gsin):
+            x, = ctx.saved_tensors
+            return g2 * 2 + gsin * x.cos()
+
+    assert tt.gradcheck(lambda x: TwoOut.apply(x)[0] * TwoOut.apply(x)[1], [t64(3)])
+    assert tt.gradcheck(lambda x: TwoOut.apply(x)[1], [t64(3)])  # only one output used
+
+    class TooFew(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    with pytest.raises(RuntimeError, match=r"function TooFewBackward returned an incorrect number "
+                                           r"of gradients \(expected 2, got 1\)"):
+        TooFew.apply(t64(3), 2.0).sum().backward()
+
+    class GradForNumber(TooFew):
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, g
+
+    with pytest.raises(RuntimeError, match="different from None at position 1, but that argument "
+                                           "of forward is a float"):
+        GradForNumber.apply(t64(3), 2.0).sum().backward()
+
+    class WrongShape(TooFew):
+        @staticmethod
+        def backward(ctx, g):
+            return g.sum(), None
+
+    with pytest.raises(RuntimeError, match="backward through 'WrongShapeBackward': its rule "
+                                           r"returned a gradient of shape \(\)"):
+        WrongShape.apply(t64(3), 2.0).sum().backward()
+    with pytest.raises(TypeError, match="save_for_backward: expected Tensors"):
+        class SavesNumber(TooFew):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.save_for_backward(x, k)
+                return x * k
+        SavesNumber.apply(t64(3), 2.0)
+
+
+def test_autograd_grad_returns_gradients_and_leaves_grad_alone():
+    x, w = t64(3, 4, seed=1), t64(4, seed=2)
+    w.grad = np.ones(4)
+    h = x * w
+    out = h.sin().sum()
+    gx, gw, gh = tt.autograd.grad(out, [x, w, h], retain_graph=True)
+    assert x.grad is None and w.grad.tolist() == [1, 1, 1, 1] and h.grad is None
+    assert isinstance(gx, tt.Tensor) and not gx.requires_grad
+    np.testing.assert_allclose(gh.data, np.cos(h.data))
+    out.backward()
+    np.testing.assert_allclose(gx.data, x.grad)
+    np.testing.assert_allclose(gw.data + 1, w.grad)
+    # several outputs, each with its grad_output: one walk; a single input gives a 1-tuple
+    a, b = x * 2, (x * x).sum(0)
+    v = np.random.default_rng(0).standard_normal((3, 4))
+    g, = tt.autograd.grad([a, b], x, grad_outputs=[tt.tensor(v), tt.ones(4, dtype=tt.float64)])
+    np.testing.assert_allclose(g.data, 2 * v + 2 * x.data)
+    with pytest.raises(RuntimeError, match="input 1 was not used to compute the outputs; pass "
+                                           "allow_unused=True"):
+        tt.autograd.grad((x * 2).sum(), [x, w])
+    assert tt.autograd.grad((x * 2).sum(), [x, w], allow_unused=True)[1] is None
+    with pytest.raises(NotImplementedError, match="create_graph=True is not supported"):
+        tt.autograd.grad((x * 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="input 0 does not require grad"):
+        tt.autograd.grad((x * 2).sum(), t64(3, requires_grad=False))
+    with pytest.raises(RuntimeError, match="got 1 grad_outputs for 2 outputs"):
+        tt.autograd.grad([a, b], x, grad_outputs=[None])
+    once = (x * x).sum()
+    tt.autograd.grad(once, x)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        tt.autograd.grad(once, x)
+
+
+def test_autograd_backward_several_tensors_and_inputs():
+    x, w = t64(3, seed=1), t64(3, seed=2)
+    tt.autograd.backward([(x * w).sum(), x.sum()], [None, tt.tensor(2.0, dtype=tt.float64)])
+    np.testing.assert_allclose(x.grad, w.data + 2)
+    np.testing.assert_allclose(w.grad, x.data)
+    x.grad = w.grad = None
+    tt.autograd.backward((x * w).sum(), inputs=[w])
+    assert x.grad is None
+    np.testing.assert_allclose(w.grad, x.data)
+
+
+def test_autograd_function_and_grad_match_pytorch():
+    torch = need_torch()
+
+    class TorchScaledTanh(torch.autograd.Function):  # the same class, word for word
+        forward = _ScaledTanh.forward
+        backward = _ScaledTanh.backward
+
+    a = np.random.default_rng(0).standard_normal((3, 4))
+    x, xt = tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y, yt = _ScaledTanh.apply(x, 1.5), TorchScaledTanh.apply(xt, 1.5)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
+    g, = tt.autograd.grad((y * y).sum(), x)
+    gt, = torch.autograd.grad((yt * yt).sum(), xt)
+    np.testing.assert_allclose(g.data, gt.numpy(), rtol=1e-10)
+
+
+def test_readme_own_function_runs_as_shown():
+    """The README's autograd.Function block (the same op as its closure block, PyTorch's
+    way) runs and prints what the README shows."""
+    import contextlib
+    import io
+    import re
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- own_function:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- own_function:output -->\n```text\n(.*?)```", text, re.S).group(1)
+    assert "class Softsign(tt.autograd.Function)" in code and "def softsign(x)" in text
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, 'README.md', 'exec'), {})
+    assert buf.getvalue() == shown
 
 
 # ===========================================================================

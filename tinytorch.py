@@ -21,9 +21,10 @@ Part II: the rest, each section saying what it adds to Part I
  13. in-place ops: the graph is rewritten (views too)
  14. creation functions and the random generator
  15. gradcheck: finite differences against the analytic gradient
- 16. hooks: where the tools in lookinside.py (draw_graph, grad_path, profile,
+ 16. your own op as a class: autograd.Function, autograd.grad, autograd.backward
+ 17. hooks: where the tools in lookinside.py (draw_graph, grad_path, profile,
      detect_anomaly) watch the ops and the rules
- 17. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+ 18. speed: the allocator and thread settings, parallel_for, and the fast kernels that
      some ops call in one line (each computes what the op's plain code says, faster; a
      test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
      one of them off, so the plain code is what runs. Nothing before it needs it.
@@ -47,7 +48,7 @@ import time
 import weakref
 from collections import namedtuple
 
-# One speed setting must come before NumPy loads OpenBLAS (section 17 explains it).
+# One speed setting must come before NumPy loads OpenBLAS (section 18 explains it).
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
@@ -241,7 +242,7 @@ def _init_result(out, data, vc=None):
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # tools watching every op and rule (lookinside.py, section 16): usually none
+_hooks = []  # tools watching every op and rule (lookinside.py, section 17): usually none
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -277,7 +278,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             if saved or saves_output:
                 _guard_saved(out, saved, saves_output)
     if _hooks:
-        _watch_op(out, op, parents)  # section 16
+        _watch_op(out, op, parents)  # section 17
     return out
 
 
@@ -542,7 +543,7 @@ def matmul(a, b):
             ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
         if b.requires_grad:
             if fast and B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:
-                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 17)
+                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 18)
             else:
                 gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
             gb = gb.reshape(b.shape)
@@ -636,7 +637,7 @@ def _walk(root, g_root, retain_graph=False):
             continue
         if node._saved:
             _check_saved(node)  # section 8
-        # the op's rule: one step of the chain rule (section 16 lets tools watch it)
+        # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
         for p, pg in zip(_inputs(node), rule_out):
@@ -693,7 +694,7 @@ def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
     if t.grad is not None:
         t.grad += g
-    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 17)
+    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 18)
         t.grad = g
     else:
         t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
@@ -1002,7 +1003,7 @@ def _erf_plain(x):
 
 def erf(x):
     # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
-    # asks math.erf element by element; section 17's _erf_np does the array at once.
+    # asks math.erf element by element; section 18's _erf_np does the array at once.
     out = _erf_np(x.data) if fast else _erf_plain(x.data)
 
     def backward(g):
@@ -1026,7 +1027,7 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 17)
+    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 18)
         out, dgelu = gelu_float32(xd)
     else:
         erf_ = _erf_np if fast else _erf_plain
@@ -1571,7 +1572,7 @@ def getitem(x, idx):
 
     def backward(g):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
-        if fast and rows:  # x[int array]: np.add.at below, faster (section 17)
+        if fast and rows:  # x[int array]: np.add.at below, faster (section 18)
             return (_scatter_add_rows(x.shape, idx, g),)
         gx = np.zeros_like(g, shape=x.shape)
         if basic:
@@ -2046,7 +2047,7 @@ def _in_place(x, op, result):
         x.data[...] = result.data  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
-        for hook in _hooks:  # a profile counted the twin under its own name (section 16)
+        for hook in _hooks:  # a profile counted the twin under its own name (section 17)
             hook.renamed(result, op)
         result._op = op
         _record(x, result)
@@ -2482,7 +2483,208 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
 
 
 # ---------------------------------------------------------------------------
-# 16. Hooks: where the tools watch the ops and the rules
+# 16. Your own op as a class: autograd.Function; autograd.grad and autograd.backward
+# ---------------------------------------------------------------------------
+# Every op above is a forward line plus a rule handed to from_op; the rule is a closure
+# that reads what it needs (inputs, masks) from the function around it. PyTorch code
+# writes the same op as a class with two static methods, forward(ctx, ...) and
+# backward(ctx, grad_output), and a context object ctx that carries what backward needs
+# (ctx.save_for_backward(x) ... ctx.saved_tensors). Function.apply is the bridge: it
+# runs forward without a graph, then hands the result to from_op with a rule that calls
+# backward. So a Function is one graph node like any other: the same walk, the same
+# version check of what it saved, the same shape and dtype check of what it returns.
+class FunctionCtx:
+    """The `ctx` a Function's forward and backward share."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad  # one bool per argument of apply
+        self.to_save = ()
+        self.non_differentiable = ()
+
+    def save_for_backward(self, *tensors):
+        """Keep tensors for backward; backward refuses to run if one of them is changed in
+        place after the forward pass (the version counter, as for every op's saved=)."""
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward: expected Tensors (or None), got "
+                                f"{type(t).__name__}; keep other values as ctx attributes")
+        self.to_save = tensors
+
+    @property
+    def saved_tensors(self):
+        return self.to_save
+
+    def mark_non_differentiable(self, *tensors):
+        """These outputs get no gradient (indices, masks): they stay outside the graph."""
+        self.non_differentiable = tensors
+
+
+class Function:
+    """Subclass it with static methods forward(ctx, *args) and backward(ctx, *grads), then
+    call YourFunction.apply(*args). backward returns one gradient per argument of forward
+    (None for an argument that is not a tensor or needs none)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("a Function subclass must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("a Function subclass must define backward(ctx, *grads) "
+                                  "to be differentiated")
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = FunctionCtx(tuple(isinstance(a, Tensor) and a.requires_grad for a in args))
+        with no_grad():  # forward computes values only; the graph node is made below
+            result = cls.forward(ctx, *args)
+        if not (_grad_enabled and builtins.any(ctx.needs_input_grad)):
+            return result
+        outputs = result if isinstance(result, tuple) else (result,)
+        inputs = tuple(a for a in args if isinstance(a, Tensor))
+        name = cls.__name__ + 'Backward'
+        saved = tuple(t for t in ctx.to_save if t is not None)
+
+        def rule(*gs):
+            """d Function/d(each input): what its backward(ctx, *grads) returns"""
+            with no_grad():
+                grads = cls.backward(ctx, *(None if g is None else _constant(g) for g in gs))
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            if len(grads) != len(args):
+                raise RuntimeError(f"function {name} returned an incorrect number of gradients "
+                                   f"(expected {len(args)}, got {len(grads)})")
+            for i, (a, g) in enumerate(zip(args, grads)):
+                if g is not None and not isinstance(a, Tensor):
+                    raise RuntimeError(f"function {name} returned a gradient different from "
+                                       f"None at position {i}, but that argument of forward "
+                                       f"is a {type(a).__name__}, not a Tensor")
+            return tuple(g.data if isinstance(g, Tensor) else g
+                         for a, g in zip(args, grads) if isinstance(a, Tensor))
+
+        def differentiable(o):
+            return isinstance(o, Tensor) and o.dtype.kind == 'f' and not builtins.any(
+                o is t for t in ctx.non_differentiable)
+
+        if len(outputs) == 1:
+            o = outputs[0]
+            if not differentiable(o):
+                return result
+            # the node shares o's memory and version counter (view_of): a Function may
+            # save its own output, as exp and tanh do, and an in-place change is caught
+            return from_op(o.data, name, inputs, rule, saved=saved, view_of=o)
+        # Several outputs hang off one hidden node: its "gradient" holds one gradient per
+        # output (an object array: 0 where none arrived), so backward runs once, with all.
+        def joint_rule(gs):
+            """d Function/d(each input): its backward, given every output's gradient"""
+            return rule(*(g if not isinstance(g, int) else
+                          np.zeros_like(o.data) if isinstance(o, Tensor) else None
+                          for g, o in zip(gs, outputs)))
+
+        joint = from_op(np.zeros(len(outputs), dtype=object), name, inputs, joint_rule,
+                        saved=saved)
+        made = []
+        for k, o in enumerate(outputs):
+            if differentiable(o):
+                def pick(g, k=k):
+                    """d output_k/d(the outputs together) = 1 in slot k"""
+                    gs = np.zeros(len(outputs), dtype=object)
+                    gs[k] = g
+                    return (gs,)
+                o = from_op(o.data, name + ' output', (joint,), pick, view_of=o)
+            made.append(o)
+        return tuple(made)
+
+
+def _roots(outputs, grad_outputs, op):
+    """The outputs to differentiate and d(whatever)/d(output) for each (ones for a single
+    number when none is given), checked."""
+    outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = (grad_outputs,) * (len(outputs) if grad_outputs is None else 1)
+    grad_outputs = tuple(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"{op}: got {len(grad_outputs)} grad_outputs for {len(outputs)} "
+                           "outputs; give one per output (None for a single number)")
+    gs = []
+    for k, (o, g) in enumerate(zip(outputs, grad_outputs)):
+        if not o.requires_grad:
+            raise RuntimeError(f"{op}: element {k} of the outputs does not require grad and "
+                               "has no grad_fn")
+        g = _initial_gradient(o, g)
+        if not hasattr(g, 'dtype'):  # a Python number for a one-element output
+            g = np.full(o.shape, g, dtype=o.dtype)
+        gs.append(g if g.dtype == o.dtype else g.astype(o.dtype))
+    return outputs, gs
+
+
+def _root(outputs, gs):
+    """One tensor to walk back from, and its gradient: the output itself, or, for several,
+    a root node they all feed, whose rule hands each output its gradient."""
+    if len(outputs) == 1:
+        return outputs[0], gs[0]
+
+    def hand_out(g):
+        """d root/d(each output): the gradient given for it"""
+        return tuple(gs)
+    with enable_grad():
+        return from_op(np.zeros(()), 'autograd root', outputs, hand_out), np.ones(())
+
+
+def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                   allow_unused=False):
+    """d outputs / d inputs (weighted by grad_outputs), returned as a tuple of tensors
+    instead of accumulated into .grad: no tensor's .grad changes."""
+    if create_graph:
+        raise NotImplementedError("autograd.grad: create_graph=True is not supported: backward "
+                                  "rules compute NumPy arrays, so a gradient has no graph of its "
+                                  "own (no second derivatives)")
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    for k, x in enumerate(inputs):
+        if not (isinstance(x, Tensor) and x.requires_grad):
+            raise RuntimeError(f"autograd.grad: input {k} does not require grad")
+    outputs, gs = _roots(outputs, grad_outputs, 'autograd.grad')
+    # backward's own walk (section 6) gives every tensor's gradient on the way; keep the
+    # inputs' and store nothing in .grad
+    wanted = {id(x): k for k, x in enumerate(inputs)}
+    grads = [None] * len(inputs)
+    for node, g, _ in _walk(*_root(outputs, gs), bool(retain_graph)):
+        if id(node) in wanted:
+            grads[wanted[id(node)]] = g.copy()  # its own memory, as a new tensor
+    for k, g in enumerate(grads):
+        if g is None and not allow_unused:
+            raise RuntimeError(f"autograd.grad: input {k} was not used to compute the outputs; "
+                               "pass allow_unused=True to get None for it")
+    return tuple(None if g is None else _constant(g) for g in grads)
+
+
+def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                       inputs=None):
+    """tensor.backward() for several tensors at once (their gradients add up in .grad);
+    inputs=...: accumulate into these tensors' .grad only."""
+    if create_graph:
+        raise NotImplementedError("autograd.backward: create_graph=True is not supported "
+                                  "(no second derivatives)")
+    if inputs is not None:
+        inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+        for x, g in zip(inputs, _autograd_grad(tensors, inputs, grad_tensors, retain_graph,
+                                               allow_unused=True)):
+            if g is not None:
+                _accumulate(x, g.data.copy())
+        return
+    outputs, gs = _roots(tensors, grad_tensors, 'autograd.backward')
+    backward(*_root(outputs, gs), retain_graph=bool(retain_graph))
+
+
+class autograd:
+    """tt.autograd, PyTorch's torch.autograd: Function, grad, backward."""
+    Function = Function
+    FunctionCtx = FunctionCtx
+    grad = staticmethod(_autograd_grad)
+    backward = staticmethod(_autograd_backward)
+
+
+# ---------------------------------------------------------------------------
+# 17. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
 # lookinside.py's profile and detect_anomaly watch every op and every backward rule:
 # `with` puts them in Part I's list _hooks, and then from_op and backward call these two.
@@ -2520,7 +2722,7 @@ class record_function:
 
 
 # ---------------------------------------------------------------------------
-# 17. Speed
+# 18. Speed
 # ---------------------------------------------------------------------------
 def tune_malloc():
     """Keep freed memory in the process instead of handing it back to the OS.
