@@ -734,6 +734,128 @@ def test_fused_softmax_equals_composed():
 
 
 # ---------------------------------------------------------------------------
+# Views and aliasing as PyTorch defines them
+# ---------------------------------------------------------------------------
+def test_indexing_down_to_one_element_is_a_view():
+    x = tt.tensor(np.array([0.4, 1.0]))
+    v = x[0]
+    v /= 2
+    assert x.tolist() == [0.2, 1.0]  # NumPy's x[0] is a copy; PyTorch's a view
+    s = tt.tensor(np.array(3.0))
+    s[()] += 1
+    assert s.item() == 4.0
+    w = tt.tensor(np.array([0.4, 1.0]), requires_grad=True)  # the gradient is not doubled
+    h = tt.softplus(w)
+    v = h[0]
+    v -= 0
+    h.backward(tt.ones(2, dtype=tt.float64))
+    np.testing.assert_allclose(w.grad, 1 / (1 + np.exp(-w.data)))
+
+
+def test_in_place_through_a_view_of_a_0d_tensor():
+    w = tt.tensor(np.array(2.0), requires_grad=True)
+    h = w * 3
+    h.view(1).zero_()
+    h.mul_(2)
+    h.backward()
+    assert h.item() == 0.0 and w.grad.tolist() == 0.0 and isinstance(w.grad, np.ndarray)
+    w, v = tt.tensor(np.array(2.0), requires_grad=True), tt.tensor([5.0], requires_grad=True)
+    h = w * 3
+    h[None] = v
+    h.backward()
+    assert w.grad.tolist() == 0.0 and v.grad.tolist() == [1.0]
+
+
+def test_flip_and_advanced_indexing_copy():
+    x = tt.tensor([1.0, 2.0])
+    y, z = x.flip(0), x[tt.tensor([1, 0])]
+    x[0] = 100
+    assert y.tolist() == [2.0, 1.0] and z.tolist() == [2.0, 1.0]
+
+
+def test_view_writes_through_and_refuses_where_only_a_copy_would_do():
+    x = tt.tensor(np.arange(24.0).reshape(2, 3, 4))
+    y = x[:, tt.tensor([0, 2])] * 1  # contiguous, as PyTorch lays out an indexing result
+    y.view(-1)[0:4] = 100
+    assert y.reshape(-1)[:5].tolist() == [100.0] * 4 + [8.0]
+    m = tt.tensor(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(RuntimeError, match="view size is not compatible.*Use .reshape"):
+        m.T.view(-1)
+    assert m.T.view(3, 2).shape == (3, 2)  # the same strides: a view is possible
+    r = m.T.reshape(-1)  # reshape copies where it must
+    r[0] = -1
+    assert m[0, 0].item() == 0.0 and r.tolist() == [-1.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+    v = m.reshape(3, 2)  # and is a view where it can be
+    v[0, 0] = 7
+    assert m[0, 0].item() == 7.0
+    with pytest.raises(ValueError, match="view: cannot view a tensor of shape"):
+        m.view(4)
+
+
+def test_contiguous_copies_a_strided_tensor_and_returns_a_contiguous_one():
+    y = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    z = y.T.contiguous()
+    z += 10
+    assert y.tolist() == [[1.0, 2.0], [3.0, 4.0]] and z.tolist() == [[11.0, 13.0], [12.0, 14.0]]
+    assert y.contiguous() is y
+    w = t64(2, 3)
+    check(lambda a: a.T.contiguous() * 2, w)
+
+
+def test_detach_keeps_sharing_memory_through_in_place_ops():
+    x = tt.tensor([1.0, 2.0])
+    w = tt.tensor([0.5, 0.5], requires_grad=True)
+    d = x.detach()
+    d.add_(w)
+    d += 1
+    d.mul_(2)
+    assert x.tolist() == [5.0, 7.0] and d.tolist() == [5.0, 7.0]
+    h = w * 1  # an intermediate whose detach() is taken: its in-place ops write through
+    e = h.detach()
+    h.add_(w)
+    h += 1
+    assert e.tolist() == [2.0, 2.0]
+
+
+def test_masked_fill_with_a_0d_tensor_value_gives_it_the_gradient():
+    x = tt.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    v = tt.tensor(np.array(3.0), requires_grad=True)
+    y = x.masked_fill(tt.tensor([True, False, True]), v)
+    assert y.requires_grad and y.tolist() == [3.0, 2.0, 3.0]
+    (y * tt.tensor(np.array([1.0, 2.0, 4.0]))).sum().backward()
+    assert v.grad.tolist() == 5.0 and x.grad.tolist() == [0.0, 2.0, 0.0]
+    check(lambda a, b: a.masked_fill(tt.tensor([[True, False], [False, False]]), b), t64(2, 2), t64())
+    with pytest.raises(RuntimeError, match="only a 0-dim value tensor"):
+        x.masked_fill(tt.tensor([True, False, True]), tt.tensor([1.0]))
+
+
+def test_retain_grad_then_an_in_place_change_through_a_view():
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    h = (x * 1).retain_grad()
+    v = h[0:1]
+    v += 1
+    h.sum().backward()
+    assert h.grad.tolist() == [1.0, 1.0] and x.grad.tolist() == [1.0, 1.0]
+
+
+def test_integers_index_before_the_tensors_as_in_pytorch():
+    x = t64(2, 3, 4)
+    assert x[0, :, tt.tensor([0, 0])].shape == (3, 2)  # NumPy's rule gives (2, 3)
+    assert x[:, 1, tt.tensor([2, 0, 2])].shape == (2, 3)
+    assert x[tt.tensor([1, 0]), :, 3].shape == (2, 3)
+    assert x[1, ..., tt.tensor([0, 3])].shape == (3, 2)
+    np.testing.assert_array_equal(x[0, :, tt.tensor([1, 1])].data, x.data[0][:, [1, 1]])
+    check(lambda a: a[0, :, tt.tensor([1, 1, 3])] * 3, x)
+    check(lambda a: a[1, tt.tensor([[0, 2], [2, 2]]), None, 1:], x)
+
+
+def test_copy_into_an_integer_tensor_needs_no_gradient():
+    i = tt.tensor([1, 2])
+    i.copy_(tt.tensor([1.5, 2.5], requires_grad=True))
+    assert not i.requires_grad and i.tolist() == [1, 2] and i.is_leaf
+
+
+# ---------------------------------------------------------------------------
 # Tensor basics and dtype discipline
 # ---------------------------------------------------------------------------
 def test_tensor_creation_dtypes():

@@ -632,6 +632,8 @@ def _walk(root, g_root, retain_graph=False):
         g = grads.pop(id(node), None)
         if g is None:
             continue  # no gradient reached it
+        if isinstance(g, np.generic):  # NumPy's arithmetic on 0-d arrays gives scalars
+            g = np.asarray(g)
         if node._backward is None:
             yield node, g, None
             continue
@@ -1100,7 +1102,17 @@ def where(condition, a, b):
 
 
 def masked_fill(x, mask, value):
-    """Positions where mask is true become `value`; they pass no gradient."""
+    """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
+    tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
+                               f"{value.ndim} dim(s)")
+        out = where(mask, _as(value, x.dtype), x)
+        if out.shape != x.shape:
+            raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(mask))} cannot be "
+                             f"broadcast to the tensor's shape {tuple(x.shape)}")
+        return out
     m = mask.data if isinstance(mask, Tensor) else mask
     try:
         out = np.where(m, np.asarray(value, dtype=x.dtype), x.data)
@@ -1406,9 +1418,9 @@ for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cum
 # A change through one is seen through the other, and they share the version counter.
 def detach(x):
     """Same data (shared, as in PyTorch), outside the graph."""
-    x._shared = True  # an in-place op on x must write into the shared memory (section 13)
     out = Tensor.__new__(Tensor)
     _init_result(out, x.data, x._vc)
+    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
     return out
 
 
@@ -1419,8 +1431,18 @@ def clone(x):
     return from_op(x.data.copy(), 'clone', (x,), backward)
 
 
-Tensor.detach, Tensor.clone = detach, clone
-Tensor.contiguous = lambda self: self
+def contiguous(x):
+    """x itself when its elements lie in memory in row-major order, else such a copy."""
+    if x.data.flags.c_contiguous:
+        return x
+
+    def backward(g):
+        """d contiguous(x)/dx = 1"""
+        return (g,)
+    return from_op(np.ascontiguousarray(x.data), 'contiguous', (x,), backward)
+
+
+Tensor.detach, Tensor.clone, Tensor.contiguous = detach, clone, contiguous
 
 
 def _sizes(args):
@@ -1452,13 +1474,35 @@ def _view(out, x, remake):
 
 
 def reshape(x, *shape):
+    """The same elements in a new shape: a view of x when its strides allow one (as
+    view), else a copy."""
     shape = _sizes(shape)
     try:
         out = x.data.reshape(shape)
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
                          f"({x.data.size} elements) into {shape}") from None
+    return _reshaped(x, out, shape)
 
+
+def view(x, *shape):
+    """The same memory seen in a new shape; refused where x's strides allow no view
+    (a transposed matrix flattened, say): then reshape copies."""
+    shape = _sizes(shape)
+    out = x.data.view()
+    try:
+        out.shape = shape  # NumPy refuses (AttributeError) where only a copy would do
+    except ValueError:
+        raise ValueError(f"view: cannot view a tensor of shape {tuple(x.shape)} "
+                         f"({x.data.size} elements) as {shape}") from None
+    except AttributeError:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.") from None
+    return _reshaped(x, out, shape)
+
+
+def _reshaped(x, out, shape):
     def backward(g):
         """d reshape(x)/dx = 1  (the same numbers: g takes x's shape back)"""
         return (g.reshape(x.shape),)
@@ -1560,14 +1604,43 @@ def _index_data(idx):
     return idx
 
 
+def _ints_first(idx):
+    """PyTorch's advanced indexing, in two NumPy steps: the integers of the index select
+    first (basic indexing, a view), then the tensors and masks index what is left. So
+    x[0, :, [0, 0]] of a (2, 3, 4) x is (3, 2) as in PyTorch, where NumPy's one step
+    (which counts the 0 among the advanced indices) gives (2, 3)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    if not any(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+        return None, idx
+    first, rest = [], []
+    for i in items:
+        if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
+            first.append(i)
+        elif i is None:
+            rest.append(i)
+        elif i is Ellipsis or isinstance(i, slice):
+            first.append(Ellipsis if i is Ellipsis else slice(None))
+            rest.append(i)
+        else:  # an index array: a mask covers as many dims as it has
+            first.extend([slice(None)] * (i.ndim if getattr(i, 'dtype', None) == bool else 1))
+            rest.append(i)
+    return tuple(first), tuple(rest)
+
+
 def getitem(x, idx):
     index_tensors = _tensors_in(idx)  # read by backward: guarded like saved inputs
     idx = _index_data(idx)
+    basic = _is_basic_index(idx)
+    first = None
+    if basic:  # x[0] of a vector is NumPy's copy of one number; x[0, ...] a 0-d view of it
+        items = idx if isinstance(idx, tuple) else (idx,)
+        idx = items if any(i is Ellipsis for i in items) else items + (Ellipsis,)
+    else:
+        first, idx = _ints_first(idx)
     try:
-        out = x.data[idx]
+        out = x.data[idx] if first is None else x.data[first][idx]
     except IndexError as e:
         raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
-    basic = _is_basic_index(idx)
     rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
 
     def backward(g):
@@ -1577,11 +1650,11 @@ def getitem(x, idx):
         gx = np.zeros_like(g, shape=x.shape)
         if basic:
             gx[idx] = g  # a view picks each element at most once: just place g there
-        else:
-            np.add.at(gx, idx, g)  # a gather may pick an element twice: add, don't overwrite
+        else:  # a gather may pick an element twice: add, don't overwrite
+            np.add.at(gx if first is None else gx[first], idx, g)
         return (gx,)
-    if not basic:
-        return from_op(out, 'index', (x,), backward, saved=index_tensors)
+    if not basic:  # a copy, laid out in row-major order as PyTorch makes it
+        return from_op(np.ascontiguousarray(out), 'index', (x,), backward, saved=index_tensors)
     return _view(from_op(out, 'index', (x,), backward, view_of=x), x, lambda t: getitem(t, idx))
 
 
@@ -1786,7 +1859,7 @@ def flip(x, *dims):
     def backward(g):
         """d flip(x)/dx = 1  (g flipped back)"""
         return (np.flip(g, axes),)
-    return from_op(np.flip(x.data, axes), 'flip', (x,), backward)
+    return from_op(np.flip(x.data, axes).copy(), 'flip', (x,), backward)  # a copy, as PyTorch
 
 
 def roll(x, shifts, dims=None):
@@ -1839,12 +1912,13 @@ for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, nar
            chunk, tril, triu, gather, scatter, scatter_add, index_select, take_along_dim, flip,
            roll, repeat):
     setattr(Tensor, _f.__name__, _f)
-Tensor.view = reshape
+Tensor.view = view
 Tensor.__getitem__ = getitem
 Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
 Tensor.mT = property(lambda self: transpose(self, -2, -1))
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
-Tensor.view_as = Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
+Tensor.view_as = lambda self, other: view(self, other.shape)
+Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 
 
@@ -2187,6 +2261,8 @@ def zero_(x):
 def copy_(x, src):
     """x's elements become src's (broadcast to x's shape, cast to x's dtype)."""
     s = src if isinstance(src, Tensor) else _constant(np.asarray(src))
+    if x.dtype.kind not in 'fc':
+        s = s.detach()  # an integer or bool tensor has no gradient: nothing flows to src
     try:
         data = np.broadcast_to(s.data, x.shape).astype(x.dtype)
     except ValueError:
