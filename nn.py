@@ -714,15 +714,16 @@ class _Unbind(tt.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim):
         ctx.dim = dim = tt._dim(dim, x.ndim, 'unbind')
-        return tuple(x[(slice(None),) * dim + (t,)] for t in range(x.shape[dim]))  # no graph here
+        return tuple(x.select(dim, t).clone() for t in range(x.shape[dim]))  # no graph here
 
     @staticmethod
     def backward(ctx, *grads):  # d x / d slice_t: slice t's gradient goes back to place t
         return tt.stack(grads, ctx.dim), None
 
 
-def unbind(x, dim=0):
-    """The slices of x along dim, as a tuple (PyTorch's x.unbind(dim)): one op for all."""
+def _unbind(x, dim=0):
+    """The slices of x along dim, as a tuple (as tt.unbind, but copies, not views): one op
+    for all, which the recurrent layers read their time steps through."""
     return _Unbind.apply(x, dim)
 
 
@@ -869,7 +870,7 @@ class _RNNBase(Module):
         """One direction of one layer: the cell at each time step, carrying the state.
         x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
         cell = _CELLS[self.mode][0]
-        xs = unbind(x, 0)  # x[0], x[1], ... (one op, see unbind)
+        xs = _unbind(x, 0)  # x[0], x[1], ... (one op, see _unbind)
         steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
         ys = [None] * x.shape[0]
         for t in steps:

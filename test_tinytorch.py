@@ -221,7 +221,7 @@ def test_every_rule_has_words_for_every_input_it_is_given():
 
 
 def test_grad_path_through_a_layer_of_several_outputs():
-    """An LSTM reads its time steps through one op with several outputs (nn.unbind): its
+    """An LSTM reads its time steps through one op with several outputs (nn._unbind): its
     gradient is one array per output, and grad_path prints their norm."""
     tt.manual_seed(0)
     lstm = nn.LSTM(3, 4)
@@ -847,6 +847,26 @@ def test_integers_index_before_the_tensors_as_in_pytorch():
     np.testing.assert_array_equal(x[0, :, tt.tensor([1, 1])].data, x.data[0][:, [1, 1]])
     check(lambda a: a[0, :, tt.tensor([1, 1, 3])] * 3, x)
     check(lambda a: a[1, tt.tensor([[0, 2], [2, 2]]), None, 1:], x)
+
+
+def test_select_unbind_unflatten_diagonal_narrow_and_t_are_views():
+    x = t64(3, 4, 5)
+    for make, expected in ((lambda a: a.select(1, -1), x.data[:, -1]),
+                           (lambda a: a.unbind(2)[3], x.data[:, :, 3]),
+                           (lambda a: a.unflatten(2, (5, 1)), x.data.reshape(3, 4, 5, 1)),
+                           (lambda a: a.diagonal(1, 0, 2), np.stack([x.data[i, :, i + 1] for i in range(3)], -1)),
+                           (lambda a: a.diagonal(-1, 2, 1), np.diagonal(x.data, -1, 2, 1)),
+                           (lambda a: a.narrow(2, -2, 2), x.data[:, :, 3:]),
+                           (lambda a: a[0].t(), x.data[0].T)):
+        np.testing.assert_array_equal(make(x).data, expected)
+        check(lambda a: make(a) * 2, x)
+        y = x.detach().clone()
+        v = make(y)
+        v.mul_(0)  # a view: the change shows in its base
+        assert np.count_nonzero(y.data == 0) == v.numel()
+    assert len(tt.unbind(x)) == 3 and x.unflatten(1, (2, -1)).shape == (3, 2, 2, 5)
+    with pytest.raises(IndexError, match="narrow: start"):
+        x.narrow(0, 2, 2)
 
 
 def test_copy_into_an_integer_tensor_needs_no_gradient():
@@ -1739,12 +1759,12 @@ def test_recurrent_cells_gradcheck():
 def test_unbind_gives_the_slices_as_one_op():
     x = t64(4, 2, 3)
     for dim in (0, 1, -1):
-        pieces = nn.unbind(x, dim)
+        pieces = nn._unbind(x, dim)
         assert len(pieces) == x.shape[dim]
         for t, p in enumerate(pieces):
             np.testing.assert_array_equal(p.data, np.take(x.data, t, axis=dim))
-        check(lambda x: tt.stack(nn.unbind(x, dim)[::-1], 0) * tt.arange(x.shape[dim]).reshape(-1, 1, 1), x)
-        check(lambda x: nn.unbind(x, dim)[1], x)  # only one slice used: the others get zeros
+        check(lambda x: tt.stack(nn._unbind(x, dim)[::-1], 0) * tt.arange(x.shape[dim]).reshape(-1, 1, 1), x)
+        check(lambda x: nn._unbind(x, dim)[1], x)  # only one slice used: the others get zeros
 
 
 @pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"])

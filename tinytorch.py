@@ -1822,8 +1822,61 @@ def stack(tensors, dim=0):
 
 
 def narrow(x, dim, start, length):
+    """The view x[..., start:start + length, ...] along dim (a negative start counts from
+    the end)."""
     d = _dim(dim, x.ndim, 'narrow')
+    n = x.shape[d] if x.ndim else 1
+    start = start + n if start < 0 else start
+    if not (0 <= start and length >= 0 and start + length <= n):
+        raise IndexError(f"narrow: start {start} and length {length} are out of range for "
+                         f"dim {dim} of size {n}")
     return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def select(x, dim, index):
+    """The view x[..., index, ...] along dim: that dim removed."""
+    d = _dim(dim, x.ndim, 'select')
+    return getitem(x, (slice(None),) * d + (index,))
+
+
+def unbind(x, dim=0):
+    """The slices of x along dim, each a view (select), as a tuple."""
+    d = _dim(dim, x.ndim, 'unbind')
+    return tuple(select(x, d, i) for i in range(x.shape[d]))
+
+
+def unflatten(x, dim, sizes):
+    """Dim `dim` split into several of the given sizes (one may be -1): a view."""
+    d = _dim(dim, x.ndim, 'unflatten')
+    return view(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+
+
+def _diagonal_view(a, offset, d1, d2):
+    """The diagonal of dims d1 and d2 of array a, as a writable view (NumPy's own is
+    read-only): the other dims first, the diagonal last."""
+    start = [slice(None)] * a.ndim
+    start[d1 if offset < 0 else d2] = slice(builtins.abs(offset), None)
+    b = a[tuple(start)]
+    n = builtins.max(0, builtins.min(b.shape[d1], b.shape[d2]))
+    keep = [i for i in range(a.ndim) if i not in (d1, d2)]
+    return np.lib.stride_tricks.as_strided(
+        b, tuple(b.shape[i] for i in keep) + (n,),
+        tuple(b.strides[i] for i in keep) + (b.strides[d1] + b.strides[d2],))
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """The view of the elements x[..., i, i + offset, ...] of dims dim1 and dim2, put last."""
+    d1, d2 = _dim(dim1, x.ndim, 'diagonal'), _dim(dim2, x.ndim, 'diagonal')
+    if d1 == d2:
+        raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+
+    def backward(g):
+        """d diagonal(x)/dx = 1 on the diagonal, else 0"""
+        gx = np.zeros_like(g, shape=x.shape)
+        _diagonal_view(gx, offset, d1, d2)[...] = g
+        return (gx,)
+    return _view(from_op(_diagonal_view(x.data, offset, d1, d2), 'diagonal', (x,), backward,
+                         view_of=x), x, lambda t: diagonal(t, offset, d1, d2))
 
 
 def split(x, split_size_or_sections, dim=0):
@@ -1908,7 +1961,8 @@ def triu(x, diagonal=0):
     return from_op(np.triu(x.data, diagonal), 'triu', (x,), backward)
 
 
-for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, split,
+for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, select,
+           unbind, unflatten, diagonal, split,
            chunk, tril, triu, gather, scatter, scatter_add, index_select, take_along_dim, flip,
            roll, repeat):
     setattr(Tensor, _f.__name__, _f)
@@ -1916,6 +1970,8 @@ Tensor.view = view
 Tensor.__getitem__ = getitem
 Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
 Tensor.mT = property(lambda self: transpose(self, -2, -1))
+Tensor.swapaxes = Tensor.swapdims = transpose
+Tensor.t = lambda self: self if self.ndim < 2 else transpose(self, 0, 1)
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
 Tensor.view_as = lambda self, other: view(self, other.shape)
 Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
