@@ -115,7 +115,8 @@ PART_I_END = "# END OF PART I"
 
 
 def _part_one_source():
-    src = open(os.path.join(HERE, 'tinytorch.py')).read()
+    with open(os.path.join(HERE, 'tinytorch.py')) as f:
+        src = f.read()
     assert src.count(PART_I_END) == 1
     return src[:src.index(PART_I_END)]
 
@@ -146,7 +147,8 @@ def test_part_one_is_a_working_engine_on_its_own():
 
 
 def test_backward_comes_before_line_800_and_part_one_has_no_later_names():
-    src = open(os.path.join(HERE, 'tinytorch.py')).read().split('\n')
+    with open(os.path.join(HERE, 'tinytorch.py')) as f:
+        src = f.read().split('\n')
     line_of = {line.split('(')[0][4:]: i + 1 for i, line in enumerate(src) if line.startswith('def ')}
     end = next(i + 1 for i, line in enumerate(src) if line.startswith(PART_I_END))
     assert line_of['backward'] < 800 and line_of['backward'] < end < 800
@@ -170,7 +172,8 @@ def _rule_sites(path):
     """(line, op, number of inputs or None when it varies, the rule's docstring lines or
     None) for every from_op call in a file: every op the file registers."""
     import ast
-    tree = ast.parse(open(os.path.join(HERE, path)).read())
+    with open(os.path.join(HERE, path)) as f:
+        tree = ast.parse(f.read())
     sites = []
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef):
@@ -197,7 +200,8 @@ def test_every_rule_states_its_math_once_per_input(path):
     (or one line for a rule that takes any number of inputs, as cat's)."""
     sites = _rule_sites(path)
     assert len(sites) >= (40 if path == 'tinytorch.py' else 1)
-    src = open(os.path.join(HERE, path)).read().split('\n')
+    with open(os.path.join(HERE, path)) as f:
+        src = f.read().split('\n')
     for line, op, n, lines, fn in sites:
         where = f"{path}:{line} ({op})"
         assert lines, f"{where}: the backward rule has no docstring (its math, one line per input)"
@@ -1352,6 +1356,100 @@ def test_mixed_dtypes_arrays_and_strings_get_clear_errors():
     t = tt.from_numpy(a)
     a[0] = 7.0  # shares memory, keeps float64
     assert t.dtype == tt.float64 and t.tolist() == [7.0, 1.0, 2.0]
+
+
+# ---------------------------------------------------------------------------
+# Edge values, 0-d and empty tensors, dtypes: PyTorch's answers
+# ---------------------------------------------------------------------------
+def _value_and_grad(fn, values, dtype=np.float64, upstream=None):
+    x = tt.tensor(np.array(values, dtype=dtype), requires_grad=True)
+    y = fn(x)
+    y.backward(tt.tensor(np.array(upstream, dtype=dtype)) if upstream is not None else tt.ones_like(y))
+    assert x.grad.dtype == x.dtype
+    return y.tolist(), x.grad.tolist()
+
+
+def test_masks_select_instead_of_multiplying_so_infinities_stay():
+    with np.errstate(all='ignore'):
+        assert _value_and_grad(tt.relu, [-np.inf, 1.0]) == ([0.0, 1.0], [0.0, 1.0])
+        assert _value_and_grad(lambda x: x.clamp(0, 1), [2.0, 0.5], upstream=[np.inf, 1.0]) == \
+            ([1.0, 0.5], [0.0, 1.0])
+        assert _value_and_grad(lambda x: tt.maximum(x, tt.tensor(np.zeros(2))), [-1.0, 1.0],
+                               upstream=[np.inf, np.inf])[1] == [0.0, np.inf]
+        assert _value_and_grad(lambda x: tt.minimum(x, tt.tensor(np.zeros(2))), [-1.0, 1.0],
+                               upstream=[np.inf, np.inf])[1] == [np.inf, 0.0]
+        assert _value_and_grad(lambda x: x.norm(p=0.5), [0.0, 2.0])[1][0] == 0.0
+
+
+def test_sigmoid_keeps_its_tails_and_erf_its_nans():
+    assert tt.tensor(np.array([-20.0], dtype=np.float32)).sigmoid().item() == pytest.approx(2.0611537e-09, rel=1e-6)
+    assert tt.tensor(np.array([-40.0])).sigmoid().item() == pytest.approx(4.248354255291589e-18, rel=1e-12)
+    assert tt.tensor(np.array([40.0])).sigmoid().item() == 1.0
+    out = tt.tensor(np.array([np.nan, 0.3, -np.inf], dtype=np.float32)).erf().tolist()
+    assert np.isnan(out[0]) and out[1:] == pytest.approx([0.32862678, -1.0])
+    check(tt.sigmoid, t64(3, 4))
+
+
+def test_float_functions_of_integers_and_bools_are_float32():
+    ints, bools = tt.tensor([-1, 2]), tt.tensor([True, False])
+    for y in (tt.exp(ints), tt.erf(ints), tt.expm1(bools), tt.sigmoid(ints), ints.abs().sqrt(),
+              ints.tanh(), ints.clamp(max=2.0), tt.log(tt.tensor([True])), ints.sin()):
+        assert y.dtype == tt.float32
+    np.testing.assert_allclose(tt.erf(ints).data, [-0.84270079, 0.99532227], rtol=1e-6)
+    assert ints.clamp(max=1).dtype == tt.int64 and (bools ** True).dtype == tt.bool_
+
+
+def test_an_empty_dim_tuple_reduces_every_dim():
+    x = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert x.sum(dim=()).item() == 10.0 and x.mean(dim=[]).item() == 2.5
+    assert x.var(dim=()).item() == pytest.approx(np.var([1, 2, 3, 4], ddof=1))
+
+
+def test_a_0d_tensor_takes_dim_0_and_minus_1():
+    s = tt.tensor(np.array(3.0), requires_grad=True)
+    values, indices = s.max(dim=0)
+    assert values.shape == () and values.item() == 3.0 and indices.item() == 0
+    assert s.min(-1, keepdim=True).values.shape == ()
+    for y in (s.flip(0), s.transpose(0, -1), s.prod(0), s.cumsum(0), s.softmax(0),
+              s.log_softmax(-1), s.logsumexp(0), s.sort().values, s.topk(1).values, s.argmax(0)):
+        assert y.shape == ()
+    assert s.softmax(0).item() == 1.0 and s.cumsum(0).item() == 3.0 and s.prod(0).item() == 3.0
+    (s.flip(0) * s.prod(0) + s.sort().values + s.cumsum(0)).backward()
+    assert s.grad.tolist() == 8.0
+    check(lambda a: a.max(dim=0).values * a.logsumexp(0), t64())
+
+
+def test_empty_dims_give_pytorchs_answers():
+    e = tt.tensor(np.zeros((2, 0)), requires_grad=True)
+    assert e.softmax(1).shape == (2, 0) and e.log_softmax(-1).shape == (2, 0)
+    assert e.logsumexp(1).tolist() == [-np.inf, -np.inf]
+    assert [p.shape for p in tt.tensor(np.zeros(0)).chunk(2)] == [(0,), (0,)]
+    (e @ tt.tensor(np.zeros((0, 3)))).sum().backward()  # an inner size of 0
+    assert e.grad.shape == (2, 0)
+
+
+def test_rules_return_their_inputs_dtype_in_float32():
+    inf = float('inf')  # (the nan gradients of var and std here are PyTorch's too)
+    for fn, values in ((lambda x: x.norm(p=inf), [1.0, -2.0]), (lambda x: x.var(), [1.0]),
+                       (lambda x: x.std(correction=3), [1.0, 2.0])):
+        with np.errstate(all='ignore'):
+            _value_and_grad(fn, values, np.float32)  # asserts the gradient's dtype
+    assert _value_and_grad(lambda x: x.norm(p=inf), [1.0, -2.0], np.float32)[1] == [0.0, -1.0]
+
+
+def test_cat_and_stack_promote_with_the_projects_rule():
+    f32 = tt.tensor(np.array([1.0], dtype=np.float32), requires_grad=True)
+    assert tt.cat([f32, tt.tensor([2])]).dtype == tt.float32  # NumPy's rule gives float64
+    y = tt.cat([f32, tt.tensor(np.array([1.0]))])
+    assert y.dtype == tt.float64
+    y.sum().backward()
+    assert f32.grad.dtype == np.float32 and f32.grad.tolist() == [1.0]
+    assert tt.stack([tt.tensor([1, 2]), tt.tensor([True, False])]).dtype == tt.int64
+
+
+def test_flatten_refuses_a_start_after_its_end():
+    with pytest.raises(RuntimeError, match="start_dim 1 comes after end_dim 0"):
+        tt.zeros(2, 2).flatten(1, 0)
 
 
 # ---------------------------------------------------------------------------

@@ -342,13 +342,13 @@ def _dim(d, ndim, op):
 
 def _dims(dim, ndim, op):
     """dim may be None (all dims), an int or a tuple; returns a tuple of axes."""
-    if dim is None:
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):  # () as None
         return tuple(range(ndim))
     if isinstance(dim, (tuple, list)):
         axes = tuple(_dim(d, ndim, op) for d in dim)
         if len(set(axes)) != len(axes):
             raise ValueError(f"{op}: dim {tuple(dim)} repeats a dimension")
-        return axes
+        return axes if ndim > 0 else ()  # a 0-d tensor's dim 0 is no axis of its array
     return (_dim(dim, ndim, op),) if ndim > 0 else ()
 
 
@@ -364,6 +364,12 @@ def _operands(a, b, floating=False):
     if not isinstance(b, Tensor):
         b = _constant(np.array(b, dtype=a.dtype))
     return a, b
+
+
+def _floating(x):
+    """A float function (exp, log, sin, ...) of an integer or bool tensor computes in the
+    default float dtype, as in PyTorch; a float tensor stays as it is."""
+    return x if x.dtype.kind in 'fc' else _constant(x.data.astype(default_dtype))
 
 
 def unbroadcast(grad, shape):
@@ -450,7 +456,8 @@ def pow(a, b):
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0)"""
             return (g * (p * a.data ** (p - 1)) if p != 0 else np.zeros_like(g),)
-        return from_op(a.data ** p, 'pow', (a,), backward_scalar, saved=(a,))
+        return from_op((a.data ** p).astype(a.dtype, copy=False), 'pow', (a,), backward_scalar,
+                       saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', np.power, a, b)
 
@@ -586,6 +593,7 @@ def mean(x, dim=None, keepdim=False):
 
 
 def exp(x):
+    x = _floating(x)
     out = np.exp(x.data)
 
     def backward(g):
@@ -595,6 +603,8 @@ def exp(x):
 
 
 def log(x):
+    x = _floating(x)
+
     def backward(g):
         """d log(x)/dx = 1/x"""
         return (g / x.data,)
@@ -629,14 +639,12 @@ def _walk(root, g_root, retain_graph=False):
     before inputs. A leaf has no rule: its third item is None."""
     grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
     for node in reversed(_topological_order(root)):
-        g = grads.pop(id(node), None)
-        if g is None:
+        if id(node) not in grads:
             continue  # no gradient reached it
-        if isinstance(g, np.generic):  # NumPy's arithmetic on 0-d arrays gives scalars
-            g = np.asarray(g)
-        if node._backward is None:
-            yield node, g, None
+        if node._backward is None:  # a leaf: the walk keeps no reference to its gradient,
+            yield node, _array(grads.pop(id(node))), None  # so .grad can take it (section 18)
             continue
+        g = _array(grads.pop(id(node)))
         if node._saved:
             _check_saved(node)  # section 8
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
@@ -651,6 +659,11 @@ def _walk(root, g_root, retain_graph=False):
             grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
         if not retain_graph:
             _free(node)
+
+
+def _array(g):
+    """NumPy's arithmetic on 0-d arrays gives scalars; a gradient is always an array."""
+    return np.asarray(g) if isinstance(g, np.generic) else g
 
 
 def _topological_order(root):
@@ -891,6 +904,7 @@ def _tensors_in(idx):
 # 9. Elementwise functions
 # ---------------------------------------------------------------------------
 def sqrt(x):
+    x = _floating(x)
     out = np.sqrt(x.data)
 
     def backward(g):
@@ -907,6 +921,8 @@ def abs(x):
 
 
 def sin(x):
+    x = _floating(x)
+
     def backward(g):
         """d sin(x)/dx = cos(x)"""
         return (g * np.cos(x.data),)
@@ -914,6 +930,8 @@ def sin(x):
 
 
 def cos(x):
+    x = _floating(x)
+
     def backward(g):
         """d cos(x)/dx = -sin(x)"""
         return (-g * np.sin(x.data),)
@@ -921,6 +939,7 @@ def cos(x):
 
 
 def tanh(x):
+    x = _floating(x)  # an integer tensor's tanh is a float32 one, as in PyTorch
     out = np.tanh(x.data)
 
     def backward(g):
@@ -930,8 +949,11 @@ def tanh(x):
 
 
 def sigmoid(x):
-    # sigma(x) = 1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2 so that it never overflows
-    out = 0.5 + 0.5 * np.tanh(0.5 * x.data)
+    # sigma(x) = 1 / (1 + e^-x), and e^x / (1 + e^x) for x < 0: e^-|x| never overflows, and
+    # the tail keeps its precision (sigma(-20) = 2e-9 in float32, not 0)
+    x = _floating(x)
+    e = np.exp(-np.abs(x.data))
+    out = np.where(x.data >= 0, 1 / (1 + e), e / (1 + e))
 
     def backward(g):
         """d sigma(x)/dx = sigma(x) (1 - sigma(x))"""
@@ -940,15 +962,17 @@ def sigmoid(x):
 
 
 def relu(x):
-    mask = x.data > 0
+    mask = x.data > 0  # select, don't multiply by the mask: -inf * 0 would be nan
 
     def backward(g):
         """d relu(x)/dx = 1 where x > 0, else 0"""
-        return (g * mask,)
-    return from_op(x.data * mask, 'relu', (x,), backward)
+        return (np.where(mask, g, 0),)
+    return from_op(np.where(mask, x.data, 0), 'relu', (x,), backward)
 
 
 def log1p(x):
+    x = _floating(x)
+
     def backward(g):
         """d log(1 + x)/dx = 1/(1 + x)"""
         return (g / (1 + x.data),)
@@ -956,6 +980,7 @@ def log1p(x):
 
 
 def expm1(x):
+    x = _floating(x)
     out = np.expm1(x.data)  # e^x - 1, accurate for tiny x
 
     def backward(g):
@@ -966,6 +991,7 @@ def expm1(x):
 
 def silu(x):
     """x * sigmoid(x) (also called swish)."""
+    x = _floating(x)
     with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
         s = 1 / (1 + np.exp(-x.data))
 
@@ -986,6 +1012,7 @@ def leaky_relu(x, negative_slope=0.01):
 
 def softplus(x, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+    x = _floating(x)
     bx = x.data * beta
     linear = bx > threshold
     with np.errstate(over='ignore'):
@@ -1006,6 +1033,7 @@ def _erf_plain(x):
 def erf(x):
     # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
     # asks math.erf element by element; section 18's _erf_np does the array at once.
+    x = _floating(x)
     out = _erf_np(x.data) if fast else _erf_plain(x.data)
 
     def backward(g):
@@ -1017,6 +1045,7 @@ def erf(x):
 def gelu(x, approximate='none'):
     """GELU(x) = x * Phi(x), Phi the standard normal CDF (exact, with erf), or
     PyTorch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    x = _floating(x)
     xd = x.data
     if approximate == 'tanh':
         k = math.sqrt(2 / math.pi)
@@ -1046,6 +1075,9 @@ def gelu(x, approximate='none'):
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    dtype = result_type(x, *(b for b in (min, max) if b is not None))
+    if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
+        x = _as(x, dtype)
     out = np.clip(x.data, min, max)
     inside = np.ones_like(x.data, dtype=bool) if min is None else x.data >= min
     if max is not None:
@@ -1053,7 +1085,7 @@ def clamp(x, min=None, max=None):
 
     def backward(g):
         """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
-        return (g * inside,)
+        return (np.where(inside, g, 0),)
     return from_op(out, 'clamp', (x,), backward)
 
 
@@ -1064,9 +1096,9 @@ def maximum(a, b):
     def backward(g):
         """d max(a,b)/da = 1 where a > b, 1/2 where a = b (as PyTorch), else 0
         d max(a,b)/db = 1 where b > a, 1/2 where a = b, else 0"""
-        wa = ((a.data > b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
-        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
-                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+        tie = np.where(a.data == b.data, g * 0.5, 0)  # select, don't multiply: inf * 0 is nan
+        return (unbroadcast(np.where(a.data > b.data, g, tie), a.shape) if a.requires_grad else None,
+                unbroadcast(np.where(b.data > a.data, g, tie), b.shape) if b.requires_grad else None)
     return from_op(out, 'maximum', (a, b), backward, saved=(a, b))
 
 
@@ -1077,9 +1109,9 @@ def minimum(a, b):
     def backward(g):
         """d min(a,b)/da = 1 where a < b, 1/2 where a = b, else 0
         d min(a,b)/db = 1 where b < a, 1/2 where a = b, else 0"""
-        wa = ((a.data < b.data) + 0.5 * (a.data == b.data)).astype(g.dtype)
-        return (unbroadcast(g * wa, a.shape) if a.requires_grad else None,
-                unbroadcast(g * (1 - wa), b.shape) if b.requires_grad else None)
+        tie = np.where(a.data == b.data, g * 0.5, 0)
+        return (unbroadcast(np.where(a.data < b.data, g, tie), a.shape) if a.requires_grad else None,
+                unbroadcast(np.where(b.data < a.data, g, tie), b.shape) if b.requires_grad else None)
     return from_op(out, 'minimum', (a, b), backward, saved=(a, b))
 
 
@@ -1179,7 +1211,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, x.shape, axes, keepdim)
         if dof <= 0 and dim is None:  # PyTorch's value: nan where x_i == mean, else inf
-            return (g * np.where(centered == 0, np.nan, np.inf),)
+            return (g * np.where(centered == 0, np.nan, np.inf).astype(g.dtype),)
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
     return from_op(out, 'var', (x,), backward)
@@ -1196,7 +1228,7 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
         g = _expand_back(g, x.shape, axes, keepdim)
         with np.errstate(divide='ignore', invalid='ignore'):
             if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
-                var_grad = np.where(centered == 0, np.nan, np.inf)
+                var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (g * np.where(out == 0, 0, centered / (dof * out)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
@@ -1227,12 +1259,23 @@ def amin(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, 'amin', np.min)
 
 
+def _on_0d(fn, x, *args):
+    """PyTorch lets dim 0 (or -1) of a 0-d tensor name a dim of size 1: fn on x seen as
+    shape (1,), then the result (or each of a pair of results) seen as 0-d again."""
+    out = fn(reshape(x, 1), 0, *args)
+    if isinstance(out, tuple):
+        return type(out)(*(reshape(t, ()) for t in out))
+    return reshape(out, ())
+
+
 MaxResult = namedtuple('max', ['values', 'indices'])
 MinResult = namedtuple('min', ['values', 'indices'])
 
 
 def _extreme_dim(x, dim, keepdim, op, argfn, result):
     d = _dim(dim, x.ndim, op)
+    if x.ndim == 0:
+        return _on_0d(lambda t, d: _extreme_dim(t, d, keepdim, op, argfn, result), x)
     if x.ndim and x.shape[d] == 0:
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}, dim {dim})")
@@ -1269,7 +1312,7 @@ def min(x, dim=None, keepdim=False):
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     axes = _dims(dim, x.ndim, 'logsumexp')
-    m = np.max(x.data, axis=axes, keepdims=True)
+    m = np.max(x.data, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
     with np.errstate(divide='ignore'):
         out = np.log(np.sum(np.exp(x.data - m), axis=axes, keepdims=True)) + m
@@ -1305,13 +1348,14 @@ def norm(x, p='fro', dim=None, keepdim=False):
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
                 hit = ax == out
-                return (g * sign * hit / np.sum(hit, axis=axes, keepdims=True),)
+                share = (sign / np.sum(hit, axis=axes, keepdims=True)).astype(g.dtype)
+                return (np.where(hit, g * share, 0),)
             if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
                 return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1), and 0 where the norm is 0
-            return (g * np.where(out == 0, 0, sign * ax ** (p - 1) / out ** (p - 1)),)
+            return (g * np.where((out == 0) | (ax == 0), 0, sign * ax ** (p - 1) / out ** (p - 1)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
                    saved=(x,), saves_output=True)
 
@@ -1319,6 +1363,8 @@ def norm(x, p='fro', dim=None, keepdim=False):
 def prod(x, dim=None, keepdim=False):
     """The product of the elements (over one dim, or all of them)."""
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
+    if x.ndim == 0 and dim is not None:
+        return _on_0d(prod, x, keepdim)
     out = np.prod(x.data, axis=axes, keepdims=True)
     zero = x.data == 0
     zeros = np.sum(zero, axis=axes, keepdims=True)
@@ -1339,6 +1385,8 @@ def prod(x, dim=None, keepdim=False):
 def cumsum(x, dim):
     """Running sums along dim: out_i = x_0 + ... + x_i."""
     d = _dim(dim, x.ndim, 'cumsum')
+    if x.ndim == 0:
+        return _on_0d(cumsum, x)
     data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints sum as int64
 
     def backward(g):
@@ -1369,6 +1417,8 @@ def _select_along(x, idx, d, op, result):
 def argsort(x, dim=-1, descending=False, stable=False):
     """The indices that sort x along dim (ties keep their order: a stable sort)."""
     d = _dim(dim, x.ndim, 'argsort')
+    if x.ndim == 0:
+        return _on_0d(argsort, x, descending)
     if not descending:
         return _constant(np.argsort(x.data, axis=d, kind='stable').astype(int64))
     # descending and stable: sort the reversed array ascending, then reverse back
@@ -1380,13 +1430,17 @@ def argsort(x, dim=-1, descending=False, stable=False):
 def sort(x, dim=-1, descending=False, stable=False):
     """(values, indices) of x sorted along dim."""
     d = _dim(dim, x.ndim, 'sort')
+    if x.ndim == 0:
+        return _on_0d(sort, x, descending)
     return _select_along(x, argsort(x, d, descending).data, d, 'sort', SortResult)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """(values, indices) of the k largest (or smallest) elements along dim."""
     d = _dim(dim, x.ndim, 'topk')
-    n = x.shape[d] if x.ndim else 1
+    if x.ndim == 0:
+        return _on_0d(lambda t, d: topk(t, k, d, largest, sorted), x)
+    n = x.shape[d]
     if not 0 <= k <= n:
         raise ValueError(f"topk: k={k} is out of range for dim {dim} of size {n}")
     idx = np.take(argsort(x, d, descending=largest).data, np.arange(k), axis=d)
@@ -1396,13 +1450,19 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
         return Tensor(np.argmax(x.data))
-    return Tensor(np.argmax(x.data, axis=_dim(dim, x.ndim, 'argmax'), keepdims=keepdim))
+    d = _dim(dim, x.ndim, 'argmax')
+    if x.ndim == 0:
+        return _on_0d(argmax, x, keepdim)
+    return Tensor(np.argmax(x.data, axis=d, keepdims=keepdim))
 
 
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
         return Tensor(np.argmin(x.data))
-    return Tensor(np.argmin(x.data, axis=_dim(dim, x.ndim, 'argmin'), keepdims=keepdim))
+    d = _dim(dim, x.ndim, 'argmin')
+    if x.ndim == 0:
+        return _on_0d(argmin, x, keepdim)
+    return Tensor(np.argmin(x.data, axis=d, keepdims=keepdim))
 
 
 for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cumsum, argsort,
@@ -1528,6 +1588,8 @@ def permute(x, *dims):
 
 def transpose(x, dim0, dim1):
     d0, d1 = _dim(dim0, x.ndim, 'transpose'), _dim(dim1, x.ndim, 'transpose')
+    if x.ndim == 0:
+        return view(x, ())  # a 0-d tensor's dims 0 and -1 are the same: itself, as a view
 
     def backward(g):
         """d transpose(x)/dx = 1  (g's two axes swapped back)"""
@@ -1564,6 +1626,8 @@ def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, 1)
     s, e = _dim(start_dim, x.ndim, 'flatten'), _dim(end_dim, x.ndim, 'flatten')
+    if s > e:
+        raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
@@ -1790,6 +1854,8 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
+    dtype = result_type(*tensors)  # the promotion rule over all of them (section 7)
+    tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
     first = tensors[0]
     d = _dim(dim, first.ndim, 'cat')
     for t in tensors[1:]:
@@ -1809,6 +1875,8 @@ def stack(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack: expected a non-empty list of tensors")
+    dtype = result_type(*tensors)
+    tensors = [_as(t, dtype) for t in tensors]
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: all tensors must have the same shape; got shapes "
@@ -1901,7 +1969,11 @@ def split(x, split_size_or_sections, dim=0):
 
 def chunk(x, chunks, dim=0):
     """`chunks` pieces of ceil(n / chunks) (as PyTorch, possibly fewer pieces)."""
+    if chunks < 1:
+        raise ValueError(f"chunk: chunks must be at least 1, got {chunks}")
     n = x.shape[_dim(dim, x.ndim, 'chunk')]
+    if n == 0:  # an empty dim: `chunks` empty pieces, as PyTorch
+        return tuple(narrow(x, dim, 0, 0) for _ in range(chunks))
     return split(x, -(-n // chunks), dim)
 
 
@@ -2048,11 +2120,18 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     return from_op(cols.reshape(n, c * kh * kw, oh * ow), 'unfold', (input,), backward)
 
 
+def _max_or_0(a, d):
+    """The max along dim d, kept as a dim of size 1 (0 for an empty dim: nothing to shift)."""
+    return np.max(a, axis=d, keepdims=True) if a.shape[d] else np.zeros_like(a, shape=a.shape[:d] + (1,) + a.shape[d + 1:])
+
+
 def softmax(x, dim):
     """exp(x - max) / sum(exp(x - max)): subtracting the max avoids overflow and
     leaves the result unchanged. -inf entries (masked positions) get probability 0."""
     d = _dim(dim, x.ndim, 'softmax')
-    e = np.exp(x.data - np.max(x.data, axis=d, keepdims=True))
+    if x.ndim == 0:
+        return _on_0d(softmax, x)
+    e = np.exp(x.data - _max_or_0(x.data, d))
     out = e / np.sum(e, axis=d, keepdims=True)
 
     def backward(g):
@@ -2064,8 +2143,11 @@ def softmax(x, dim):
 def log_softmax(x, dim):
     """x - logsumexp(x), computed stably."""
     d = _dim(dim, x.ndim, 'log_softmax')
-    shifted = x.data - np.max(x.data, axis=d, keepdims=True)
-    out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+    if x.ndim == 0:
+        return _on_0d(log_softmax, x)
+    shifted = x.data - _max_or_0(x.data, d)
+    with np.errstate(divide='ignore'):  # an empty dim: log(0) = -inf, as PyTorch
+        out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
 
     def backward(g):
         """d log_softmax/dx: g - softmax(x) * sum(g)"""
@@ -3007,7 +3089,7 @@ _ERF_Q = (2.56852019228982242e0, 1.87295284992346047e0, 5.27905102951428412e-1,
 def _erf_np(x):
     """Vectorised erf of an array, accurate to double precision, in x's dtype."""
     ax = np.abs(x).astype(np.float64)
-    out = np.empty_like(ax)
+    out = np.full_like(ax, np.nan)  # nan stays nan: it is in none of the three ranges
     small, mid, big = ax <= 0.5, (ax > 0.5) & (ax <= 4.0), ax > 4.0
     if small.any():  # erf(y) = y * A(y^2) / B(y^2)
         y = ax[small]
