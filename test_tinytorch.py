@@ -1044,6 +1044,29 @@ def test_speed_kernels_equal_the_plain_forms(fast_paths):
     assert b[0].tolist() == [[3.0]] and b[1].tolist() == [2.0] * 3 and b[2].tolist() == [[2.0] * 3]
 
 
+def test_a_leaf_takes_the_gradient_array_its_rule_made(fast_paths):
+    """backward stores the array a rule returned as the leaf's .grad, without a copy, when
+    nothing else holds it (as PyTorch's AccumulateGrad); a copy when something does."""
+    made = []
+
+    def double(x, keep):
+        def backward(g):
+            """d(2x)/dx = 2"""
+            out = g * 2
+            made.append(out.__array_interface__['data'][0])  # its address, not the array
+            if keep:
+                made.append(out)
+            return (out,)
+        return tt.from_op(x.data * 2, 'double', (x,), backward)
+
+    x = tt.tensor(np.ones(1000), requires_grad=True)
+    double(x, keep=False).sum().backward()
+    assert x.grad.__array_interface__['data'][0] == made[0]
+    y = tt.tensor(np.ones(1000), requires_grad=True)
+    double(y, keep=True).sum().backward()
+    assert y.grad.__array_interface__['data'][0] != made[1] and made[2] is not y.grad
+
+
 def test_unshared_counts_the_references_backward_holds():
     def accumulate(g):  # as _accumulate calls it, with the caller holding the array too
         return tt.unshared(g)

@@ -641,8 +641,8 @@ def _walk(root, g_root, retain_graph=False):
     for node in reversed(_topological_order(root)):
         if id(node) not in grads:
             continue  # no gradient reached it
-        if node._backward is None:  # a leaf: the walk keeps no reference to its gradient,
-            yield node, _array(grads.pop(id(node))), None  # so .grad can take it (section 18)
+        if node._backward is None:  # a leaf
+            yield node, _array(grads.pop(id(node))), None
             continue
         g = _array(grads.pop(id(node)))
         if node._saved:
@@ -650,15 +650,21 @@ def _walk(root, g_root, retain_graph=False):
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
-        for p, pg in zip(_inputs(node), rule_out):
-            if pg is None or not p.requires_grad:
-                continue
-            if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
-                _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
-            key = id(p)
-            grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
+        _add_into(grads, node, rule_out)
         if not retain_graph:
             _free(node)
+        del g, rule_out  # the walk holds no gradient: a leaf's .grad can take it (section 18)
+
+
+def _add_into(grads, node, rule_out):
+    """Add what node's rule returned into the gradients of its inputs."""
+    for p, pg in zip(_inputs(node), rule_out):
+        if pg is None or not p.requires_grad:
+            continue
+        if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
+            _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+        key = id(p)
+        grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
 
 
 def _array(g):
