@@ -639,37 +639,30 @@ def _walk(root, g_root, retain_graph=False):
     before inputs. A leaf has no rule: its third item is None."""
     grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
     for node in reversed(_topological_order(root)):
-        if id(node) not in grads:
+        key = id(node)
+        if key not in grads:
             continue  # no gradient reached it
+        if isinstance(grads[key], np.generic):  # NumPy's arithmetic on 0-d arrays gives
+            grads[key] = np.asarray(grads[key])  # scalars; a gradient is always an array
         if node._backward is None:  # a leaf
-            yield node, _array(grads.pop(id(node))), None
+            yield node, grads.pop(key), None
             continue
-        g = _array(grads.pop(id(node)))
+        g = grads.pop(key)
         if node._saved:
             _check_saved(node)  # section 8
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
-        _add_into(grads, node, rule_out)
+        for p, pg in zip(_inputs(node), rule_out):
+            if pg is None or not p.requires_grad:
+                continue
+            if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
+                _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+            key = id(p)
+            grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
         if not retain_graph:
             _free(node)
-        del g, rule_out  # the walk holds no gradient: a leaf's .grad can take it (section 18)
-
-
-def _add_into(grads, node, rule_out):
-    """Add what node's rule returned into the gradients of its inputs."""
-    for p, pg in zip(_inputs(node), rule_out):
-        if pg is None or not p.requires_grad:
-            continue
-        if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
-            _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
-        key = id(p)
-        grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
-
-
-def _array(g):
-    """NumPy's arithmetic on 0-d arrays gives scalars; a gradient is always an array."""
-    return np.asarray(g) if isinstance(g, np.generic) else g
+        g = rule_out = pg = None  # the walk holds no gradient: a leaf's .grad can take it
 
 
 def _topological_order(root):
