@@ -4725,7 +4725,7 @@ def _g_nn(g):
         if v.ndim != 2 or not v.shape[1]:
             return None
         target = g.rng.integers(0, v.shape[1], v.shape[0])
-        target[g.rng.random(v.shape[0]) < 0.2] = -100
+        target[g.rng.random(v.shape[0]) < 0.3] = -100  # ignore_index
         args = ''
         if f == 'cross_entropy' and g.chance(0.5):
             args += f", reduction='{g.choice(['sum', 'none', 'mean'])}'"
@@ -4897,7 +4897,7 @@ def _grad(v):
 _TOLERANCES = {'float64': (1e-7, 1e-9), 'float32': (2e-4, 2e-4)}
 
 
-def _differs(a, b, dt):
+def _differs(a, b, dt, value_underflow=True):
     """What differs between two snaps (None: they agree)."""
     if a is None or b is None:
         return 'missing' if a is None else 'extra'
@@ -4906,7 +4906,8 @@ def _differs(a, b, dt):
     if a[0] == 'seq':
         if len(a[1]) != len(b[1]):
             return 'length'
-        return next((w for w in (_differs(x, y, dt) for x, y in zip(a[1], b[1])) if w), None)
+        return next((w for w in (_differs(x, y, dt, value_underflow) for x, y in zip(a[1], b[1]))
+                     if w), None)
     if a[0] in ('tensor', 'float'):
         if a[0] == 'tensor':
             if a[1] != b[1]:
@@ -4924,7 +4925,12 @@ def _differs(a, b, dt):
             return 'nan/inf'
         rtol, atol = _TOLERANCES[dt]
         ok = np.isfinite(x)
-        return None if np.allclose(x[ok], y[ok], rtol=rtol, atol=atol) else 'value'
+        if not np.allclose(x[ok], y[ok], rtol=rtol, atol=atol):
+            return 'value'
+        # an elementwise function's value (not a sum or a gradient, where rounding leaves
+        # 1e-17s) that underflows to 0 in tinytorch, but not in PyTorch
+        flushed = (x[ok] == 0) & (np.abs(y[ok]) > 1e3 * np.finfo(dt).tiny)
+        return 'value (0 where PyTorch is not)' if value_underflow and flushed.any() else None
     return None if a == b else 'value'
 
 
@@ -4971,13 +4977,15 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
         got, _ = _run(lines, 'tt', dt, loss)
         for k, ((e1, s1), (e2, s2)) in enumerate(zip(got, ref)):
             what = None
+            if e1 and e2 and k == len(lines):
+                break  # both backwards raised: the gradients they left half-done don't count
             if (e1 is None) != (e2 is None):
                 what, name = f"raises only in {'tinytorch' if e1 else 'PyTorch'}", None
-                if e1:
-                    what += f" ({e1.split(':')[0]})"
+                if e1:  # the error's type and first words tell causes apart
+                    what += f" ({re.sub(r'[0-9]+', '#', e1)[:60]})"
             else:
                 for name in sorted(set(s1) | set(s2), key=lambda n: int(n[1:])):
-                    what = _differs(s1.get(name), s2.get(name), dt)
+                    what = _differs(s1.get(name), s2.get(name), dt, k < len(lines) and ops[k] in _UNARY)
                     if what:
                         if k == len(lines):
                             what = f".grad {what}"
@@ -5048,7 +5056,7 @@ def fuzz(seed=0, count=1000, families=None, minimise=True, out=None):
         if m is None:
             continue
         pre = (m.cause(), m.dt)
-        if seen.get(pre, 0) < (3 if m.op == 'backward' or 'aliasing' in pre[0] else 1):
+        if seen.get(pre, 0) < (10 if m.op == 'backward' or 'aliasing' in pre[0] else 1):
             seen[pre] = seen.get(pre, 0) + 1
             if minimise:
                 m = _minimise(m, torch)
