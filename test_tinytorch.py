@@ -4347,6 +4347,8 @@ def _g_binary(g):
     op = g.op(['+', '-', '*', '/', '**', '+', '*', '>', '==', '<=', '!=', '<'], ['//', '%', '&', '|', '^'])
     b = g.operand_like(g.env[a]) if g.chance(0.8) else g.pick() or g.scalar()
     left, right = (a, b) if g.chance(0.6) else (b, a)
+    if op in ('&', '|', '^'):  # bitwise ops, on masks
+        left, right = (f"({t} > 0)" if t.startswith('t') else 'True' for t in (left, right))
     return f"{g.name()} = {left} {op} {right}", op
 
 
@@ -4369,7 +4371,9 @@ def _g_unary(g):
     x = g.pick()
     if x is None:
         return None
-    f = g.op(_UNARY, _UNARY_23)
+    f = g.op(_UNARY, _UNARY_23 + ['~'])
+    if f == '~':
+        return f"{g.name()} = ~({x} > 0)", f
     call = f"T.{f}({x})" if g.chance(0.5) else f"{x}.{f}()"
     return f"{g.name()} = {call}", f
 
@@ -4975,6 +4979,9 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
     for dt in dts:
         ref, loss = _run(lines, 'torch', dt)
         got, _ = _run(lines, 'tt', dt, loss)
+        # a program that uses a name a dropped statement defined is no reproducer
+        broken = any(e1 and e2 and e1.startswith('NameError') and e2.startswith('NameError')
+                     for (e1, _), (e2, _) in zip(got[:-1], ref[:-1]))
         for k, ((e1, s1), (e2, s2)) in enumerate(zip(got, ref)):
             what = None
             if e1 and e2 and k == len(lines):
@@ -4992,7 +4999,9 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
                         break
             if what:
                 side = (lambda e, s: e if (e1 is None) != (e2 is None) else s.get(name))
-                return _Mismatch(lines, ops, dt, k, name, what, side(e1, s1), side(e2, s2), loss)
+                m = _Mismatch(lines, ops, dt, k, name, what, side(e1, s1), side(e2, s2), loss)
+                m.broken = broken
+                return m
     return None
 
 
@@ -5005,7 +5014,7 @@ def _minimise(m, torch):
         for i in reversed(range(len(lines))):
             trial_l, trial_o = lines[:i] + lines[i + 1:], ops[:i] + ops[i + 1:]
             t = _compare(trial_l, trial_o, torch, (m.dt,))
-            if t is not None and t.cause() == key:
+            if t is not None and t.cause() == key and not t.broken:
                 lines, ops, m, changed = trial_l, trial_o, t, True
     return m
 
@@ -5037,17 +5046,26 @@ def _reproducer(m):
     return '\n'.join(out)
 
 
-def fuzz(seed=0, count=1000, families=None, minimise=True, out=None):
-    """Runs `count` random programs; returns {cause: [count, minimised mismatch]}."""
+def fuzz(seed=0, count=1000, families=None, minimise=True):
+    """Runs `count` random programs; returns {cause: [programs, a minimised mismatch,
+    the families it was seen in]}."""
     torch = need_torch()
-    torch.set_num_threads(1)
-    families = list(families or _FAMILIES)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only cost time
+    try:
+        return _fuzz(torch, seed, count, list(families or _FAMILIES), minimise)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fuzz(torch, seed, count, families, minimise):
     rng = np.random.default_rng(seed)
     causes, seen, pre_key = {}, {}, {}
     for _ in range(count):
         family = families[int(rng.integers(len(families)))]
-        g = _Gen(rng, torch, [family] if family != 'edges' else [f for f in _FAMILIES if f not in ('edges', 'names')],
-                 edges=family == 'edges')
+        # 'edges' draws edge inputs and the statements of every family but 'names'
+        drawn = [f for f in _FAMILIES if f not in ('edges', 'names')] if family == 'edges' else [family]
+        g = _Gen(rng, torch, drawn, edges=family == 'edges')
         g.inputs()
         for _ in range(int(rng.integers(3, 13))):
             g.statement()
@@ -5055,6 +5073,8 @@ def fuzz(seed=0, count=1000, families=None, minimise=True, out=None):
         m = _compare(lines, ops, torch)
         if m is None:
             continue
+        # minimise the first program of each cause; gradient and aliasing causes are
+        # named by their minimised program, so minimise up to ten of those
         pre = (m.cause(), m.dt)
         if seen.get(pre, 0) < (10 if m.op == 'backward' or 'aliasing' in pre[0] else 1):
             seen[pre] = seen.get(pre, 0) + 1
