@@ -4584,11 +4584,12 @@ def _index_kind(idx):
     for p in _split_index(idx):
         p = p.strip()
         kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.')
-                     else 'slice' if ':' in p else p if p in ('None', '...') else 'int' if p else '')
+                     else 'slice' if ':' in p else p if p in ('None', '...', '()') else 'int' if p else '')
     return 'x[' + ', '.join(k for k in kinds if k) + ']'
 
 
 def _split_index(idx):
+    """An index's source split at its top-level commas (not those inside T.tensor([...]))."""
     out, depth, cur = [], 0, ''
     for ch in idx:
         depth += (ch in '([') - (ch in ')]')
