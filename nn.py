@@ -21,6 +21,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 import zipfile
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -455,6 +456,147 @@ relu, gelu, silu, sigmoid, tanh = tt.relu, tt.gelu, tt.silu, tt.sigmoid, tt.tanh
 leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.softmax, tt.log_softmax
 
 
+# -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
+# Each selects its branch with np.where, in the forward pass and in the rule, so an
+# infinity in the branch not taken never turns into nan (0 * inf would).
+def _floating(x, op):
+    if x.dtype.kind != 'f':
+        raise TypeError(f"{op}: expects a floating point tensor, got {x.dtype}")
+
+
+def _activation_result(input, out, op, inplace):
+    """out, or out written into input's memory (the in-place form, op_ as PyTorch names it)."""
+    return tt._in_place(input, op + '_', out) if inplace else out
+
+
+def _elu(x, alpha, scale, op):
+    """scale * x where x > 0, else scale * alpha * (exp(x) - 1): ELU (scale 1) and SELU."""
+    _floating(x, op)
+    neg = x.data <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
+    xneg = np.where(neg, x.data, 0)  # exp only of what is used: no overflow for large x
+    out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.data)
+
+    def backward(g):
+        """d elu(x)/dx = scale where x > 0, else scale * alpha * exp(x)"""
+        return (np.where(neg, g * (scale * alpha) * np.exp(xneg), g * scale),)
+    return from_op(out, op, (x,), backward)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return _activation_result(input, _elu(input, alpha, 1.0, 'elu'), 'elu', inplace)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """scale * elu(x, alpha) with SELU's two constants (self-normalizing networks)."""
+    return _activation_result(input, _elu(input, _SELU_ALPHA, _SELU_SCALE, 'selu'), 'selu',
+                              inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """x clamped to [min_val, max_val]. Unlike clamp, the gradient stops at the bounds
+    themselves (PyTorch's rule: it passes only where min_val < x < max_val)."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    x = input.data
+    out = np.clip(x, min_val, max_val).astype(x.dtype)
+    outside = (x <= min_val) | (x >= max_val)  # nan is neither: its gradient passes
+
+    def backward(g):
+        """d hardtanh(x)/dx = 1 where min_val < x < max_val, else 0"""
+        return (np.where(outside, 0, g),)
+    return _activation_result(input, from_op(out, 'hardtanh', (input,), backward), 'hardtanh',
+                              inplace)
+
+
+def relu6(input, inplace=False):
+    """min(max(x, 0), 6): hardtanh(x, 0, 6), so the gradient is 0 at 0 and at 6."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x):
+        return elu(x, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class SELU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
+    def forward(self, x):
+        return selu(x, self.inplace)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        if min_val > max_val:
+            raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than max_val "
+                             f"({max_val})")
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, x):
+        return hardtanh(x, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace=False):
+        super().__init__(0.0, 6.0, inplace)
+
+
+def _softmax_dim(dim, ndim, op):
+    """PyTorch's choice when Softmax() is given no dim (with its warning): dim 0 for
+    0-, 1- and 3-d inputs, else 1."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"{op}: implicit dimension choice has been deprecated; pass dim=",
+                  stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        self.dim = dim
+
+    def forward(self, x):
+        return tt.softmax(x, _softmax_dim(self.dim, x.ndim, 'Softmax'))
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim=None):
+        self.dim = dim
+
+    def forward(self, x):
+        return tt.log_softmax(x, _softmax_dim(self.dim, x.ndim, 'LogSoftmax'))
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Identity(Module):
+    """Returns its input (a placeholder layer); its arguments are ignored, as in PyTorch."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def forward(self, x):
+        return x
+
+
 def one_hot(tensor, num_classes=-1):
     """(..., num_classes) int64 tensor with a 1 at each index (no gradient: indices have none)."""
     idx = tensor.data if isinstance(tensor, Tensor) else np.asarray(tensor)
@@ -464,6 +606,110 @@ def one_hot(tensor, num_classes=-1):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"one_hot: class values must be in [0, {n}), got {idx.min()}..{idx.max()}")
     return tt.tensor(np.arange(n) == idx[..., None]).long()
+
+
+# -- padding, normalizing, and the cosine of two vectors --------------------------
+def pad(input, pad, mode='constant', value=None):
+    """Pad the last len(pad) // 2 dims: pad = (left, right) for the last dim, then
+    (left, right) for the one before, and so on (PyTorch's order). A negative amount
+    crops. mode 'constant' fills with value (0 by default); 'reflect' mirrors the edge
+    (without repeating it), 'replicate' repeats the edge, 'circular' wraps around."""
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"pad: needs an even number of amounts, two per dim and at most "
+                         f"{2 * input.ndim} for a {input.ndim}-d input, got {pad}")
+    k = len(pad) // 2
+    pairs = {input.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(k)}  # dim: (l, r)
+    if mode == 'constant':
+        return _pad_constant(input, pairs, 0 if value is None else value)
+    if mode not in ('reflect', 'replicate', 'circular'):
+        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', "
+                         f"got {mode!r}")
+    if value is not None:
+        raise ValueError(f"pad: mode {mode!r} takes no value")
+    if k not in (1, 2, 3) or input.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(f"pad: mode {mode!r} pads the last 1, 2 or 3 dims of a "
+                                  f"(batch, channels, ...) input: {2 * k} amounts need a "
+                                  f"{k + 1}-d or {k + 2}-d input, got {input.ndim}-d")
+    x = input
+    for d, (left, right) in pairs.items():  # crop first, then pad what is left
+        n = x.shape[d] - max(-left, 0) - max(-right, 0)
+        x = x.narrow(d, max(-left, 0), n)
+        left, right = max(left, 0), max(right, 0)
+        most = n - 1 if mode == 'reflect' else n if mode == 'circular' else math.inf
+        if (left or right) and (n == 0 or max(left, right) > most):
+            raise ValueError(f"pad: mode {mode!r} cannot pad a dim of size {n} by "
+                             f"({left}, {right})")
+        j = np.arange(-left, n + right)  # the positions of the output, in x's numbering
+        if mode == 'reflect':  # mirror at 0 and at n - 1
+            j = np.abs(j) % (2 * n - 2) if n > 1 else np.zeros_like(j)
+            j = np.where(j >= n, 2 * n - 2 - j, j)
+        elif mode == 'replicate':
+            j = np.clip(j, 0, n - 1)
+        else:
+            j = j % n
+        x = x.index_select(d, tt.tensor(j))  # its gradient adds the copies back up
+    return x
+
+
+def _pad_constant(input, pairs, value):
+    """Constant padding as one op: the input's kept part is copied into an array of value."""
+    shape, src, dst = list(input.shape), [slice(None)] * input.ndim, [slice(None)] * input.ndim
+    for d, (left, right) in pairs.items():
+        n = input.shape[d]
+        shape[d] = n + left + right
+        if shape[d] < 0:
+            raise ValueError(f"pad: padding ({left}, {right}) makes dim {d} of size {n} "
+                             f"negative ({shape[d]})")
+        kept = max(n - max(-left, 0) - max(-right, 0), 0)
+        src[d] = slice(max(-left, 0), max(-left, 0) + kept)
+        dst[d] = slice(max(left, 0), max(left, 0) + kept)
+    src, dst = tuple(src), tuple(dst)
+    out = np.full(shape, value, dtype=input.dtype)
+    out[dst] = input.data[src]
+
+    def backward(g):
+        """d pad(x)/dx = 1 for the elements kept, 0 for those cropped  (g cut back to x's place)"""
+        gx = np.zeros(input.shape, dtype=g.dtype)
+        gx[src] = g[dst]
+        return (gx,)
+    return from_op(out, 'pad', (input,), backward)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(norm_p(input over dim), eps): unit vectors along dim."""
+    if out is not None:
+        raise TypeError("normalize: out= is not supported; use the returned tensor")
+    return input / input.norm(p, dim, keepdim=True).clamp(min=eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum over dim of (x1 / |x1|) * (x2 / |x2|), each norm at least eps (broadcasting x1
+    and x2 first). As in PyTorch, the eps floor only guards the division: the gradient
+    goes through the norm itself."""
+    try:
+        shape = np.broadcast_shapes(x1.shape, x2.shape)
+    except ValueError:
+        raise ValueError(f"cosine_similarity: shapes {tuple(x1.shape)} and {tuple(x2.shape)} "
+                         "cannot be broadcast together") from None
+    x1 = x1 if x1.shape == shape else x1.expand(shape)
+    x2 = x2 if x2.shape == shape else x2.expand(shape)
+    n1, n2 = x1.norm(2, dim, keepdim=True).clone(), x2.norm(2, dim, keepdim=True).clone()
+    with no_grad():  # clones: the norms' own rules read the unclamped values
+        n1.clamp_(min=eps)
+        n2.clamp_(min=eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return cosine_similarity(x1, x2, self.dim, self.eps)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, eps={self.eps}"
 
 
 # -- images: convolution, pooling, batch norm ----------------------------------
