@@ -1644,6 +1644,172 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
 
+def _legacy_reduction(size_average, reduce, reduction):
+    """PyTorch's old size_average / reduce arguments, read as a reduction."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return 'none'
+    return 'sum' if size_average is False else 'mean'
+
+
+def _pair(input, target, op):
+    """target as a tensor; shapes that differ broadcast, with PyTorch's warning."""
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        warnings.warn(f"{op}: target size {tuple(target.shape)} differs from input size "
+                      f"{tuple(input.shape)}; they will be broadcast, which is often a mistake",
+                      stacklevel=3)
+    return target
+
+
+def _weights(weight, input, op):
+    if weight is not None and weight.shape != input.shape:
+        raise ValueError(f"{op}: weight of shape {tuple(weight.shape)} must have the input's "
+                         f"shape {tuple(input.shape)}")
+    return weight
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
+    """|input - target| (its gradient sign(input - target), 0 where they are equal).
+    weight (input's shape) scales each element; 'mean' then divides by its sum."""
+    target = _pair(input, target, 'l1_loss')
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = (input - target).abs()
+    if _weights(weight, input, 'l1_loss') is None:
+        return _reduce(loss, reduction, 'l1_loss')
+    loss = loss * weight
+    return loss.sum() / weight.sum() if reduction == 'mean' else _reduce(loss, reduction, 'l1_loss')
+
+
+def _huber(input, target, delta, op):
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), for d = input - target
+    (broadcast): quadratic near 0, linear (so robust to outliers) beyond delta."""
+    input, target = tt._operands(input, target)
+    with np.errstate(invalid='ignore'):  # |nan| < delta: nan, as in PyTorch
+        d = input.data - target.data
+        ad = np.abs(d)
+        small = ad < delta
+        out = np.where(small, 0.5 * d * d, delta * (ad - 0.5 * delta)).astype(d.dtype)
+
+    def backward(g):
+        """d huber/d input = d where |d| < delta, else delta sign(d)
+        d huber/d target = -d where |d| < delta, else -delta sign(d)"""
+        gd = g * np.where(small, d, delta * np.sign(d))
+        return (tt.unbroadcast(gd, input.shape) if input.requires_grad else None,
+                tt.unbroadcast(-gd, target.shape) if target.requires_grad else None)
+    return from_op(out, op, (input, target), backward)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = input - target): Huber's
+    loss divided by beta, and l1_loss for beta = 0."""
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    target = _pair(input, target, 'smooth_l1_loss')
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta == 0:
+        return l1_loss(input, target, reduction=reduction)
+    return _reduce(_huber(input, target, beta, 'smooth_l1') / beta, reduction, 'smooth_l1_loss')
+
+
+def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target.
+    weight (input's shape) scales each element ('mean' still divides by the count)."""
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
+    target = _pair(input, target, 'huber_loss')
+    loss = _huber(input, target, delta, 'huber')
+    if _weights(weight, input, 'huber_loss') is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, 'huber_loss')
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction='mean'):
+    """Negative log-likelihood: loss_i = -weight[t_i] * input[i, t_i], where input holds
+    log-probabilities: (N, C) with N targets, (N, C, d1, ...) with targets (N, d1, ...),
+    or (C,) with one 0-d target. 'mean' divides by the sum of the targets' weights;
+    targets equal to ignore_index contribute 0 (nan for 'mean' if all are ignored)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if t.dtype.kind not in 'iu':
+        raise TypeError(f"nll_loss: targets must be integer class indices, got {t.dtype}")
+    if input.ndim == 1:  # one sample: (C,) and a 0-d target
+        if t.ndim != 0:
+            raise ValueError(f"nll_loss: input of shape {tuple(input.shape)} needs a 0-d target, "
+                             f"got shape {tuple(t.shape)}")
+        return nll_loss(input[None], t[None], weight, ignore_index=ignore_index,
+                        reduction=reduction).reshape(())  # 'none' gives (1,): one 0-d loss
+    if input.ndim == 0 or t.shape != input.shape[:1] + input.shape[2:]:
+        raise ValueError(f"nll_loss: input of shape {tuple(input.shape)} needs targets of shape "
+                         f"{tuple(input.shape[:1] + input.shape[2:])}, got {tuple(t.shape)}")
+    c = input.shape[1]
+    if weight is not None:
+        tt._same_dtype('nll_loss', input=input, weight=weight)
+        if weight.shape != (c,):
+            raise ValueError(f"nll_loss: weight must have shape ({c},), one per class, "
+                             f"got {tuple(weight.shape)}")
+    valid = t != ignore_index
+    bad = valid & ((t < 0) | (t >= c))
+    if bad.any():
+        raise IndexError(f"nll_loss: target {t[bad][0]} is out of range for {c} classes")
+    safe_t = np.where(valid, t, 0)
+    picked = input.gather(1, tt.tensor(safe_t[:, None])).squeeze(1)  # input[i, t_i]
+    w_t = np.where(valid, 1 if weight is None else weight.data[safe_t], 0).astype(input.dtype)
+    # select, not multiply by a 0/1 mask: an ignored row's nan or inf stays out
+    loss = tt.where(valid, -picked if weight is None else -(picked * w_t), 0.0)
+    if reduction == 'none':
+        return loss
+    if reduction == 'sum':
+        return loss.sum()
+    total = w_t.sum()
+    return loss.sum() / total if total else loss.sum() * np.nan  # PyTorch's 0 / 0
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_target=False):
+    """Kullback-Leibler divergence of the target distribution from the input one, with
+    input as log-probabilities: target (log target - input) pointwise, taking
+    0 log 0 = 0. log_target: the target is given as log-probabilities too.
+    'batchmean' divides the sum by the batch size (the true KL per sample); 'mean'
+    divides by the number of elements, as in PyTorch."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ('mean', 'sum', 'none', 'batchmean'):
+        raise ValueError(f"kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    if reduction == 'mean':
+        warnings.warn("kl_div: reduction='mean' divides by the number of elements, not the "
+                      "batch size; 'batchmean' gives the KL divergence per sample", stacklevel=2)
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    loss = _kl_pointwise(input, target, log_target)
+    if reduction == 'batchmean':
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, reduction, 'kl_div')
+
+
+def _kl_pointwise(input, target, log_target):
+    input, target = tt._operands(input, target)
+    x, y = input.data, target.data
+    with np.errstate(divide='ignore', invalid='ignore'):
+        if log_target:
+            ey = np.exp(y)
+            out = ey * (y - x)
+            gx, gy = -ey, ey * (y - x + 1)
+        else:  # y log y is 0 at y = 0; its derivative there is nan, as PyTorch's xlogy gives
+            logy = np.log(y)
+            out = np.where(y == 0, 0, y * logy) - y * x
+            gx, gy = -y, np.where(y == 0, np.nan, logy + 1) - x
+
+    def backward(g):
+        """d kl/d input = -target  (-exp(target) with log_target)
+        d kl/d target = log(target) + 1 - input  (exp(target) (target - input + 1) with log_target)"""
+        return (tt.unbroadcast(g * gx, input.shape) if input.requires_grad else None,
+                tt.unbroadcast(g * gy, target.shape) if target.requires_grad else None)
+    return from_op(out.astype(x.dtype), 'kl_div', (input, target), backward)
+
+
 class MSELoss(Module):
     def __init__(self, reduction='mean'):
         self.reduction = reduction
@@ -1668,6 +1834,50 @@ class BCEWithLogitsLoss(Module):
 
     def forward(self, logits, target):
         return binary_cross_entropy_with_logits(logits, target, self.reduction)
+
+
+class L1Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean'):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean', beta=1.0):
+        self.reduction, self.beta = _legacy_reduction(size_average, reduce, reduction), beta
+
+    def forward(self, input, target):
+        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(Module):
+    def __init__(self, reduction='mean', delta=1.0):
+        self.reduction, self.delta = reduction, delta
+
+    def forward(self, input, target):
+        return huber_loss(input, target, self.reduction, self.delta)
+
+
+class NLLLoss(Module):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction='mean'):
+        self.weight, self.ignore_index = weight, ignore_index
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                        reduction=self.reduction)
+
+
+class KLDivLoss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean', log_target=False):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 # ---------------------------------------------------------------------------
