@@ -1229,6 +1229,51 @@ class GRU(_RNNBase):
 # key and value are each projected and split into heads, and an output projection
 # joins the heads again. A layer is attention and a two-layer MLP, each added to its
 # input and layer-normed (after the sum, or before the sublayer with norm_first).
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, written
+    here from tensor ops (transformer.py keeps its own, simpler one to read first).
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); scale defaults
+    to 1/sqrt(E). attn_mask broadcasts to (..., L, S): a bool mask says True = may attend
+    (the opposite of MultiheadAttention's), a float one is added to the scores (and gets
+    its gradient). is_causal: query i attends to keys 0..i. A query that may attend to
+    nothing gets zeros (PyTorch's answer), not nan. dropout_p drops attention weights
+    whenever it is > 0 (pass 0.0 in eval mode, as PyTorch code does). enable_gqa: key and
+    value may have fewer heads (dim -3) than query, each shared by a group of queries."""
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("scaled_dot_product_attention: explicit attn_mask should not be set "
+                           "when is_causal=True")
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        group = query.shape[-3] // key.shape[-3]  # each key/value head serves `group` query heads
+
+        def repeat(x):
+            x = x.unsqueeze(-3)
+            return x.expand(*x.shape[:-3], group, *x.shape[-2:]).flatten(-4, -3)
+        key, value = repeat(key), repeat(value)
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~np.tril(np.ones((L, S), dtype=bool)), -math.inf)
+    if attn_mask is not None:
+        m = attn_mask.data if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+        if m.dtype == bool:
+            scores = scores.masked_fill(~m, -math.inf)
+        else:
+            scores = scores + (attn_mask if isinstance(attn_mask, Tensor) else tt.tensor(m))
+    dead = np.all(scores.data == -math.inf, axis=-1, keepdims=True)  # rows with no key
+    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
+        scores = tt.where(dead, 0.0, scores)
+    weights = scores.softmax(-1)
+    if dead.any():
+        weights = tt.where(dead, 0.0, weights)
+    if dropout_p > 0:
+        weights = dropout(weights, dropout_p)
+    return weights @ value
+
+
 def _mask_as_added(mask, shape, what, dtype):
     """A mask as an array added to the scores: a bool True means "may not attend" (-inf;
     PyTorch's convention for these modules), a float mask is added as it is."""
@@ -1554,11 +1599,32 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     the one-hot target with a uniform one: loss_i = (1 - e) nll_i + e/C sum_c w_c (lse_i - z_ic).
     Rows whose target is ignore_index contribute nothing and get a zero gradient,
     even when every row is ignored (the loss is then nan, the gradient 0, as PyTorch).
+
+    Other shapes are brought to this one: (N, C, d1, ...) logits with (N, d1, ...)
+    targets (an image's pixels, a sequence's positions) become rows, as does one (C,)
+    sample with a 0-d target. A float target of the input's shape holds class
+    probabilities: loss = -sum_c w_c target_c log_softmax(z)_c, composed of tensor ops.
     """
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if t.dtype.kind == 'f':
+        return _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
+                                            label_smoothing)
+    if input.ndim != 2 and input.ndim >= 1:
+        if input.ndim == 1:  # one sample
+            rows, expected = input[None], ()
+        else:  # the class dim last, then one row per (n, d1, ...)
+            rows = input.permute(0, *range(2, input.ndim), 1).reshape(-1, input.shape[1])
+            expected = input.shape[:1] + input.shape[2:]
+        if t.shape != expected:
+            raise ValueError(f"cross_entropy: logits of shape {tuple(input.shape)} need targets "
+                             f"of shape {expected}, got {tuple(t.shape)}")
+        loss = cross_entropy(rows, t.reshape(-1), weight, ignore_index=ignore_index,
+                             reduction=reduction, label_smoothing=label_smoothing)
+        return loss.reshape(expected) if reduction == 'none' else loss
     logits = input
     if logits.ndim != 2:
-        raise ValueError(f"cross_entropy: logits must be (N, C), got shape {tuple(logits.shape)}; "
-                         "reshape (B, T, C) logits with .reshape(-1, C)")
+        raise ValueError(f"cross_entropy: logits must be (N, C), (N, C, d1, ...) or (C,), got "
+                         f"shape {tuple(logits.shape)}")
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, got {t.dtype}")
@@ -1620,6 +1686,31 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
         scale = (scale * valid).astype(logits.dtype)
         return (grad * scale[:, None],)  # one scale per row
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
+
+
+def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction, smoothing):
+    """cross_entropy with class probabilities as the target (soft labels)."""
+    if not isinstance(target, Tensor):
+        target = tt.tensor(np.asarray(target, dtype=input.dtype))
+    if target.shape != input.shape:
+        raise ValueError(f"cross_entropy: a probability target must have the input's shape "
+                         f"{tuple(input.shape)}, got {tuple(target.shape)}")
+    if ignore_index != -100:
+        raise ValueError("cross_entropy: ignore_index is not supported for probability targets")
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    d = 1 if input.ndim >= 2 else 0  # the class dim
+    c = input.shape[d]
+    if smoothing:
+        target = target * (1 - smoothing) + smoothing / c
+    terms = input.log_softmax(d) * target
+    if weight is not None:
+        if weight.shape != (c,):
+            raise ValueError(f"cross_entropy: weight must have shape ({c},), one per class, "
+                             f"got {tuple(weight.shape)}")
+        terms = terms * weight.reshape((c,) + (1,) * (input.ndim - d - 1))
+    return _reduce(-terms.sum(d), reduction, 'cross_entropy')  # 'mean': over N, d1, ...
 
 
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
