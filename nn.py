@@ -1888,10 +1888,10 @@ def _kl_pointwise(input, target, log_target):
             ey = np.exp(y)
             out = ey * (y - x)
             gx, gy = -ey, ey * (y - x + 1)
-        else:  # y log y is 0 at y = 0; its derivative there is nan, as PyTorch's xlogy gives
-            logy = np.log(y)
+        else:  # y log y is 0 at y = 0 (xlogy). Its derivative log y + y / y, written as
+            logy = np.log(y)  # PyTorch's xlogy rule has it, is nan at y = 0 and y = inf
             out = np.where(y == 0, 0, y * logy) - y * x
-            gx, gy = -y, np.where(y == 0, np.nan, logy + 1) - x
+            gx, gy = -y, np.where(y == 0, 0, logy) + y / y - x
 
     def backward(g):
         """d kl/d input = -target  (-exp(target) with log_target)
