@@ -1,13 +1,16 @@
 """nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
 
   1. Parameter and Module (parameters, train/eval, state_dict, repr)
-  2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers; for images
+  2. layers: Linear, Embedding, LayerNorm, Dropout, activations (ELU, SELU, Hardtanh,
+     ReLU6, Softmax, ...), containers; pad, normalize, cosine_similarity; for images
      Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
   3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
      tanh), and RNN, LSTM, GRU (a loop of the cell over time)
-  4. attention and the Transformer as PyTorch's modules: MultiheadAttention,
-     TransformerEncoderLayer / DecoderLayer, TransformerEncoder / Decoder, Transformer
-  5. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
+  4. attention and the Transformer as PyTorch's modules: scaled_dot_product_attention,
+     MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder /
+     Decoder, Transformer
+  5. losses: mse_loss, l1_loss, smooth_l1_loss, huber_loss, cross_entropy (fused),
+     nll_loss, kl_div, binary_cross_entropy_with_logits
   6. initialisers (nn.init.normal_, xavier_uniform_, ...)
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
