@@ -557,6 +557,9 @@ class ReLU6(Hardtanh):
     def __init__(self, inplace=False):
         super().__init__(0.0, 6.0, inplace)
 
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
 
 def _softmax_dim(dim, ndim, op):
     """PyTorch's choice when Softmax() is given no dim (with its warning): dim 0 for
@@ -1265,7 +1268,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if m.dtype == bool:
             scores = scores.masked_fill(~m, -math.inf)
         else:
-            scores = scores + (attn_mask if isinstance(attn_mask, Tensor) else tt.tensor(m))
+            scores = scores + (attn_mask if isinstance(attn_mask, Tensor)
+                               else tt.tensor(m.astype(scores.dtype)))
     dead = np.all(scores.data == -math.inf, axis=-1, keepdims=True)  # rows with no key
     if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
         scores = tt.where(dead, 0.0, scores)

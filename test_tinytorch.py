@@ -1574,7 +1574,8 @@ def test_more_activation_modules_and_in_place():
                       (nn.LogSoftmax(-1), lambda x: x.log_softmax(-1)),
                       (nn.Identity(54, unused=True), lambda x: x)]:
         np.testing.assert_array_equal(layer(x).data, fn(x).data)
-    assert repr(nn.ReLU6()) == "ReLU6(min_val=0.0, max_val=6.0)" and nn.Identity()(x) is x
+    assert repr(nn.ReLU6()) == "ReLU6()" and repr(nn.Hardtanh()) == "Hardtanh(min_val=-1.0, max_val=1.0)"
+    assert nn.Identity()(x) is x
     with pytest.warns(UserWarning, match="implicit dimension"):
         np.testing.assert_array_equal(nn.Softmax()(x).data, x.softmax(1).data)  # PyTorch's choice
     # inplace=True writes into the input and stays in the graph
