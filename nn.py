@@ -1895,8 +1895,10 @@ def _kl_pointwise(input, target, log_target):
             ey = np.exp(y)
             out = ey * (y - x)
             gx, gy = -ey, ey * (y - x + 1)
-        else:  # y log y is 0 at y = 0 (xlogy). Its derivative log y + y / y, written as
-            logy = np.log(y)  # PyTorch's xlogy rule has it, is nan at y = 0 and y = inf
+        else:
+            # y log y is taken as 0 at y = 0 (xlogy). Its derivative, written as PyTorch's
+            # xlogy rule writes it (log y, 0 at y = 0, plus y / y), is nan at y = 0 and inf.
+            logy = np.log(y)
             out = np.where(y == 0, 0, y * logy) - y * x
             gx, gy = -y, np.where(y == 0, 0, logy) + y / y - x
 
