@@ -1,13 +1,16 @@
 """nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
 
   1. Parameter and Module (parameters, train/eval, state_dict, repr)
-  2. layers: Linear, Embedding, LayerNorm, Dropout, activations, containers; for images
+  2. layers: Linear, Embedding, LayerNorm, Dropout, activations (ELU, SELU, Hardtanh,
+     ReLU6, Softmax, ...), containers; pad, normalize, cosine_similarity; for images
      Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
   3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
      tanh), and RNN, LSTM, GRU (a loop of the cell over time)
-  4. attention and the Transformer as PyTorch's modules: MultiheadAttention,
-     TransformerEncoderLayer / DecoderLayer, TransformerEncoder / Decoder, Transformer
-  5. losses: mse_loss, cross_entropy (fused), binary_cross_entropy_with_logits
+  4. attention and the Transformer as PyTorch's modules: scaled_dot_product_attention,
+     MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder /
+     Decoder, Transformer
+  5. losses: mse_loss, l1_loss, smooth_l1_loss, huber_loss, cross_entropy (fused),
+     nll_loss, kl_div, binary_cross_entropy_with_logits
   6. initialisers (nn.init.normal_, xavier_uniform_, ...)
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 import zipfile
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -455,6 +459,150 @@ relu, gelu, silu, sigmoid, tanh = tt.relu, tt.gelu, tt.silu, tt.sigmoid, tt.tanh
 leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.softmax, tt.log_softmax
 
 
+# -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
+# Each selects its branch with np.where, in the forward pass and in the rule, so an
+# infinity in the branch not taken never turns into nan (0 * inf would).
+def _floating(x, op):
+    if x.dtype.kind != 'f':
+        raise TypeError(f"{op}: expects a floating point tensor, got {x.dtype}")
+
+
+def _activation_result(input, out, op, inplace):
+    """out, or out written into input's memory (the in-place form, op_ as PyTorch names it)."""
+    return tt._in_place(input, op + '_', out) if inplace else out
+
+
+def _elu(x, alpha, scale, op):
+    """scale * x where x > 0, else scale * alpha * (exp(x) - 1): ELU (scale 1) and SELU."""
+    _floating(x, op)
+    neg = x.data <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
+    xneg = np.where(neg, x.data, 0)  # exp only of what is used: no overflow for large x
+    out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.data)
+
+    def backward(g):
+        """d elu(x)/dx = scale where x > 0, else scale * alpha * exp(x)"""
+        return (np.where(neg, g * (scale * alpha) * np.exp(xneg), g * scale),)
+    return from_op(out, op, (x,), backward)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return _activation_result(input, _elu(input, alpha, 1.0, 'elu'), 'elu', inplace)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """scale * elu(x, alpha) with SELU's two constants (self-normalizing networks)."""
+    return _activation_result(input, _elu(input, _SELU_ALPHA, _SELU_SCALE, 'selu'), 'selu',
+                              inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """x clamped to [min_val, max_val]. Unlike clamp, the gradient stops at the bounds
+    themselves (PyTorch's rule: it passes only where min_val < x < max_val)."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    x = input.data
+    out = np.clip(x, min_val, max_val).astype(x.dtype)
+    outside = (x <= min_val) | (x >= max_val)  # nan is neither: its gradient passes
+
+    def backward(g):
+        """d hardtanh(x)/dx = 1 where min_val < x < max_val, else 0"""
+        return (np.where(outside, 0, g),)
+    return _activation_result(input, from_op(out, 'hardtanh', (input,), backward), 'hardtanh',
+                              inplace)
+
+
+def relu6(input, inplace=False):
+    """min(max(x, 0), 6): hardtanh(x, 0, 6), so the gradient is 0 at 0 and at 6."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x):
+        return elu(x, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class SELU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
+    def forward(self, x):
+        return selu(x, self.inplace)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        if min_val > max_val:
+            raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than max_val "
+                             f"({max_val})")
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, x):
+        return hardtanh(x, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace=False):
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+
+def _softmax_dim(dim, ndim, op):
+    """PyTorch's choice when Softmax() is given no dim (with its warning): dim 0 for
+    0-, 1- and 3-d inputs, else 1."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"{op}: implicit dimension choice has been deprecated; pass dim=",
+                  stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        self.dim = dim
+
+    def forward(self, x):
+        return tt.softmax(x, _softmax_dim(self.dim, x.ndim, 'Softmax'))
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim=None):
+        self.dim = dim
+
+    def forward(self, x):
+        return tt.log_softmax(x, _softmax_dim(self.dim, x.ndim, 'LogSoftmax'))
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Identity(Module):
+    """Returns its input (a placeholder layer); its arguments are ignored, as in PyTorch."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def forward(self, x):
+        return x
+
+
 def one_hot(tensor, num_classes=-1):
     """(..., num_classes) int64 tensor with a 1 at each index (no gradient: indices have none)."""
     idx = tensor.data if isinstance(tensor, Tensor) else np.asarray(tensor)
@@ -464,6 +612,110 @@ def one_hot(tensor, num_classes=-1):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"one_hot: class values must be in [0, {n}), got {idx.min()}..{idx.max()}")
     return tt.tensor(np.arange(n) == idx[..., None]).long()
+
+
+# -- padding, normalizing, and the cosine of two vectors --------------------------
+def pad(input, pad, mode='constant', value=None):
+    """Pad the last len(pad) // 2 dims: pad = (left, right) for the last dim, then
+    (left, right) for the one before, and so on (PyTorch's order). A negative amount
+    crops. mode 'constant' fills with value (0 by default); 'reflect' mirrors the edge
+    (without repeating it), 'replicate' repeats the edge, 'circular' wraps around."""
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"pad: needs an even number of amounts, two per dim and at most "
+                         f"{2 * input.ndim} for a {input.ndim}-d input, got {pad}")
+    k = len(pad) // 2
+    pairs = {input.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(k)}  # dim: (l, r)
+    if mode == 'constant':
+        return _pad_constant(input, pairs, 0 if value is None else value)
+    if mode not in ('reflect', 'replicate', 'circular'):
+        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', "
+                         f"got {mode!r}")
+    if value is not None:
+        raise ValueError(f"pad: mode {mode!r} takes no value")
+    if k not in (1, 2, 3) or input.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(f"pad: mode {mode!r} pads the last 1, 2 or 3 dims of a "
+                                  f"(batch, channels, ...) input: {2 * k} amounts need a "
+                                  f"{k + 1}-d or {k + 2}-d input, got {input.ndim}-d")
+    x = input
+    for d, (left, right) in pairs.items():  # crop first, then pad what is left
+        n = x.shape[d] - max(-left, 0) - max(-right, 0)
+        x = x.narrow(d, max(-left, 0), n)
+        left, right = max(left, 0), max(right, 0)
+        most = n - 1 if mode == 'reflect' else n if mode == 'circular' else math.inf
+        if (left or right) and (n == 0 or max(left, right) > most):
+            raise ValueError(f"pad: mode {mode!r} cannot pad a dim of size {n} by "
+                             f"({left}, {right})")
+        j = np.arange(-left, n + right)  # the positions of the output, in x's numbering
+        if mode == 'reflect':  # mirror at 0 and at n - 1
+            j = np.abs(j) % (2 * n - 2) if n > 1 else np.zeros_like(j)
+            j = np.where(j >= n, 2 * n - 2 - j, j)
+        elif mode == 'replicate':
+            j = np.clip(j, 0, n - 1)
+        else:
+            j = j % n
+        x = x.index_select(d, tt.tensor(j))  # its gradient adds the copies back up
+    return x
+
+
+def _pad_constant(input, pairs, value):
+    """Constant padding as one op: the input's kept part is copied into an array of value."""
+    shape, src, dst = list(input.shape), [slice(None)] * input.ndim, [slice(None)] * input.ndim
+    for d, (left, right) in pairs.items():
+        n = input.shape[d]
+        shape[d] = n + left + right
+        if shape[d] < 0:
+            raise ValueError(f"pad: padding ({left}, {right}) makes dim {d} of size {n} "
+                             f"negative ({shape[d]})")
+        kept = max(n - max(-left, 0) - max(-right, 0), 0)
+        src[d] = slice(max(-left, 0), max(-left, 0) + kept)
+        dst[d] = slice(max(left, 0), max(left, 0) + kept)
+    src, dst = tuple(src), tuple(dst)
+    out = np.full(shape, value, dtype=input.dtype)
+    out[dst] = input.data[src]
+
+    def backward(g):
+        """d pad(x)/dx = 1 for the elements kept, 0 for those cropped  (g cut back to x's place)"""
+        gx = np.zeros(input.shape, dtype=g.dtype)
+        gx[src] = g[dst]
+        return (gx,)
+    return from_op(out, 'pad', (input,), backward)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(norm_p(input over dim), eps): unit vectors along dim."""
+    if out is not None:
+        raise TypeError("normalize: out= is not supported; use the returned tensor")
+    return input / input.norm(p, dim, keepdim=True).clamp(min=eps)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum over dim of (x1 / |x1|) * (x2 / |x2|), each norm at least eps (broadcasting x1
+    and x2 first). As in PyTorch, the eps floor only guards the division: the gradient
+    goes through the norm itself."""
+    try:
+        shape = np.broadcast_shapes(x1.shape, x2.shape)
+    except ValueError:
+        raise ValueError(f"cosine_similarity: shapes {tuple(x1.shape)} and {tuple(x2.shape)} "
+                         "cannot be broadcast together") from None
+    x1 = x1 if x1.shape == shape else x1.expand(shape)
+    x2 = x2 if x2.shape == shape else x2.expand(shape)
+    n1, n2 = x1.norm(2, dim, keepdim=True).clone(), x2.norm(2, dim, keepdim=True).clone()
+    with no_grad():  # clones: the norms' own rules read the unclamped values
+        n1.clamp_(min=eps)
+        n2.clamp_(min=eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return cosine_similarity(x1, x2, self.dim, self.eps)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, eps={self.eps}"
 
 
 # -- images: convolution, pooling, batch norm ----------------------------------
@@ -983,6 +1235,52 @@ class GRU(_RNNBase):
 # key and value are each projected and split into heads, and an output projection
 # joins the heads again. A layer is attention and a two-layer MLP, each added to its
 # input and layer-normed (after the sum, or before the sublayer with norm_first).
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, written
+    here from tensor ops (transformer.py keeps its own, simpler one to read first).
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); scale defaults
+    to 1/sqrt(E). attn_mask broadcasts to (..., L, S): a bool mask says True = may attend
+    (the opposite of MultiheadAttention's), a float one is added to the scores (and gets
+    its gradient). is_causal: query i attends to keys 0..i. A query that may attend to
+    nothing gets zeros (PyTorch's answer), not nan. dropout_p drops attention weights
+    whenever it is > 0 (pass 0.0 in eval mode, as PyTorch code does). enable_gqa: key and
+    value may have fewer heads (dim -3) than query, each shared by a group of queries."""
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("scaled_dot_product_attention: explicit attn_mask should not be set "
+                           "when is_causal=True")
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        group = query.shape[-3] // key.shape[-3]  # each key/value head serves `group` query heads
+
+        def repeat(x):
+            x = x.unsqueeze(-3)
+            return x.expand(*x.shape[:-3], group, *x.shape[-2:]).flatten(-4, -3)
+        key, value = repeat(key), repeat(value)
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~np.tril(np.ones((L, S), dtype=bool)), -math.inf)
+    if attn_mask is not None:
+        m = attn_mask.data if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+        if m.dtype == bool:
+            scores = scores.masked_fill(~m, -math.inf)
+        else:
+            scores = scores + (attn_mask if isinstance(attn_mask, Tensor)
+                               else tt.tensor(m.astype(scores.dtype)))
+    dead = np.all(scores.data == -math.inf, axis=-1, keepdims=True)  # rows with no key
+    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
+        scores = tt.where(dead, 0.0, scores)
+    weights = scores.softmax(-1)
+    if dead.any():
+        weights = tt.where(dead, 0.0, weights)
+    if dropout_p > 0:
+        weights = dropout(weights, dropout_p)
+    return weights @ value
+
+
 def _mask_as_added(mask, shape, what, dtype):
     """A mask as an array added to the scores: a bool True means "may not attend" (-inf;
     PyTorch's convention for these modules), a float mask is added as it is."""
@@ -1308,11 +1606,32 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     the one-hot target with a uniform one: loss_i = (1 - e) nll_i + e/C sum_c w_c (lse_i - z_ic).
     Rows whose target is ignore_index contribute nothing and get a zero gradient,
     even when every row is ignored (the loss is then nan, the gradient 0, as PyTorch).
+
+    Other shapes are brought to this one: (N, C, d1, ...) logits with (N, d1, ...)
+    targets (an image's pixels, a sequence's positions) become rows, as does one (C,)
+    sample with a 0-d target. A float target of the input's shape holds class
+    probabilities: loss = -sum_c w_c target_c log_softmax(z)_c, composed of tensor ops.
     """
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if t.dtype.kind == 'f':
+        return _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
+                                            label_smoothing)
+    if input.ndim != 2 and input.ndim >= 1:
+        if input.ndim == 1:  # one sample
+            rows, expected = input[None], ()
+        else:  # the class dim last, then one row per (n, d1, ...)
+            rows = input.permute(0, *range(2, input.ndim), 1).reshape(-1, input.shape[1])
+            expected = input.shape[:1] + input.shape[2:]
+        if t.shape != expected:
+            raise ValueError(f"cross_entropy: logits of shape {tuple(input.shape)} need targets "
+                             f"of shape {expected}, got {tuple(t.shape)}")
+        loss = cross_entropy(rows, t.reshape(-1), weight, ignore_index=ignore_index,
+                             reduction=reduction, label_smoothing=label_smoothing)
+        return loss.reshape(expected) if reduction == 'none' else loss
     logits = input
     if logits.ndim != 2:
-        raise ValueError(f"cross_entropy: logits must be (N, C), got shape {tuple(logits.shape)}; "
-                         "reshape (B, T, C) logits with .reshape(-1, C)")
+        raise ValueError(f"cross_entropy: logits must be (N, C), (N, C, d1, ...) or (C,), got "
+                         f"shape {tuple(logits.shape)}")
     t = target.data if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, got {t.dtype}")
@@ -1376,6 +1695,31 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
+def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction, smoothing):
+    """cross_entropy with class probabilities as the target (soft labels)."""
+    if not isinstance(target, Tensor):
+        target = tt.tensor(np.asarray(target, dtype=input.dtype))
+    if target.shape != input.shape:
+        raise ValueError(f"cross_entropy: a probability target must have the input's shape "
+                         f"{tuple(input.shape)}, got {tuple(target.shape)}")
+    if ignore_index != -100:
+        raise ValueError("cross_entropy: ignore_index is not supported for probability targets")
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    d = 1 if input.ndim >= 2 else 0  # the class dim
+    c = input.shape[d]
+    if smoothing:
+        target = target * (1 - smoothing) + smoothing / c
+    terms = input.log_softmax(d) * target
+    if weight is not None:
+        if weight.shape != (c,):
+            raise ValueError(f"cross_entropy: weight must have shape ({c},), one per class, "
+                             f"got {tuple(weight.shape)}")
+        terms = terms * weight.reshape((c,) + (1,) * (input.ndim - d - 1))
+    return _reduce(-terms.sum(d), reduction, 'cross_entropy')  # 'mean': over N, d1, ...
+
+
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
     max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
@@ -1396,6 +1740,174 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
         return g * (sig - y), -g * x
     per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    """PyTorch's old size_average / reduce arguments, read as a reduction."""
+    if size_average is None and reduce is None:
+        return reduction
+    if reduce is False:
+        return 'none'
+    return 'sum' if size_average is False else 'mean'
+
+
+def _pair(input, target, op):
+    """target as a tensor; shapes that differ broadcast, with PyTorch's warning."""
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        warnings.warn(f"{op}: target size {tuple(target.shape)} differs from input size "
+                      f"{tuple(input.shape)}; they will be broadcast, which is often a mistake",
+                      stacklevel=3)
+    return target
+
+
+def _weights(weight, input, op):
+    if weight is not None and weight.shape != input.shape:
+        raise ValueError(f"{op}: weight of shape {tuple(weight.shape)} must have the input's "
+                         f"shape {tuple(input.shape)}")
+    return weight
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
+    """|input - target| (its gradient sign(input - target), 0 where they are equal).
+    weight (input's shape) scales each element; 'mean' then divides by its sum."""
+    target = _pair(input, target, 'l1_loss')
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = (input - target).abs()
+    if _weights(weight, input, 'l1_loss') is None:
+        return _reduce(loss, reduction, 'l1_loss')
+    loss = loss * weight
+    return loss.sum() / weight.sum() if reduction == 'mean' else _reduce(loss, reduction, 'l1_loss')
+
+
+def _huber(input, target, delta, op):
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), for d = input - target
+    (broadcast): quadratic near 0, linear (so robust to outliers) beyond delta."""
+    input, target = tt._operands(input, target)
+    with np.errstate(invalid='ignore'):  # |nan| < delta: nan, as in PyTorch
+        d = input.data - target.data
+        ad = np.abs(d)
+        small = ad < delta
+        out = np.where(small, 0.5 * d * d, delta * (ad - 0.5 * delta)).astype(d.dtype)
+
+    def backward(g):
+        """d huber/d input = d where |d| < delta, else delta sign(d)
+        d huber/d target = -d where |d| < delta, else -delta sign(d)"""
+        gd = g * np.where(small, d, delta * np.sign(d))
+        return (tt.unbroadcast(gd, input.shape) if input.requires_grad else None,
+                tt.unbroadcast(-gd, target.shape) if target.requires_grad else None)
+    return from_op(out, op, (input, target), backward)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = input - target): Huber's
+    loss divided by beta, and l1_loss for beta = 0."""
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    target = _pair(input, target, 'smooth_l1_loss')
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta == 0:
+        return l1_loss(input, target, reduction=reduction)
+    return _reduce(_huber(input, target, beta, 'smooth_l1') / beta, reduction, 'smooth_l1_loss')
+
+
+def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target.
+    weight (input's shape) scales each element ('mean' still divides by the count)."""
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
+    target = _pair(input, target, 'huber_loss')
+    loss = _huber(input, target, delta, 'huber')
+    if _weights(weight, input, 'huber_loss') is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, 'huber_loss')
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction='mean'):
+    """Negative log-likelihood: loss_i = -weight[t_i] * input[i, t_i], where input holds
+    log-probabilities: (N, C) with N targets, (N, C, d1, ...) with targets (N, d1, ...),
+    or (C,) with one 0-d target. 'mean' divides by the sum of the targets' weights;
+    targets equal to ignore_index contribute 0 (nan for 'mean' if all are ignored)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    if t.dtype.kind not in 'iu':
+        raise TypeError(f"nll_loss: targets must be integer class indices, got {t.dtype}")
+    if input.ndim == 1:  # one sample: (C,) and a 0-d target
+        if t.ndim != 0:
+            raise ValueError(f"nll_loss: input of shape {tuple(input.shape)} needs a 0-d target, "
+                             f"got shape {tuple(t.shape)}")
+        return nll_loss(input[None], t[None], weight, ignore_index=ignore_index,
+                        reduction=reduction).reshape(())  # 'none' gives (1,): one 0-d loss
+    if input.ndim == 0 or t.shape != input.shape[:1] + input.shape[2:]:
+        raise ValueError(f"nll_loss: input of shape {tuple(input.shape)} needs targets of shape "
+                         f"{tuple(input.shape[:1] + input.shape[2:])}, got {tuple(t.shape)}")
+    c = input.shape[1]
+    if weight is not None:
+        tt._same_dtype('nll_loss', input=input, weight=weight)
+        if weight.shape != (c,):
+            raise ValueError(f"nll_loss: weight must have shape ({c},), one per class, "
+                             f"got {tuple(weight.shape)}")
+    valid = t != ignore_index
+    bad = valid & ((t < 0) | (t >= c))
+    if bad.any():
+        raise IndexError(f"nll_loss: target {t[bad][0]} is out of range for {c} classes")
+    safe_t = np.where(valid, t, 0)
+    picked = input.gather(1, tt.tensor(safe_t[:, None])).squeeze(1)  # input[i, t_i]
+    w_t = np.where(valid, 1 if weight is None else weight.data[safe_t], 0).astype(input.dtype)
+    # select, not multiply by a 0/1 mask: an ignored row's nan or inf stays out
+    loss = tt.where(valid, -picked if weight is None else -(picked * w_t), 0.0)
+    if reduction == 'none':
+        return loss
+    if reduction == 'sum':
+        return loss.sum()
+    total = w_t.sum()
+    return loss.sum() / total if total else loss.sum() * np.nan  # PyTorch's 0 / 0
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_target=False):
+    """Kullback-Leibler divergence of the target distribution from the input one, with
+    input as log-probabilities: target (log target - input) pointwise, taking
+    0 log 0 = 0. log_target: the target is given as log-probabilities too.
+    'batchmean' divides the sum by the batch size (the true KL per sample); 'mean'
+    divides by the number of elements, as in PyTorch."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ('mean', 'sum', 'none', 'batchmean'):
+        raise ValueError(f"kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    if reduction == 'mean':
+        warnings.warn("kl_div: reduction='mean' divides by the number of elements, not the "
+                      "batch size; 'batchmean' gives the KL divergence per sample", stacklevel=2)
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    loss = _kl_pointwise(input, target, log_target)
+    if reduction == 'batchmean':
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, reduction, 'kl_div')
+
+
+def _kl_pointwise(input, target, log_target):
+    input, target = tt._operands(input, target)
+    x, y = input.data, target.data
+    with np.errstate(divide='ignore', invalid='ignore'):
+        if log_target:
+            ey = np.exp(y)
+            out = ey * (y - x)
+            gx, gy = -ey, ey * (y - x + 1)
+        else:
+            # y log y is taken as 0 at y = 0 (xlogy). Its derivative, written as PyTorch's
+            # xlogy rule writes it (log y, 0 at y = 0, plus y / y), is nan at y = 0 and inf.
+            logy = np.log(y)
+            out = np.where(y == 0, 0, y * logy) - y * x
+            gx, gy = -y, np.where(y == 0, 0, logy) + y / y - x
+
+    def backward(g):
+        """d kl/d input = -target  (-exp(target) with log_target)
+        d kl/d target = log(target) + 1 - input  (exp(target) (target - input + 1) with log_target)"""
+        return (tt.unbroadcast(g * gx, input.shape) if input.requires_grad else None,
+                tt.unbroadcast(g * gy, target.shape) if target.requires_grad else None)
+    return from_op(out.astype(x.dtype), 'kl_div', (input, target), backward)
 
 
 class MSELoss(Module):
@@ -1422,6 +1934,50 @@ class BCEWithLogitsLoss(Module):
 
     def forward(self, logits, target):
         return binary_cross_entropy_with_logits(logits, target, self.reduction)
+
+
+class L1Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean'):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean', beta=1.0):
+        self.reduction, self.beta = _legacy_reduction(size_average, reduce, reduction), beta
+
+    def forward(self, input, target):
+        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(Module):
+    def __init__(self, reduction='mean', delta=1.0):
+        self.reduction, self.delta = reduction, delta
+
+    def forward(self, input, target):
+        return huber_loss(input, target, self.reduction, self.delta)
+
+
+class NLLLoss(Module):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction='mean'):
+        self.weight, self.ignore_index = weight, ignore_index
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                        reduction=self.reduction)
+
+
+class KLDivLoss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction='mean', log_target=False):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 # ---------------------------------------------------------------------------
