@@ -220,6 +220,8 @@ class Tensor:
 
     def retain_grad(self):
         """Ask backward to also store .grad on this non-leaf tensor."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         self._retains_grad = True
         return self
 
@@ -324,6 +326,8 @@ def tensor(data, dtype=None, requires_grad=False):
 def _constant(data, vc=None):
     """A tensor outside the graph around an array (no copy): constants, masks, indices.
     vc: the version counter of the tensor whose array this is a view of."""
+    if isinstance(data, np.generic):  # NumPy's ops on 0-d arrays give (read-only) scalars
+        data = np.asarray(data)
     out = Tensor.__new__(Tensor)
     _init_result(out, data, vc)
     return out
@@ -411,6 +415,9 @@ def add(a, b):
 
 
 def sub(a, b):
+    if _is_bool(a) or _is_bool(b):
+        raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
+                        "supported; to invert a mask use `~mask` or mask.logical_not()")
     a, b = _operands(a, b)
 
     def backward(g):
@@ -477,7 +484,16 @@ def pow(a, b):
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
 
 
+def _is_bool(x):
+    """A bool tensor or a Python bool: PyTorch refuses both in subtraction."""
+    return isinstance(x, (bool, np.bool_)) or isinstance(x, Tensor) and x.dtype == bool_
+
+
 def neg(a):
+    if a.dtype == bool_:
+        raise TypeError("neg: negation, the `-` operator, of a bool tensor is not supported; "
+                        "to invert a mask use `~mask` or mask.logical_not()")
+
     def backward(g):
         """d(-x)/dx = -1"""
         return (-g,)
@@ -961,12 +977,13 @@ def sigmoid(x):
 
 
 def relu(x):
-    mask = x.data > 0  # select, don't multiply by the mask: -inf * 0 would be nan
+    out = np.maximum(x.data, 0)  # nan stays nan (NumPy's maximum keeps it), -inf becomes 0
+    keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
         """d relu(x)/dx = 1 where x > 0, else 0"""
-        return (np.where(mask, g, 0),)
-    return from_op(np.where(mask, x.data, 0), 'relu', (x,), backward)
+        return (np.where(keep, g, 0),)  # select, don't multiply by the mask: 0 * inf is nan
+    return from_op(out, 'relu', (x,), backward)
 
 
 def log1p(x):
@@ -1484,10 +1501,11 @@ def detach(x):
 
 
 def clone(x):
+    """A copy with x's layout (a transposed x gives a transposed copy), as PyTorch's."""
     def backward(g):
         """d clone(x)/dx = 1"""
         return (g,)
-    return from_op(x.data.copy(), 'clone', (x,), backward)
+    return from_op(np.copy(x.data, order='K'), 'clone', (x,), backward)
 
 
 def contiguous(x):
@@ -1532,9 +1550,15 @@ def _view(out, x, remake):
     return out
 
 
+def _needs(args, op, what):
+    if not args:
+        raise TypeError(f"{op}() missing 1 required positional argument: '{what}'")
+
+
 def reshape(x, *shape):
     """The same elements in a new shape: a view of x when its strides allow one (as
     view), else a copy."""
+    _needs(shape, 'reshape', 'shape')
     shape = _sizes(shape)
     try:
         out = x.data.reshape(shape)
@@ -1547,6 +1571,7 @@ def reshape(x, *shape):
 def view(x, *shape):
     """The same memory seen in a new shape; refused where x's strides allow no view
     (a transposed matrix flattened, say): then reshape copies."""
+    _needs(shape, 'view', 'size')
     shape = _sizes(shape)
     out = x.data.view()
     try:
@@ -1571,6 +1596,7 @@ def _reshaped(x, out, shape):
 
 
 def permute(x, *dims):
+    _needs(dims, 'permute', 'dims')
     dims = _sizes(dims)
     axes = tuple(_dim(d, x.ndim, 'permute') for d in dims)
     if sorted(axes) != list(range(x.ndim)):
@@ -1627,6 +1653,8 @@ def flatten(x, start_dim=0, end_dim=-1):
     s, e = _dim(start_dim, x.ndim, 'flatten'), _dim(end_dim, x.ndim, 'flatten')
     if s > e:
         raise RuntimeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    if s == e:
+        return x  # nothing to flatten: x itself, as PyTorch returns it
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
@@ -1656,6 +1684,9 @@ def _is_basic_index(idx):
 
 
 def _index_data(idx):
+    for i in (idx if isinstance(idx, tuple) else (idx,)):
+        if isinstance(i, slice) and i.step is not None and i.step <= 0:
+            raise ValueError("step must be greater than zero (x.flip(dim) reverses a dim)")
     if isinstance(idx, Tensor):
         idx = idx.data
     if isinstance(idx, np.ndarray) and idx.dtype == bool:
@@ -1959,6 +1990,8 @@ def split(x, split_size_or_sections, dim=0):
         if builtins.sum(sizes) != n:
             raise ValueError(f"split: sizes {sizes} do not add up to {n}, the size of dim {dim} "
                              f"of a tensor of shape {tuple(x.shape)}")
+    if n == 0 and isinstance(split_size_or_sections, int):  # one empty piece, as PyTorch
+        return (narrow(x, d, 0, 0),)
     out, start = [], 0
     for s in sizes:
         out.append(narrow(x, d, start, s))
@@ -2000,7 +2033,7 @@ def roll(x, shifts, dims=None):
     def backward(g):
         """d roll(x)/dx = 1  (g rolled back the other way)"""
         return (np.roll(g, back, axes),)
-    return from_op(np.roll(x.data, shifts, axes), 'roll', (x,), backward)
+    return from_op(np.ascontiguousarray(np.roll(x.data, shifts, axes)), 'roll', (x,), backward)
 
 
 def repeat(x, *sizes):
@@ -2018,7 +2051,15 @@ def repeat(x, *sizes):
     return from_op(np.tile(x.data.reshape(shape), sizes), 'repeat', (x,), backward)
 
 
+def _matrix(x, op):
+    if x.ndim < 2:
+        raise RuntimeError(f"{op}: input tensor must have at least 2 dimensions, got shape "
+                           f"{tuple(x.shape)}")
+
+
 def tril(x, diagonal=0):
+    _matrix(x, 'tril')
+
     def backward(g):
         """d tril(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.tril(g, diagonal),)
@@ -2026,6 +2067,8 @@ def tril(x, diagonal=0):
 
 
 def triu(x, diagonal=0):
+    _matrix(x, 'triu')
+
     def backward(g):
         """d triu(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.triu(g, diagonal),)
@@ -2039,8 +2082,17 @@ for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, nar
     setattr(Tensor, _f.__name__, _f)
 Tensor.view = view
 Tensor.__getitem__ = getitem
-Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
-Tensor.mT = property(lambda self: transpose(self, -2, -1))
+Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))) if self.ndim
+                    else self)  # a 0-d tensor is itself, as PyTorch returns it
+def _mT(x):
+    """The last two dims swapped (a batch of matrices transposed); a 0-d tensor is itself."""
+    if x.ndim == 1:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
+                           "Got 1-D tensor.")
+    return transpose(x, -2, -1) if x.ndim else x
+
+
+Tensor.mT = property(_mT)
 Tensor.swapaxes = Tensor.swapdims = transpose
 Tensor.t = lambda self: self if self.ndim < 2 else transpose(self, 0, 1)
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
@@ -2366,6 +2418,9 @@ def pow_(x, exponent):
 
 
 def clamp_(x, min=None, max=None):
+    for bound in (min, max):
+        if bound is not None:
+            _in_place_operand(x, bound, 'clamp_')  # an int tensor can't take a float bound
     return _in_place(x, 'clamp_', clamp(x, min, max))
 
 
@@ -2379,7 +2434,7 @@ def masked_fill_(x, mask, value):
 
 def fill_(x, value):
     """Every element becomes value (a number or a 0-d tensor, which gets the gradient)."""
-    v = _as(_in_place_operand(x, value, 'fill_'), x.dtype)
+    v = _as(value, x.dtype)  # any number, cast to x's dtype (as PyTorch's fill_)
     if v.ndim != 0:
         raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got shape "
                            f"{tuple(v.shape)}")
@@ -2430,11 +2485,16 @@ def setitem(x, idx, value):
     old value."""
     _check_inplace(x, '__setitem__')
     i = _index_data(idx)
+    basic = _is_basic_index(i)
+    first, i = (None, i) if basic else _ints_first(i)  # PyTorch's placement, as getitem's
+
+    def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
+        return a if first is None else a[first]  # a view: writing into it writes into a
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
-    last = None if not recording or _is_basic_index(i) else _last_writes(x.shape, i)
+    last = None if not recording or basic else _last_writes(at(x.data).shape, i)
     try:
-        x.data[i] = v.data if isinstance(v, Tensor) else v
+        at(x.data)[i] = v.data if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
         raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
     _bump(x)
@@ -2446,10 +2506,11 @@ def setitem(x, idx, value):
         """d setitem/dx = 1 where not written, 0 where written
         d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
         gx = g.copy()
-        gx[i] = 0  # written over: no gradient to the old values there
+        at(gx)[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
             return (gx,)
-        gv = g[i] if last is None else g[i] * last  # only the last write to a position counts
+        gv = at(g)[i]
+        gv = gv if last is None else np.where(last, gv, 0)  # only the last write to a place counts
         gv = gv.reshape((1,) * (v.ndim - gv.ndim) + gv.shape)
         return gx, unbroadcast(gv, v.shape)  # a broadcast value: its uses add up
     _record(x, from_op(x.data, '__setitem__', parents, backward, saved=_tensors_in(idx)))
