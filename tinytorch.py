@@ -415,9 +415,7 @@ def add(a, b):
 
 
 def sub(a, b):
-    if _is_bool(a) or _is_bool(b):
-        raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
-                        "supported; to invert a mask use `~mask` or mask.logical_not()")
+    _no_bool_subtraction(a, b)
     a, b = _operands(a, b)
 
     def backward(g):
@@ -484,9 +482,12 @@ def pow(a, b):
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
 
 
-def _is_bool(x):
-    """A bool tensor or a Python bool: PyTorch refuses both in subtraction."""
-    return isinstance(x, (bool, np.bool_)) or isinstance(x, Tensor) and x.dtype == bool_
+def _no_bool_subtraction(a, b):
+    """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
+    for x in (a, b):
+        if isinstance(x, (bool, np.bool_)) or isinstance(x, Tensor) and x.dtype == bool_:
+            raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
+                            "supported; to invert a mask use `~mask` or mask.logical_not()")
 
 
 def neg(a):
@@ -977,6 +978,8 @@ def sigmoid(x):
 
 
 def relu(x):
+    if x.dtype == bool_:
+        raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
     out = np.maximum(x.data, 0)  # nan stays nan (NumPy's maximum keeps it), -inf becomes 0
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
@@ -1505,7 +1508,17 @@ def clone(x):
     def backward(g):
         """d clone(x)/dx = 1"""
         return (g,)
-    return from_op(np.copy(x.data, order='K'), 'clone', (x,), backward)
+    return from_op(_copy_keeping_layout(x.data), 'clone', (x,), backward)
+
+
+def _copy_keeping_layout(a):
+    """A copy of a with a's order of dims in memory (a transposed matrix stays transposed)
+    when a is dense; else a row-major copy, as PyTorch's clone."""
+    order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
+    t = a.transpose(order)
+    if not t.flags.c_contiguous:  # gaps or repeated elements: row-major
+        return np.array(a, order='C')
+    return t.copy().transpose(np.argsort(order))
 
 
 def contiguous(x):
@@ -1668,6 +1681,8 @@ def expand(x, *sizes):
         out = np.broadcast_to(x.data, target)
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
+    if not any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
+        out = np.lib.stride_tricks.as_strided(x.data, out.shape, out.strides)  # writable
 
     def backward(g):
         """d expand(x)/dx = 1 for each copy  (g summed over the expanded dims)"""
@@ -2082,8 +2097,7 @@ for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, nar
     setattr(Tensor, _f.__name__, _f)
 Tensor.view = view
 Tensor.__getitem__ = getitem
-Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))) if self.ndim
-                    else self)  # a 0-d tensor is itself, as PyTorch returns it
+Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
 def _mT(x):
     """The last two dims swapped (a batch of matrices transposed); a 0-d tensor is itself."""
     if x.ndim == 1:
@@ -2395,6 +2409,7 @@ def add_(x, other, alpha=1):
 
 
 def sub_(x, other, alpha=1):
+    _no_bool_subtraction(x, other)
     o = _in_place_operand(x, other, 'sub_')
     return _in_place(x, 'sub_', sub(x, o if alpha == 1 else o * alpha))
 
@@ -2411,6 +2426,7 @@ def div_(x, other):
 
 
 def pow_(x, exponent):
+    _in_place_operand(x, exponent, 'pow_')  # an int tensor can't take a float power
     old, e = _keep_old(x, exponent, x.requires_grad or _requires_grad(exponent))
     if isinstance(e, Tensor):
         e = _in_place_operand(x, e, 'pow_')
