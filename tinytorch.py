@@ -2298,6 +2298,8 @@ def _in_place_operand(x, other, op, floating=False):
     """other for an in-place op on x, as a number or a tensor of x's dtype: the promoted
     dtype (result_type) must fit back into x's dtype, as in PyTorch (an int tensor can't
     take += 1.5)."""
+    if isinstance(other, Tensor):
+        _no_partial_overlap(x.data, other.data, op)
     if x.dtype.kind == 'f' and (type(other) in (float, int) or
                                 isinstance(other, Tensor) and other.dtype == x.dtype):
         return other  # the common cases: nothing to promote, the op takes it as it is
@@ -2309,6 +2311,18 @@ def _in_place_operand(x, other, op, floating=False):
                            f"dtype; use the out-of-place form (x = x.{op[:-1]}(...)) or convert "
                            f"x first (x.float())")
     return _as(other, x.dtype)
+
+
+def _no_partial_overlap(written, operand, op):
+    """Refuse an operand that shares some, but not all, of its memory with the array an
+    in-place op writes: the answer would depend on the order the elements are visited."""
+    if not np.may_share_memory(written, operand):  # cheap: the two memory ranges are apart
+        return
+    same = (written.__array_interface__['data'][0] == operand.__array_interface__['data'][0]
+            and written.shape == operand.shape and written.strides == operand.strides)
+    if not same and np.shares_memory(written, operand):
+        raise RuntimeError(f"{op}: the operand shares some of its memory with the tensor it "
+                           "changes in place; pass a copy of it (.clone())")
 
 
 def _in_place(x, op, result):
@@ -2506,6 +2520,8 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
+    if isinstance(value, Tensor):
+        _no_partial_overlap(at(x.data)[i] if basic else x.data, value.data, '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
     last = None if not recording or basic else _last_writes(at(x.data).shape, i)
