@@ -2354,13 +2354,15 @@ def _sole_owner(x):
 
 
 def _record(x, node):
-    """x was changed in place: x takes node's history, then the base it is a view of and
-    the other views of that base get histories that match their new values."""
+    """x was changed in place: x takes node's history. If x is a view, its base's history
+    becomes CopySlices(old base, x), and x and the base's other views are made again from
+    the new base, so that each history matches its values (as PyTorch records it)."""
     _rewrite(x, node)
     info = x._view
     base = x if info is None else info[0]
-    if info is not None:  # the base's region under x holds x's new values
-        _rewrite(base, _copy_slices(base, x, info[1]))
+    if info is not None:  # the base's region under x holds x's new values, and x is again
+        _rewrite(base, _copy_slices(base, x, info[1]))  # a view of the base, as in PyTorch
+        _rewrite(x, info[1](base))
     if base.requires_grad:
         for ref in list(getattr(base, '_views', None) or ()):
             v = ref()
