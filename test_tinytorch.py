@@ -5745,6 +5745,12 @@ FUZZ_REFUSALS = {
                         r"this tensor is read-only \(an expanded view"),
     'index-put-dtype': ("`x[idx] = v` casts `v` to `x`'s dtype", 'torch',
                         r"Index put requires the source and destination dtypes match"),
+    'bool-powers': ("Powers with a bool tensor as the exponent", 'torch',
+                    r"\"pow\" not implemented for 'Bool'|Subtraction, the `-` operator, with a "
+                    r"bool tensor is not supported|INTERNAL ASSERT FAILED"),
+    'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
+                                    r"a leaf Variable that requires grad is being used in an "
+                                    r"in-place operation"),
 }
 
 
