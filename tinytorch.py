@@ -856,6 +856,10 @@ def _operands(a, b, floating=False):
 
 
 
+def is_floating_point(x):
+    return x.dtype.kind == 'f'
+
+
 def to(self, dtype):
     """Cast to a dtype; between float dtypes the gradient is cast back."""
     dtype = np.dtype(dtype)
@@ -872,7 +876,7 @@ def to(self, dtype):
     return out
 
 
-Tensor.to = to
+Tensor.to, Tensor.is_floating_point = to, is_floating_point
 Tensor.float = lambda self: to(self, float32)
 Tensor.double = lambda self: to(self, float64)
 Tensor.long = lambda self: to(self, int64)
@@ -1713,14 +1717,24 @@ def _index_data(idx):
     return idx
 
 
-def _ints_first(idx):
+def _without_ellipsis(items, ndim):
+    """The index with its Ellipsis replaced by as many full slices as dims it stands for."""
+    used = builtins.sum(0 if i is None or i is Ellipsis else
+                        (i.ndim if getattr(i, 'dtype', None) == bool else 1) for i in items)
+    k = next(n for n, i in enumerate(items) if i is Ellipsis)
+    return items[:k] + (slice(None),) * (ndim - used) + items[k + 1:]
+
+
+def _ints_first(idx, ndim):
     """PyTorch's advanced indexing, in two NumPy steps: the integers of the index select
     first (basic indexing, a view), then the tensors and masks index what is left. So
     x[0, :, [0, 0]] of a (2, 3, 4) x is (3, 2) as in PyTorch, where NumPy's one step
     (which counts the 0 among the advanced indices) gives (2, 3)."""
     items = idx if isinstance(idx, tuple) else (idx,)
+    if any(i is Ellipsis for i in items):  # an Ellipsis that stands for no dim separates
+        items = _without_ellipsis(items, ndim)  # nothing in PyTorch: spell it out
     if not any(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
-        return None, idx
+        return None, items
     first, rest = [], []
     for i in items:
         if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
@@ -1745,7 +1759,7 @@ def getitem(x, idx):
         items = idx if isinstance(idx, tuple) else (idx,)
         idx = items if any(i is Ellipsis for i in items) else items + (Ellipsis,)
     else:
-        first, idx = _ints_first(idx)
+        first, idx = _ints_first(idx, x.ndim)
     try:
         out = x.data[idx] if first is None else x.data[first][idx]
     except IndexError as e:
@@ -2518,7 +2532,7 @@ def setitem(x, idx, value):
     _check_inplace(x, '__setitem__')
     i = _index_data(idx)
     basic = _is_basic_index(i)
-    first, i = (None, i) if basic else _ints_first(i)  # PyTorch's placement, as getitem's
+    first, i = (None, i) if basic else _ints_first(i, x.ndim)  # PyTorch's placement
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
