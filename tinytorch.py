@@ -37,7 +37,7 @@ what grad_path prints. Inside ops, NumPy functions are applied to the arrays
 with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (CuPy) can run the same code.
 """
-import builtins  # sum, max, min and abs are redefined below as tensor ops
+import builtins  # sum, max, min, abs, round, any and all are redefined below as tensor ops
 import functools
 import itertools
 import math
@@ -1191,9 +1191,81 @@ Tensor.__abs__ = abs
 Tensor.clip = clamp
 
 
+# The smaller elementwise functions, one table: each row is the function on arrays, its
+# derivative (from x and the output) and the rule's math, which grad_path prints.
+_FUNCTIONS = {
+    'square': (np.square, lambda x, y: 2 * x, "d x^2/dx = 2x"),
+    'rsqrt': (lambda x: 1 / np.sqrt(x), lambda x, y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
+    'reciprocal': (lambda x: 1 / x, lambda x, y: -y * y, "d (1/x)/dx = -1/x^2"),
+    'log2': (np.log2, lambda x, y: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
+    'log10': (np.log10, lambda x, y: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
+    'exp2': (np.exp2, lambda x, y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
+    'sinh': (np.sinh, lambda x, y: np.cosh(x), "d sinh(x)/dx = cosh(x)"),
+    'cosh': (np.cosh, lambda x, y: np.sinh(x), "d cosh(x)/dx = sinh(x)"),
+    'asin': (np.arcsin, lambda x, y: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
+    'acos': (np.arccos, lambda x, y: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
+    'atan': (np.arctan, lambda x, y: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'frac': (lambda x: x - np.trunc(x), lambda x, y: np.ones_like(x), "d frac(x)/dx = 1"),
+    # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
+    'sign': (np.sign, lambda x, y: np.zeros_like(x), "d sign(x)/dx = 0"),
+    'floor': (np.floor, lambda x, y: np.zeros_like(x), "d floor(x)/dx = 0"),
+    'ceil': (np.ceil, lambda x, y: np.zeros_like(x), "d ceil(x)/dx = 0"),
+    'round': (np.round, lambda x, y: np.zeros_like(x), "d round(x)/dx = 0"),
+    'trunc': (np.trunc, lambda x, y: np.zeros_like(x), "d trunc(x)/dx = 0"),
+}
+_KEEP_INTEGERS = ('square', 'sign', 'floor', 'ceil', 'round', 'trunc')  # int in, int out
 
 
-# Comparisons give boolean tensors outside the graph (they have no gradient).
+def _function(name):
+    fn, derivative, words = _FUNCTIONS[name]
+
+    def op(x):
+        if name not in _KEEP_INTEGERS or x.dtype == bool_:
+            x = _floating(x)
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            out = fn(x.data).astype(x.dtype, copy=False)
+
+        def backward(g):
+            """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
+            with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+                return (g * derivative(x.data, out).astype(g.dtype, copy=False),)
+        backward.__doc__ = words
+        return from_op(out, name, (x,), backward, saved=(x,), saves_output=True)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"{name}(x), elementwise; {words}."
+    return op
+
+
+square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac, sign, \
+    floor, ceil, round, trunc = (_function(name) for name in _FUNCTIONS)
+arcsin, arccos, arctan, fix = asin, acos, atan, trunc
+
+
+def atan2(input, other):
+    """The angle of the point (other, input): atan(input / other) in the right quadrant."""
+    a, b = _operands(input, other, floating=True)
+    out = _broadcast_op('atan2', np.arctan2, a, b)
+
+    def backward(g):
+        """d atan2(a,b)/da = b / (a^2 + b^2)
+        d atan2(a,b)/db = -a / (a^2 + b^2)"""
+        r = a.data * a.data + b.data * b.data
+        return (unbroadcast(g * b.data / r, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.data / r, b.shape) if b.requires_grad else None)
+    return from_op(out, 'atan2', (a, b), backward, saved=(a, b))
+
+
+arctan2 = atan2
+for _f in (square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac,
+           sign, floor, ceil, round, trunc, atan2):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.arcsin, Tensor.arccos, Tensor.arctan, Tensor.arctan2, Tensor.fix = asin, acos, atan, atan2, trunc
+
+
+
+
+# Comparisons, tests and logic give boolean tensors outside the graph (they have no
+# gradient); so do the bitwise ops, and // and % give no gradient either (as PyTorch).
 def _compare(fn):
     def compare(self, other):
         a, b = _operands(self, other)
@@ -1201,13 +1273,82 @@ def _compare(fn):
     return compare
 
 
-Tensor.__lt__, Tensor.__le__ = _compare(np.less), _compare(np.less_equal)
-Tensor.__gt__, Tensor.__ge__ = _compare(np.greater), _compare(np.greater_equal)
-Tensor.__eq__, Tensor.__ne__ = _compare(np.equal), _compare(np.not_equal)
-Tensor.eq, Tensor.ne, Tensor.lt, Tensor.gt = Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__gt__
-Tensor.any = lambda self: Tensor(np.any(self.data))
-Tensor.all = lambda self: Tensor(np.all(self.data))
-Tensor.__invert__ = lambda self: _constant(np.logical_not(self.data))
+def _constant_op(fn, name):
+    """An op outside the graph: a constant result from the tensors' values."""
+    def op(a, b):
+        a, b = _operands(a, b)
+        return _constant(_broadcast_op(name, fn, a, b))
+    op.__name__ = name
+    return op
+
+
+eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
+                                                np.greater, np.greater_equal))
+Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = \
+    eq, ne, lt, le, gt, ge
+Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
+floor_divide = _constant_op(np.floor_divide, 'floor_divide')
+remainder = _constant_op(np.remainder, 'remainder')  # the sign of the divisor, as PyTorch
+bitwise_and, bitwise_or, bitwise_xor = (_constant_op(f, n) for f, n in (
+    (np.bitwise_and, 'bitwise_and'), (np.bitwise_or, 'bitwise_or'), (np.bitwise_xor, 'bitwise_xor')))
+logical_and, logical_or, logical_xor = (_constant_op(f, n) for f, n in (
+    (np.logical_and, 'logical_and'), (np.logical_or, 'logical_or'), (np.logical_xor, 'logical_xor')))
+Tensor.__floordiv__, Tensor.__mod__ = floor_divide, remainder
+Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
+Tensor.__rmod__ = lambda self, other: remainder(other, self)
+Tensor.__and__, Tensor.__or__, Tensor.__xor__ = bitwise_and, bitwise_or, bitwise_xor
+Tensor.__rand__, Tensor.__ror__, Tensor.__rxor__ = bitwise_and, bitwise_or, bitwise_xor
+Tensor.floor_divide, Tensor.remainder, Tensor.fmod = floor_divide, remainder, \
+    _constant_op(np.fmod, 'fmod')
+Tensor.logical_and, Tensor.logical_or, Tensor.logical_xor = logical_and, logical_or, logical_xor
+
+
+def _bitwise_not(x):
+    if x.dtype.kind == 'f':
+        raise TypeError("bitwise_not: ~ is for bool and integer tensors, got a float one")
+    return _constant(np.invert(x.data))
+
+
+def logical_not(x):
+    return _constant(np.logical_not(x.data))
+
+
+def isnan(x):
+    return _constant(np.isnan(x.data))
+
+
+def isinf(x):
+    return _constant(np.isinf(x.data))
+
+
+def isfinite(x):
+    return _constant(np.isfinite(x.data))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    a, b = _operands(a, b)
+    return _constant(np.isclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(isclose(a, b, rtol, atol, equal_nan).data.all())
+
+
+def any(x, dim=None, keepdim=False):
+    """Whether any element (along dim) is non-zero: a bool tensor."""
+    return _constant(np.any(x.data, axis=_dims(dim, x.ndim, 'any') if dim is not None else None,
+                            keepdims=keepdim))
+
+
+def all(x, dim=None, keepdim=False):
+    return _constant(np.all(x.data, axis=_dims(dim, x.ndim, 'all') if dim is not None else None,
+                            keepdims=keepdim))
+
+
+Tensor.__invert__, Tensor.bitwise_not, Tensor.logical_not = _bitwise_not, _bitwise_not, logical_not
+Tensor.isnan, Tensor.isinf, Tensor.isfinite, Tensor.isclose, Tensor.allclose = \
+    isnan, isinf, isfinite, isclose, allclose
+Tensor.any, Tensor.all = any, all
 
 
 # ---------------------------------------------------------------------------
@@ -1260,7 +1401,7 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
 
 def _extreme(x, dim, keepdim, op, fn):
     axes = _dims(dim, x.ndim, op)
-    if any(x.shape[a] == 0 for a in axes):
+    if builtins.any(x.shape[a] == 0 for a in axes):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.data, axis=axes, keepdims=True)
@@ -1685,7 +1826,7 @@ def expand(x, *sizes):
         out = np.broadcast_to(x.data, target)
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
-    if not any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
+    if not builtins.any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
         out = np.lib.stride_tricks.as_strided(x.data, out.shape, out.strides)  # writable
 
     def backward(g):
@@ -1698,7 +1839,7 @@ def expand(x, *sizes):
 def _is_basic_index(idx):
     """ints, slices, None and ... select a view; anything else is advanced indexing."""
     items = idx if isinstance(idx, tuple) else (idx,)
-    return all(i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer))
+    return builtins.all(i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer))
                and not isinstance(i, bool) for i in items)
 
 
@@ -1731,9 +1872,9 @@ def _ints_first(idx, ndim):
     x[0, :, [0, 0]] of a (2, 3, 4) x is (3, 2) as in PyTorch, where NumPy's one step
     (which counts the 0 among the advanced indices) gives (2, 3)."""
     items = idx if isinstance(idx, tuple) else (idx,)
-    if any(i is Ellipsis for i in items):  # an Ellipsis that stands for no dim separates
+    if builtins.any(i is Ellipsis for i in items):  # an Ellipsis that stands for no dim separates
         items = _without_ellipsis(items, ndim)  # nothing in PyTorch: spell it out
-    if not any(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+    if not builtins.any(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
         return None, items
     first, rest = [], []
     for i in items:
@@ -1757,7 +1898,7 @@ def getitem(x, idx):
     first = None
     if basic:  # x[0] of a vector is NumPy's copy of one number; x[0, ...] a 0-d view of it
         items = idx if isinstance(idx, tuple) else (idx,)
-        idx = items if any(i is Ellipsis for i in items) else items + (Ellipsis,)
+        idx = items if builtins.any(i is Ellipsis for i in items) else items + (Ellipsis,)
     else:
         first, idx = _ints_first(idx, x.ndim)
     try:
@@ -1918,7 +2059,7 @@ def cat(tensors, dim=0):
     first = tensors[0]
     d = _dim(dim, first.ndim, 'cat')
     for t in tensors[1:]:
-        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+        if t.ndim != first.ndim or builtins.any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
                                        if i != d):
             raise ValueError(f"cat: tensors must have the same shape except in dim {dim}; got "
                              f"shapes {tuple(first.shape)} and {tuple(t.shape)}")
@@ -2137,7 +2278,7 @@ def _pair(v, name, op):
     """kernel_size=3 means (3, 3): an int or a pair of ints, as PyTorch takes them."""
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return int(v), int(v)
-    if isinstance(v, (tuple, list)) and len(v) == 2 and all(
+    if isinstance(v, (tuple, list)) and len(v) == 2 and builtins.all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in v):
         return int(v[0]), int(v[1])
     raise TypeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}")
@@ -2364,7 +2505,7 @@ def _sole_owner(x):
     detached. Its in-place op can then keep the result's memory instead of copying."""
     views = getattr(x, '_views', None)
     return (x._backward is not None and x._view is None and x.data.base is None
-            and not getattr(x, '_shared', False) and not (views and any(r() is not None for r in views)))
+            and not getattr(x, '_shared', False) and not (views and builtins.any(r() is not None for r in views)))
 
 
 def _record(x, node):
@@ -2645,7 +2786,7 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False):
     if end is None:
         start, end = 0, start
     if dtype is None:
-        dtype = default_dtype if any(isinstance(v, float) for v in (start, end, step)) else int64
+        dtype = default_dtype if builtins.any(isinstance(v, float) for v in (start, end, step)) else int64
     return _leaf(np.arange(start, end, step, dtype=dtype), requires_grad)
 
 
