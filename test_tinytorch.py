@@ -1558,6 +1558,116 @@ def test_flatten_refuses_a_start_after_its_end():
 
 
 # ---------------------------------------------------------------------------
+# The names PyTorch code reaches for: the smaller functions, logic, composed ops
+# ---------------------------------------------------------------------------
+_DOMAIN = {'rsqrt': 'positive', 'log2': 'positive', 'log10': 'positive', 'asin': 'unit',
+           'acos': 'unit'}
+
+
+def _domain_input(name, *shape, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    if _DOMAIN.get(name) == 'positive':
+        a = np.abs(a) + 0.5
+    elif _DOMAIN.get(name) == 'unit':
+        a = np.tanh(a) * 0.9
+    elif name in ('floor', 'ceil', 'round', 'trunc', 'sign', 'frac'):
+        a = a + 0.25 * np.sign(a - np.round(a))  # away from the steps, where it jumps
+    return tt.tensor(a, requires_grad=True)
+
+
+@pytest.mark.parametrize("name", sorted(tt._FUNCTIONS))
+def test_table_functions_gradcheck_and_say_their_rule(name):
+    x = _domain_input(name, 3, 4)
+    check(getattr(tt, name), x)
+    check(lambda a: getattr(a.T, name)(), x)  # a strided input
+    y = getattr(tt, name)(x)
+    assert lookinside.rule_lines(y._backward)[0] == tt._FUNCTIONS[name][2]
+    assert getattr(tt, name)(tt.tensor(np.array(0.5))).shape == ()
+    assert getattr(tt, name)(tt.tensor(np.zeros((0, 2)))).shape == (0, 2)
+
+
+def test_table_functions_match_pytorch():
+    torch = need_torch()
+    for name in sorted(tt._FUNCTIONS):
+        for dtype in (np.float64, np.float32):
+            x = _domain_input(name, 2, 5, seed=3)
+            a = tt.tensor(x.data.astype(dtype), requires_grad=True)
+            b = torch.tensor(x.data.astype(dtype), requires_grad=True)
+            ya, yb = getattr(tt, name)(a), getattr(torch, name)(b)
+            assert str(ya.dtype) == str(yb.dtype).replace('torch.', ''), name
+            np.testing.assert_allclose(ya.data, yb.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+            ya.sum().backward()
+            yb.sum().backward()
+            np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        ints = [1, -2, 3]
+        try:
+            want = getattr(torch, name)(torch.tensor(ints))
+        except (RuntimeError, NotImplementedError):  # PyTorch refuses: so does tinytorch
+            with pytest.raises(TypeError):
+                getattr(tt, name)(tt.tensor(ints))
+            continue
+        got = getattr(tt, name)(tt.tensor(ints))
+        assert str(got.dtype) == str(want.dtype).replace('torch.', ''), name
+
+
+def test_atan2_einsum_tensordot_outer_cdist_gradcheck():
+    a, b, c = t64(2, 3), t64(3, 4, seed=1), t64(3, seed=2)
+    check(tt.atan2, a, t64(1, 3, seed=3))
+    for eq in ('ij,jk->ik', 'ij,jk->j', 'ij,kl->ijkl', 'ij,jk', 'ij->'):
+        check(lambda x, y: tt.einsum(eq, x, y) if ',' in eq else tt.einsum(eq, x), a, b)
+    check(lambda x, y: tt.tensordot(x, y, 1), a, b)
+    check(lambda x, y: tt.tensordot(x, y, ([0], [0])), a, t64(2, 5, seed=4))
+    check(tt.outer, c, t64(4, seed=5))
+    check(lambda x, y: tt.cdist(x, y), t64(4, 3, seed=6), t64(5, 3, seed=7))
+    np.testing.assert_allclose(tt.einsum('ij,jk->ik', a, b).data, a.data @ b.data)
+
+
+def test_composed_names_gradcheck():
+    x = t64(3, 4)
+    check(lambda a: a.diff(), x)
+    check(lambda a: a.diff(n=2, dim=0), x)
+    check(lambda a: a.repeat_interleave(2, dim=1), x)
+    check(lambda a: a.masked_select(a > 0), x)
+    check(lambda a: tt.hstack([a, a * 2]), x)
+    check(lambda a: tt.vstack([a[0], a]), x)
+    check(lambda a: tt.nansum(a, 1) + tt.nanmean(a), x)
+    check(lambda a: a.clamp(min=tt.tensor(np.zeros(4)), max=tt.tensor(np.full(4, 0.5))), x)
+    check(lambda a, b: a.add(b, alpha=3).sub(b, alpha=0.5), x, t64(4, seed=1))
+    g = [t.tolist() for t in tt.meshgrid(tt.tensor([1, 2]), tt.tensor([3, 4, 5]), indexing='xy')]
+    assert g == [[[1, 2], [1, 2], [1, 2]], [[3, 3], [4, 4], [5, 5]]]
+    check(lambda a: tt.meshgrid(a[0], a[1])[1] * 2, x)
+
+
+def test_logic_tests_and_integer_division_are_outside_the_graph():
+    x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
+    for y in (x >= 0, x.le(0), x.isnan(), x.isfinite(), tt.isinf(x), (x > 0) & (x < 3),
+              (x > 0) | x.isnan(), (x > 0) ^ True, ~(x > 0), x // 1, x % 2, x.any(), x.all(dim=0)):
+        assert not y.requires_grad
+    assert (tt.tensor([7, -7]) // 2).tolist() == [3, -4] and (tt.tensor([7, -7]) % 3).tolist() == [1, 2]
+    assert tt.allclose(tt.tensor([1.0]), tt.tensor([1.0 + 1e-9])) is True
+    assert tt.tensor([[1, 0], [1, 1]]).all(dim=1).tolist() == [False, True]
+    with pytest.raises(TypeError, match="~ is for bool and integer tensors"):
+        ~x
+    with pytest.raises(TypeError, match="needs a float dtype"):
+        tt.tensor([1, 2]).mean()
+
+
+def test_creation_and_conversion_names():
+    a = tt.tensor([1.5, 2.5])
+    assert a.new_zeros(2, 3).dtype == tt.float32 and a.new_full((2,), 7).tolist() == [7.0, 7.0]
+    assert tt.full_like(a, 3).tolist() == [3.0, 3.0] and tt.randn_like(a).shape == (2,)
+    assert tt.linspace(0, 1, 3).tolist() == [0.0, 0.5, 1.0] and tt.logspace(0, 2, 3).tolist() == [1, 10, 100]
+    assert a.int().tolist() == [1, 2] and a.half().dtype == tt.float16 and a.bool().tolist() == [True, True]
+    assert a.type_as(tt.tensor([1])).dtype == tt.int64 and a.nelement() == 2 and a.element_size() == 4
+    assert tt.unique(tt.tensor([3, 1, 3]), return_inverse=True)[1].tolist() == [1, 0, 1]
+    h = tt.tensor(np.array([4.0, 9.0]), requires_grad=True) * 1
+    h.sqrt_()
+    h.neg_()
+    assert h.tolist() == [-2.0, -3.0] and h._op == 'neg_'
+
+
+# ---------------------------------------------------------------------------
 # Against PyTorch, when it is installed
 # ---------------------------------------------------------------------------
 def test_ops_match_pytorch():

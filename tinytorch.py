@@ -403,8 +403,8 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
-def add(a, b):
-    a, b = _operands(a, b)
+def add(a, b, alpha=1):
+    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a + alpha b
 
     def backward(g):
         """d(a+b)/da = 1
@@ -414,9 +414,9 @@ def add(a, b):
     return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
 
 
-def sub(a, b):
+def sub(a, b, alpha=1):
     _no_bool_subtraction(a, b)
-    a, b = _operands(a, b)
+    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a - alpha b
 
     def backward(g):
         """d(a-b)/da = 1
@@ -590,7 +590,9 @@ def _expand_back(g, shape, axes, keepdim):
     return np.broadcast_to(g, shape)
 
 
-def sum(x, dim=None, keepdim=False):
+def sum(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)  # sum in that dtype (a cast, section 7)
     axes = _dims(dim, x.ndim, 'sum')
 
     def backward(g):
@@ -599,7 +601,12 @@ def sum(x, dim=None, keepdim=False):
     return from_op(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
 
 
-def mean(x, dim=None, keepdim=False):
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)  # (section 7)
+    if x.dtype.kind not in 'fc':
+        raise TypeError(f"mean: the mean of a {x.dtype} tensor needs a float dtype; pass "
+                        "dtype=tt.float32 or convert it with .float()")
     axes = _dims(dim, x.ndim, 'mean')
     n = math.prod(x.shape[a] for a in axes)
 
@@ -1098,6 +1105,9 @@ def gelu(x, approximate='none'):
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):  # bounds per element
+        out = x if min is None else maximum(x, min)
+        return out if max is None else minimum(out, max)
     dtype = result_type(x, *(b for b in (min, max) if b is not None))
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
@@ -1189,6 +1199,8 @@ for _f in (sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, cl
     setattr(Tensor, _f.__name__, _f)
 Tensor.__abs__ = abs
 Tensor.clip = clamp
+Tensor.clamp_min = clamp_min = lambda x, min: clamp(x, min=min)
+Tensor.clamp_max = clamp_max = lambda x, max: clamp(x, max=max)
 
 
 # The smaller elementwise functions, one table: each row is the function on arrays, its
@@ -1220,6 +1232,9 @@ def _function(name):
     fn, derivative, words = _FUNCTIONS[name]
 
     def op(x):
+        if name == 'frac' and x.dtype.kind != 'f':
+            raise TypeError(f"frac: a {x.dtype} tensor has no fractional part (as PyTorch: "
+                            "frac is for float tensors)")
         if name not in _KEEP_INTEGERS or x.dtype == bool_:
             x = _floating(x)
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
@@ -1356,6 +1371,8 @@ Tensor.any, Tensor.all = any, all
 # ---------------------------------------------------------------------------
 def _centered(x, dim, correction, unbiased, op):
     """What var and std share: the axes, x - mean, the divisor N - correction."""
+    if x.dtype.kind not in 'fc':
+        raise TypeError(f"{op}: only a float tensor has a {op}, got {x.dtype}; convert it with .float()")
     if unbiased is not None:
         correction = 1 if unbiased else 0
     axes = _dims(dim, x.ndim, op)
@@ -2068,7 +2085,8 @@ def cat(tensors, dim=0):
     def backward(g):
         """d cat/d(each input) = 1 on its own slice  (each input gets back its slice of g)"""
         return tuple(np.split(g, ends, axis=d))
-    return from_op(np.concatenate([t.data for t in tensors], axis=d), 'cat', tuple(tensors), backward)
+    out = np.ascontiguousarray(np.concatenate([t.data for t in tensors], axis=d))  # row-major
+    return from_op(out, 'cat', tuple(tensors), backward)
 
 
 def stack(tensors, dim=0):
@@ -2086,7 +2104,8 @@ def stack(tensors, dim=0):
     def backward(g):
         """d stack/d(each input) = 1 on its own slice  (input i gets slice i of g along the new dim)"""
         return tuple(np.take(g, i, axis=d) for i in range(len(tensors)))
-    return from_op(np.stack([t.data for t in tensors], axis=d), 'stack', tuple(tensors), backward)
+    out = np.ascontiguousarray(np.stack([t.data for t in tensors], axis=d))  # row-major
+    return from_op(out, 'stack', tuple(tensors), backward)
 
 
 def narrow(x, dim, start, length):
@@ -2269,6 +2288,144 @@ Tensor.view_as = lambda self, other: view(self, other.shape)
 Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 
+# More of PyTorch's names, composed from the ops above (their gradients come from those).
+def masked_select(x, mask):
+    """The elements where mask (broadcast to x's shape) is true, as a 1-D tensor."""
+    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    return getitem(x, np.broadcast_to(m, x.shape))
+
+
+def repeat_interleave(x, repeats, dim=None):
+    """Each element (or slice along dim) repeated `repeats` times in place: [1, 2] -> [1, 1, 2, 2]."""
+    if dim is None:
+        x, dim = reshape(x, -1), 0
+    d = _dim(dim, x.ndim, 'repeat_interleave')
+    r = repeats.data if isinstance(repeats, Tensor) else repeats
+    return index_select(x, d, np.repeat(np.arange(x.shape[d]), r))
+
+
+def diff(x, n=1, dim=-1):
+    """x[i + 1] - x[i] along dim, n times."""
+    d = _dim(dim, x.ndim, 'diff')
+    for _ in range(n):
+        k = x.shape[d]
+        x = narrow(x, d, 1, builtins.max(k - 1, 0)) - narrow(x, d, 0, builtins.max(k - 1, 0))
+    return x
+
+
+def nansum(x, dim=None, keepdim=False):
+    """The sum with nan counted as 0."""
+    return sum(where(isnan(x), 0.0, x), dim, keepdim)
+
+
+def nanmean(x, dim=None, keepdim=False):
+    """The mean of the elements that are not nan."""
+    kept = logical_not(isnan(x))
+    return nansum(x, dim, keepdim) / sum(kept, dim, keepdim)
+
+
+def outer(a, b):
+    """a[i] * b[j] for vectors a and b."""
+    return unsqueeze(a, 1) * unsqueeze(b, 0)
+
+
+def tensordot(a, b, dims=2):
+    """Sum over the last `dims` dims of a and the first of b (or the listed pairs)."""
+    if isinstance(dims, int):
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = [list(d) if isinstance(d, (list, tuple)) else [d] for d in dims]
+    da, db = [_dim(d, a.ndim, 'tensordot') for d in da], [_dim(d, b.ndim, 'tensordot') for d in db]
+    keep_a, keep_b = [d for d in range(a.ndim) if d not in da], [d for d in range(b.ndim) if d not in db]
+    k = math.prod(a.shape[d] for d in da)
+    a2 = reshape(permute(a, keep_a + da), (-1, k))
+    b2 = reshape(permute(b, db + keep_b), (k, -1))
+    return reshape(a2 @ b2, tuple(a.shape[d] for d in keep_a) + tuple(b.shape[d] for d in keep_b))
+
+
+def einsum(equation, *operands):
+    """Sums of products named by letters, as torch.einsum('ij,jk->ik', a, b): the forward is
+    NumPy's einsum; the gradient of each operand is the einsum of the output's gradient
+    with the other operands (a letter only that operand has is broadcast back)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    eq = equation.replace(' ', '')
+    if '->' not in eq:  # the implicit form: the letters used once, in order
+        letters = eq.replace(',', '')
+        eq += '->' + ''.join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    ins, out_subs = eq.split('->')
+    subs = ins.split(',')
+    if len(subs) != len(operands) or '.' in eq:
+        raise ValueError(f"einsum: {equation!r} needs one term per operand, without '...'")
+    for s in subs:
+        if len(set(s)) != len(s):
+            raise ValueError(f"einsum: a letter repeated in one operand ({s!r}, a diagonal) is "
+                             "not supported; use diagonal() first")
+    dtype = result_type(*operands)
+    operands = tuple(_as(t, dtype) for t in operands)
+    sizes = {c: n for s, t in zip(subs, operands) for c, n in zip(s, t.shape)}
+    out = np.einsum(eq, *(t.data for t in operands))
+
+    def backward(g):
+        """d einsum/d(each operand): einsum of g with the other operands"""
+        grads = []
+        for k, (s, t) in enumerate(zip(subs, operands)):
+            if not t.requires_grad:
+                grads.append(None)
+                continue
+            others = [(subs[j], operands[j].data) for j in range(len(operands)) if j != k]
+            present = set(out_subs) | {c for o, _ in others for c in o}
+            kept = ''.join(c for c in s if c in present)
+            gk = np.einsum(','.join([out_subs] + [o for o, _ in others]) + '->' + kept,
+                           g, *(a for _, a in others))
+            shape = tuple(sizes[c] if c in kept else 1 for c in s)  # the rest broadcast back
+            order = [kept.index(c) for c in s if c in kept]
+            gk = np.transpose(gk, order).reshape(shape) if kept else gk.reshape(shape)
+            grads.append(np.broadcast_to(gk, t.shape).astype(t.dtype))
+        return tuple(grads)
+    return from_op(np.asarray(out), 'einsum', operands, backward, saved=operands)
+
+
+def hstack(tensors):
+    tensors = list(tensors)
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat([t if t.ndim > 1 else reshape(t, 1, -1) for t in tensors], 0)
+
+
+def cdist(x1, x2, p=2.0):
+    """The p-norm distance between each row of x1 and each row of x2: (..., P, R)."""
+    return norm(unsqueeze(x1, -2) - unsqueeze(x2, -3), p=p, dim=-1)
+
+
+def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values (sorted), outside the graph; optionally where each element's
+    value sits among them, and how often each occurs."""
+    if dim is not None:
+        raise NotImplementedError("unique: dim= is not supported; flatten first")
+    values, inverse, counts = np.unique(x.data, return_inverse=True, return_counts=True)
+    out = [_constant(values)]
+    if return_inverse:
+        out.append(_constant(inverse.reshape(x.shape).astype(int64)))
+    if return_counts:
+        out.append(_constant(counts.astype(int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+concat = concatenate = cat
+for _f in (masked_select, repeat_interleave, diff, nansum, nanmean, outer, unique):
+    setattr(Tensor, _f.__name__, _f)
+Tensor.ger = outer
+Tensor.nelement = Tensor.numel
+Tensor.element_size = lambda self: self.data.itemsize
+Tensor.int = lambda self: to(self, int32)
+Tensor.bool = lambda self: to(self, bool_)
+Tensor.half = lambda self: to(self, float16)
+Tensor.type_as = lambda self, other: to(self, other.dtype)
+
+
 
 
 # ---------------------------------------------------------------------------
@@ -2345,9 +2502,11 @@ def _max_or_0(a, d):
     return np.max(a, axis=d, keepdims=True) if a.shape[d] else np.zeros_like(a, shape=a.shape[:d] + (1,) + a.shape[d + 1:])
 
 
-def softmax(x, dim):
+def softmax(x, dim, dtype=None):
     """exp(x - max) / sum(exp(x - max)): subtracting the max avoids overflow and
     leaves the result unchanged. -inf entries (masked positions) get probability 0."""
+    if dtype is not None:
+        x = x.to(dtype)
     d = _dim(dim, x.ndim, 'softmax')
     if x.ndim == 0:
         return _on_0d(softmax, x)
@@ -2360,8 +2519,10 @@ def softmax(x, dim):
     return from_op(out, 'softmax', (x,), backward, saves_output=True)
 
 
-def log_softmax(x, dim):
+def log_softmax(x, dim, dtype=None):
     """x - logsumexp(x), computed stably."""
+    if dtype is not None:
+        x = x.to(dtype)
     d = _dim(dim, x.ndim, 'log_softmax')
     if x.ndim == 0:
         return _on_0d(log_softmax, x)
@@ -2465,7 +2626,7 @@ def _in_place_operand(x, other, op, floating=False):
         raise RuntimeError(f"{op}: result type {dtype} can't be cast to {x.dtype}, the tensor's "
                            f"dtype; use the out-of-place form (x = x.{op[:-1]}(...)) or convert "
                            f"x first (x.float())")
-    return _as(other, x.dtype)
+    return other  # the op computes in the promoted dtype; _in_place rounds into x's
 
 
 def _no_partial_overlap(written, operand, op):
@@ -2487,6 +2648,8 @@ def _in_place(x, op, result):
     if result.shape != x.shape:
         raise RuntimeError(f"{op}: the result has shape {tuple(result.shape)} but the tensor "
                            f"has shape {tuple(x.shape)}; an in-place op can't change a shape")
+    if result.dtype != x.dtype:  # computed in the promoted dtype (a float64 operand of a
+        result = _as(result, x.dtype)  # float32 x), then rounded once into x's, as PyTorch
     if fast and result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
         x.data = result.data  # no one else reads x's memory: take the result's, no copy
     else:
@@ -2705,6 +2868,21 @@ def setitem(x, idx, value):
     _record(x, from_op(x.data, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
+# More in-place forms: the out-of-place op, written back by _in_place.
+def _in_place_form(name, fn):
+    def op(x, *args, **kwargs):
+        return _in_place(x, name, fn(x, *args, **kwargs))
+    op.__name__ = name
+    return op
+
+
+for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh),
+                     ('sigmoid_', sigmoid), ('sqrt_', sqrt), ('neg_', neg), ('floor_', floor),
+                     ('ceil_', ceil), ('round_', round), ('trunc_', trunc), ('sin_', sin),
+                     ('cos_', cos), ('square_', square), ('reciprocal_', reciprocal),
+                     ('clamp_min_', clamp_min), ('clamp_max_', clamp_max),
+                     ('scatter_', scatter), ('scatter_add_', scatter_add)):
+    setattr(Tensor, _name, _in_place_form(_name, _twin))
 for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
     setattr(Tensor, _f.__name__, _f)
 Tensor.clip_ = clamp_
@@ -2821,6 +2999,51 @@ def multinomial(probs, num_samples=1):
 
 def eye(n, dtype=None):
     return _leaf(np.eye(n, dtype=dtype or default_dtype), False)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False):
+    return _leaf(np.full(x.shape, fill_value, dtype=dtype or x.dtype), requires_grad)
+
+
+def rand_like(x, dtype=None, requires_grad=False):
+    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randn_like(x, dtype=None, requires_grad=False):
+    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, requires_grad=False):
+    return _leaf(np.linspace(start, end, steps, dtype=dtype or default_dtype), requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, dtype=None, requires_grad=False):
+    return _leaf(np.logspace(start, end, steps, base=base, dtype=dtype or default_dtype),
+                 requires_grad)
+
+
+def meshgrid(*tensors, indexing='ij'):
+    """Coordinate grids: each 1-D tensor expanded along the others' dims (views)."""
+    tensors = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    if indexing not in ('ij', 'xy'):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    shape = tuple(t.numel() for t in tensors)
+    grids = [expand(reshape(t, tuple(-1 if i == k else 1 for i in range(len(tensors)))), shape)
+             for k, t in enumerate(tensors)]
+    if indexing == 'xy' and len(grids) >= 2:  # the first two dims swapped
+        grids = [transpose(g, 0, 1) for g in grids]
+    return tuple(grids)
+
+
+Tensor.new_zeros = lambda self, *size, dtype=None, requires_grad=False: zeros(
+    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+Tensor.new_ones = lambda self, *size, dtype=None, requires_grad=False: ones(
+    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+Tensor.new_full = lambda self, size, fill_value, dtype=None, requires_grad=False: full(
+    size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad)
+Tensor.new_empty = Tensor.new_zeros
+Tensor.new_tensor = lambda self, data, dtype=None, requires_grad=False: tensor(
+    data, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
 
 # Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
