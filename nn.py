@@ -231,22 +231,26 @@ def linear(x, weight, bias=None):
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
                          f"but the weight of shape {tuple(weight.shape)} expects {weight.shape[1]}")
-    x2 = x.data.reshape(-1, x.shape[-1])
+    if bias is not None and bias.shape not in ((weight.shape[0],), (1,), ()):
+        raise ValueError(f"linear: bias of shape {tuple(bias.shape)} does not fit a weight of "
+                         f"shape {tuple(weight.shape)}: it must be ({weight.shape[0]},), (1,) or ()")
+    rows = math.prod(x.shape[:-1])  # not -1: NumPy cannot infer it when a dim is 0
+    x2 = x.data.reshape(rows, x.shape[-1])
     out = x2 @ weight.data.T
     if bias is not None:
-        out += bias.data
+        out += bias.data  # a bias of shape (1,) or () broadcasts, as in PyTorch
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(g):
         """d(x W^T + b)/dx: g @ W
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
-        d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
-        g2 = g.reshape(-1, g.shape[-1])
+        d(x W^T + b)/db = 1  (g summed over all rows, and over the features if b was (1,) or ())"""
+        g2 = g.reshape(rows, weight.shape[0])
         gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
-        return gx, gw, sum_leading(g2)
+        return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return from_op(out, 'linear', parents, backward, saved=(x, weight))
 

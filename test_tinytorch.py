@@ -1584,6 +1584,27 @@ def test_linear_layer_gradcheck_and_equals_composed():
         nn.linear(x, t64(4, 5))
 
 
+def test_linear_broadcasts_a_bias_of_shape_1_or_0d_as_pytorch():
+    x, w = t64(2, 3, seed=1), t64(4, 3, seed=2)
+    for bias in (t64(1, seed=3), t64(seed=3)):  # shape (1,) and ()
+        check(lambda x, w, b: nn.linear(x, w, b), x, w, bias)
+        np.testing.assert_allclose(nn.linear(x, w, bias).data, (x @ w.T + bias).data, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"linear: bias of shape \(2, 4\).*\(4,\), \(1,\) or \(\)"):
+        nn.linear(x, w, t64(2, 4))
+
+
+def test_linear_over_0_features_gives_the_bias_and_zero_gradients():
+    x, w, b = t64(2, 0), t64(4, 0), t64(4)
+    y = nn.linear(x, w, b)
+    np.testing.assert_array_equal(y.data, np.broadcast_to(b.data, (2, 4)))
+    y.sum().backward()
+    assert x.grad.shape == (2, 0) and w.grad.shape == (4, 0)
+    np.testing.assert_array_equal(b.grad, [2.0] * 4)
+    x = t64(5, 0, 3)  # no rows
+    nn.linear(x, t64(4, 3), t64(4)).sum().backward()
+    assert x.grad.shape == (5, 0, 3)
+
+
 def test_embedding_gradcheck_with_repeated_indices():
     w = t64(6, 3)
     idx = tt.tensor([[0, 2, 2], [5, 0, 2]])
