@@ -252,7 +252,9 @@ def linear(x, weight, bias=None):
             return gx, gw
         return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return from_op(out, 'linear', parents, backward, saved=(x, weight))
+    # dx reads the weight and dW reads x: guard only what a gradient needs, as PyTorch does
+    saved = ((weight,) if x.requires_grad else ()) + ((x,) if weight.requires_grad else ())
+    return from_op(out, 'linear', parents, backward, saved=saved)
 
 
 class Linear(Module):
@@ -315,6 +317,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
                          f"normalized shape {normalized_shape}")
     n = math.prod(normalized_shape)
+    if n == 0:  # nothing to normalize (and a mean over 0 features would warn)
+        return x * 1.0 if weight is None else x * weight + (0 if bias is None else bias)
     rows = x.data.reshape(-1, n)  # one row per normalized group
     xhat = rows - sum_last(rows) / n  # x - mean
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)

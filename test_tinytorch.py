@@ -1605,6 +1605,21 @@ def test_linear_over_0_features_gives_the_bias_and_zero_gradients():
     assert x.grad.shape == (5, 0, 3)
 
 
+def test_linear_guards_only_the_tensors_its_gradients_read():
+    x, w = t64(2, 3, requires_grad=False), t64(4, 3, seed=1)
+    y = nn.linear(x, w)  # only dW = g^T x is needed: the weight may change
+    with tt.no_grad():
+        w.mul_(2.0)
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad, np.tile(x.data.sum(0), (4, 1)))
+    x, w = t64(2, 3), t64(4, 3, seed=1, requires_grad=False)
+    y = nn.linear(x, w)  # dx = g W reads the weight
+    with tt.no_grad():
+        w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
 def test_embedding_gradcheck_with_repeated_indices():
     w = t64(6, 3)
     idx = tt.tensor([[0, 2, 2], [5, 0, 2]])
@@ -1635,6 +1650,17 @@ def test_layer_norm_gradcheck_and_equals_composed():
     ref.backward(v)
     for got, t in zip(grads, (x, w, b)):
         np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_layer_norm_over_0_features_gives_an_empty_result():
+    x, w, b = t64(2, 0), t64(0, seed=1), t64(0, seed=2)
+    y = nn.layer_norm(x, (0,), w, b)
+    assert y.shape == (2, 0)
+    y.sum().backward()
+    assert x.grad.shape == (2, 0) and w.grad.shape == (0,) and b.grad.shape == (0,)
+    x = t64(0, 3)  # no rows
+    nn.layer_norm(x, (3,), t64(3, seed=1)).sum().backward()
+    assert x.grad.shape == (0, 3)
 
 
 def test_activation_modules():
