@@ -1670,10 +1670,12 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
     eps = label_smoothing
-    loss = (lse - shifted[rows, safe_t]) * w_t  # w_t[i] * nll_i
+    # ignored rows add 0, chosen by np.where: a mask's 0 * nan would be nan when such a
+    # row's logits are nan or inf
+    loss = np.where(valid, (lse - shifted[rows, safe_t]) * w_t, 0.0)  # w_t[i] * nll_i
     if eps:  # the uniform part: e/C sum_c w_c (lse_i - z_ic)
         smooth = lse * c - shifted.sum(axis=1) if w is None else lse * w.sum() - shifted @ w
-        loss = (1 - eps) * loss + (eps / c) * smooth * valid
+        loss = (1 - eps) * loss + (eps / c) * np.where(valid, smooth, 0.0)
     total = w_t.sum()  # 'mean' divides by the total weight (the count when unweighted)
     if reduction == 'mean':
         with np.errstate(divide='ignore', invalid='ignore'):
@@ -1695,11 +1697,13 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
                 grad *= w_t[:, None]
             grad[rows, safe_t] -= w_t
         if reduction == 'mean':
-            scale = g / total if total else 0 * g  # all rows ignored: no gradient at all
+            scale = g / total if total else np.zeros_like(g)  # all rows ignored: nan loss, no gradient
         else:
             scale = g
-        scale = (scale * valid).astype(logits.dtype)
-        return (grad * scale[:, None],)  # one scale per row
+        # one scale per row, 0 for an ignored row even when g is nan or inf; that row's
+        # gradient is then softmax * 0, nan only where its softmax is (as PyTorch's)
+        scale = np.where(valid, scale, 0.0).astype(logits.dtype)
+        return (grad * scale[:, None],)
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 

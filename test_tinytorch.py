@@ -2112,6 +2112,37 @@ def test_cross_entropy_weight_and_label_smoothing(reduction):
         assert mean == pytest.approx(loss.data.sum() / (0.5 + 1.5 + 2.0 + 1.5))
 
 
+@pytest.mark.parametrize("reduction", ['mean', 'sum', 'none'])
+def test_cross_entropy_ignores_a_row_of_nan_or_inf_logits(reduction):
+    # PyTorch: the ignored row adds 0 to the loss; its gradient is softmax(row) * 0, so
+    # 0 for a finite softmax and nan where the row's softmax is nan (as log_softmax's rule)
+    kept = np.log(np.exp([1.0, 2.0]).sum()) - 1.0  # row 0, target 0
+    for smoothing in (0.0, 0.1):
+        for bad, grad in (([math.nan, 0.5], [math.nan] * 2), ([1.0, math.inf], [math.nan] * 2),
+                          ([-math.inf, 1.0], [0.0, 0.0])):
+            z = tt.tensor([[1.0, 2.0], bad], dtype=tt.float64, requires_grad=True)
+            with np.errstate(invalid='ignore'):  # NumPy warns of inf - inf
+                loss = nn.cross_entropy(z, tt.tensor([0, -100]), reduction=reduction,
+                                        label_smoothing=smoothing)
+                loss.sum().backward()
+            assert np.isfinite(loss.data).all() and (reduction != 'none' or loss.data[1] == 0)
+            if not smoothing:
+                assert loss.data.sum() == pytest.approx(kept, rel=1e-12)
+            np.testing.assert_array_equal(z.grad[1], grad)
+            assert np.isfinite(z.grad[0]).all()
+
+
+def test_cross_entropy_upstream_nan_reaches_no_ignored_row():
+    z = tt.tensor([[1.0, 2.0], [0.3, 0.1]], dtype=tt.float64, requires_grad=True)
+    loss = nn.cross_entropy(z, tt.tensor([-100, -100]))  # nan: every row is ignored
+    (loss * loss).backward()  # an upstream gradient of nan
+    assert z.grad.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    z = tt.tensor([[-2.05], [0.24]], dtype=tt.float64, requires_grad=True)
+    loss = nn.cross_entropy(z, tt.tensor([-100, 0]))  # one class: loss 0, log(loss) = -inf
+    loss.log().backward()  # upstream inf: nan for the kept row, still 0 for the ignored one
+    assert z.grad[0, 0] == 0 and np.isnan(z.grad[1, 0])
+
+
 def test_cross_entropy_is_stable_and_checks_targets():
     logits = tt.tensor([[1e4, -1e4, 0.0], [-1e4, 1e4, 1e4]], requires_grad=True)
     loss = nn.cross_entropy(logits, tt.tensor([0, 2]))
