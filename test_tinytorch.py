@@ -2182,6 +2182,31 @@ def test_bce_with_logits():
     assert big.item() == pytest.approx(1e4)
 
 
+def test_bce_with_logits_result_has_the_targets_dtype_as_pytorch():
+    # PyTorch computes it in place on (1 - target): the target's dtype, both ways round
+    for x_dtype, y_dtype in ((tt.float64, tt.float32), (tt.float32, tt.float64)):
+        x = tt.tensor([0.3, -1.2], dtype=x_dtype, requires_grad=True)
+        y = tt.tensor([0.4, 1.0], dtype=y_dtype, requires_grad=True)
+        for reduction in ('mean', 'sum', 'none'):
+            assert nn.binary_cross_entropy_with_logits(x, y, reduction=reduction).dtype == y_dtype
+        nn.binary_cross_entropy_with_logits(x, y).backward()
+        assert x.grad.dtype == x_dtype and y.grad.dtype == y_dtype
+    with pytest.raises(RuntimeError, match="target must be a float tensor.*int64"):
+        nn.binary_cross_entropy_with_logits(x, tt.tensor([0, 1]))
+
+
+def test_bce_with_logits_of_an_infinite_logit_as_pytorch():
+    # PyTorch's (1 - y) x + m + log(exp(-m) + exp(-x - m)), m = max(-x, 0): x = +inf gives
+    # inf for y < 1 and nan for y = 1; x = -inf gives nan (inf - inf)
+    x = tt.tensor([math.inf, math.inf, -math.inf, -math.inf], dtype=tt.float64, requires_grad=True)
+    y = tt.tensor([0.35, 1.0, 0.0, 0.35], dtype=tt.float64, requires_grad=True)
+    loss = nn.binary_cross_entropy_with_logits(x, y, reduction='none')
+    np.testing.assert_array_equal(loss.data, [math.inf, math.nan, math.nan, math.nan])
+    loss.sum().backward()
+    np.testing.assert_array_equal(x.grad, [0.65, 0.0, 0.0, -0.35])  # sigmoid(x) - y
+    np.testing.assert_array_equal(y.grad, [-math.inf, -math.inf, math.inf, math.inf])  # -x
+
+
 # ---------------------------------------------------------------------------
 # Initialisers
 # ---------------------------------------------------------------------------
