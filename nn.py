@@ -1733,11 +1733,11 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
 
 
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
-    """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as PyTorch does:
-    (1 - y) x + m + log(exp(-m) + exp(-x - m)) with m = max(-x, 0), so an infinite logit
-    gives PyTorch's inf or nan. Its gradient is sigma(x) - y for x and -x for the target
-    y (a target that requires grad gets it, as in PyTorch). The result has the target's
-    dtype, as PyTorch's (it computes in place on 1 - y)."""
+    """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
+    as PyTorch does: log sigma(x) = min(x, 0) - log(1 + exp(-|x|)) is stable, an infinite
+    logit gives PyTorch's inf or nan, and each step is rounded to the target's dtype (PyTorch
+    computes in place on 1 - y), so the result has the target's dtype. Its gradient is
+    sigma(x) - y for x and -x for the target y (a target that requires grad gets it)."""
     logits = input
     if not isinstance(target, Tensor):
         target = tt.tensor(np.asarray(target, dtype=logits.dtype))
@@ -1748,17 +1748,17 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
         raise RuntimeError(f"binary_cross_entropy_with_logits: the target must be a float "
                            f"tensor (probabilities), got {target.dtype}; use target.float()")
     x, y = logits.data, target.data
-    m = np.maximum(-x, 0)
-    with np.errstate(invalid='ignore'):  # x = -inf: inf - inf = nan, as in PyTorch
-        loss = (1 - y) * x + m + np.log(np.exp(-m) + np.exp(-x - m))
+    log_sigmoid = np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+    with np.errstate(invalid='ignore'):  # 0 * inf and inf - inf: nan, as in PyTorch
+        loss = ((1 - y) * x).astype(y.dtype, copy=False)
+        loss = (loss - log_sigmoid).astype(y.dtype, copy=False)
     sig = 0.5 + 0.5 * np.tanh(0.5 * x)
 
     def backward(g):
         """d bce/dx = sigmoid(x) - y
         d bce/dy = -x"""
         return (g * (sig - y)).astype(x.dtype, copy=False), (-g * x).astype(y.dtype, copy=False)
-    per_elem = from_op(loss.astype(y.dtype, copy=False), 'bce_with_logits', (logits, target),
-                       backward, saved=(logits, target))
+    per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
 

@@ -2195,6 +2195,17 @@ def test_bce_with_logits_result_has_the_targets_dtype_as_pytorch():
         nn.binary_cross_entropy_with_logits(x, tt.tensor([0, 1]))
 
 
+def test_bce_with_logits_rounds_each_step_to_the_targets_dtype_as_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(200) * 3
+    y = rng.random(200).astype(np.float32)  # float64 logits, float32 target: a float32 loss
+    ours = nn.binary_cross_entropy_with_logits(tt.tensor(x), tt.tensor(y), reduction='none')
+    theirs = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.tensor(x), torch.tensor(y), reduction='none')
+    np.testing.assert_array_equal(ours.data, theirs.numpy())
+
+
 def test_bce_with_logits_of_an_infinite_logit_as_pytorch():
     # PyTorch's (1 - y) x + m + log(exp(-m) + exp(-x - m)), m = max(-x, 0): x = +inf gives
     # inf for y < 1 and nan for y = 1; x = -inf gives nan (inf - inf)
