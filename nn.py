@@ -1598,8 +1598,17 @@ def mse_loss(input, target, reduction='mean'):
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {tuple(input.shape)} and target shape "
                          f"{tuple(target.shape)} differ")
-    diff = input - target
-    return _reduce(diff * diff, reduction, 'mse_loss')
+    input, target = tt._operands(input, target)
+    d = input.data - target.data
+
+    def backward(g):
+        """d (x - y)^2/dx = 2 (x - y)
+        d (x - y)^2/dy = -2 (x - y)"""
+        gd = 2 * g * d
+        return gd if input.requires_grad else None, -gd if target.requires_grad else None
+    # saved: PyTorch's rule reads both, so an in-place change to either raises there too
+    loss = from_op(d * d, 'mse_loss', (input, target), backward, saved=(input, target))
+    return _reduce(loss, reduction, 'mse_loss')
 
 
 def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='mean',
@@ -1816,7 +1825,7 @@ def _huber(input, target, delta, op):
         gd = g * np.where(small, d, delta * np.sign(d))
         return (tt.unbroadcast(gd, input.shape) if input.requires_grad else None,
                 tt.unbroadcast(-gd, target.shape) if target.requires_grad else None)
-    return from_op(out, op, (input, target), backward)
+    return from_op(out, op, (input, target), backward, saved=(input, target))  # as PyTorch's
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):

@@ -2079,6 +2079,22 @@ def test_mse_loss():
     assert nn.MSELoss(reduction='sum')(a, b).item() == pytest.approx(np.sum((a.data - b.data) ** 2))
 
 
+@pytest.mark.parametrize("loss", ['mse_loss', 'huber_loss', 'smooth_l1_loss', 'l1_loss'])
+def test_pointwise_losses_guard_input_and_target_as_pytorch(loss):
+    # PyTorch's mse, huber and smooth_l1 rules read both tensors (an in-place change to
+    # either makes backward raise, even for a target without grad); l1 is sub + abs
+    for which, target_grad in ((0, True), (1, True), (1, False)):
+        a, b = t64(4, seed=1), t64(4, seed=2, requires_grad=target_grad)
+        out = getattr(nn, loss)(a, b)
+        with tt.no_grad():
+            (a, b)[which].mul_(2.0)
+        if loss == 'l1_loss':
+            out.backward()
+        else:
+            with pytest.raises(RuntimeError, match="modified in place"):
+                out.backward()
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_gradcheck(reduction):
     logits = t64(6, 5)
