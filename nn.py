@@ -1694,13 +1694,14 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
 
     def backward(g):
         """d loss_i/d z_i = w_t (softmax(z_i) - onehot(t_i))  (divided by the total weight for 'mean'; 0 for ignored rows)"""
-        # with smoothing e: (1 - e) w_t (p_i - onehot(t_i)) + e/C (p_i sum(w) - w)
+        # with smoothing e: p_i sum(q_i) - q_i for the row's target weights
+        # q_i = (1 - e) w_t onehot(t_i) + e/C w (exactly 0 for one class, as PyTorch's)
         grad = e / sumexp  # softmax(logits)
         if eps:
-            w_all = c if w is None else w.sum()
-            grad *= ((1 - eps) * w_t + (eps / c) * w_all)[:, None]
-            grad[rows, safe_t] -= (1 - eps) * w_t
-            grad -= (eps / c) * (1 if w is None else w)
+            q = np.zeros_like(grad)
+            q += (eps / c) * (1 if w is None else w)
+            q[rows, safe_t] += (1 - eps) * w_t
+            grad = grad * sum_last(q) - q
         else:
             if w is not None:
                 grad *= w_t[:, None]

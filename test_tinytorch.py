@@ -2148,6 +2148,18 @@ def test_cross_entropy_ignores_a_row_of_nan_or_inf_logits(reduction):
             assert np.isfinite(z.grad[0]).all()
 
 
+def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
+    # one class: softmax = 1 and the smoothed target is all on it, so the gradient
+    # p sum(q) - q is exactly 0, as PyTorch's (an upstream inf then makes it nan, not inf)
+    z = tt.tensor([[0.3], [-1.2]], dtype=tt.float64, requires_grad=True)
+    w = tt.tensor([2.0], dtype=tt.float64)
+    for weight in (None, w):
+        z.grad = None
+        loss = nn.cross_entropy(z, tt.tensor([0, 0]), weight, label_smoothing=0.1)
+        loss.backward()
+        assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
+
+
 def test_cross_entropy_upstream_nan_reaches_no_ignored_row():
     z = tt.tensor([[1.0, 2.0], [0.3, 0.1]], dtype=tt.float64, requires_grad=True)
     loss = nn.cross_entropy(z, tt.tensor([-100, -100]))  # nan: every row is ignored
