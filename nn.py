@@ -320,7 +320,8 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if n == 0:  # nothing to normalize (and a mean over 0 features would warn)
         return x * 1.0 if weight is None else x * weight + (0 if bias is None else bias)
     rows = x.data.reshape(-1, n)  # one row per normalized group
-    xhat = rows - sum_last(rows) / n  # x - mean
+    mean = sum_last(rows) / n
+    xhat = rows - mean
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.data.reshape(n)
@@ -332,23 +333,24 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         d layer_norm/d weight: g * x_hat  (summed over rows)
         d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
-        gx = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
-        # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
-        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        tmp = gx * xhat
-        mean_gx_xhat = sum_last(tmp) / n
-        gx -= sum_last(gx) / n
-        gx -= np.multiply(xhat, mean_gx_xhat, out=tmp)
-        gx *= rstd
-        grads = [gx.reshape(x.shape)]
+        gw = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
+        # PyTorch's arrangement of dx, in x itself: rstd gw + b x + c with, per row,
+        # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
+        # (the same nan and inf as PyTorch's: a whole row of nan where a weight is inf)
+        sum_gw = sum_last(gw)
+        b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
+        c = -b * mean - sum_gw * rstd / n
+        gw *= rstd
+        gw += b * rows + c
+        grads = [gw.reshape(x.shape)]
         if weight is not None:
-            grads.append(sum_leading(np.multiply(g, xhat, out=tmp)).reshape(weight.shape))
+            grads.append(sum_leading(g * xhat).reshape(weight.shape))
         if bias is not None:
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
     return from_op(out.reshape(x.shape), 'layer_norm', parents, backward,
-                   saved=() if weight is None else (weight,))  # backward reads the weight
+                   saved=(x,) if weight is None else (x, weight))  # backward reads both, as PyTorch's
 
 
 class LayerNorm(Module):

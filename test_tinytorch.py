@@ -1652,6 +1652,29 @@ def test_layer_norm_gradcheck_and_equals_composed():
         np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
 
 
+def test_layer_norm_with_an_infinite_weight_gives_pytorchs_nan_gradient():
+    # PyTorch's rule, dx = rstd g w + b x + c with per-row b and c, makes the whole row nan
+    x = tt.tensor([[-0.26, 0.31, 0.4, -2.61], [0.3, 0.1, -0.2, 0.5]], dtype=tt.float64,
+                  requires_grad=True)
+    w = tt.tensor([math.inf, 1.05, -0.83, 1.33], dtype=tt.float64, requires_grad=True)
+    v = np.cos(np.arange(8)).reshape(2, 4)
+    with np.errstate(invalid='ignore'):  # inf - inf
+        nn.layer_norm(x, (4,), w).backward(v)
+    assert np.isnan(x.grad).all()
+    xhat = nn.layer_norm(x, (4,)).data
+    np.testing.assert_allclose(w.grad, (v * xhat).sum(0), rtol=1e-12)  # finite
+
+
+def test_layer_norm_guards_its_input_as_pytorch():
+    x = t64(2, 3)
+    a = x * 1.0
+    y = nn.layer_norm(a, (3,))
+    with tt.no_grad():
+        a.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
 def test_layer_norm_over_0_features_gives_an_empty_result():
     x, w, b = t64(2, 0), t64(0, seed=1), t64(0, seed=2)
     y = nn.layer_norm(x, (0,), w, b)
