@@ -1760,11 +1760,12 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
         raise RuntimeError(f"binary_cross_entropy_with_logits: the target must be a float "
                            f"tensor (probabilities), got {target.dtype}; use target.float()")
     x, y = logits.data, target.data
-    log_sigmoid = np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+    e = np.exp(-np.abs(x))  # never overflows
+    log_sigmoid = np.minimum(x, 0) - np.log1p(e)
     with np.errstate(invalid='ignore'):  # 0 * inf and inf - inf: nan, as in PyTorch
         loss = ((1 - y) * x).astype(y.dtype, copy=False)
         loss = (loss - log_sigmoid).astype(y.dtype, copy=False)
-    sig = 0.5 + 0.5 * np.tanh(0.5 * x)
+    sig = np.where(x >= 0, 1 / (1 + e), e / (1 + e))  # as tt.sigmoid computes it
 
     def backward(g):
         """d bce/dx = sigmoid(x) - y

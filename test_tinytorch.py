@@ -2257,6 +2257,16 @@ def test_bce_with_logits_rounds_each_step_to_the_targets_dtype_as_pytorch():
     np.testing.assert_array_equal(ours.data, theirs.numpy())
 
 
+def test_bce_with_logits_gradient_uses_sigmoids_values():
+    # sigmoid(x) - y with tt.sigmoid's own form (PyTorch's float32 values more often
+    # than 0.5 + 0.5 tanh(x / 2)), bit for bit
+    x = tt.tensor(np.random.default_rng(4).standard_normal(50).astype(np.float32) * 4,
+                  requires_grad=True)
+    y = tt.tensor(np.random.default_rng(5).random(50).astype(np.float32))
+    nn.binary_cross_entropy_with_logits(x, y, reduction='sum').backward()
+    np.testing.assert_array_equal(x.grad, tt.sigmoid(x).data - y.data)
+
+
 def test_bce_with_logits_of_an_infinite_logit_as_pytorch():
     # PyTorch's (1 - y) x + m + log(exp(-m) + exp(-x - m)), m = max(-x, 0): x = +inf gives
     # inf for y < 1 and nan for y = 1; x = -inf gives nan (inf - inf)
