@@ -244,13 +244,13 @@ def linear(x, weight, bias=None):
     def backward(g):
         """d(x W^T + b)/dx: g @ W
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
-        d(x W^T + b)/db = 1  (g summed over all rows, and over the features if b was (1,) or ())"""
+        d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
         g2 = g.reshape(rows, weight.shape[0])
         gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
-        return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)
+        return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)  # and over (1,) or ()
     parents = (x, weight) if bias is None else (x, weight, bias)
     # dx reads the weight and dW reads x: guard only what a gradient needs, as PyTorch does
     saved = ((weight,) if x.requires_grad else ()) + ((x,) if weight.requires_grad else ())
