@@ -1696,26 +1696,21 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
 
     def backward(g):
         """d loss_i/d z_i = w_t (softmax(z_i) - onehot(t_i))  (divided by the total weight for 'mean'; 0 for ignored rows)"""
-        # with smoothing e: p_i sum(q_i) - q_i for the row's target weights
-        # q_i = (1 - e) w_t onehot(t_i) + e/C w (exactly 0 for one class, as PyTorch's)
-        grad = e / sumexp  # softmax(logits)
-        if eps:
-            q = np.zeros_like(grad)
-            q += (eps / c) * (1 if w is None else w)
-            q[rows, safe_t] += (1 - eps) * w_t
-            grad = grad * sum_last(q) - q
-        else:
-            if w is not None:
-                grad *= w_t[:, None]
-            grad[rows, safe_t] -= w_t
+        # As PyTorch's log_softmax rule: p_i sum(q_i) - q_i, where q_i is the row's target
+        # weights, (1 - e) w_t onehot(t_i) + e/C w, times the row's upstream gradient s_i.
+        # So one class gives exactly 0, and s_i = inf gives nan at the target, as there.
         if reduction == 'mean':
             scale = g / total if total else np.zeros_like(g)  # all rows ignored: nan loss, no gradient
         else:
             scale = g
-        # one scale per row, 0 for an ignored row even when g is nan or inf; that row's
-        # gradient is then softmax * 0, nan only where its softmax is (as PyTorch's)
-        scale = np.where(valid, scale, 0.0).astype(logits.dtype)
-        return (grad * scale[:, None],)
+        # s_i is 0 for an ignored row even when g is nan or inf (np.where, not a mask); that
+        # row's gradient is then softmax * 0, nan only where its softmax is (as PyTorch's)
+        s = np.where(valid, scale, 0.0).astype(logits.dtype)  # (N,)
+        q = np.zeros_like(e)
+        if eps:
+            q += (eps / c) * (1 if w is None else w) * s[:, None]
+        q[rows, safe_t] += (1 - eps) * w_t * s  # set only at the target: 0 * inf elsewhere would be nan
+        return (e / sumexp * sum_last(q) - q,)  # softmax(z) sum(q) - q
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 

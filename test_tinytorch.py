@@ -2183,6 +2183,18 @@ def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
         assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
 
 
+def test_cross_entropy_upstream_inf_gives_pytorchs_nan_at_the_target():
+    # as log_softmax's rule: p sum(q) - q with q the target weights times the upstream
+    # gradient, so an inf gives p inf elsewhere and p inf - inf = nan at the target
+    for smoothing, row in ((0.0, [math.inf, math.nan]), (0.1, [math.nan, math.nan])):
+        z = tt.tensor([[0.18, -1.14], [0.3, 0.2]], dtype=tt.float64, requires_grad=True)
+        loss = nn.cross_entropy(z, tt.tensor([1, -100]), reduction='sum',
+                                label_smoothing=smoothing)
+        with np.errstate(invalid='ignore'):  # inf - inf
+            (loss * math.inf).backward()
+        np.testing.assert_array_equal(z.grad, [row, [0.0, 0.0]])
+
+
 def test_cross_entropy_upstream_nan_reaches_no_ignored_row():
     z = tt.tensor([[1.0, 2.0], [0.3, 0.1]], dtype=tt.float64, requires_grad=True)
     loss = nn.cross_entropy(z, tt.tensor([-100, -100]))  # nan: every row is ignored
