@@ -231,24 +231,30 @@ def linear(x, weight, bias=None):
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
                          f"but the weight of shape {tuple(weight.shape)} expects {weight.shape[1]}")
-    x2 = x.data.reshape(-1, x.shape[-1])
+    if bias is not None and bias.shape not in ((weight.shape[0],), (1,), ()):
+        raise ValueError(f"linear: bias of shape {tuple(bias.shape)} does not fit a weight of "
+                         f"shape {tuple(weight.shape)}: it must be ({weight.shape[0]},), (1,) or ()")
+    rows = math.prod(x.shape[:-1])  # not -1: NumPy cannot infer it when a dim is 0
+    x2 = x.data.reshape(rows, x.shape[-1])
     out = x2 @ weight.data.T
     if bias is not None:
-        out += bias.data
+        out += bias.data  # a bias of shape (1,) or () broadcasts, as in PyTorch
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(g):
         """d(x W^T + b)/dx: g @ W
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
         d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
-        g2 = g.reshape(-1, g.shape[-1])
+        g2 = g.reshape(rows, weight.shape[0])
         gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
-        return gx, gw, sum_leading(g2)
+        return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)  # and over (1,) or ()
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return from_op(out, 'linear', parents, backward, saved=(x, weight))
+    # dx reads the weight and dW reads x: guard only what a gradient needs, as PyTorch does
+    saved = ((weight,) if x.requires_grad else ()) + ((x,) if weight.requires_grad else ())
+    return from_op(out, 'linear', parents, backward, saved=saved)
 
 
 class Linear(Module):
@@ -311,8 +317,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end with the "
                          f"normalized shape {normalized_shape}")
     n = math.prod(normalized_shape)
+    if n == 0:  # nothing to normalize (and a mean over 0 features would warn)
+        return x * 1.0 if weight is None else x * weight + (0 if bias is None else bias)
     rows = x.data.reshape(-1, n)  # one row per normalized group
-    xhat = rows - sum_last(rows) / n  # x - mean
+    mean = sum_last(rows) / n
+    xhat = rows - mean
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.data.reshape(n)
@@ -324,23 +333,24 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         d layer_norm/d weight: g * x_hat  (summed over rows)
         d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
-        gx = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
-        # x_hat = (x - mu) * rstd. Differentiating through mu and rstd gives
-        # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        tmp = gx * xhat
-        mean_gx_xhat = sum_last(tmp) / n
-        gx -= sum_last(gx) / n
-        gx -= np.multiply(xhat, mean_gx_xhat, out=tmp)
-        gx *= rstd
-        grads = [gx.reshape(x.shape)]
+        gw = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
+        # PyTorch's arrangement of dx, in x itself: rstd gw + b x + c with, per row,
+        # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
+        # (the same nan and inf as PyTorch's: a whole row of nan where a weight is inf)
+        sum_gw = sum_last(gw)
+        b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
+        c = -b * mean - sum_gw * rstd / n
+        gw *= rstd
+        gw += b * rows + c
+        grads = [gw.reshape(x.shape)]
         if weight is not None:
-            grads.append(sum_leading(np.multiply(g, xhat, out=tmp)).reshape(weight.shape))
+            grads.append(sum_leading(g * xhat).reshape(weight.shape))
         if bias is not None:
             grads.append(sum_leading(g).reshape(bias.shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
     return from_op(out.reshape(x.shape), 'layer_norm', parents, backward,
-                   saved=() if weight is None else (weight,))  # backward reads the weight
+                   saved=(x,) if weight is None else (x, weight))  # backward reads both, as PyTorch's
 
 
 class LayerNorm(Module):
@@ -1590,8 +1600,17 @@ def mse_loss(input, target, reduction='mean'):
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {tuple(input.shape)} and target shape "
                          f"{tuple(target.shape)} differ")
-    diff = input - target
-    return _reduce(diff * diff, reduction, 'mse_loss')
+    input, target = tt._operands(input, target)
+    d = input.data - target.data
+
+    def backward(g):
+        """d (x - y)^2/dx = 2 (x - y)
+        d (x - y)^2/dy = -2 (x - y)"""
+        gd = 2 * g * d
+        return gd if input.requires_grad else None, -gd if target.requires_grad else None
+    # saved: PyTorch's rule reads both, so an in-place change to either raises there too
+    loss = from_op(d * d, 'mse_loss', (input, target), backward, saved=(input, target))
+    return _reduce(loss, reduction, 'mse_loss')
 
 
 def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='mean',
@@ -1662,10 +1681,12 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
     eps = label_smoothing
-    loss = (lse - shifted[rows, safe_t]) * w_t  # w_t[i] * nll_i
+    # ignored rows add 0, chosen by np.where: a mask's 0 * nan would be nan when such a
+    # row's logits are nan or inf
+    loss = np.where(valid, (lse - shifted[rows, safe_t]) * w_t, 0.0)  # w_t[i] * nll_i
     if eps:  # the uniform part: e/C sum_c w_c (lse_i - z_ic)
         smooth = lse * c - shifted.sum(axis=1) if w is None else lse * w.sum() - shifted @ w
-        loss = (1 - eps) * loss + (eps / c) * smooth * valid
+        loss = (1 - eps) * loss + (eps / c) * np.where(valid, smooth, 0.0)
     total = w_t.sum()  # 'mean' divides by the total weight (the count when unweighted)
     if reduction == 'mean':
         with np.errstate(divide='ignore', invalid='ignore'):
@@ -1675,23 +1696,21 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
 
     def backward(g):
         """d loss_i/d z_i = w_t (softmax(z_i) - onehot(t_i))  (divided by the total weight for 'mean'; 0 for ignored rows)"""
-        # with smoothing e: (1 - e) w_t (p_i - onehot(t_i)) + e/C (p_i sum(w) - w)
-        grad = e / sumexp  # softmax(logits)
-        if eps:
-            w_all = c if w is None else w.sum()
-            grad *= ((1 - eps) * w_t + (eps / c) * w_all)[:, None]
-            grad[rows, safe_t] -= (1 - eps) * w_t
-            grad -= (eps / c) * (1 if w is None else w)
-        else:
-            if w is not None:
-                grad *= w_t[:, None]
-            grad[rows, safe_t] -= w_t
+        # As PyTorch's log_softmax rule: p_i sum(q_i) - q_i, where q_i is the row's target
+        # weights, (1 - e) w_t onehot(t_i) + e/C w, times the row's upstream gradient s_i.
+        # So one class gives exactly 0, and s_i = inf gives nan at the target, as there.
         if reduction == 'mean':
-            scale = g / total if total else 0 * g  # all rows ignored: no gradient at all
+            scale = g / total if total else np.zeros_like(g)  # all rows ignored: nan loss, no gradient
         else:
             scale = g
-        scale = (scale * valid).astype(logits.dtype)
-        return (grad * scale[:, None],)  # one scale per row
+        # s_i is 0 for an ignored row even when g is nan or inf (np.where, not a mask); that
+        # row's gradient is then softmax * 0, nan only where its softmax is (as PyTorch's)
+        s = np.where(valid, scale, 0.0).astype(logits.dtype)  # (N,)
+        q = np.zeros_like(e)
+        if eps:
+            q += (eps / c) * (1 if w is None else w) * s[:, None]
+        q[rows, safe_t] += (1 - eps) * w_t * s  # set only at the target: 0 * inf elsewhere would be nan
+        return (e / sumexp * sum_last(q) - q,)  # softmax(z) sum(q) - q
     return from_op(out, 'cross_entropy', (logits,), backward)  # reads only its own arrays
 
 
@@ -1721,23 +1740,32 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
 
 
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
-    """-[y log sigma(x) + (1 - y) log(1 - sigma(x))], computed stably as
-    max(x, 0) - x y + log(1 + exp(-|x|)); its gradient is sigma(x) - y for x and -x
-    for the target y (a target that requires grad gets it, as in PyTorch)."""
+    """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
+    as PyTorch does: log sigma(x) = min(x, 0) - log(1 + exp(-|x|)) is stable, an infinite
+    logit gives PyTorch's inf or nan, and each step is rounded to the target's dtype (PyTorch
+    computes in place on 1 - y), so the result has the target's dtype. Its gradient is
+    sigma(x) - y for x and -x for the target y (a target that requires grad gets it)."""
     logits = input
     if not isinstance(target, Tensor):
         target = tt.tensor(np.asarray(target, dtype=logits.dtype))
     if target.shape != logits.shape:
         raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(logits.shape)} "
                          f"and target shape {tuple(target.shape)} differ")
+    if target.dtype.kind != 'f':  # the result takes the target's dtype
+        raise RuntimeError(f"binary_cross_entropy_with_logits: the target must be a float "
+                           f"tensor (probabilities), got {target.dtype}; use target.float()")
     x, y = logits.data, target.data
-    loss = np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))
-    sig = 0.5 + 0.5 * np.tanh(0.5 * x)
+    e = np.exp(-np.abs(x))  # never overflows
+    log_sigmoid = np.minimum(x, 0) - np.log1p(e)
+    with np.errstate(invalid='ignore'):  # 0 * inf and inf - inf: nan, as in PyTorch
+        loss = ((1 - y) * x).astype(y.dtype, copy=False)
+        loss = (loss - log_sigmoid).astype(y.dtype, copy=False)
+    sig = np.where(x >= 0, 1 / (1 + e), e / (1 + e))  # as tt.sigmoid computes it
 
     def backward(g):
         """d bce/dx = sigmoid(x) - y
         d bce/dy = -x"""
-        return g * (sig - y), -g * x
+        return (g * (sig - y)).astype(x.dtype, copy=False), (-g * x).astype(y.dtype, copy=False)
     per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
@@ -1796,7 +1824,7 @@ def _huber(input, target, delta, op):
         gd = g * np.where(small, d, delta * np.sign(d))
         return (tt.unbroadcast(gd, input.shape) if input.requires_grad else None,
                 tt.unbroadcast(-gd, target.shape) if target.requires_grad else None)
-    return from_op(out, op, (input, target), backward)
+    return from_op(out, op, (input, target), backward, saved=(input, target))  # as PyTorch's
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):

@@ -1776,6 +1776,42 @@ def test_linear_layer_gradcheck_and_equals_composed():
         nn.linear(x, t64(4, 5))
 
 
+def test_linear_broadcasts_a_bias_of_shape_1_or_0d_as_pytorch():
+    x, w = t64(2, 3, seed=1), t64(4, 3, seed=2)
+    for bias in (t64(1, seed=3), t64(seed=3)):  # shape (1,) and ()
+        check(lambda x, w, b: nn.linear(x, w, b), x, w, bias)
+        np.testing.assert_allclose(nn.linear(x, w, bias).data, (x @ w.T + bias).data, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"linear: bias of shape \(2, 4\).*\(4,\), \(1,\) or \(\)"):
+        nn.linear(x, w, t64(2, 4))
+
+
+def test_linear_over_0_features_gives_the_bias_and_zero_gradients():
+    x, w, b = t64(2, 0), t64(4, 0), t64(4)
+    y = nn.linear(x, w, b)
+    np.testing.assert_array_equal(y.data, np.broadcast_to(b.data, (2, 4)))
+    y.sum().backward()
+    assert x.grad.shape == (2, 0) and w.grad.shape == (4, 0)
+    np.testing.assert_array_equal(b.grad, [2.0] * 4)
+    x = t64(5, 0, 3)  # no rows
+    nn.linear(x, t64(4, 3), t64(4)).sum().backward()
+    assert x.grad.shape == (5, 0, 3)
+
+
+def test_linear_guards_only_the_tensors_its_gradients_read():
+    x, w = t64(2, 3, requires_grad=False), t64(4, 3, seed=1)
+    y = nn.linear(x, w)  # only dW = g^T x is needed: the weight may change
+    with tt.no_grad():
+        w.mul_(2.0)
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad, np.tile(x.data.sum(0), (4, 1)))
+    x, w = t64(2, 3), t64(4, 3, seed=1, requires_grad=False)
+    y = nn.linear(x, w)  # dx = g W reads the weight
+    with tt.no_grad():
+        w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
 def test_embedding_gradcheck_with_repeated_indices():
     w = t64(6, 3)
     idx = tt.tensor([[0, 2, 2], [5, 0, 2]])
@@ -1806,6 +1842,40 @@ def test_layer_norm_gradcheck_and_equals_composed():
     ref.backward(v)
     for got, t in zip(grads, (x, w, b)):
         np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_layer_norm_with_an_infinite_weight_gives_pytorchs_nan_gradient():
+    # PyTorch's rule, dx = rstd g w + b x + c with per-row b and c, makes the whole row nan
+    x = tt.tensor([[-0.26, 0.31, 0.4, -2.61], [0.3, 0.1, -0.2, 0.5]], dtype=tt.float64,
+                  requires_grad=True)
+    w = tt.tensor([math.inf, 1.05, -0.83, 1.33], dtype=tt.float64, requires_grad=True)
+    v = np.cos(np.arange(8)).reshape(2, 4)
+    with np.errstate(invalid='ignore'):  # inf - inf
+        nn.layer_norm(x, (4,), w).backward(v)
+    assert np.isnan(x.grad).all()
+    xhat = nn.layer_norm(x, (4,)).data
+    np.testing.assert_allclose(w.grad, (v * xhat).sum(0), rtol=1e-12)  # finite
+
+
+def test_layer_norm_guards_its_input_as_pytorch():
+    x = t64(2, 3)
+    a = x * 1.0
+    y = nn.layer_norm(a, (3,))
+    with tt.no_grad():
+        a.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+def test_layer_norm_over_0_features_gives_an_empty_result():
+    x, w, b = t64(2, 0), t64(0, seed=1), t64(0, seed=2)
+    y = nn.layer_norm(x, (0,), w, b)
+    assert y.shape == (2, 0)
+    y.sum().backward()
+    assert x.grad.shape == (2, 0) and w.grad.shape == (0,) and b.grad.shape == (0,)
+    x = t64(0, 3)  # no rows
+    nn.layer_norm(x, (3,), t64(3, seed=1)).sum().backward()
+    assert x.grad.shape == (0, 3)
 
 
 def test_activation_modules():
@@ -2224,6 +2294,22 @@ def test_mse_loss():
     assert nn.MSELoss(reduction='sum')(a, b).item() == pytest.approx(np.sum((a.data - b.data) ** 2))
 
 
+@pytest.mark.parametrize("loss", ['mse_loss', 'huber_loss', 'smooth_l1_loss', 'l1_loss'])
+def test_pointwise_losses_guard_input_and_target_as_pytorch(loss):
+    # PyTorch's mse, huber and smooth_l1 rules read both tensors (an in-place change to
+    # either makes backward raise, even for a target without grad); l1 is sub + abs
+    for which, target_grad in ((0, True), (1, True), (1, False)):
+        a, b = t64(4, seed=1), t64(4, seed=2, requires_grad=target_grad)
+        out = getattr(nn, loss)(a, b)
+        with tt.no_grad():
+            (a, b)[which].mul_(2.0)
+        if loss == 'l1_loss':
+            out.backward()
+        else:
+            with pytest.raises(RuntimeError, match="modified in place"):
+                out.backward()
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_gradcheck(reduction):
     logits = t64(6, 5)
@@ -2255,6 +2341,62 @@ def test_cross_entropy_weight_and_label_smoothing(reduction):
     if reduction == 'mean':  # divided by the sum of the targets' weights, not the count
         mean = nn.cross_entropy(logits, target, w, label_smoothing=e).item()
         assert mean == pytest.approx(loss.data.sum() / (0.5 + 1.5 + 2.0 + 1.5))
+
+
+@pytest.mark.parametrize("reduction", ['mean', 'sum', 'none'])
+def test_cross_entropy_ignores_a_row_of_nan_or_inf_logits(reduction):
+    # PyTorch: the ignored row adds 0 to the loss; its gradient is softmax(row) * 0, so
+    # 0 for a finite softmax and nan where the row's softmax is nan (as log_softmax's rule)
+    kept = np.log(np.exp([1.0, 2.0]).sum()) - 1.0  # row 0, target 0
+    for smoothing in (0.0, 0.1):
+        for bad, grad in (([math.nan, 0.5], [math.nan] * 2), ([1.0, math.inf], [math.nan] * 2),
+                          ([-math.inf, 1.0], [0.0, 0.0])):
+            z = tt.tensor([[1.0, 2.0], bad], dtype=tt.float64, requires_grad=True)
+            with np.errstate(invalid='ignore'):  # NumPy warns of inf - inf
+                loss = nn.cross_entropy(z, tt.tensor([0, -100]), reduction=reduction,
+                                        label_smoothing=smoothing)
+                loss.sum().backward()
+            assert np.isfinite(loss.data).all() and (reduction != 'none' or loss.data[1] == 0)
+            if not smoothing:
+                assert loss.data.sum() == pytest.approx(kept, rel=1e-12)
+            np.testing.assert_array_equal(z.grad[1], grad)
+            assert np.isfinite(z.grad[0]).all()
+
+
+def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
+    # one class: softmax = 1 and the smoothed target is all on it, so the gradient
+    # p sum(q) - q is exactly 0, as PyTorch's (an upstream inf then makes it nan, not inf)
+    z = tt.tensor([[0.3], [-1.2]], dtype=tt.float64, requires_grad=True)
+    w = tt.tensor([2.0], dtype=tt.float64)
+    for weight in (None, w):
+        z.grad = None
+        loss = nn.cross_entropy(z, tt.tensor([0, 0]), weight, label_smoothing=0.1)
+        loss.backward()
+        assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
+
+
+def test_cross_entropy_upstream_inf_gives_pytorchs_nan_at_the_target():
+    # as log_softmax's rule: p sum(q) - q with q the target weights times the upstream
+    # gradient, so an inf gives p inf elsewhere and p inf - inf = nan at the target
+    for smoothing, row in ((0.0, [math.inf, math.nan]), (0.1, [math.nan, math.nan])):
+        z = tt.tensor([[0.18, -1.14], [0.3, 0.2]], dtype=tt.float64, requires_grad=True)
+        loss = nn.cross_entropy(z, tt.tensor([1, -100]), reduction='sum',
+                                label_smoothing=smoothing)
+        with np.errstate(invalid='ignore'):  # inf - inf
+            (loss * math.inf).backward()
+        np.testing.assert_array_equal(z.grad, [row, [0.0, 0.0]])
+
+
+def test_cross_entropy_upstream_nan_reaches_no_ignored_row():
+    z = tt.tensor([[1.0, 2.0], [0.3, 0.1]], dtype=tt.float64, requires_grad=True)
+    loss = nn.cross_entropy(z, tt.tensor([-100, -100]))  # nan: every row is ignored
+    (loss * loss).backward()  # an upstream gradient of nan
+    assert z.grad.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    z = tt.tensor([[-2.05], [0.24]], dtype=tt.float64, requires_grad=True)
+    loss = nn.cross_entropy(z, tt.tensor([-100, 0]))  # one class: loss 0, log(loss) = -inf
+    with np.errstate(divide='ignore', invalid='ignore'):
+        loss.log().backward()  # upstream inf: nan for the kept row, still 0 for the ignored one
+    assert z.grad[0, 0] == 0 and np.isnan(z.grad[1, 0])
 
 
 def test_cross_entropy_is_stable_and_checks_targets():
@@ -2293,6 +2435,52 @@ def test_bce_with_logits():
     assert nn.BCEWithLogitsLoss()(x, y).item() == pytest.approx(ref, rel=1e-12)
     big = nn.binary_cross_entropy_with_logits(tt.tensor([1e4, -1e4]), tt.tensor([0.0, 1.0]))
     assert big.item() == pytest.approx(1e4)
+
+
+def test_bce_with_logits_result_has_the_targets_dtype_as_pytorch():
+    # PyTorch computes it in place on (1 - target): the target's dtype, both ways round
+    for x_dtype, y_dtype in ((tt.float64, tt.float32), (tt.float32, tt.float64)):
+        x = tt.tensor([0.3, -1.2], dtype=x_dtype, requires_grad=True)
+        y = tt.tensor([0.4, 1.0], dtype=y_dtype, requires_grad=True)
+        for reduction in ('mean', 'sum', 'none'):
+            assert nn.binary_cross_entropy_with_logits(x, y, reduction=reduction).dtype == y_dtype
+        nn.binary_cross_entropy_with_logits(x, y).backward()
+        assert x.grad.dtype == x_dtype and y.grad.dtype == y_dtype
+    with pytest.raises(RuntimeError, match="target must be a float tensor.*int64"):
+        nn.binary_cross_entropy_with_logits(x, tt.tensor([0, 1]))
+
+
+def test_bce_with_logits_rounds_each_step_to_the_targets_dtype_as_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(200) * 3
+    y = rng.random(200).astype(np.float32)  # float64 logits, float32 target: a float32 loss
+    ours = nn.binary_cross_entropy_with_logits(tt.tensor(x), tt.tensor(y), reduction='none')
+    theirs = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.tensor(x), torch.tensor(y), reduction='none')
+    np.testing.assert_array_equal(ours.data, theirs.numpy())
+
+
+def test_bce_with_logits_gradient_uses_sigmoids_values():
+    # sigmoid(x) - y with tt.sigmoid's own form (PyTorch's float32 values more often
+    # than 0.5 + 0.5 tanh(x / 2)), bit for bit
+    x = tt.tensor(np.random.default_rng(4).standard_normal(50).astype(np.float32) * 4,
+                  requires_grad=True)
+    y = tt.tensor(np.random.default_rng(5).random(50).astype(np.float32))
+    nn.binary_cross_entropy_with_logits(x, y, reduction='sum').backward()
+    np.testing.assert_array_equal(x.grad, tt.sigmoid(x).data - y.data)
+
+
+def test_bce_with_logits_of_an_infinite_logit_as_pytorch():
+    # PyTorch's (1 - y) x + m + log(exp(-m) + exp(-x - m)), m = max(-x, 0): x = +inf gives
+    # inf for y < 1 and nan for y = 1; x = -inf gives nan (inf - inf)
+    x = tt.tensor([math.inf, math.inf, -math.inf, -math.inf], dtype=tt.float64, requires_grad=True)
+    y = tt.tensor([0.35, 1.0, 0.0, 0.35], dtype=tt.float64, requires_grad=True)
+    loss = nn.binary_cross_entropy_with_logits(x, y, reduction='none')
+    np.testing.assert_array_equal(loss.data, [math.inf, math.nan, math.nan, math.nan])
+    loss.sum().backward()
+    np.testing.assert_array_equal(x.grad, [0.65, 0.0, 0.0, -0.35])  # sigmoid(x) - y
+    np.testing.assert_array_equal(y.grad, [-math.inf, -math.inf, math.inf, math.inf])  # -x
 
 
 # ---------------------------------------------------------------------------
@@ -6822,7 +7010,8 @@ _FUZZ_FAILING = {
                    "clamp, ...); masked_fill's tensor value gets no gradient",
     'reductions': "issue 23: 0-d tensors with dim=0/-1 (sort, topk, max, min, prod, cumsum, "
                   "argsort); dim=() reduces nothing; logsumexp's dtype",
-    'nn': "issue 23: linear's backward with a bias of shape (1,) or (); bce_with_logits' dtype",
+    'nn': "issue 23: float functions of bool tensors (cos, gelu); gelu(inf) in float32; a "
+          "float32 loss's mean in a float64 program (PyTorch sums in another order)",
     'casts': "issue 23: int_tensor.clamp(float) is float64; masked_fill's tensor value",
     'edges': "issue 23: 0-d, empty, inf/nan, int and bool inputs (relu(-inf), softmax over an "
              "empty dim, float32 backward dtypes, ...)",

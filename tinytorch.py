@@ -3533,7 +3533,7 @@ def sum_second_last(a):
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
-    a2 = a.reshape(-1, a.shape[-1])
+    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (not -1: 0 features are allowed)
     if not fast:
         return np.sum(a2, axis=0)
     return np.matmul(_ones(a2.shape[0], a), a2)
