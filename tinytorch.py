@@ -940,7 +940,14 @@ def sqrt(x):
     return from_op(out, 'sqrt', (x,), backward, saves_output=True)
 
 
+def _no_bools(x, op):
+    if x.dtype == bool_:
+        raise TypeError(f"{op}: bool inputs are not supported (as in PyTorch)")
+
+
 def abs(x):
+    _no_bools(x, 'abs')
+
     def backward(g):
         """d|x|/dx = sign(x)"""
         return (g * np.sign(x.data),)
@@ -1032,6 +1039,8 @@ def silu(x):
 
 
 def leaky_relu(x, negative_slope=0.01):
+    if x.dtype.kind != 'f':
+        raise TypeError(f"leaky_relu: a {x.dtype} tensor is not supported; it needs a float one")
     slope = np.where(x.data > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
 
     def backward(g):
@@ -1369,6 +1378,11 @@ Tensor.any, Tensor.all = any, all
 # ---------------------------------------------------------------------------
 # 10. Reductions
 # ---------------------------------------------------------------------------
+def _no_dim(dim):
+    """dim=None or dim=(): the whole tensor is reduced."""
+    return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
+
+
 def _centered(x, dim, correction, unbiased, op):
     """What var and std share: the axes, x - mean, the divisor N - correction."""
     if x.dtype.kind not in 'fc':
@@ -1391,7 +1405,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     def backward(g):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        if dof <= 0 and dim is None:  # PyTorch's value: nan where x_i == mean, else inf
+        if dof <= 0 and _no_dim(dim):  # PyTorch's value: nan where x_i == mean, else inf
             return (g * np.where(centered == 0, np.nan, np.inf).astype(g.dtype),)
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
@@ -1408,7 +1422,7 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
         """d std / dx_i = (x_i - mean) / ((N - correction) std),  0 where std = 0"""
         g = _expand_back(g, x.shape, axes, keepdim)
         with np.errstate(divide='ignore', invalid='ignore'):
-            if dof <= 0 and dim is None:  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
+            if dof <= 0 and _no_dim(dim):  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (g * np.where(out == 0, 0, centered / (dof * out)),)
@@ -1492,6 +1506,7 @@ def min(x, dim=None, keepdim=False):
 
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
+    x = _floating(x)
     axes = _dims(dim, x.ndim, 'logsumexp')
     m = np.max(x.data, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
@@ -1509,6 +1524,8 @@ def norm(x, p='fro', dim=None, keepdim=False):
     """The vector p-norm over dim (all elements by default): (sum |x|^p)^(1/p);
     'fro' and 2 are the Euclidean norm, inf the largest |x|, -inf the smallest,
     0 the number of non-zero elements."""
+    if x.dtype.kind != 'f':
+        raise TypeError(f"norm: expected a floating point tensor, got {x.dtype}")
     if p == 'fro':
         p = 2
     if not isinstance(p, (int, float)) or isinstance(p, bool):
@@ -3653,7 +3670,8 @@ def shared_matrix_grad(A, G):
     """matmul's dB = sum over the batch of A^T G, for a matrix B (a weight) that every
     batch item shared: the batch folded into the rows makes it one 2-D product, with
     the sum inside BLAS, instead of a batched product and then a sum."""
-    return np.matmul(A.reshape(-1, A.shape[-1]).T, G.reshape(-1, G.shape[-1]))
+    rows = math.prod(A.shape[:-1])  # (not -1: a size-0 dim is allowed)
+    return np.matmul(A.reshape(rows, A.shape[-1]).T, G.reshape(rows, G.shape[-1]))
 
 
 def unshared(a):
