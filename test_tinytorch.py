@@ -3582,6 +3582,51 @@ def test_train_digits_plot_draws_the_misclassified_digits(tmp_path):
     assert (tmp_path / 'mlp_errors.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
+def test_train_digits_checks_the_output_folder_before_training(tmp_path):
+    blocker = tmp_path / 'a-file'
+    blocker.write_text("x")
+    for out in (blocker, blocker / 'sub'):  # an existing file; a folder that cannot be made
+        r = run_digits('--epochs', '1', '--out-dir', str(out))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"error: cannot write to the output folder {out}: ")
+        assert r.stderr.count("\n") == 1 and "epoch" not in r.stdout  # nothing was trained
+    assert blocker.read_text() == "x"
+
+
+def test_train_digits_ctrl_c_keeps_the_model_trained_so_far(tmp_path):
+    import signal
+    out = tmp_path / 'out'
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1000',
+                          '--model', 'mlp', '--out-dir', str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    first = p.stdout.readline()  # the data line, then the first epoch
+    assert p.stdout.readline().startswith("epoch   1/1000"), first
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr
+    assert re.search(r"^interrupted in epoch \d+ of 1000; the model trained so far is saved to "
+                     + re.escape(str(out / 'mlp.npz')), stdout, re.M), stdout
+    ck = nn.load(out / 'mlp.npz')
+    assert ck['model'] == 'mlp' and 1 <= ck['epochs'] < 1000
+    assert ck['test_accuracy'] > 0.5  # trained, not a fresh model
+
+
+def test_train_digits_split_is_fixed_disjoint_and_sized():
+    sys.path.insert(0, HERE)
+    import train_digits
+    n = 1797
+    images = np.arange(n, dtype=np.float32).reshape(n, 1, 1, 1)  # each image tells its row
+    (xa, ya), (xb, yb) = train_digits.split_digits(images, np.arange(n))
+    assert len(ya) == n - 360 and len(yb) == 360
+    np.testing.assert_array_equal(xa.ravel(), ya)  # images and labels stay paired
+    np.testing.assert_array_equal(xb.ravel(), yb)
+    assert set(ya.tolist()).isdisjoint(yb.tolist())  # no test digit in training
+    assert set(ya.tolist()) | set(yb.tolist()) == set(range(n))  # and none left out
+    order = np.random.default_rng(0).permutation(n)  # the documented permutation
+    np.testing.assert_array_equal(yb, order[-360:])
+    np.testing.assert_array_equal(ya, order[:-360])
+
+
 
 
 
