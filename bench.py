@@ -17,6 +17,14 @@ import argparse
 import os
 import sys
 
+CONFIGS = {
+    'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
+    'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
+    'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
+}
+VOCAB = 65
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -32,7 +40,22 @@ def parse_args():
     p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
     p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
     p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
-    return p.parse_args()
+    args = p.parse_args()
+    # one line, exit 2, for a value argparse accepts but bench cannot use
+    unknown = [name for name in args.configs.split(',') if name not in CONFIGS]
+    if unknown:
+        refuse(f"--configs: unknown configuration {unknown[0]!r}; choose among "
+               f"{', '.join(CONFIGS)} (comma-separated)")
+    for flag in ('threads', 'rounds', 'steps'):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            refuse(f"--{flag} {value}: it must be at least 1")
+    return args
+
+
+def refuse(message):
+    print(f"bench.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 ARGS = parse_args() if __name__ == '__main__' else None
@@ -50,14 +73,6 @@ import numpy as np  # noqa: E402
 
 import optim  # noqa: E402
 from transformer import GPT, GPTConfig  # noqa: E402
-
-CONFIGS = {
-    'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
-    'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
-    'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
-    'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
-}
-VOCAB = 65
 
 
 # ---------------------------------------------------------------------------

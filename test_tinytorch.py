@@ -1364,6 +1364,36 @@ def test_checkpoint_never_unpickles(tmp_path):
         nn.load(path)
 
 
+def test_a_file_that_is_not_a_checkpoint_says_so_without_numpys_pickle_advice(tmp_path):
+    (tmp_path / "pic.png").write_bytes(b'\x89PNG\r\n\x1a\n' + bytes(100))
+    (tmp_path / "notes.npz").write_text("# some text\n" * 20)
+    np.save(tmp_path / "plain.npy", np.ones(3))
+    for name in ("pic.png", "notes.npz", "plain.npy"):
+        with pytest.raises(nn.CheckpointError) as e:
+            nn.load(tmp_path / name)
+        assert str(e.value).startswith(f"{tmp_path / name} is not a tinytorch checkpoint"), e.value
+        assert "allow_pickle" not in str(e.value)
+    np.savez(tmp_path / "evil.npz", __tinytorch_meta__=np.frombuffer(b'{"__array__": 0}', np.uint8),
+             a0=np.array([{'object': 1}], dtype=object))
+    with pytest.raises(nn.CheckpointError) as e:
+        nn.load(tmp_path / "evil.npz")
+    assert "pickled" in str(e.value) and "allow_pickle" not in str(e.value)
+
+
+def test_checkpoints_follow_the_umask_like_every_other_file(tmp_path):
+    old = os.umask(0o022)
+    try:
+        nn.save({'w': np.ones(2)}, tmp_path / "a.npz")
+        nn.save_safetensors({'w': np.ones(2)}, tmp_path / "b.safetensors")
+        os.umask(0o077)
+        nn.save({'w': np.ones(2)}, tmp_path / "c.npz")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "a.npz").st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "b.safetensors").st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "c.npz").st_mode & 0o777 == 0o600
+
+
 # ===========================================================================
 # optim.py
 # ===========================================================================
@@ -2489,6 +2519,22 @@ def test_readme_usage_block_lists_exactly_the_flags_of_help():
     assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
 
 
+def test_what_the_readme_examples_write_is_ignored_by_git():
+    """Following the README leaves `git status` clean: every file or folder its examples
+    write matches a line of .gitignore."""
+    import fnmatch
+    text = open(os.path.join(HERE, 'README.md')).read()
+    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
+    for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
+        written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
+    written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
+    assert {'hf_model', 'nanogpt_run', 'out_hf', 'out_ng', 'mlp.svg'} <= written
+    patterns = [line.strip().rstrip('/') for line in open(os.path.join(HERE, '.gitignore'))
+                if line.strip() and not line.startswith('#')]
+    for name in written:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
+
+
 def test_chinese_readme_shows_the_same_tested_code_and_links_back():
     en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
     zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
@@ -2551,6 +2597,27 @@ def test_bench_script_runs():
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
     assert h.returncode == 0 and '--quick' in h.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (['--configs', 'foo'], "--configs: unknown configuration 'foo'; choose among small, "
+                           "default, large, cnn"),
+    (['--configs', 'small,'], "--configs: unknown configuration ''"),
+    (['--threads', '0'], "--threads 0: it must be at least 1"),
+    (['--rounds', '0'], "--rounds 0: it must be at least 1"),
+])
+def test_bench_refuses_bad_flags_in_one_line(args, message):
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_train_linear_help_describes_it_and_runs_nothing():
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_linear.py'), '--help'],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 0 and r.stdout.startswith("usage: train_linear.py")
+    assert "2x + 1" in r.stdout and "step=" not in r.stdout  # described, not run
 
 
 # ===========================================================================
@@ -3952,6 +4019,25 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     t = run_charlm('--sample', '--out-dir', str(trained_run / 'run'), '--length', '15',
                    '--temperature', '0', '--prompt', 'the ')
     assert s.returncode == 0 and s.stdout == t.stdout
+
+
+def test_export_refuses_a_file_where_a_folder_goes_and_a_file_that_is_no_checkpoint(
+        trained_run, tmp_path):
+    blocker = tmp_path / 'a-file'
+    blocker.write_text("x")
+    ckpt = trained_run / 'run' / 'ckpt.npz'
+    assert run_export(ckpt, '--to', 'hf', tmp_path / 'hf').returncode == 0
+    for args in ([ckpt, '--to', 'hf', blocker], [ckpt, '--to', 'hf', blocker / 'sub'],
+                 ['--from-hf', tmp_path / 'hf', '--out-dir', blocker]):
+        r = run_export(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("error: cannot write to the output folder ") and \
+            r.stderr.count("\n") == 1, r.stderr
+    assert blocker.read_text() == "x"
+    r = run_export(os.path.join(HERE, 'README.md'), '--to', 'hf', tmp_path / 'x')
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "README.md is not a tinytorch checkpoint" in r.stderr and "allow_pickle" not in r.stderr
+    assert not (tmp_path / 'x').exists()
 
 
 def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_path):
