@@ -464,7 +464,103 @@ def profile_step(args):
     return 0
 
 
+def check_vocabulary(ck, vocab):
+    """A resumed run must read the same characters as the run it continues."""
+    if ck['vocab'] != vocab.chars:
+        extra = sorted(set(vocab.chars) - set(ck['vocab']))
+        raise UserError(f"the checkpoint's vocabulary ({len(ck['vocab'])} characters) does not "
+                        f"match this text's ({len(vocab.chars)} characters"
+                        + (f"; new: {''.join(extra)!r}" if extra else '')
+                        + "); resume with the file it was trained on")
+
+
+def resume_from(ck, optimizer, scheduler, args, schedule_steps):
+    """Bring the optimizer, the schedule and the random state back from a checkpoint;
+    return the step it was saved at. The moments and step counts come from the
+    checkpoint; the lr, its schedule and the weight decay from this run's flags (the
+    same flags continue the run exactly)."""
+    if 'optimizer' in ck:
+        optimizer.load_state_dict(ck['optimizer'])
+        optimizer.param_groups[0]['weight_decay'] = args.weight_decay
+    else:  # weights brought in by export.py from Hugging Face: no moments to continue
+        print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
+              "moments start from zero")
+    step = int(ck['step'])
+    scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
+    if args.steps > schedule_steps:
+        print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
+              f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
+              f"{args.min_lr:g}")
+    if 'rng' in ck:
+        tt.set_rng_state(ck['rng'])
+    return step
+
+
+def report_nan(model, x, y, rng_state, step, loss_value, grad_norm, out_dir):
+    """A loss or gradient that is not finite: say which and where, keep the last good
+    checkpoint, and name the op that made it; exit status 3."""
+    kept = (f"the last good checkpoint is kept at {checkpoint_path(out_dir)}"
+            if os.path.exists(checkpoint_path(out_dir)) else "no checkpoint was saved yet")
+    what = (f"the loss became {loss_value}" if not math.isfinite(loss_value)
+            else f"the gradient norm became {grad_norm}")
+    print(f"\nerror: {what} at step {step + 1}; stopping (try a lower --lr). "
+          f"{kept}\n{diagnose_nan(model, x, y, rng_state)}", file=sys.stderr)
+    return 3
+
+
+class TrainingLog:
+    """What the loop reports at each step: a row of metrics.csv and the progress line
+    (which becomes a line of its own at each evaluation)."""
+
+    def __init__(self, metrics_file, total_steps, step, stop_at, tokens_per_step):
+        self.file = open(metrics_file, 'a', newline='')
+        self.metrics = csv.writer(self.file)
+        self.progress = Progress()
+        self.total_steps, self.stop_at, self.tokens_per_step = total_steps, stop_at, tokens_per_step
+        self.start_time, self.start_step = time.time(), step
+
+    def elapsed(self):
+        return time.time() - self.start_time
+
+    def step(self, step, loss_value, lr, grad_norm, val_loss, ratio, elapsed):
+        """ratio (the update-to-weight ratio) is None except at evaluations."""
+        evaluated = ratio is not None
+        tok_s = (step - self.start_step) * self.tokens_per_step / max(elapsed, 1e-9)
+        self.metrics.writerow([step, f"{loss_value:.6f}", f"{val_loss:.6f}" if evaluated else '',
+                               f"{lr:.6g}", f"{tok_s:.1f}", f"{grad_norm:.4g}",
+                               f"{ratio:.3e}" if evaluated else ''])
+        if evaluated:
+            self.file.flush()
+        eta = (self.stop_at - step) * elapsed / max(step - self.start_step, 1)
+        self.progress.show(f"step {step}/{self.total_steps} | loss {loss_value:.4f} | val "
+                           f"{val_loss:.4f} | {tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed"
+                           f" | ETA {fmt_time(eta)}", final=evaluated)
+
+    def close(self):
+        self.progress.show('', final=False)
+        self.file.close()
+
+
+def report_end(status, step, args, last_val, best, elapsed):
+    """The last lines of a run: how it ended, where its checkpoints are."""
+    if status == 'interrupted':
+        print(f"\ninterrupted at step {step}; checkpoint saved to {checkpoint_path(args.out_dir)}"
+              " (continue with --resume)")
+    elif status == 'stopped':
+        print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to "
+              f"{checkpoint_path(args.out_dir)} (continue with --resume)")
+    else:
+        val = (f"validation loss {last_val:.4f}" if math.isfinite(last_val)
+               else "no validation in this run")
+        print(f"\nfinished {step} steps in {fmt_time(elapsed)}; {val}; "
+              f"checkpoint saved to {checkpoint_path(args.out_dir)}")
+    if best['step']:
+        print(f"best validation loss {best['val_loss']:.4f} at step {best['step']}, kept in "
+              f"{checkpoint_path(args.out_dir, BEST_NAME)} (--sample uses it)")
+
+
 def train(args):
+    # -- check everything before any work: flags, folder, text, checkpoint ------------
     if args.plot:
         need_matplotlib(os.path.join(args.out_dir, METRICS_NAME))
     if not args.resume and not args.force:
@@ -473,15 +569,12 @@ def train(args):
     prepare_out_dir(args.out_dir)
     ck = load_checkpoint(args.out_dir) if args.resume else None
     vocab = Vocab(text)
-    if ck is not None and ck['vocab'] != vocab.chars:
-        extra = sorted(set(vocab.chars) - set(ck['vocab']))
-        raise UserError(f"the checkpoint's vocabulary ({len(ck['vocab'])} characters) does not "
-                        f"match this text's ({len(vocab.chars)} characters"
-                        + (f"; new: {''.join(extra)!r}" if extra else '')
-                        + "); resume with the file it was trained on")
+    if ck is not None:
+        check_vocabulary(ck, vocab)
     config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
     train_data, val_data = split_data(vocab.encode(text), config.block_size)
 
+    # -- the model, the optimizer and the schedule (from the checkpoint when resuming) -
     tt.manual_seed(args.seed)
     model = restore_model(ck, config) if ck else GPT(config)
     optimizer = make_optimizer(model, args)
@@ -489,29 +582,22 @@ def train(args):
     # more --steps than that continue at --min-lr instead of stretching the cosine again
     schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
     scheduler = optim.WarmupCosineLR(optimizer, args.warmup, schedule_steps, min_lr=args.min_lr)
-    step = 0
+    step = resume_from(ck, optimizer, scheduler, args, schedule_steps) if ck is not None else 0
+    best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
     if ck is not None:
-        # moments and step counts from the checkpoint; lr, its schedule and weight decay
-        # from this run's flags (the same flags continue the run exactly)
-        if 'optimizer' in ck:
-            optimizer.load_state_dict(ck['optimizer'])
-            optimizer.param_groups[0]['weight_decay'] = args.weight_decay
-        else:  # weights brought in by export.py from Hugging Face: no moments to continue
-            print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
-                  "moments start from zero")
-        step = int(ck['step'])
-        scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
-        if args.steps > schedule_steps:
-            print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
-                  f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
-                  f"{args.min_lr:g}")
-        if 'rng' in ck:
-            tt.set_rng_state(ck['rng'])
+        best.update(ck.get('best', {}))
     # fixed validation batches, from their own generator: evaluating never changes the
     # training batches, so a resumed run sees exactly the batches a straight run sees
     val_rng = np.random.default_rng(args.seed + 1)
     val_batches = [get_batch(val_data, config.block_size, args.batch_size, val_rng)
                    for _ in range(args.eval_iters)]
+
+    def save(at_step, name=CKPT_NAME):
+        nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
+                 'vocab': vocab.chars,
+                 'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
+                 'schedule_steps': schedule_steps, 'best': dict(best), 'source': source},
+                checkpoint_path(args.out_dir, name))
 
     metrics_file = os.path.join(args.out_dir, METRICS_NAME)
     start_metrics(metrics_file, fresh=ck is None)
@@ -521,94 +607,55 @@ def train(args):
           f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
 
-    best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
-    if ck is not None:
-        best.update(ck.get('best', {}))
-
-    def save(at_step, name=CKPT_NAME):
-        nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
-                 'vocab': vocab.chars,
-                 'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
-                 'schedule_steps': schedule_steps, 'best': dict(best), 'source': source},
-                checkpoint_path(args.out_dir, name))
-
-    progress, stop = Progress(), StopRequest()
-    last_val, start_time, start_step = float('nan'), time.time(), step
-    tokens_per_step = args.batch_size * config.block_size
+    # -- the training loop ------------------------------------------------------------
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
-    status = 'done'
+    log = TrainingLog(metrics_file, args.steps, step, stop_at, args.batch_size * config.block_size)
+    stop = StopRequest()
+    last_val = float('nan')
     try:
-        with open(metrics_file, 'a', newline='') as mf:
-            metrics = csv.writer(mf)
-            while step < stop_at:
-                x, y = get_batch(train_data, config.block_size, args.batch_size,
-                                 tt.default_generator())
-                rng_state = tt.get_rng_state()  # to run this step again if it goes bad
-                _, loss = model(x, y)
-                loss_value = loss.item()
-                grad_norm = math.nan
-                if math.isfinite(loss_value):
-                    optimizer.zero_grad()
-                    loss.backward()
-                    grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
-                if not math.isfinite(grad_norm):
-                    progress.show('', final=False)
-                    kept = (f"the last good checkpoint is kept at {checkpoint_path(args.out_dir)}"
-                            if os.path.exists(checkpoint_path(args.out_dir))
-                            else "no checkpoint was saved yet")
-                    what = (f"the loss became {loss_value}" if not math.isfinite(loss_value)
-                            else f"the gradient norm became {grad_norm}")
-                    print(f"\nerror: {what} at step {step + 1}; stopping (try a lower --lr). "
-                          f"{kept}\n{diagnose_nan(model, x, y, rng_state)}", file=sys.stderr)
-                    return 3
-                lr = scheduler.get_last_lr()[0]
-                evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
-                before = [p.data.copy() for p in model.parameters()] if evaluated else None
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                elapsed = time.time() - start_time
-                tok_s = (step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                ratio = ''
-                if evaluated:
-                    last_val = evaluate(model, val_batches)
-                    ratio = f"{update_ratio(before, model.parameters()):.3e}"
-                metrics.writerow([step, f"{loss_value:.6f}", f"{last_val:.6f}" if evaluated else '',
-                                  f"{lr:.6g}", f"{tok_s:.1f}", f"{grad_norm:.4g}", ratio])
-                eta = (stop_at - step) * elapsed / max(step - start_step, 1)
-                progress.show(f"step {step}/{args.steps} | loss {loss_value:.4f} | val "
-                              f"{last_val:.4f} | {tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed"
-                              f" | ETA {fmt_time(eta)}", final=evaluated)
-                if evaluated:
-                    mf.flush()
-                    if last_val < best['val_loss']:  # a new best: keep it beside the latest
-                        best.update(step=step, val_loss=last_val)
-                        save(step, BEST_NAME)
-                    save(step)
-                if stop.requested:
-                    status = 'interrupted'
-                    break
-            else:
-                if step < args.steps:
-                    status = 'stopped'
+        while step < stop_at and not stop.requested:
+            # a batch of random windows, and the random state to run this step again if it
+            # goes bad
+            x, y = get_batch(train_data, config.block_size, args.batch_size,
+                             tt.default_generator())
+            rng_state = tt.get_rng_state()
+            # forward, backward, clip
+            _, loss = model(x, y)
+            loss_value, grad_norm = loss.item(), math.nan
+            if math.isfinite(loss_value):
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
+            if not math.isfinite(grad_norm):
+                log.close()
+                return report_nan(model, x, y, rng_state, step, loss_value, grad_norm,
+                                  args.out_dir)
+            # step (the lr is read first: it is the one this step uses)
+            lr = scheduler.get_last_lr()[0]
+            evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
+            before = [p.data.copy() for p in model.parameters()] if evaluated else None
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            # evaluate, log, and at each evaluation save the checkpoints
+            elapsed, ratio = log.elapsed(), None
+            if evaluated:
+                last_val = evaluate(model, val_batches)
+                ratio = update_ratio(before, model.parameters())
+            log.step(step, loss_value, lr, grad_norm, last_val, ratio, elapsed)
+            if evaluated:
+                if last_val < best['val_loss']:  # a new best: keep it beside the latest
+                    best.update(step=step, val_loss=last_val)
+                    save(step, BEST_NAME)
+                save(step)
     finally:
         stop.restore()
-    progress.show('', final=False)
+    log.close()
+
+    # -- the end: a last checkpoint, what happened, a sample --------------------------
     save(step)
-    if status == 'interrupted':
-        print(f"\ninterrupted at step {step}; checkpoint saved to {checkpoint_path(args.out_dir)}"
-              " (continue with --resume)")
-    elif status == 'stopped':
-        print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to "
-              f"{checkpoint_path(args.out_dir)} (continue with --resume)")
-    else:
-        val = f"validation loss {last_val:.4f}" if math.isfinite(last_val) else \
-            "no validation in this run"
-        print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; {val}; "
-              f"checkpoint saved to {checkpoint_path(args.out_dir)}")
-    if best['step']:
-        print(f"best validation loss {best['val_loss']:.4f} at step {best['step']}, kept in "
-              f"{checkpoint_path(args.out_dir, BEST_NAME)} (--sample uses it)")
+    status = ('interrupted' if stop.requested else 'stopped' if step < args.steps else 'done')
+    report_end(status, step, args, last_val, best, log.elapsed())
     if args.plot:
         plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
     if args.length:
