@@ -2014,6 +2014,8 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
     assert len(train_charlm.split_data(np.arange(9), 8)[0]) == 9  # exactly one window: kept
     with pytest.raises(train_charlm.UserError, match="8 characters, fewer than one block plus one"):
         train_charlm.split_data(np.arange(8), 8)
+    with pytest.raises(train_charlm.UserError, match="the text has 1 character, fewer than"):
+        train_charlm.split_data(np.arange(1), 8)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -2218,20 +2220,24 @@ def test_charlm_keeps_the_best_checkpoint_and_samples_from_it(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'best.npz'))['step'] == min(vals, key=vals.get)
 
 
-def test_charlm_ctrl_c_saves_and_samples(corpus, tmp_path):
+def test_charlm_ctrl_c_saves_and_stops_promptly_without_a_sample(corpus, tmp_path):
     import signal
     import time
     out = str(tmp_path / "run")
     p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
-                          '--steps', '100000', '--eval-interval', '5', '--out-dir', out],
+                          '--steps', '100000', '--eval-interval', '5', '--length', '20000',
+                          '--out-dir', out],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
     deadline = time.time() + 60
     while not os.path.exists(os.path.join(out, 'ckpt.npz')) and time.time() < deadline:
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
+    sent = time.time()
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130, stderr
-    assert "interrupted at step" in stdout and "--- sample ---" in stdout
+    assert time.time() - sent < 10  # a 20,000-character sample would take far longer
+    assert "interrupted at step" in stdout and "--- sample ---" not in stdout
+    assert f"sample it with: python train_charlm.py --sample --latest --out-dir {out}" in stdout
     assert "Traceback" not in stderr
     ck = nn.load(os.path.join(out, 'ckpt.npz'))
     assert 0 < ck['step'] < 100000
@@ -2252,6 +2258,7 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("x" * 16)
     fails([str(short), *TINY, *out], "fewer than one block plus one (17)")
+    assert not (tmp_path / "out").exists()  # an error before training leaves no empty folder
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("caf\u00e9 ".encode('latin-1') * 100)
     fails([str(latin), *out], "is not UTF-8 text (byte 0xe9 at offset 3)")
@@ -2266,7 +2273,9 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("ZYXWVUTSRQ 0123456789 " * 20)
     fails([str(other), *TINY, '--steps', '6', '--out-dir', run, '--resume'],
-          "the checkpoint's vocabulary")
+          f"the checkpoint's vocabulary (15 characters) does not match this text's "
+          f"(21 characters; new: '0123456789QRSTUVWXYZ'); resume with the file it was trained "
+          f"on: {corpus}")
     fails([corpus, *TINY[:4], '--n-embd', '32', '--out-dir', run, '--resume'],
           "--n-embd 32 (checkpoint has 16)")
     fails(['--sample', '--out-dir', run, '--prompt', 'QQQ'], "not in the model's vocabulary")
@@ -2294,6 +2303,149 @@ def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'ckpt.npz'))['step'] == 2
 
 
+def test_charlm_never_overwrites_a_run_stopped_before_its_first_evaluation(corpus, tmp_path):
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--steps', '9', '--eval-interval', '5', '--stop-after', '1',
+                   '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(run)) == ['ckpt.npz', 'metrics.csv']  # no best.npz yet
+    kept = {name: (run / name).read_bytes() for name in os.listdir(run)}
+    r = run_charlm(corpus, *TINY, '--steps', '6', '--out-dir', str(run))
+    assert r.returncode == 2 and r.stderr == (
+        f"error: {run} already holds a run (1 step); add --resume to continue it, give another "
+        "--out-dir to keep it, or --force to replace it\n")
+    assert {name: (run / name).read_bytes() for name in os.listdir(run)} == kept
+
+
+def test_charlm_force_replaces_the_old_run_only_at_the_new_runs_first_checkpoint(corpus, tmp_path):
+    import time
+    run = tmp_path / "run"
+    assert run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--out-dir', str(run),
+                      '--length', '0').returncode == 0
+    old = {name: (run / name).read_bytes() for name in os.listdir(run)}
+    assert set(old) == {'ckpt.npz', 'best.npz', 'metrics.csv'}
+    # a new run with --force, killed before its first checkpoint: the old run is untouched
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                          '--steps', '100000', '--eval-interval', '100000', '--force',
+                          '--out-dir', str(run)], stdout=subprocess.PIPE, text=True, cwd=HERE)
+    deadline = time.time() + 60
+    while not p.stdout.readline().startswith("step ") and time.time() < deadline:
+        pass
+    time.sleep(0.5)  # a few more steps
+    p.kill()
+    p.communicate(timeout=60)
+    assert {name: (run / name).read_bytes() for name in os.listdir(run)} == old
+    # stopped before its first evaluation, the new run leaves no trace of the old one
+    r = run_charlm(corpus, *TINY, '--steps', '5', '--eval-interval', '10', '--stop-after', '2',
+                   '--force', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(run)) == ['ckpt.npz', 'metrics.csv']  # the old best.npz is gone
+    with open(run / 'metrics.csv') as f:
+        assert [row['step'] for row in csv.DictReader(f)] == ['1', '2']
+    assert nn.load(run / 'ckpt.npz')['step'] == 2
+
+
+def test_charlm_resume_continues_with_the_runs_own_settings(corpus, tmp_path):
+    settings = ['--lr', '3e-3', '--min-lr', '2e-4', '--warmup', '3', '--batch-size', '3',
+                '--weight-decay', '0.05', '--grad-clip', '0.5', '--seed', '5',
+                '--eval-interval', '4', '--eval-iters', '3', '--steps', '10']
+    model = TINY[:8]  # layers, heads, width, block size: the model flags
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    assert run_charlm(corpus, *model, *settings, '--length', '0', '--out-dir', straight
+                      ).returncode == 0
+    first = run_charlm(corpus, *model, *settings, '--length', '0', '--out-dir', split,
+                       '--stop-after', '5')
+    assert first.returncode == 0, first.stderr
+    # resumed with no flags at all: the run's settings, not the defaults, continue it
+    second = run_charlm(corpus, '--resume', '--length', '0', '--out-dir', split)
+    assert second.returncode == 0, second.stderr
+    assert "resuming at step 5" in second.stdout and "note:" not in second.stdout
+    assert "batch 3, 10 steps" in second.stdout
+    a, b = nn.load(os.path.join(straight, 'ckpt.npz')), nn.load(os.path.join(split, 'ckpt.npz'))
+    assert a['step'] == b['step'] == 10
+    for k in a['model']:
+        np.testing.assert_array_equal(a['model'][k], b['model'][k], err_msg=k)
+    with open(os.path.join(straight, 'metrics.csv')) as f:
+        want = [(row['step'], row['lr'], row['val_loss']) for row in csv.DictReader(f)]
+    with open(os.path.join(split, 'metrics.csv')) as f:
+        assert [(row['step'], row['lr'], row['val_loss']) for row in csv.DictReader(f)] == want
+    # a flag given on resume that differs from the run's is applied, with one line that says so
+    third = run_charlm(corpus, '--resume', '--steps', '12', '--lr', '1e-3', '--batch-size', '3',
+                       '--length', '0', '--out-dir', split)
+    assert third.returncode == 0, third.stderr
+    notes = [line for line in third.stdout.splitlines() if line.startswith("note: ")]
+    assert notes[0] == ("note: on resume, --steps 12 and --lr 0.001 replace the run's 10 and "
+                        "0.003; its other settings continue as they were")
+    assert nn.load(os.path.join(split, 'ckpt.npz'))['settings']['lr'] == 1e-3
+
+
+def test_charlm_checks_the_memory_a_step_needs_before_training(tmp_path):
+    out = tmp_path / "out"
+    r = run_charlm('--block-size', '100000', '--out-dir', str(out), timeout=60)  # its own source
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert re.match(r"error: one training step of this model needs about \d+\.\d [TP]iB of "
+                    r"memory \(the attention scores grow with the square of --block-size "
+                    r"100000\), more than the [\d.]+ [MGT]iB this machine has available; use a "
+                    r"smaller --block-size or --batch-size\n", r.stderr), r.stderr
+    assert not out.exists()
+
+
+def test_charlm_memory_estimate_is_near_the_measured_peak():
+    import tracemalloc
+    sys.path.insert(0, HERE)
+    import train_charlm
+    for n_layer, n_head, n_embd, block, batch in [(2, 2, 32, 128, 4), (1, 4, 64, 32, 16)]:
+        config = tf.GPTConfig(vocab_size=50, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                              block_size=block)
+        tt.manual_seed(0)
+        model = tf.GPT(config)
+        opt = optim.AdamW(model.parameters(), lr=1e-3)
+        x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
+
+        def step():
+            loss = model(x, x)[1]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        step()
+        tracemalloc.start()
+        try:
+            step()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        estimate = train_charlm.step_memory(config, batch)
+        assert peak / 2 < estimate < peak * 2, (estimate, peak)
+
+
+def test_charlm_piped_into_head_stops_cleanly_and_keeps_its_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                          '--steps', '100000', '--eval-interval', '5', '--out-dir', str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    head = [p.stdout.readline() for _ in range(3)]  # what `| head -3` shows
+    assert head[0].startswith("training on") and head[2].startswith("step 1/100000 |"), head
+    p.stdout.close()  # head exits
+    stderr = p.communicate(timeout=60)[1]
+    assert p.returncode == 0 and "Traceback" not in stderr and "Exception" not in stderr, stderr
+    assert re.fullmatch(r"the output was closed \(the program reading it exited\): stopped at "
+                        rf"step (\d+) of 100000; checkpoint saved to {re.escape(str(out))}/ckpt.npz "
+                        r"\(continue with --resume\)\n", stderr), stderr
+    step = int(re.search(r"step (\d+) of", stderr).group(1))
+    assert nn.load(out / 'ckpt.npz')['step'] == step > 0
+    with open(out / 'metrics.csv') as f:
+        assert len(list(csv.DictReader(f))) == step
+
+
+def test_charlm_shows_progress_from_the_first_step(corpus, tmp_path):
+    r = run_charlm(corpus, *TINY, '--steps', '3', '--eval-interval', '100',
+                   '--out-dir', str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    steps = [line for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert steps[0].startswith("step 1/3 | loss ") and steps[-1].startswith("step 3/3 | ")
+
+
 def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     run = str(tmp_path / "run")
     assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0
@@ -2302,6 +2454,7 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
     r = run_charlm(corpus, *TINY, '--steps', '200', '--lr', '1e30', '--min-lr', '1e30', '--warmup',
                    '0', '--grad-clip', '1e30', '--eval-interval', '1', '--out-dir', run, '--resume')
     assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "Warning" not in r.stderr  # the NaN is reported once, not as NumPy's warnings first
     assert re.search(r"the (loss|gradient norm) became (nan|inf)", r.stderr), r.stderr
     assert "last good checkpoint is kept" in r.stderr
     # the step ran again under tt.detect_anomaly: the op that went bad, and where
