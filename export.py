@@ -154,10 +154,15 @@ def from_hf(folder):
         tensors, _ = nn.load_safetensors(files['model.safetensors'])
     except (ValueError, KeyError, nn.CheckpointError) as e:
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
-    if hf.get('model_type') != 'gpt2' or hf.get('activation_function', 'gelu_new') != 'gelu':
+    if hf.get('model_type') != 'gpt2':
+        raise UserError(f"{folder}: tinytorch reads GPT-2 models (model_type 'gpt2'); this one "
+                        f"has model_type {hf.get('model_type')!r}")
+    if hf.get('activation_function', 'gelu_new') != 'gelu':  # gelu_new: GPT-2's default
+        has = (f"activation_function {hf['activation_function']!r}" if 'activation_function' in hf
+               else "no activation_function, so GPT-2's default 'gelu_new' (the tanh "
+                    "approximation)")
         raise UserError(f"{folder}: tinytorch reads GPT-2 models with the exact GELU "
-                        f"(activation_function 'gelu'); this one has model_type "
-                        f"{hf.get('model_type')!r}, activation {hf.get('activation_function')!r}")
+                        f"(activation_function 'gelu'); this one has {has}")
     config = GPTConfig(vocab_size=hf['vocab_size'], block_size=hf['n_positions'],
                        n_layer=hf['n_layer'], n_head=hf['n_head'], n_embd=hf['n_embd'],
                        dropout=hf.get('resid_pdrop', 0.0)).to_dict()

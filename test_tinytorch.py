@@ -1638,6 +1638,10 @@ def test_clip_grad_norm_single_tensor_norm_types_and_dtype():
     a.grad[0] = np.nan
     with pytest.raises(RuntimeError, match="total norm.*nan"):
         optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
+    a.grad[0] = np.inf  # infinite, not NaN: refused too, the gradients left as they were
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
+        optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
+    assert a.grad[0] == np.inf and b.grad[0] == pytest.approx(-2.0)
 
 
 def _train_steps(model, opt, sched, data, steps):
@@ -4186,6 +4190,27 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     t = run_charlm('--sample', '--out-dir', str(trained_run / 'run'), '--length', '15',
                    '--temperature', '0', '--prompt', 'the ')
     assert s.returncode == 0 and s.stdout == t.stdout
+
+
+def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
+    hf = tmp_path / 'hf'
+    assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', hf).returncode == 0
+    config = json.loads((hf / 'config.json').read_text())
+    for activation, says in [(None, "no activation_function, so GPT-2's default 'gelu_new' (the "
+                                    "tanh approximation)"),
+                             ('gelu_new', "activation_function 'gelu_new'"),
+                             ('relu', "activation_function 'relu'")]:
+        changed = dict(config)
+        if activation is None:
+            del changed['activation_function']  # GPT2Config's default is then gelu_new
+        else:
+            changed['activation_function'] = activation
+        (hf / 'config.json').write_text(json.dumps(changed))
+        r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr == (f"error: {hf}: tinytorch reads GPT-2 models with the exact GELU "
+                            f"(activation_function 'gelu'); this one has {says}\n")
+    assert not (tmp_path / 'back').exists()
 
 
 def test_export_refuses_a_file_where_a_folder_goes_and_a_file_that_is_no_checkpoint(
