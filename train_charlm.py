@@ -52,7 +52,7 @@ def parse_args(argv=None):
     t = p.add_argument_group("training (taken from the checkpoint when resuming; one given "
                              "then replaces the run's, with a note)")
     t.add_argument('--steps', type=int,
-                   help="total optimizer steps (default 5000: minutes on a laptop, see README)")
+                   help="total optimizer steps (default 5000; the progress line shows the time left)")
     t.add_argument('--batch-size', type=int, help="windows per step (default 12)")
     t.add_argument('--lr', type=float, help="peak learning rate (default 1e-3)")
     t.add_argument('--min-lr', type=float, help="final learning rate (default 1e-4)")
