@@ -52,7 +52,8 @@ def parse_args(argv=None):
     t = p.add_argument_group("training (taken from the checkpoint when resuming; one given "
                              "then replaces the run's, with a note)")
     t.add_argument('--steps', type=int,
-                   help="total optimizer steps (default 5000; the progress line shows the time left)")
+                   help="total optimizer steps (default 5000; the progress line shows the "
+                        "time left)")
     t.add_argument('--batch-size', type=int, help="windows per step (default 12)")
     t.add_argument('--lr', type=float, help="peak learning rate (default 1e-3)")
     t.add_argument('--min-lr', type=float, help="final learning rate (default 1e-4)")
@@ -189,8 +190,8 @@ def split_data(data, block_size):
     """90/10 train/validation split; each part must hold at least one window."""
     need = block_size + 1
     if len(data) < need:
-        raise UserError(f"the text has {plural(len(data), 'character')}, fewer than one block plus one "
-                        f"({need}); use a longer file or a smaller --block-size")
+        raise UserError(f"the text has {plural(len(data), 'character')}, fewer than one block "
+                        f"plus one ({need}); use a longer file or a smaller --block-size")
     n = int(0.9 * len(data))
     if n < need or len(data) - n < need:
         print(f"note: the text is too short for a 90/10 split with block size {block_size}; "
