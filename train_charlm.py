@@ -567,6 +567,7 @@ def check_memory(config, batch_size):
 
 def profile_step(args):
     """--profile: one step of the configured model, measured op by op; nothing written."""
+    settle_settings(args)
     text, source = read_corpus(args)
     vocab = Vocab(text)
     config = build_config(args, len(vocab.chars))
@@ -801,6 +802,7 @@ def train(args):
 
 
 def sample_only(args):
+    settle_settings(args)  # --seed, or its default
     name = BEST_NAME if not args.latest and os.path.exists(
         checkpoint_path(args.out_dir, BEST_NAME)) else CKPT_NAME
     ck = load_checkpoint(args.out_dir, name)
@@ -820,8 +822,6 @@ def sample_only(args):
 def main(argv=None):
     try:
         args = parse_args(argv)
-        if not args.resume:  # a resumed run takes them from its checkpoint
-            settle_settings(args)
         if args.sample:
             return sample_only(args)
         if args.profile:
