@@ -49,8 +49,7 @@ def parse_args(argv=None):
                    help=f"context length in characters (default {MODEL_FLAGS['block_size']})")
     g.add_argument('--dropout', type=float,
                    help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
-    t = p.add_argument_group("training (taken from the checkpoint when resuming; one given "
-                             "then replaces the run's, with a note)")
+    t = p.add_argument_group("training (when resuming: the run's own, unless given)")
     t.add_argument('--steps', type=int,
                    help="total optimizer steps (default 5000; the progress line shows the "
                         "time left)")
@@ -69,7 +68,8 @@ def parse_args(argv=None):
     t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
     t.add_argument('--force', action='store_true',
                    help="start a new run in an OUT_DIR that holds another run, replacing it "
-                        "(without it, such a run is refused and left intact)")
+                        "at the new run's first checkpoint (without it, such a run is refused "
+                        "and left intact)")
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
