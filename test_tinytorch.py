@@ -1492,6 +1492,27 @@ def test_adam_betas_and_eps_by_hand(cls):
     assert optim.Adam([_param([1.0])]).param_groups[0]['weight_decay'] == 0.0
 
 
+def test_optimizer_and_schedule_defaults_by_hand():
+    """The defaults PyTorch documents: SGD lr 1e-3 and no momentum, dampening, decay or
+    Nesterov; Adam and AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8; StepLR gamma 0.1;
+    the cosine schedules end at 0."""
+    sgd = optim.SGD([_param([1.0])]).param_groups[0]
+    assert {k: sgd[k] for k in ('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov')} == \
+        dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
+    for cls in (optim.Adam, optim.AdamW):
+        group = cls([_param([1.0])]).param_groups[0]
+        assert (group['lr'], group['betas'], group['eps']) == (1e-3, (0.9, 0.999), 1e-8)
+    step = optim.StepLR(optim.SGD([_param([1.0])], lr=1.0), step_size=1)
+    step.step()
+    assert step.get_last_lr() == [pytest.approx(0.1)]
+    for make in (lambda opt: optim.CosineAnnealingLR(opt, T_max=2),
+                 lambda opt: optim.WarmupCosineLR(opt, warmup_steps=0, total_steps=2)):
+        schedule = make(optim.SGD([_param([1.0])], lr=1.0))
+        schedule.step()
+        schedule.step()
+        assert schedule.get_last_lr() == [pytest.approx(0.0, abs=1e-12)]
+
+
 def test_optimizer_errors_state_copies_and_a_second_scheduler():
     with pytest.raises(ValueError, match="SGD: got an empty parameter list"):
         optim.SGD([], lr=0.1)
@@ -1642,6 +1663,19 @@ def test_clip_grad_norm_single_tensor_norm_types_and_dtype():
     with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
         optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
     assert a.grad[0] == np.inf and b.grad[0] == pytest.approx(-2.0)
+
+
+def test_clip_grad_norm_raises_only_when_asked_and_only_for_a_non_finite_norm():
+    a = nn.Parameter(tt.zeros(2))
+    a.grad = np.array([3.0, 4.0], np.float32)
+    total = optim.clip_grad_norm_([a], 1.0, error_if_nonfinite=True)  # finite: clipped, no error
+    assert total.item() == pytest.approx(5.0)
+    np.testing.assert_allclose(a.grad, [0.6, 0.8], rtol=1e-5)
+    a.grad = np.array([np.inf, 1.0], np.float32)
+    with np.errstate(invalid='ignore'):  # inf * 0
+        total = optim.clip_grad_norm_([a], 1.0)  # the default, as PyTorch's: no error
+    assert total.item() == np.inf
+    assert np.isnan(a.grad[0]) and a.grad[1] == 0  # scaled by 1 / inf = 0, as PyTorch does
 
 
 def _train_steps(model, opt, sched, data, steps):
