@@ -4002,6 +4002,14 @@ def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
     config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
     assert config['model_type'] == 'gpt2' and config['activation_function'] == 'gelu'
     assert config['n_positions'] == 16 and config['n_embd'] == 16
+    # what tinytorch's GPT does: LayerNorm's eps, attention scaled by 1/sqrt(head size),
+    # the output head tied to the token embedding (not stored: untied, GPT-2 would
+    # start it from random numbers), the run's dropout
+    assert config['layer_norm_epsilon'] == 1e-5 == nn.LayerNorm(4).eps
+    assert config['scale_attn_weights'] is True and config['tie_word_embeddings'] is True
+    ck_config = nn.load(trained_run / 'run' / 'ckpt.npz')['config']
+    assert config['resid_pdrop'] == config['embd_pdrop'] == config['attn_pdrop'] == \
+        ck_config['dropout']
     tensors, meta = nn.load_safetensors(tmp_path / 'hf' / 'model.safetensors')
     ck = nn.load(trained_run / 'run' / 'ckpt.npz')
     C = 16
@@ -4023,6 +4031,7 @@ def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
     assert back.returncode == 0, back.stderr
     got = nn.load(tmp_path / 'back' / 'ckpt.npz')
     assert got['vocab'] == ck['vocab'] and got['config'] == ck['config']
+    assert got['step'] == 0 and got['best'] == {}  # imported weights: no steps trained here
     for k, v in ck['model'].items():
         np.testing.assert_array_equal(got['model'][k], v)
     again = run_export('--from-hf', tmp_path / 'hf', '--out-dir', tmp_path / 'back')
@@ -4209,6 +4218,10 @@ def test_nanogpt_gives_tinytorchs_logits_and_continues_its_optimizer_pytorch(tra
 def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_path):
     need_torch()
     assert run_export(trained_run / 'run', '--to', 'nanogpt', tmp_path / 'ng').returncode == 0
+    exported = (tmp_path / 'ng' / 'ckpt.pt').read_bytes()
+    again = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng')
+    assert again.returncode == 2 and "already holds an exported model" in again.stderr
+    assert (tmp_path / 'ng' / 'ckpt.pt').read_bytes() == exported  # never overwritten
     r = run_export('--from-nanogpt', tmp_path / 'ng' / 'ckpt.pt', '--out-dir', tmp_path / 'back')
     assert r.returncode == 0, r.stderr
     ck, got = nn.load(trained_run / 'run' / 'best.npz'), nn.load(tmp_path / 'back' / 'ckpt.npz')
