@@ -3820,14 +3820,19 @@ def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
     labels_csv = tmp_path / 'labels.csv.gz'
     with gzip.open(labels_csv, 'wt') as f:
         f.write(",".join(["0"] * 64 + ["12"]) + "\n")
+    ten = tmp_path / 'ten.csv.gz'  # one past the last digit
+    with gzip.open(ten, 'wt') as f:
+        f.write(",".join(["0"] * 64 + ["10"]) + "\n")
     plain = tmp_path / 'plain.csv.gz'
     plain.write_text("not gzip")
     cases = [(['--data', str(tmp_path / 'none.csv.gz')], "digits file not found"),
              (['--data', str(bad_csv)], "64 pixel values and a label"),
              (['--data', str(labels_csv)], "labels .* must be whole numbers 0-9"),
+             (['--data', str(ten)], "labels .* must be whole numbers 0-9"),
              (['--data', str(plain)], "is not a gzipped CSV"),
              (['--epochs', '0'], "--epochs must be at least 1"),
              (['--lr', '-1'], "--lr must be positive"),
+             (['--lr', '0'], "--lr must be positive"),
              (['--mnist', str(tmp_path / 'nowhere')], "is not a folder")]
     for args, message in cases:
         r = run_digits(*args, '--out-dir', str(tmp_path / 'out'))
@@ -3881,6 +3886,33 @@ def test_train_digits_ctrl_c_keeps_the_model_trained_so_far(tmp_path):
     ck = nn.load(out / 'mlp.npz')
     assert ck['model'] == 'mlp' and 1 <= ck['epochs'] < 1000
     assert ck['test_accuracy'] > 0.5  # trained, not a fresh model
+
+
+def test_train_digits_reports_the_mean_training_loss_of_the_epoch(tmp_path, capsys):
+    sys.path.insert(0, HERE)
+    import train_digits
+    # one epoch of one batch: the reported loss is the initial model's loss on the set
+    assert train_digits.main(['--model', 'mlp', '--epochs', '1', '--batch-size', '5000',
+                              '--out-dir', str(tmp_path)]) == 0
+    shown = float(re.search(r"train loss ([\d.]+)", capsys.readouterr().out).group(1))
+    (x, y), _ = train_digits.split_digits(*train_digits.load_digits(train_digits.DIGITS))
+    tt.manual_seed(0)
+    model = train_digits.make_model('mlp', 8, 8)
+    assert shown == pytest.approx(nn.cross_entropy(model(tt.tensor(x)), tt.tensor(y)).item(),
+                                  abs=1e-4)
+
+
+def test_train_digits_models_have_the_documented_layers_and_ten_outputs():
+    sys.path.insert(0, HERE)
+    import train_digits
+    x = tt.randn(5, 1, 8, 8)
+    cnn = train_digits.make_model('cnn', 8, 8)
+    assert cnn(x).shape == (5, 10)
+    assert [tuple(p.shape) for p in cnn.parameters()] == [
+        (16, 1, 3, 3), (16,), (32, 16, 3, 3), (32,), (64, 512), (64,), (10, 64), (10,)]
+    mlp = train_digits.make_model('mlp', 8, 8)
+    assert mlp(x).shape == (5, 10)
+    assert [tuple(p.shape) for p in mlp.parameters()] == [(128, 64), (128,), (10, 128), (10,)]
 
 
 def test_train_digits_split_is_fixed_disjoint_and_sized():
