@@ -2443,6 +2443,28 @@ def test_charlm_checks_the_memory_a_step_needs_before_training(tmp_path):
     assert not out.exists()
 
 
+def test_charlm_memory_sizes_are_shown_in_the_right_unit():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    assert train_charlm.fmt_bytes(512) == "512.0 B"
+    assert train_charlm.fmt_bytes(1536) == "1.5 KiB"
+    assert train_charlm.fmt_bytes(3 * 2 ** 30) == "3.0 GiB"
+    assert train_charlm.fmt_bytes(2 ** 50) == "1024.0 TiB"  # TiB is the largest unit
+
+
+def test_charlm_help_states_the_defaults_it_uses():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    shown = ' '.join(run_charlm('--help').stdout.split('options:')[1].split())
+    args = train_charlm.parse_args([])
+    train_charlm.settle_settings(args)
+    defaults = dict(train_charlm.MODEL_FLAGS, **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
+    for name, value in defaults.items():
+        flag = '--' + name.replace('_', '-')
+        said = re.search(rf"{flag} [A-Z_]+ [^()]*\(default ([\d.e-]+)", shown).group(1)
+        assert float(said) == value, (flag, said, value)
+
+
 def test_charlm_memory_estimate_is_near_the_measured_peak():
     import tracemalloc
     sys.path.insert(0, HERE)

@@ -63,7 +63,7 @@ def parse_args(argv=None):
     t.add_argument('--eval-interval', type=int,
                    help="validate and save a checkpoint every N steps (default 250)")
     t.add_argument('--eval-iters', type=int,
-                   help="validation batches (fixed for the whole run, default 20)")
+                   help="validation batches, fixed for the whole run (default 20)")
     t.add_argument('--out-dir', default='out', help="checkpoint and metrics folder (default out)")
     t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
     t.add_argument('--force', action='store_true',
