@@ -2355,6 +2355,33 @@ def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'ckpt.npz'))['step'] == 2
 
 
+def test_charlm_progress_line_on_a_terminal_and_in_a_file(capsys):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    progress = train_charlm.Progress()
+    progress.tty = True  # refreshed in place; a validation line stays
+    progress.show("step 1 | long")
+    progress.show("step 2")
+    progress.show("step 3 | val", final=True)
+    progress.show("step 4")
+    progress.clear()
+    assert capsys.readouterr().out == ("\rstep 1 | long\rstep 2       \rstep 3 | val\n\rstep 4"
+                                       "\r      \r")
+    log = train_charlm.TrainingLog(train_charlm.RunFiles('unused', new_run=False),
+                                   total_steps=100, step=0, stop_at=100, tokens_per_step=64)
+    log.progress.tty = False  # into a file: the first step, then every 30 s and validations
+    log.step(10, 2.5, 1e-3, 0.5, math.nan, None, elapsed=20.0)
+    log.step(11, 2.4, 1e-3, 0.5, math.nan, None, elapsed=22.0)
+    log.step(12, 2.3, 1e-3, 0.5, 2.25, 0.001, elapsed=24.0)
+    assert capsys.readouterr().out == (
+        "step 10/100 | loss 2.5000 | val - | 32 tok/s | 0:20 elapsed | ETA 3:00\n"
+        "step 12/100 | loss 2.3000 | val 2.2500 | 32 tok/s | 0:24 elapsed | ETA 2:56\n")
+    assert log.files.rows == [
+        [10, '2.500000', '', '0.001', '32.0', '0.5', ''],
+        [11, '2.400000', '', '0.001', '32.0', '0.5', ''],
+        [12, '2.300000', '2.250000', '0.001', '32.0', '0.5', '1.000e-03']]
+
+
 def test_charlm_never_overwrites_a_run_stopped_before_its_first_evaluation(corpus, tmp_path):
     run = tmp_path / "run"
     r = run_charlm(corpus, *TINY, '--steps', '9', '--eval-interval', '5', '--stop-after', '1',
