@@ -2370,16 +2370,17 @@ def test_charlm_progress_line_on_a_terminal_and_in_a_file(capsys):
     log = train_charlm.TrainingLog(train_charlm.RunFiles('unused', new_run=False),
                                    total_steps=100, step=0, stop_at=100, tokens_per_step=64)
     log.progress.tty = False  # into a file: the first step, then every 30 s and validations
+    log.start_step = 9  # as if resumed at step 9: 3 steps in 24 s leave 88 more in 11:44
     log.step(10, 2.5, 1e-3, 0.5, math.nan, None, elapsed=20.0)
     log.step(11, 2.4, 1e-3, 0.5, math.nan, None, elapsed=22.0)
     log.step(12, 2.3, 1e-3, 0.5, 2.25, 0.001, elapsed=24.0)
     assert capsys.readouterr().out == (
-        "step 10/100 | loss 2.5000 | val - | 32 tok/s | 0:20 elapsed | ETA 3:00\n"
-        "step 12/100 | loss 2.3000 | val 2.2500 | 32 tok/s | 0:24 elapsed | ETA 2:56\n")
+        "step 10/100 | loss 2.5000 | val - | 3 tok/s | 0:20 elapsed | ETA 30:00\n"
+        "step 12/100 | loss 2.3000 | val 2.2500 | 8 tok/s | 0:24 elapsed | ETA 11:44\n")
     assert log.files.rows == [
-        [10, '2.500000', '', '0.001', '32.0', '0.5', ''],
-        [11, '2.400000', '', '0.001', '32.0', '0.5', ''],
-        [12, '2.300000', '2.250000', '0.001', '32.0', '0.5', '1.000e-03']]
+        [10, '2.500000', '', '0.001', '3.2', '0.5', ''],
+        [11, '2.400000', '', '0.001', '5.8', '0.5', ''],
+        [12, '2.300000', '2.250000', '0.001', '8.0', '0.5', '1.000e-03']]
 
 
 def test_charlm_never_overwrites_a_run_stopped_before_its_first_evaluation(corpus, tmp_path):
@@ -2473,7 +2474,7 @@ def test_charlm_checks_the_memory_a_step_needs_before_training(tmp_path):
 def test_charlm_memory_sizes_are_shown_in_the_right_unit():
     sys.path.insert(0, HERE)
     import train_charlm
-    assert train_charlm.fmt_bytes(512) == "512.0 B"
+    assert train_charlm.fmt_bytes(512) == "512.0 B" and train_charlm.fmt_bytes(1024) == "1.0 KiB"
     assert train_charlm.fmt_bytes(1536) == "1.5 KiB"
     assert train_charlm.fmt_bytes(3 * 2 ** 30) == "3.0 GiB"
     assert train_charlm.fmt_bytes(2 ** 50) == "1024.0 TiB"  # TiB is the largest unit
