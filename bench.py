@@ -14,8 +14,19 @@ train_digits.py's CNN (two 3x3 convolutions, a max pool, two linear layers) on a
 of 32 8x8 images, with Adam; its throughput column counts images, not tokens.
 """
 import argparse
+import json
 import os
+import subprocess
 import sys
+import time
+
+CONFIGS = {
+    'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
+    'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
+    'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
+}
+VOCAB = 65
 
 
 def parse_args():
@@ -32,7 +43,22 @@ def parse_args():
     p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
     p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
     p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
-    return p.parse_args()
+    args = p.parse_args()
+    # one line, exit 2, for a value argparse accepts but bench cannot use
+    unknown = [name for name in args.configs.split(',') if name not in CONFIGS]
+    if unknown:
+        refuse(f"--configs: unknown configuration {unknown[0]!r}; choose among "
+               f"{', '.join(CONFIGS)} (comma-separated)")
+    for flag in ('threads', 'rounds', 'steps'):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            refuse(f"--{flag} {value}: it must be at least 1")
+    return args
+
+
+def refuse(message):
+    print(f"bench.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 ARGS = parse_args() if __name__ == '__main__' else None
@@ -43,21 +69,13 @@ if ARGS is not None:  # BLAS reads its thread count when NumPy is first imported
         os.environ['TINYTORCH_TUNE_MALLOC'] = '0'
         os.environ['TINYTORCH_TUNE_THREADS'] = '0'
 
-import time  # noqa: E402
-
 import tinytorch as tt  # noqa: E402  (before NumPy: it tunes OpenBLAS's threads as NumPy loads)
 import numpy as np  # noqa: E402
 
+import nn  # noqa: E402
 import optim  # noqa: E402
+from train_digits import make_model  # noqa: E402
 from transformer import GPT, GPTConfig  # noqa: E402
-
-CONFIGS = {
-    'small': dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch=32),
-    'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
-    'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
-    'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
-}
-VOCAB = 65
 
 
 # ---------------------------------------------------------------------------
@@ -134,8 +152,6 @@ def cnn_batch(cfg, seed=0):
 
 
 def tinytorch_cnn_setup(cfg):
-    import nn
-    from train_digits import make_model
     tt.manual_seed(0)
     model = make_model('cnn', 8, 8)
     opt = optim.Adam(model.parameters(), lr=1e-3)
@@ -273,7 +289,6 @@ def _timed(fn):
 def worker(args):
     """Run one framework on one configuration in this (fresh) process and print JSON,
     with the peak resident size of the whole process (libraries included)."""
-    import json
     cfg = CONFIGS[args.configs]
     if args.worker == 'tinytorch':
         step = tinytorch_setup(cfg)[1]
@@ -287,8 +302,6 @@ def worker(args):
 
 
 def run_worker(framework, name, args, steps, warmup):
-    import json
-    import subprocess
     cmd = [sys.executable, os.path.abspath(__file__), '--worker', framework, '--configs', name,
            '--threads', str(args.threads), '--steps', str(steps), '--warmup', str(warmup)]
     out = subprocess.run(cmd, capture_output=True, text=True)

@@ -57,6 +57,15 @@ def read_checkpoint(path):
     return ck
 
 
+def make_out_dir(out_dir):
+    """The folder the files go into: made if needed; a path that is a file, or that
+    cannot be made, is one UserError line."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write to the output folder {out_dir}: {e.strerror or e}") from None
+
+
 def write_checkpoint(ck, out_dir, force):
     """ckpt.npz and best.npz in out_dir, as train_charlm.py writes them (never over a run)."""
     paths = [os.path.join(out_dir, n) for n in (CKPT_NAME, BEST_NAME)]
@@ -64,7 +73,7 @@ def write_checkpoint(ck, out_dir, force):
     if held and not force:
         raise UserError(f"{held[0]} already exists; give another --out-dir, or --force to "
                         "replace it")
-    os.makedirs(out_dir, exist_ok=True)
+    make_out_dir(out_dir)
     for p in paths:
         nn.save(ck, p)
     print(f"wrote {paths[0]} and {paths[1]}: python train_charlm.py --sample --out-dir {out_dir}")
@@ -120,7 +129,7 @@ def to_hf(ck, out_dir, force):
         if name == 'lm_head.weight':
             continue  # tied to the token embedding: GPT-2 stores it once
         tensors['transformer.' + name] = a.T if name.endswith(CONV1D) else a  # Conv1D: (in, out)
-    os.makedirs(out_dir, exist_ok=True)
+    make_out_dir(out_dir)
     with open(files[0], 'w') as f:
         json.dump(hf_config, f, indent=2)
     nn.save_safetensors({k: np.ascontiguousarray(v) for k, v in tensors.items()}, files[1],
@@ -145,10 +154,15 @@ def from_hf(folder):
         tensors, _ = nn.load_safetensors(files['model.safetensors'])
     except (ValueError, KeyError, nn.CheckpointError) as e:
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
-    if hf.get('model_type') != 'gpt2' or hf.get('activation_function', 'gelu_new') != 'gelu':
+    if hf.get('model_type') != 'gpt2':
+        raise UserError(f"{folder}: tinytorch reads GPT-2 models (model_type 'gpt2'); this one "
+                        f"has model_type {hf.get('model_type')!r}")
+    if hf.get('activation_function', 'gelu_new') != 'gelu':  # gelu_new: GPT-2's default
+        has = (f"activation_function {hf['activation_function']!r}" if 'activation_function' in hf
+               else "no activation_function, so GPT-2's default 'gelu_new' (the tanh "
+                    "approximation)")
         raise UserError(f"{folder}: tinytorch reads GPT-2 models with the exact GELU "
-                        f"(activation_function 'gelu'); this one has model_type "
-                        f"{hf.get('model_type')!r}, activation {hf.get('activation_function')!r}")
+                        f"(activation_function 'gelu'); this one has {has}")
     config = GPTConfig(vocab_size=hf['vocab_size'], block_size=hf['n_positions'],
                        n_layer=hf['n_layer'], n_head=hf['n_head'], n_embd=hf['n_embd'],
                        dropout=hf.get('resid_pdrop', 0.0)).to_dict()
@@ -205,7 +219,7 @@ def to_nanogpt(ck, out_dir, force):
             'param_groups': [{'lr': g['lr'], 'betas': tuple(g['betas']), 'eps': g['eps'],
                               'weight_decay': g['weight_decay'], 'amsgrad': False,
                               'params': list(g['params'])} for g in opt['param_groups']]}
-    os.makedirs(out_dir, exist_ok=True)
+    make_out_dir(out_dir)
     torch.save(out, files[0])
     vocab = ck['vocab']
     meta = {'vocab_size': len(vocab), 'itos': dict(enumerate(vocab)),

@@ -2132,7 +2132,11 @@ def save(obj, path):
 def _atomic_write(path, write):
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
+    # mkstemp makes the file private (0600); give it the mode open() would: 0666 less the umask
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, 'wb') as f:
             write(f)
             f.flush()
@@ -2173,6 +2177,11 @@ def load(path):
         except (KeyError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path}: its tinytorch description does not match its "
                                   f"tensors ({type(e).__name__}: {e})") from None
+    with open(path, 'rb') as f:
+        magic = f.read(4)
+    if magic != b'PK\x03\x04':  # every .npz is a zip archive, which starts so
+        raise CheckpointError(f"{path} is not a tinytorch checkpoint (neither a .npz archive "
+                              "nor a .safetensors file)")
     try:
         with np.load(path, allow_pickle=False) as z:
             if _META not in z.files:
@@ -2181,8 +2190,14 @@ def load(path):
             arrays = {int(k[1:]): z[k] for k in z.files if k != _META}
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
-            json.JSONDecodeError) as e:
+    except ValueError as e:
+        if 'allow_pickle' in str(e):  # an object array: NumPy would have to unpickle it
+            raise CheckpointError(f"{path} holds pickled Python objects, which could run code: "
+                                  "it is not a tinytorch checkpoint, and tinytorch never loads "
+                                  "them") from None
+        raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
+                              f"({type(e).__name__}: {e})") from None
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError) as e:
         raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
                               f"({type(e).__name__}: {e})") from None
     return _decode(meta, arrays)

@@ -44,7 +44,7 @@ class Optimizer:
 
     @no_grad()
     def step(self):
-        with tt.record_function(f'{type(self).__name__}.step'):  # a row of tt.profile's table
+        with tt.record_function(f'{type(self).__name__}.step'):  # a row of lookinside.profile's table
             for group in self.param_groups:
                 for p in group['params']:
                     if p.grad is not None:  # a parameter that got no gradient is left alone
@@ -134,9 +134,10 @@ class Adam(Optimizer):
 
 def adam_step(p, g, m, v, t, lr, b1, b2, eps):
     """One Adam update of the arrays p, m, v (step number t, counted from 1), plainly."""
-    m[...] = b1 * m + (1 - b1) * g  # a moving average of the gradient
-    v[...] = b2 * v + (1 - b2) * g * g  # and of its square
-    m_hat = m / (1 - b1 ** t)  # both corrected for starting at 0
+    # moving averages of the gradient and of its square, both corrected for starting at 0
+    m[...] = b1 * m + (1 - b1) * g
+    v[...] = b2 * v + (1 - b2) * g * g
+    m_hat = m / (1 - b1 ** t)
     v_hat = v / (1 - b2 ** t)
     p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 

@@ -40,6 +40,20 @@ def check(fn, *inputs):
     assert tt.gradcheck(fn, list(inputs))
 
 
+def test_only_comparisons_with_pytorch_carry_its_name():
+    """CI runs `-k pytorch` with PyTorch installed and the plain suite without it, and a
+    user may run `-k "not pytorch"`: a test named *pytorch* that needs no PyTorch would be
+    skipped there for no reason. Each one must ask for PyTorch."""
+    import ast
+    tree = ast.parse(open(os.path.join(HERE, 'test_tinytorch.py')).read())
+    named = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+             and f.name.startswith('test_') and 'pytorch' in f.name]
+    assert len(named) > 10
+    for f in named:
+        source = ast.unparse(f)
+        assert 'need_torch()' in source or "importorskip('torch')" in source, f.name
+
+
 # ---------------------------------------------------------------------------
 # gradcheck itself can fail
 # ---------------------------------------------------------------------------
@@ -842,7 +856,7 @@ def test_retain_grad_then_an_in_place_change_through_a_view():
     assert h.grad.tolist() == [1.0, 1.0] and x.grad.tolist() == [1.0, 1.0]
 
 
-def test_integers_index_before_the_tensors_as_in_pytorch():
+def test_integers_index_before_the_tensors_as_torch_does():
     x = t64(2, 3, 4)
     assert x[0, :, tt.tensor([0, 0])].shape == (3, 2)  # NumPy's rule gives (2, 3)
     assert x[:, 1, tt.tensor([2, 0, 2])].shape == (2, 3)
@@ -873,7 +887,7 @@ def test_select_unbind_unflatten_diagonal_narrow_and_t_are_views():
         x.narrow(0, 2, 2)
 
 
-def test_setitem_places_advanced_index_dims_as_pytorch():
+def test_setitem_places_advanced_index_dims_as_torch():
     t = tt.tensor(np.zeros((2, 3, 4)))
     t[1, ::2, tt.tensor([0, 3])] = tt.tensor([1.0, 2.0])  # (2 rows, 2 columns): PyTorch's order
     assert t[1].tolist() == [[1.0, 0, 0, 2.0], [0.0] * 4, [1.0, 0, 0, 2.0]]
@@ -895,7 +909,7 @@ def test_slices_with_a_negative_step_are_refused():
         x[::-1] = 0
 
 
-def test_views_and_copies_keep_pytorchs_layout_and_identity():
+def test_views_and_copies_keep_torchs_layout_and_identity():
     a = tt.tensor(np.arange(6.0).reshape(3, 2))
     assert a.T.roll(1, 0).view(-1).shape == (6,)  # roll's result is row-major, as PyTorch's
     with pytest.raises(RuntimeError, match="view size is not compatible"):
@@ -922,7 +936,7 @@ def test_comparisons_of_0d_tensors_are_writable_and_retain_grad_needs_grad():
         tt.ones(2).retain_grad()
 
 
-def test_in_place_ops_cast_and_refuse_as_pytorch():
+def test_in_place_ops_cast_and_refuse_as_torch():
     b, i = tt.tensor([True, False]), tt.tensor([1, 5])
     b.fill_(2.5)
     i.fill_(2.7)
@@ -1524,7 +1538,7 @@ def test_a_0d_tensor_takes_dim_0_and_minus_1():
     check(lambda a: a.max(dim=0).values * a.logsumexp(0), t64())
 
 
-def test_empty_dims_give_pytorchs_answers():
+def test_empty_dims_give_torchs_answers():
     e = tt.tensor(np.zeros((2, 0)), requires_grad=True)
     assert e.softmax(1).shape == (2, 0) and e.log_softmax(-1).shape == (2, 0)
     assert e.logsumexp(1).tolist() == [-np.inf, -np.inf]
@@ -1776,7 +1790,7 @@ def test_linear_layer_gradcheck_and_equals_composed():
         nn.linear(x, t64(4, 5))
 
 
-def test_linear_broadcasts_a_bias_of_shape_1_or_0d_as_pytorch():
+def test_linear_broadcasts_a_bias_of_shape_1_or_0d_as_torch():
     x, w = t64(2, 3, seed=1), t64(4, 3, seed=2)
     for bias in (t64(1, seed=3), t64(seed=3)):  # shape (1,) and ()
         check(lambda x, w, b: nn.linear(x, w, b), x, w, bias)
@@ -1844,7 +1858,7 @@ def test_layer_norm_gradcheck_and_equals_composed():
         np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
 
 
-def test_layer_norm_with_an_infinite_weight_gives_pytorchs_nan_gradient():
+def test_layer_norm_with_an_infinite_weight_gives_torchs_nan_gradient():
     # PyTorch's rule, dx = rstd g w + b x + c with per-row b and c, makes the whole row nan
     x = tt.tensor([[-0.26, 0.31, 0.4, -2.61], [0.3, 0.1, -0.2, 0.5]], dtype=tt.float64,
                   requires_grad=True)
@@ -1857,7 +1871,7 @@ def test_layer_norm_with_an_infinite_weight_gives_pytorchs_nan_gradient():
     np.testing.assert_allclose(w.grad, (v * xhat).sum(0), rtol=1e-12)  # finite
 
 
-def test_layer_norm_guards_its_input_as_pytorch():
+def test_layer_norm_guards_its_input_as_torch():
     x = t64(2, 3)
     a = x * 1.0
     y = nn.layer_norm(a, (3,))
@@ -2065,7 +2079,7 @@ def test_regression_losses_at_inf_and_nan():
 
 @pytest.mark.xfail(strict=True, reason="tt.abs's gradient at nan is nan (np.sign); PyTorch's "
                    "is 0 (its sgn(nan) is 0), and l1_loss is |input - target|: tinytorch.py's")
-def test_l1_loss_gradient_at_nan_is_pytorchs_zero():
+def test_l1_loss_gradient_at_nan_is_torchs_zero():
     x = tt.tensor(np.array([np.nan]), requires_grad=True)
     nn.l1_loss(x, tt.tensor(np.zeros(1))).backward()
     assert x.grad[0] == 0
@@ -2295,7 +2309,7 @@ def test_mse_loss():
 
 
 @pytest.mark.parametrize("loss", ['mse_loss', 'huber_loss', 'smooth_l1_loss', 'l1_loss'])
-def test_pointwise_losses_guard_input_and_target_as_pytorch(loss):
+def test_pointwise_losses_guard_input_and_target_as_torch(loss):
     # PyTorch's mse, huber and smooth_l1 rules read both tensors (an in-place change to
     # either makes backward raise, even for a target without grad); l1 is sub + abs
     for which, target_grad in ((0, True), (1, True), (1, False)):
@@ -2375,7 +2389,7 @@ def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
         assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
 
 
-def test_cross_entropy_upstream_inf_gives_pytorchs_nan_at_the_target():
+def test_cross_entropy_upstream_inf_gives_torchs_nan_at_the_target():
     # as log_softmax's rule: p sum(q) - q with q the target weights times the upstream
     # gradient, so an inf gives p inf elsewhere and p inf - inf = nan at the target
     for smoothing, row in ((0.0, [math.inf, math.nan]), (0.1, [math.nan, math.nan])):
@@ -2437,7 +2451,7 @@ def test_bce_with_logits():
     assert big.item() == pytest.approx(1e4)
 
 
-def test_bce_with_logits_result_has_the_targets_dtype_as_pytorch():
+def test_bce_with_logits_result_has_the_targets_dtype_as_torch():
     # PyTorch computes it in place on (1 - target): the target's dtype, both ways round
     for x_dtype, y_dtype in ((tt.float64, tt.float32), (tt.float32, tt.float64)):
         x = tt.tensor([0.3, -1.2], dtype=x_dtype, requires_grad=True)
@@ -2471,7 +2485,7 @@ def test_bce_with_logits_gradient_uses_sigmoids_values():
     np.testing.assert_array_equal(x.grad, tt.sigmoid(x).data - y.data)
 
 
-def test_bce_with_logits_of_an_infinite_logit_as_pytorch():
+def test_bce_with_logits_of_an_infinite_logit_as_torch():
     # PyTorch's (1 - y) x + m + log(exp(-m) + exp(-x - m)), m = max(-x, 0): x = +inf gives
     # inf for y < 1 and nan for y = 1; x = -inf gives nan (inf - inf)
     x = tt.tensor([math.inf, math.inf, -math.inf, -math.inf], dtype=tt.float64, requires_grad=True)
@@ -3190,6 +3204,36 @@ def test_readme_own_function_runs_as_shown():
     assert buf.getvalue() == shown
 
 
+def test_a_file_that_is_not_a_checkpoint_says_so_without_numpys_pickle_advice(tmp_path):
+    (tmp_path / "pic.png").write_bytes(b'\x89PNG\r\n\x1a\n' + bytes(100))
+    (tmp_path / "notes.npz").write_text("# some text\n" * 20)
+    np.save(tmp_path / "plain.npy", np.ones(3))
+    for name in ("pic.png", "notes.npz", "plain.npy"):
+        with pytest.raises(nn.CheckpointError) as e:
+            nn.load(tmp_path / name)
+        assert str(e.value).startswith(f"{tmp_path / name} is not a tinytorch checkpoint"), e.value
+        assert "allow_pickle" not in str(e.value)
+    np.savez(tmp_path / "evil.npz", __tinytorch_meta__=np.frombuffer(b'{"__array__": 0}', np.uint8),
+             a0=np.array([{'object': 1}], dtype=object))
+    with pytest.raises(nn.CheckpointError) as e:
+        nn.load(tmp_path / "evil.npz")
+    assert "pickled" in str(e.value) and "allow_pickle" not in str(e.value)
+
+
+def test_checkpoints_follow_the_umask_like_every_other_file(tmp_path):
+    old = os.umask(0o022)
+    try:
+        nn.save({'w': np.ones(2)}, tmp_path / "a.npz")
+        nn.save_safetensors({'w': np.ones(2)}, tmp_path / "b.safetensors")
+        os.umask(0o077)
+        nn.save({'w': np.ones(2)}, tmp_path / "c.npz")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "a.npz").st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "b.safetensors").st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "c.npz").st_mode & 0o777 == 0o600
+
+
 # ===========================================================================
 # optim.py
 # ===========================================================================
@@ -3272,6 +3316,27 @@ def test_adam_betas_and_eps_by_hand(cls):
         np.testing.assert_allclose(step, p, rtol=1e-13)
     assert optim.AdamW([_param([1.0])]).param_groups[0]['weight_decay'] == 0.01  # PyTorch's default
     assert optim.Adam([_param([1.0])]).param_groups[0]['weight_decay'] == 0.0
+
+
+def test_optimizer_and_schedule_defaults_by_hand():
+    """The defaults PyTorch documents: SGD lr 1e-3 and no momentum, dampening, decay or
+    Nesterov; Adam and AdamW lr 1e-3, betas (0.9, 0.999), eps 1e-8; StepLR gamma 0.1;
+    the cosine schedules end at 0."""
+    sgd = optim.SGD([_param([1.0])]).param_groups[0]
+    assert {k: sgd[k] for k in ('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov')} == \
+        dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
+    for cls in (optim.Adam, optim.AdamW):
+        group = cls([_param([1.0])]).param_groups[0]
+        assert (group['lr'], group['betas'], group['eps']) == (1e-3, (0.9, 0.999), 1e-8)
+    step = optim.StepLR(optim.SGD([_param([1.0])], lr=1.0), step_size=1)
+    step.step()
+    assert step.get_last_lr() == [pytest.approx(0.1)]
+    for make in (lambda opt: optim.CosineAnnealingLR(opt, T_max=2),
+                 lambda opt: optim.WarmupCosineLR(opt, warmup_steps=0, total_steps=2)):
+        schedule = make(optim.SGD([_param([1.0])], lr=1.0))
+        schedule.step()
+        schedule.step()
+        assert schedule.get_last_lr() == [pytest.approx(0.0, abs=1e-12)]
 
 
 def test_optimizer_errors_state_copies_and_a_second_scheduler():
@@ -3420,6 +3485,23 @@ def test_clip_grad_norm_single_tensor_norm_types_and_dtype():
     a.grad[0] = np.nan
     with pytest.raises(RuntimeError, match="total norm.*nan"):
         optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
+    a.grad[0] = np.inf  # infinite, not NaN: refused too, the gradients left as they were
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
+        optim.clip_grad_norm_([a, b], 1.0, error_if_nonfinite=True)
+    assert a.grad[0] == np.inf and b.grad[0] == pytest.approx(-2.0)
+
+
+def test_clip_grad_norm_raises_only_when_asked_and_only_for_a_non_finite_norm():
+    a = nn.Parameter(tt.zeros(2))
+    a.grad = np.array([3.0, 4.0], np.float32)
+    total = optim.clip_grad_norm_([a], 1.0, error_if_nonfinite=True)  # finite: clipped, no error
+    assert total.item() == pytest.approx(5.0)
+    np.testing.assert_allclose(a.grad, [0.6, 0.8], rtol=1e-5)
+    a.grad = np.array([np.inf, 1.0], np.float32)
+    with np.errstate(invalid='ignore'):  # inf * 0
+        total = optim.clip_grad_norm_([a], 1.0)  # the default, as PyTorch's: no error
+    assert total.item() == np.inf
+    assert np.isnan(a.grad[0]) and a.grad[1] == 0  # scaled by 1 / inf = 0, as PyTorch does
 
 
 def _train_steps(model, opt, sched, data, steps):
@@ -3811,6 +3893,8 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
     assert len(train_charlm.split_data(np.arange(9), 8)[0]) == 9  # exactly one window: kept
     with pytest.raises(train_charlm.UserError, match="8 characters, fewer than one block plus one"):
         train_charlm.split_data(np.arange(8), 8)
+    with pytest.raises(train_charlm.UserError, match="the text has 1 character, fewer than"):
+        train_charlm.split_data(np.arange(1), 8)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -4015,20 +4099,24 @@ def test_charlm_keeps_the_best_checkpoint_and_samples_from_it(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'best.npz'))['step'] == min(vals, key=vals.get)
 
 
-def test_charlm_ctrl_c_saves_and_samples(corpus, tmp_path):
+def test_charlm_ctrl_c_saves_and_stops_promptly_without_a_sample(corpus, tmp_path):
     import signal
     import time
     out = str(tmp_path / "run")
     p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
-                          '--steps', '100000', '--eval-interval', '5', '--out-dir', out],
+                          '--steps', '100000', '--eval-interval', '5', '--length', '20000',
+                          '--out-dir', out],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
     deadline = time.time() + 60
     while not os.path.exists(os.path.join(out, 'ckpt.npz')) and time.time() < deadline:
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
+    sent = time.time()
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130, stderr
-    assert "interrupted at step" in stdout and "--- sample ---" in stdout
+    assert time.time() - sent < 10  # a 20,000-character sample would take far longer
+    assert "interrupted at step" in stdout and "--- sample ---" not in stdout
+    assert f"sample it with: python train_charlm.py --sample --latest --out-dir {out}" in stdout
     assert "Traceback" not in stderr
     ck = nn.load(os.path.join(out, 'ckpt.npz'))
     assert 0 < ck['step'] < 100000
@@ -4049,6 +4137,7 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("x" * 16)
     fails([str(short), *TINY, *out], "fewer than one block plus one (17)")
+    assert not (tmp_path / "out").exists()  # an error before training leaves no empty folder
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("caf\u00e9 ".encode('latin-1') * 100)
     fails([str(latin), *out], "is not UTF-8 text (byte 0xe9 at offset 3)")
@@ -4063,7 +4152,9 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     other = tmp_path / "other.txt"
     other.write_text("ZYXWVUTSRQ 0123456789 " * 20)
     fails([str(other), *TINY, '--steps', '6', '--out-dir', run, '--resume'],
-          "the checkpoint's vocabulary")
+          f"the checkpoint's vocabulary (15 characters) does not match this text's "
+          f"(21 characters; new: '0123456789QRSTUVWXYZ'); resume with the file it was trained "
+          f"on: {corpus}")
     fails([corpus, *TINY[:4], '--n-embd', '32', '--out-dir', run, '--resume'],
           "--n-embd 32 (checkpoint has 16)")
     fails(['--sample', '--out-dir', run, '--prompt', 'QQQ'], "not in the model's vocabulary")
@@ -4091,6 +4182,199 @@ def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
     assert nn.load(os.path.join(run, 'ckpt.npz'))['step'] == 2
 
 
+def test_charlm_progress_line_on_a_terminal_and_in_a_file(capsys):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    progress = train_charlm.Progress()
+    progress.tty = True  # refreshed in place; a validation line stays
+    progress.show("step 1 | long")
+    progress.show("step 2")
+    progress.show("step 3 | val", final=True)
+    progress.show("step 4")
+    progress.clear()
+    assert capsys.readouterr().out == ("\rstep 1 | long\rstep 2       \rstep 3 | val\n\rstep 4"
+                                       "\r      \r")
+    log = train_charlm.TrainingLog(train_charlm.RunFiles('unused', new_run=False),
+                                   total_steps=100, step=0, stop_at=100, tokens_per_step=64)
+    log.progress.tty = False  # into a file: the first step, then every 30 s and validations
+    log.start_step = 9  # as if resumed at step 9: 3 steps in 24 s leave 88 more in 11:44
+    log.step(10, 2.5, 1e-3, 0.5, math.nan, None, elapsed=20.0)
+    log.step(11, 2.4, 1e-3, 0.5, math.nan, None, elapsed=22.0)
+    log.step(12, 2.3, 1e-3, 0.5, 2.25, 0.001, elapsed=24.0)
+    assert capsys.readouterr().out == (
+        "step 10/100 | loss 2.5000 | val - | 3 tok/s | 0:20 elapsed | ETA 30:00\n"
+        "step 12/100 | loss 2.3000 | val 2.2500 | 8 tok/s | 0:24 elapsed | ETA 11:44\n")
+    assert log.files.rows == [
+        [10, '2.500000', '', '0.001', '3.2', '0.5', ''],
+        [11, '2.400000', '', '0.001', '5.8', '0.5', ''],
+        [12, '2.300000', '2.250000', '0.001', '8.0', '0.5', '1.000e-03']]
+
+
+def test_charlm_never_overwrites_a_run_stopped_before_its_first_evaluation(corpus, tmp_path):
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--steps', '9', '--eval-interval', '5', '--stop-after', '1',
+                   '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(run)) == ['ckpt.npz', 'metrics.csv']  # no best.npz yet
+    kept = {name: (run / name).read_bytes() for name in os.listdir(run)}
+    r = run_charlm(corpus, *TINY, '--steps', '6', '--out-dir', str(run))
+    assert r.returncode == 2 and r.stderr == (
+        f"error: {run} already holds a run (1 step); add --resume to continue it, give another "
+        "--out-dir to keep it, or --force to replace it\n")
+    assert {name: (run / name).read_bytes() for name in os.listdir(run)} == kept
+
+
+def test_charlm_force_replaces_the_old_run_only_at_the_new_runs_first_checkpoint(corpus, tmp_path):
+    import time
+    run = tmp_path / "run"
+    assert run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--out-dir', str(run),
+                      '--length', '0').returncode == 0
+    old = {name: (run / name).read_bytes() for name in os.listdir(run)}
+    assert set(old) == {'ckpt.npz', 'best.npz', 'metrics.csv'}
+    # a new run with --force, killed before its first checkpoint: the old run is untouched
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                          '--steps', '100000', '--eval-interval', '100000', '--force',
+                          '--out-dir', str(run)], stdout=subprocess.PIPE, text=True, cwd=HERE)
+    deadline = time.time() + 60
+    while not p.stdout.readline().startswith("step ") and time.time() < deadline:
+        pass
+    time.sleep(0.5)  # a few more steps
+    p.kill()
+    p.communicate(timeout=60)
+    assert {name: (run / name).read_bytes() for name in os.listdir(run)} == old
+    # stopped before its first evaluation, the new run leaves no trace of the old one
+    r = run_charlm(corpus, *TINY, '--steps', '5', '--eval-interval', '10', '--stop-after', '2',
+                   '--force', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(run)) == ['ckpt.npz', 'metrics.csv']  # the old best.npz is gone
+    with open(run / 'metrics.csv') as f:
+        assert [row['step'] for row in csv.DictReader(f)] == ['1', '2']
+    assert nn.load(run / 'ckpt.npz')['step'] == 2
+
+
+def test_charlm_resume_continues_with_the_runs_own_settings(corpus, tmp_path):
+    settings = ['--lr', '3e-3', '--min-lr', '2e-4', '--warmup', '3', '--batch-size', '3',
+                '--weight-decay', '0.05', '--grad-clip', '0.5', '--seed', '5',
+                '--eval-interval', '4', '--eval-iters', '3', '--steps', '10']
+    model = TINY[:8]  # layers, heads, width, block size: the model flags
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    assert run_charlm(corpus, *model, *settings, '--length', '0', '--out-dir', straight
+                      ).returncode == 0
+    first = run_charlm(corpus, *model, *settings, '--length', '0', '--out-dir', split,
+                       '--stop-after', '5')
+    assert first.returncode == 0, first.stderr
+    # resumed with no flags at all: the run's settings, not the defaults, continue it
+    second = run_charlm(corpus, '--resume', '--length', '0', '--out-dir', split)
+    assert second.returncode == 0, second.stderr
+    assert "resuming at step 5" in second.stdout and "note:" not in second.stdout
+    assert "batch 3, 10 steps" in second.stdout
+    a, b = nn.load(os.path.join(straight, 'ckpt.npz')), nn.load(os.path.join(split, 'ckpt.npz'))
+    assert a['step'] == b['step'] == 10
+    for k in a['model']:
+        np.testing.assert_array_equal(a['model'][k], b['model'][k], err_msg=k)
+    with open(os.path.join(straight, 'metrics.csv')) as f:
+        want = [(row['step'], row['lr'], row['val_loss']) for row in csv.DictReader(f)]
+    with open(os.path.join(split, 'metrics.csv')) as f:
+        assert [(row['step'], row['lr'], row['val_loss']) for row in csv.DictReader(f)] == want
+    # a flag given on resume that differs from the run's is applied, with one line that says so
+    third = run_charlm(corpus, '--resume', '--steps', '12', '--lr', '1e-3', '--batch-size', '3',
+                       '--length', '0', '--out-dir', split)
+    assert third.returncode == 0, third.stderr
+    notes = [line for line in third.stdout.splitlines() if line.startswith("note: ")]
+    assert notes[0] == ("note: on resume, --steps 12 and --lr 0.001 replace the run's 10 and "
+                        "0.003; its other settings continue as they were")
+    assert nn.load(os.path.join(split, 'ckpt.npz'))['settings']['lr'] == 1e-3
+
+
+def test_charlm_checks_the_memory_a_step_needs_before_training(tmp_path):
+    out = tmp_path / "out"
+    r = run_charlm('--block-size', '100000', '--out-dir', str(out), timeout=60)  # its own source
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert re.match(r"error: one training step of this model needs about \d+\.\d [TP]iB of "
+                    r"memory \(the attention scores grow with the square of --block-size "
+                    r"100000\), more than the [\d.]+ [MGT]iB this machine has available; use a "
+                    r"smaller --block-size or --batch-size\n", r.stderr), r.stderr
+    assert not out.exists()
+
+
+def test_charlm_memory_sizes_are_shown_in_the_right_unit():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    assert train_charlm.fmt_bytes(512) == "512.0 B" and train_charlm.fmt_bytes(1024) == "1.0 KiB"
+    assert train_charlm.fmt_bytes(1536) == "1.5 KiB"
+    assert train_charlm.fmt_bytes(3 * 2 ** 30) == "3.0 GiB"
+    assert train_charlm.fmt_bytes(2 ** 50) == "1024.0 TiB"  # TiB is the largest unit
+
+
+def test_charlm_help_states_the_defaults_it_uses():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    shown = ' '.join(run_charlm('--help').stdout.split('options:')[1].split())
+    args = train_charlm.parse_args([])
+    train_charlm.settle_settings(args)
+    defaults = dict(train_charlm.MODEL_FLAGS, **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
+    for name, value in defaults.items():
+        flag = '--' + name.replace('_', '-')
+        said = re.search(rf"{flag} [A-Z_]+ [^()]*\(default ([\d.e-]+)", shown).group(1)
+        assert float(said) == value, (flag, said, value)
+
+
+def test_charlm_memory_estimate_is_near_the_measured_peak():
+    import tracemalloc
+    sys.path.insert(0, HERE)
+    import train_charlm
+    for n_layer, n_head, n_embd, block, batch in [(2, 2, 32, 128, 4), (1, 4, 64, 32, 16)]:
+        config = tf.GPTConfig(vocab_size=50, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                              block_size=block)
+        tt.manual_seed(0)
+        model = tf.GPT(config)
+        opt = optim.AdamW(model.parameters(), lr=1e-3)
+        x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
+
+        def step():
+            loss = model(x, x)[1]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        step()
+        tracemalloc.start()
+        try:
+            step()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        estimate = train_charlm.step_memory(config, batch)
+        assert peak / 2 < estimate < peak * 2, (estimate, peak)
+
+
+def test_charlm_piped_into_head_stops_cleanly_and_keeps_its_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY,
+                          '--steps', '100000', '--eval-interval', '5', '--out-dir', str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    head = [p.stdout.readline() for _ in range(3)]  # what `| head -3` shows
+    assert head[0].startswith("training on") and head[2].startswith("step 1/100000 |"), head
+    p.stdout.close()  # head exits
+    stderr = p.communicate(timeout=60)[1]
+    assert p.returncode == 0 and "Traceback" not in stderr and "Exception" not in stderr, stderr
+    assert re.fullmatch(r"the output was closed \(the program reading it exited\): stopped at "
+                        rf"step (\d+) of 100000; checkpoint saved to {re.escape(str(out))}/ckpt.npz "
+                        r"\(continue with --resume\)\n", stderr), stderr
+    step = int(re.search(r"step (\d+) of", stderr).group(1))
+    assert nn.load(out / 'ckpt.npz')['step'] == step > 0
+    with open(out / 'metrics.csv') as f:
+        assert len(list(csv.DictReader(f))) == step
+
+
+def test_charlm_shows_progress_from_the_first_step(corpus, tmp_path):
+    r = run_charlm(corpus, *TINY, '--steps', '3', '--eval-interval', '100',
+                   '--out-dir', str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    steps = [line for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert steps[0].startswith("step 1/3 | loss ") and steps[-1].startswith("step 3/3 | ")
+
+
 def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
     run = str(tmp_path / "run")
     assert run_charlm(corpus, *TINY, '--steps', '3', '--out-dir', run).returncode == 0
@@ -4099,6 +4383,7 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
     r = run_charlm(corpus, *TINY, '--steps', '200', '--lr', '1e30', '--min-lr', '1e30', '--warmup',
                    '0', '--grad-clip', '1e30', '--eval-interval', '1', '--out-dir', run, '--resume')
     assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "Warning" not in r.stderr  # the NaN is reported once, not as NumPy's warnings first
     assert re.search(r"the (loss|gradient norm) became (nan|inf)", r.stderr), r.stderr
     assert "last good checkpoint is kept" in r.stderr
     # the step ran again under lookinside.detect_anomaly: the op that went bad, and where
@@ -4316,6 +4601,22 @@ def test_readme_usage_block_lists_exactly_the_flags_of_help():
     assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
 
 
+def test_what_the_readme_examples_write_is_ignored_by_git():
+    """Following the README leaves `git status` clean: every file or folder its examples
+    write matches a line of .gitignore."""
+    import fnmatch
+    text = open(os.path.join(HERE, 'README.md')).read()
+    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
+    for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
+        written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
+    written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
+    assert {'hf_model', 'nanogpt_run', 'out_hf', 'out_ng', 'mlp.svg'} <= written
+    patterns = [line.strip().rstrip('/') for line in open(os.path.join(HERE, '.gitignore'))
+                if line.strip() and not line.startswith('#')]
+    for name in written:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
+
+
 def test_chinese_readme_shows_the_same_tested_code_and_links_back():
     en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
     zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
@@ -4378,6 +4679,27 @@ def test_bench_script_runs():
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
     assert h.returncode == 0 and '--quick' in h.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (['--configs', 'foo'], "--configs: unknown configuration 'foo'; choose among small, "
+                           "default, large, cnn"),
+    (['--configs', 'small,'], "--configs: unknown configuration ''"),
+    (['--threads', '0'], "--threads 0: it must be at least 1"),
+    (['--rounds', '0'], "--rounds 0: it must be at least 1"),
+])
+def test_bench_refuses_bad_flags_in_one_line(args, message):
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_train_linear_help_describes_it_and_runs_nothing():
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_linear.py'), '--help'],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 0 and r.stdout.startswith("usage: train_linear.py")
+    assert "2x + 1" in r.stdout and "step=" not in r.stdout  # described, not run
 
 
 # ===========================================================================
@@ -5044,7 +5366,7 @@ def test_in_place_through_a_view_of_a_tensor_outside_the_graph():
     assert w.grad.tolist() == [18.0, 36.0]
 
 
-def test_matmul_assignment_rebinds_as_in_pytorch():
+def test_matmul_assignment_rebinds_the_name_to_a_new_tensor():
     a = tt.tensor([[1.0, 2.0]], requires_grad=True)
     h = a * 1
     before = h
@@ -5079,7 +5401,7 @@ def test_unfold_gradient(name):
     check(lambda x: tt.unfold(x, **_UNFOLD_CASES[name]), t64(2, 3, 5, 6))
 
 
-def test_unfold_lays_out_patches_as_pytorch_documents():
+def test_unfold_lays_out_each_patch_as_a_column():
     x = tt.arange(16.0).reshape(1, 1, 4, 4)
     cols = tt.unfold(x, 2, stride=2)  # four 2x2 patches, each a column
     assert cols.shape == (1, 4, 4)
@@ -5131,7 +5453,7 @@ def test_batch_norm_gradients_in_training_and_eval():
           t64(4, 3), t64(3, seed=1), t64(3, seed=2))
 
 
-def test_batch_norm_running_statistics_follow_pytorch_rules():
+def test_batch_norm_normalises_with_the_biased_variance_and_tracks_the_unbiased():
     bn = nn.BatchNorm1d(2, momentum=0.5)
     x = tt.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
     y = bn(x)
@@ -5156,7 +5478,7 @@ def test_batch_norm_buffers_survive_a_checkpoint(tmp_path):
     np.testing.assert_array_equal(fresh.running_var.data, bn.running_var.data)
 
 
-def test_vision_layers_have_pytorch_defaults_and_shapes():
+def test_vision_layers_default_init_bounds_and_shapes():
     tt.manual_seed(0)
     conv = nn.Conv2d(3, 8, 3, padding=1)
     assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,)
@@ -5375,14 +5697,19 @@ def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
     labels_csv = tmp_path / 'labels.csv.gz'
     with gzip.open(labels_csv, 'wt') as f:
         f.write(",".join(["0"] * 64 + ["12"]) + "\n")
+    ten = tmp_path / 'ten.csv.gz'  # one past the last digit
+    with gzip.open(ten, 'wt') as f:
+        f.write(",".join(["0"] * 64 + ["10"]) + "\n")
     plain = tmp_path / 'plain.csv.gz'
     plain.write_text("not gzip")
     cases = [(['--data', str(tmp_path / 'none.csv.gz')], "digits file not found"),
              (['--data', str(bad_csv)], "64 pixel values and a label"),
              (['--data', str(labels_csv)], "labels .* must be whole numbers 0-9"),
+             (['--data', str(ten)], "labels .* must be whole numbers 0-9"),
              (['--data', str(plain)], "is not a gzipped CSV"),
              (['--epochs', '0'], "--epochs must be at least 1"),
              (['--lr', '-1'], "--lr must be positive"),
+             (['--lr', '0'], "--lr must be positive"),
              (['--mnist', str(tmp_path / 'nowhere')], "is not a folder")]
     for args, message in cases:
         r = run_digits(*args, '--out-dir', str(tmp_path / 'out'))
@@ -5407,6 +5734,78 @@ def test_train_digits_plot_draws_the_misclassified_digits(tmp_path):
     acc = float(re.findall(r"^test accuracy ([\d.]+)%", r.stdout, re.M)[0])
     assert wrong == min(40, round(360 * (1 - acc / 100)))
     assert (tmp_path / 'mlp_errors.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_train_digits_checks_the_output_folder_before_training(tmp_path):
+    blocker = tmp_path / 'a-file'
+    blocker.write_text("x")
+    for out in (blocker, blocker / 'sub'):  # an existing file; a folder that cannot be made
+        r = run_digits('--epochs', '1', '--out-dir', str(out))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"error: cannot write to the output folder {out}: ")
+        assert r.stderr.count("\n") == 1 and "epoch" not in r.stdout  # nothing was trained
+    assert blocker.read_text() == "x"
+
+
+def test_train_digits_ctrl_c_keeps_the_model_trained_so_far(tmp_path):
+    import signal
+    out = tmp_path / 'out'
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1000',
+                          '--model', 'mlp', '--out-dir', str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE)
+    first = p.stdout.readline()  # the data line, then the first epoch
+    assert p.stdout.readline().startswith("epoch   1/1000"), first
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr
+    assert re.search(r"^interrupted in epoch \d+ of 1000; the model trained so far is saved to "
+                     + re.escape(str(out / 'mlp.npz')), stdout, re.M), stdout
+    ck = nn.load(out / 'mlp.npz')
+    assert ck['model'] == 'mlp' and 1 <= ck['epochs'] < 1000
+    assert ck['test_accuracy'] > 0.5  # trained, not a fresh model
+
+
+def test_train_digits_reports_the_mean_training_loss_of_the_epoch(tmp_path, capsys):
+    sys.path.insert(0, HERE)
+    import train_digits
+    # one epoch of one batch: the reported loss is the initial model's loss on the set
+    assert train_digits.main(['--model', 'mlp', '--epochs', '1', '--batch-size', '5000',
+                              '--out-dir', str(tmp_path)]) == 0
+    shown = float(re.search(r"train loss ([\d.]+)", capsys.readouterr().out).group(1))
+    (x, y), _ = train_digits.split_digits(*train_digits.load_digits(train_digits.DIGITS))
+    tt.manual_seed(0)
+    model = train_digits.make_model('mlp', 8, 8)
+    assert shown == pytest.approx(nn.cross_entropy(model(tt.tensor(x)), tt.tensor(y)).item(),
+                                  abs=1e-4)
+
+
+def test_train_digits_models_have_the_documented_layers_and_ten_outputs():
+    sys.path.insert(0, HERE)
+    import train_digits
+    x = tt.randn(5, 1, 8, 8)
+    cnn = train_digits.make_model('cnn', 8, 8)
+    assert cnn(x).shape == (5, 10)
+    assert [tuple(p.shape) for p in cnn.parameters()] == [
+        (16, 1, 3, 3), (16,), (32, 16, 3, 3), (32,), (64, 512), (64,), (10, 64), (10,)]
+    mlp = train_digits.make_model('mlp', 8, 8)
+    assert mlp(x).shape == (5, 10)
+    assert [tuple(p.shape) for p in mlp.parameters()] == [(128, 64), (128,), (10, 128), (10,)]
+
+
+def test_train_digits_split_is_fixed_disjoint_and_sized():
+    sys.path.insert(0, HERE)
+    import train_digits
+    n = 1797
+    images = np.arange(n, dtype=np.float32).reshape(n, 1, 1, 1)  # each image tells its row
+    (xa, ya), (xb, yb) = train_digits.split_digits(images, np.arange(n))
+    assert len(ya) == n - 360 and len(yb) == 360
+    np.testing.assert_array_equal(xa.ravel(), ya)  # images and labels stay paired
+    np.testing.assert_array_equal(xb.ravel(), yb)
+    assert set(ya.tolist()).isdisjoint(yb.tolist())  # no test digit in training
+    assert set(ya.tolist()) | set(yb.tolist()) == set(range(n))  # and none left out
+    order = np.random.default_rng(0).permutation(n)  # the documented permutation
+    np.testing.assert_array_equal(yb, order[-360:])
+    np.testing.assert_array_equal(ya, order[:-360])
 
 
 
@@ -5512,6 +5911,14 @@ def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
     config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
     assert config['model_type'] == 'gpt2' and config['activation_function'] == 'gelu'
     assert config['n_positions'] == 16 and config['n_embd'] == 16
+    # what tinytorch's GPT does: LayerNorm's eps, attention scaled by 1/sqrt(head size),
+    # the output head tied to the token embedding (not stored: untied, GPT-2 would
+    # start it from random numbers), the run's dropout
+    assert config['layer_norm_epsilon'] == 1e-5 == nn.LayerNorm(4).eps
+    assert config['scale_attn_weights'] is True and config['tie_word_embeddings'] is True
+    ck_config = nn.load(trained_run / 'run' / 'ckpt.npz')['config']
+    assert config['resid_pdrop'] == config['embd_pdrop'] == config['attn_pdrop'] == \
+        ck_config['dropout']
     tensors, meta = nn.load_safetensors(tmp_path / 'hf' / 'model.safetensors')
     ck = nn.load(trained_run / 'run' / 'ckpt.npz')
     C = 16
@@ -5533,6 +5940,7 @@ def test_export_to_hf_and_back_keeps_every_weight(trained_run, tmp_path):
     assert back.returncode == 0, back.stderr
     got = nn.load(tmp_path / 'back' / 'ckpt.npz')
     assert got['vocab'] == ck['vocab'] and got['config'] == ck['config']
+    assert got['step'] == 0 and got['best'] == {}  # imported weights: no steps trained here
     for k, v in ck['model'].items():
         np.testing.assert_array_equal(got['model'][k], v)
     again = run_export('--from-hf', tmp_path / 'hf', '--out-dir', tmp_path / 'back')
@@ -5718,7 +6126,12 @@ def test_nanogpt_gives_tinytorchs_logits_and_continues_its_optimizer_pytorch(tra
 
 def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_path):
     need_torch()
-    assert run_export(trained_run / 'run', '--to', 'nanogpt', tmp_path / 'ng').returncode == 0
+    first = run_export(trained_run / 'run', '--to', 'nanogpt', tmp_path / 'ng')
+    assert first.returncode == 0 and "no optimizer state" not in first.stdout  # it has one
+    exported = (tmp_path / 'ng' / 'ckpt.pt').read_bytes()
+    again = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng')
+    assert again.returncode == 2 and "already holds an exported model" in again.stderr
+    assert (tmp_path / 'ng' / 'ckpt.pt').read_bytes() == exported  # never overwritten
     r = run_export('--from-nanogpt', tmp_path / 'ng' / 'ckpt.pt', '--out-dir', tmp_path / 'back')
     assert r.returncode == 0, r.stderr
     ck, got = nn.load(trained_run / 'run' / 'best.npz'), nn.load(tmp_path / 'back' / 'ckpt.npz')
@@ -5734,6 +6147,46 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     t = run_charlm('--sample', '--out-dir', str(trained_run / 'run'), '--length', '15',
                    '--temperature', '0', '--prompt', 'the ')
     assert s.returncode == 0 and s.stdout == t.stdout
+
+
+def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
+    hf = tmp_path / 'hf'
+    assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', hf).returncode == 0
+    config = json.loads((hf / 'config.json').read_text())
+    for activation, says in [(None, "no activation_function, so GPT-2's default 'gelu_new' (the "
+                                    "tanh approximation)"),
+                             ('gelu_new', "activation_function 'gelu_new'"),
+                             ('relu', "activation_function 'relu'")]:
+        changed = dict(config)
+        if activation is None:
+            del changed['activation_function']  # GPT2Config's default is then gelu_new
+        else:
+            changed['activation_function'] = activation
+        (hf / 'config.json').write_text(json.dumps(changed))
+        r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr == (f"error: {hf}: tinytorch reads GPT-2 models with the exact GELU "
+                            f"(activation_function 'gelu'); this one has {says}\n")
+    assert not (tmp_path / 'back').exists()
+
+
+def test_export_refuses_a_file_where_a_folder_goes_and_a_file_that_is_no_checkpoint(
+        trained_run, tmp_path):
+    blocker = tmp_path / 'a-file'
+    blocker.write_text("x")
+    ckpt = trained_run / 'run' / 'ckpt.npz'
+    assert run_export(ckpt, '--to', 'hf', tmp_path / 'hf').returncode == 0
+    for args in ([ckpt, '--to', 'hf', blocker], [ckpt, '--to', 'hf', blocker / 'sub'],
+                 ['--from-hf', tmp_path / 'hf', '--out-dir', blocker]):
+        r = run_export(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("error: cannot write to the output folder ") and \
+            r.stderr.count("\n") == 1, r.stderr
+    assert blocker.read_text() == "x"
+    r = run_export(os.path.join(HERE, 'README.md'), '--to', 'hf', tmp_path / 'x')
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "README.md is not a tinytorch checkpoint" in r.stderr and "allow_pickle" not in r.stderr
+    assert not (tmp_path / 'x').exists()
 
 
 def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_path):
@@ -7023,6 +7476,7 @@ _FUZZ_FAILING = {
     pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=_FUZZ_FAILING[f]))
     if f in _FUZZ_FAILING else f for f in _FAMILIES])
 def test_fuzz_family_matches_pytorch(family):
+    need_torch()
     causes = fuzz(seed=1000 + list(_FAMILIES).index(family), count=_FUZZ_CI_COUNT,
                   families=[family])
     assert not causes, f"{len(causes)} causes of mismatch with PyTorch:\n\n" + _report(causes)
@@ -7030,6 +7484,7 @@ def test_fuzz_family_matches_pytorch(family):
 
 def test_fuzz_finds_a_planted_bug_pytorch(monkeypatch):
     """The fuzzer can fail: a sin that computes cos is caught and minimised."""
+    need_torch()
     monkeypatch.setattr(tt, 'sin', tt.cos)
     monkeypatch.setattr(tt.Tensor, 'sin', lambda self: tt.cos(self))
     causes = fuzz(seed=5, count=150, families=['elementwise'])

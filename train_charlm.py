@@ -6,7 +6,7 @@
     python train_charlm.py --sample --prompt "def " --length 300
     python train_charlm.py --help
 
-Ctrl-C stops after the current step, saves a checkpoint and prints a sample.
+Ctrl-C stops after the current step and saves a checkpoint (--resume continues it).
 """
 import argparse
 import csv
@@ -28,6 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
 MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
+# the run's training settings: saved in its checkpoints, so --resume continues with them
+RUN_FLAGS = dict(steps=5000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup=100, weight_decay=0.1,
+                 grad_clip=1.0, seed=1337, eval_interval=250, eval_iters=20)
 CKPT_NAME, BEST_NAME, METRICS_NAME = 'ckpt.npz', 'best.npz', 'metrics.csv'
 
 
@@ -47,25 +50,27 @@ def parse_args(argv=None):
                    help=f"context length in characters (default {MODEL_FLAGS['block_size']})")
     g.add_argument('--dropout', type=float,
                    help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
-    t = p.add_argument_group('training')
-    t.add_argument('--steps', type=int, default=5000,
-                   help="total optimizer steps (default 5000: about 5 minutes on 2 cores)")
-    t.add_argument('--batch-size', type=int, default=12, help="windows per step (default 12)")
-    t.add_argument('--lr', type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    t.add_argument('--min-lr', type=float, default=1e-4, help="final learning rate (default 1e-4)")
-    t.add_argument('--warmup', type=int, default=100, help="linear warmup steps (default 100)")
-    t.add_argument('--weight-decay', type=float, default=0.1, help="AdamW weight decay (default 0.1)")
-    t.add_argument('--grad-clip', type=float, default=1.0, help="max gradient norm (default 1.0)")
-    t.add_argument('--seed', type=int, default=1337, help="random seed (default 1337)")
-    t.add_argument('--eval-interval', type=int, default=250,
+    t = p.add_argument_group("training (when resuming: the run's own, unless given)")
+    t.add_argument('--steps', type=int,
+                   help="total optimizer steps (default 5000; the progress line shows the "
+                        "time left)")
+    t.add_argument('--batch-size', type=int, help="windows per step (default 12)")
+    t.add_argument('--lr', type=float, help="peak learning rate (default 1e-3)")
+    t.add_argument('--min-lr', type=float, help="final learning rate (default 1e-4)")
+    t.add_argument('--warmup', type=int, help="linear warmup steps (default 100)")
+    t.add_argument('--weight-decay', type=float, help="AdamW weight decay (default 0.1)")
+    t.add_argument('--grad-clip', type=float, help="max gradient norm (default 1.0)")
+    t.add_argument('--seed', type=int, help="random seed (default 1337)")
+    t.add_argument('--eval-interval', type=int,
                    help="validate and save a checkpoint every N steps (default 250)")
-    t.add_argument('--eval-iters', type=int, default=20,
-                   help="validation batches (fixed for the whole run, default 20)")
+    t.add_argument('--eval-iters', type=int,
+                   help="validation batches, fixed for the whole run (default 20)")
     t.add_argument('--out-dir', default='out', help="checkpoint and metrics folder (default out)")
     t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
     t.add_argument('--force', action='store_true',
                    help="start a new run in an OUT_DIR that holds another run, replacing it "
-                        "(without it, such a run is refused and left intact)")
+                        "at the new run's first checkpoint (without it, such a run is refused "
+                        "and left intact)")
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
@@ -104,12 +109,12 @@ def check_flags(args):
         if value(name) is not None and value(name) < 1:
             bad(name, "it must be at least 1")
     for name in ('length', 'warmup', 'min-lr', 'weight-decay'):
-        if not value(name) >= 0:
+        if value(name) is not None and not value(name) >= 0:
             bad(name, "it must be 0 or more")
     if not value('temperature') >= 0:
         bad('temperature', "it must be 0 or more (0 = always the likeliest character)")
     for name in ('lr', 'grad-clip'):
-        if not value(name) > 0:
+        if value(name) is not None and not value(name) > 0:
             bad(name, "it must be more than 0")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         bad('dropout', "it must be in [0, 1)")
@@ -155,6 +160,10 @@ def default_corpus():
     return '\n'.join(parts)
 
 
+def plural(n, word):
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _codepoints(text):
     return np.frombuffer(text.encode('utf-32-le'), dtype=np.uint32)
 
@@ -182,8 +191,8 @@ def split_data(data, block_size):
     """90/10 train/validation split; each part must hold at least one window."""
     need = block_size + 1
     if len(data) < need:
-        raise UserError(f"the text has {len(data)} characters, fewer than one block plus one "
-                        f"({need}); use a longer file or a smaller --block-size")
+        raise UserError(f"the text has {plural(len(data), 'character')}, fewer than one block "
+                        f"plus one ({need}); use a longer file or a smaller --block-size")
     n = int(0.9 * len(data))
     if n < need or len(data) - n < need:
         print(f"note: the text is too short for a 90/10 split with block size {block_size}; "
@@ -249,6 +258,29 @@ def build_config(args, vocab_size, saved=None):
     return config
 
 
+def settle_settings(args, saved=None):
+    """The run's training settings (RUN_FLAGS) into args: a flag given on the command
+    line, else the run's own (from its checkpoint, when resuming), else the default. A
+    flag given on resume that differs from the run's replaces it, with one line that
+    says so."""
+    saved = saved or {}
+    replaced = []
+    for name, default in RUN_FLAGS.items():
+        given, before = getattr(args, name), saved.get(name)
+        if given is None:
+            setattr(args, name, default if before is None else before)
+        elif before is not None and given != before:
+            replaced.append((f"--{name.replace('_', '-')} {given:g}", f"{before:g}"))
+    if replaced:
+        flags, values = zip(*replaced)
+        print(f"note: on resume, {and_list(flags)} replace{'s' if len(flags) == 1 else ''} the "
+              f"run's {and_list(values)}; its other settings continue as they were")
+
+
+def and_list(items):
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def restore_model(ck, config):
     model = GPT(config)
     try:
@@ -285,27 +317,52 @@ def fmt_time(seconds):
 
 
 class Progress:
-    """One status line that refreshes in place on a terminal (a new line per
-    validation); when the output is a file or a pipe, one line per validation."""
+    """The status line. On a terminal it refreshes in place at every step and stays, as
+    a line of its own, at each validation. Into a file or a pipe it is a line at the
+    first step, then every 30 seconds and at each validation. When the reader of a pipe
+    has gone (`train_charlm.py | head -3`), `closed` turns True and output stops."""
 
     def __init__(self):
         self.tty = sys.stdout.isatty()
         self.width = 0
+        self.last_line = None  # when the last line went into a file or pipe
+        self.closed = False
 
     def show(self, text, final=False):
         if self.tty:
             pad = ' ' * max(0, self.width - len(text))
-            self.width = len(text)
-            sys.stdout.write('\r' + text + pad + ('\n' if final else ''))
+            self.width = 0 if final else len(text)
+            self.write('\r' + text + pad + ('\n' if final else ''))
+        elif final or self.last_line is None or time.time() - self.last_line >= 30:
+            self.last_line = time.time()
+            self.write(text + '\n')
+
+    def clear(self):
+        if self.tty and self.width:
+            self.write('\r' + ' ' * self.width + '\r')
+            self.width = 0
+
+    def write(self, text):
+        if self.closed:
+            return
+        try:
+            sys.stdout.write(text)
             sys.stdout.flush()
-            if final:
-                self.width = 0
-        elif final:
-            print(text, flush=True)
+        except BrokenPipeError:
+            self.closed = True
+            silence_stdout()
+
+
+def silence_stdout():
+    """Point standard output at /dev/null: what is still to be printed goes nowhere,
+    instead of failing again on the closed pipe when Python exits."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class StopRequest:
-    """First Ctrl-C: finish the current step, save, sample, exit. Second: stop at once."""
+    """First Ctrl-C: finish the current step, save, exit. Second: stop at once."""
 
     def __init__(self):
         self.requested = False
@@ -357,7 +414,8 @@ def plot_only(args):
     if not os.path.exists(metrics_file):
         raise UserError(f"{args.out_dir} holds a checkpoint but no {METRICS_NAME} to plot")
     ck = load_checkpoint(args.out_dir)
-    print(f"drawing the run in {args.out_dir} ({int(ck['step'])} steps); nothing is trained")
+    print(f"drawing the run in {args.out_dir} ({plural(int(ck['step']), 'step')}); nothing is "
+          "trained")
     plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
     return 0
 
@@ -370,7 +428,7 @@ def refuse_to_overwrite(out_dir):
         return
     try:
         ck = nn.load(path)
-        held = f"{int(ck['step'])} steps"
+        held = plural(int(ck['step']), 'step')
         if ck.get('best', {}).get('step'):  # the best validation, which each checkpoint keeps
             held += f", best validation loss {ck['best']['val_loss']:.4f}"
     except (nn.CheckpointError, KeyError, TypeError, ValueError, AttributeError):
@@ -400,21 +458,47 @@ METRICS_COLUMNS = ['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec', 'gr
                    'update_ratio']
 
 
-def start_metrics(path, fresh):
-    """A new metrics.csv with its header; a resumed run's file from before the health
-    columns existed gets them (empty in its old rows)."""
-    if not fresh and os.path.exists(path):
-        with open(path, newline='') as f:
-            rows = list(csv.reader(f))
-        if rows and rows[0] == METRICS_COLUMNS:
-            return
-        old = rows[1:] if rows else []
-    else:
-        old = []
+def upgrade_metrics(path):
+    """A resumed run's metrics.csv from before the health columns existed gets them
+    (empty in its old rows)."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline='') as f:
+        rows = list(csv.reader(f))
+    if rows and rows[0] == METRICS_COLUMNS:
+        return
     with open(path, 'w', newline='') as f:
         w = csv.writer(f)
         w.writerow(METRICS_COLUMNS)
-        w.writerows(r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in old)
+        w.writerows(r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in rows[1:])
+
+
+class RunFiles:
+    """What a run writes into OUT_DIR: metrics.csv, ckpt.npz, best.npz. The metrics rows
+    wait in memory and are written with each checkpoint, so the two always tell the same
+    story. A new run writes nothing before its first checkpoint; then it replaces the
+    files of any run that was there (--force), so a new run stopped before that leaves
+    the old one whole."""
+
+    def __init__(self, out_dir, new_run):
+        self.out_dir, self.new_run = out_dir, new_run
+        self.metrics_file = os.path.join(out_dir, METRICS_NAME)
+        self.rows = []  # metrics rows not yet written
+
+    def save(self, checkpoint, best=False):
+        if self.new_run:  # the first checkpoint of a new run: the old run's files go
+            for name in (BEST_NAME, 'loss.png'):
+                if os.path.exists(os.path.join(self.out_dir, name)):
+                    os.remove(os.path.join(self.out_dir, name))
+            with open(self.metrics_file, 'w', newline='') as f:
+                csv.writer(f).writerow(METRICS_COLUMNS)
+            self.new_run = False
+        with open(self.metrics_file, 'a', newline='') as f:
+            csv.writer(f).writerows(self.rows)
+        self.rows = []
+        if best:
+            nn.save(checkpoint, checkpoint_path(self.out_dir, BEST_NAME))
+        nn.save(checkpoint, checkpoint_path(self.out_dir))
 
 
 def update_ratio(before, params):
@@ -438,11 +522,57 @@ def diagnose_nan(model, x, y, rng_state):
     return "detect_anomaly found no NaN when the step ran again"
 
 
+def step_memory(config, batch_size):
+    """About how many bytes one training step needs (float32): per layer and window, the
+    attention scores and probabilities kept for backward (n_head x block_size each, the
+    term that grows with the square of the context) and the activations (about 24
+    vectors of n_embd); the logits; the weights, gradients and AdamW's two moments."""
+    B, T, C, H = batch_size, config.block_size, config.n_embd, config.n_head
+    activations = 4 * B * T * (config.n_layer * (4 * H * T + 24 * C) + 4 * config.vocab_size)
+    weights = 16 * (config.n_layer * 12 * C * C + (config.vocab_size + T) * C)
+    return activations + weights
+
+
+def available_memory():
+    """Bytes of memory available now (Linux's MemAvailable), or None when unknown."""
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def fmt_bytes(n):
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if n < 1024 or unit == 'TiB':
+            break
+        n /= 1024
+    return f"{n:.1f} {unit}"
+
+
+def check_memory(config, batch_size):
+    """Refuse, before any work, a model whose training step cannot fit in memory."""
+    need, have = step_memory(config, batch_size), available_memory()
+    if have is not None and need > have:
+        raise UserError(f"one training step of this model needs about {fmt_bytes(need)} of "
+                        f"memory (the attention scores grow with the square of --block-size "
+                        f"{config.block_size}), more than the {fmt_bytes(have)} this machine "
+                        "has available; use a smaller --block-size or --batch-size")
+
+
 def profile_step(args):
     """--profile: one step of the configured model, measured op by op; nothing written."""
+    settle_settings(args)
     text, source = read_corpus(args)
     vocab = Vocab(text)
     config = build_config(args, len(vocab.chars))
+    check_memory(config, args.batch_size)
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
     model = GPT(config)
@@ -465,24 +595,119 @@ def profile_step(args):
     return 0
 
 
+def check_vocabulary(ck, vocab):
+    """A resumed run must read the same characters as the run it continues."""
+    if ck['vocab'] != vocab.chars:
+        extra = sorted(set(vocab.chars) - set(ck['vocab']))
+        raise UserError(f"the checkpoint's vocabulary ({len(ck['vocab'])} characters) does not "
+                        f"match this text's ({len(vocab.chars)} characters"
+                        + (f"; new: {''.join(extra)!r}" if extra else '')
+                        + "); resume with the file it was trained on"
+                        + (f": {ck['source']}" if ck.get('source') else ''))
+
+
+def resume_from(ck, optimizer, scheduler, args, schedule_steps):
+    """Bring the optimizer, the schedule and the random state back from a checkpoint;
+    return the step it was saved at. The moments and step counts come from the
+    checkpoint; the lr, its schedule and the weight decay from the run's settings
+    (settle_settings: the checkpoint's, unless a flag replaced one)."""
+    if 'optimizer' in ck:
+        optimizer.load_state_dict(ck['optimizer'])
+        optimizer.param_groups[0]['weight_decay'] = args.weight_decay
+    else:  # weights brought in by export.py from Hugging Face: no moments to continue
+        print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
+              "moments start from zero")
+    step = int(ck['step'])
+    scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
+    if args.steps > schedule_steps:
+        print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
+              f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
+              f"{args.min_lr:g}")
+    if 'rng' in ck:
+        tt.set_rng_state(ck['rng'])
+    return step
+
+
+def report_nan(model, x, y, rng_state, step, loss_value, grad_norm, out_dir):
+    """A loss or gradient that is not finite: say which and where, keep the last good
+    checkpoint, and name the op that made it; exit status 3."""
+    kept = (f"the last good checkpoint is kept at {checkpoint_path(out_dir)}"
+            if os.path.exists(checkpoint_path(out_dir)) else "no checkpoint was saved yet")
+    what = (f"the loss became {loss_value}" if not math.isfinite(loss_value)
+            else f"the gradient norm became {grad_norm}")
+    print(f"\nerror: {what} at step {step + 1}; stopping (try a lower --lr). "
+          f"{kept}\n{diagnose_nan(model, x, y, rng_state)}", file=sys.stderr)
+    return 3
+
+
+class TrainingLog:
+    """What the loop reports at each step: a metrics row (kept by RunFiles until the next
+    checkpoint) and the progress line."""
+
+    def __init__(self, files, total_steps, step, stop_at, tokens_per_step):
+        self.files, self.progress = files, Progress()
+        self.total_steps, self.stop_at, self.tokens_per_step = total_steps, stop_at, tokens_per_step
+        self.start_time, self.start_step = time.time(), step
+
+    def elapsed(self):
+        return time.time() - self.start_time
+
+    def step(self, step, loss_value, lr, grad_norm, val_loss, ratio, elapsed):
+        """ratio (the update-to-weight ratio) is None except at evaluations."""
+        evaluated = ratio is not None
+        tok_s = (step - self.start_step) * self.tokens_per_step / max(elapsed, 1e-9)
+        self.files.rows.append([step, f"{loss_value:.6f}", f"{val_loss:.6f}" if evaluated else '',
+                                f"{lr:.6g}", f"{tok_s:.1f}", f"{grad_norm:.4g}",
+                                f"{ratio:.3e}" if evaluated else ''])
+        eta = (self.stop_at - step) * elapsed / max(step - self.start_step, 1)
+        val = f"{val_loss:.4f}" if math.isfinite(val_loss) else "-"  # - : none yet
+        self.progress.show(f"step {step}/{self.total_steps} | loss {loss_value:.4f} | val {val} | "
+                           f"{tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed | ETA "
+                           f"{fmt_time(eta)}", final=evaluated)
+
+
+def report_end(status, step, args, last_val, best, elapsed):
+    """The last lines of a run: how it ended, where its checkpoints are."""
+    ckpt = checkpoint_path(args.out_dir)
+    if status == 'output closed':  # stdout is gone: say it on stderr
+        print(f"the output was closed (the program reading it exited): stopped at step {step} of "
+              f"{args.steps}; checkpoint saved to {ckpt} (continue with --resume)", file=sys.stderr)
+        return
+    if status == 'interrupted':
+        print(f"\ninterrupted at step {step}; checkpoint saved to {ckpt} (continue with "
+              f"--resume; sample it with: python train_charlm.py --sample --latest --out-dir "
+              f"{args.out_dir})")
+    elif status == 'stopped':
+        print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to {ckpt} (continue "
+              "with --resume)")
+    else:
+        val = (f"validation loss {last_val:.4f}" if math.isfinite(last_val)
+               else "no validation in this run")
+        print(f"\nfinished {plural(step, 'step')} in {fmt_time(elapsed)}; {val}; checkpoint saved "
+              f"to {ckpt}")
+    if best['step']:
+        print(f"best validation loss {best['val_loss']:.4f} at step {best['step']}, kept in "
+              f"{checkpoint_path(args.out_dir, BEST_NAME)} (--sample uses it)")
+
+
 def train(args):
+    # -- check everything before any work: flags, text, checkpoint, memory, folder ------
     if args.plot:
         need_matplotlib(os.path.join(args.out_dir, METRICS_NAME))
     if not args.resume and not args.force:
         refuse_to_overwrite(args.out_dir)
     text, source = read_corpus(args)
-    prepare_out_dir(args.out_dir)
     ck = load_checkpoint(args.out_dir) if args.resume else None
+    settle_settings(args, ck.get('settings') if ck else None)
     vocab = Vocab(text)
-    if ck is not None and ck['vocab'] != vocab.chars:
-        extra = sorted(set(vocab.chars) - set(ck['vocab']))
-        raise UserError(f"the checkpoint's vocabulary ({len(ck['vocab'])} characters) does not "
-                        f"match this text's ({len(vocab.chars)} characters"
-                        + (f"; new: {''.join(extra)!r}" if extra else '')
-                        + "); resume with the file it was trained on")
+    if ck is not None:
+        check_vocabulary(ck, vocab)
     config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
+    check_memory(config, args.batch_size)
     train_data, val_data = split_data(vocab.encode(text), config.block_size)
+    prepare_out_dir(args.out_dir)
 
+    # -- the model, the optimizer and the schedule (from the checkpoint when resuming) -
     tt.manual_seed(args.seed)
     model = restore_model(ck, config) if ck else GPT(config)
     optimizer = make_optimizer(model, args)
@@ -490,135 +715,95 @@ def train(args):
     # more --steps than that continue at --min-lr instead of stretching the cosine again
     schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
     scheduler = optim.WarmupCosineLR(optimizer, args.warmup, schedule_steps, min_lr=args.min_lr)
-    step = 0
+    step = resume_from(ck, optimizer, scheduler, args, schedule_steps) if ck is not None else 0
+    best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
     if ck is not None:
-        # moments and step counts from the checkpoint; lr, its schedule and weight decay
-        # from this run's flags (the same flags continue the run exactly)
-        if 'optimizer' in ck:
-            optimizer.load_state_dict(ck['optimizer'])
-            optimizer.param_groups[0]['weight_decay'] = args.weight_decay
-        else:  # weights brought in by export.py from Hugging Face: no moments to continue
-            print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
-                  "moments start from zero")
-        step = int(ck['step'])
-        scheduler.load_state_dict({'last_epoch': step, 'base_lrs': [args.lr, args.lr]})
-        if args.steps > schedule_steps:
-            print(f"note: this run's learning-rate schedule ends at step {schedule_steps}; steps "
-                  f"{max(step, schedule_steps) + 1} to {args.steps} run at --min-lr "
-                  f"{args.min_lr:g}")
-        if 'rng' in ck:
-            tt.set_rng_state(ck['rng'])
+        best.update(ck.get('best', {}))
     # fixed validation batches, from their own generator: evaluating never changes the
     # training batches, so a resumed run sees exactly the batches a straight run sees
     val_rng = np.random.default_rng(args.seed + 1)
     val_batches = [get_batch(val_data, config.block_size, args.batch_size, val_rng)
                    for _ in range(args.eval_iters)]
 
-    metrics_file = os.path.join(args.out_dir, METRICS_NAME)
-    start_metrics(metrics_file, fresh=ck is None)
+    files = RunFiles(args.out_dir, new_run=ck is None)
+    if ck is not None:
+        upgrade_metrics(files.metrics_file)
+
+    def checkpoint(at_step):
+        return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
+                'vocab': vocab.chars, 'config': config.to_dict(), 'step': at_step,
+                'rng': tt.get_rng_state(), 'schedule_steps': schedule_steps, 'best': dict(best),
+                'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS}}
+
     print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
           f"{model.num_parameters():,} parameters")
     print(f"model: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} wide, block "
           f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
 
-    best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
-    if ck is not None:
-        best.update(ck.get('best', {}))
-
-    def save(at_step, name=CKPT_NAME):
-        nn.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
-                 'vocab': vocab.chars,
-                 'config': config.to_dict(), 'step': at_step, 'rng': tt.get_rng_state(),
-                 'schedule_steps': schedule_steps, 'best': dict(best), 'source': source},
-                checkpoint_path(args.out_dir, name))
-
-    progress, stop = Progress(), StopRequest()
-    last_val, start_time, start_step = float('nan'), time.time(), step
-    tokens_per_step = args.batch_size * config.block_size
+    # -- the training loop ------------------------------------------------------------
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
-    status = 'done'
+    log = TrainingLog(files, args.steps, step, stop_at, args.batch_size * config.block_size)
+    stop = StopRequest()
+    last_val = float('nan')
+    # NumPy's overflow warnings are off: every loss and gradient norm is checked below,
+    # and a bad one is reported once, with the op that made it
     try:
-        with open(metrics_file, 'a', newline='') as mf:
-            metrics = csv.writer(mf)
-            while step < stop_at:
+        with np.errstate(over='ignore', invalid='ignore', divide='ignore'):
+            while step < stop_at and not (stop.requested or log.progress.closed):
+                # a batch of random windows, and the random state to run this step again if
+                # it goes bad
                 x, y = get_batch(train_data, config.block_size, args.batch_size,
                                  tt.default_generator())
-                rng_state = tt.get_rng_state()  # to run this step again if it goes bad
+                rng_state = tt.get_rng_state()
+                # forward, backward, clip
                 _, loss = model(x, y)
-                loss_value = loss.item()
-                grad_norm = math.nan
+                loss_value, grad_norm = loss.item(), math.nan
                 if math.isfinite(loss_value):
                     optimizer.zero_grad()
                     loss.backward()
                     grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
                 if not math.isfinite(grad_norm):
-                    progress.show('', final=False)
-                    kept = (f"the last good checkpoint is kept at {checkpoint_path(args.out_dir)}"
-                            if os.path.exists(checkpoint_path(args.out_dir))
-                            else "no checkpoint was saved yet")
-                    what = (f"the loss became {loss_value}" if not math.isfinite(loss_value)
-                            else f"the gradient norm became {grad_norm}")
-                    print(f"\nerror: {what} at step {step + 1}; stopping (try a lower --lr). "
-                          f"{kept}\n{diagnose_nan(model, x, y, rng_state)}", file=sys.stderr)
-                    return 3
+                    log.progress.clear()
+                    return report_nan(model, x, y, rng_state, step, loss_value, grad_norm,
+                                      args.out_dir)
+                # step (the lr is read first: it is the one this step uses)
                 lr = scheduler.get_last_lr()[0]
                 evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
                 before = [p.data.copy() for p in model.parameters()] if evaluated else None
                 optimizer.step()
                 scheduler.step()
                 step += 1
-                elapsed = time.time() - start_time
-                tok_s = (step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                ratio = ''
+                # evaluate, log, and at each evaluation save the checkpoints
+                elapsed, ratio = log.elapsed(), None
                 if evaluated:
                     last_val = evaluate(model, val_batches)
-                    ratio = f"{update_ratio(before, model.parameters()):.3e}"
-                metrics.writerow([step, f"{loss_value:.6f}", f"{last_val:.6f}" if evaluated else '',
-                                  f"{lr:.6g}", f"{tok_s:.1f}", f"{grad_norm:.4g}", ratio])
-                eta = (stop_at - step) * elapsed / max(step - start_step, 1)
-                progress.show(f"step {step}/{args.steps} | loss {loss_value:.4f} | val "
-                              f"{last_val:.4f} | {tok_s:,.0f} tok/s | {fmt_time(elapsed)} elapsed"
-                              f" | ETA {fmt_time(eta)}", final=evaluated)
+                    ratio = update_ratio(before, model.parameters())
+                log.step(step, loss_value, lr, grad_norm, last_val, ratio, elapsed)
                 if evaluated:
-                    mf.flush()
-                    if last_val < best['val_loss']:  # a new best: keep it beside the latest
+                    new_best = last_val < best['val_loss']
+                    if new_best:  # kept in best.npz beside the latest
                         best.update(step=step, val_loss=last_val)
-                        save(step, BEST_NAME)
-                    save(step)
-                if stop.requested:
-                    status = 'interrupted'
-                    break
-            else:
-                if step < args.steps:
-                    status = 'stopped'
+                    files.save(checkpoint(step), best=new_best)
     finally:
         stop.restore()
-    progress.show('', final=False)
-    save(step)
-    if status == 'interrupted':
-        print(f"\ninterrupted at step {step}; checkpoint saved to {checkpoint_path(args.out_dir)}"
-              " (continue with --resume)")
-    elif status == 'stopped':
-        print(f"\nstopped at step {step} of {args.steps}; checkpoint saved to "
-              f"{checkpoint_path(args.out_dir)} (continue with --resume)")
-    else:
-        val = f"validation loss {last_val:.4f}" if math.isfinite(last_val) else \
-            "no validation in this run"
-        print(f"\nfinished {step} steps in {fmt_time(time.time() - start_time)}; {val}; "
-              f"checkpoint saved to {checkpoint_path(args.out_dir)}")
-    if best['step']:
-        print(f"best validation loss {best['val_loss']:.4f} at step {best['step']}, kept in "
-              f"{checkpoint_path(args.out_dir, BEST_NAME)} (--sample uses it)")
+    log.progress.clear()
+
+    # -- the end: a last checkpoint, what happened, a sample unless stopped early ------
+    files.save(checkpoint(step))
+    status = ('interrupted' if stop.requested else 'done' if step >= args.steps
+              else 'output closed' if log.progress.closed else 'stopped')
+    report_end(status, step, args, last_val, best, log.elapsed())
     if args.plot:
-        plot_metrics(metrics_file, os.path.join(args.out_dir, 'loss.png'))
-    if args.length:
+        plot_metrics(files.metrics_file, os.path.join(args.out_dir, 'loss.png'))
+    if args.length and status in ('done', 'stopped') and not log.progress.closed:
         print("\n--- sample ---")
         print(sample_text(model, vocab, args.prompt, args.length, args.temperature, args.top_k))
     return 130 if status == 'interrupted' else 0
 
 
 def sample_only(args):
+    settle_settings(args)  # --seed, or its default
     name = BEST_NAME if not args.latest and os.path.exists(
         checkpoint_path(args.out_dir, BEST_NAME)) else CKPT_NAME
     ck = load_checkpoint(args.out_dir, name)
@@ -652,6 +837,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("\nstopped.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of a pipe left after training (the sample, say)
+        silence_stdout()
+        return 0
 
 
 if __name__ == '__main__':

@@ -7,6 +7,8 @@ confusion matrix and the time.
     python train_digits.py --mnist DIR      # MNIST, from its four idx files in DIR
     python train_digits.py --help
 
+Ctrl-C stops after the current step and saves the model trained so far.
+
 The digits are the UCI "Optical Recognition of Handwritten Digits" test set (E. Alpaydin,
 C. Kaynak, 1998; CC BY 4.0), as scikit-learn ships it: 64 pixel values (0-16) and a label
 per row. The split is fixed: the rows permuted by np.random.default_rng(0), the last 360
@@ -15,6 +17,7 @@ are the test set.
 import argparse
 import gzip
 import os
+import signal
 import sys
 import time
 
@@ -199,6 +202,36 @@ def plot_errors(images, labels, predicted, path):
 
 
 # -- training ----------------------------------------------------------------------
+def prepare_out_dir(out_dir):
+    """The output folder, made and tried before any training: a bad --out-dir is one
+    line now, not a crash at the end that loses the trained model."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, '.write-test')
+        with open(probe, 'w') as f:
+            f.write('ok')
+        os.remove(probe)
+    except OSError as e:
+        raise UserError(f"cannot write to the output folder {out_dir}: "
+                        f"{e.strerror or e}") from None
+
+
+class StopRequest:
+    """First Ctrl-C: finish the current step, then report and save. Second: stop at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = signal.signal(signal.SIGINT, self.handler)
+
+    def handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self):
+        signal.signal(signal.SIGINT, self.previous)
+
+
 def main(argv=None):
     try:
         return run(parse_args(argv))
@@ -224,6 +257,7 @@ def run(args):
         (x_train, y_train), (x_test, y_test) = split_digits(*load_digits(args.data))
         source = os.path.relpath(args.data)
     height, width = x_train.shape[2:]
+    prepare_out_dir(args.out_dir)
     tt.manual_seed(args.seed)
     model = make_model(args.model, height, width)
     opt = optim.Adam(model.parameters(), lr=args.lr)
@@ -232,31 +266,44 @@ def run(args):
     print(f"{source}: {len(y_train)} training and {len(y_test)} test images of {height}x{width}; "
           f"{args.model}, {model.num_parameters():,} parameters, {args.epochs} epochs of "
           f"{len(loader)} steps")
-    start, steps = time.perf_counter(), 0
-    for epoch in range(1, args.epochs + 1):
-        total, seen = 0.0, 0
-        for images, labels in loader:
-            loss = nn.cross_entropy(model(images), labels)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(labels)
-            seen += len(labels)
-            steps += 1
-        accuracy = np.mean(predict(model, x_test) == y_test)
-        print(f"epoch {epoch:>3}/{args.epochs}  train loss {total / seen:.4f}  test accuracy "
-              f"{100 * accuracy:5.1f}%  {time.perf_counter() - start:6.1f} s", flush=True)
+    start, steps, epochs_done = time.perf_counter(), 0, 0
+    stop = StopRequest()
+    try:
+        for epoch in range(1, args.epochs + 1):
+            total, seen = 0.0, 0
+            for images, labels in loader:
+                loss = nn.cross_entropy(model(images), labels)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(labels)
+                seen += len(labels)
+                steps += 1
+                if stop.requested:
+                    break
+            if stop.requested:
+                break
+            epochs_done = epoch
+            accuracy = np.mean(predict(model, x_test) == y_test)
+            print(f"epoch {epoch:>3}/{args.epochs}  train loss {total / seen:.4f}  test accuracy "
+                  f"{100 * accuracy:5.1f}%  {time.perf_counter() - start:6.1f} s", flush=True)
+    finally:
+        stop.restore()
     seconds = time.perf_counter() - start
     predicted = predict(model, x_test)
     accuracy = np.mean(predicted == y_test)
     print(format_confusion(confusion_matrix(y_test, predicted)))
     print(f"test accuracy {100 * accuracy:.2f}% ({np.sum(predicted == y_test)} of {len(y_test)}); "
-          f"training took {seconds:.1f} s, {1000 * seconds / steps:.2f} ms per step "
+          f"training took {seconds:.1f} s, {1000 * seconds / max(steps, 1):.2f} ms per step "
           f"(evaluations included)")
-    os.makedirs(args.out_dir, exist_ok=True)
+    # an interrupted run is saved too: 'epochs' counts the epochs it finished
     nn.save({'model': args.model, 'image_size': [int(height), int(width)],
              'state_dict': model.state_dict(), 'test_accuracy': float(accuracy),
-             'epochs': args.epochs}, ckpt)
+             'epochs': epochs_done}, ckpt)
+    if stop.requested:
+        print(f"interrupted in epoch {epochs_done + 1} of {args.epochs}; the model trained so far "
+              f"is saved to {ckpt}")
+        return 130
     print(f"model saved to {ckpt}")
     if args.plot:
         plot_errors(x_test, y_test, predicted, os.path.join(args.out_dir, f'{args.model}_errors.png'))

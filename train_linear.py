@@ -1,10 +1,12 @@
 """The first experiments, done with the real pieces.
 
-1. Fit y = 2x + 1 with nn.Linear, mse_loss and SGD (the seed's tiny_autograd.py).
+1. Fit y = 2x + 1 with nn.Linear, mse_loss and SGD: the smallest complete training loop.
 2. Train a two-layer MLP on a generated two-class spiral with Adam.
 
-Run: python train_linear.py
+Run: python train_linear.py (it takes no options; about a second)
 """
+import argparse
+
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
@@ -57,6 +59,9 @@ def fit_spiral(steps=500, hidden=64, lr=0.01, seed=0, log_every=100):
 
 
 if __name__ == '__main__':
+    argparse.ArgumentParser(description="Fit y = 2x + 1 with a Linear layer and SGD, then "
+                            "classify a two-class spiral with a 2-layer MLP and Adam; prints "
+                            "the losses as they fall. It takes no options.").parse_args()
     print("Fitting y = 2x + 1 with SGD")
     w, b, _ = fit_line(steps=1001)
     print(f"learned w={w:.4f} (want 2), b={b:.4f} (want 1)\n")
