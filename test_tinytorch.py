@@ -1,12 +1,27 @@
-"""Tests for tinytorch: finite-difference checks for every op, autograd semantics,
-modules, optimizers, the Transformer and the training scripts end to end."""
+"""Tests for tinytorch, in the order of the files they test:
+
+  tinytorch.py (the engine: gradcheck, Part I alone, every op's gradient, views, in-place
+      ops, autograd semantics, errors, edge values, the names PyTorch code uses)
+  nn.py (modules, layers, losses, initialisers, checkpoints, recurrent and Transformer
+      modules, vision layers)
+  optim.py, data.py, transformer.py
+  the scripts end to end (train_charlm.py, train_digits.py, export.py, bench.py)
+  lookinside.py (draw_graph, grad_path, profile, detect_anomaly)
+  conformance with PyTorch (every public op against PyTorch, when it is installed)
+  the differential fuzzer against PyTorch (random programs; `python test_tinytorch.py fuzz`)
+
+Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
+`pytest -k pytorch` once PyTorch is installed); no other test does."""
 import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import time as _time
 import types
+import warnings as _warnings
 
 import numpy as np
 import pytest
@@ -14,6 +29,10 @@ import pytest
 import tinytorch as tt
 import lookinside
 import nn
+import optim
+import data
+import transformer as tf
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,6 +71,11 @@ def test_only_comparisons_with_pytorch_carry_its_name():
     for f in named:
         source = ast.unparse(f)
         assert 'need_torch()' in source or "importorskip('torch')" in source, f.name
+
+
+# ===========================================================================
+# tinytorch.py: the engine
+# ===========================================================================
 
 
 # ---------------------------------------------------------------------------
@@ -495,6 +519,8 @@ def test_more_reductions(fn):
 
 
 _X = np.random.default_rng(3).standard_normal((3, 4, 2))
+
+
 _VALUES = [  # (op on a tensor, the same computed with NumPy): forward values, no PyTorch needed
     (lambda x: x.norm(), lambda a: np.sqrt((a * a).sum())),
     (lambda x: x.norm(dim=1), lambda a: np.sqrt((a * a).sum(1))),
@@ -1682,42 +1708,402 @@ def test_creation_and_conversion_names():
 
 
 # ---------------------------------------------------------------------------
-# Against PyTorch, when it is installed
+# In-place ops in the graph: recorded as PyTorch records them
 # ---------------------------------------------------------------------------
-def test_ops_match_pytorch():
+def _micrograd_sanity(T):
+    """micrograd's test_sanity_check, written with tensors of constructor T."""
+    x = T(-4.0)
+    z = 2 * x + 2 + x
+    q = z.relu() + z * x
+    h = (z * z).relu()
+    y = h + q + q * x
+    y.backward()
+    return y.item(), x.grad.item()
+
+
+def _micrograd_more_ops(T):
+    """micrograd's test_more_ops, every += included."""
+    a, b = T(-4.0), T(2.0)
+    c = a + b
+    d = a * b + b ** 3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + (b + a).relu()
+    d += 3 * d + (b - a).relu()
+    e = c - d
+    f = e ** 2
+    g = f / 2.0
+    g += 10.0 / f
+    g.backward()
+    return g.item(), a.grad.item(), b.grad.item()
+
+
+def _t64_scalar(v):
+    return tt.tensor(np.array(v), requires_grad=True)
+
+
+def test_micrograd_engine_tests_run_with_in_place_adds():
+    # micrograd's published values (its tests compare with PyTorch's)
+    y, dx = _micrograd_sanity(_t64_scalar)
+    assert y == -20.0 and dx == 46.0
+    g, da, db = _micrograd_more_ops(_t64_scalar)
+    assert abs(g - 24.70408163265306) < 1e-10
+    assert abs(da - 138.83381924198252) < 1e-10 and abs(db - 645.5772594752186) < 1e-10
+
+
+def test_micrograd_engine_tests_match_pytorch():
     torch = need_torch()
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((3, 4, 5))
-    b = rng.standard_normal((5, 2))
 
-    def both(fn_tt, fn_torch, *arrays):
-        xs = [tt.tensor(x, requires_grad=True) for x in arrays]
-        ts = [torch.tensor(x, requires_grad=True) for x in arrays]
-        out_tt, out_t = fn_tt(*xs), fn_torch(*ts)
-        np.testing.assert_allclose(out_tt.data, out_t.detach().numpy(), rtol=1e-10, atol=1e-12)
-        v = rng.standard_normal(out_tt.shape)
-        out_tt.backward(v)
-        out_t.backward(torch.tensor(v))
-        for x, t in zip(xs, ts):
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+    def T(v):
+        return torch.tensor(v, dtype=torch.float64, requires_grad=True)
+    assert _micrograd_sanity(_t64_scalar) == pytest.approx(_micrograd_sanity(T), abs=1e-12)
+    assert _micrograd_more_ops(_t64_scalar) == pytest.approx(_micrograd_more_ops(T), abs=1e-10)
 
-    both(lambda x: x.var(1, keepdim=True), lambda x: x.var(1, keepdim=True), a)
-    both(lambda x: x.std((0, 2), correction=0), lambda x: x.std((0, 2), correction=0), a)
-    both(lambda x: x.logsumexp(-1), lambda x: x.logsumexp(-1), a)
-    both(lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x), a)
-    both(lambda x: x.gelu(approximate='tanh'),
-         lambda x: torch.nn.functional.gelu(x, approximate='tanh'), a)
-    both(lambda x, w: (x @ w).log_softmax(1), lambda x, w: (x @ w).log_softmax(1), a, b)
-    both(lambda x: x[:, [0, 0, 2]].amax(1), lambda x: x[:, [0, 0, 2]].amax(1), a)
-    both(lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(),
-         lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(), a)
+
+def test_in_place_op_keeps_the_object_and_rewrites_its_history():
+    x = tt.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = x * 2
+    same = y
+    y += 1
+    assert y is same and y._op == 'add_' and y.tolist() == [3.0, -3.0, 7.0]
+    y.relu_()
+    assert y._op == 'relu_' and y.tolist() == [3.0, 0.0, 7.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 0.0, 2.0]
+
+
+def test_an_op_that_used_the_old_value_sends_its_gradient_to_the_old_value():
+    x = t64(4)
+    a = x * 1
+    b = a.exp()          # used a before the change
+    a.mul_(3.0)          # a = 3x now
+    c = a * a            # uses the new a
+    (b.sum() + c.sum()).backward()
+    np.testing.assert_allclose(x.grad, np.exp(x.data) + 18 * x.data)
+
+
+# each in-place op and its out-of-place twin: (in place, out of place, operand)
+_IN_PLACE_TWINS = {
+    'add_': (lambda x, o: x.add_(o), lambda x, o: x + o),
+    'add_ alpha': (lambda x, o: x.add_(o, alpha=-2.5), lambda x, o: x + o * -2.5),
+    'iadd broadcast': (lambda x, o: x.__iadd__(o[0]), lambda x, o: x + o[0]),
+    'sub_': (lambda x, o: x.sub_(o), lambda x, o: x - o),
+    'isub': (lambda x, o: x.__isub__(o), lambda x, o: x - o),
+    'mul_': (lambda x, o: x.mul_(o), lambda x, o: x * o),
+    'imul number': (lambda x, o: x.__imul__(-1.5), lambda x, o: x * -1.5),
+    'div_': (lambda x, o: x.div_(o), lambda x, o: x / o),
+    'itruediv': (lambda x, o: x.__itruediv__(o[:, :1]), lambda x, o: x / o[:, :1]),
+    'pow_': (lambda x, o: x.abs().pow_(1.5), lambda x, o: x.abs() ** 1.5),
+    'pow_ tensor': (lambda x, o: x.abs().pow_(o), lambda x, o: x.abs() ** o),
+    'clamp_': (lambda x, o: x.clamp_(-0.5, 0.7), lambda x, o: x.clamp(-0.5, 0.7)),
+    'relu_': (lambda x, o: x.relu_(), lambda x, o: x.relu()),
+    'masked_fill_': (lambda x, o: x.masked_fill_(o.data > 0, -1.0),
+                     lambda x, o: x.masked_fill(o.data > 0, -1.0)),
+    'zero_': (lambda x, o: x.zero_() + o, lambda x, o: x * 0 + o),
+    'fill_': (lambda x, o: x.fill_(2.0) * o, lambda x, o: x * 0 + 2.0 * o),
+    'fill_ 0-d tensor': (lambda x, o: x.fill_(o[0, 0]) * o, lambda x, o: (x * 0 + o[0, 0]) * o),
+    'copy_': (lambda x, o: x.copy_(o[1]), lambda x, o: x * 0 + o[1]),
+    'setitem': (lambda x, o: x.__setitem__((0, slice(1, 3)), o[1, :2]) or x,
+                lambda x, o: tt.cat([tt.cat([x[0, :1], o[1, :2], x[0, 3:]]).unsqueeze(0), x[1:]])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_IN_PLACE_TWINS))
+def test_in_place_op_has_its_out_of_place_gradient(name):
+    in_place, out_of_place = _IN_PLACE_TWINS[name]
+    x, o = t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)
+    check(lambda x, o: in_place(x * 1, o), x, o)  # * 1: in place on an intermediate
+    got = in_place(x * 1, o)
+    want = out_of_place(x * 1, o)
+    np.testing.assert_allclose(got.data, want.data)
+    (got * o).sum().backward()
+    gx, go = x.grad.copy(), o.grad.copy()
+    x.grad = o.grad = None
+    (want * o).sum().backward()
+    np.testing.assert_allclose(gx, x.grad)
+    np.testing.assert_allclose(go, o.grad)
+
+
+def test_in_place_ops_match_pytorch():
+    torch = need_torch()
+    for name, (in_place, _) in sorted(_IN_PLACE_TWINS.items()):
+        xs = [t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)]
+        ts = [torch.tensor(v.data, requires_grad=True) for v in xs]
+        out, tout = in_place(xs[0] * 1, xs[1]), in_place(ts[0] * 1, ts[1])
+        (out * xs[1]).sum().backward()
+        (tout * ts[1]).sum().backward()
+        np.testing.assert_allclose(out.data, tout.detach().numpy(), err_msg=name)
+        for v, tv in zip(xs, ts):
+            np.testing.assert_allclose(v.grad, tv.grad.numpy(), atol=1e-12, err_msg=name)
+
+
+_SETITEM_INDEXES = {
+    'slice': (np.s_[1:3], (2, 4)),
+    'int': (np.s_[2], (4,)),
+    'int array': (np.array([3, 0]), (2, 4)),
+    'repeated int array': (np.array([1, 3, 1, 1]), (4, 4)),
+    'boolean': (np.array([True, False, True, False]), (2, 4)),
+    'mixed': (np.s_[np.array([0, 2]), 1:3], (2, 2)),
+    'mixed repeated': (np.s_[np.array([0, 2, 0]), 1:3], (3, 2)),
+    'two arrays repeated': ((np.array([0, 3, 0]), np.array([1, 2, 1])), (3,)),
+    'broadcast value': (np.s_[:, 1], (1,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SETITEM_INDEXES))
+def test_setitem_gradients(name):
+    idx, vshape = _SETITEM_INDEXES[name]
+
+    def f(x, v):
+        y = x * 1
+        y[idx] = v
+        return y * y  # not linear: the old and the written values both matter
+    check(f, t64(4, 4, seed=3), t64(*vshape, seed=4))
+
+
+def test_setitem_repeated_index_last_write_wins_and_only_it_gets_the_gradient():
+    x = tt.zeros(3, dtype=tt.float64, requires_grad=True)
+    v = tt.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = x * 1
+    y[tt.tensor([1, 1, 2])] = v
+    assert y.tolist() == [0.0, 2.0, 3.0]
+    (y * tt.tensor(np.array([10.0, 20.0, 30.0]))).sum().backward()
+    assert v.grad.tolist() == [0.0, 20.0, 30.0] and x.grad.tolist() == [10.0, 0.0, 0.0]
+
+
+def test_setitem_repeated_index_differs_from_pytorch_on_purpose():
+    # PyTorch gives every write to a repeated position that position's gradient, even the
+    # writes that were overwritten (its docs call duplicate indices undefined); tinytorch
+    # gives it only to the write that stayed, which is the true derivative (gradcheck agrees)
+    torch = need_torch()
+    tv = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    ty = torch.zeros(3) * 1
+    ty[torch.tensor([1, 1, 2])] = tv
+    (ty * torch.tensor([10.0, 20.0, 30.0])).sum().backward()
+    assert tv.grad.tolist() == [20.0, 20.0, 30.0]  # tinytorch: [0, 20, 30], tested above
+    check(lambda v: _set_rows(v, [1, 1, 2]) * tt.tensor(np.array([10.0, 20.0, 30.0])), t64(3))
+
+
+def _set_rows(v, rows):
+    y = tt.zeros(3, dtype=tt.float64)
+    y[tt.tensor(rows)] = v
+    return y
+
+
+def test_setitem_matches_pytorch():
+    torch = need_torch()
+    for name, (idx, vshape) in sorted(_SETITEM_INDEXES.items()):
+        if 'repeated' in name:
+            continue  # PyTorch's rule differs there: see the test below
+        x, v = t64(4, 4, seed=3), t64(*vshape, seed=4)
+        tx, tv = (torch.tensor(a.data, requires_grad=True) for a in (x, v))
+        tidx = tuple(torch.tensor(i) if isinstance(i, np.ndarray) else i for i in idx) \
+            if isinstance(idx, tuple) else (torch.tensor(idx) if isinstance(idx, np.ndarray) else idx)
+        y, ty = x * 1, tx * 1
+        y[idx] = v
+        ty[tidx] = tv
+        (y * y).sum().backward()
+        (ty * ty).sum().backward()
+        np.testing.assert_allclose(y.data, ty.detach().numpy(), err_msg=name)
+        np.testing.assert_allclose(x.grad, tx.grad.numpy(), err_msg=name)
+        np.testing.assert_allclose(v.grad, tv.grad.numpy(), err_msg=name)
+
+
+def test_setitem_on_a_tensor_outside_the_graph_brings_it_into_the_graph():
+    v = tt.tensor([1.0, 2.0], requires_grad=True)
+    out = tt.zeros(3, 2)
+    out[1] = v
+    out[2] = v * 3
+    assert out.requires_grad and not out.is_leaf and out._op == '__setitem__'
+    out.sum().backward()
+    assert v.grad.tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("name, make", [
+    ('exp', lambda x: x.exp()), ('softmax', lambda x: x.softmax(-1)),
+    ('matmul', lambda x: x @ x.T)])
+def test_in_place_change_of_a_saved_tensor_is_caught(name, make):
+    x = t64(2, 3)
+    h = x * 1
+    y = make(h)
+    (y if name != 'matmul' else h).add_(1.0)  # exp and softmax saved y; matmul saved h
+    with pytest.raises(RuntimeError, match=f"backward through '{name}'.*modified in place"):
+        y.sum().backward()
+
+
+def test_in_place_after_an_op_that_saved_nothing_is_fine():
+    x = t64(2, 3)
+    h = x * 1
+    y = h + 2.0  # add saves nothing
+    h.mul_(5.0)
+    (y.sum() + h.sum()).backward()
+    np.testing.assert_allclose(x.grad, np.full((2, 3), 6.0))
+
+
+def test_in_place_ops_on_intermediates_keep_no_extra_copies():
+    import tracemalloc
+    n = 1_000_000  # float32: 4 MB a tensor
+
+    def held(in_place):
+        x = tt.ones(n, requires_grad=True)
+        tracemalloc.start()
+        h = x * 1.0
+        if in_place:
+            h.relu_()
+            h += 1.0
+            h.mul_(2.0)
+            h -= 0.5
+            h[:10] = 0.0
+        else:
+            h = (((h.relu() + 1.0) * 2.0) - 0.5).masked_fill(tt.arange(n) < 10, 0.0)
+        current = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        h.sum().backward()  # the graph still works
+        assert x.grad[:10].tolist() == [0.0] * 10 and x.grad[10] == 2.0
+        return current
+    # in place: h's 4 MB and relu's mask (1 MB) are all the graph holds
+    assert held(True) < 5.5e6
+    assert held(False) > 4 * 4e6  # out of place: one array per op
+
+
+def test_in_place_op_that_needs_its_old_value_keeps_a_copy():
+    x, w = t64(3), t64(3, seed=1)
+    h = x * 1
+    h.mul_(w)  # dh/dw = the old h: kept as a clone in the graph
+    assert h._parents[0]._op == 'clone'
+    h.sum().backward()
+    np.testing.assert_allclose(w.grad, x.data)
+    np.testing.assert_allclose(x.grad, w.data)
+    h2 = x * 1
+    h2.mul_(2.0)  # a number needs no old value: no copy
+    assert h2._parents[0]._op != 'clone'
+
+
+def test_in_place_on_a_leaf_or_a_view_of_a_leaf_that_requires_grad_is_refused():
+    x = tt.tensor([[1.0, 2.0]], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        x.relu_()
+    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
+        x[0].add_(1.0)
+    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
+        x.T.mul_(2.0)
+
+
+def test_in_place_through_views_updates_the_base():
+    def f(x, v):
+        h = x * 1
+        r = h[1]           # a view: writing it writes h
+        r += v             # h's history becomes CopySlices(old h, r)
+        h.T[0].mul_(3.0)   # through a transposed view: column 0 of h
+        h.reshape(-1)[:2] = v[:2] * v[:2]  # through a reshaped view
+        h[2, 1:] += 1.0    # Python: t = h[2, 1:]; t += 1; h[2, 1:] = t
+        return h * h
+    check(f, t64(3, 2, seed=5), t64(2, seed=6))
+
+
+def test_a_view_made_before_its_base_changed_sees_the_new_history():
+    x = t64(2, 3)
+    h = x * 1
+    row = h[0]        # made before the change
+    h.mul_(2.0)       # row's values are now 2x[0]: its history is regenerated
+    (row * row).sum().backward()
+    expected = np.zeros((2, 3))
+    expected[0] = 8 * x.data[0]
+    np.testing.assert_allclose(x.grad, expected)
+
+
+def test_views_of_in_place_ops_match_pytorch():
+    torch = need_torch()
+
+    def f(x, v):
+        h = x * 1
+        r = h[1]
+        keep = h[0]
+        r += v
+        h.T[0].mul_(3.0)
+        h[2, 1:] += 1.0
+        return (h * h).sum() + (keep * v).sum()
+    xs = [t64(3, 2, seed=5), t64(2, seed=6)]
+    ts = [torch.tensor(a.data, requires_grad=True) for a in xs]
+    f(*xs).backward()
+    f(*ts).backward()
+    for a, ta in zip(xs, ts):
+        np.testing.assert_allclose(a.grad, ta.grad.numpy())
+
+
+def test_in_place_on_an_expanded_view_is_refused():
+    x = t64(1, 3)
+    e = (x * 1).expand(2, 3)
+    with pytest.raises(RuntimeError, match="expanded"):
+        e.add_(1.0)
+
+
+def test_in_place_ops_are_shown_in_the_graph_and_the_gradient_path():
+    x = tt.tensor([1.0, -2.0], requires_grad=True)
+    h = x * 3
+    h.relu_()
+    h += 1.0
+    loss = h.sum()
+    dot = lookinside.draw_graph(loss)
+    assert 'add_ (in place)' in dot and 'relu_ (in place)' in dot and '"mul\\n' in dot
+    text = lookinside.grad_path(loss, x, file=open(os.devnull, 'w'))
+    assert 'add_ (in place)' in text and 'relu_ (in place)' in text
+
+
+def test_in_place_through_a_view_of_a_tensor_outside_the_graph():
+    w = tt.tensor([1.0, 2.0], requires_grad=True)
+    out = tt.zeros(2, 2)
+    row = out[1]
+    row += w * 3  # out's memory changed: out joins the graph through CopySlices
+    assert out.requires_grad and out._op == 'CopySlices'
+    (out * out).sum().backward()
+    assert w.grad.tolist() == [18.0, 36.0]
+
+
+def test_matmul_assignment_rebinds_the_name_to_a_new_tensor():
+    a = tt.tensor([[1.0, 2.0]], requires_grad=True)
+    h = a * 1
+    before = h
+    h @= tt.tensor([[1.0], [1.0]])  # PyTorch has no in-place matmul: h is a new tensor
+    assert h is not before and h.tolist() == [[3.0]]
+    h.sum().backward()
+    assert a.grad.tolist() == [[1.0, 1.0]]
+
+
+def test_a_long_lived_base_forgets_the_views_that_are_gone():
+    x = tt.zeros(10)
+    for i in range(1000):
+        x[i % 10] * 2.0  # a view of x, used and dropped
+    assert len(x._views) < 32
+    rows = [x[i] for i in range(10)]  # views still alive are kept
+    assert sum(r() is not None for r in x._views) >= len(rows)
+
+
+def test_in_place_on_an_intermediate_keeps_every_alias_in_step():
+    x = t64(3)
+    h = x * 2
+    d = h.detach()  # shares h's memory, as in PyTorch
+    h += 1.0
+    assert d.tolist() == h.tolist()
+    v = x * 3
+    row = v[1:]  # a view: shares v's memory
+    v.mul_(2.0)
+    assert row.tolist() == v[1:].tolist()
+    p = x * 1
+    e = p.exp()  # saves its output e; e then changes in place, taking new memory
+    e.add_(1.0)
+    with pytest.raises(RuntimeError, match="backward through 'exp'.*modified in place"):
+        e.sum().backward()
+    q = x.abs() ** t64(3, seed=1).abs()  # pow with a tensor exponent reads its output
+    q.relu_()  # q's memory may be new now: pow's rule must still be guarded
+    q.mul_(2.0)
+    with pytest.raises(RuntimeError, match="backward through 'pow'.*modified in place"):
+        q.sum().backward()
 
 
 # ===========================================================================
 # nn.py
 # ===========================================================================
-import nn  # noqa: E402
-import optim  # noqa: E402
 
 
 class TinyNet(nn.Module):
@@ -2611,7 +2997,7 @@ def test_checkpoint_never_unpickles(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# Recurrent layers, attention and Transformer modules, autograd.Function (issue 25)
+# Recurrent layers, attention and Transformer modules, autograd.Function
 # ---------------------------------------------------------------------------
 def _module64(cls, *args, seed=0, **kwargs):
     tt.manual_seed(seed)
@@ -2977,7 +3363,6 @@ def _scaled_tanh(x, scale):
     return tt.from_op(y * scale, 'scaled_tanh', (x,), lambda g: (g * scale * (1 - y * y),))
 
 
-
 def test_autograd_function_matches_its_closure_twin():
     x = t64(3, 4)
     assert tt.gradcheck(lambda x: _ScaledTanh.apply(x, 2.5), [x])
@@ -3234,9 +3619,282 @@ def test_checkpoints_follow_the_umask_like_every_other_file(tmp_path):
     assert os.stat(tmp_path / "c.npz").st_mode & 0o777 == 0o600
 
 
+# ---------------------------------------------------------------------------
+# Vision: unfold, conv2d, pooling, batch norm
+# ---------------------------------------------------------------------------
+_UNFOLD_CASES = {
+    'plain 3x3': dict(kernel_size=3),
+    'stride 2 padding 1': dict(kernel_size=3, stride=2, padding=1),
+    'rectangular dilated': dict(kernel_size=(2, 3), dilation=(2, 1), padding=(1, 0)),
+    'overlapping, stride (1, 2)': dict(kernel_size=2, stride=(1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNFOLD_CASES))
+def test_unfold_gradient(name):
+    check(lambda x: tt.unfold(x, **_UNFOLD_CASES[name]), t64(2, 3, 5, 6))
+
+
+def test_unfold_lays_out_each_patch_as_a_column():
+    x = tt.arange(16.0).reshape(1, 1, 4, 4)
+    cols = tt.unfold(x, 2, stride=2)  # four 2x2 patches, each a column
+    assert cols.shape == (1, 4, 4)
+    assert cols[0, :, 0].tolist() == [0.0, 1.0, 4.0, 5.0]  # the top-left patch
+    assert cols[0, :, 3].tolist() == [10.0, 11.0, 14.0, 15.0]  # the bottom-right one
+    # overlapping patches: each pixel's gradient is the number of patches it is in
+    x = tt.ones(1, 1, 3, 3, requires_grad=True)
+    tt.unfold(x, 2).sum().backward()
+    assert x.grad[0, 0].tolist() == [[1, 2, 1], [2, 4, 2], [1, 2, 1]]
+
+
+_CONV_CASES = {
+    'plain': dict(),
+    'stride padding': dict(stride=2, padding=1),
+    'dilation, rectangular stride': dict(stride=(1, 2), dilation=2, padding=(2, 1)),
+    'no bias': dict(bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONV_CASES))
+def test_conv2d_gradient(name):
+    kw = dict(_CONV_CASES[name])
+    with_bias = kw.pop('bias', True)
+    inputs = [t64(2, 3, 6, 5), t64(4, 3, 3, 2, seed=1)] + ([t64(4, seed=2)] if with_bias else [])
+    check(lambda x, w, *b: nn.conv2d(x, w, b[0] if b else None, **kw), *inputs)
+
+
+@pytest.mark.parametrize("name", ['max', 'avg'])
+def test_pool_gradients(name):
+    pool = nn.max_pool2d if name == 'max' else nn.avg_pool2d
+    for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+               dict(kernel_size=(2, 3), stride=1)):
+        check(lambda x: pool(x, **kw), t64(2, 2, 5, 6, low=0.1))
+
+
+def test_max_pool_gives_a_tie_to_one_element_and_padding_never_wins():
+    x = tt.tensor(np.ones((1, 1, 2, 2)), requires_grad=True)
+    nn.max_pool2d(x, 2).sum().backward()
+    assert x.grad.sum() == 1.0 and x.grad[0, 0, 0, 0] == 1.0  # the first of the tied maxima
+    neg = tt.full((1, 1, 2, 2), -5.0)
+    assert nn.max_pool2d(neg, 2, stride=1, padding=1).tolist() == [[[[-5.0] * 3] * 3]]
+
+
+def test_batch_norm_gradients_in_training_and_eval():
+    rm, rv = tt.zeros(3, dtype=tt.float64), tt.ones(3, dtype=tt.float64)
+    check(lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True),
+          t64(4, 3, 2, 2), t64(3, seed=1), t64(3, seed=2))
+    check(lambda x, w, b: nn.batch_norm(x, rm * 0.5, rv * 2.0, w, b, training=False),
+          t64(4, 3), t64(3, seed=1), t64(3, seed=2))
+
+
+def test_batch_norm_normalises_with_the_biased_variance_and_tracks_the_unbiased():
+    bn = nn.BatchNorm1d(2, momentum=0.5)
+    x = tt.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
+    y = bn(x)
+    # normalized by the batch mean and the biased variance
+    np.testing.assert_allclose(y.data[:, 0], (x.data[:, 0] - 3.0) / np.sqrt(8 / 3 + 1e-5), rtol=1e-6)
+    # running: halfway to the batch mean and to the unbiased variance
+    np.testing.assert_allclose(bn.running_mean.data, [1.5, 15.0], rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.data, [0.5 + 0.5 * 4.0, 0.5 + 0.5 * 700.0], rtol=1e-6)
+    bn.eval()
+    np.testing.assert_allclose(bn(x).data[:, 0], (x.data[:, 0] - 1.5) / np.sqrt(2.5 + 1e-5), rtol=1e-6)
+    assert [n for n, _ in bn.named_parameters()] == ['weight', 'bias']
+    assert list(bn.state_dict()) == ['weight', 'bias', 'running_mean', 'running_var']
+
+
+def test_batch_norm_buffers_survive_a_checkpoint(tmp_path):
+    bn = nn.BatchNorm2d(3)
+    bn(tt.randn(4, 3, 2, 2) * 3 + 1)
+    nn.save(bn.state_dict(), tmp_path / 'bn.npz')
+    fresh = nn.BatchNorm2d(3)
+    fresh.load_state_dict(nn.load(tmp_path / 'bn.npz'))
+    np.testing.assert_array_equal(fresh.running_mean.data, bn.running_mean.data)
+    np.testing.assert_array_equal(fresh.running_var.data, bn.running_var.data)
+
+
+def test_vision_layers_default_init_bounds_and_shapes():
+    tt.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,)
+    bound = 1 / math.sqrt(27)  # PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = 3*3*3
+    assert np.abs(conv.weight.data).max() <= bound and np.abs(conv.weight.data).max() > 0.8 * bound
+    assert np.abs(conv.bias.data).max() <= bound
+    x = tt.randn(2, 3, 8, 8)
+    assert conv(x).shape == (2, 8, 8, 8)
+    assert nn.Conv2d(3, 4, (3, 1), stride=2, bias=False)(x).shape == (2, 4, 3, 4)
+    assert nn.MaxPool2d(2)(x).shape == (2, 3, 4, 4) and nn.AvgPool2d(3, 1, 1)(x).shape == x.shape
+    assert nn.Flatten()(x).shape == (2, 192)
+    assert nn.BatchNorm2d(3)(x).shape == x.shape
+
+
+def test_vision_layers_refuse_wrong_inputs_in_one_line():
+    x = tt.randn(2, 3, 4, 4)
+    cases = [(lambda: nn.Conv2d(3, 4, 3)(tt.randn(3, 4, 4)), "expected a 4-D input"),
+             (lambda: nn.Conv2d(2, 4, 3)(x), "expected 2 input channels, got 3"),
+             (lambda: nn.Conv2d(3, 4, 7)(x), "kernel 7x7 .* spans 7x7, larger than the padded input 4x4"),
+             (lambda: nn.MaxPool2d(2, padding=2)(x), "padding .* at most half the kernel"),
+             (lambda: nn.BatchNorm2d(4)(x), "expected 4 channels"),
+             (lambda: nn.BatchNorm1d(3)(x), "expected a 2-D or 3-D input"),
+             (lambda: nn.BatchNorm1d(3)(tt.randn(1, 3)), "more than 1 value per channel"),
+             (lambda: tt.unfold(x, 2, stride=0), "must be >= 1"),
+             (lambda: tt.unfold(x, 'a'), "kernel_size must be an int or a pair")]
+    for make, message in cases:
+        with pytest.raises((ValueError, TypeError), match=message):
+            make()
+
+
+def test_vision_ops_match_pytorch():
+    torch = need_torch()
+    F = torch.nn.functional
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 7, 6))
+    w, b = rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
+    cases = [
+        (lambda x, w, b: tt.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2),
+         lambda x, w, b: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2)),
+        (lambda x, w, b: nn.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
+         lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2))),
+        (lambda x, w, b: nn.max_pool2d(x, 3, 2, 1), lambda x, w, b: F.max_pool2d(x, 3, 2, 1)),
+        (lambda x, w, b: nn.max_pool2d(x * (x > 0).double(), 2),  # ties among the zeros
+         lambda x, w, b: F.max_pool2d(x * (x > 0).double(), 2)),
+        (lambda x, w, b: nn.avg_pool2d(x, (2, 3), 1, 1), lambda x, w, b: F.avg_pool2d(x, (2, 3), 1, 1)),
+        (lambda x, w, b: nn.batch_norm(x, None, None, b[:3], b[1:], training=True),
+         lambda x, w, b: F.batch_norm(x, None, None, b[:3], b[1:], training=True)),
+    ]
+    for k, (ours, theirs) in enumerate(cases):
+        xs = [tt.tensor(a, requires_grad=True) for a in (x, w, b)]
+        ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+        out, tout = ours(*xs), theirs(*ts)
+        np.testing.assert_allclose(out.data, tout.detach().numpy(), atol=1e-12, err_msg=str(k))
+        gy = rng.standard_normal(out.shape)
+        out.backward(gy)
+        tout.backward(torch.tensor(gy))
+        for a, ta in zip(xs, ts):
+            if ta.grad is not None:
+                np.testing.assert_allclose(a.grad, ta.grad.numpy(), atol=1e-12, err_msg=str(k))
+    bn, tbn = nn.BatchNorm2d(3, momentum=0.3), torch.nn.BatchNorm2d(3, momentum=0.3).double()
+    bn.weight.data[...] = tbn.weight.detach().numpy()
+    for _ in range(3):
+        xb = rng.standard_normal((4, 3, 2, 2)) * 2 + 1
+        bn(tt.tensor(xb, dtype=tt.float32))
+        tbn(torch.tensor(xb))
+    np.testing.assert_allclose(bn.running_mean.data, tbn.running_mean.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.data, tbn.running_var.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ['conv2d', 'max_pool2d'])
+def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch, fast_paths):
+    """nn's speed section gives the numbers of the readable compositions, forward and
+    backward, for every geometry it takes (stride-1 convolutions, every max pool)."""
+    if kind == 'conv2d':
+        cases = [dict(), dict(padding=1), dict(padding=(2, 0), dilation=(1, 2)), dict(bias=None)]
+    else:
+        cases = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                 dict(kernel_size=(2, 3), stride=1, dilation=(2, 1)), dict(kernel_size=2, ties=1)]
+    for case in cases:
+        case = dict(case)
+        ties = case.pop('ties', 0)
+        results = []
+        for fused in (True, False):
+            monkeypatch.setattr(nn, 'FUSED_VISION', fused)
+            x = t64(2, 3, 7, 6, seed=5)
+            if ties:
+                x = tt.tensor(np.floor(x.data), requires_grad=True)  # many tied maxima
+            if kind == 'conv2d':
+                w, b = t64(4, 3, 3, 2, seed=6), t64(4, seed=7)
+                leaves = [x, w] + ([] if 'bias' in case else [b])
+                out = nn.conv2d(*leaves, **{k: v for k, v in case.items() if k != 'bias'})
+            else:
+                out, leaves = nn.max_pool2d(x, **case), [x]
+            assert (out._op in ('conv2d', 'max_pool2d')) == fused
+            out.backward(np.random.default_rng(8).standard_normal(out.shape))
+            results.append([out.data] + [leaf.grad for leaf in leaves])
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkeypatch, fast_paths):
+    x = tt.zeros(1, 1, 12, 12, requires_grad=True)
+    with tt.no_grad():
+        x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
+    monkeypatch.setattr(nn, 'FUSED_VISION', True)
+    nn.max_pool2d(x, 12).sum().backward()
+    assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
+
+
+# ---------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------
+def test_safetensors_round_trip_of_every_dtype(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {f'a.{dt}': (rng.standard_normal((2, 3)) * 5).astype(dt)
+              for dt in ('float32', 'float64', 'float16', 'int64', 'int32', 'int16', 'int8',
+                         'uint8', 'bool')}
+    arrays['empty'] = np.zeros((0, 4), dtype=np.float32)
+    arrays['scalar'] = np.array(3.5)
+    nn.save_safetensors(arrays, tmp_path / 'x.safetensors', metadata={'note': 'hi'})
+    back, meta = nn.load_safetensors(tmp_path / 'x.safetensors')
+    assert meta == {'note': 'hi'} and list(back) == list(arrays)
+    for k in arrays:
+        assert back[k].dtype == arrays[k].dtype and back[k].shape == arrays[k].shape
+        np.testing.assert_array_equal(back[k], arrays[k])
+    # a whole training checkpoint: tensors by their dotted names, the rest in the metadata
+    ck = {'model': {'w': tt.randn(2, 2)}, 'step': 7, 'vocab': 'ab', 'best': {'val_loss': 1.5},
+          'rows': [np.arange(3), (1, 'x')]}
+    nn.save(ck, tmp_path / 'ck.safetensors')
+    got = nn.load(tmp_path / 'ck.safetensors')
+    assert got['step'] == 7 and got['vocab'] == 'ab' and got['rows'][1] == (1, 'x')
+    np.testing.assert_array_equal(got['model']['w'].data, ck['model']['w'].data)
+    assert list(nn.load_safetensors(tmp_path / 'ck.safetensors')[0]) == ['model.w', 'rows.0']
+
+
+def test_safetensors_reads_bfloat16_and_refuses_broken_files(tmp_path):
+    import json as _json
+    x = np.array([1.5, -2.25, 3.0], dtype=np.float32)
+    bf16 = (x.view(np.uint32) >> 16).astype('<u2')  # exact in bfloat16
+    header = _json.dumps({'x': {'dtype': 'BF16', 'shape': [3], 'data_offsets': [0, 6]}}).encode()
+    (tmp_path / 'bf.safetensors').write_bytes(len(header).to_bytes(8, 'little') + header +
+                                              bf16.tobytes())
+    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'bf.safetensors')[0]['x'], x)
+    nn.save({'w': np.ones(10)}, tmp_path / 'ok.safetensors')
+    raw = (tmp_path / 'ok.safetensors').read_bytes()
+    (tmp_path / 'cut.safetensors').write_bytes(raw[:-8])
+    (tmp_path / 'junk.safetensors').write_bytes(b'\xff' * 64)
+    nn.save_safetensors({'w': np.ones(2)}, tmp_path / 'foreign.safetensors')
+    for name, message in [('cut', 'cut.safetensors is truncated or corrupt'),
+                          ('junk', 'junk.safetensors is truncated or corrupt'),
+                          ('foreign', 'not a tinytorch checkpoint')]:
+        with pytest.raises(nn.CheckpointError, match=message):
+            nn.load(tmp_path / f'{name}.safetensors')
+
+
+def test_safetensors_files_open_in_the_safetensors_package(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    arrays = {'f': np.arange(6, dtype=np.float32).reshape(2, 3), 'i': np.arange(4),
+              'b': np.array([True, False])}
+    nn.save_safetensors(arrays, tmp_path / 'x.safetensors')
+    back = st.load_file(str(tmp_path / 'x.safetensors'))
+    for k in arrays:
+        np.testing.assert_array_equal(back[k], arrays[k])
+    st.save_file(arrays, str(tmp_path / 'y.safetensors'))  # and theirs open here
+    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'y.safetensors')[0]['f'],
+                                  arrays['f'])
+
+
+def test_safetensors_files_open_in_safetensors_torch_pytorch(tmp_path):
+    need_torch()
+    st = pytest.importorskip("safetensors.torch")
+    nn.save({'model': {'w': tt.randn(3, 2)}}, tmp_path / 'x.safetensors')
+    back = st.load_file(str(tmp_path / 'x.safetensors'))
+    np.testing.assert_array_equal(back['model.w'].numpy(),
+                                  nn.load(tmp_path / 'x.safetensors')['model']['w'].data)
+
+
 # ===========================================================================
 # optim.py
 # ===========================================================================
+
+
 def _param(values):
     p = nn.Parameter(tt.tensor(np.array(values, dtype=np.float64)))
     return p
@@ -3550,9 +4208,102 @@ def test_train_linear_script_converges():
 
 
 # ===========================================================================
+# data.py
+# ===========================================================================
+
+
+# ---------------------------------------------------------------------------
+# data.py: Dataset, DataLoader, random_split
+# ---------------------------------------------------------------------------
+def test_data_loader_yields_each_example_once_per_epoch():
+    xs, ys = tt.arange(10.0).reshape(10, 1), tt.arange(10)
+    loader = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, shuffle=True)
+    assert len(loader) == 3
+    seen = []
+    for bx, by in loader:
+        assert bx.shape[1:] == (1,) and (bx[:, 0].long() == by).all().item()
+        seen += by.tolist()
+    assert sorted(seen) == list(range(10)) and seen != list(range(10))
+    assert [len(b[1]) for b in loader] == [4, 4, 2]
+    dropped = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, drop_last=True)
+    assert len(dropped) == 2 and [b[1].tolist() for b in dropped] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_data_loader_order_follows_the_seed():
+    ds = data.TensorDataset(tt.arange(20))
+
+    def order(seed):
+        tt.manual_seed(seed)
+        return [b[0].tolist() for b in data.DataLoader(ds, batch_size=5, shuffle=True)]
+    assert order(1) == order(1) and order(1) != order(2)
+    g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
+    a = [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g1)]
+    assert a == [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g2)]
+
+
+def test_data_loader_collates_a_plain_dataset_and_random_split_partitions():
+    class Squares(data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return tt.tensor([float(i)]), i * i
+    batches = list(data.DataLoader(Squares(), batch_size=2))
+    assert batches[0][0].tolist() == [[0.0], [1.0]] and batches[2][1].tolist() == [16]
+    tt.manual_seed(0)
+    a, b = data.random_split(Squares(), [3, 2])
+    assert sorted(a.indices + b.indices) == [0, 1, 2, 3, 4] and len(a) == 3
+    assert [len(s) for s in data.random_split(range(10), [0.5, 0.3, 0.2])] == [5, 3, 2]
+    with pytest.raises(ValueError, match="do not add up"):
+        data.random_split(range(10), [3, 3])
+    with pytest.raises(ValueError, match="same first dim"):
+        data.TensorDataset(tt.zeros(3), tt.zeros(4))
+
+
+_SPLITS = [(11, [0.5, 0.5]), (10, [0.3, 0.3, 0.4]), (7, [0.1, 0.2, 0.7]), (5, [0.25] * 4)]
+
+
+def test_random_split_hands_out_the_remainder_one_each_from_the_first():
+    # floor(n * fraction) each, then the leftover examples one each, first split first
+    assert [[len(s) for s in data.random_split(range(n), f)] for n, f in _SPLITS] == \
+        [[6, 5], [3, 3, 4], [1, 2, 4], [2, 1, 1, 1]]
+
+
+def test_random_split_lengths_match_pytorch():
+    torch = need_torch()
+    from torch.utils.data import random_split
+    for n, fractions in _SPLITS:
+        assert [len(s) for s in data.random_split(range(n), fractions)] == \
+            [len(s) for s in random_split(range(n), fractions)]
+
+
+def test_data_edge_cases_and_explicit_generators():
+    with pytest.raises(ValueError, match="give at least one tensor"):
+        data.TensorDataset()
+    xs = tt.arange(6.0) * 10
+    ds = data.TensorDataset(xs)
+    one = list(data.DataLoader(ds))  # PyTorch's default: batches of one example
+    assert len(one) == 6 and one[2][0].tolist() == [20.0]
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="batch_size must be a positive int"):
+            data.DataLoader(ds, batch_size=bad)
+    a, b = data.random_split(ds, [6, 0])  # an empty part is allowed, as in PyTorch
+    assert len(b) == 0 and sorted(a[i][0].item() for i in range(6)) == xs.tolist()
+    # an explicit generator decides the order, whatever tinytorch's own generator does
+    splits = []
+    for seed in (5, 5, 6):
+        tt.manual_seed(seed)  # changes tinytorch's generator, not the explicit one
+        part = data.random_split(ds, [3, 3], generator=np.random.default_rng(0))[0]
+        splits.append(part.indices)
+    assert splits[0] == splits[1] == splits[2]
+    with pytest.raises(ValueError, match="do not add up"):
+        data.random_split(range(3), [1])  # ints that do not cover the dataset
+
+
+# ===========================================================================
 # transformer.py
 # ===========================================================================
-import transformer as tf  # noqa: E402
+
 
 STEPS_TO_MEMORISE = 200
 
@@ -3843,8 +4594,13 @@ def test_tiny_gpt_memorises_a_repetitive_string():
 
 
 # ===========================================================================
-# train_charlm.py end to end (a tiny model on a small file the test writes)
+# The scripts, end to end
 # ===========================================================================
+
+
+# ---------------------------------------------------------------------------
+# train_charlm.py end to end (a tiny model on a small file the test writes)
+# ---------------------------------------------------------------------------
 TINY = ['--n-layer', '1', '--n-head', '2', '--n-embd', '16', '--block-size', '16',
         '--batch-size', '4', '--eval-iters', '2', '--warmup', '2', '--length', '40']
 
@@ -4394,1239 +5150,6 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
     assert all(np.all(np.isfinite(v)) for v in after['model'].values())
 
 
-# ===========================================================================
-# Seeing the gradient: draw_graph and grad_path
-# ===========================================================================
-import re  # noqa: E402
-
-
-def parse_dot(dot):
-    """A small DOT reader for what draw_graph writes: node ids with labels, and edges."""
-    assert dot.startswith('digraph tinytorch {') and dot.rstrip().endswith('}')
-    assert dot.count('{') == dot.count('}') == 1
-    body = dot.strip().splitlines()[1:-1]
-    nodes, edges = {}, []
-    for line in body:
-        line = line.strip()
-        assert line.endswith(';'), line
-        m = re.fullmatch(r'(n\d+) \[label="([^"]*)"(.*)\];', line)
-        e = re.fullmatch(r'(n\d+) -> (n\d+);', line)
-        if m:
-            nodes[m.group(1)] = m.group(2)
-        elif e:
-            edges.append((e.group(1), e.group(2)))
-        else:
-            assert re.fullmatch(r'(rankdir=BT|node \[.*\]|note \[.*\]);', line), line
-    assert all(a in nodes and b in nodes for a, b in edges)
-    return nodes, edges
-
-
-def test_draw_graph_dot_matches_the_graph(tmp_path):
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-    x = tt.randn(5, 3)
-    loss = nn.cross_entropy(model(x), tt.tensor([0, 1, 0, 1, 1]))
-    dot = lookinside.draw_graph(loss, names=model)
-    nodes, edges = parse_dot(dot)
-    # cross_entropy <- linear <- tanh <- linear <- x, W1, b1 ; second linear also <- W2, b2
-    assert len(nodes) == 9 and len(edges) == 8
-    labels = sorted(label.split('\\n')[0] for label in nodes.values())
-    assert labels == ['0.bias', '0.weight', '2.bias', '2.weight', 'cross_entropy', 'input',
-                      'linear', 'linear', 'tanh']
-    assert 'linear\\n(5, 4) float32' in dot and '0.weight\\n(4, 3) float32' in dot
-    out = tmp_path / "g.dot"
-    lookinside.draw_graph(loss, path=str(out))
-    assert out.read_text() == lookinside.draw_graph(loss)
-
-
-def test_draw_graph_caps_big_graphs():
-    tt.manual_seed(0)
-    model = tf.GPT(tiny_config())
-    _, loss = model(np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64))
-    nodes, edges = parse_dot(lookinside.draw_graph(loss, max_nodes=40))
-    assert len(nodes) == 40
-    seen, todo = {id(loss)}, [loss]  # every node of the graph, inputs and constants included
-    while todo:
-        for p in todo.pop()._parents:
-            if id(p) not in seen:
-                seen.add(id(p))
-                todo.append(p)
-    total = len(seen)
-    assert f"{total - 40} more nodes not drawn (max_nodes=40)" in lookinside.draw_graph(loss, max_nodes=40)
-    everything, _ = parse_dot(lookinside.draw_graph(loss, max_nodes=total))
-    assert len(everything) == total and "not drawn" not in lookinside.draw_graph(loss, max_nodes=total)
-    # inputs and constants count too: 2 * (x @ w) has 5 nodes (mul, the 2, matmul, x, w)
-    w = tt.randn(3, 2, requires_grad=True)
-    small = (tt.randn(4, 3) @ w) * 2.0
-    assert "3 more nodes not drawn (max_nodes=2)" in lookinside.draw_graph(small, max_nodes=2)
-
-
-def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):
-    import shutil
-    monkeypatch.setattr(shutil, 'which', lambda name: None)
-    x = tt.randn(2, requires_grad=True)
-    lookinside.draw_graph((x * 2).sum(), path=str(tmp_path / "g.svg"))
-    assert "dot -Tsvg" in capsys.readouterr().out
-    assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
-
-
-def test_draw_graph_renders_pdf_too_and_refuses_an_unknown_extension(tmp_path, monkeypatch):
-    import shutil
-    import subprocess
-    x = tt.randn(2, requires_grad=True)
-    loss = (x * 2).sum()
-    with pytest.raises(ValueError, match=r"draw_graph: can't write 'g\.jpeg'.*\.svg, \.png, \.pdf.*"
-                       r"\.dot"):
-        lookinside.draw_graph(loss, path=str(tmp_path / "g.jpeg"))
-    assert not (tmp_path / "g.jpeg").exists()
-    calls = []
-    monkeypatch.setattr(shutil, 'which', lambda name: '/usr/bin/dot')
-    monkeypatch.setattr(subprocess, 'run', lambda args, **kw: calls.append(args))
-    lookinside.draw_graph(loss, path=str(tmp_path / "g.pdf"))  # rendered by dot, not DOT text in a .pdf
-    assert calls == [['dot', '-Tpdf', '-o', str(tmp_path / "g.pdf")]]
-    lookinside.draw_graph(loss, path=str(tmp_path / "g.gv"))
-    assert (tmp_path / "g.gv").read_text().startswith("digraph")
-
-
-def test_saving_a_module_says_to_save_its_state_dict(tmp_path):
-    with pytest.raises(TypeError, match=r"save: got a Sequential, which holds code as well as "
-                       r"numbers; save its state_dict\(\): nn.save\(obj.state_dict\(\), path\)"):
-        nn.save(nn.Sequential(nn.Linear(2, 2)), str(tmp_path / "m.npz"))
-    opt = optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(TypeError, match=r"save: got a SGD.*state_dict\(\)"):
-        nn.save({'optimizer': opt}, str(tmp_path / "m.npz"))
-    assert not os.listdir(tmp_path)
-
-
-def test_grad_path_names_ops_in_order_and_norms_match():
-    x = tt.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
-    b = tt.tensor(np.random.default_rng(1).standard_normal(4), requires_grad=True)
-    loss = ((x + b).tanh() * 2.0).sum()
-    text = lookinside.grad_path(loss, b, names={'x': x, 'b': b}, file=open(os.devnull, 'w'))
-    ops = [line.split()[0] for line in text.splitlines() if line.startswith('  ') and '|grad|' in line]
-    assert ops == ['sum', 'mul', 'tanh', 'add']
-    assert "summed over the broadcast dims (3, 4) -> (4,)" in text
-    loss.backward()
-    final = float(re.search(r"\|grad of b\| = ([0-9.e+-]+)", text).group(1))
-    assert final == pytest.approx(np.linalg.norm(b.grad), rel=1e-3)
-
-
-def test_grad_path_shows_each_path_and_adds_them():
-    x = tt.tensor([0.3, -0.7, 1.1], dtype=tt.float64, requires_grad=True)
-    loss = (x.exp() * x.sin() + x * 3.0).sum()
-    text = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))
-    assert "path 3 of 3" in text and "the 3 contributions are added" in text
-    contributions = [float(v) for v in re.findall(r"= contribution ([0-9.e+-]+)", text)]
-    assert len(contributions) == 3
-    loss.backward(retain_graph=True)
-    total = float(re.search(r"\|grad of x\| = ([0-9.e+-]+)", text).group(1))
-    assert total == pytest.approx(np.linalg.norm(x.grad), rel=1e-3)
-    again = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))  # after backward
-    assert again == text
-    loss.backward()
-    with pytest.raises(RuntimeError, match="retain_graph=True"):
-        lookinside.grad_path(loss, x)
-
-
-@pytest.mark.parametrize("fused", [False, True])
-def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch, fast_paths):
-    monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
-    tt.manual_seed(0)
-    model = tf.GPT(tiny_config())
-    _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
-    bias = model.h[0].attn.c_attn.bias
-    text = lookinside.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
-    assert "h.0.attn.c_attn.bias" in text and "paths reach it" in text
-    assert ("d attention/d qkv" if fused else "d softmax/dx: p * (g - sum(p * g))") in text
-    assert "cross_entropy" in text
-    loss.backward()
-    final = float(re.search(r"\|grad of h.0.attn.c_attn.bias\| = ([0-9.e+-]+)", text).group(1))
-    assert final == pytest.approx(np.linalg.norm(bias.grad), rel=1e-3)
-    with pytest.raises(ValueError, match="does not affect this loss"):
-        _, loss2 = model(np.array([[1, 2]]), np.array([[2, 3]]))
-        lookinside.grad_path(loss2, nn.Parameter(tt.ones(2)))
-
-
-def test_readme_name_table_names_only_what_exists():
-    """Every name in the README's PyTorch -> tinytorch table exists where the table says."""
-    text = open(os.path.join(HERE, 'README.md')).read()
-    table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
-    homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
-             "`data.` + the same name": [data],
-             "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
-    checked = 0
-    for row in table.splitlines()[2:]:
-        if not row.startswith('|'):
-            continue
-        left, right = [c.strip() for c in row.strip('|').split('|')]
-        where = next((v for k, v in homes.items() if right.startswith(k) and (
-            k != "the same methods" or right == k or right.startswith("the same methods,"))), None)
-        if right.startswith("`nn.` + the same name (`tt.` too"):
-            where = [nn]
-        if where is None:
-            continue
-        left = re.sub(r"\(`[^)]*\)", "", left)  # drop the argument lists: (`weight`, ...)
-        for name in re.findall(r"`(?:torch\.|F\.|nn\.|x\.)?([A-Za-z_]+)(?:\(\))?`", left):
-            for home in where:
-                assert hasattr(home, name), (name, home)
-                checked += 1
-    assert checked > 60
-
-
-def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
-    """Every ```python block of the README runs as written in a fresh namespace (output that
-    is shown, not run, goes in a ```text block), and the op shown in "How an op enters
-    the graph" is the one in tinytorch.py."""
-    import contextlib
-    import io
-    text = open(os.path.join(HERE, 'README.md')).read()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 5
-    monkeypatch.chdir(tmp_path)  # blocks that write files write them here
-    fused = tf.FUSED_ATTENTION
-    try:
-        for k, code in enumerate(blocks):
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
-    finally:
-        tf.FUSED_ATTENTION = fused
-    shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
-    assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
-
-
-def test_readme_usage_block_lists_exactly_the_flags_of_help():
-    text = open(os.path.join(HERE, 'README.md')).read()
-    usage = re.search(r"```\n(python train_charlm.py \[FILE\].*?)```", text, re.S).group(1)
-    r = run_charlm('--help')
-    assert r.returncode == 0
-    assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
-
-
-def test_what_the_readme_examples_write_is_ignored_by_git():
-    """Following the README leaves `git status` clean: every file or folder its examples
-    write matches a line of .gitignore."""
-    import fnmatch
-    text = open(os.path.join(HERE, 'README.md')).read()
-    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
-    for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
-        written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
-    written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
-    assert {'hf_model', 'nanogpt_run', 'out_hf', 'out_ng', 'mlp.svg'} <= written
-    patterns = [line.strip().rstrip('/') for line in open(os.path.join(HERE, '.gitignore'))
-                if line.strip() and not line.startswith('#')]
-    for name in written:
-        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
-
-
-def test_chinese_readme_shows_the_same_tested_code_and_links_back():
-    en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
-    assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
-    blocks = re.findall(r"```python\n.*?```", zh, re.S)
-    assert len(blocks) == 5  # the three lines, tanh, in-place ops, convolution, the gradient walkthrough
-    for block in blocks:  # each one runs in the English README's tests
-        assert block in en
-    commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
-    assert commands and all(c in en for c in commands)  # the two commands, word for word
-    for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查"):
-        assert heading in zh
-
-
-def test_readme_own_op_runs_as_shown():
-    """The README's "Write your own op" block runs, and prints what the README shows."""
-    import contextlib
-    import io
-    text = open(os.path.join(HERE, 'README.md')).read()
-    code = re.search(r"<!-- own_op:code -->\n```python\n(.*?)```", text, re.S).group(1)
-    shown = re.search(r"<!-- own_op:output -->\n```text\n(.*?)```", text, re.S).group(1)
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(code, 'README.md', 'exec'), {})
-    assert buf.getvalue() == shown
-
-
-def test_readme_gradient_walkthrough():
-    """The README's grad_path output is what the code prints now (numbers to 0.1%;
-    values below 1e-9 are rounding noise and only need to stay tiny)."""
-    import contextlib
-    import io
-    text = open(os.path.join(HERE, 'README.md')).read()
-    code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
-    shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf):
-            exec(code, {})
-    finally:
-        tf.FUSED_ATTENTION = True
-    now = buf.getvalue()
-    number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
-    assert re.sub(number, '#', now) == re.sub(number, '#', shown)
-    for a, b in zip(re.findall(number, now), re.findall(number, shown)):
-        a, b = float(a), float(b)
-        assert (abs(a) < 1e-9 and abs(b) < 1e-9) or a == pytest.approx(b, rel=1e-3), (a, b)
-
-
-def test_bench_script_runs():
-    """bench.py is not a timed test; this only checks that it still runs and reports."""
-    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
-                        'small,cnn', '--no-torch', '--threads', '1', '--rounds', '1'],
-                       capture_output=True, text=True, timeout=120, cwd=HERE)
-    assert r.returncode == 0, r.stderr
-    for name in ('small', 'cnn'):
-        assert re.search(rf"^{name}\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
-    assert "autograd overhead" in r.stdout
-    h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
-                       capture_output=True, text=True, timeout=60, cwd=HERE)
-    assert h.returncode == 0 and '--quick' in h.stdout
-
-
-@pytest.mark.parametrize("args,message", [
-    (['--configs', 'foo'], "--configs: unknown configuration 'foo'; choose among small, "
-                           "default, large, cnn"),
-    (['--configs', 'small,'], "--configs: unknown configuration ''"),
-    (['--threads', '0'], "--threads 0: it must be at least 1"),
-    (['--rounds', '0'], "--rounds 0: it must be at least 1"),
-])
-def test_bench_refuses_bad_flags_in_one_line(args, message):
-    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
-                       capture_output=True, text=True, timeout=60, cwd=HERE)
-    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
-
-
-def test_train_linear_help_describes_it_and_runs_nothing():
-    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_linear.py'), '--help'],
-                       capture_output=True, text=True, timeout=60, cwd=HERE)
-    assert r.returncode == 0 and r.stdout.startswith("usage: train_linear.py")
-    assert "2x + 1" in r.stdout and "step=" not in r.stdout  # described, not run
-
-
-# ===========================================================================
-# Conformance with PyTorch: every public op, its value, gradient and result dtype,
-# and the type promotion table. Skipped without PyTorch; .ci/run installs
-# torch==2.13.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
-# which turns a missing PyTorch into a failure instead of a skip.
-# ===========================================================================
-_KINDS = ('tensor', '0-d tensor', 'Python scalar', 'NumPy scalar')
-_DTYPES = ('bool', 'int32', 'int64', 'float32', 'float64')
-
-
-def _operand(lib, kind, dtype):
-    """One operand of the promotion table, for tinytorch (lib=tt) or PyTorch."""
-    value = {'bool': True, 'int32': 3, 'int64': 3, 'float32': 2.5, 'float64': 2.5}[dtype]
-    if kind == 'Python scalar':
-        return value
-    if kind == 'NumPy scalar':
-        return np.dtype(dtype).type(value)
-    dt = getattr(lib, dtype) if dtype != 'bool' else lib.bool_ if lib is tt else lib.bool
-    return lib.tensor([value, value] if kind == 'tensor' else value, dtype=dt)
-
-
-def _dtype_name(dt):
-    return str(dt).replace('torch.', '')
-
-
-@pytest.mark.parametrize("kind_a", _KINDS)
-@pytest.mark.parametrize("kind_b", _KINDS)
-def test_pytorch_promotion_table(kind_a, kind_b):
-    """tt.result_type against torch.result_type over every pair of dtypes and kinds, and
-    the dtype that add, mul, div and < actually give when an operand is a tensor.
-    One deliberate difference (README): PyTorch reads a NumPy bool scalar as a float;
-    tinytorch reads it as a bool, as it reads Python's True."""
-    torch = need_torch()
-    for da in _DTYPES:
-        for db in _DTYPES:
-            a_tt, b_tt = _operand(tt, kind_a, da), _operand(tt, kind_b, db)
-            a_t, b_t = _operand(torch, kind_a, da), _operand(torch, kind_b, db)
-            case = (kind_a, da, kind_b, db)
-            if (kind_a == 'NumPy scalar' and da == 'bool') or (kind_b == 'NumPy scalar' and db == 'bool'):
-                a_ref = True if kind_a == 'NumPy scalar' and da == 'bool' else a_t
-                b_ref = True if kind_b == 'NumPy scalar' and db == 'bool' else b_t
-                if not isinstance(a_ref, torch.Tensor) and not isinstance(b_ref, torch.Tensor) \
-                        and type(a_ref) is type(b_ref) is bool:
-                    continue  # torch.result_type(True, True) is refused
-                expected = torch.result_type(a_ref, b_ref)
-            else:
-                expected = torch.result_type(a_t, b_t)
-            assert _dtype_name(tt.result_type(a_tt, b_tt)) == _dtype_name(expected), case
-            if not (isinstance(a_tt, tt.Tensor) or isinstance(b_tt, tt.Tensor)):
-                continue
-            assert _dtype_name((a_tt + b_tt).dtype) == _dtype_name(expected), case
-            assert _dtype_name((a_tt * b_tt).dtype) == _dtype_name(expected), case
-            assert (a_tt < b_tt).dtype == tt.bool_, case
-            div = tt.promote_types(expected.__str__().replace('torch.', ''), 'float32') \
-                if expected.is_floating_point else tt.float32
-            assert _dtype_name((a_tt / b_tt).dtype) == _dtype_name(div), case
-
-
-def _idx(m, values):
-    return m.tensor(values)
-
-
-# (id, fn(m, F, *tensors), input shapes): m is tt or torch, F is nn or
-# torch.nn.functional. Inputs are float64 leaves made from the same random arrays;
-# "T" in a shape list means: that input is a (4, 3) array used through its transpose.
-_CONFORMANCE = [
-    # arithmetic with broadcasting, 0-d and empty operands
-    ("add broadcast", lambda m, F, a, b: a + b, [(2, 3, 4), (3, 1)]),
-    ("sub 0-d", lambda m, F, a, b: a - b, [(2, 3), ()]),
-    ("mul broadcast", lambda m, F, a, b: a * b, [(4, 1), (1, 5)]),
-    ("div", lambda m, F, a, b: a / b, [(3, 4), (4,)]),
-    ("pow scalar", lambda m, F, a: a.abs() ** 1.7, [(3, 4)]),
-    ("pow tensor", lambda m, F, a, b: a.abs() ** b, [(3, 4), (4,)]),
-    ("rpow", lambda m, F, a: 2.0 ** a, [(3,)]),
-    ("neg empty", lambda m, F, a: -a, [(0, 3)]),
-    ("scalar ops", lambda m, F, a: (3 - a) / 2 + 1.5 * a, [(2, 3)]),
-    # elementwise functions
-    ("exp", lambda m, F, a: a.exp(), [(3, 4)]),
-    ("log", lambda m, F, a: a.abs().log(), [(3, 4)]),
-    ("sqrt", lambda m, F, a: a.abs().sqrt(), [(3, 4)]),
-    ("abs", lambda m, F, a: a.abs(), [(3, 4)]),
-    ("sin cos", lambda m, F, a: a.sin() * a.cos(), [(3, 4)]),
-    ("tanh", lambda m, F, a: a.tanh(), [(3, 4)]),
-    ("sigmoid", lambda m, F, a: a.sigmoid(), [(3, 4)]),
-    ("relu", lambda m, F, a: a.relu(), [(3, 4)]),
-    ("log1p", lambda m, F, a: a.abs().log1p(), [(3, 4)]),
-    ("expm1", lambda m, F, a: a.expm1(), [(3, 4)]),
-    ("erf", lambda m, F, a: a.erf(), [(3, 4)]),
-    ("gelu", lambda m, F, a: F.gelu(a), [(3, 4)]),
-    ("gelu tanh", lambda m, F, a: F.gelu(a, approximate='tanh'), [(3, 4)]),
-    ("silu", lambda m, F, a: F.silu(a), [(3, 4)]),
-    ("leaky_relu", lambda m, F, a: F.leaky_relu(a, 0.1), [(3, 4)]),
-    ("softplus", lambda m, F, a: F.softplus(a, beta=2.0, threshold=1.0), [(3, 4)]),
-    ("clamp", lambda m, F, a: a.clamp(-0.5, 0.7), [(3, 4)]),
-    ("clamp min", lambda m, F, a: a.clamp(min=0.1), [(3, 4)]),
-    ("maximum", lambda m, F, a, b: m.maximum(a, b), [(3, 4), (4,)]),
-    ("minimum", lambda m, F, a, b: m.minimum(a, b), [(3, 1), (1, 4)]),
-    ("where", lambda m, F, a, b: m.where(a > 0, a, b), [(3, 4), (4,)]),
-    ("masked_fill", lambda m, F, a: a.masked_fill(a < 0, 0.5), [(3, 4)]),
-    ("exp of 0-d", lambda m, F, a: a.exp(), [()]),
-    ("tanh of a view", lambda m, F, a: a.T.tanh(), ["T"]),
-    # reductions, with negative dims, keepdim, views, 0-d and empty inputs
-    ("sum", lambda m, F, a: a.sum(), [(3, 4)]),
-    ("sum dims", lambda m, F, a: a.sum((0, -1), keepdim=True), [(2, 3, 4)]),
-    ("sum empty", lambda m, F, a: a.sum(0), [(0, 3)]),
-    ("sum 0-d", lambda m, F, a: a.sum(), [()]),
-    ("mean", lambda m, F, a: a.mean(-1), [(2, 3, 4)]),
-    ("mean of a view", lambda m, F, a: a.T.mean(0), ["T"]),
-    ("var", lambda m, F, a: a.var(1, keepdim=True), [(3, 4)]),
-    ("var correction 0", lambda m, F, a: a.var(correction=0), [(3, 4)]),
-    ("std", lambda m, F, a: a.std(-1), [(3, 4)]),
-    ("std dims", lambda m, F, a: a.std((0, 2), correction=0), [(2, 3, 4)]),
-    ("amax", lambda m, F, a: a.amax(-1), [(3, 4)]),
-    ("amin", lambda m, F, a: a.amin((0, 1)), [(3, 4)]),
-    ("max", lambda m, F, a: a.max(), [(3, 4)]),
-    ("max dim", lambda m, F, a: a.max(-1).values, [(3, 4)]),
-    ("min dim keepdim", lambda m, F, a: a.min(0, keepdim=True).values, [(3, 4)]),
-    ("max dim indices", lambda m, F, a: a.max(1).indices, [(3, 4)]),
-    ("argmax", lambda m, F, a: a.argmax(-1), [(3, 4)]),
-    ("argmin", lambda m, F, a: a.argmin(), [(3, 4)]),
-    ("logsumexp", lambda m, F, a: a.logsumexp(-1), [(3, 4)]),
-    ("norm", lambda m, F, a: a.norm(), [(3, 4)]),
-    ("norm p dim", lambda m, F, a: a.norm(p=3, dim=-1, keepdim=True), [(3, 4)]),
-    ("norm 1", lambda m, F, a: a.norm(p=1, dim=0), [(3, 4)]),
-    ("norm inf", lambda m, F, a: a.norm(p=float('inf'), dim=1), [(3, 4)]),
-    ("prod", lambda m, F, a: a.prod(), [(2, 3)]),
-    ("prod dim", lambda m, F, a: a.prod(-1), [(3, 4)]),
-    ("cumsum", lambda m, F, a: a.cumsum(-1), [(3, 4)]),
-    ("cumsum of a view", lambda m, F, a: a.T.cumsum(0), ["T"]),
-    ("sort", lambda m, F, a: a.sort(-1).values, [(3, 4)]),
-    ("sort descending", lambda m, F, a: a.sort(0, descending=True).values, [(3, 4)]),
-    ("sort indices", lambda m, F, a: a.sort(1).indices, [(3, 4)]),
-    ("argsort", lambda m, F, a: a.argsort(-1, descending=True), [(3, 4)]),
-    ("topk", lambda m, F, a: a.topk(2, dim=-1).values, [(3, 4)]),
-    ("topk smallest", lambda m, F, a: a.topk(2, dim=0, largest=False).values, [(3, 4)]),
-    ("topk indices", lambda m, F, a: a.topk(3).indices, [(3, 4)]),
-    # shapes and indexing
-    ("reshape", lambda m, F, a: a.reshape(4, -1), [(2, 3, 4)]),
-    ("view of a view", lambda m, F, a: a.transpose(0, 1).reshape(-1), [(2, 3)]),
-    ("permute", lambda m, F, a: a.permute(2, 0, 1), [(2, 3, 4)]),
-    ("transpose", lambda m, F, a: a.transpose(-1, 0), [(2, 3, 4)]),
-    ("unsqueeze squeeze", lambda m, F, a: a.unsqueeze(-1).squeeze(0), [(1, 3)]),
-    ("flatten", lambda m, F, a: a.flatten(1), [(2, 3, 4)]),
-    ("expand", lambda m, F, a: a.expand(2, 3, 4), [(3, 1)]),
-    ("getitem slice", lambda m, F, a: a[1:, ::2], [(3, 4)]),
-    ("getitem ints", lambda m, F, a: a[_idx(m, [0, 2, 0])], [(3, 4)]),
-    ("getitem mask", lambda m, F, a: a[a > 0], [(3, 4)]),
-    ("getitem mixed", lambda m, F, a: a[_idx(m, [1, 1]), 1:3], [(3, 4)]),
-    ("cat", lambda m, F, a, b: m.cat([a, b], -1), [(2, 3), (2, 1)]),
-    ("cat empty", lambda m, F, a, b: m.cat([a, b], 0), [(0, 3), (2, 3)]),
-    ("stack", lambda m, F, a, b: m.stack([a, b], 1), [(2, 3), (2, 3)]),
-    ("split", lambda m, F, a: a.split(2, -1)[1], [(3, 5)]),
-    ("chunk", lambda m, F, a: a.chunk(2, 0)[0], [(3, 4)]),
-    ("narrow", lambda m, F, a: a.narrow(1, 1, 2), [(3, 4)]),
-    ("tril triu", lambda m, F, a: a.tril(-1) + a.triu(1), [(4, 4)]),
-    ("gather", lambda m, F, a: a.gather(1, _idx(m, [[0, 0], [3, 1], [2, 2]])), [(3, 4)]),
-    ("gather of a view", lambda m, F, a: a.T.gather(0, _idx(m, [[1, 3, 0]])), ["T"]),
-    ("scatter", lambda m, F, a, b: a.scatter(1, _idx(m, [[0], [3], [1]]), b), [(3, 4), (3, 1)]),
-    ("scatter value", lambda m, F, a: a.scatter(0, _idx(m, [[2, 0, 1, 1]]), 0.5), [(3, 4)]),
-    ("scatter_add", lambda m, F, a, b: a.scatter_add(1, _idx(m, [[0, 0], [3, 1], [2, 2]]), b),
-     [(3, 4), (3, 2)]),
-    ("index_select", lambda m, F, a: a.index_select(-1, _idx(m, [3, 0, 3])), [(3, 4)]),
-    ("take_along_dim", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1], [0], [3]]), 1), [(3, 4)]),
-    ("take_along_dim broadcast", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1, 2]]), 1),
-     [(3, 4)]),
-    ("take_along_dim flat", lambda m, F, a: m.take_along_dim(a, _idx(m, [7, 0, 7])), [(3, 4)]),
-    ("flip", lambda m, F, a: a.flip(0, -1), [(2, 3, 4)]),
-    ("roll", lambda m, F, a: a.roll((1, -1), (0, 2)), [(2, 3, 4)]),
-    ("roll flat", lambda m, F, a: a.roll(2), [(3, 4)]),
-    ("repeat", lambda m, F, a: a.repeat(2, 1, 3), [(3, 4)]),
-    # matmul
-    ("matmul 2-D", lambda m, F, a, b: a @ b, [(3, 4), (4, 2)]),
-    ("matmul batched", lambda m, F, a, b: a @ b, [(2, 1, 3, 4), (3, 4, 5)]),
-    ("matmul 1-D", lambda m, F, a, b: a @ b, [(4,), (4, 2)]),
-    ("matmul vector", lambda m, F, a, b: a @ b, [(2, 3, 4), (4,)]),
-    ("matmul empty", lambda m, F, a, b: a @ b, [(0, 3), (3, 2)]),
-    ("matmul of views", lambda m, F, a, b: a.T @ b.T, ["T", (2, 3)]),
-    # softmax family
-    ("softmax", lambda m, F, a: a.softmax(-1), [(3, 4)]),
-    ("softmax dim 0", lambda m, F, a: F.softmax(a, 0), [(3, 4)]),
-    ("log_softmax", lambda m, F, a: F.log_softmax(a, dim=1), [(3, 4)]),
-    # nn's functional ops
-    ("linear", lambda m, F, x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)]),
-    ("linear no bias", lambda m, F, x, w: F.linear(x, w), [(3, 4), (5, 4)]),
-    ("embedding", lambda m, F, w: F.embedding(_idx(m, [[1, 0], [1, 3]]), w), [(4, 3)]),
-    ("layer_norm", lambda m, F, x, w, b: F.layer_norm(x, (4,), w, b), [(2, 3, 4), (4,), (4,)]),
-    ("layer_norm 2 dims", lambda m, F, x: F.layer_norm(x, (3, 4)), [(2, 3, 4)]),
-    ("mse_loss", lambda m, F, a, b: F.mse_loss(a, b), [(3, 4), (3, 4)]),
-    ("cross_entropy", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, -100, 0])), [(3, 4)]),
-    ("cross_entropy sum", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, 1, 0]), reduction='sum'),
-     [(3, 4)]),
-    ("cross_entropy weight smoothing", lambda m, F, a, w: F.cross_entropy(
-        a, _idx(m, [3, 1, 0]), w.detach().abs(), label_smoothing=0.1), [(3, 4), (4,)]),
-    ("cross_entropy none", lambda m, F, a: F.cross_entropy(a, _idx(m, [2, 1, -100]),
-                                                            reduction='none'), [(3, 4)]),
-    ("bce with logits", lambda m, F, a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
-     [(3, 4), (3, 4)]),
-    ("one_hot", lambda m, F: F.one_hot(_idx(m, [0, 3, 1]), 5), []),
-    ("clone", lambda m, F, a: a.clone() * 2, [(3,)]),
-]
-
-
-def _inputs(shapes, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal((4, 3)).T if s == "T" else rng.standard_normal(s) for s in shapes]
-
-
-@pytest.mark.parametrize("name,fn,shapes", _CONFORMANCE, ids=[c[0] for c in _CONFORMANCE])
-def test_pytorch_conformance(name, fn, shapes):
-    """Value (float64, 1e-10), gradient (float64, 1e-6) and result dtype (float32 inputs)."""
-    torch = need_torch()
-    import warnings
-    F = torch.nn.functional
-    arrays = _inputs(shapes, seed=len(name))
-    ours = [tt.tensor(a, requires_grad=True) for a in arrays]
-    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        out, ref = fn(tt, nn, *ours), fn(torch, F, *theirs)
-    assert tuple(out.shape) == tuple(ref.shape), name
-    np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
-    assert _dtype_name(out.dtype) == _dtype_name(ref.dtype), name
-    if ref.requires_grad:
-        v = np.random.default_rng(1).standard_normal(out.shape)
-        out.backward(v)
-        ref.backward(torch.tensor(v))
-        for x, t in zip(ours, theirs):
-            if t.grad is None:
-                assert x.grad is None or not np.any(x.grad), name
-            else:
-                np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-6, atol=1e-8,
-                                           err_msg=name)
-    # the result dtype in float32, the default
-    ours32 = [tt.tensor(a.astype(np.float32)) for a in arrays]
-    theirs32 = [torch.tensor(a.astype(np.float32)) for a in arrays]
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        assert _dtype_name(fn(tt, nn, *ours32).dtype) == _dtype_name(fn(torch, F, *theirs32).dtype)
-
-
-def test_pytorch_creation_dtypes_and_casts():
-    torch = need_torch()
-    cases = [
-        lambda m: m.tensor([1, 2]), lambda m: m.tensor([1.5, 2]), lambda m: m.tensor(True),
-        lambda m: m.tensor(np.arange(3.0)), lambda m: m.tensor(np.arange(3, dtype=np.int32)),
-        lambda m: m.from_numpy(np.arange(3.0, dtype=np.float32)), lambda m: m.arange(5),
-        lambda m: m.arange(0, 1, 0.25), lambda m: m.arange(5.0), lambda m: m.zeros(2, 3),
-        lambda m: m.ones((2,)), lambda m: m.full((2,), 1), lambda m: m.full((2,), 1.5),
-        lambda m: m.full((2,), True), lambda m: m.eye(3), lambda m: m.randn(2),
-        lambda m: m.rand(2), lambda m: m.randint(0, 5, (3,)), lambda m: m.randperm(4),
-        lambda m: m.arange(5).float(), lambda m: m.arange(5.0).long(), lambda m: m.arange(5.0).double(),
-        lambda m: m.arange(5) / 2,
-        lambda m: m.arange(5).sum(), lambda m: m.tensor([True, False]).sum(),
-        lambda m: m.arange(5).cumsum(0), lambda m: m.arange(6).reshape(2, 3).prod(1),
-        lambda m: m.arange(5).argmax(), lambda m: m.arange(5) > 2,
-    ]
-    for k, make in enumerate(cases):
-        assert _dtype_name(make(tt).dtype) == _dtype_name(make(torch).dtype), k
-    for make in cases[:15] + cases[19:22]:
-        np.testing.assert_array_equal(make(tt).data, make(torch).numpy())
-
-
-def test_empty_reductions_say_what_is_wrong():
-    with pytest.raises(RuntimeError, match=r"amax: cannot reduce over an empty dim \(tensor of shape \(0, 3\)"):
-        tt.zeros(0, 3).amax()
-    with pytest.raises(RuntimeError, match="max: cannot reduce over an empty dim"):
-        tt.zeros(0, 3).max(0)
-    assert tt.zeros(0, 3).amax(1).shape == (0,) and tt.zeros(0, 3).sum().item() == 0.0
-    assert tt.zeros(0, 3).prod().item() == 1.0
-
-
-def test_pytorch_edge_values():
-    """The edge cases listed in the README, each against PyTorch's own answer."""
-    torch = need_torch()
-    import warnings
-    cases = [
-        (lambda x: x.std(), [2.0, 2.0, 2.0]), (lambda x: x.std(0), [[1.0, 2.0], [1.0, 3.0]]),
-        (lambda x: x.var(correction=3), [0.0, 1.0, 2.0]), (lambda x: x.var(), [5.0]),
-        (lambda x: x.var(1, correction=3), [[0.0, 1.0]]),
-        (lambda x: x.std(correction=3), [0.0, 1.0]),
-        (lambda x: x ** 0, [0.0, 2.0]), (lambda x: x ** 0.5, [0.0, 4.0]),
-        (lambda x: x.norm(), [0.0, 0.0]), (lambda x: x.norm(dim=1), [[0.0, 0.0], [3.0, 4.0]]),
-        (lambda x: x.prod(), [0.0, 2.0, 3.0]), (lambda x: x.prod(), [0.0, 0.0, 3.0]),
-        (lambda x: x.logsumexp(0), [-np.inf, -np.inf]), (lambda x: x.mean(), np.zeros(0)),
-        (lambda x: x.sqrt(), [0.0, 1.0]), (lambda x: x.abs(), [0.0, -1.0]),
-        (lambda x: x.relu(), [0.0, 1.0]), (lambda x: x.clamp(0.0, 1.0), [0.0, 1.0, 2.0]),
-        (lambda x: x.amax(), [1.0, 3.0, 3.0]), (lambda x: x.max(0).values, [3.0, 3.0, 1.0]),
-        (lambda x: 1 / x, [0.0, 1.0]), (lambda x: x.log(), [0.0, 1.0]),
-        (lambda x: x.sigmoid(), [-800.0, 800.0]), (lambda x: x.softmax(-1), [-np.inf, -np.inf]),
-        (lambda x: x.norm(p=float('inf')), [2.0, -2.0, 1.0]),
-    ]
-    for k, (fn, values) in enumerate(cases):
-        a = np.array(values, dtype=np.float64)
-        x, t = tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
-        with warnings.catch_warnings(), np.errstate(all='ignore'):
-            warnings.simplefilter('ignore')
-            out, ref = fn(x), fn(t)
-            out.sum().backward()
-            ref.sum().backward()
-        np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
-        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
-    logits = np.random.default_rng(0).standard_normal((2, 3))
-    x, t = tt.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
-    loss, ref = nn.cross_entropy(x, tt.tensor([-100, -100])), \
-        torch.nn.functional.cross_entropy(t, torch.tensor([-100, -100]))
-    loss.backward()
-    ref.backward()
-    assert np.isnan(loss.item()) and np.isnan(ref.item())
-    np.testing.assert_array_equal(x.grad, t.grad.numpy())
-
-
-# ---------------------------------------------------------------------------
-# In-place ops in the graph (issue 17): recorded as PyTorch records them
-# ---------------------------------------------------------------------------
-def _micrograd_sanity(T):
-    """micrograd's test_sanity_check, written with tensors of constructor T."""
-    x = T(-4.0)
-    z = 2 * x + 2 + x
-    q = z.relu() + z * x
-    h = (z * z).relu()
-    y = h + q + q * x
-    y.backward()
-    return y.item(), x.grad.item()
-
-
-def _micrograd_more_ops(T):
-    """micrograd's test_more_ops, every += included."""
-    a, b = T(-4.0), T(2.0)
-    c = a + b
-    d = a * b + b ** 3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e ** 2
-    g = f / 2.0
-    g += 10.0 / f
-    g.backward()
-    return g.item(), a.grad.item(), b.grad.item()
-
-
-def _t64_scalar(v):
-    return tt.tensor(np.array(v), requires_grad=True)
-
-
-def test_micrograd_engine_tests_run_with_in_place_adds():
-    # micrograd's published values (its tests compare with PyTorch's)
-    y, dx = _micrograd_sanity(_t64_scalar)
-    assert y == -20.0 and dx == 46.0
-    g, da, db = _micrograd_more_ops(_t64_scalar)
-    assert abs(g - 24.70408163265306) < 1e-10
-    assert abs(da - 138.83381924198252) < 1e-10 and abs(db - 645.5772594752186) < 1e-10
-
-
-def test_micrograd_engine_tests_match_pytorch():
-    torch = need_torch()
-
-    def T(v):
-        return torch.tensor(v, dtype=torch.float64, requires_grad=True)
-    assert _micrograd_sanity(_t64_scalar) == pytest.approx(_micrograd_sanity(T), abs=1e-12)
-    assert _micrograd_more_ops(_t64_scalar) == pytest.approx(_micrograd_more_ops(T), abs=1e-10)
-
-
-def test_in_place_op_keeps_the_object_and_rewrites_its_history():
-    x = tt.tensor([1.0, -2.0, 3.0], requires_grad=True)
-    y = x * 2
-    same = y
-    y += 1
-    assert y is same and y._op == 'add_' and y.tolist() == [3.0, -3.0, 7.0]
-    y.relu_()
-    assert y._op == 'relu_' and y.tolist() == [3.0, 0.0, 7.0]
-    y.sum().backward()
-    assert x.grad.tolist() == [2.0, 0.0, 2.0]
-
-
-def test_an_op_that_used_the_old_value_sends_its_gradient_to_the_old_value():
-    x = t64(4)
-    a = x * 1
-    b = a.exp()          # used a before the change
-    a.mul_(3.0)          # a = 3x now
-    c = a * a            # uses the new a
-    (b.sum() + c.sum()).backward()
-    np.testing.assert_allclose(x.grad, np.exp(x.data) + 18 * x.data)
-
-
-# each in-place op and its out-of-place twin: (in place, out of place, operand)
-_IN_PLACE_TWINS = {
-    'add_': (lambda x, o: x.add_(o), lambda x, o: x + o),
-    'add_ alpha': (lambda x, o: x.add_(o, alpha=-2.5), lambda x, o: x + o * -2.5),
-    'iadd broadcast': (lambda x, o: x.__iadd__(o[0]), lambda x, o: x + o[0]),
-    'sub_': (lambda x, o: x.sub_(o), lambda x, o: x - o),
-    'isub': (lambda x, o: x.__isub__(o), lambda x, o: x - o),
-    'mul_': (lambda x, o: x.mul_(o), lambda x, o: x * o),
-    'imul number': (lambda x, o: x.__imul__(-1.5), lambda x, o: x * -1.5),
-    'div_': (lambda x, o: x.div_(o), lambda x, o: x / o),
-    'itruediv': (lambda x, o: x.__itruediv__(o[:, :1]), lambda x, o: x / o[:, :1]),
-    'pow_': (lambda x, o: x.abs().pow_(1.5), lambda x, o: x.abs() ** 1.5),
-    'pow_ tensor': (lambda x, o: x.abs().pow_(o), lambda x, o: x.abs() ** o),
-    'clamp_': (lambda x, o: x.clamp_(-0.5, 0.7), lambda x, o: x.clamp(-0.5, 0.7)),
-    'relu_': (lambda x, o: x.relu_(), lambda x, o: x.relu()),
-    'masked_fill_': (lambda x, o: x.masked_fill_(o.data > 0, -1.0),
-                     lambda x, o: x.masked_fill(o.data > 0, -1.0)),
-    'zero_': (lambda x, o: x.zero_() + o, lambda x, o: x * 0 + o),
-    'fill_': (lambda x, o: x.fill_(2.0) * o, lambda x, o: x * 0 + 2.0 * o),
-    'fill_ 0-d tensor': (lambda x, o: x.fill_(o[0, 0]) * o, lambda x, o: (x * 0 + o[0, 0]) * o),
-    'copy_': (lambda x, o: x.copy_(o[1]), lambda x, o: x * 0 + o[1]),
-    'setitem': (lambda x, o: x.__setitem__((0, slice(1, 3)), o[1, :2]) or x,
-                lambda x, o: tt.cat([tt.cat([x[0, :1], o[1, :2], x[0, 3:]]).unsqueeze(0), x[1:]])),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_IN_PLACE_TWINS))
-def test_in_place_op_has_its_out_of_place_gradient(name):
-    in_place, out_of_place = _IN_PLACE_TWINS[name]
-    x, o = t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)
-    check(lambda x, o: in_place(x * 1, o), x, o)  # * 1: in place on an intermediate
-    got = in_place(x * 1, o)
-    want = out_of_place(x * 1, o)
-    np.testing.assert_allclose(got.data, want.data)
-    (got * o).sum().backward()
-    gx, go = x.grad.copy(), o.grad.copy()
-    x.grad = o.grad = None
-    (want * o).sum().backward()
-    np.testing.assert_allclose(gx, x.grad)
-    np.testing.assert_allclose(go, o.grad)
-
-
-def test_in_place_ops_match_pytorch():
-    torch = need_torch()
-    for name, (in_place, _) in sorted(_IN_PLACE_TWINS.items()):
-        xs = [t64(3, 4, seed=1, low=0.3), t64(3, 4, seed=2, low=0.3)]
-        ts = [torch.tensor(v.data, requires_grad=True) for v in xs]
-        out, tout = in_place(xs[0] * 1, xs[1]), in_place(ts[0] * 1, ts[1])
-        (out * xs[1]).sum().backward()
-        (tout * ts[1]).sum().backward()
-        np.testing.assert_allclose(out.data, tout.detach().numpy(), err_msg=name)
-        for v, tv in zip(xs, ts):
-            np.testing.assert_allclose(v.grad, tv.grad.numpy(), atol=1e-12, err_msg=name)
-
-
-_SETITEM_INDEXES = {
-    'slice': (np.s_[1:3], (2, 4)),
-    'int': (np.s_[2], (4,)),
-    'int array': (np.array([3, 0]), (2, 4)),
-    'repeated int array': (np.array([1, 3, 1, 1]), (4, 4)),
-    'boolean': (np.array([True, False, True, False]), (2, 4)),
-    'mixed': (np.s_[np.array([0, 2]), 1:3], (2, 2)),
-    'mixed repeated': (np.s_[np.array([0, 2, 0]), 1:3], (3, 2)),
-    'two arrays repeated': ((np.array([0, 3, 0]), np.array([1, 2, 1])), (3,)),
-    'broadcast value': (np.s_[:, 1], (1,)),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_SETITEM_INDEXES))
-def test_setitem_gradients(name):
-    idx, vshape = _SETITEM_INDEXES[name]
-
-    def f(x, v):
-        y = x * 1
-        y[idx] = v
-        return y * y  # not linear: the old and the written values both matter
-    check(f, t64(4, 4, seed=3), t64(*vshape, seed=4))
-
-
-def test_setitem_repeated_index_last_write_wins_and_only_it_gets_the_gradient():
-    x = tt.zeros(3, dtype=tt.float64, requires_grad=True)
-    v = tt.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
-    y = x * 1
-    y[tt.tensor([1, 1, 2])] = v
-    assert y.tolist() == [0.0, 2.0, 3.0]
-    (y * tt.tensor(np.array([10.0, 20.0, 30.0]))).sum().backward()
-    assert v.grad.tolist() == [0.0, 20.0, 30.0] and x.grad.tolist() == [10.0, 0.0, 0.0]
-
-
-def test_setitem_repeated_index_differs_from_pytorch_on_purpose():
-    # PyTorch gives every write to a repeated position that position's gradient, even the
-    # writes that were overwritten (its docs call duplicate indices undefined); tinytorch
-    # gives it only to the write that stayed, which is the true derivative (gradcheck agrees)
-    torch = need_torch()
-    tv = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    ty = torch.zeros(3) * 1
-    ty[torch.tensor([1, 1, 2])] = tv
-    (ty * torch.tensor([10.0, 20.0, 30.0])).sum().backward()
-    assert tv.grad.tolist() == [20.0, 20.0, 30.0]  # tinytorch: [0, 20, 30], tested above
-    check(lambda v: _set_rows(v, [1, 1, 2]) * tt.tensor(np.array([10.0, 20.0, 30.0])), t64(3))
-
-
-def _set_rows(v, rows):
-    y = tt.zeros(3, dtype=tt.float64)
-    y[tt.tensor(rows)] = v
-    return y
-
-
-def test_setitem_matches_pytorch():
-    torch = need_torch()
-    for name, (idx, vshape) in sorted(_SETITEM_INDEXES.items()):
-        if 'repeated' in name:
-            continue  # PyTorch's rule differs there: see the test below
-        x, v = t64(4, 4, seed=3), t64(*vshape, seed=4)
-        tx, tv = (torch.tensor(a.data, requires_grad=True) for a in (x, v))
-        tidx = tuple(torch.tensor(i) if isinstance(i, np.ndarray) else i for i in idx) \
-            if isinstance(idx, tuple) else (torch.tensor(idx) if isinstance(idx, np.ndarray) else idx)
-        y, ty = x * 1, tx * 1
-        y[idx] = v
-        ty[tidx] = tv
-        (y * y).sum().backward()
-        (ty * ty).sum().backward()
-        np.testing.assert_allclose(y.data, ty.detach().numpy(), err_msg=name)
-        np.testing.assert_allclose(x.grad, tx.grad.numpy(), err_msg=name)
-        np.testing.assert_allclose(v.grad, tv.grad.numpy(), err_msg=name)
-
-
-def test_setitem_on_a_tensor_outside_the_graph_brings_it_into_the_graph():
-    v = tt.tensor([1.0, 2.0], requires_grad=True)
-    out = tt.zeros(3, 2)
-    out[1] = v
-    out[2] = v * 3
-    assert out.requires_grad and not out.is_leaf and out._op == '__setitem__'
-    out.sum().backward()
-    assert v.grad.tolist() == [4.0, 4.0]
-
-
-@pytest.mark.parametrize("name, make", [
-    ('exp', lambda x: x.exp()), ('softmax', lambda x: x.softmax(-1)),
-    ('matmul', lambda x: x @ x.T)])
-def test_in_place_change_of_a_saved_tensor_is_caught(name, make):
-    x = t64(2, 3)
-    h = x * 1
-    y = make(h)
-    (y if name != 'matmul' else h).add_(1.0)  # exp and softmax saved y; matmul saved h
-    with pytest.raises(RuntimeError, match=f"backward through '{name}'.*modified in place"):
-        y.sum().backward()
-
-
-def test_in_place_after_an_op_that_saved_nothing_is_fine():
-    x = t64(2, 3)
-    h = x * 1
-    y = h + 2.0  # add saves nothing
-    h.mul_(5.0)
-    (y.sum() + h.sum()).backward()
-    np.testing.assert_allclose(x.grad, np.full((2, 3), 6.0))
-
-
-def test_in_place_ops_on_intermediates_keep_no_extra_copies():
-    import tracemalloc
-    n = 1_000_000  # float32: 4 MB a tensor
-
-    def held(in_place):
-        x = tt.ones(n, requires_grad=True)
-        tracemalloc.start()
-        h = x * 1.0
-        if in_place:
-            h.relu_()
-            h += 1.0
-            h.mul_(2.0)
-            h -= 0.5
-            h[:10] = 0.0
-        else:
-            h = (((h.relu() + 1.0) * 2.0) - 0.5).masked_fill(tt.arange(n) < 10, 0.0)
-        current = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
-        h.sum().backward()  # the graph still works
-        assert x.grad[:10].tolist() == [0.0] * 10 and x.grad[10] == 2.0
-        return current
-    # in place: h's 4 MB and relu's mask (1 MB) are all the graph holds
-    assert held(True) < 5.5e6
-    assert held(False) > 4 * 4e6  # out of place: one array per op
-
-
-def test_in_place_op_that_needs_its_old_value_keeps_a_copy():
-    x, w = t64(3), t64(3, seed=1)
-    h = x * 1
-    h.mul_(w)  # dh/dw = the old h: kept as a clone in the graph
-    assert h._parents[0]._op == 'clone'
-    h.sum().backward()
-    np.testing.assert_allclose(w.grad, x.data)
-    np.testing.assert_allclose(x.grad, w.data)
-    h2 = x * 1
-    h2.mul_(2.0)  # a number needs no old value: no copy
-    assert h2._parents[0]._op != 'clone'
-
-
-def test_in_place_on_a_leaf_or_a_view_of_a_leaf_that_requires_grad_is_refused():
-    x = tt.tensor([[1.0, 2.0]], requires_grad=True)
-    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
-        x.relu_()
-    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
-        x[0].add_(1.0)
-    with pytest.raises(RuntimeError, match="a view of a leaf tensor that requires grad"):
-        x.T.mul_(2.0)
-
-
-def test_in_place_through_views_updates_the_base():
-    def f(x, v):
-        h = x * 1
-        r = h[1]           # a view: writing it writes h
-        r += v             # h's history becomes CopySlices(old h, r)
-        h.T[0].mul_(3.0)   # through a transposed view: column 0 of h
-        h.reshape(-1)[:2] = v[:2] * v[:2]  # through a reshaped view
-        h[2, 1:] += 1.0    # Python: t = h[2, 1:]; t += 1; h[2, 1:] = t
-        return h * h
-    check(f, t64(3, 2, seed=5), t64(2, seed=6))
-
-
-def test_a_view_made_before_its_base_changed_sees_the_new_history():
-    x = t64(2, 3)
-    h = x * 1
-    row = h[0]        # made before the change
-    h.mul_(2.0)       # row's values are now 2x[0]: its history is regenerated
-    (row * row).sum().backward()
-    expected = np.zeros((2, 3))
-    expected[0] = 8 * x.data[0]
-    np.testing.assert_allclose(x.grad, expected)
-
-
-def test_views_of_in_place_ops_match_pytorch():
-    torch = need_torch()
-
-    def f(x, v):
-        h = x * 1
-        r = h[1]
-        keep = h[0]
-        r += v
-        h.T[0].mul_(3.0)
-        h[2, 1:] += 1.0
-        return (h * h).sum() + (keep * v).sum()
-    xs = [t64(3, 2, seed=5), t64(2, seed=6)]
-    ts = [torch.tensor(a.data, requires_grad=True) for a in xs]
-    f(*xs).backward()
-    f(*ts).backward()
-    for a, ta in zip(xs, ts):
-        np.testing.assert_allclose(a.grad, ta.grad.numpy())
-
-
-def test_in_place_on_an_expanded_view_is_refused():
-    x = t64(1, 3)
-    e = (x * 1).expand(2, 3)
-    with pytest.raises(RuntimeError, match="expanded"):
-        e.add_(1.0)
-
-
-def test_in_place_ops_are_shown_in_the_graph_and_the_gradient_path():
-    x = tt.tensor([1.0, -2.0], requires_grad=True)
-    h = x * 3
-    h.relu_()
-    h += 1.0
-    loss = h.sum()
-    dot = lookinside.draw_graph(loss)
-    assert 'add_ (in place)' in dot and 'relu_ (in place)' in dot and '"mul\\n' in dot
-    text = lookinside.grad_path(loss, x, file=open(os.devnull, 'w'))
-    assert 'add_ (in place)' in text and 'relu_ (in place)' in text
-
-
-def test_in_place_through_a_view_of_a_tensor_outside_the_graph():
-    w = tt.tensor([1.0, 2.0], requires_grad=True)
-    out = tt.zeros(2, 2)
-    row = out[1]
-    row += w * 3  # out's memory changed: out joins the graph through CopySlices
-    assert out.requires_grad and out._op == 'CopySlices'
-    (out * out).sum().backward()
-    assert w.grad.tolist() == [18.0, 36.0]
-
-
-def test_matmul_assignment_rebinds_the_name_to_a_new_tensor():
-    a = tt.tensor([[1.0, 2.0]], requires_grad=True)
-    h = a * 1
-    before = h
-    h @= tt.tensor([[1.0], [1.0]])  # PyTorch has no in-place matmul: h is a new tensor
-    assert h is not before and h.tolist() == [[3.0]]
-    h.sum().backward()
-    assert a.grad.tolist() == [[1.0, 1.0]]
-
-
-def test_a_long_lived_base_forgets_the_views_that_are_gone():
-    x = tt.zeros(10)
-    for i in range(1000):
-        x[i % 10] * 2.0  # a view of x, used and dropped
-    assert len(x._views) < 32
-    rows = [x[i] for i in range(10)]  # views still alive are kept
-    assert sum(r() is not None for r in x._views) >= len(rows)
-
-
-# ---------------------------------------------------------------------------
-# Vision (issue 13): unfold, conv2d, pooling, batch norm, and data.py
-# ---------------------------------------------------------------------------
-_UNFOLD_CASES = {
-    'plain 3x3': dict(kernel_size=3),
-    'stride 2 padding 1': dict(kernel_size=3, stride=2, padding=1),
-    'rectangular dilated': dict(kernel_size=(2, 3), dilation=(2, 1), padding=(1, 0)),
-    'overlapping, stride (1, 2)': dict(kernel_size=2, stride=(1, 2)),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_UNFOLD_CASES))
-def test_unfold_gradient(name):
-    check(lambda x: tt.unfold(x, **_UNFOLD_CASES[name]), t64(2, 3, 5, 6))
-
-
-def test_unfold_lays_out_each_patch_as_a_column():
-    x = tt.arange(16.0).reshape(1, 1, 4, 4)
-    cols = tt.unfold(x, 2, stride=2)  # four 2x2 patches, each a column
-    assert cols.shape == (1, 4, 4)
-    assert cols[0, :, 0].tolist() == [0.0, 1.0, 4.0, 5.0]  # the top-left patch
-    assert cols[0, :, 3].tolist() == [10.0, 11.0, 14.0, 15.0]  # the bottom-right one
-    # overlapping patches: each pixel's gradient is the number of patches it is in
-    x = tt.ones(1, 1, 3, 3, requires_grad=True)
-    tt.unfold(x, 2).sum().backward()
-    assert x.grad[0, 0].tolist() == [[1, 2, 1], [2, 4, 2], [1, 2, 1]]
-
-
-_CONV_CASES = {
-    'plain': dict(),
-    'stride padding': dict(stride=2, padding=1),
-    'dilation, rectangular stride': dict(stride=(1, 2), dilation=2, padding=(2, 1)),
-    'no bias': dict(bias=False),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_CONV_CASES))
-def test_conv2d_gradient(name):
-    kw = dict(_CONV_CASES[name])
-    with_bias = kw.pop('bias', True)
-    inputs = [t64(2, 3, 6, 5), t64(4, 3, 3, 2, seed=1)] + ([t64(4, seed=2)] if with_bias else [])
-    check(lambda x, w, *b: nn.conv2d(x, w, b[0] if b else None, **kw), *inputs)
-
-
-@pytest.mark.parametrize("name", ['max', 'avg'])
-def test_pool_gradients(name):
-    pool = nn.max_pool2d if name == 'max' else nn.avg_pool2d
-    for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
-               dict(kernel_size=(2, 3), stride=1)):
-        check(lambda x: pool(x, **kw), t64(2, 2, 5, 6, low=0.1))
-
-
-def test_max_pool_gives_a_tie_to_one_element_and_padding_never_wins():
-    x = tt.tensor(np.ones((1, 1, 2, 2)), requires_grad=True)
-    nn.max_pool2d(x, 2).sum().backward()
-    assert x.grad.sum() == 1.0 and x.grad[0, 0, 0, 0] == 1.0  # the first of the tied maxima
-    neg = tt.full((1, 1, 2, 2), -5.0)
-    assert nn.max_pool2d(neg, 2, stride=1, padding=1).tolist() == [[[[-5.0] * 3] * 3]]
-
-
-def test_batch_norm_gradients_in_training_and_eval():
-    rm, rv = tt.zeros(3, dtype=tt.float64), tt.ones(3, dtype=tt.float64)
-    check(lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True),
-          t64(4, 3, 2, 2), t64(3, seed=1), t64(3, seed=2))
-    check(lambda x, w, b: nn.batch_norm(x, rm * 0.5, rv * 2.0, w, b, training=False),
-          t64(4, 3), t64(3, seed=1), t64(3, seed=2))
-
-
-def test_batch_norm_normalises_with_the_biased_variance_and_tracks_the_unbiased():
-    bn = nn.BatchNorm1d(2, momentum=0.5)
-    x = tt.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
-    y = bn(x)
-    # normalized by the batch mean and the biased variance
-    np.testing.assert_allclose(y.data[:, 0], (x.data[:, 0] - 3.0) / np.sqrt(8 / 3 + 1e-5), rtol=1e-6)
-    # running: halfway to the batch mean and to the unbiased variance
-    np.testing.assert_allclose(bn.running_mean.data, [1.5, 15.0], rtol=1e-6)
-    np.testing.assert_allclose(bn.running_var.data, [0.5 + 0.5 * 4.0, 0.5 + 0.5 * 700.0], rtol=1e-6)
-    bn.eval()
-    np.testing.assert_allclose(bn(x).data[:, 0], (x.data[:, 0] - 1.5) / np.sqrt(2.5 + 1e-5), rtol=1e-6)
-    assert [n for n, _ in bn.named_parameters()] == ['weight', 'bias']
-    assert list(bn.state_dict()) == ['weight', 'bias', 'running_mean', 'running_var']
-
-
-def test_batch_norm_buffers_survive_a_checkpoint(tmp_path):
-    bn = nn.BatchNorm2d(3)
-    bn(tt.randn(4, 3, 2, 2) * 3 + 1)
-    nn.save(bn.state_dict(), tmp_path / 'bn.npz')
-    fresh = nn.BatchNorm2d(3)
-    fresh.load_state_dict(nn.load(tmp_path / 'bn.npz'))
-    np.testing.assert_array_equal(fresh.running_mean.data, bn.running_mean.data)
-    np.testing.assert_array_equal(fresh.running_var.data, bn.running_var.data)
-
-
-def test_vision_layers_default_init_bounds_and_shapes():
-    tt.manual_seed(0)
-    conv = nn.Conv2d(3, 8, 3, padding=1)
-    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,)
-    bound = 1 / math.sqrt(27)  # PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = 3*3*3
-    assert np.abs(conv.weight.data).max() <= bound and np.abs(conv.weight.data).max() > 0.8 * bound
-    assert np.abs(conv.bias.data).max() <= bound
-    x = tt.randn(2, 3, 8, 8)
-    assert conv(x).shape == (2, 8, 8, 8)
-    assert nn.Conv2d(3, 4, (3, 1), stride=2, bias=False)(x).shape == (2, 4, 3, 4)
-    assert nn.MaxPool2d(2)(x).shape == (2, 3, 4, 4) and nn.AvgPool2d(3, 1, 1)(x).shape == x.shape
-    assert nn.Flatten()(x).shape == (2, 192)
-    assert nn.BatchNorm2d(3)(x).shape == x.shape
-
-
-def test_vision_layers_refuse_wrong_inputs_in_one_line():
-    x = tt.randn(2, 3, 4, 4)
-    cases = [(lambda: nn.Conv2d(3, 4, 3)(tt.randn(3, 4, 4)), "expected a 4-D input"),
-             (lambda: nn.Conv2d(2, 4, 3)(x), "expected 2 input channels, got 3"),
-             (lambda: nn.Conv2d(3, 4, 7)(x), "kernel 7x7 .* spans 7x7, larger than the padded input 4x4"),
-             (lambda: nn.MaxPool2d(2, padding=2)(x), "padding .* at most half the kernel"),
-             (lambda: nn.BatchNorm2d(4)(x), "expected 4 channels"),
-             (lambda: nn.BatchNorm1d(3)(x), "expected a 2-D or 3-D input"),
-             (lambda: nn.BatchNorm1d(3)(tt.randn(1, 3)), "more than 1 value per channel"),
-             (lambda: tt.unfold(x, 2, stride=0), "must be >= 1"),
-             (lambda: tt.unfold(x, 'a'), "kernel_size must be an int or a pair")]
-    for make, message in cases:
-        with pytest.raises((ValueError, TypeError), match=message):
-            make()
-
-
-def test_vision_ops_match_pytorch():
-    torch = need_torch()
-    F = torch.nn.functional
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 3, 7, 6))
-    w, b = rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
-    cases = [
-        (lambda x, w, b: tt.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2),
-         lambda x, w, b: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=2)),
-        (lambda x, w, b: nn.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
-         lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2))),
-        (lambda x, w, b: nn.max_pool2d(x, 3, 2, 1), lambda x, w, b: F.max_pool2d(x, 3, 2, 1)),
-        (lambda x, w, b: nn.max_pool2d(x * (x > 0).double(), 2),  # ties among the zeros
-         lambda x, w, b: F.max_pool2d(x * (x > 0).double(), 2)),
-        (lambda x, w, b: nn.avg_pool2d(x, (2, 3), 1, 1), lambda x, w, b: F.avg_pool2d(x, (2, 3), 1, 1)),
-        (lambda x, w, b: nn.batch_norm(x, None, None, b[:3], b[1:], training=True),
-         lambda x, w, b: F.batch_norm(x, None, None, b[:3], b[1:], training=True)),
-    ]
-    for k, (ours, theirs) in enumerate(cases):
-        xs = [tt.tensor(a, requires_grad=True) for a in (x, w, b)]
-        ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
-        out, tout = ours(*xs), theirs(*ts)
-        np.testing.assert_allclose(out.data, tout.detach().numpy(), atol=1e-12, err_msg=str(k))
-        gy = rng.standard_normal(out.shape)
-        out.backward(gy)
-        tout.backward(torch.tensor(gy))
-        for a, ta in zip(xs, ts):
-            if ta.grad is not None:
-                np.testing.assert_allclose(a.grad, ta.grad.numpy(), atol=1e-12, err_msg=str(k))
-    bn, tbn = nn.BatchNorm2d(3, momentum=0.3), torch.nn.BatchNorm2d(3, momentum=0.3).double()
-    bn.weight.data[...] = tbn.weight.detach().numpy()
-    for _ in range(3):
-        xb = rng.standard_normal((4, 3, 2, 2)) * 2 + 1
-        bn(tt.tensor(xb, dtype=tt.float32))
-        tbn(torch.tensor(xb))
-    np.testing.assert_allclose(bn.running_mean.data, tbn.running_mean.numpy(), rtol=1e-5)
-    np.testing.assert_allclose(bn.running_var.data, tbn.running_var.numpy(), rtol=1e-5)
-
-
-import data  # noqa: E402
-
-
-def test_data_loader_yields_each_example_once_per_epoch():
-    xs, ys = tt.arange(10.0).reshape(10, 1), tt.arange(10)
-    loader = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, shuffle=True)
-    assert len(loader) == 3
-    seen = []
-    for bx, by in loader:
-        assert bx.shape[1:] == (1,) and (bx[:, 0].long() == by).all().item()
-        seen += by.tolist()
-    assert sorted(seen) == list(range(10)) and seen != list(range(10))
-    assert [len(b[1]) for b in loader] == [4, 4, 2]
-    dropped = data.DataLoader(data.TensorDataset(xs, ys), batch_size=4, drop_last=True)
-    assert len(dropped) == 2 and [b[1].tolist() for b in dropped] == [[0, 1, 2, 3], [4, 5, 6, 7]]
-
-
-def test_data_loader_order_follows_the_seed():
-    ds = data.TensorDataset(tt.arange(20))
-
-    def order(seed):
-        tt.manual_seed(seed)
-        return [b[0].tolist() for b in data.DataLoader(ds, batch_size=5, shuffle=True)]
-    assert order(1) == order(1) and order(1) != order(2)
-    g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
-    a = [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g1)]
-    assert a == [b[0].tolist() for b in data.DataLoader(ds, 5, shuffle=True, generator=g2)]
-
-
-def test_data_loader_collates_a_plain_dataset_and_random_split_partitions():
-    class Squares(data.Dataset):
-        def __len__(self):
-            return 5
-
-        def __getitem__(self, i):
-            return tt.tensor([float(i)]), i * i
-    batches = list(data.DataLoader(Squares(), batch_size=2))
-    assert batches[0][0].tolist() == [[0.0], [1.0]] and batches[2][1].tolist() == [16]
-    tt.manual_seed(0)
-    a, b = data.random_split(Squares(), [3, 2])
-    assert sorted(a.indices + b.indices) == [0, 1, 2, 3, 4] and len(a) == 3
-    assert [len(s) for s in data.random_split(range(10), [0.5, 0.3, 0.2])] == [5, 3, 2]
-    with pytest.raises(ValueError, match="do not add up"):
-        data.random_split(range(10), [3, 3])
-    with pytest.raises(ValueError, match="same first dim"):
-        data.TensorDataset(tt.zeros(3), tt.zeros(4))
-
-
-@pytest.mark.parametrize("kind", ['conv2d', 'max_pool2d'])
-def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch, fast_paths):
-    """nn's speed section gives the numbers of the readable compositions, forward and
-    backward, for every geometry it takes (stride-1 convolutions, every max pool)."""
-    if kind == 'conv2d':
-        cases = [dict(), dict(padding=1), dict(padding=(2, 0), dilation=(1, 2)), dict(bias=None)]
-    else:
-        cases = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
-                 dict(kernel_size=(2, 3), stride=1, dilation=(2, 1)), dict(kernel_size=2, ties=1)]
-    for case in cases:
-        case = dict(case)
-        ties = case.pop('ties', 0)
-        results = []
-        for fused in (True, False):
-            monkeypatch.setattr(nn, 'FUSED_VISION', fused)
-            x = t64(2, 3, 7, 6, seed=5)
-            if ties:
-                x = tt.tensor(np.floor(x.data), requires_grad=True)  # many tied maxima
-            if kind == 'conv2d':
-                w, b = t64(4, 3, 3, 2, seed=6), t64(4, seed=7)
-                leaves = [x, w] + ([] if 'bias' in case else [b])
-                out = nn.conv2d(*leaves, **{k: v for k, v in case.items() if k != 'bias'})
-            else:
-                out, leaves = nn.max_pool2d(x, **case), [x]
-            assert (out._op in ('conv2d', 'max_pool2d')) == fused
-            out.backward(np.random.default_rng(8).standard_normal(out.shape))
-            results.append([out.data] + [leaf.grad for leaf in leaves])
-        for a, b in zip(*results):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-
-
 # ---------------------------------------------------------------------------
 # train_digits.py end to end
 # ---------------------------------------------------------------------------
@@ -5808,77 +5331,9 @@ def test_train_digits_split_is_fixed_disjoint_and_sized():
     np.testing.assert_array_equal(ya, order[:-360])
 
 
-
-
-
 # ---------------------------------------------------------------------------
-# safetensors and export.py (issue 14): to Hugging Face GPT-2 and nanoGPT, and back
+# export.py: to Hugging Face GPT-2 and nanoGPT, and back
 # ---------------------------------------------------------------------------
-def test_safetensors_round_trip_of_every_dtype(tmp_path):
-    rng = np.random.default_rng(0)
-    arrays = {f'a.{dt}': (rng.standard_normal((2, 3)) * 5).astype(dt)
-              for dt in ('float32', 'float64', 'float16', 'int64', 'int32', 'int16', 'int8',
-                         'uint8', 'bool')}
-    arrays['empty'] = np.zeros((0, 4), dtype=np.float32)
-    arrays['scalar'] = np.array(3.5)
-    nn.save_safetensors(arrays, tmp_path / 'x.safetensors', metadata={'note': 'hi'})
-    back, meta = nn.load_safetensors(tmp_path / 'x.safetensors')
-    assert meta == {'note': 'hi'} and list(back) == list(arrays)
-    for k in arrays:
-        assert back[k].dtype == arrays[k].dtype and back[k].shape == arrays[k].shape
-        np.testing.assert_array_equal(back[k], arrays[k])
-    # a whole training checkpoint: tensors by their dotted names, the rest in the metadata
-    ck = {'model': {'w': tt.randn(2, 2)}, 'step': 7, 'vocab': 'ab', 'best': {'val_loss': 1.5},
-          'rows': [np.arange(3), (1, 'x')]}
-    nn.save(ck, tmp_path / 'ck.safetensors')
-    got = nn.load(tmp_path / 'ck.safetensors')
-    assert got['step'] == 7 and got['vocab'] == 'ab' and got['rows'][1] == (1, 'x')
-    np.testing.assert_array_equal(got['model']['w'].data, ck['model']['w'].data)
-    assert list(nn.load_safetensors(tmp_path / 'ck.safetensors')[0]) == ['model.w', 'rows.0']
-
-
-def test_safetensors_reads_bfloat16_and_refuses_broken_files(tmp_path):
-    import json as _json
-    x = np.array([1.5, -2.25, 3.0], dtype=np.float32)
-    bf16 = (x.view(np.uint32) >> 16).astype('<u2')  # exact in bfloat16
-    header = _json.dumps({'x': {'dtype': 'BF16', 'shape': [3], 'data_offsets': [0, 6]}}).encode()
-    (tmp_path / 'bf.safetensors').write_bytes(len(header).to_bytes(8, 'little') + header +
-                                              bf16.tobytes())
-    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'bf.safetensors')[0]['x'], x)
-    nn.save({'w': np.ones(10)}, tmp_path / 'ok.safetensors')
-    raw = (tmp_path / 'ok.safetensors').read_bytes()
-    (tmp_path / 'cut.safetensors').write_bytes(raw[:-8])
-    (tmp_path / 'junk.safetensors').write_bytes(b'\xff' * 64)
-    nn.save_safetensors({'w': np.ones(2)}, tmp_path / 'foreign.safetensors')
-    for name, message in [('cut', 'cut.safetensors is truncated or corrupt'),
-                          ('junk', 'junk.safetensors is truncated or corrupt'),
-                          ('foreign', 'not a tinytorch checkpoint')]:
-        with pytest.raises(nn.CheckpointError, match=message):
-            nn.load(tmp_path / f'{name}.safetensors')
-
-
-def test_safetensors_files_open_in_the_safetensors_package(tmp_path):
-    st = pytest.importorskip("safetensors.numpy")
-    arrays = {'f': np.arange(6, dtype=np.float32).reshape(2, 3), 'i': np.arange(4),
-              'b': np.array([True, False])}
-    nn.save_safetensors(arrays, tmp_path / 'x.safetensors')
-    back = st.load_file(str(tmp_path / 'x.safetensors'))
-    for k in arrays:
-        np.testing.assert_array_equal(back[k], arrays[k])
-    st.save_file(arrays, str(tmp_path / 'y.safetensors'))  # and theirs open here
-    np.testing.assert_array_equal(nn.load_safetensors(tmp_path / 'y.safetensors')[0]['f'],
-                                  arrays['f'])
-
-
-def test_safetensors_files_open_in_safetensors_torch_pytorch(tmp_path):
-    need_torch()
-    st = pytest.importorskip("safetensors.torch")
-    nn.save({'model': {'w': tt.randn(3, 2)}}, tmp_path / 'x.safetensors')
-    back = st.load_file(str(tmp_path / 'x.safetensors'))
-    np.testing.assert_array_equal(back['model.w'].numpy(),
-                                  nn.load(tmp_path / 'x.safetensors')['model']['w'].data)
-
-
 @pytest.fixture(scope='module')
 def trained_run(tmp_path_factory):
     """A tiny train_charlm.py run, shared by the export tests."""
@@ -6202,7 +5657,356 @@ def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_pa
 
 
 # ---------------------------------------------------------------------------
-# Looking inside a run (issue 15): lookinside.profile and lookinside.detect_anomaly
+# train_charlm.py: training health and --profile
+# ---------------------------------------------------------------------------
+def test_charlm_metrics_record_training_health(corpus, tmp_path):
+    run = str(tmp_path / "run")
+    r = run_charlm(corpus, *TINY, '--steps', '6', '--eval-interval', '3', '--out-dir', run)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(run, 'metrics.csv')) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 6 and 'grad_norm' in rows[0] and 'update_ratio' in rows[0]
+    norms = [float(r['grad_norm']) for r in rows]
+    assert all(math.isfinite(n) and n > 0 for n in norms)
+    ratios = [r['update_ratio'] for r in rows]
+    assert [bool(x) for x in ratios] == [False, False, True, False, False, True]
+    assert all(1e-6 < float(x) < 1 for x in ratios if x)
+
+
+def test_charlm_resume_adds_the_health_columns_to_an_old_metrics_file(corpus, tmp_path):
+    run = tmp_path / "run"
+    assert run_charlm(corpus, *TINY, '--steps', '2', '--out-dir', str(run)).returncode == 0
+    old = "step,train_loss,val_loss,lr,tokens_per_sec\n1,4.1,,0.001,100.0\n2,4.0,4.0,0.001,100.0\n"
+    (run / 'metrics.csv').write_text(old)  # as an earlier version wrote it
+    r = run_charlm(corpus, *TINY, '--steps', '3', '--resume', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    with open(run / 'metrics.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert [r['step'] for r in rows] == ['1', '2', '3'] and rows[0]['train_loss'] == '4.1'
+    assert rows[0]['grad_norm'] == '' and float(rows[2]['grad_norm']) > 0
+
+
+def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    assert "one training step" in r.stdout and "(outside ops)" in r.stdout
+    assert re.search(r"^linear\s+\d+", r.stdout, re.M) and "AdamW.step" in r.stdout
+    assert "GFLOP/s" in r.stdout and not run.exists()
+
+
+# ===========================================================================
+# lookinside.py
+# ===========================================================================
+
+
+# ---------------------------------------------------------------------------
+# Seeing the gradient: draw_graph and grad_path
+# ---------------------------------------------------------------------------
+def parse_dot(dot):
+    """A small DOT reader for what draw_graph writes: node ids with labels, and edges."""
+    assert dot.startswith('digraph tinytorch {') and dot.rstrip().endswith('}')
+    assert dot.count('{') == dot.count('}') == 1
+    body = dot.strip().splitlines()[1:-1]
+    nodes, edges = {}, []
+    for line in body:
+        line = line.strip()
+        assert line.endswith(';'), line
+        m = re.fullmatch(r'(n\d+) \[label="([^"]*)"(.*)\];', line)
+        e = re.fullmatch(r'(n\d+) -> (n\d+);', line)
+        if m:
+            nodes[m.group(1)] = m.group(2)
+        elif e:
+            edges.append((e.group(1), e.group(2)))
+        else:
+            assert re.fullmatch(r'(rankdir=BT|node \[.*\]|note \[.*\]);', line), line
+    assert all(a in nodes and b in nodes for a, b in edges)
+    return nodes, edges
+
+
+def test_draw_graph_dot_matches_the_graph(tmp_path):
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = tt.randn(5, 3)
+    loss = nn.cross_entropy(model(x), tt.tensor([0, 1, 0, 1, 1]))
+    dot = lookinside.draw_graph(loss, names=model)
+    nodes, edges = parse_dot(dot)
+    # cross_entropy <- linear <- tanh <- linear <- x, W1, b1 ; second linear also <- W2, b2
+    assert len(nodes) == 9 and len(edges) == 8
+    labels = sorted(label.split('\\n')[0] for label in nodes.values())
+    assert labels == ['0.bias', '0.weight', '2.bias', '2.weight', 'cross_entropy', 'input',
+                      'linear', 'linear', 'tanh']
+    assert 'linear\\n(5, 4) float32' in dot and '0.weight\\n(4, 3) float32' in dot
+    out = tmp_path / "g.dot"
+    lookinside.draw_graph(loss, path=str(out))
+    assert out.read_text() == lookinside.draw_graph(loss)
+
+
+def test_draw_graph_caps_big_graphs():
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    _, loss = model(np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64))
+    nodes, edges = parse_dot(lookinside.draw_graph(loss, max_nodes=40))
+    assert len(nodes) == 40
+    seen, todo = {id(loss)}, [loss]  # every node of the graph, inputs and constants included
+    while todo:
+        for p in todo.pop()._parents:
+            if id(p) not in seen:
+                seen.add(id(p))
+                todo.append(p)
+    total = len(seen)
+    assert f"{total - 40} more nodes not drawn (max_nodes=40)" in lookinside.draw_graph(loss, max_nodes=40)
+    everything, _ = parse_dot(lookinside.draw_graph(loss, max_nodes=total))
+    assert len(everything) == total and "not drawn" not in lookinside.draw_graph(loss, max_nodes=total)
+    # inputs and constants count too: 2 * (x @ w) has 5 nodes (mul, the 2, matmul, x, w)
+    w = tt.randn(3, 2, requires_grad=True)
+    small = (tt.randn(4, 3) @ w) * 2.0
+    assert "3 more nodes not drawn (max_nodes=2)" in lookinside.draw_graph(small, max_nodes=2)
+
+
+def test_draw_graph_without_graphviz_says_how(tmp_path, monkeypatch, capsys):
+    import shutil
+    monkeypatch.setattr(shutil, 'which', lambda name: None)
+    x = tt.randn(2, requires_grad=True)
+    lookinside.draw_graph((x * 2).sum(), path=str(tmp_path / "g.svg"))
+    assert "dot -Tsvg" in capsys.readouterr().out
+    assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
+
+
+def test_draw_graph_renders_pdf_too_and_refuses_an_unknown_extension(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    x = tt.randn(2, requires_grad=True)
+    loss = (x * 2).sum()
+    with pytest.raises(ValueError, match=r"draw_graph: can't write 'g\.jpeg'.*\.svg, \.png, \.pdf.*"
+                       r"\.dot"):
+        lookinside.draw_graph(loss, path=str(tmp_path / "g.jpeg"))
+    assert not (tmp_path / "g.jpeg").exists()
+    calls = []
+    monkeypatch.setattr(shutil, 'which', lambda name: '/usr/bin/dot')
+    monkeypatch.setattr(subprocess, 'run', lambda args, **kw: calls.append(args))
+    lookinside.draw_graph(loss, path=str(tmp_path / "g.pdf"))  # rendered by dot, not DOT text in a .pdf
+    assert calls == [['dot', '-Tpdf', '-o', str(tmp_path / "g.pdf")]]
+    lookinside.draw_graph(loss, path=str(tmp_path / "g.gv"))
+    assert (tmp_path / "g.gv").read_text().startswith("digraph")
+
+
+def test_saving_a_module_says_to_save_its_state_dict(tmp_path):
+    with pytest.raises(TypeError, match=r"save: got a Sequential, which holds code as well as "
+                       r"numbers; save its state_dict\(\): nn.save\(obj.state_dict\(\), path\)"):
+        nn.save(nn.Sequential(nn.Linear(2, 2)), str(tmp_path / "m.npz"))
+    opt = optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"save: got a SGD.*state_dict\(\)"):
+        nn.save({'optimizer': opt}, str(tmp_path / "m.npz"))
+    assert not os.listdir(tmp_path)
+
+
+def test_grad_path_names_ops_in_order_and_norms_match():
+    x = tt.tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
+    b = tt.tensor(np.random.default_rng(1).standard_normal(4), requires_grad=True)
+    loss = ((x + b).tanh() * 2.0).sum()
+    text = lookinside.grad_path(loss, b, names={'x': x, 'b': b}, file=open(os.devnull, 'w'))
+    ops = [line.split()[0] for line in text.splitlines() if line.startswith('  ') and '|grad|' in line]
+    assert ops == ['sum', 'mul', 'tanh', 'add']
+    assert "summed over the broadcast dims (3, 4) -> (4,)" in text
+    loss.backward()
+    final = float(re.search(r"\|grad of b\| = ([0-9.e+-]+)", text).group(1))
+    assert final == pytest.approx(np.linalg.norm(b.grad), rel=1e-3)
+
+
+def test_grad_path_shows_each_path_and_adds_them():
+    x = tt.tensor([0.3, -0.7, 1.1], dtype=tt.float64, requires_grad=True)
+    loss = (x.exp() * x.sin() + x * 3.0).sum()
+    text = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))
+    assert "path 3 of 3" in text and "the 3 contributions are added" in text
+    contributions = [float(v) for v in re.findall(r"= contribution ([0-9.e+-]+)", text)]
+    assert len(contributions) == 3
+    loss.backward(retain_graph=True)
+    total = float(re.search(r"\|grad of x\| = ([0-9.e+-]+)", text).group(1))
+    assert total == pytest.approx(np.linalg.norm(x.grad), rel=1e-3)
+    again = lookinside.grad_path(loss, x, names={'x': x}, file=open(os.devnull, 'w'))  # after backward
+    assert again == text
+    loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        lookinside.grad_path(loss, x)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch, fast_paths):
+    monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+    tt.manual_seed(0)
+    model = tf.GPT(tiny_config())
+    _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
+    bias = model.h[0].attn.c_attn.bias
+    text = lookinside.grad_path(loss, bias, names=model, file=open(os.devnull, 'w'))
+    assert "h.0.attn.c_attn.bias" in text and "paths reach it" in text
+    assert ("d attention/d qkv" if fused else "d softmax/dx: p * (g - sum(p * g))") in text
+    assert "cross_entropy" in text
+    loss.backward()
+    final = float(re.search(r"\|grad of h.0.attn.c_attn.bias\| = ([0-9.e+-]+)", text).group(1))
+    assert final == pytest.approx(np.linalg.norm(bias.grad), rel=1e-3)
+    with pytest.raises(ValueError, match="does not affect this loss"):
+        _, loss2 = model(np.array([[1, 2]]), np.array([[2, 3]]))
+        lookinside.grad_path(loss2, nn.Parameter(tt.ones(2)))
+
+
+def test_readme_name_table_names_only_what_exists():
+    """Every name in the README's PyTorch -> tinytorch table exists where the table says."""
+    text = open(os.path.join(HERE, 'README.md')).read()
+    table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
+    homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
+             "`data.` + the same name": [data],
+             "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
+    checked = 0
+    for row in table.splitlines()[2:]:
+        if not row.startswith('|'):
+            continue
+        left, right = [c.strip() for c in row.strip('|').split('|')]
+        where = next((v for k, v in homes.items() if right.startswith(k) and (
+            k != "the same methods" or right == k or right.startswith("the same methods,"))), None)
+        if right.startswith("`nn.` + the same name (`tt.` too"):
+            where = [nn]
+        if where is None:
+            continue
+        left = re.sub(r"\(`[^)]*\)", "", left)  # drop the argument lists: (`weight`, ...)
+        for name in re.findall(r"`(?:torch\.|F\.|nn\.|x\.)?([A-Za-z_]+)(?:\(\))?`", left):
+            for home in where:
+                assert hasattr(home, name), (name, home)
+                checked += 1
+    assert checked > 60
+
+
+def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
+    """Every ```python block of the README runs as written in a fresh namespace (output that
+    is shown, not run, goes in a ```text block), and the op shown in "How an op enters
+    the graph" is the one in tinytorch.py."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)  # blocks that write files write them here
+    fused = tf.FUSED_ATTENTION
+    try:
+        for k, code in enumerate(blocks):
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
+    finally:
+        tf.FUSED_ATTENTION = fused
+    shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
+    assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
+
+
+def test_readme_usage_block_lists_exactly_the_flags_of_help():
+    text = open(os.path.join(HERE, 'README.md')).read()
+    usage = re.search(r"```\n(python train_charlm.py \[FILE\].*?)```", text, re.S).group(1)
+    r = run_charlm('--help')
+    assert r.returncode == 0
+    assert set(re.findall(r"--[a-z-]+", usage)) == set(re.findall(r"^  (--[a-z-]+)", r.stdout, re.M))
+
+
+def test_what_the_readme_examples_write_is_ignored_by_git():
+    """Following the README leaves `git status` clean: every file or folder its examples
+    write matches a line of .gitignore."""
+    import fnmatch
+    text = open(os.path.join(HERE, 'README.md')).read()
+    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
+    for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
+        written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
+    written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
+    assert {'hf_model', 'nanogpt_run', 'out_hf', 'out_ng', 'mlp.svg'} <= written
+    patterns = [line.strip().rstrip('/') for line in open(os.path.join(HERE, '.gitignore'))
+                if line.strip() and not line.startswith('#')]
+    for name in written:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
+
+
+def test_chinese_readme_shows_the_same_tested_code_and_links_back():
+    en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
+    assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
+    blocks = re.findall(r"```python\n.*?```", zh, re.S)
+    assert len(blocks) == 5  # the three lines, tanh, in-place ops, convolution, the gradient walkthrough
+    for block in blocks:  # each one runs in the English README's tests
+        assert block in en
+    commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
+    assert commands and all(c in en for c in commands)  # the two commands, word for word
+    for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
+                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查"):
+        assert heading in zh
+
+
+def test_readme_own_op_runs_as_shown():
+    """The README's "Write your own op" block runs, and prints what the README shows."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- own_op:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- own_op:output -->\n```text\n(.*?)```", text, re.S).group(1)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, 'README.md', 'exec'), {})
+    assert buf.getvalue() == shown
+
+
+def test_readme_gradient_walkthrough():
+    """The README's grad_path output is what the code prints now (numbers to 0.1%;
+    values below 1e-9 are rounding noise and only need to stay tiny)."""
+    import contextlib
+    import io
+    text = open(os.path.join(HERE, 'README.md')).read()
+    code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(code, {})
+    finally:
+        tf.FUSED_ATTENTION = True
+    now = buf.getvalue()
+    number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+    assert re.sub(number, '#', now) == re.sub(number, '#', shown)
+    for a, b in zip(re.findall(number, now), re.findall(number, shown)):
+        a, b = float(a), float(b)
+        assert (abs(a) < 1e-9 and abs(b) < 1e-9) or a == pytest.approx(b, rel=1e-3), (a, b)
+
+
+def test_bench_script_runs():
+    """bench.py is not a timed test; this only checks that it still runs and reports."""
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
+                        'small,cnn', '--no-torch', '--threads', '1', '--rounds', '1'],
+                       capture_output=True, text=True, timeout=120, cwd=HERE)
+    assert r.returncode == 0, r.stderr
+    for name in ('small', 'cnn'):
+        assert re.search(rf"^{name}\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
+    assert "autograd overhead" in r.stdout
+    h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert h.returncode == 0 and '--quick' in h.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (['--configs', 'foo'], "--configs: unknown configuration 'foo'; choose among small, "
+                           "default, large, cnn"),
+    (['--configs', 'small,'], "--configs: unknown configuration ''"),
+    (['--threads', '0'], "--threads 0: it must be at least 1"),
+    (['--rounds', '0'], "--rounds 0: it must be at least 1"),
+])
+def test_bench_refuses_bad_flags_in_one_line(args, message):
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_train_linear_help_describes_it_and_runs_nothing():
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_linear.py'), '--help'],
+                       capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert r.returncode == 0 and r.stdout.startswith("usage: train_linear.py")
+    assert "2x + 1" in r.stdout and "step=" not in r.stdout  # described, not run
+
+
+# ---------------------------------------------------------------------------
+# Looking inside a run: lookinside.profile and lookinside.detect_anomaly
 # ---------------------------------------------------------------------------
 def _gpt_step(model, opt, x, y):
     loss = model(x, y)[1]
@@ -6313,64 +6117,6 @@ def test_detect_anomaly_is_silent_on_a_healthy_gpt_step():
         model.h[0].attn.attend(model.h[0].attn.c_attn(tt.randn(2, 8, 16)))  # -inf masks
 
 
-def test_charlm_metrics_record_training_health(corpus, tmp_path):
-    run = str(tmp_path / "run")
-    r = run_charlm(corpus, *TINY, '--steps', '6', '--eval-interval', '3', '--out-dir', run)
-    assert r.returncode == 0, r.stderr
-    with open(os.path.join(run, 'metrics.csv')) as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 6 and 'grad_norm' in rows[0] and 'update_ratio' in rows[0]
-    norms = [float(r['grad_norm']) for r in rows]
-    assert all(math.isfinite(n) and n > 0 for n in norms)
-    ratios = [r['update_ratio'] for r in rows]
-    assert [bool(x) for x in ratios] == [False, False, True, False, False, True]
-    assert all(1e-6 < float(x) < 1 for x in ratios if x)
-
-
-def test_charlm_resume_adds_the_health_columns_to_an_old_metrics_file(corpus, tmp_path):
-    run = tmp_path / "run"
-    assert run_charlm(corpus, *TINY, '--steps', '2', '--out-dir', str(run)).returncode == 0
-    old = "step,train_loss,val_loss,lr,tokens_per_sec\n1,4.1,,0.001,100.0\n2,4.0,4.0,0.001,100.0\n"
-    (run / 'metrics.csv').write_text(old)  # as an earlier version wrote it
-    r = run_charlm(corpus, *TINY, '--steps', '3', '--resume', '--out-dir', str(run))
-    assert r.returncode == 0, r.stderr
-    with open(run / 'metrics.csv') as f:
-        rows = list(csv.DictReader(f))
-    assert [r['step'] for r in rows] == ['1', '2', '3'] and rows[0]['train_loss'] == '4.1'
-    assert rows[0]['grad_norm'] == '' and float(rows[2]['grad_norm']) > 0
-
-
-def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
-    run = tmp_path / "run"
-    r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))
-    assert r.returncode == 0, r.stderr
-    assert "one training step" in r.stdout and "(outside ops)" in r.stdout
-    assert re.search(r"^linear\s+\d+", r.stdout, re.M) and "AdamW.step" in r.stdout
-    assert "GFLOP/s" in r.stdout and not run.exists()
-
-
-def test_in_place_on_an_intermediate_keeps_every_alias_in_step():
-    x = t64(3)
-    h = x * 2
-    d = h.detach()  # shares h's memory, as in PyTorch
-    h += 1.0
-    assert d.tolist() == h.tolist()
-    v = x * 3
-    row = v[1:]  # a view: shares v's memory
-    v.mul_(2.0)
-    assert row.tolist() == v[1:].tolist()
-    p = x * 1
-    e = p.exp()  # saves its output e; e then changes in place, taking new memory
-    e.add_(1.0)
-    with pytest.raises(RuntimeError, match="backward through 'exp'.*modified in place"):
-        e.sum().backward()
-    q = x.abs() ** t64(3, seed=1).abs()  # pow with a tensor exponent reads its output
-    q.relu_()  # q's memory may be new now: pow's rule must still be guarded
-    q.mul_(2.0)
-    with pytest.raises(RuntimeError, match="backward through 'pow'.*modified in place"):
-        q.sum().backward()
-
-
 def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory():
     x = tt.randn(1000, requires_grad=True)
     with lookinside.profile() as prof:
@@ -6385,59 +6131,361 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert prof.kept == 0  # backward went through every node: nothing is held any more
 
 
-_SPLITS = [(11, [0.5, 0.5]), (10, [0.3, 0.3, 0.4]), (7, [0.1, 0.2, 0.7]), (5, [0.25] * 4)]
+# ===========================================================================
+# Conformance with PyTorch
+# ===========================================================================
 
 
-def test_random_split_hands_out_the_remainder_one_each_from_the_first():
-    # floor(n * fraction) each, then the leftover examples one each, first split first
-    assert [[len(s) for s in data.random_split(range(n), f)] for n, f in _SPLITS] == \
-        [[6, 5], [3, 3, 4], [1, 2, 4], [2, 1, 1, 1]]
-
-
-def test_random_split_lengths_match_pytorch():
+# ---------------------------------------------------------------------------
+# Against PyTorch, when it is installed
+# ---------------------------------------------------------------------------
+def test_ops_match_pytorch():
     torch = need_torch()
-    from torch.utils.data import random_split
-    for n, fractions in _SPLITS:
-        assert [len(s) for s in data.random_split(range(n), fractions)] == \
-            [len(s) for s in random_split(range(n), fractions)]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4, 5))
+    b = rng.standard_normal((5, 2))
+
+    def both(fn_tt, fn_torch, *arrays):
+        xs = [tt.tensor(x, requires_grad=True) for x in arrays]
+        ts = [torch.tensor(x, requires_grad=True) for x in arrays]
+        out_tt, out_t = fn_tt(*xs), fn_torch(*ts)
+        np.testing.assert_allclose(out_tt.data, out_t.detach().numpy(), rtol=1e-10, atol=1e-12)
+        v = rng.standard_normal(out_tt.shape)
+        out_tt.backward(v)
+        out_t.backward(torch.tensor(v))
+        for x, t in zip(xs, ts):
+            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+    both(lambda x: x.var(1, keepdim=True), lambda x: x.var(1, keepdim=True), a)
+    both(lambda x: x.std((0, 2), correction=0), lambda x: x.std((0, 2), correction=0), a)
+    both(lambda x: x.logsumexp(-1), lambda x: x.logsumexp(-1), a)
+    both(lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x), a)
+    both(lambda x: x.gelu(approximate='tanh'),
+         lambda x: torch.nn.functional.gelu(x, approximate='tanh'), a)
+    both(lambda x, w: (x @ w).log_softmax(1), lambda x, w: (x @ w).log_softmax(1), a, b)
+    both(lambda x: x[:, [0, 0, 2]].amax(1), lambda x: x[:, [0, 0, 2]].amax(1), a)
+    both(lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(),
+         lambda x: x.permute(2, 0, 1).flatten(1).sigmoid(), a)
 
 
-def test_data_edge_cases_and_explicit_generators():
-    with pytest.raises(ValueError, match="give at least one tensor"):
-        data.TensorDataset()
-    xs = tt.arange(6.0) * 10
-    ds = data.TensorDataset(xs)
-    one = list(data.DataLoader(ds))  # PyTorch's default: batches of one example
-    assert len(one) == 6 and one[2][0].tolist() == [20.0]
-    for bad in (0, -1, 2.5):
-        with pytest.raises(ValueError, match="batch_size must be a positive int"):
-            data.DataLoader(ds, batch_size=bad)
-    a, b = data.random_split(ds, [6, 0])  # an empty part is allowed, as in PyTorch
-    assert len(b) == 0 and sorted(a[i][0].item() for i in range(6)) == xs.tolist()
-    # an explicit generator decides the order, whatever tinytorch's own generator does
-    splits = []
-    for seed in (5, 5, 6):
-        tt.manual_seed(seed)  # changes tinytorch's generator, not the explicit one
-        part = data.random_split(ds, [3, 3], generator=np.random.default_rng(0))[0]
-        splits.append(part.indices)
-    assert splits[0] == splits[1] == splits[2]
-    with pytest.raises(ValueError, match="do not add up"):
-        data.random_split(range(3), [1])  # ints that do not cover the dataset
+# ---------------------------------------------------------------------------
+# Conformance with PyTorch: every public op, its value, gradient and result dtype,
+# and the type promotion table. Skipped without PyTorch; .ci/run installs
+# torch==2.13.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
+# which turns a missing PyTorch into a failure instead of a skip.
+# ---------------------------------------------------------------------------
+_KINDS = ('tensor', '0-d tensor', 'Python scalar', 'NumPy scalar')
 
 
-def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkeypatch, fast_paths):
-    x = tt.zeros(1, 1, 12, 12, requires_grad=True)
-    with tt.no_grad():
-        x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
-    monkeypatch.setattr(nn, 'FUSED_VISION', True)
-    nn.max_pool2d(x, 12).sum().backward()
-    assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
+_DTYPES = ('bool', 'int32', 'int64', 'float32', 'float64')
+
+
+def _operand(lib, kind, dtype):
+    """One operand of the promotion table, for tinytorch (lib=tt) or PyTorch."""
+    value = {'bool': True, 'int32': 3, 'int64': 3, 'float32': 2.5, 'float64': 2.5}[dtype]
+    if kind == 'Python scalar':
+        return value
+    if kind == 'NumPy scalar':
+        return np.dtype(dtype).type(value)
+    dt = getattr(lib, dtype) if dtype != 'bool' else lib.bool_ if lib is tt else lib.bool
+    return lib.tensor([value, value] if kind == 'tensor' else value, dtype=dt)
+
+
+def _dtype_name(dt):
+    return str(dt).replace('torch.', '')
+
+
+@pytest.mark.parametrize("kind_a", _KINDS)
+@pytest.mark.parametrize("kind_b", _KINDS)
+def test_pytorch_promotion_table(kind_a, kind_b):
+    """tt.result_type against torch.result_type over every pair of dtypes and kinds, and
+    the dtype that add, mul, div and < actually give when an operand is a tensor.
+    One deliberate difference (README): PyTorch reads a NumPy bool scalar as a float;
+    tinytorch reads it as a bool, as it reads Python's True."""
+    torch = need_torch()
+    for da in _DTYPES:
+        for db in _DTYPES:
+            a_tt, b_tt = _operand(tt, kind_a, da), _operand(tt, kind_b, db)
+            a_t, b_t = _operand(torch, kind_a, da), _operand(torch, kind_b, db)
+            case = (kind_a, da, kind_b, db)
+            if (kind_a == 'NumPy scalar' and da == 'bool') or (kind_b == 'NumPy scalar' and db == 'bool'):
+                a_ref = True if kind_a == 'NumPy scalar' and da == 'bool' else a_t
+                b_ref = True if kind_b == 'NumPy scalar' and db == 'bool' else b_t
+                if not isinstance(a_ref, torch.Tensor) and not isinstance(b_ref, torch.Tensor) \
+                        and type(a_ref) is type(b_ref) is bool:
+                    continue  # torch.result_type(True, True) is refused
+                expected = torch.result_type(a_ref, b_ref)
+            else:
+                expected = torch.result_type(a_t, b_t)
+            assert _dtype_name(tt.result_type(a_tt, b_tt)) == _dtype_name(expected), case
+            if not (isinstance(a_tt, tt.Tensor) or isinstance(b_tt, tt.Tensor)):
+                continue
+            assert _dtype_name((a_tt + b_tt).dtype) == _dtype_name(expected), case
+            assert _dtype_name((a_tt * b_tt).dtype) == _dtype_name(expected), case
+            assert (a_tt < b_tt).dtype == tt.bool_, case
+            div = tt.promote_types(expected.__str__().replace('torch.', ''), 'float32') \
+                if expected.is_floating_point else tt.float32
+            assert _dtype_name((a_tt / b_tt).dtype) == _dtype_name(div), case
+
+
+def _idx(m, values):
+    return m.tensor(values)
+
+
+# (id, fn(m, F, *tensors), input shapes): m is tt or torch, F is nn or
+# torch.nn.functional. Inputs are float64 leaves made from the same random arrays;
+# "T" in a shape list means: that input is a (4, 3) array used through its transpose.
+_CONFORMANCE = [
+    # arithmetic with broadcasting, 0-d and empty operands
+    ("add broadcast", lambda m, F, a, b: a + b, [(2, 3, 4), (3, 1)]),
+    ("sub 0-d", lambda m, F, a, b: a - b, [(2, 3), ()]),
+    ("mul broadcast", lambda m, F, a, b: a * b, [(4, 1), (1, 5)]),
+    ("div", lambda m, F, a, b: a / b, [(3, 4), (4,)]),
+    ("pow scalar", lambda m, F, a: a.abs() ** 1.7, [(3, 4)]),
+    ("pow tensor", lambda m, F, a, b: a.abs() ** b, [(3, 4), (4,)]),
+    ("rpow", lambda m, F, a: 2.0 ** a, [(3,)]),
+    ("neg empty", lambda m, F, a: -a, [(0, 3)]),
+    ("scalar ops", lambda m, F, a: (3 - a) / 2 + 1.5 * a, [(2, 3)]),
+    # elementwise functions
+    ("exp", lambda m, F, a: a.exp(), [(3, 4)]),
+    ("log", lambda m, F, a: a.abs().log(), [(3, 4)]),
+    ("sqrt", lambda m, F, a: a.abs().sqrt(), [(3, 4)]),
+    ("abs", lambda m, F, a: a.abs(), [(3, 4)]),
+    ("sin cos", lambda m, F, a: a.sin() * a.cos(), [(3, 4)]),
+    ("tanh", lambda m, F, a: a.tanh(), [(3, 4)]),
+    ("sigmoid", lambda m, F, a: a.sigmoid(), [(3, 4)]),
+    ("relu", lambda m, F, a: a.relu(), [(3, 4)]),
+    ("log1p", lambda m, F, a: a.abs().log1p(), [(3, 4)]),
+    ("expm1", lambda m, F, a: a.expm1(), [(3, 4)]),
+    ("erf", lambda m, F, a: a.erf(), [(3, 4)]),
+    ("gelu", lambda m, F, a: F.gelu(a), [(3, 4)]),
+    ("gelu tanh", lambda m, F, a: F.gelu(a, approximate='tanh'), [(3, 4)]),
+    ("silu", lambda m, F, a: F.silu(a), [(3, 4)]),
+    ("leaky_relu", lambda m, F, a: F.leaky_relu(a, 0.1), [(3, 4)]),
+    ("softplus", lambda m, F, a: F.softplus(a, beta=2.0, threshold=1.0), [(3, 4)]),
+    ("clamp", lambda m, F, a: a.clamp(-0.5, 0.7), [(3, 4)]),
+    ("clamp min", lambda m, F, a: a.clamp(min=0.1), [(3, 4)]),
+    ("maximum", lambda m, F, a, b: m.maximum(a, b), [(3, 4), (4,)]),
+    ("minimum", lambda m, F, a, b: m.minimum(a, b), [(3, 1), (1, 4)]),
+    ("where", lambda m, F, a, b: m.where(a > 0, a, b), [(3, 4), (4,)]),
+    ("masked_fill", lambda m, F, a: a.masked_fill(a < 0, 0.5), [(3, 4)]),
+    ("exp of 0-d", lambda m, F, a: a.exp(), [()]),
+    ("tanh of a view", lambda m, F, a: a.T.tanh(), ["T"]),
+    # reductions, with negative dims, keepdim, views, 0-d and empty inputs
+    ("sum", lambda m, F, a: a.sum(), [(3, 4)]),
+    ("sum dims", lambda m, F, a: a.sum((0, -1), keepdim=True), [(2, 3, 4)]),
+    ("sum empty", lambda m, F, a: a.sum(0), [(0, 3)]),
+    ("sum 0-d", lambda m, F, a: a.sum(), [()]),
+    ("mean", lambda m, F, a: a.mean(-1), [(2, 3, 4)]),
+    ("mean of a view", lambda m, F, a: a.T.mean(0), ["T"]),
+    ("var", lambda m, F, a: a.var(1, keepdim=True), [(3, 4)]),
+    ("var correction 0", lambda m, F, a: a.var(correction=0), [(3, 4)]),
+    ("std", lambda m, F, a: a.std(-1), [(3, 4)]),
+    ("std dims", lambda m, F, a: a.std((0, 2), correction=0), [(2, 3, 4)]),
+    ("amax", lambda m, F, a: a.amax(-1), [(3, 4)]),
+    ("amin", lambda m, F, a: a.amin((0, 1)), [(3, 4)]),
+    ("max", lambda m, F, a: a.max(), [(3, 4)]),
+    ("max dim", lambda m, F, a: a.max(-1).values, [(3, 4)]),
+    ("min dim keepdim", lambda m, F, a: a.min(0, keepdim=True).values, [(3, 4)]),
+    ("max dim indices", lambda m, F, a: a.max(1).indices, [(3, 4)]),
+    ("argmax", lambda m, F, a: a.argmax(-1), [(3, 4)]),
+    ("argmin", lambda m, F, a: a.argmin(), [(3, 4)]),
+    ("logsumexp", lambda m, F, a: a.logsumexp(-1), [(3, 4)]),
+    ("norm", lambda m, F, a: a.norm(), [(3, 4)]),
+    ("norm p dim", lambda m, F, a: a.norm(p=3, dim=-1, keepdim=True), [(3, 4)]),
+    ("norm 1", lambda m, F, a: a.norm(p=1, dim=0), [(3, 4)]),
+    ("norm inf", lambda m, F, a: a.norm(p=float('inf'), dim=1), [(3, 4)]),
+    ("prod", lambda m, F, a: a.prod(), [(2, 3)]),
+    ("prod dim", lambda m, F, a: a.prod(-1), [(3, 4)]),
+    ("cumsum", lambda m, F, a: a.cumsum(-1), [(3, 4)]),
+    ("cumsum of a view", lambda m, F, a: a.T.cumsum(0), ["T"]),
+    ("sort", lambda m, F, a: a.sort(-1).values, [(3, 4)]),
+    ("sort descending", lambda m, F, a: a.sort(0, descending=True).values, [(3, 4)]),
+    ("sort indices", lambda m, F, a: a.sort(1).indices, [(3, 4)]),
+    ("argsort", lambda m, F, a: a.argsort(-1, descending=True), [(3, 4)]),
+    ("topk", lambda m, F, a: a.topk(2, dim=-1).values, [(3, 4)]),
+    ("topk smallest", lambda m, F, a: a.topk(2, dim=0, largest=False).values, [(3, 4)]),
+    ("topk indices", lambda m, F, a: a.topk(3).indices, [(3, 4)]),
+    # shapes and indexing
+    ("reshape", lambda m, F, a: a.reshape(4, -1), [(2, 3, 4)]),
+    ("view of a view", lambda m, F, a: a.transpose(0, 1).reshape(-1), [(2, 3)]),
+    ("permute", lambda m, F, a: a.permute(2, 0, 1), [(2, 3, 4)]),
+    ("transpose", lambda m, F, a: a.transpose(-1, 0), [(2, 3, 4)]),
+    ("unsqueeze squeeze", lambda m, F, a: a.unsqueeze(-1).squeeze(0), [(1, 3)]),
+    ("flatten", lambda m, F, a: a.flatten(1), [(2, 3, 4)]),
+    ("expand", lambda m, F, a: a.expand(2, 3, 4), [(3, 1)]),
+    ("getitem slice", lambda m, F, a: a[1:, ::2], [(3, 4)]),
+    ("getitem ints", lambda m, F, a: a[_idx(m, [0, 2, 0])], [(3, 4)]),
+    ("getitem mask", lambda m, F, a: a[a > 0], [(3, 4)]),
+    ("getitem mixed", lambda m, F, a: a[_idx(m, [1, 1]), 1:3], [(3, 4)]),
+    ("cat", lambda m, F, a, b: m.cat([a, b], -1), [(2, 3), (2, 1)]),
+    ("cat empty", lambda m, F, a, b: m.cat([a, b], 0), [(0, 3), (2, 3)]),
+    ("stack", lambda m, F, a, b: m.stack([a, b], 1), [(2, 3), (2, 3)]),
+    ("split", lambda m, F, a: a.split(2, -1)[1], [(3, 5)]),
+    ("chunk", lambda m, F, a: a.chunk(2, 0)[0], [(3, 4)]),
+    ("narrow", lambda m, F, a: a.narrow(1, 1, 2), [(3, 4)]),
+    ("tril triu", lambda m, F, a: a.tril(-1) + a.triu(1), [(4, 4)]),
+    ("gather", lambda m, F, a: a.gather(1, _idx(m, [[0, 0], [3, 1], [2, 2]])), [(3, 4)]),
+    ("gather of a view", lambda m, F, a: a.T.gather(0, _idx(m, [[1, 3, 0]])), ["T"]),
+    ("scatter", lambda m, F, a, b: a.scatter(1, _idx(m, [[0], [3], [1]]), b), [(3, 4), (3, 1)]),
+    ("scatter value", lambda m, F, a: a.scatter(0, _idx(m, [[2, 0, 1, 1]]), 0.5), [(3, 4)]),
+    ("scatter_add", lambda m, F, a, b: a.scatter_add(1, _idx(m, [[0, 0], [3, 1], [2, 2]]), b),
+     [(3, 4), (3, 2)]),
+    ("index_select", lambda m, F, a: a.index_select(-1, _idx(m, [3, 0, 3])), [(3, 4)]),
+    ("take_along_dim", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1], [0], [3]]), 1), [(3, 4)]),
+    ("take_along_dim broadcast", lambda m, F, a: m.take_along_dim(a, _idx(m, [[1, 2]]), 1),
+     [(3, 4)]),
+    ("take_along_dim flat", lambda m, F, a: m.take_along_dim(a, _idx(m, [7, 0, 7])), [(3, 4)]),
+    ("flip", lambda m, F, a: a.flip(0, -1), [(2, 3, 4)]),
+    ("roll", lambda m, F, a: a.roll((1, -1), (0, 2)), [(2, 3, 4)]),
+    ("roll flat", lambda m, F, a: a.roll(2), [(3, 4)]),
+    ("repeat", lambda m, F, a: a.repeat(2, 1, 3), [(3, 4)]),
+    # matmul
+    ("matmul 2-D", lambda m, F, a, b: a @ b, [(3, 4), (4, 2)]),
+    ("matmul batched", lambda m, F, a, b: a @ b, [(2, 1, 3, 4), (3, 4, 5)]),
+    ("matmul 1-D", lambda m, F, a, b: a @ b, [(4,), (4, 2)]),
+    ("matmul vector", lambda m, F, a, b: a @ b, [(2, 3, 4), (4,)]),
+    ("matmul empty", lambda m, F, a, b: a @ b, [(0, 3), (3, 2)]),
+    ("matmul of views", lambda m, F, a, b: a.T @ b.T, ["T", (2, 3)]),
+    # softmax family
+    ("softmax", lambda m, F, a: a.softmax(-1), [(3, 4)]),
+    ("softmax dim 0", lambda m, F, a: F.softmax(a, 0), [(3, 4)]),
+    ("log_softmax", lambda m, F, a: F.log_softmax(a, dim=1), [(3, 4)]),
+    # nn's functional ops
+    ("linear", lambda m, F, x, w, b: F.linear(x, w, b), [(2, 3, 4), (5, 4), (5,)]),
+    ("linear no bias", lambda m, F, x, w: F.linear(x, w), [(3, 4), (5, 4)]),
+    ("embedding", lambda m, F, w: F.embedding(_idx(m, [[1, 0], [1, 3]]), w), [(4, 3)]),
+    ("layer_norm", lambda m, F, x, w, b: F.layer_norm(x, (4,), w, b), [(2, 3, 4), (4,), (4,)]),
+    ("layer_norm 2 dims", lambda m, F, x: F.layer_norm(x, (3, 4)), [(2, 3, 4)]),
+    ("mse_loss", lambda m, F, a, b: F.mse_loss(a, b), [(3, 4), (3, 4)]),
+    ("cross_entropy", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, -100, 0])), [(3, 4)]),
+    ("cross_entropy sum", lambda m, F, a: F.cross_entropy(a, _idx(m, [3, 1, 0]), reduction='sum'),
+     [(3, 4)]),
+    ("cross_entropy weight smoothing", lambda m, F, a, w: F.cross_entropy(
+        a, _idx(m, [3, 1, 0]), w.detach().abs(), label_smoothing=0.1), [(3, 4), (4,)]),
+    ("cross_entropy none", lambda m, F, a: F.cross_entropy(a, _idx(m, [2, 1, -100]),
+                                                            reduction='none'), [(3, 4)]),
+    ("bce with logits", lambda m, F, a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
+     [(3, 4), (3, 4)]),
+    ("one_hot", lambda m, F: F.one_hot(_idx(m, [0, 3, 1]), 5), []),
+    ("clone", lambda m, F, a: a.clone() * 2, [(3,)]),
+]
+
+
+def _inputs(shapes, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((4, 3)).T if s == "T" else rng.standard_normal(s) for s in shapes]
+
+
+@pytest.mark.parametrize("name,fn,shapes", _CONFORMANCE, ids=[c[0] for c in _CONFORMANCE])
+def test_pytorch_conformance(name, fn, shapes):
+    """Value (float64, 1e-10), gradient (float64, 1e-6) and result dtype (float32 inputs)."""
+    torch = need_torch()
+    import warnings
+    F = torch.nn.functional
+    arrays = _inputs(shapes, seed=len(name))
+    ours = [tt.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        out, ref = fn(tt, nn, *ours), fn(torch, F, *theirs)
+    assert tuple(out.shape) == tuple(ref.shape), name
+    np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+    assert _dtype_name(out.dtype) == _dtype_name(ref.dtype), name
+    if ref.requires_grad:
+        v = np.random.default_rng(1).standard_normal(out.shape)
+        out.backward(v)
+        ref.backward(torch.tensor(v))
+        for x, t in zip(ours, theirs):
+            if t.grad is None:
+                assert x.grad is None or not np.any(x.grad), name
+            else:
+                np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-6, atol=1e-8,
+                                           err_msg=name)
+    # the result dtype in float32, the default
+    ours32 = [tt.tensor(a.astype(np.float32)) for a in arrays]
+    theirs32 = [torch.tensor(a.astype(np.float32)) for a in arrays]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert _dtype_name(fn(tt, nn, *ours32).dtype) == _dtype_name(fn(torch, F, *theirs32).dtype)
+
+
+def test_pytorch_creation_dtypes_and_casts():
+    torch = need_torch()
+    cases = [
+        lambda m: m.tensor([1, 2]), lambda m: m.tensor([1.5, 2]), lambda m: m.tensor(True),
+        lambda m: m.tensor(np.arange(3.0)), lambda m: m.tensor(np.arange(3, dtype=np.int32)),
+        lambda m: m.from_numpy(np.arange(3.0, dtype=np.float32)), lambda m: m.arange(5),
+        lambda m: m.arange(0, 1, 0.25), lambda m: m.arange(5.0), lambda m: m.zeros(2, 3),
+        lambda m: m.ones((2,)), lambda m: m.full((2,), 1), lambda m: m.full((2,), 1.5),
+        lambda m: m.full((2,), True), lambda m: m.eye(3), lambda m: m.randn(2),
+        lambda m: m.rand(2), lambda m: m.randint(0, 5, (3,)), lambda m: m.randperm(4),
+        lambda m: m.arange(5).float(), lambda m: m.arange(5.0).long(), lambda m: m.arange(5.0).double(),
+        lambda m: m.arange(5) / 2,
+        lambda m: m.arange(5).sum(), lambda m: m.tensor([True, False]).sum(),
+        lambda m: m.arange(5).cumsum(0), lambda m: m.arange(6).reshape(2, 3).prod(1),
+        lambda m: m.arange(5).argmax(), lambda m: m.arange(5) > 2,
+    ]
+    for k, make in enumerate(cases):
+        assert _dtype_name(make(tt).dtype) == _dtype_name(make(torch).dtype), k
+    for make in cases[:15] + cases[19:22]:
+        np.testing.assert_array_equal(make(tt).data, make(torch).numpy())
+
+
+def test_empty_reductions_say_what_is_wrong():
+    with pytest.raises(RuntimeError, match=r"amax: cannot reduce over an empty dim \(tensor of shape \(0, 3\)"):
+        tt.zeros(0, 3).amax()
+    with pytest.raises(RuntimeError, match="max: cannot reduce over an empty dim"):
+        tt.zeros(0, 3).max(0)
+    assert tt.zeros(0, 3).amax(1).shape == (0,) and tt.zeros(0, 3).sum().item() == 0.0
+    assert tt.zeros(0, 3).prod().item() == 1.0
+
+
+def test_pytorch_edge_values():
+    """The edge cases listed in the README, each against PyTorch's own answer."""
+    torch = need_torch()
+    import warnings
+    cases = [
+        (lambda x: x.std(), [2.0, 2.0, 2.0]), (lambda x: x.std(0), [[1.0, 2.0], [1.0, 3.0]]),
+        (lambda x: x.var(correction=3), [0.0, 1.0, 2.0]), (lambda x: x.var(), [5.0]),
+        (lambda x: x.var(1, correction=3), [[0.0, 1.0]]),
+        (lambda x: x.std(correction=3), [0.0, 1.0]),
+        (lambda x: x ** 0, [0.0, 2.0]), (lambda x: x ** 0.5, [0.0, 4.0]),
+        (lambda x: x.norm(), [0.0, 0.0]), (lambda x: x.norm(dim=1), [[0.0, 0.0], [3.0, 4.0]]),
+        (lambda x: x.prod(), [0.0, 2.0, 3.0]), (lambda x: x.prod(), [0.0, 0.0, 3.0]),
+        (lambda x: x.logsumexp(0), [-np.inf, -np.inf]), (lambda x: x.mean(), np.zeros(0)),
+        (lambda x: x.sqrt(), [0.0, 1.0]), (lambda x: x.abs(), [0.0, -1.0]),
+        (lambda x: x.relu(), [0.0, 1.0]), (lambda x: x.clamp(0.0, 1.0), [0.0, 1.0, 2.0]),
+        (lambda x: x.amax(), [1.0, 3.0, 3.0]), (lambda x: x.max(0).values, [3.0, 3.0, 1.0]),
+        (lambda x: 1 / x, [0.0, 1.0]), (lambda x: x.log(), [0.0, 1.0]),
+        (lambda x: x.sigmoid(), [-800.0, 800.0]), (lambda x: x.softmax(-1), [-np.inf, -np.inf]),
+        (lambda x: x.norm(p=float('inf')), [2.0, -2.0, 1.0]),
+    ]
+    for k, (fn, values) in enumerate(cases):
+        a = np.array(values, dtype=np.float64)
+        x, t = tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        with warnings.catch_warnings(), np.errstate(all='ignore'):
+            warnings.simplefilter('ignore')
+            out, ref = fn(x), fn(t)
+            out.sum().backward()
+            ref.sum().backward()
+        np.testing.assert_allclose(out.data, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
+        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
+    logits = np.random.default_rng(0).standard_normal((2, 3))
+    x, t = tt.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    loss, ref = nn.cross_entropy(x, tt.tensor([-100, -100])), \
+        torch.nn.functional.cross_entropy(t, torch.tensor([-100, -100]))
+    loss.backward()
+    ref.backward()
+    assert np.isnan(loss.item()) and np.isnan(ref.item())
+    np.testing.assert_array_equal(x.grad, t.grad.numpy())
 
 
 # ===========================================================================
-# Differential fuzzer against PyTorch (issue 22). It writes random programs of 3 to 12
-# statements over the public API, runs each in tinytorch and in PyTorch (float64, then
-# float32) from the same input values, and compares after every statement every live
+# The differential fuzzer
+# ===========================================================================
+# It writes random programs of 3 to 12 statements over the public API, runs each in
+# tinytorch and in PyTorch (float64, then float32) from the same input values, and compares after every statement every live
 # variable (shape, dtype, values with nan/inf positions, requires_grad, and whether the
 # statement raised), then every .grad after backward of a scalar made from the live
 # tensors. Mismatches are grouped by cause, and each group is printed as a minimised
@@ -6450,9 +6498,7 @@ def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkey
 # float dtype, and `T.bool` PyTorch's name for bool (tinytorch's is `T.bool_`). PyTorch
 # is also the generator's shape oracle: each new statement is run there first, so the
 # next one knows every variable's shape and dtype.
-# ===========================================================================
-import time as _time  # noqa: E402
-import warnings as _warnings  # noqa: E402
+
 
 # The deliberate differences listed in README.md ("Deliberate differences from
 # PyTorch"), the fuzzer's only exclusions. Each entry: a phrase of the README line (a
@@ -6477,7 +6523,10 @@ FUZZ_DIFFERENCES = {
                                       "a program with an in-place change compares the .grad of "
                                       "leaves only"),
 }
+
+
 _FLOAT_DTYPES = ('float16', 'float32', 'float64')
+
 
 # Refusals that are deliberate differences (README): one framework raises where the other
 # computes, by design. A program whose statement is refused this way is not compared any
@@ -6523,6 +6572,8 @@ def _refused_by_design(e_tt, e_torch):
 # They make up the family 'names' (each generator's second list), so that the other
 # families test what tinytorch has.
 _UNARY = 'exp log sqrt abs sin cos tanh sigmoid relu log1p expm1 erf neg'.split()
+
+
 _UNARY_23 = ('sign floor ceil round trunc frac square rsqrt reciprocal log2 log10 exp2 sinh '
              'cosh asin acos atan isnan isinf isfinite logical_not').split()
 
@@ -7119,7 +7170,11 @@ _FAMILIES = {
     'nn': [_g_nn, _g_nn, _g_nn, _g_binary, _g_unary],
     'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where],
 }
+
+
 _FAMILIES['edges'] = [gen for family in list(_FAMILIES.values()) for gen in family]
+
+
 # issue 23's names (each generator draws from its second list)
 _FAMILIES['names'] = [_g_binary, _g_binary_fn, _g_unary, _g_unary, _g_reduce, _g_view,
                       _g_inplace, _g_nn, _g_cast, _g_functions, _g_functions, _g_clamp_where]
@@ -7128,10 +7183,14 @@ _FAMILIES['names'] = [_g_binary, _g_binary_fn, _g_unary, _g_unary, _g_reduce, _g
 # -- running a program in one framework ----------------------------------------------------
 _HEADERS = {'tt': "import numpy as np, tinytorch as T, nn as F\nfrom math import inf, nan",
             'torch': "import numpy as np, torch as T, torch.nn.functional as F\nfrom math import inf, nan"}
+
+
 # the scalar that backward starts from: every live float tensor that requires grad,
 # weighted (so a gradient sent to the wrong element shows)
 _WEIGHTS = ("def W(v): return T.tensor(np.cos(np.arange(v.numel())).reshape(tuple(v.shape)), "
             "dtype=v.dtype)")
+
+
 _CODE = {}
 
 
@@ -7456,6 +7515,8 @@ def _fuzz_main(argv):
 
 # -- the fuzzer's tests: one per family, fixed seeds (CI: `pytest -k pytorch`) -------------
 _FUZZ_CI_COUNT = 500  # programs per family: 4,500 in all, under a minute on 2 cores
+
+
 # Families that mismatch PyTorch today, with the causes the fuzzer names (issues 22 and
 # 23 fix them; remove a family from here when its test passes: strict=True says so).
 _FUZZ_FAILING = {
