@@ -2311,8 +2311,8 @@ def test_sequential():
     assert [n for n, _ in model.named_parameters()][0] == '0.weight'
 
 
-# -- issue 23 / 24: more activations, pad, normalize, cosine_similarity, losses,
-#    cross_entropy's other shapes, scaled_dot_product_attention ---------------------
+# -- more activations, pad, normalize, cosine_similarity, losses, cross_entropy's other
+#    shapes, scaled_dot_product_attention ----------------------------------------------
 def test_elu_selu_hardtanh_relu6_gradcheck_strided_0d_and_empty():
     x = t64(4, 3, seed=5)
     x.data[0, 0], x.data[1, 1] = 3.0, -7.0  # beyond hardtanh's bounds: gradient 0 there
@@ -6485,9 +6485,9 @@ def test_pytorch_edge_values():
 # The differential fuzzer
 # ===========================================================================
 # It writes random programs of 3 to 12 statements over the public API, runs each in
-# tinytorch and in PyTorch (float64, then float32) from the same input values, and compares after every statement every live
-# variable (shape, dtype, values with nan/inf positions, requires_grad, and whether the
-# statement raised), then every .grad after backward of a scalar made from the live
+# tinytorch and in PyTorch (float64, then float32) from the same input values, and
+# compares after every statement every live variable (shape, dtype, values with nan/inf
+# positions, requires_grad, and whether the statement raised), then every .grad after backward of a scalar made from the live
 # tensors. Mismatches are grouped by cause, and each group is printed as a minimised
 # program, runnable as-is in both frameworks.
 #
