@@ -90,6 +90,27 @@ def test_gradcheck_catches_a_wrong_backward():
         tt.gradcheck(wrong_square, [x])
 
 
+def test_gradcheck_catches_a_gradient_too_small_too_large_or_of_the_wrong_sign():
+    x, y = t64(3, 4), t64(3, 4, seed=1)
+
+    def doubled(rule):  # forward 2x, with the rule given
+        return lambda x: tt.from_op(x.data * 2, 'doubled', (x,), rule)
+    for rule in (lambda g: (g,), lambda g: (g * 0.999,), lambda g: (g * 2.01,), lambda g: (-2 * g,),
+                 lambda g: (np.zeros_like(g),)):
+        with pytest.raises(tt.GradcheckError):
+            tt.gradcheck(doubled(rule), [x])
+        with pytest.raises(tt.GradcheckError):
+            tt.gradcheck(doubled(rule), [x], fast_mode=True)
+    flipped = np.ones((3, 4))
+    flipped[1, 2] = -1  # one element's sign wrong: gradcheck names that element
+
+    def one_sign_wrong(a, b):
+        return tt.from_op(a.data * b.data, 'mul', (a, b), lambda g: (g * b.data * flipped, g * a.data))
+    with pytest.raises(tt.GradcheckError, match=r"input 0 \(shape \(3, 4\)\) element \(1, 2\)"):
+        tt.gradcheck(one_sign_wrong, [x, y])
+    assert tt.gradcheck(doubled(lambda g: (2 * g,)), [x])  # the true rule passes
+
+
 def test_gradcheck_names_the_element_the_values_and_the_tolerance():
     x = t64(3, 4)
 
@@ -6050,6 +6071,13 @@ def test_profile_counts_matmul_flops_exactly(fast_paths):
     with lookinside.profile() as prof:
         nn.linear(a, w).sum().backward()
     assert prof.rows['linear']['flops'] == 2 * 3 * 5 * 6 * 7 * 3
+    bias = tt.randn(6, requires_grad=True)  # its gradient is a sum, not a product: no FLOPs
+    with lookinside.profile() as prof:
+        nn.linear(a, w, bias).sum().backward()
+    assert prof.rows['linear']['flops'] == 2 * 3 * 5 * 6 * 7 * 3
+    with lookinside.profile() as prof:
+        tt.randn(3, 5, dtype=tt.float64) @ tt.randn(5, 2, dtype=tt.float64)
+    assert prof.rows['matmul']['out_bytes'] == 3 * 2 * 8  # bytes, not elements
     with lookinside.profile() as prof:
         nn.conv2d(tt.randn(2, 3, 6, 6), tt.randn(4, 3, 3, 3), padding=1)
     assert prof.rows['conv2d']['flops'] == 2 * (2 * 4 * 6 * 6) * (3 * 3 * 3)
