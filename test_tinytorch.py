@@ -205,6 +205,33 @@ def test_part_one_is_a_working_engine_on_its_own():
         assert np.abs(a).sum() > 0
 
 
+def test_tinytorch_py_copied_alone_works(tmp_path):
+    """tinytorch.py copied into another project, without the files beside it (the tools in
+    lookinside.py included): ops, backward, in-place ops, autograd.Function, gradcheck."""
+    import shutil
+    shutil.copy(os.path.join(HERE, 'tinytorch.py'), tmp_path)
+    code = (
+        "import numpy as np, tinytorch as tt\n"
+        "x = tt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)\n"
+        "h = (x @ x.T).softmax(-1) * 2\n"
+        "h[0] += 1\n"
+        "h.sum().backward()\n"
+        "class Sq(tt.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, a):\n"
+        "        ctx.save_for_backward(a)\n"
+        "        return a * a\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        (a,) = ctx.saved_tensors\n"
+        "        return 2 * a * g\n"
+        "print(x.grad.shape, tt.gradcheck(Sq.apply, [tt.tensor(np.ones(3), requires_grad=True)]))\n")
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(2, 3) True"
+
+
 def test_backward_comes_before_line_800_and_part_one_has_no_later_names():
     with open(os.path.join(HERE, 'tinytorch.py')) as f:
         src = f.read().split('\n')
