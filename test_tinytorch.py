@@ -5114,7 +5114,8 @@ def test_charlm_memory_sizes_are_shown_in_the_right_unit():
 def test_charlm_help_states_the_defaults_it_uses():
     sys.path.insert(0, HERE)
     import train_charlm
-    shown = ' '.join(run_charlm('--help').stdout.split('options:')[1].split())
+    help_text = run_charlm('--help').stdout  # 'options:' ('optional arguments:' before 3.10)
+    shown = ' '.join(re.split(r'options:|optional arguments:', help_text)[1].split())
     args = train_charlm.parse_args([])
     train_charlm.settle_settings(args)
     defaults = dict(train_charlm.MODEL_FLAGS, **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
