@@ -6607,6 +6607,8 @@ FUZZ_REFUSALS = {
     'bool-powers': ("Powers with a bool tensor as the exponent", 'torch',
                     r"\"pow\" not implemented for 'Bool'|Subtraction, the `-` operator, with a "
                     r"bool tensor is not supported|INTERNAL ASSERT FAILED"),
+    'int-tensor-without-grad': ("leaves an integer or bool tensor without grad", 'tt',
+                                r"can't retain_grad on Tensor that has requires_grad=False"),
     'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
                                     r"a leaf Variable that requires grad is being used in an "
                                     r"in-place operation"),
