@@ -2269,7 +2269,7 @@ def tril(x, diagonal=0):
     def backward(g):
         """d tril(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.tril(g, diagonal),)
-    return from_op(np.tril(x.data, diagonal), 'tril', (x,), backward)
+    return from_op(np.ascontiguousarray(np.tril(x.data, diagonal)), 'tril', (x,), backward)
 
 
 def triu(x, diagonal=0):
@@ -2278,7 +2278,7 @@ def triu(x, diagonal=0):
     def backward(g):
         """d triu(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.triu(g, diagonal),)
-    return from_op(np.triu(x.data, diagonal), 'triu', (x,), backward)
+    return from_op(np.ascontiguousarray(np.triu(x.data, diagonal)), 'triu', (x,), backward)
 
 
 for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, select,
