@@ -1727,6 +1727,36 @@ def test_composed_names_gradcheck():
     check(lambda a: tt.meshgrid(a[0], a[1])[1] * 2, x)
 
 
+def test_cumprod_cummax_cummin_median_gradcheck_with_zeros_and_ties():
+    a = np.random.default_rng(0).standard_normal((3, 4))
+    a[1, 2] = a[2, 0] = a[2, 3] = 0.0  # one zero in a row, two in another
+    x = tt.tensor(a, requires_grad=True)
+    check(lambda t: t.cumprod(1), x)
+    check(lambda t: t.cumprod(0), x)
+    check(lambda t: t.cummax(1).values * t.cummin(0).values, t64(3, 4, seed=2))
+    check(lambda t: t.median(1).values + t.median(), t64(3, 5, seed=3))
+    ties = tt.tensor([1.0, 3.0, 3.0, 2.0])
+    assert ties.cummax(0).indices.tolist() == [0, 1, 2, 2]  # the last of ties, as PyTorch
+    assert tt.tensor([4.0, 1.0, 3.0, 2.0]).median().item() == 2.0  # the lower of the middle two
+
+
+def test_cumprod_cummax_median_match_pytorch():
+    torch = need_torch()
+    a = np.random.default_rng(1).standard_normal((4, 5))
+    a[2, 1] = 0.0
+    for name, args in (('cumprod', (1,)), ('cummax', (0,)), ('cummin', (1,)), ('median', (1,))):
+        x, y = tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ox, oy = getattr(x, name)(*args), getattr(y, name)(*args)
+        vx, vy = (ox, oy) if name == 'cumprod' else (ox.values, oy.values)
+        np.testing.assert_allclose(vx.data, vy.detach().numpy(), rtol=1e-12)
+        if name != 'cumprod':
+            assert ox.indices.tolist() == oy.indices.tolist(), name
+        w = np.cos(np.arange(vx.numel())).reshape(vx.shape)
+        (vx * tt.tensor(w)).sum().backward()
+        (vy * torch.tensor(w)).sum().backward()
+        np.testing.assert_allclose(x.grad, y.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+
+
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
     for y in (x >= 0, x.le(0), x.isnan(), x.isfinite(), tt.isinf(x), (x > 0) & (x < 3),

@@ -1593,6 +1593,91 @@ def cumsum(x, dim):
     return from_op(np.cumsum(data, axis=d), 'cumsum', (x,), backward)
 
 
+def cumprod(x, dim):
+    """Running products along dim: out_i = x_0 * ... * x_i."""
+    d = _dim(dim, x.ndim, 'cumprod')
+    if x.ndim == 0:
+        return _on_0d(cumprod, x)
+    x = _floating(x) if x.dtype == bool_ else x
+    out = np.cumprod(x.data, axis=d)
+
+    def backward(g):
+        """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
+        # sum over j >= i of g_j out_j / x_i, by a reversed running sum; where x_i is 0,
+        # the product of the others is taken directly (one slice at a time)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            gx = np.flip(np.cumsum(np.flip(g * out, d), axis=d), d) / x.data
+        zero = x.data == 0
+        if zero.any():
+            for idx in zip(*np.nonzero(zero)):
+                i = idx[d]
+                line = tuple(slice(None) if k == d else idx[k] for k in range(x.ndim))
+                xs, gs = x.data[line], g[line]
+                others = np.cumprod(np.where(np.arange(xs.size) == i, 1, xs))
+                gx[idx] = np.sum((gs * others)[i:])
+        return (gx.astype(x.dtype, copy=False),)
+    return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
+
+
+CummaxResult = namedtuple('cummax', ['values', 'indices'])
+CumminResult = namedtuple('cummin', ['values', 'indices'])
+
+
+def _cumulative_extreme(x, dim, op, better, result):
+    """The running max (or min) along dim, and where each was found (the last of ties, as
+    PyTorch); the gradient goes to that position."""
+    d = _dim(dim, x.ndim, op)
+    if x.ndim == 0:
+        return _on_0d(lambda t, d: _cumulative_extreme(t, d, op, better, result), x)
+    xs = np.moveaxis(x.data, d, 0)
+    values, idx = np.empty_like(xs), np.zeros(xs.shape, dtype=int64)
+    values[0] = xs[0]
+    for i in range(1, xs.shape[0]):  # one step per position along dim, vectorised across
+        take = better(xs[i], values[i - 1]) | (xs[i] == values[i - 1]) | np.isnan(xs[i])
+        values[i] = np.where(take, xs[i], values[i - 1])
+        idx[i] = np.where(take, i, idx[i - 1])
+    values, idx = np.moveaxis(values, 0, d), np.moveaxis(idx, 0, d)
+
+    def backward(g):
+        """d cummax_j / dx_i = 1 where the running extreme at j was found at i"""
+        gx = np.zeros_like(g, shape=x.shape)
+        np.add.at(np.moveaxis(gx, d, 0), (np.moveaxis(idx, d, 0),) + tuple(np.indices(
+            np.moveaxis(idx, d, 0).shape, sparse=True)[1:]), np.moveaxis(g, d, 0))
+        return (gx,)
+    return result(from_op(values, op, (x,), backward), _constant(idx))
+
+
+def cummax(x, dim):
+    return _cumulative_extreme(x, dim, 'cummax', np.greater, CummaxResult)
+
+
+def cummin(x, dim):
+    return _cumulative_extreme(x, dim, 'cummin', np.less, CumminResult)
+
+
+MedianResult = namedtuple('median', ['values', 'indices'])
+
+
+def median(x, dim=None, keepdim=False):
+    """The lower median (the smaller of the two middle values, as PyTorch); with dim, the
+    pair (values, indices)."""
+    if dim is None:
+        flat = reshape(x, -1)
+        return sort(flat).values[(flat.numel() - 1) // 2]
+    d = _dim(dim, x.ndim, 'median')
+    values, indices = sort(x, d)
+    k = ((x.shape[d] if x.ndim else 1) - 1) // 2
+    pick = select(values, d, k) if x.ndim else values
+    where_ = select(indices, d, k) if x.ndim else indices
+    if keepdim and x.ndim:
+        pick, where_ = unsqueeze(pick, d), unsqueeze(where_, d)
+    return MedianResult(pick, where_)
+
+
+for _f in (cumprod, cummax, cummin, median):
+    setattr(Tensor, _f.__name__, _f)
+
+
 SortResult = namedtuple('sort', ['values', 'indices'])
 TopkResult = namedtuple('topk', ['values', 'indices'])
 
