@@ -1574,6 +1574,13 @@ def test_masks_select_instead_of_multiplying_so_infinities_stay():
         assert _value_and_grad(lambda x: x.norm(p=0.5), [0.0, 2.0])[1][0] == 0.0
 
 
+def test_maximum_and_minimum_give_a_nan_pair_the_whole_gradient():
+    a = tt.tensor(np.array([np.nan, 1.0, 2.0, 3.0]), requires_grad=True)
+    b = tt.tensor(np.array([0.0, np.nan, 2.0, 1.0]), requires_grad=True)
+    (tt.maximum(a, b) + tt.minimum(a, b) * 2).sum().backward()
+    assert a.grad.tolist() == [3.0, 3.0, 1.5, 1.0] and b.grad.tolist() == [3.0, 3.0, 1.5, 2.0]
+
+
 def test_sigmoid_keeps_its_tails_and_erf_its_nans():
     assert tt.tensor(np.array([-20.0], dtype=np.float32)).sigmoid().item() == pytest.approx(2.0611537e-09, rel=1e-6)
     assert tt.tensor(np.array([-40.0])).sigmoid().item() == pytest.approx(4.248354255291589e-18, rel=1e-12)

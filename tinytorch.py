@@ -1131,16 +1131,24 @@ def clamp(x, min=None, max=None):
     return from_op(out, 'clamp', (x,), backward)
 
 
+def _extreme_pair_grads(g, a, b, wins):
+    """maximum's and minimum's rules: g to the winner, half to each of a tie, all of it to
+    both where either is nan (as PyTorch); selected, never multiplied by a mask (0 * inf)."""
+    nan = np.isnan(a.data) | np.isnan(b.data)
+    a_wins, b_wins = wins(a.data, b.data) | nan, wins(b.data, a.data) | nan
+    tie = np.where(a.data == b.data, g * 0.5, 0)
+    return (unbroadcast(np.where(a_wins, g, tie), a.shape) if a.requires_grad else None,
+            unbroadcast(np.where(b_wins, g, tie), b.shape) if b.requires_grad else None)
+
+
 def maximum(a, b):
     a, b = _operands(a, b)
     out = _broadcast_op('maximum', np.maximum, a, b)
 
     def backward(g):
-        """d max(a,b)/da = 1 where a > b, 1/2 where a = b (as PyTorch), else 0
-        d max(a,b)/db = 1 where b > a, 1/2 where a = b, else 0"""
-        tie = np.where(a.data == b.data, g * 0.5, 0)  # select, don't multiply: inf * 0 is nan
-        return (unbroadcast(np.where(a.data > b.data, g, tie), a.shape) if a.requires_grad else None,
-                unbroadcast(np.where(b.data > a.data, g, tie), b.shape) if b.requires_grad else None)
+        """d max(a,b)/da = 1 where a > b (or a nan), 1/2 where a = b (as PyTorch), else 0
+        d max(a,b)/db = 1 where b > a (or a nan), 1/2 where a = b, else 0"""
+        return _extreme_pair_grads(g, a, b, np.greater)
     return from_op(out, 'maximum', (a, b), backward, saved=(a, b))
 
 
@@ -1149,11 +1157,9 @@ def minimum(a, b):
     out = _broadcast_op('minimum', np.minimum, a, b)
 
     def backward(g):
-        """d min(a,b)/da = 1 where a < b, 1/2 where a = b, else 0
-        d min(a,b)/db = 1 where b < a, 1/2 where a = b, else 0"""
-        tie = np.where(a.data == b.data, g * 0.5, 0)
-        return (unbroadcast(np.where(a.data < b.data, g, tie), a.shape) if a.requires_grad else None,
-                unbroadcast(np.where(b.data < a.data, g, tie), b.shape) if b.requires_grad else None)
+        """d min(a,b)/da = 1 where a < b (or a nan), 1/2 where a = b, else 0
+        d min(a,b)/db = 1 where b < a (or a nan), 1/2 where a = b, else 0"""
+        return _extreme_pair_grads(g, a, b, np.less)
     return from_op(out, 'minimum', (a, b), backward, saved=(a, b))
 
 
