@@ -1856,16 +1856,16 @@ def view(x, *shape):
     (a transposed matrix flattened, say): then reshape copies."""
     _needs(shape, 'view', 'size')
     shape = _sizes(shape)
-    out = x.data.view()
-    try:
-        out.shape = shape  # NumPy refuses (AttributeError) where only a copy would do
-    except ValueError:
+    known = math.prod(n for n in shape if n != -1)
+    if shape.count(-1) > 1 or (x.data.size != known if -1 not in shape else
+                               known == 0 or x.data.size % known):
         raise ValueError(f"view: cannot view a tensor of shape {tuple(x.shape)} "
-                         f"({x.data.size} elements) as {shape}") from None
-    except AttributeError:
+                         f"({x.data.size} elements) as {shape}")
+    out = x.data.reshape(shape)
+    if out.size and not np.may_share_memory(out, x.data):  # NumPy had to copy
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
-                           "Use .reshape(...) instead.") from None
+                           "Use .reshape(...) instead.")
     return _reshaped(x, out, shape)
 
 
