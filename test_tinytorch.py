@@ -5151,11 +5151,14 @@ def test_charlm_memory_sizes_are_shown_in_the_right_unit():
 def test_charlm_help_states_the_defaults_it_uses():
     sys.path.insert(0, HERE)
     import train_charlm
-    help_text = run_charlm('--help').stdout  # 'options:' ('optional arguments:' before 3.10)
-    shown = ' '.join(re.split(r'options:|optional arguments:', help_text)[1].split())
+    # the options follow "options:" ("optional arguments:" on Python 3.9)
+    options = re.split(r"^(?:options|optional arguments):$", run_charlm('--help').stdout,
+                       flags=re.M)[1]
+    shown = ' '.join(options.split())
     args = train_charlm.parse_args([])
     train_charlm.settle_settings(args)
-    defaults = dict(train_charlm.MODEL_FLAGS, **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
+    defaults = dict(train_charlm.MODEL_FLAGS,
+                    **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
     for name, value in defaults.items():
         flag = '--' + name.replace('_', '-')
         said = re.search(rf"{flag} [A-Z_]+ [^()]*\(default ([\d.e-]+)", shown).group(1)
@@ -5201,7 +5204,8 @@ def test_charlm_piped_into_head_stops_cleanly_and_keeps_its_checkpoint(corpus, t
     stderr = p.communicate(timeout=60)[1]
     assert p.returncode == 0 and "Traceback" not in stderr and "Exception" not in stderr, stderr
     assert re.fullmatch(r"the output was closed \(the program reading it exited\): stopped at "
-                        rf"step (\d+) of 100000; checkpoint saved to {re.escape(str(out))}/ckpt.npz "
+                        rf"step (\d+) of 100000; checkpoint saved to "
+                        rf"{re.escape(str(out))}/ckpt.npz "
                         r"\(continue with --resume\)\n", stderr), stderr
     step = int(re.search(r"step (\d+) of", stderr).group(1))
     assert nn.load(out / 'ckpt.npz')['step'] == step > 0
@@ -5690,6 +5694,20 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     assert s.returncode == 0 and s.stdout == t.stdout
 
 
+def test_an_imported_checkpoint_resumes_and_starts_its_metrics_file(trained_run, tmp_path):
+    assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf'
+                      ).returncode == 0
+    back = tmp_path / 'back'
+    assert run_export('--from-hf', tmp_path / 'hf', '--out-dir', back).returncode == 0
+    assert not (back / 'metrics.csv').exists()
+    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--steps', '3', '--out-dir', str(back),
+                   '--length', '0')
+    assert r.returncode == 0, r.stderr
+    assert "no optimizer state (imported weights)" in r.stdout
+    with open(back / 'metrics.csv') as f:
+        assert [row['step'] for row in csv.DictReader(f)] == ['1', '2', '3']
+
+
 def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
     hf = tmp_path / 'hf'
     assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', hf).returncode == 0
@@ -5995,7 +6013,8 @@ def test_what_the_readme_examples_write_is_ignored_by_git():
     write matches a line of .gitignore."""
     import fnmatch
     text = open(os.path.join(HERE, 'README.md')).read()
-    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
+    written = set(re.findall(r"--to \w+ (\w+)", text))
+    written |= set(re.findall(r"--out-dir ([a-z_]+)", text))
     for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
         written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
     written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
@@ -6081,7 +6100,8 @@ def test_bench_refuses_bad_flags_in_one_line(args, message):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"bench.py: error: {message}"), r.stderr
+    assert r.stderr.count("\n") == 1
 
 
 def test_train_linear_help_describes_it_and_runs_nothing():
