@@ -2483,10 +2483,14 @@ def test_charlm_memory_sizes_are_shown_in_the_right_unit():
 def test_charlm_help_states_the_defaults_it_uses():
     sys.path.insert(0, HERE)
     import train_charlm
-    shown = ' '.join(run_charlm('--help').stdout.split('options:')[1].split())
+    # the options follow "options:" ("optional arguments:" on Python 3.9)
+    options = re.split(r"^(?:options|optional arguments):$", run_charlm('--help').stdout,
+                       flags=re.M)[1]
+    shown = ' '.join(options.split())
     args = train_charlm.parse_args([])
     train_charlm.settle_settings(args)
-    defaults = dict(train_charlm.MODEL_FLAGS, **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
+    defaults = dict(train_charlm.MODEL_FLAGS,
+                    **{k: getattr(args, k) for k in train_charlm.RUN_FLAGS})
     for name, value in defaults.items():
         flag = '--' + name.replace('_', '-')
         said = re.search(rf"{flag} [A-Z_]+ [^()]*\(default ([\d.e-]+)", shown).group(1)
@@ -2532,7 +2536,8 @@ def test_charlm_piped_into_head_stops_cleanly_and_keeps_its_checkpoint(corpus, t
     stderr = p.communicate(timeout=60)[1]
     assert p.returncode == 0 and "Traceback" not in stderr and "Exception" not in stderr, stderr
     assert re.fullmatch(r"the output was closed \(the program reading it exited\): stopped at "
-                        rf"step (\d+) of 100000; checkpoint saved to {re.escape(str(out))}/ckpt.npz "
+                        rf"step (\d+) of 100000; checkpoint saved to "
+                        rf"{re.escape(str(out))}/ckpt.npz "
                         r"\(continue with --resume\)\n", stderr), stderr
     step = int(re.search(r"step (\d+) of", stderr).group(1))
     assert nn.load(out / 'ckpt.npz')['step'] == step > 0
@@ -2779,7 +2784,8 @@ def test_what_the_readme_examples_write_is_ignored_by_git():
     write matches a line of .gitignore."""
     import fnmatch
     text = open(os.path.join(HERE, 'README.md')).read()
-    written = set(re.findall(r"--to \w+ (\w+)", text)) | set(re.findall(r"--out-dir ([a-z_]+)", text))
+    written = set(re.findall(r"--to \w+ (\w+)", text))
+    written |= set(re.findall(r"--out-dir ([a-z_]+)", text))
     for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
         written |= {path, os.path.splitext(path)[0] + '.dot'}  # the DOT text without Graphviz
     written |= {'out', 'out_digits', 'loss.png'}  # the scripts' defaults
@@ -2865,7 +2871,8 @@ def test_bench_refuses_bad_flags_in_one_line(args, message):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--no-torch', *args],
                        capture_output=True, text=True, timeout=60, cwd=HERE)
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr.startswith(f"bench.py: error: {message}") and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"bench.py: error: {message}"), r.stderr
+    assert r.stderr.count("\n") == 1
 
 
 def test_train_linear_help_describes_it_and_runs_nothing():
