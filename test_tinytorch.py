@@ -4329,6 +4329,20 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     assert s.returncode == 0 and s.stdout == t.stdout
 
 
+def test_an_imported_checkpoint_resumes_and_starts_its_metrics_file(trained_run, tmp_path):
+    assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf'
+                      ).returncode == 0
+    back = tmp_path / 'back'
+    assert run_export('--from-hf', tmp_path / 'hf', '--out-dir', back).returncode == 0
+    assert not (back / 'metrics.csv').exists()
+    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--steps', '3', '--out-dir', str(back),
+                   '--length', '0')
+    assert r.returncode == 0, r.stderr
+    assert "no optimizer state (imported weights)" in r.stdout
+    with open(back / 'metrics.csv') as f:
+        assert [row['step'] for row in csv.DictReader(f)] == ['1', '2', '3']
+
+
 def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
     hf = tmp_path / 'hf'
     assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', hf).returncode == 0

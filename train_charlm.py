@@ -486,12 +486,13 @@ class RunFiles:
 
     def save(self, checkpoint, best=False):
         if self.new_run:  # the first checkpoint of a new run: the old run's files go
-            for name in (BEST_NAME, 'loss.png'):
+            for name in (BEST_NAME, 'loss.png', METRICS_NAME):
                 if os.path.exists(os.path.join(self.out_dir, name)):
                     os.remove(os.path.join(self.out_dir, name))
+            self.new_run = False
+        if not os.path.exists(self.metrics_file):  # a new run's, or imported weights' first rows
             with open(self.metrics_file, 'w', newline='') as f:
                 csv.writer(f).writerow(METRICS_COLUMNS)
-            self.new_run = False
         with open(self.metrics_file, 'a', newline='') as f:
             csv.writer(f).writerows(self.rows)
         self.rows = []
