@@ -6664,8 +6664,11 @@ FUZZ_REFUSALS = {
     'bool-powers': ("Powers with a bool tensor as the exponent", 'torch',
                     r"\"pow\" not implemented for 'Bool'|Subtraction, the `-` operator, with a "
                     r"bool tensor is not supported|INTERNAL ASSERT FAILED"),
-    'int-tensor-without-grad': ("leaves an integer or bool tensor without grad", 'tt',
-                                r"can't retain_grad on Tensor that has requires_grad=False"),
+    'int-tensor-without-grad': ("leaves an integer or bool tensor without grad", 'either',
+                                r"can't retain_grad on Tensor that has requires_grad=False"
+                                r"|Autograd not support dtype: Bool"),
+    'empty-region-index': ("is checked against its dim's size even where", 'tt',
+                           r"index -?\d+ is out of bounds for axis"),
     'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
                                     r"a leaf Variable that requires grad is being used in an "
                                     r"in-place operation"),

@@ -459,8 +459,8 @@ def pow(a, b):
         p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
 
         def backward_scalar(g):
-            """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0)"""
-            return (g * (p * a.data ** (p - 1)) if p != 0 else np.zeros_like(g),)
+            """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
+            return (g * (p * a.data ** (p - 1)) if p != 0 or p is False else np.zeros_like(g),)
         return from_op((a.data ** p).astype(a.dtype, copy=False), 'pow', (a,), backward_scalar,
                        saved=(a,))
     a, b = _operands(a, b)
