@@ -1764,6 +1764,21 @@ def test_cumprod_cummax_median_match_pytorch():
         np.testing.assert_allclose(x.grad, y.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+def test_index_add_index_fill_and_mode():
+    x, src = t64(3, 4), t64(2, 4, seed=1)
+    check(lambda a, b: a.index_add(0, tt.tensor([2, 2]), b, alpha=2), x, src)
+    check(lambda a: a.index_fill(1, tt.tensor([1, 3]), -1.0) * 3, x)
+    y = tt.tensor(np.zeros((2, 3)))
+    y.index_add_(1, tt.tensor([0, 0]), tt.tensor(np.ones((2, 2))))
+    y.index_fill_(0, tt.tensor([1]), 7.0)
+    assert y.tolist() == [[2.0, 0.0, 0.0], [7.0, 7.0, 7.0]]
+    m = tt.tensor([[1.0, 2.0, 2.0, 3.0], [4.0, 4.0, 5.0, 5.0]])
+    values, indices = m.mode(1)
+    assert values.tolist() == [2.0, 4.0] and indices.tolist() == [2, 1]  # the smallest, its last place
+    check(lambda a: a.mode(0).values * 2, tt.tensor(np.array([[1.0, 2.0], [1.0, 3.0], [5.0, 3.0]]),
+                                                       requires_grad=True))
+
+
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
     for y in (x >= 0, x.le(0), x.isnan(), x.isfinite(), tt.isinf(x), (x > 0) & (x < 3),

@@ -2159,6 +2159,61 @@ def index_select(input, dim, index):
     return from_op(out, 'index_select', (input,), backward, saved=_tensors_in(index))
 
 
+def index_add(input, dim, index, source, alpha=1):
+    """A copy of input with source's slices added at the positions index names along dim
+    (a position named twice gets both)."""
+    d = _dim(dim, input.ndim, 'index_add')
+    idx = _index_tensor(index, 'index_add')
+    source = _as(source, input.dtype)
+    out = input.data.copy()
+    np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.data * alpha, d, 0))
+
+    def backward(g):
+        """d index_add/d input = 1
+        d index_add/d source = alpha at the positions it was added to  (g's slices picked)"""
+        return g, (np.take(g, idx, axis=d) * alpha if source.requires_grad else None)
+    return from_op(out, 'index_add', (input, source), backward, saved=_tensors_in(index))
+
+
+def index_fill(input, dim, index, value):
+    """A copy of input with the slices index names along dim set to value (a number)."""
+    d = _dim(dim, input.ndim, 'index_fill')
+    idx = _index_tensor(index, 'index_fill').reshape(-1)
+    mask = np.zeros(input.shape[d] if input.ndim else 1, dtype=bool)
+    mask[idx] = True
+    shape = [1] * input.ndim
+    if input.ndim:
+        shape[d] = -1
+    return masked_fill(input, _constant(mask.reshape(shape)), value)
+
+
+ModeResult = namedtuple('mode', ['values', 'indices'])
+
+
+def mode(x, dim=-1, keepdim=False):
+    """The most frequent value along dim (the smallest of those tied) and an index where it
+    occurs; outside the graph's gradient except through the values' positions."""
+    d = _dim(dim, x.ndim, 'mode')
+    if x.ndim == 0:
+        return _on_0d(lambda t, d: mode(t, d, keepdim), x)
+    xs = np.moveaxis(x.data, d, -1)
+    flat = xs.reshape(-1, xs.shape[-1])
+    values = np.empty(flat.shape[0], dtype=x.dtype)
+    where_ = np.empty(flat.shape[0], dtype=int64)
+    for r, row in enumerate(flat):  # one np.unique per row (mode is rare in a hot loop)
+        u, counts = np.unique(row, return_counts=True)
+        values[r] = u[np.argmax(counts)]
+        where_[r] = np.flatnonzero(row == values[r])[-1]  # the last occurrence, as PyTorch
+    idx = where_.reshape(xs.shape[:-1])
+    picked = take_along_dim(x, _constant(np.expand_dims(idx, d)), d)
+    return ModeResult(picked if keepdim else squeeze(picked, d),
+                      _constant(np.expand_dims(idx, d) if keepdim else idx))
+
+
+for _f in (index_add, index_fill, mode):
+    setattr(Tensor, _f.__name__, _f)
+
+
 def take_along_dim(input, indices, dim=None):
     """gather with broadcasting (NumPy's take_along_axis); dim=None works on the
     flattened input."""
@@ -2989,7 +3044,8 @@ for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh
                      ('ceil_', ceil), ('round_', round), ('trunc_', trunc), ('sin_', sin),
                      ('cos_', cos), ('square_', square), ('reciprocal_', reciprocal),
                      ('clamp_min_', clamp_min), ('clamp_max_', clamp_max),
-                     ('scatter_', scatter), ('scatter_add_', scatter_add)):
+                     ('scatter_', scatter), ('scatter_add_', scatter_add),
+                     ('index_add_', index_add), ('index_fill_', index_fill)):
     setattr(Tensor, _name, _in_place_form(_name, _twin))
 for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
     setattr(Tensor, _f.__name__, _f)
