@@ -1780,11 +1780,39 @@ def test_index_add_index_fill_and_mode():
     assert w.grad.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]  # at the indices returned
 
 
+def test_shape_changes_in_place_and_the_last_table_and_logic_edges():
+    x = t64(2, 3)
+
+    def f(a):
+        h = a * 1
+        h.t_()
+        h.unsqueeze_(0)
+        return h * tt.tensor(np.arange(6.0).reshape(1, 3, 2))
+    check(f, x)
+    y = tt.tensor([1.0, 2.0])
+    y.unsqueeze_(1)
+    assert y.shape == (2, 1) and y.squeeze_().shape == (2,)
+    b = tt.tensor([True, False])
+    assert tt.square(b).dtype == tt.int64 and tt.sign(b).dtype == tt.bool_
+    with pytest.raises(TypeError, match="bool inputs are not supported"):
+        tt.floor(b)
+    with pytest.raises(RuntimeError, match="can't be cast to int64"):
+        tt.tensor([1, 4]).sqrt_()
+    assert tt.tensor([True, False, False]).diff().tolist() == [True, False]
+    assert tt.masked_select(tt.tensor(np.array(2.0)), tt.tensor(True)).tolist() == [2.0]
+    assert tt.hstack([tt.tensor(np.array(1.0)), tt.tensor([2.0])]).tolist() == [1.0, 2.0]
+    assert tt.tensor([2, 3]).cumprod(0).dtype == tt.int64 and tt.nansum(tt.tensor([1, 2])).dtype == tt.int64
+
+
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
     for y in (x >= 0, x.le(0), x.isnan(), x.isfinite(), tt.isinf(x), (x > 0) & (x < 3),
-              (x > 0) | x.isnan(), (x > 0) ^ True, ~(x > 0), x // 1, x % 2, x.any(), x.all(dim=0)):
+              (x > 0) | x.isnan(), (x > 0) ^ True, ~(x > 0), x.any(), x.all(dim=0)):
         assert not y.requires_grad
+    a, b = t64(3, low=0.5), t64(3, seed=1, low=0.5)
+    check(lambda p, q: p % q + tt.fmod(p, q) * 2, a, b)  # d/da = 1, d/db = -floor(a/b) (trunc)
+    with pytest.raises(RuntimeError, match="floor_divide .*not implemented"):
+        (a // b).sum().backward()  # in the graph, with no derivative: as PyTorch
     assert (tt.tensor([7, -7]) // 2).tolist() == [3, -4] and (tt.tensor([7, -7]) % 3).tolist() == [1, 2]
     assert tt.allclose(tt.tensor([1.0]), tt.tensor([1.0 + 1e-9])) is True
     assert tt.tensor([[1, 0], [1, 1]]).all(dim=1).tolist() == [False, True]

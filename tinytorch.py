@@ -1250,7 +1250,11 @@ def _function(name):
         if name == 'frac' and x.dtype.kind != 'f':
             raise TypeError(f"frac: a {x.dtype} tensor has no fractional part (as PyTorch: "
                             "frac is for float tensors)")
-        if name not in _KEEP_INTEGERS or x.dtype == bool_:
+        if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
+            raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
+        if x.dtype == bool_ and name == 'square':
+            x = _constant(x.data.astype(int64))  # PyTorch: an int64 result
+        elif name not in _KEEP_INTEGERS:
             x = _floating(x)
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
             out = fn(x.data).astype(x.dtype, copy=False)
@@ -1317,8 +1321,41 @@ eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less,
 Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = \
     eq, ne, lt, le, gt, ge
 Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
-floor_divide = _constant_op(np.floor_divide, 'floor_divide')
-remainder = _constant_op(np.remainder, 'remainder')  # the sign of the divisor, as PyTorch
+def remainder(a, b):
+    """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
+    return _modulo(a, b, np.remainder, np.floor, 'remainder')
+
+
+def fmod(a, b):
+    """a - trunc(a / b) * b: the sign of the dividend (C's fmod)."""
+    return _modulo(a, b, np.fmod, np.trunc, 'fmod')
+
+
+def _modulo(a, b, fn, rounding, name):
+    a, b = _operands(a, b)
+    out = _broadcast_op(name, fn, a, b)
+
+    def backward(g):
+        """d mod(a,b)/da = 1
+        d mod(a,b)/db = -round(a/b)  (floor for remainder, trunc for fmod)"""
+        with np.errstate(divide='ignore', invalid='ignore'):
+            gb = -g * rounding(a.data / b.data) if b.requires_grad else None
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                None if gb is None else unbroadcast(gb.astype(g.dtype, copy=False), b.shape))
+    return from_op(out, name, (a, b), backward, saved=(a, b))
+
+
+def floor_divide(a, b):
+    """floor(a / b). In the graph, but without a gradient: PyTorch defines none either."""
+    a, b = _operands(a, b)
+
+    def backward(g):
+        """d floor(a/b)/da: not defined (PyTorch raises too)
+        d floor(a/b)/db: not defined"""
+        raise RuntimeError("backward through floor_divide (//): its derivative is not "
+                           "implemented (as in PyTorch); use torch-style a / b and floor()")
+    return from_op(_broadcast_op('floor_divide', np.floor_divide, a, b), 'floor_divide', (a, b),
+                   backward)
 bitwise_and, bitwise_or, bitwise_xor = (_constant_op(f, n) for f, n in (
     (np.bitwise_and, 'bitwise_and'), (np.bitwise_or, 'bitwise_or'), (np.bitwise_xor, 'bitwise_xor')))
 logical_and, logical_or, logical_xor = (_constant_op(f, n) for f, n in (
@@ -1328,8 +1365,7 @@ Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
 Tensor.__rmod__ = lambda self, other: remainder(other, self)
 Tensor.__and__, Tensor.__or__, Tensor.__xor__ = bitwise_and, bitwise_or, bitwise_xor
 Tensor.__rand__, Tensor.__ror__, Tensor.__rxor__ = bitwise_and, bitwise_or, bitwise_xor
-Tensor.floor_divide, Tensor.remainder, Tensor.fmod = floor_divide, remainder, \
-    _constant_op(np.fmod, 'fmod')
+Tensor.floor_divide, Tensor.remainder, Tensor.fmod = floor_divide, remainder, fmod
 Tensor.logical_and, Tensor.logical_or, Tensor.logical_xor = logical_and, logical_or, logical_xor
 
 
@@ -1604,8 +1640,8 @@ def cumprod(x, dim):
     d = _dim(dim, x.ndim, 'cumprod')
     if x.ndim == 0:
         return _on_0d(cumprod, x)
-    x = _floating(x) if x.dtype == bool_ else x
-    out = np.cumprod(x.data, axis=d)
+    data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints multiply as int64
+    out = np.cumprod(data, axis=d)
 
     def backward(g):
         """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
@@ -2445,7 +2481,7 @@ def _mT(x):
 
 Tensor.mT = property(_mT)
 Tensor.swapaxes = Tensor.swapdims = transpose
-Tensor.t = lambda self: self if self.ndim < 2 else transpose(self, 0, 1)
+Tensor.t = lambda self: view(self, self.shape) if self.ndim < 2 else transpose(self, 0, 1)
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
 Tensor.view_as = lambda self, other: view(self, other.shape)
 Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
@@ -2453,9 +2489,11 @@ Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 # More of PyTorch's names, composed from the ops above (their gradients come from those).
 def masked_select(x, mask):
-    """The elements where mask (broadcast to x's shape) is true, as a 1-D tensor."""
+    """The elements where mask is true (the two broadcast together), as a 1-D tensor."""
     m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
-    return getitem(x, np.broadcast_to(m, x.shape))
+    shape = np.broadcast_shapes(x.shape, m.shape) or (1,)  # a 0-d pair: one element
+    return getitem(expand(reshape(x, (1,) * (len(shape) - x.ndim) + x.shape), shape),
+                   np.broadcast_to(m, shape))
 
 
 def repeat_interleave(x, repeats, dim=None):
@@ -2472,17 +2510,22 @@ def diff(x, n=1, dim=-1):
     d = _dim(dim, x.ndim, 'diff')
     for _ in range(n):
         k = x.shape[d]
-        x = narrow(x, d, 1, builtins.max(k - 1, 0)) - narrow(x, d, 0, builtins.max(k - 1, 0))
+        later, earlier = narrow(x, d, 1, builtins.max(k - 1, 0)), narrow(x, d, 0, builtins.max(k - 1, 0))
+        x = logical_xor(later, earlier) if x.dtype == bool_ else later - earlier  # bools: !=
     return x
 
 
 def nansum(x, dim=None, keepdim=False):
     """The sum with nan counted as 0."""
+    if x.dtype.kind not in 'fc':
+        return sum(x, dim, keepdim)  # integers have no nan
     return sum(where(isnan(x), 0.0, x), dim, keepdim)
 
 
 def nanmean(x, dim=None, keepdim=False):
     """The mean of the elements that are not nan."""
+    if x.dtype.kind not in 'fc':
+        raise TypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
     kept = logical_not(isnan(x))
     return nansum(x, dim, keepdim) / sum(kept, dim, keepdim)
 
@@ -2550,7 +2593,7 @@ def einsum(equation, *operands):
 
 
 def hstack(tensors):
-    tensors = list(tensors)
+    tensors = [t if t.ndim else reshape(t, 1) for t in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
@@ -2811,6 +2854,9 @@ def _in_place(x, op, result):
     if result.shape != x.shape:
         raise RuntimeError(f"{op}: the result has shape {tuple(result.shape)} but the tensor "
                            f"has shape {tuple(x.shape)}; an in-place op can't change a shape")
+    if _CATEGORY[result.dtype.kind] > _CATEGORY[x.dtype.kind]:  # int x, float result
+        raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to {x.dtype}, the "
+                           f"tensor's dtype; use the out-of-place form or convert x first")
     if result.dtype != x.dtype:  # computed in the promoted dtype (a float64 operand of a
         result = _as(result, x.dtype)  # float32 x), then rounded once into x's, as PyTorch
     if fast and result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
@@ -3047,6 +3093,23 @@ for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh
                      ('scatter_', scatter), ('scatter_add_', scatter_add),
                      ('index_add_', index_add), ('index_fill_', index_fill)):
     setattr(Tensor, _name, _in_place_form(_name, _twin))
+def _new_shape_in_place(x, op, make):
+    """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
+    becomes that view of its old self."""
+    new = make(x)
+    if new.requires_grad:
+        new._op = op
+        _rewrite(x, new)
+    x.data = new.data
+    if x._view is not None:  # still a view of its base: made from it one step further
+        base, remake = x._view
+        x._view = (base, lambda t: make(remake(t)))
+    return x
+
+
+Tensor.unsqueeze_ = lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim))
+Tensor.squeeze_ = lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim))
+Tensor.t_ = lambda self: _new_shape_in_place(self, 't_', lambda t: t.t())
 for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
     setattr(Tensor, _f.__name__, _f)
 Tensor.clip_ = clamp_
