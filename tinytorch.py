@@ -1252,6 +1252,8 @@ def _function(name):
                             "frac is for float tensors)")
         if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
             raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
+        if x.dtype == bool_ and name == 'sign':
+            return _constant(x.data.copy())  # a bool is its own sign
         if x.dtype == bool_ and name == 'square':
             x = _constant(x.data.astype(int64))  # PyTorch: an int64 result
         elif name not in _KEEP_INTEGERS:
@@ -1906,9 +1908,11 @@ def view(x, *shape):
 
 
 def _reshaped(x, out, shape):
+    in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
+
     def backward(g):
         """d reshape(x)/dx = 1  (the same numbers: g takes x's shape back)"""
-        return (g.reshape(x.shape),)
+        return (g.reshape(in_shape),)
     if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
         return from_op(out, 'reshape', (x,), backward)
     return _view(from_op(out, 'reshape', (x,), backward, view_of=x), x, lambda t: reshape(t, shape))
@@ -1944,10 +1948,11 @@ def transpose(x, dim0, dim1):
 
 def unsqueeze(x, dim):
     d = _dim(dim, x.ndim + 1, 'unsqueeze')
+    in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
 
     def backward(g):
         """d unsqueeze(x)/dx = 1  (the added dim removed from g)"""
-        return (g.reshape(x.shape),)
+        return (g.reshape(in_shape),)
     return _view(from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,), backward, view_of=x),
                  x, lambda t: unsqueeze(t, d))
 
@@ -1959,9 +1964,11 @@ def squeeze(x, dim=None):
         axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
     out = np.squeeze(x.data, axis=axes)
 
+    in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
+
     def backward(g):
         """d squeeze(x)/dx = 1  (the removed dims put back into g)"""
-        return (g.reshape(x.shape),)
+        return (g.reshape(in_shape),)
     return _view(from_op(out, 'squeeze', (x,), backward, view_of=x),
                  x, lambda t: reshape(t, out.shape))
 
@@ -1990,9 +1997,11 @@ def expand(x, *sizes):
     if not builtins.any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
         out = np.lib.stride_tricks.as_strided(x.data, out.shape, out.strides)  # writable
 
+    in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
+
     def backward(g):
         """d expand(x)/dx = 1 for each copy  (g summed over the expanded dims)"""
-        return (unbroadcast(g, x.shape),)
+        return (unbroadcast(g, in_shape),)
     return _view(from_op(out, 'expand', (x,), backward, view_of=x),
                  x, lambda t: expand(t, target))
 
