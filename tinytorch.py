@@ -949,8 +949,8 @@ def abs(x):
     _no_bools(x, 'abs')
 
     def backward(g):
-        """d|x|/dx = sign(x)"""
-        return (g * np.sign(x.data),)
+        """d|x|/dx = sign(x)  (0 at nan, as PyTorch)"""
+        return (g * np.where(np.isnan(x.data), 0, np.sign(x.data)).astype(g.dtype, copy=False),)
     return from_op(np.abs(x.data), 'abs', (x,), backward, saved=(x,))
 
 
