@@ -396,9 +396,13 @@ def _broadcast_op(op, fn, a, b):
     """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
     try:
         return fn(a.data, b.data)
-    except ValueError:
-        raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
-                         "broadcast together") from None
+    except ValueError as e:
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
+                             "broadcast together") from None
+        raise ValueError(f"{op}: {e}") from None  # another reason (int ** negative int)
 
 
 # In a two-input rule each input's gradient is computed only if that input requires
@@ -1486,7 +1490,7 @@ def _extreme(x, dim, keepdim, op, fn):
 
     def backward(g):
         """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
-        return (_expand_back(g, x.shape, axes, keepdim) * mask / count,)
+        return (np.where(mask, _expand_back(g, x.shape, axes, keepdim) / count, 0),)  # select
     return from_op(res, op, (x,), backward)
 
 
