@@ -6713,6 +6713,8 @@ FUZZ_REFUSALS = {
                                 r"|Autograd not support dtype: Bool"),
     'empty-region-index': ("is checked against its dim's size even where", 'tt',
                            r"index -?\d+ is out of bounds for axis"),
+    'logsumexp-empty-dims': ("`logsumexp(dim=())` reduces every dim", 'torch',
+                             r"output with shape \[\] doesn't match the broadcast shape"),
     'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
                                     r"a leaf Variable that requires grad is being used in an "
                                     r"in-place operation"),

@@ -1478,19 +1478,22 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
                    saves_output=True)  # backward reads out
 
 
-def _extreme(x, dim, keepdim, op, fn):
+def _extreme(x, dim, keepdim, op, fn, select=False):
     axes = _dims(dim, x.ndim, op)
     if builtins.any(x.shape[a] == 0 for a in axes):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.data, axis=axes, keepdims=True)
-    mask = x.data == out
+    mask = (x.data == out) | (np.isnan(x.data) & np.isnan(out))  # a nan is the extreme
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
 
     def backward(g):
         """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
-        return (np.where(mask, _expand_back(g, x.shape, axes, keepdim) / count, 0),)  # select
+        share = _expand_back(g, x.shape, axes, keepdim) / count
+        # PyTorch's amax multiplies by the mask (a nan upstream reaches every element);
+        # its max() of the whole tensor selects
+        return (np.where(mask, share, 0) if select else share * mask,)
     return from_op(res, op, (x,), backward)
 
 
@@ -1540,7 +1543,7 @@ def max(x, dim=None, keepdim=False):
     if isinstance(dim, Tensor):
         return maximum(x, dim)
     if dim is None:
-        return amax(x)
+        return _extreme(x, None, False, 'max', np.max, select=True)
     return _extreme_dim(x, dim, keepdim, 'max', np.argmax, MaxResult)
 
 
@@ -1548,7 +1551,7 @@ def min(x, dim=None, keepdim=False):
     if isinstance(dim, Tensor):
         return minimum(x, dim)
     if dim is None:
-        return amin(x)
+        return _extreme(x, None, False, 'min', np.min, select=True)
     return _extreme_dim(x, dim, keepdim, 'min', np.argmin, MinResult)
 
 
