@@ -1711,6 +1711,8 @@ def test_atan2_einsum_tensordot_outer_cdist_gradcheck():
     check(tt.atan2, a, t64(1, 3, seed=3))
     for eq in ('ij,jk->ik', 'ij,jk->j', 'ij,kl->ijkl', 'ij,jk', 'ij->'):
         check(lambda x, y: tt.einsum(eq, x, y) if ',' in eq else tt.einsum(eq, x), a, b)
+    check(lambda x, y: tt.einsum('...j,jk->...k', x, y), t64(2, 2, 3, seed=8), b)  # '...'
+    assert tt.einsum('i...->...', a).shape == (3,) and tt.einsum('...,...', c, c).shape == (3,)
     check(lambda x, y: tt.tensordot(x, y, 1), a, b)
     check(lambda x, y: tt.tensordot(x, y, ([0], [0])), a, t64(2, 5, seed=4))
     check(tt.outer, c, t64(4, seed=5))

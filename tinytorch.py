@@ -1238,7 +1238,8 @@ _FUNCTIONS = {
     'atan': (np.arctan, lambda x, y: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
     'frac': (lambda x: x - np.trunc(x), lambda x, y: np.ones_like(x), "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
-    'sign': (np.sign, lambda x, y: np.zeros_like(x), "d sign(x)/dx = 0"),
+    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), lambda x, y: np.zeros_like(x),
+             "d sign(x)/dx = 0"),  # sign(nan) is 0, as PyTorch's
     'floor': (np.floor, lambda x, y: np.zeros_like(x), "d floor(x)/dx = 0"),
     'ceil': (np.ceil, lambda x, y: np.zeros_like(x), "d ceil(x)/dx = 0"),
     'round': (np.round, lambda x, y: np.zeros_like(x), "d round(x)/dx = 0"),
@@ -2571,14 +2572,14 @@ def einsum(equation, *operands):
     with the other operands (a letter only that operand has is broadcast back)."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    eq = equation.replace(' ', '')
+    eq = _einsum_without_ellipsis(equation.replace(' ', ''), operands)
     if '->' not in eq:  # the implicit form: the letters used once, in order
         letters = eq.replace(',', '')
         eq += '->' + ''.join(sorted(c for c in set(letters) if letters.count(c) == 1))
     ins, out_subs = eq.split('->')
     subs = ins.split(',')
-    if len(subs) != len(operands) or '.' in eq:
-        raise ValueError(f"einsum: {equation!r} needs one term per operand, without '...'")
+    if len(subs) != len(operands):
+        raise ValueError(f"einsum: {equation!r} needs one term per operand ({len(operands)})")
     for s in subs:
         if len(set(s)) != len(s):
             raise ValueError(f"einsum: a letter repeated in one operand ({s!r}, a diagonal) is "
@@ -2608,6 +2609,25 @@ def einsum(equation, *operands):
     return from_op(np.asarray(out), 'einsum', operands, backward, saved=operands)
 
 
+def _einsum_without_ellipsis(eq, operands):
+    """'...' spelled out in letters the equation does not use, one per broadcast dim,
+    aligned from the right as broadcasting aligns them; the implicit output puts them first."""
+    if '...' not in eq:
+        return eq
+    ins, arrow, out = eq.partition('->')
+    terms = ins.split(',')
+    free = [c for c in 'ABCDEFGHIJKLMNOPQRSTUVWXYZ' if c not in eq]
+    widths = [t.ndim - len(term.replace('...', '')) for term, t in zip(terms, operands)]
+    width = builtins.max(widths)
+    dots = ''.join(free[:width])
+    terms = [term.replace('...', dots[width - w:]) for term, w in zip(terms, widths)]
+    if not arrow:  # implicit: the broadcast dims, then the letters used once, sorted
+        letters = ''.join(terms)
+        out = dots + ''.join(sorted(c for c in set(letters) if letters.count(c) == 1
+                                    and c not in dots))
+    return ','.join(terms) + '->' + out.replace('...', dots)
+
+
 def hstack(tensors):
     tensors = [t if t.ndim else reshape(t, 1) for t in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
@@ -2628,7 +2648,12 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     if dim is not None:
         raise NotImplementedError("unique: dim= is not supported; flatten first")
     values, inverse, counts = np.unique(x.data, return_inverse=True, return_counts=True)
-    out = [_constant(values)]
+
+    def backward(g):
+        """d unique/dx: not defined (PyTorch raises too)"""
+        raise RuntimeError("backward through unique: its derivative is not implemented (as in "
+                           "PyTorch)")
+    out = [from_op(values, 'unique', (x,), backward)]
     if return_inverse:
         out.append(_constant(inverse.reshape(x.shape).astype(int64)))
     if return_counts:
