@@ -6712,7 +6712,7 @@ FUZZ_REFUSALS = {
                     r"bool tensor is not supported|INTERNAL ASSERT FAILED"),
     'int-tensor-without-grad': ("leaves an integer or bool tensor without grad", 'either',
                                 r"can't retain_grad on Tensor that has requires_grad=False"
-                                r"|Autograd not support dtype: Bool"),
+                                r"|Autograd not support dtype: (Bool|Long|Int)"),
     'empty-region-index': ("is checked against its dim's size even where", 'tt',
                            r"index -?\d+ is out of bounds for axis"),
     'logsumexp-empty-dims': ("`logsumexp(dim=())` reduces every dim", 'torch',

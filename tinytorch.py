@@ -1404,6 +1404,8 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
+        raise RuntimeError(f"allclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
     return bool(isclose(a, b, rtol, atol, equal_nan).data.all())
 
 
@@ -1713,6 +1715,8 @@ MedianResult = namedtuple('median', ['values', 'indices'])
 def median(x, dim=None, keepdim=False):
     """The lower median (the smaller of the two middle values, as PyTorch); with dim, the
     pair (values, indices)."""
+    if x.dtype == bool_:
+        raise TypeError("median: bool inputs are not supported (as in PyTorch)")
     if dim is None:
         flat = reshape(x, -1)
         return sort(flat).values[(flat.numel() - 1) // 2]
@@ -3295,6 +3299,9 @@ def meshgrid(*tensors, indexing='ij'):
     tensors = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
     if indexing not in ('ij', 'xy'):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if len({t.dtype for t in tensors}) > 1:
+        raise RuntimeError("meshgrid: expects all tensors to have the same dtype, got "
+                           f"{', '.join(str(t.dtype) for t in tensors)}")
     shape = tuple(t.numel() for t in tensors)
     grids = [expand(reshape(t, tuple(-1 if i == k else 1 for i in range(len(tensors)))), shape)
              for k, t in enumerate(tensors)]
