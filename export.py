@@ -54,6 +54,11 @@ def read_checkpoint(path):
     missing = [k for k in ('model', 'config', 'vocab') if k not in ck]
     if missing:
         raise UserError(f"{path} is not a train_charlm.py checkpoint (no {', '.join(missing)})")
+    kind = ck['config'].get('kind', 'gpt')  # train_charlm.py --model lstm or gru
+    if kind != 'gpt':
+        raise UserError(f"{path} holds a recurrent model (train_charlm.py --model {kind}); "
+                        "export.py exports GPT checkpoints only (GPT-2 and nanoGPT are "
+                        "Transformers)")
     return ck
 
 

@@ -5284,6 +5284,142 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
     assert all(np.all(np.isfinite(v)) for v in after['model'].values())
 
 
+# -- --model lstm and gru: the same pipeline with a recurrent network -----------------
+TINY_RNN = ['--n-layer', '1', '--n-embd', '16', '--block-size', '16', '--batch-size', '4',
+            '--eval-iters', '2', '--warmup', '2', '--length', '40']
+
+
+@pytest.mark.parametrize("kind,gates", [('lstm', 4), ('gru', 3)])
+def test_charlm_lstm_and_gru_train_checkpoint_and_sample(kind, gates, corpus, tmp_path):
+    out = str(tmp_path / "run")
+    r = run_charlm(corpus, '--model', kind, *TINY_RNN, '--steps', '60', '--eval-interval', '20',
+                   '--lr', '1e-2', '--dropout', '0', '--out-dir', out)
+    assert r.returncode == 0, r.stderr
+    assert f"model: {kind.upper()}, 1 layer of 16 units, block 16" in r.stdout
+    assert "finished 60 steps" in r.stdout and "--- sample ---" in r.stdout
+    with open(os.path.join(out, 'metrics.csv')) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row['step']) for row in rows] == list(range(1, 61))
+    losses = [float(row['train_loss']) for row in rows]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5  # it really learns
+    for name in ('ckpt.npz', 'best.npz'):
+        ck = nn.load(os.path.join(out, name))
+        assert ck['config']['kind'] == kind and ck['config']['n_embd'] == 16
+        assert ck['model']['rnn.weight_ih_l0'].shape == (gates * 16, 16)  # nn.LSTM / nn.GRU's
+        assert 'wpe.weight' not in ck['model']  # no position embeddings: no GPT inside
+    s = run_charlm('--sample', '--out-dir', out, '--prompt', 'the', '--length', '30',
+                   '--top-k', '3')
+    assert s.returncode == 0, s.stderr
+    assert s.stdout.startswith('the') and len(s.stdout.rstrip('\n')) == 33
+
+
+@pytest.mark.parametrize("kind", ['lstm', 'gru'])
+def test_charlm_rnn_generates_one_character_at_a_time_carrying_its_state(kind):
+    """Greedy generation, one step at a time with the state carried, picks exactly what
+    the network run over the whole text so far picks."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    tt.manual_seed(0)
+    config = train_charlm.RNNConfig(kind=kind, vocab_size=11, block_size=8, n_layer=2, n_embd=12)
+    model = train_charlm.CharRNN(config)
+    with tt.no_grad():
+        for p in model.parameters():  # large weights: the state matters for the next character
+            p.data *= 4
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    out = model.generate(prompt, 20, temperature=0).data
+    assert out.shape == (2, 23) and (out[:, :3] == prompt).all()
+    for t in range(3, 23):  # the whole text so far, from a zero state, at each step
+        full, _ = model(out[:, :t])
+        np.testing.assert_array_equal(out[:, t], full.data[:, -1].argmax(-1))
+    followers = {}  # each character's next ones, over both rows
+    for row in out.tolist():
+        for a, b in zip(row, row[1:]):
+            followers.setdefault(a, set()).add(b)
+    assert any(len(f) > 1 for f in followers.values())  # what comes next depends on the past
+    tt.manual_seed(3)
+    a = model.generate(prompt, 15, temperature=1.0, top_k=2).data
+    tt.manual_seed(3)
+    assert (a == model.generate(prompt, 15, temperature=1.0, top_k=2).data).all()
+
+
+def test_charlm_lstm_resume_equals_a_straight_run_and_keeps_the_model(corpus, tmp_path):
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    common = [corpus, *TINY_RNN, '--steps', '12', '--eval-interval', '5', '--dropout', '0.1',
+              '--n-layer', '2']
+    assert run_charlm(*common, '--model', 'lstm', '--out-dir', straight).returncode == 0
+    first = run_charlm(*common, '--model', 'lstm', '--out-dir', split, '--stop-after', '7')
+    assert first.returncode == 0 and "stopped at step 7 of 12" in first.stdout
+    saved = open(os.path.join(split, 'ckpt.npz'), 'rb').read()
+    for model, shown in (('gpt', 'gpt'), ('gru', 'gru')):  # a differing --model is refused
+        r = run_charlm(*common, '--model', model, '--out-dir', split, '--resume')
+        assert r.returncode == 2 and r.stderr == (
+            f"error: the checkpoint does not match the requested model: --model {shown} "
+            "(checkpoint has lstm)\n"), r.stderr
+    r = run_charlm(corpus, '--n-head', '2', '--out-dir', split, '--resume')
+    assert r.returncode == 2 and "--n-head 2 (checkpoint has none)" in r.stderr
+    assert open(os.path.join(split, 'ckpt.npz'), 'rb').read() == saved  # left as it was
+    second = run_charlm(corpus, '--out-dir', split, '--resume')  # no --model: the run's own
+    assert second.returncode == 0, second.stderr
+    assert "resuming at step 7" in second.stdout and "model: LSTM, 2 layers of 16" in second.stdout
+    a, b = nn.load(os.path.join(straight, 'ckpt.npz')), nn.load(os.path.join(split, 'ckpt.npz'))
+    assert a['step'] == b['step'] == 12 and b['config']['kind'] == 'lstm'
+    for k in a['model']:
+        np.testing.assert_array_equal(a['model'][k], b['model'][k], err_msg=k)
+    assert a['rng'] == b['rng']
+
+
+def test_charlm_rnn_flags_profile_and_memory_estimate(corpus, tmp_path, capsys):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    out = tmp_path / "out"
+    assert train_charlm.main(['--model', 'gru', '--n-head', '2', '--out-dir', str(out)]) == 2
+    assert capsys.readouterr().err == ("error: --n-head is for --model gpt only: --model gru is "
+                                       "a recurrent network, with no attention heads\n")
+    assert not out.exists()
+    r = run_charlm(corpus, '--model', 'lstm', '--n-embd', '30', '--n-layer', '1', '--block-size',
+                   '16', '--profile', '--out-dir', str(out))  # 30 units: no heads to split into
+    assert r.returncode == 0, r.stderr
+    assert "one training step: LSTM, 1 layer of 30 units, block 16" in r.stdout
+    assert "linear" in r.stdout and "(outside ops)" in r.stdout and not out.exists()
+    import tracemalloc
+    for kind, n_layer, n_embd, block, batch in [('lstm', 2, 32, 32, 4), ('gru', 1, 64, 16, 16)]:
+        config = train_charlm.RNNConfig(kind=kind, vocab_size=50, block_size=block,
+                                        n_layer=n_layer, n_embd=n_embd)
+        tt.manual_seed(0)
+        model = train_charlm.CharRNN(config)
+        opt = optim.AdamW(model.parameters(), lr=1e-3)
+        x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
+
+        def step():
+            loss = model(x, x)[1]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        step()
+        tracemalloc.start()
+        try:
+            step()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        estimate = train_charlm.step_memory(config, batch)
+        assert peak / 2 < estimate < peak * 2, (kind, estimate, peak)
+
+
+def test_export_refuses_a_recurrent_checkpoint_in_one_line(corpus, tmp_path):
+    run, hf = str(tmp_path / "run"), str(tmp_path / "hf")
+    assert run_charlm(corpus, '--model', 'lstm', *TINY_RNN, '--steps', '3',
+                      '--out-dir', run).returncode == 0
+    for target in (run, os.path.join(run, 'ckpt.npz')):
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'export.py'), target, '--to', 'hf',
+                            hf], capture_output=True, text=True, timeout=60, cwd=HERE)
+        name = target if target.endswith('.npz') else os.path.join(run, 'best.npz')
+        assert r.returncode == 2 and r.stderr == (
+            f"error: {name} holds a recurrent model (train_charlm.py --model lstm); export.py "
+            "exports GPT checkpoints only (GPT-2 and nanoGPT are Transformers)\n"), r.stderr
+    assert not os.path.exists(hf)
+
+
 # ---------------------------------------------------------------------------
 # train_digits.py end to end
 # ---------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Train a character-level GPT on a text file, then write new text in its style.
+"""Train a character-level GPT (or an LSTM or GRU) on a text file, then write new text in
+its style.
 
     python train_charlm.py                 # learns from this project's own source and README
     python train_charlm.py my.txt          # learns from your text
+    python train_charlm.py my.txt --model lstm   # an LSTM instead of the GPT (or --model gru)
     python train_charlm.py my.txt --resume # continues from out/ckpt.npz exactly where it stopped
     python train_charlm.py --sample --prompt "def " --length 300
     python train_charlm.py --help
@@ -15,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass
 
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
@@ -27,6 +30,7 @@ from transformer import GPT, GPTConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
+MODELS = ('gpt', 'lstm', 'gru')
 MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
 # the run's training settings: saved in its checkpoints, so --resume continues with them
 RUN_FLAGS = dict(steps=5000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup=100, weight_decay=0.1,
@@ -39,15 +43,25 @@ class UserError(Exception):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Train a character-level GPT on a text file.")
+    p = argparse.ArgumentParser(description="Train a character-level GPT (or LSTM, or GRU) on "
+                                "a text file.")
     p.add_argument('file', nargs='?', help="UTF-8 text file to learn from (default: this "
                    "project's own README and source)")
     g = p.add_argument_group('model (taken from the checkpoint when resuming or sampling)')
-    g.add_argument('--n-layer', type=int, help=f"Transformer blocks (default {MODEL_FLAGS['n_layer']})")
-    g.add_argument('--n-head', type=int, help=f"attention heads (default {MODEL_FLAGS['n_head']})")
-    g.add_argument('--n-embd', type=int, help=f"embedding width (default {MODEL_FLAGS['n_embd']})")
+    g.add_argument('--model', choices=MODELS,
+                   help="gpt (default): a Transformer. lstm or gru: an embedding of --n-embd, "
+                        "--n-layer recurrent layers (nn.LSTM / nn.GRU) of --n-embd hidden units "
+                        "each, dropout, a linear head; it trains on windows of --block-size "
+                        "characters and samples with no length limit; --n-head is GPT-only")
+    g.add_argument('--n-layer', type=int, help=f"Transformer blocks, or recurrent layers "
+                   f"(default {MODEL_FLAGS['n_layer']})")
+    g.add_argument('--n-head', type=int, help=f"attention heads, GPT only (default "
+                   f"{MODEL_FLAGS['n_head']})")
+    g.add_argument('--n-embd', type=int, help=f"embedding width, and the recurrent layers' "
+                   f"hidden units (default {MODEL_FLAGS['n_embd']})")
     g.add_argument('--block-size', type=int,
-                   help=f"context length in characters (default {MODEL_FLAGS['block_size']})")
+                   help=f"context length in characters; for lstm and gru, the training window "
+                        f"(default {MODEL_FLAGS['block_size']})")
     g.add_argument('--dropout', type=float,
                    help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
     t = p.add_argument_group("training (when resuming: the run's own, unless given)")
@@ -118,7 +132,11 @@ def check_flags(args):
             bad(name, "it must be more than 0")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         bad('dropout', "it must be in [0, 1)")
-    if not (args.resume or args.sample):  # a new model: its widths must split into heads
+    if args.n_head is not None and args.model in ('lstm', 'gru'):
+        raise UserError(f"--n-head is for --model gpt only: --model {args.model} is a recurrent "
+                        "network, with no attention heads")
+    if not (args.resume or args.sample or args.model in ('lstm', 'gru')):
+        # a new GPT: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
         n_head = args.n_head or MODEL_FLAGS['n_head']
         if n_embd % n_head:
@@ -211,6 +229,93 @@ def get_batch(data, block_size, batch_size, rng):
 
 
 # ---------------------------------------------------------------------------
+# The recurrent models (--model lstm, gru); the GPT is transformer.py's
+# ---------------------------------------------------------------------------
+@dataclass
+class RNNConfig:
+    kind: str = 'lstm'    # or 'gru'
+    vocab_size: int = 65
+    block_size: int = 64  # the training window: backpropagation through this many steps
+    n_layer: int = 4
+    n_embd: int = 128     # the embedding width and every layer's hidden units
+    dropout: float = 0.0
+
+    def to_dict(self):
+        return asdict(self)
+
+
+class CharRNN(nn.Module):
+    """Embedding -> LSTM or GRU (n_layer layers of n_embd units) -> dropout -> linear head.
+    Called as the GPT is: model(idx, targets) -> (logits, loss)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        layers = nn.LSTM if config.kind == 'lstm' else nn.GRU
+        self.rnn = layers(config.n_embd, config.n_embd, num_layers=config.n_layer,
+                          batch_first=True, dropout=config.dropout if config.n_layer > 1 else 0.0)
+        self.drop = nn.Dropout(config.dropout)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+
+    def run(self, idx, state=None):
+        """idx (B, T) -> logits (B, T, vocab) and the recurrent state after the last step."""
+        out, state = self.rnn(self.drop(self.wte(idx)), state)
+        return self.lm_head(self.drop(out)), state
+
+    def forward(self, idx, targets=None):
+        idx = idx if isinstance(idx, tt.Tensor) else tt.tensor(idx)
+        logits, _ = self.run(idx)  # every window starts from a zero state
+        loss = None
+        if targets is not None:
+            B, T = idx.shape
+            targets = targets if isinstance(targets, tt.Tensor) else tt.tensor(targets)
+            loss = nn.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
+        return logits, loss
+
+    @tt.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Extend idx (B, T) by max_new_tokens characters: the prompt is read once, then
+        each new character is one step of the network, which carries its state (the whole
+        past, with no window)."""
+        idx = idx if isinstance(idx, tt.Tensor) else tt.tensor(idx)
+        was_training = self.training
+        self.eval()
+        ids = idx.data
+        logits, state = self.run(idx)
+        for _ in range(max_new_tokens):
+            nxt = pick_next(logits.data[:, -1, :], temperature, top_k).astype(ids.dtype)
+            ids = np.concatenate([ids, nxt], axis=1)
+            logits, state = self.run(tt.tensor(nxt), state)
+        self.train(was_training)
+        return tt.tensor(ids)
+
+
+def pick_next(logits, temperature, top_k):
+    """The next token for each row of logits (B, vocab), as GPT.generate picks it:
+    temperature 0 is the likeliest; else sampled, among the top_k likeliest if given."""
+    if temperature == 0:
+        return np.argmax(logits, axis=-1)[:, None]
+    logits = logits / temperature
+    if top_k is not None:
+        kth = np.sort(logits, axis=-1)[:, [-min(top_k, logits.shape[-1])]]
+        logits = np.where(logits < kth, -np.inf, logits)
+    return tt.multinomial(tt.softmax(tt.tensor(logits), -1), num_samples=1).data
+
+
+def make_model(config):
+    return GPT(config) if isinstance(config, GPTConfig) else CharRNN(config)
+
+
+def describe(config):
+    """The model in a few words, for the first lines of a run and --profile."""
+    if isinstance(config, GPTConfig):
+        return (f"{plural(config.n_layer, 'layer')}, {config.n_head} heads, {config.n_embd} wide, block "
+                f"{config.block_size}")
+    return (f"{config.kind.upper()}, {plural(config.n_layer, 'layer')} of {config.n_embd} units, block "
+            f"{config.block_size}")
+
+
+# ---------------------------------------------------------------------------
 # Checkpoints
 # ---------------------------------------------------------------------------
 def checkpoint_path(out_dir, name=CKPT_NAME):
@@ -244,15 +349,23 @@ def load_checkpoint(out_dir, name=CKPT_NAME):
 
 
 def build_config(args, vocab_size, saved=None):
-    """The model's config: from the flags, or from the checkpoint when there is one.
-    A model flag given explicitly must agree with the checkpoint."""
+    """The model's config: from the flags, or from the checkpoint when there is one (its
+    'kind' says lstm or gru; a GPT's has none). A model flag given explicitly must agree
+    with the checkpoint."""
     if saved is None:
         values = {k: (getattr(args, k) if getattr(args, k) is not None else v)
                   for k, v in MODEL_FLAGS.items()}
-        return GPTConfig(vocab_size=vocab_size, **values)
-    config = GPTConfig(**saved)
-    clashes = [f"--{k.replace('_', '-')} {getattr(args, k)} (checkpoint has {saved[k]})"
-               for k in MODEL_FLAGS if getattr(args, k) is not None and getattr(args, k) != saved[k]]
+        if args.model in (None, 'gpt'):
+            return GPTConfig(vocab_size=vocab_size, **values)
+        del values['n_head']
+        return RNNConfig(kind=args.model, vocab_size=vocab_size, **values)
+    kind = saved.get('kind', 'gpt')
+    config = GPTConfig(**saved) if kind == 'gpt' else RNNConfig(**saved)
+    clashes = [f"--model {args.model} (checkpoint has {kind})"] \
+        if args.model is not None and args.model != kind else []
+    clashes += [f"--{k.replace('_', '-')} {getattr(args, k)} (checkpoint has "
+                f"{saved.get(k, 'none')})" for k in MODEL_FLAGS
+                if getattr(args, k) is not None and getattr(args, k) != saved.get(k)]
     if clashes:
         raise UserError("the checkpoint does not match the requested model: " + ", ".join(clashes))
     return config
@@ -282,7 +395,7 @@ def and_list(items):
 
 
 def restore_model(ck, config):
-    model = GPT(config)
+    model = make_model(config)
     try:
         model.load_state_dict(ck['model'])
     except KeyError as e:
@@ -527,8 +640,13 @@ def step_memory(config, batch_size):
     """About how many bytes one training step needs (float32): per layer and window, the
     attention scores and probabilities kept for backward (n_head x block_size each, the
     term that grows with the square of the context) and the activations (about 24
-    vectors of n_embd); the logits; the weights, gradients and AdamW's two moments."""
-    B, T, C, H = batch_size, config.block_size, config.n_embd, config.n_head
+    vectors of n_embd); the logits; the weights, gradients and AdamW's two moments. An
+    LSTM or GRU keeps about 32 vectors of n_embd per layer and step, and no scores."""
+    B, T, C = batch_size, config.block_size, config.n_embd
+    if isinstance(config, RNNConfig):
+        activations = 4 * B * T * (config.n_layer * 32 * C + 4 * config.vocab_size)
+        return activations + 16 * (config.n_layer * 8 * C * C + 2 * config.vocab_size * C)
+    H = config.n_head
     activations = 4 * B * T * (config.n_layer * (4 * H * T + 24 * C) + 4 * config.vocab_size)
     weights = 16 * (config.n_layer * 12 * C * C + (config.vocab_size + T) * C)
     return activations + weights
@@ -561,9 +679,10 @@ def check_memory(config, batch_size):
     """Refuse, before any work, a model whose training step cannot fit in memory."""
     need, have = step_memory(config, batch_size), available_memory()
     if have is not None and need > have:
+        grows = ("the attention scores grow with the square of" if isinstance(config, GPTConfig)
+                 else "the activations grow with")
         raise UserError(f"one training step of this model needs about {fmt_bytes(need)} of "
-                        f"memory (the attention scores grow with the square of --block-size "
-                        f"{config.block_size}), more than the {fmt_bytes(have)} this machine "
+                        f"memory ({grows} --block-size {config.block_size}), more than the {fmt_bytes(have)} this machine "
                         "has available; use a smaller --block-size or --batch-size")
 
 
@@ -576,7 +695,7 @@ def profile_step(args):
     check_memory(config, args.batch_size)
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
-    model = GPT(config)
+    model = make_model(config)
     optimizer = make_optimizer(model, args)
 
     def step():
@@ -589,8 +708,7 @@ def profile_step(args):
     step()  # a warm-up step: the first one also pays for setting things up
     with lookinside.profile() as prof:
         step()
-    print(f"one training step: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} "
-          f"wide, block {config.block_size}, batch {args.batch_size}, "
+    print(f"one training step: {describe(config)}, batch {args.batch_size}, "
           f"{model.num_parameters():,} parameters (text: {source})")
     print(prof)
     return 0
@@ -710,7 +828,7 @@ def train(args):
 
     # -- the model, the optimizer and the schedule (from the checkpoint when resuming) -
     tt.manual_seed(args.seed)
-    model = restore_model(ck, config) if ck else GPT(config)
+    model = restore_model(ck, config) if ck else make_model(config)
     optimizer = make_optimizer(model, args)
     # the schedule belongs to the run: a resumed run keeps the length it started with, so
     # more --steps than that continue at --min-lr instead of stretching the cosine again
@@ -738,8 +856,7 @@ def train(args):
 
     print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
           f"{model.num_parameters():,} parameters")
-    print(f"model: {config.n_layer} layers, {config.n_head} heads, {config.n_embd} wide, block "
-          f"{config.block_size}; batch {args.batch_size}, {args.steps} steps"
+    print(f"model: {describe(config)}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
 
     # -- the training loop ------------------------------------------------------------
