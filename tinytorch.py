@@ -1866,7 +1866,7 @@ def _view(out, x, remake):
     """out is a view of x's memory (a reshape, a transpose, x[0], ...). Remember its base
     (the tensor at the bottom of a chain of views) and how to make it again from the
     base, so that an in-place change through a view can rewrite the base's history and
-    a change of the base can rewrite its views' (section 10)."""
+    a change of the base can rewrite its views' (section 13)."""
     if x._view is None:
         base, make = x, remake
     else:  # a view of a view: made from the base in two steps
@@ -2805,7 +2805,7 @@ Tensor.log_softmax = log_softmax
 # read h before the change must still send its gradient to the old value. So every
 # graph node carries the number of its op in the order ops ran (_seq), and backward
 # sends a node's gradient to the version of each input that existed when the node
-# was made (_as_read_by, section 9).
+# was made (_inputs and _as_read_by, below).
 #
 # The old values themselves are gone: h's memory holds the new ones. If a rule saved
 # h to read it in backward (mul saves its inputs, exp its output), the version counter
