@@ -1747,6 +1747,11 @@ def test_cumprod_cummax_cummin_median_gradcheck_with_zeros_and_ties():
     ties = tt.tensor([1.0, 3.0, 3.0, 2.0])
     assert ties.cummax(0).indices.tolist() == [0, 1, 2, 2]  # the last of ties, as PyTorch
     assert tt.tensor([4.0, 1.0, 3.0, 2.0]).median().item() == 2.0  # the lower of the middle two
+    m = tt.tensor(np.array([[1.0, np.nan, 3.0, 2.0], [4.0, 1.0, 2.0, 3.0]])).median(1)
+    assert np.isnan(m.values.data[0]) and m.indices.tolist() == [1, 2]  # a nan makes it nan
+    s = tt.tensor(np.array([np.nan, 1.2]), requires_grad=True)
+    tt.floor(s).sum().backward()
+    assert s.grad.tolist() == [0.0, 0.0]  # a step passes zeros, even at nan
 
 
 def test_cumprod_cummax_median_match_pytorch():

@@ -1268,6 +1268,8 @@ def _function(name):
 
         def backward(g):
             """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
+            if name in _KEEP_INTEGERS[1:]:  # the steps: zeros, even where g is nan (as PyTorch)
+                return (np.zeros_like(g),)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
                 return (g * derivative(x.data, out).astype(g.dtype, copy=False),)
         backward.__doc__ = words
@@ -1718,13 +1720,17 @@ def median(x, dim=None, keepdim=False):
     if x.dtype == bool_:
         raise TypeError("median: bool inputs are not supported (as in PyTorch)")
     if dim is None:
-        flat = reshape(x, -1)
-        return sort(flat).values[(flat.numel() - 1) // 2]
+        return median(reshape(x, -1), 0).values
     d = _dim(dim, x.ndim, 'median')
-    values, indices = sort(x, d)
-    k = ((x.shape[d] if x.ndim else 1) - 1) // 2
-    pick = select(values, d, k) if x.ndim else values
-    where_ = select(indices, d, k) if x.ndim else indices
+    values, indices = sort(x, d)  # nan sorts last
+    n = x.shape[d] if x.ndim else 1
+    nans = np.sum(np.isnan(x.data), axis=d, keepdims=True) if x.ndim else np.isnan(x.data)
+    at = np.where(nans > 0, n - nans, (n - 1) // 2)  # a slice with a nan has median nan
+    if not x.ndim:
+        pick, where_ = values, indices
+    else:
+        pick = squeeze(take_along_dim(values, _constant(at.astype(int64)), d), d)
+        where_ = _constant(np.squeeze(np.take_along_axis(indices.data, at.astype(int64), d), d))
     if keepdim and x.ndim:
         pick, where_ = unsqueeze(pick, d), unsqueeze(where_, d)
     return MedianResult(pick, where_)
