@@ -1002,7 +1002,7 @@ def sigmoid(x):
 def relu(x):
     if x.dtype == bool_:
         raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
-    out = np.maximum(x.data, 0)  # nan stays nan (NumPy's maximum keeps it), -inf becomes 0
+    out = np.where(x.data < 0, 0, x.data)  # as PyTorch: nan and -0.0 stay, -inf becomes 0
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
@@ -1840,11 +1840,18 @@ def clone(x):
 def _copy_keeping_layout(a):
     """A copy of a with a's order of dims in memory (a transposed matrix stays transposed)
     when a is dense; else a row-major copy, as PyTorch's clone."""
+    out = _empty_in_layout_of(a)
+    np.copyto(out, a)
+    return out
+
+
+def _empty_in_layout_of(a):
+    """An empty array of a's shape whose dims lie in memory in a's order when a is dense
+    (no gaps, no repeated elements), else in row-major order (PyTorch's rule)."""
     order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    t = a.transpose(order)
-    if not t.flags.c_contiguous:  # gaps or repeated elements: row-major
-        return np.array(a, order='C')
-    return t.copy().transpose(np.argsort(order))
+    if not a.transpose(order).flags.c_contiguous:
+        return np.empty_like(a, order='C')
+    return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
 
 
 def contiguous(x):
@@ -1931,7 +1938,7 @@ def _reshaped(x, out, shape):
     def backward(g):
         """d reshape(x)/dx = 1  (the same numbers: g takes x's shape back)"""
         return (g.reshape(in_shape),)
-    if not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
+    if out.size and not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
         return from_op(out, 'reshape', (x,), backward)
     return _view(from_op(out, 'reshape', (x,), backward, view_of=x), x, lambda t: reshape(t, shape))
 
@@ -2431,7 +2438,9 @@ def flip(x, *dims):
     def backward(g):
         """d flip(x)/dx = 1  (g flipped back)"""
         return (np.flip(g, axes),)
-    return from_op(np.flip(x.data, axes).copy(), 'flip', (x,), backward)  # a copy, as PyTorch
+    out = _empty_in_layout_of(x.data)  # a copy, in x's layout, as PyTorch's
+    np.copyto(out, np.flip(x.data, axes))
+    return from_op(out, 'flip', (x,), backward)
 
 
 def roll(x, shifts, dims=None):
