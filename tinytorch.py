@@ -1002,12 +1002,17 @@ def sigmoid(x):
 def relu(x):
     if x.dtype == bool_:
         raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
-    out = np.where(x.data < 0, 0, x.data)  # as PyTorch: nan and -0.0 stay, -inf becomes 0
+    out = np.maximum(x.data, 0)  # nan stays nan, -inf becomes 0
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
         """d relu(x)/dx = 1 where x > 0, else 0"""
-        return (np.where(keep, g, 0),)  # select, don't multiply by the mask: 0 * inf is nan
+        gx = g * keep
+        # an inf or nan in g where relu passes nothing makes 0 * inf = nan: select there
+        # instead (slower, so only then)
+        if np.isnan(gx).any():
+            gx = np.where(keep, g, 0)
+        return (gx,)
     return from_op(out, 'relu', (x,), backward)
 
 
