@@ -7694,6 +7694,9 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
             what = None
             if e1 and e2 and k == len(lines):
                 break  # both backwards raised: the gradients they left half-done don't count
+            if k < len(lines) and any(v[0] == 'tensor' and v[3] and v[2] not in _FLOAT_DTYPES
+                                      for v in s2.values()):
+                break  # FUZZ_DIFFERENCES['int-requires-grad']: what follows differs by design
             if (e1 is None) != (e2 is None):
                 if _refused_by_design(e1, e2):
                     break  # FUZZ_REFUSALS: not compared further
