@@ -1038,6 +1038,9 @@ def test_an_in_place_operand_that_partly_overlaps_its_target_is_refused():
         x[1:].add_(x[:-1])  # the answer would depend on the order the elements are visited
     with pytest.raises(RuntimeError, match="shares some of its memory"):
         x[1:] = x[:-1]
+    m = tt.tensor(np.arange(4.0).reshape(2, 2))
+    with pytest.raises(RuntimeError, match="shares some of its memory"):
+        m.copy_(m.T)  # the same elements in another order: also refused
     x.add_(x)  # the very same memory: fine
     x[:3] = x[:3] * 1
     assert x.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]

@@ -3077,6 +3077,7 @@ def zero_(x):
 def copy_(x, src):
     """x's elements become src's (broadcast to x's shape, cast to x's dtype)."""
     s = src if isinstance(src, Tensor) else _constant(np.asarray(src))
+    _no_partial_overlap(x.data, s.data, 'copy_')
     if x.dtype.kind not in 'fc':
         s = s.detach()  # an integer or bool tensor has no gradient: nothing flows to src
     try:
