@@ -465,8 +465,10 @@ def pow(a, b):
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
             return (g * (p * a.data ** (p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-        return from_op((a.data ** p).astype(a.dtype, copy=False), 'pow', (a,), backward_scalar,
-                       saved=(a,))
+        # x ** 0.5 and x ** -0.5 as sqrt and 1 / sqrt, as PyTorch computes them (the sign
+        # of a zero then follows: (-0.0) ** -0.5 is -inf)
+        out = np.sqrt(a.data) if p == 0.5 else 1 / np.sqrt(a.data) if p == -0.5 else a.data ** p
+        return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', np.power, a, b)
 
@@ -2924,7 +2926,8 @@ def _in_place(x, op, result):
                            f"tensor's dtype; use the out-of-place form or convert x first")
     if result.dtype != x.dtype:  # computed in the promoted dtype (a float64 operand of a
         result = _as(result, x.dtype)  # float32 x), then rounded once into x's, as PyTorch
-    if fast and result.requires_grad and result.dtype == x.dtype and _sole_owner(x):
+    if (fast and result.requires_grad and result.dtype == x.dtype
+            and result.data.strides == x.data.strides and _sole_owner(x)):  # x keeps its layout
         x.data = result.data  # no one else reads x's memory: take the result's, no copy
     else:
         x.data[...] = result.data  # views, aliases and leaves see the new values
