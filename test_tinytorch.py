@@ -975,6 +975,15 @@ def test_setitem_places_advanced_index_dims_as_torch():
     check(write, x, v)
 
 
+def test_a_mask_of_the_wrong_shape_is_refused():
+    x = tt.tensor([1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(IndexError, match=r"shape of the mask \[2\] does not match .* \[4\]"):
+        x[tt.tensor([True, True])]
+    with pytest.raises(IndexError, match="shape of the mask"):
+        x[tt.tensor([True, False])] = 0.0
+    assert x[x > 2].tolist() == [3.0, 4.0]
+
+
 def test_slices_with_a_negative_step_are_refused():
     x = tt.tensor([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="step must be greater than zero"):

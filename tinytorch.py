@@ -2093,7 +2093,17 @@ def _ints_first(idx, ndim):
     return tuple(first), tuple(rest)
 
 
+def _check_mask(x, idx, op):
+    """A boolean mask as the whole index must have the shape of the dims it covers (NumPy
+    would read a shorter one as a list of positions)."""
+    m = idx.data if isinstance(idx, Tensor) else idx
+    if isinstance(m, np.ndarray) and m.dtype == bool and m.shape != x.shape[:m.ndim]:
+        raise IndexError(f"{op}: the shape of the mask {list(m.shape)} does not match the "
+                         f"shape of the indexed tensor {list(x.shape[:m.ndim])}")
+
+
 def getitem(x, idx):
+    _check_mask(x, idx, 'index')
     index_tensors = _tensors_in(idx)  # read by backward: guarded like saved inputs
     idx = _index_data(idx)
     basic = _is_basic_index(idx)
@@ -3112,6 +3122,7 @@ def setitem(x, idx, value):
     this write: the written positions get their gradient from value, the others from x's
     old value."""
     _check_inplace(x, '__setitem__')
+    _check_mask(x, idx, '__setitem__')
     i = _index_data(idx)
     basic = _is_basic_index(i)
     first, i = (None, i) if basic else _ints_first(i, x.ndim)  # PyTorch's placement
