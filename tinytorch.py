@@ -1005,6 +1005,9 @@ def relu(x):
     if x.dtype == bool_:
         raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
     out = np.maximum(x.data, 0)  # nan stays nan, -inf becomes 0
+    zero = x.data == 0
+    if zero.any():  # and -0.0 stays -0.0, as PyTorch's (NumPy's maximum gives +0.0)
+        np.copyto(out, x.data, where=zero)
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
