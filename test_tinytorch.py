@@ -1040,6 +1040,7 @@ def test_relu_keeps_nan_and_passes_its_gradient():
     assert np.isnan(y.data[0]) and y.data[1:].tolist() == [0.0, 2.0]
     assert x.grad.tolist() == [1.0, 0.0, 1.0]  # PyTorch's: the gradient passes where relu(x) > 0 or nan
     assert np.signbit(tt.tensor(np.array([-0.0])).relu().data[0])  # -0.0 stays, as PyTorch's
+    assert np.signbit(tt.tensor(np.array(-0.0)).relu().data) and tt.tensor(np.array(0.0)).relu().shape == ()
 
 
 def test_an_in_place_operand_that_partly_overlaps_its_target_is_refused():

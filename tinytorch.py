@@ -1007,7 +1007,7 @@ def relu(x):
     out = np.maximum(x.data, 0)  # nan stays nan, -inf becomes 0
     zero = x.data == 0
     if zero.any():  # and -0.0 stays -0.0, as PyTorch's (NumPy's maximum gives +0.0)
-        np.copyto(out, x.data, where=zero)
+        out = np.where(zero, x.data, out)
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
