@@ -5228,8 +5228,27 @@ def test_charlm_help_states_the_defaults_it_uses():
         assert float(said) == value, (flag, said, value)
 
 
-def test_charlm_memory_estimate_is_near_the_measured_peak():
+def _peak_memory_of_a_step(model, batch, block):
+    """The peak of what Python allocates during one AdamW training step (after a first)."""
     import tracemalloc
+    opt = optim.AdamW(model.parameters(), lr=1e-3)
+    x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
+
+    def step():
+        loss = model(x, x)[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    step()
+    tracemalloc.start()
+    try:
+        step()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_charlm_memory_estimate_is_near_the_measured_peak():
     sys.path.insert(0, HERE)
     import train_charlm
     for n_layer, n_head, n_embd, block, batch in [(2, 2, 32, 128, 4), (1, 4, 64, 32, 16)]:
@@ -5237,21 +5256,7 @@ def test_charlm_memory_estimate_is_near_the_measured_peak():
                               block_size=block)
         tt.manual_seed(0)
         model = tf.GPT(config)
-        opt = optim.AdamW(model.parameters(), lr=1e-3)
-        x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
-
-        def step():
-            loss = model(x, x)[1]
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        step()
-        tracemalloc.start()
-        try:
-            step()
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        peak = _peak_memory_of_a_step(model, batch, block)
         estimate = train_charlm.step_memory(config, batch)
         assert peak / 2 < estimate < peak * 2, (estimate, peak)
 
@@ -5400,27 +5405,12 @@ def test_charlm_rnn_flags_profile_and_memory_estimate(corpus, tmp_path, capsys):
     assert r.returncode == 0, r.stderr
     assert "one training step: LSTM, 1 layer of 30 units, block 16" in r.stdout
     assert "linear" in r.stdout and "(outside ops)" in r.stdout and not out.exists()
-    import tracemalloc
     for kind, n_layer, n_embd, block, batch in [('lstm', 2, 32, 32, 4), ('gru', 1, 64, 16, 16)]:
         config = train_charlm.RNNConfig(kind=kind, vocab_size=50, block_size=block,
                                         n_layer=n_layer, n_embd=n_embd)
         tt.manual_seed(0)
         model = train_charlm.CharRNN(config)
-        opt = optim.AdamW(model.parameters(), lr=1e-3)
-        x = tt.tensor(np.random.default_rng(0).integers(0, 50, (batch, block)))
-
-        def step():
-            loss = model(x, x)[1]
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        step()
-        tracemalloc.start()
-        try:
-            step()
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        peak = _peak_memory_of_a_step(model, batch, block)
         estimate = train_charlm.step_memory(config, batch)
         assert peak / 2 < estimate < peak * 2, (kind, estimate, peak)
 
