@@ -158,8 +158,8 @@ def _rule_in_words(node, i, g_out, g_in):
         words = lines[i] if len(lines) > 1 else lines[0]
     op = node._op[:-1] if node._op.endswith('_') else node._op  # add_ has add's rule
     other = inputs[1 - i] if len(inputs) == 2 else None
-    if op == 'mul' and other is not None and other.data.size == 1:
-        words += f", here {float(other.data.reshape(-1)[0]):.4g}"
+    if op == 'mul' and other is not None and other.array.size == 1:
+        words += f", here {float(other.array.reshape(-1)[0]):.4g}"
     if tuple(g_out.shape) != tuple(inputs[i].shape) and op in _BROADCASTING:
         words += f"; summed over the broadcast dims {_shape(g_out.shape)} -> {_shape(inputs[i].shape)}"
     return words
@@ -188,7 +188,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
         n = sum(paths.get(id(p), 0) for p in tt._inputs(node))
         if n and node is not param:
             paths[id(node)] = n
-    seed = np.ones_like(loss.data)
+    seed = np.ones_like(loss.array)
     out = [f"gradient of the loss {_shape(loss.shape)} with respect to {pname} {_shape(param.shape)}",
            "each step: op, gradient shape at its output -> at its input [that input], "
            "|grad| there, and the backward rule"]
@@ -282,14 +282,14 @@ class _Hook:
 # Ops of nn.py and transformer.py are counted by their names (linear, conv2d, attention).
 def _matmul_flops(out, parents):
     a = parents[0]
-    return 2 * out.data.size * (a.shape[-1] if a.ndim else 1)  # multiply and add per k
+    return 2 * out.array.size * (a.shape[-1] if a.ndim else 1)  # multiply and add per k
 
 
 FLOPS = {
     'matmul': _matmul_flops,
-    'linear': lambda out, parents: 2 * out.data.size * parents[1].shape[1],  # x @ W^T
-    'conv2d': lambda out, parents: 2 * out.data.size * parents[1].data[0].size,  # per pixel
-    'causal_attention': lambda out, parents: 4 * out.data.size * out.shape[1],  # QK^T, PV
+    'linear': lambda out, parents: 2 * out.array.size * parents[1].shape[1],  # x @ W^T
+    'conv2d': lambda out, parents: 2 * out.array.size * parents[1].array[0].size,  # per pixel
+    'causal_attention': lambda out, parents: 4 * out.array.size * out.shape[1],  # QK^T, PV
 }
 # backward FLOPs / forward FLOPs where it is not the count above
 BACKWARD_FLOPS_FACTOR = {'causal_attention': 2}
@@ -301,7 +301,7 @@ def _kept_bytes(node, seen):
     once, for the first op that holds it (`seen`: the blocks counted so far, by id)."""
     blocks = {}
     # a view's memory is its base's, counted there
-    arrays = [node.data] if node.requires_grad and node._view is None else []
+    arrays = [node.array] if node.requires_grad and node._view is None else []
     for cell in getattr(node._backward, '__closure__', None) or ():
         try:
             v = cell.cell_contents
@@ -359,7 +359,7 @@ class profile(_Hook):
     def op(self, out, op, parents):
         now = time.perf_counter()
         row = self._row(op)
-        this = dict(calls=1, forward_ms=(now - self._last) * 1000, out_bytes=out.data.nbytes,
+        this = dict(calls=1, forward_ms=(now - self._last) * 1000, out_bytes=out.array.nbytes,
                     flops=FLOPS[op](out, parents) if op in FLOPS else 0, kept_bytes=0)
         if out.requires_grad:
             this['kept_bytes'] = kept = _kept_bytes(out, self._seen)
@@ -490,7 +490,7 @@ class detect_anomaly(_Hook):
         where = _user_line()
         if out.requires_grad:
             self._made_at[out._backward] = where  # the rule moves with an in-place rewrite
-        if out.data.dtype.kind == 'f' and np.isnan(out.data).any():
+        if out.array.dtype.kind == 'f' and np.isnan(out.array).any():
             shapes = ', '.join(str(tuple(p.shape)) for p in parents)
             raise AnomalyError(f"detect_anomaly: '{op}' returned NaN in its output "
                                f"{tuple(out.shape)} (inputs {shapes}), at {where}")

@@ -42,7 +42,7 @@ class Parameter(Tensor):
     """A Tensor that is a learnable part of a Module: it always requires grad."""
 
     def __init__(self, data, requires_grad=True):
-        super().__init__(data.data if isinstance(data, Tensor) else data,
+        super().__init__(data.array if isinstance(data, Tensor) else data,
                          requires_grad=requires_grad)
 
     def __repr__(self):
@@ -116,7 +116,7 @@ class Module:
         return [b for _, b in self.named_buffers()]
 
     def num_parameters(self):
-        return int(np.sum([p.data.size for p in self.parameters()]))
+        return int(np.sum([p.array.size for p in self.parameters()]))
 
     # -- modes and gradients --------------------------------------------------
     def train(self, mode=True):
@@ -138,7 +138,7 @@ class Module:
 
     def state_dict(self):
         """A snapshot: dotted name -> copy of the array of each parameter, then each buffer."""
-        return OrderedDict((name, p.data.copy()) for name, p in self._state())
+        return OrderedDict((name, p.array.copy()) for name, p in self._state())
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy arrays into the parameters. With strict=True, missing keys, unexpected
@@ -182,7 +182,7 @@ class Module:
 
 
 def _array(v):
-    return v.data if isinstance(v, Tensor) else np.asarray(v)
+    return v.array if isinstance(v, Tensor) else np.asarray(v)
 
 
 class Sequential(Module):
@@ -235,10 +235,10 @@ def linear(x, weight, bias=None):
         raise ValueError(f"linear: bias of shape {tuple(bias.shape)} does not fit a weight of "
                          f"shape {tuple(weight.shape)}: it must be ({weight.shape[0]},), (1,) or ()")
     rows = math.prod(x.shape[:-1])  # not -1: NumPy cannot infer it when a dim is 0
-    x2 = x.data.reshape(rows, x.shape[-1])
-    out = x2 @ weight.data.T
+    x2 = x.array.reshape(rows, x.shape[-1])
+    out = x2 @ weight.array.T
     if bias is not None:
-        out += bias.data  # a bias of shape (1,) or () broadcasts, as in PyTorch
+        out += bias.array  # a bias of shape (1,) or () broadcasts, as in PyTorch
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(g):
@@ -246,7 +246,7 @@ def linear(x, weight, bias=None):
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
         d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
         g2 = g.reshape(rows, weight.shape[0])
-        gx = (g2 @ weight.data).reshape(x.shape) if x.requires_grad else None
+        gx = (g2 @ weight.array).reshape(x.shape) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
@@ -287,8 +287,8 @@ def embedding(idx, weight):
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
     n = weight.shape[0]
-    if idx.data.size and (idx.data.min() < 0 or idx.data.max() >= n):
-        bad = idx.data[(idx.data < 0) | (idx.data >= n)][0]
+    if idx.array.size and (idx.array.min() < 0 or idx.array.max() >= n):
+        bad = idx.array[(idx.array < 0) | (idx.array >= n)][0]
         raise IndexError(f"embedding: index {bad} is out of range for an embedding of "
                          f"{n} rows")
     return weight[idx]
@@ -319,21 +319,21 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     n = math.prod(normalized_shape)
     if n == 0:  # nothing to normalize (and a mean over 0 features would warn)
         return x * 1.0 if weight is None else x * weight + (0 if bias is None else bias)
-    rows = x.data.reshape(-1, n)  # one row per normalized group
+    rows = x.array.reshape(-1, n)  # one row per normalized group
     mean = sum_last(rows) / n
     xhat = rows - mean
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
-    out = xhat.copy() if weight is None else xhat * weight.data.reshape(n)
+    out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)
     if bias is not None:
-        out += bias.data.reshape(n)
+        out += bias.array.reshape(n)
 
     def backward(g):
         """d layer_norm/dx: rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))
         d layer_norm/d weight: g * x_hat  (summed over rows)
         d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
-        gw = g.copy() if weight is None else g * weight.data.reshape(n)  # d loss / d xhat
+        gw = g.copy() if weight is None else g * weight.array.reshape(n)  # d loss / d xhat
         # PyTorch's arrangement of dx, in x itself: rstd gw + b x + c with, per row,
         # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
         # (the same nan and inf as PyTorch's: a whole row of nan where a weight is inf)
@@ -382,7 +382,7 @@ def dropout(x, p=0.5, training=True):
     def backward(g):
         """d dropout(x)/dx = mask: 0 where dropped, 1/(1-p) where kept"""
         return (g * mask,)
-    return from_op(x.data * mask, 'dropout', (x,), backward)
+    return from_op(x.array * mask, 'dropout', (x,), backward)
 
 
 def dropout_mask(shape, p, dtype):
@@ -485,9 +485,9 @@ def _activation_result(input, out, op, inplace):
 def _elu(x, alpha, scale, op):
     """scale * x where x > 0, else scale * alpha * (exp(x) - 1): ELU (scale 1) and SELU."""
     _floating(x, op)
-    neg = x.data <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
-    xneg = np.where(neg, x.data, 0)  # exp only of what is used: no overflow for large x
-    out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.data)
+    neg = x.array <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
+    xneg = np.where(neg, x.array, 0)  # exp only of what is used: no overflow for large x
+    out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.array)
 
     def backward(g):
         """d elu(x)/dx = scale where x > 0, else scale * alpha * exp(x)"""
@@ -514,7 +514,7 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     themselves (PyTorch's rule: it passes only where min_val < x < max_val)."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
-    x = input.data
+    x = input.array
     out = np.clip(x, min_val, max_val).astype(x.dtype)
     outside = (x <= min_val) | (x >= max_val)  # nan is neither: its gradient passes
 
@@ -615,7 +615,7 @@ class Identity(Module):
 
 def one_hot(tensor, num_classes=-1):
     """(..., num_classes) int64 tensor with a 1 at each index (no gradient: indices have none)."""
-    idx = tensor.data if isinstance(tensor, Tensor) else np.asarray(tensor)
+    idx = tensor.array if isinstance(tensor, Tensor) else np.asarray(tensor)
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"one_hot: expects integer class indices, got {idx.dtype}")
     n = int(idx.max()) + 1 if num_classes == -1 and idx.size else num_classes
@@ -682,7 +682,7 @@ def _pad_constant(input, pairs, value):
         dst[d] = slice(max(left, 0), max(left, 0) + kept)
     src, dst = tuple(src), tuple(dst)
     out = np.full(shape, value, dtype=input.dtype)
-    out[dst] = input.data[src]
+    out[dst] = input.array[src]
 
     def backward(g):
         """d pad(x)/dx = 1 for the elements kept, 0 for those cropped  (g cut back to x's place)"""
@@ -790,7 +790,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     if padding:  # unfold pads with 0; a max pool's padding is -inf
         real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
                          win.dilation, win.padding, win.stride)
-        cols = cols.masked_fill(real.data == 0, -np.inf)
+        cols = cols.masked_fill(real.array == 0, -np.inf)
     return cols.max(dim=1).values.reshape(shape)
 
 
@@ -814,7 +814,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     shape = (1, c) + (1,) * (input.ndim - 2)  # broadcasts over all dims but the channels
     dims = (0,) + tuple(range(2, input.ndim))
     if training:
-        count = input.data.size // c
+        count = input.array.size // c
         if count < 2:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when "
                              f"training, got input of shape {tuple(input.shape)}")
@@ -1274,13 +1274,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if is_causal:
         scores = scores.masked_fill(~np.tril(np.ones((L, S), dtype=bool)), -math.inf)
     if attn_mask is not None:
-        m = attn_mask.data if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+        m = attn_mask.array if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
         if m.dtype == bool:
             scores = scores.masked_fill(~m, -math.inf)
         else:
             scores = scores + (attn_mask if isinstance(attn_mask, Tensor)
                                else tt.tensor(m.astype(scores.dtype)))
-    dead = np.all(scores.data == -math.inf, axis=-1, keepdims=True)  # rows with no key
+    dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
     if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
         scores = tt.where(dead, 0.0, scores)
     weights = scores.softmax(-1)
@@ -1294,7 +1294,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 def _mask_as_added(mask, shape, what, dtype):
     """A mask as an array added to the scores: a bool True means "may not attend" (-inf;
     PyTorch's convention for these modules), a float mask is added as it is."""
-    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
     if tuple(m.shape) != shape:
         raise ValueError(f"MultiheadAttention: {what} has shape {tuple(m.shape)}, expected {shape}")
     if m.dtype == bool:
@@ -1359,7 +1359,7 @@ class MultiheadAttention(Module):
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
-                key_padding_mask = (key_padding_mask.data if isinstance(key_padding_mask, Tensor)
+                key_padding_mask = (key_padding_mask.array if isinstance(key_padding_mask, Tensor)
                                     else np.asarray(key_padding_mask))[None]
         elif self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
@@ -1380,7 +1380,7 @@ class MultiheadAttention(Module):
         q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
         q, k, v = heads(q), heads(k), heads(v)
         mask = None  # attn_mask and key_padding_mask as one array added to the scores
-        if attn_mask is not None and np.ndim(attn_mask.data if isinstance(attn_mask, Tensor)
+        if attn_mask is not None and np.ndim(attn_mask.array if isinstance(attn_mask, Tensor)
                                              else attn_mask) == 2:
             mask = _mask_as_added(attn_mask, (L, S), 'attn_mask', q.dtype)  # the same for all
         elif attn_mask is not None:  # one (L, S) mask per batch item and head
@@ -1601,7 +1601,7 @@ def mse_loss(input, target, reduction='mean'):
         raise ValueError(f"mse_loss: input shape {tuple(input.shape)} and target shape "
                          f"{tuple(target.shape)} differ")
     input, target = tt._operands(input, target)
-    d = input.data - target.data
+    d = input.array - target.array
 
     def backward(g):
         """d (x - y)^2/dx = 2 (x - y)
@@ -1631,7 +1631,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     sample with a 0-d target. A float target of the input's shape holds class
     probabilities: loss = -sum_c w_c target_c log_softmax(z)_c, composed of tensor ops.
     """
-    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    t = target.array if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind == 'f':
         return _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
                                             label_smoothing)
@@ -1651,7 +1651,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     if logits.ndim != 2:
         raise ValueError(f"cross_entropy: logits must be (N, C), (N, C, d1, ...) or (C,), got "
                          f"shape {tuple(logits.shape)}")
-    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    t = target.array if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, got {t.dtype}")
     n, c = logits.shape
@@ -1674,9 +1674,9 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
         raise IndexError(f"cross_entropy: target {t[bad][0]} is out of range for {c} classes")
     safe_t = np.where(valid, t, 0)
     rows = np.arange(n)
-    w = None if weight is None else weight.data.copy()  # a copy: backward reads it
+    w = None if weight is None else weight.array.copy()  # a copy: backward reads it
     w_t = valid if w is None else w[safe_t] * valid  # each row's weight, 0 if ignored
-    shifted = logits.data - logits.data.max(axis=1, keepdims=True)
+    shifted = logits.array - logits.array.max(axis=1, keepdims=True)
     e = np.exp(shifted)  # softmax numerators, kept for backward
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
@@ -1754,7 +1754,7 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     if target.dtype.kind != 'f':  # the result takes the target's dtype
         raise RuntimeError(f"binary_cross_entropy_with_logits: the target must be a float "
                            f"tensor (probabilities), got {target.dtype}; use target.float()")
-    x, y = logits.data, target.data
+    x, y = logits.array, target.array
     e = np.exp(-np.abs(x))  # never overflows
     log_sigmoid = np.minimum(x, 0) - np.log1p(e)
     with np.errstate(invalid='ignore'):  # 0 * inf and inf - inf: nan, as in PyTorch
@@ -1813,7 +1813,7 @@ def _huber(input, target, delta, op):
     (broadcast): quadratic near 0, linear (so robust to outliers) beyond delta."""
     input, target = tt._operands(input, target)
     with np.errstate(invalid='ignore'):  # |nan| < delta: nan, as in PyTorch
-        d = input.data - target.data
+        d = input.array - target.array
         ad = np.abs(d)
         small = ad < delta
         out = np.where(small, 0.5 * d * d, delta * (ad - 0.5 * delta)).astype(d.dtype)
@@ -1860,7 +1860,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if reduction not in ('mean', 'sum', 'none'):
         raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    t = target.array if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind not in 'iu':
         raise TypeError(f"nll_loss: targets must be integer class indices, got {t.dtype}")
     if input.ndim == 1:  # one sample: (C,) and a 0-d target
@@ -1884,7 +1884,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         raise IndexError(f"nll_loss: target {t[bad][0]} is out of range for {c} classes")
     safe_t = np.where(valid, t, 0)
     picked = input.gather(1, tt.tensor(safe_t[:, None])).squeeze(1)  # input[i, t_i]
-    w_t = np.where(valid, 1 if weight is None else weight.data[safe_t], 0).astype(input.dtype)
+    w_t = np.where(valid, 1 if weight is None else weight.array[safe_t], 0).astype(input.dtype)
     # select, not multiply by a 0/1 mask: an ignored row's nan or inf stays out
     loss = tt.where(valid, -picked if weight is None else -(picked * w_t), 0.0)
     if reduction == 'none':
@@ -1917,7 +1917,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_
 
 def _kl_pointwise(input, target, log_target):
     input, target = tt._operands(input, target)
-    x, y = input.data, target.data
+    x, y = input.array, target.array
     with np.errstate(divide='ignore', invalid='ignore'):
         if log_target:
             ey = np.exp(y)
@@ -2073,7 +2073,7 @@ def _encode(obj, arrays, names, path=''):
     moving every array into `arrays` (and its dotted path into `names`) and leaving a
     reference in its place."""
     if isinstance(obj, (Tensor, np.ndarray)):
-        arrays.append(obj.data if isinstance(obj, Tensor) else obj)
+        arrays.append(obj.array if isinstance(obj, Tensor) else obj)
         names.append(path)
         return {'__tensor__' if isinstance(obj, Tensor) else '__array__': len(arrays) - 1}
     if isinstance(obj, np.generic):
@@ -2214,7 +2214,7 @@ _ST_CODES = {np.dtype(t): code for code, t in _ST_DTYPES.items()}
 
 def save_safetensors(tensors, path, metadata=None):
     """Write name -> array (or tensor) as a .safetensors file, atomically."""
-    arrays = {k: (v.data if isinstance(v, Tensor) else np.asarray(v)) for k, v in tensors.items()}
+    arrays = {k: (v.array if isinstance(v, Tensor) else np.asarray(v)) for k, v in tensors.items()}
     _atomic_write(path, lambda f: _write_safetensors(f, arrays, metadata))
 
 
@@ -2302,17 +2302,17 @@ def conv2d_fused(input, weight, bias, win):
     extra = (kw - 1) * dw  # the last row's run reads this far past the image
     xp = np.zeros((c, n, hp * wp + extra), dtype=input.dtype)  # (C, N, flat padded image)
     xp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w] = \
-        input.data.transpose(1, 0, 2, 3)
+        input.array.transpose(1, 0, 2, 3)
     # kernel element (i, j) reads the flat image from i*dh rows and j*dw columns on
     starts = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
     cols = np.empty((c, kh * kw, n, run), dtype=input.dtype)
     for k, start in enumerate(starts):
         cols[:, k] = xp[:, :, start:start + run]
     cols = cols.reshape(c * kh * kw, n * run)
-    w2 = weight.data.reshape(o, -1)  # (O, C*kh*kw): the same order as cols' rows
+    w2 = weight.array.reshape(o, -1)  # (O, C*kh*kw): the same order as cols' rows
     out = (w2 @ cols).reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
     if bias is not None:
-        out += bias.data[:, None, None, None]
+        out += bias.array[:, None, None, None]
 
     def backward(g):
         """d conv2d/d input: W^T g, each column folded back where it was read
@@ -2343,8 +2343,8 @@ def max_pool2d_fused(input, win):
     """nn.max_pool2d as one op: a running maximum over the kh*kw strided slices of the
     padded image (one slice per kernel element), remembering which slice won."""
     (ph, pw) = win.padding
-    x = np.pad(input.data, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) \
-        if ph or pw else input.data
+    x = np.pad(input.array, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) \
+        if ph or pw else input.array
     slices = [tt._window_slice(win, i, j) for i in range(win.kernel[0]) for j in range(win.kernel[1])]
     out = x[(..., *slices[0])].copy()
     winner = np.zeros(out.shape, dtype=np.intp)  # which slice won: 0 .. kh*kw - 1

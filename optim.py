@@ -40,7 +40,7 @@ class Optimizer:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
-                p.grad[...] = 0
+                p.grad.array[...] = 0
 
     @no_grad()
     def step(self):
@@ -48,7 +48,7 @@ class Optimizer:
             for group in self.param_groups:
                 for p in group['params']:
                     if p.grad is not None:  # a parameter that got no gradient is left alone
-                        self._update(p, p.grad, self.state.setdefault(p, {}), group)
+                        self._update(p, p.grad.array, self.state.setdefault(p, {}), group)
                         tt._bump(p)  # an in-place change: the version counter says so
 
     def _update(self, p, g, state, group):
@@ -93,7 +93,7 @@ class SGD(Optimizer):
 
     def _update(self, p, g, state, group):
         if group['weight_decay']:
-            g = g + group['weight_decay'] * p.data
+            g = g + group['weight_decay'] * p.array
         momentum = group['momentum']
         if momentum:
             buf = state.get('momentum_buffer')
@@ -103,7 +103,7 @@ class SGD(Optimizer):
                 buf *= momentum
                 buf += (1 - group['dampening']) * g
             g = g + momentum * buf if group['nesterov'] else buf
-        p.data -= group['lr'] * g
+        p.array -= group['lr'] * g
 
 
 class Adam(Optimizer):
@@ -120,16 +120,16 @@ class Adam(Optimizer):
     def _update(self, p, g, state, group):
         lr, (b1, b2), eps, wd = group['lr'], group['betas'], group['eps'], group['weight_decay']
         if wd and self.decoupled:
-            p.data *= 1 - lr * wd  # AdamW: decay the weights directly, not through g
+            p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g
         elif wd:
-            g = g + wd * p.data
+            g = g + wd * p.array
         if 'step' not in state:
             state['step'] = 0
-            state['exp_avg'] = np.zeros_like(p.data)
-            state['exp_avg_sq'] = np.zeros_like(p.data)
+            state['exp_avg'] = np.zeros_like(p.array)
+            state['exp_avg_sq'] = np.zeros_like(p.array)
         state['step'] += 1
         step = adam_step_ if tt.fast else adam_step  # the same numbers, faster (Speed section)
-        step(p.data, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
+        step(p.array, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
 
 
 def adam_step(p, g, m, v, t, lr, b1, b2, eps):
@@ -233,7 +233,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     tensor in the gradients' dtype (as PyTorch)."""
     if isinstance(parameters, tt.Tensor):
         parameters = [parameters]
-    grads = [p.grad for p in parameters if p.grad is not None]
+    grads = [p.grad.array for p in parameters if p.grad is not None]
     if not grads:
         return tt.tensor(0.0)
     norm_type = float(norm_type)

@@ -1,7 +1,7 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
 Read this file top to bottom. Part I is a complete engine on its own: a reader who
-stops at the line "END OF PART I" (about line 770) has seen everything a gradient
+stops at the line "END OF PART I" (about line 800) has seen everything a gradient
 needs, from the Tensor to backward.
 
 Part I: the engine
@@ -118,13 +118,14 @@ class enable_grad(_GradMode):
 # 2. The Tensor and how an op enters the graph
 # ---------------------------------------------------------------------------
 class Tensor:
-    """An n-dimensional array (`.data`) that can remember how it was computed.
+    """An n-dimensional array (`.array`) that can remember how it was computed.
 
     A leaf is a tensor you created (`requires_grad=True` asks autograd to fill its
     `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
     its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
 
-    The fields Part I uses: `data` (the NumPy array), `grad` (a NumPy array or None),
+    The fields Part I uses: `array` (the NumPy array holding the values), `grad` (a
+    Tensor or None; the array behind it is `grad.array`),
     `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
     the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
     `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
@@ -132,14 +133,14 @@ class Tensor:
     `_saved` and `_vc` in section 8 (the version counter), `_view` and `_views` in
     section 11 (views), `_seq`, `_older` and `_shared` in section 13 (in-place ops).
     """
-    __slots__ = ('data', 'grad', 'requires_grad', '_parents', '_backward', '_op',
+    __slots__ = ('array', '_grad', 'requires_grad', '_parents', '_backward', '_op',
                  '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
                  '_older', '_shared', '__weakref__')
     __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
 
     def __init__(self, data, dtype=None, requires_grad=False):
         if isinstance(data, Tensor):
-            data = data.data
+            data = data.array
         arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
         if arr is data:
             arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
@@ -148,9 +149,20 @@ class Tensor:
             self.requires_grad_(True)
 
     # -- properties ---------------------------------------------------------
-    shape = property(lambda self: self.data.shape)
-    ndim = property(lambda self: self.data.ndim)
-    dtype = property(lambda self: self.data.dtype)
+    @property
+    def grad(self):  # d loss / d self after backward(): a Tensor of self's shape, or None
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not (isinstance(value, Tensor) and value.shape == self.shape):
+            raise TypeError(f"assigned grad must be None or a Tensor of shape {tuple(self.shape)}, "
+                            f"got {getattr(value, 'shape', type(value).__name__)}")
+        self._grad = value
+
+    shape = property(lambda self: self.array.shape)
+    ndim = property(lambda self: self.array.ndim)
+    dtype = property(lambda self: self.array.dtype)
     is_leaf = property(lambda self: self._backward is None)
 
     def size(self, dim=None):
@@ -160,7 +172,7 @@ class Tensor:
         return self.ndim
 
     def numel(self):
-        return self.data.size
+        return self.array.size
 
     def __len__(self):
         if self.ndim == 0:
@@ -168,18 +180,18 @@ class Tensor:
         return self.shape[0]
 
     def item(self):
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise ValueError(f"item(): only a one-element tensor can be converted to a Python "
                              f"number, got shape {tuple(self.shape)}")
-        return self.data.reshape(()).item()
+        return self.array.reshape(()).item()
 
     def numpy(self):
         if self.requires_grad:
             raise RuntimeError("numpy(): this tensor requires grad; call .detach().numpy()")
-        return self.data
+        return self.array
 
     def tolist(self):
-        return self.data.tolist()
+        return self.array.tolist()
 
     def __float__(self):
         return float(self.item())
@@ -188,10 +200,10 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self):
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise RuntimeError(f"the truth value of a tensor of shape {tuple(self.shape)} "
                                "is ambiguous; use .any() or .all()")
-        return bool(self.data.reshape(()))
+        return bool(self.array.reshape(()))
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -199,7 +211,7 @@ class Tensor:
     __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
 
     def __repr__(self):
-        body = np.array2string(self.data, separator=', ', prefix='tensor(', precision=4)
+        body = np.array2string(self.array, separator=', ', prefix='tensor(', precision=4)
         extra = ''
         if self.dtype not in (default_dtype, int64, bool_):
             extra += f', dtype={self.dtype}'
@@ -210,7 +222,7 @@ class Tensor:
         return f'tensor({body}{extra})'
 
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and self.data.dtype.kind not in 'fc':
+        if requires_grad and self.array.dtype.kind not in 'fc':
             raise TypeError(f"only floating point tensors can require grad, got dtype "
                             f"{self.dtype} (integer tensors are indices, they have no gradient)")
         if not self.is_leaf:
@@ -229,8 +241,8 @@ class Tensor:
 def _init_result(out, data, vc=None):
     """The fields of a new tensor, outside the graph. (_views, _older and _shared are set
     only by views and in-place ops, sections 11 and 13, and read with a default.)"""
-    out.data = data
-    out.grad = None
+    out.array = data
+    out._grad = None
     out.requires_grad = False
     out._parents = ()
     out._backward = None
@@ -373,7 +385,9 @@ def _operands(a, b, floating=False):
 def _floating(x):
     """A float function (exp, log, sin, ...) of an integer or bool tensor computes in the
     default float dtype, as in PyTorch; a float tensor stays as it is."""
-    return x if x.dtype.kind in 'fc' else _constant(x.data.astype(default_dtype))
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected a Tensor, got {type(x).__name__}; wrap arrays with tt.tensor(...)")
+    return x if x.dtype.kind in 'fc' else _constant(x.array.astype(default_dtype))
 
 
 def unbroadcast(grad, shape):
@@ -395,7 +409,7 @@ def unbroadcast(grad, shape):
 def _broadcast_op(op, fn, a, b):
     """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
     try:
-        return fn(a.data, b.data)
+        return fn(a.array, b.array)
     except ValueError as e:
         try:
             np.broadcast_shapes(a.shape, b.shape)
@@ -436,8 +450,8 @@ def mul(a, b):
     def backward(g):
         """d(a*b)/da = b
         d(a*b)/db = a"""
-        return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
-                unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+        return (unbroadcast(g * b.array, a.shape) if a.requires_grad else None,
+                unbroadcast(g * a.array, b.shape) if b.requires_grad else None)
     # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
     saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
     return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
@@ -450,8 +464,8 @@ def div(a, b):
     def backward(g):
         """d(a/b)/da = 1/b
         d(a/b)/db = -a/b^2"""
-        return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
-                unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
+        return (unbroadcast(g / b.array, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.array / (b.array * b.array), b.shape) if b.requires_grad else None)
     # saved: what the rule reads (b always, a only for b's gradient)
     return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
 
@@ -464,10 +478,10 @@ def pow(a, b):
 
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
-            return (g * (p * a.data ** (p - 1)) if p != 0 or p is False else np.zeros_like(g),)
+            return (g * (p * a.array ** (p - 1)) if p != 0 or p is False else np.zeros_like(g),)
         # x ** 0.5 and x ** -0.5 as sqrt and 1 / sqrt, as PyTorch computes them (the sign
         # of a zero then follows: (-0.0) ** -0.5 is -inf)
-        out = np.sqrt(a.data) if p == 0.5 else 1 / np.sqrt(a.data) if p == -0.5 else a.data ** p
+        out = np.sqrt(a.array) if p == 0.5 else 1 / np.sqrt(a.array) if p == -0.5 else a.array ** p
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', np.power, a, b)
@@ -478,11 +492,11 @@ def pow(a, b):
         ga = gb = None
         if a.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
-                ga = np.where(b.data == 0, 0, b.data * a.data ** (b.data - 1))
+                ga = np.where(b.array == 0, 0, b.array * a.array ** (b.array - 1))
             ga = unbroadcast(g * ga, a.shape)
         if b.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
-                gb = np.where((a.data == 0) & (b.data >= 0), 0, out * np.log(a.data))
+                gb = np.where((a.array == 0) & (b.array >= 0), 0, out * np.log(a.array))
             gb = unbroadcast(g * gb, b.shape)
         return ga, gb
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
@@ -504,7 +518,7 @@ def neg(a):
     def backward(g):
         """d(-x)/dx = -1"""
         return (-g,)
-    return from_op(-a.data, 'neg', (a,), backward)
+    return from_op(-a.array, 'neg', (a,), backward)
 
 
 Tensor.__add__ = Tensor.add = add
@@ -533,7 +547,7 @@ def _same_dtype(op, **tensors):
                             "arrays with tt.tensor(...)")
     name0, t0 = given[0]
     for name, t in given[1:]:
-        if t.data.dtype != t0.data.dtype:
+        if t.array.dtype != t0.array.dtype:
             raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
                                f"have the same dtype: convert one (x.float() for a float32 model)")
 
@@ -554,7 +568,7 @@ def matmul(a, b):
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
                          f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
     try:
-        out = np.matmul(a.data, b.data)
+        out = np.matmul(a.array, b.array)
     except ValueError:
         raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
                          "cannot be broadcast together") from None
@@ -564,8 +578,8 @@ def matmul(a, b):
         d(A@B)/dB: A^T @ g"""
         # On the operands as matrices: a 1-D a is a row (1, n), a 1-D b a column (n, 1),
         # and g gets back the dims they lost. Broadcast batch dims are summed back.
-        A = a.data if a.ndim > 1 else a.data[None, :]
-        B = b.data if b.ndim > 1 else b.data[:, None]
+        A = a.array if a.ndim > 1 else a.array[None, :]
+        B = b.array if b.ndim > 1 else b.array[:, None]
         G = g[..., None] if b.ndim == 1 else g
         G = G[..., None, :] if a.ndim == 1 else G
         ga = gb = None
@@ -604,7 +618,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g):
         """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
         return (_expand_back(g, x.shape, axes, keepdim),)
-    return from_op(np.sum(x.data, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
+    return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
 
 
 def mean(x, dim=None, keepdim=False, *, dtype=None):
@@ -619,12 +633,12 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g):
         """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
         return (_expand_back(g / n, x.shape, axes, keepdim),)
-    return from_op(np.mean(x.data, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
+    return from_op(np.mean(x.array, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
 
 
 def exp(x):
     x = _floating(x)
-    out = np.exp(x.data)
+    out = np.exp(x.array)
 
     def backward(g):
         """d e^x/dx = e^x"""
@@ -637,8 +651,8 @@ def log(x):
 
     def backward(g):
         """d log(x)/dx = 1/x"""
-        return (g / x.data,)
-    return from_op(np.log(x.data), 'log', (x,), backward, saved=(x,))
+        return (g / x.array,)
+    return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
 
 
 Tensor.sum, Tensor.mean, Tensor.exp, Tensor.log = sum, mean, exp, log
@@ -686,7 +700,7 @@ def _walk(root, g_root, retain_graph=False):
         for p, pg in zip(_inputs(node), rule_out):
             if pg is None or not p.requires_grad:
                 continue
-            if getattr(pg, 'shape', None) != p.data.shape or pg.dtype != p.data.dtype:
+            if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:
                 _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
             key = id(p)
             grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
@@ -722,12 +736,12 @@ def _initial_gradient(tensor, gradient):
         raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
                            "(no input had requires_grad=True, or it was made under no_grad)")
     if gradient is None:
-        if tensor.data.size != 1:
+        if tensor.array.size != 1:
             raise RuntimeError(f"backward: grad can be created implicitly only for a "
                                f"single-element output, got shape {tuple(tensor.shape)}; "
                                "pass gradient=...")
-        return np.ones_like(tensor.data)
-    gradient = gradient.data if isinstance(gradient, Tensor) else gradient
+        return np.ones_like(tensor.array)
+    gradient = gradient.array if isinstance(gradient, Tensor) else gradient
     if tuple(np.shape(gradient)) != tuple(tensor.shape):
         raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
                            f"the tensor has shape {tuple(tensor.shape)}")
@@ -736,12 +750,12 @@ def _initial_gradient(tensor, gradient):
 
 def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
-    if t.grad is not None:
-        t.grad += g
+    if t._grad is not None:
+        t._grad.array += g
     elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 18)
-        t.grad = g
+        t._grad = _constant(g)
     else:
-        t.grad = g.astype(t.dtype, copy=True)  # g may be shared: .grad gets its own array
+        t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
 
 
 def _wrong_gradient(node, x, pg):
@@ -883,7 +897,7 @@ def to(self, dtype):
     def backward(g):
         """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
         return (g.astype(src),)
-    out = from_op(self.data.astype(dtype), 'to', (self,), backward)
+    out = from_op(self.array.astype(dtype), 'to', (self,), backward)
     if dtype.kind not in 'fc':
         out = out.detach()
     return out
@@ -909,9 +923,9 @@ Tensor.long = lambda self: to(self, int64)
 def _guard_saved(out, saved, saves_output):
     """Record the version of each array out's rule reads."""
     # the counter, not the tensor, so that an output saving itself makes no reference cycle
-    out._saved = tuple((t._vc, t._vc[0], t.data.shape) for t in saved)
+    out._saved = tuple((t._vc, t._vc[0], t.array.shape) for t in saved)
     if saves_output:
-        out._saved += ((out._vc, out._vc[0], out.data.shape),)
+        out._saved += ((out._vc, out._vc[0], out.array.shape),)
 
 
 def _check_saved(node):
@@ -938,7 +952,7 @@ def _tensors_in(idx):
 # ---------------------------------------------------------------------------
 def sqrt(x):
     x = _floating(x)
-    out = np.sqrt(x.data)
+    out = np.sqrt(x.array)
 
     def backward(g):
         """d sqrt(x)/dx = 1/(2 sqrt(x))"""
@@ -956,8 +970,8 @@ def abs(x):
 
     def backward(g):
         """d|x|/dx = sign(x)  (0 at nan, as PyTorch)"""
-        return (g * np.where(np.isnan(x.data), 0, np.sign(x.data)).astype(g.dtype, copy=False),)
-    return from_op(np.abs(x.data), 'abs', (x,), backward, saved=(x,))
+        return (g * np.where(np.isnan(x.array), 0, np.sign(x.array)).astype(g.dtype, copy=False),)
+    return from_op(np.abs(x.array), 'abs', (x,), backward, saved=(x,))
 
 
 def sin(x):
@@ -965,8 +979,8 @@ def sin(x):
 
     def backward(g):
         """d sin(x)/dx = cos(x)"""
-        return (g * np.cos(x.data),)
-    return from_op(np.sin(x.data), 'sin', (x,), backward, saved=(x,))
+        return (g * np.cos(x.array),)
+    return from_op(np.sin(x.array), 'sin', (x,), backward, saved=(x,))
 
 
 def cos(x):
@@ -974,13 +988,13 @@ def cos(x):
 
     def backward(g):
         """d cos(x)/dx = -sin(x)"""
-        return (-g * np.sin(x.data),)
-    return from_op(np.cos(x.data), 'cos', (x,), backward, saved=(x,))
+        return (-g * np.sin(x.array),)
+    return from_op(np.cos(x.array), 'cos', (x,), backward, saved=(x,))
 
 
 def tanh(x):
     x = _floating(x)  # an integer tensor's tanh is a float32 one, as in PyTorch
-    out = np.tanh(x.data)
+    out = np.tanh(x.array)
 
     def backward(g):
         """d tanh(x)/dx = 1 - tanh(x)^2"""
@@ -992,8 +1006,8 @@ def sigmoid(x):
     # sigma(x) = 1 / (1 + e^-x), and e^x / (1 + e^x) for x < 0: e^-|x| never overflows, and
     # the tail keeps its precision (sigma(-20) = 2e-9 in float32, not 0)
     x = _floating(x)
-    e = np.exp(-np.abs(x.data))
-    out = np.where(x.data >= 0, 1 / (1 + e), e / (1 + e))
+    e = np.exp(-np.abs(x.array))
+    out = np.where(x.array >= 0, 1 / (1 + e), e / (1 + e))
 
     def backward(g):
         """d sigma(x)/dx = sigma(x) (1 - sigma(x))"""
@@ -1004,10 +1018,10 @@ def sigmoid(x):
 def relu(x):
     if x.dtype == bool_:
         raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
-    out = np.maximum(x.data, 0)  # nan stays nan, -inf becomes 0
-    zero = x.data == 0
+    out = np.maximum(x.array, 0)  # nan stays nan, -inf becomes 0
+    zero = x.array == 0
     if zero.any():  # and -0.0 stays -0.0, as PyTorch's (NumPy's maximum gives +0.0)
-        out = np.where(zero, x.data, out)
+        out = np.where(zero, x.array, out)
     keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
 
     def backward(g):
@@ -1026,13 +1040,13 @@ def log1p(x):
 
     def backward(g):
         """d log(1 + x)/dx = 1/(1 + x)"""
-        return (g / (1 + x.data),)
-    return from_op(np.log1p(x.data), 'log1p', (x,), backward, saved=(x,))  # accurate for tiny x
+        return (g / (1 + x.array),)
+    return from_op(np.log1p(x.array), 'log1p', (x,), backward, saved=(x,))  # accurate for tiny x
 
 
 def expm1(x):
     x = _floating(x)
-    out = np.expm1(x.data)  # e^x - 1, accurate for tiny x
+    out = np.expm1(x.array)  # e^x - 1, accurate for tiny x
 
     def backward(g):
         """d (e^x - 1)/dx = e^x = out + 1"""
@@ -1044,32 +1058,32 @@ def silu(x):
     """x * sigmoid(x) (also called swish)."""
     x = _floating(x)
     with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
-        s = 1 / (1 + np.exp(-x.data))
+        s = 1 / (1 + np.exp(-x.array))
 
     def backward(g):
         """d x s(x)/dx = s + x s (1 - s) = s (1 + x (1 - s)),  s = sigma(x)"""
-        return (g * s * (1 + x.data * (1 - s)),)
-    return from_op(x.data * s, 'silu', (x,), backward, saved=(x,))
+        return (g * s * (1 + x.array * (1 - s)),)
+    return from_op(x.array * s, 'silu', (x,), backward, saved=(x,))
 
 
 def leaky_relu(x, negative_slope=0.01):
     if x.dtype.kind != 'f':
         raise TypeError(f"leaky_relu: a {x.dtype} tensor is not supported; it needs a float one")
-    slope = np.where(x.data > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
+    slope = np.where(x.array > 0, 1, negative_slope).astype(x.dtype)  # 1 for x > 0, else the slope
 
     def backward(g):
         """d leaky_relu(x)/dx = 1 where x > 0, else negative_slope"""
         return (g * slope,)
-    return from_op(x.data * slope, 'leaky_relu', (x,), backward)
+    return from_op(x.array * slope, 'leaky_relu', (x,), backward)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
     x = _floating(x)
-    bx = x.data * beta
+    bx = x.array * beta
     linear = bx > threshold
     with np.errstate(over='ignore'):
-        out = np.where(linear, x.data, np.log1p(np.exp(np.minimum(bx, threshold))) / beta)
+        out = np.where(linear, x.array, np.log1p(np.exp(np.minimum(bx, threshold))) / beta)
         s = 1 / (1 + np.exp(-bx))
 
     def backward(g):
@@ -1087,11 +1101,11 @@ def erf(x):
     # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
     # asks math.erf element by element; section 18's _erf_np does the array at once.
     x = _floating(x)
-    out = _erf_np(x.data) if fast else _erf_plain(x.data)
+    out = _erf_np(x.array) if fast else _erf_plain(x.array)
 
     def backward(g):
         """d erf(x)/dx = 2/sqrt(pi) exp(-x^2)"""
-        return (g * (2 / math.sqrt(math.pi)) * np.exp(-x.data * x.data),)
+        return (g * (2 / math.sqrt(math.pi)) * np.exp(-x.array * x.array),)
     return from_op(out, 'erf', (x,), backward, saved=(x,))
 
 
@@ -1099,7 +1113,7 @@ def gelu(x, approximate='none'):
     """GELU(x) = x * Phi(x), Phi the standard normal CDF (exact, with erf), or
     PyTorch's approximate='tanh': 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x = _floating(x)
-    xd = x.data
+    xd = x.array
     if approximate == 'tanh':
         k = math.sqrt(2 / math.pi)
         t = np.tanh(k * (xd + 0.044715 * xd ** 3))
@@ -1134,10 +1148,10 @@ def clamp(x, min=None, max=None):
     dtype = result_type(x, *(b for b in (min, max) if b is not None))
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
-    out = np.clip(x.data, min, max)
-    inside = np.ones_like(x.data, dtype=bool) if min is None else x.data >= min
+    out = np.clip(x.array, min, max)
+    inside = np.ones_like(x.array, dtype=bool) if min is None else x.array >= min
     if max is not None:
-        inside &= x.data <= max
+        inside &= x.array <= max
 
     def backward(g):
         """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
@@ -1148,9 +1162,9 @@ def clamp(x, min=None, max=None):
 def _extreme_pair_grads(g, a, b, wins):
     """maximum's and minimum's rules: g to the winner, half to each of a tie, all of it to
     both where either is nan (as PyTorch); selected, never multiplied by a mask (0 * inf)."""
-    nan = np.isnan(a.data) | np.isnan(b.data)
-    a_wins, b_wins = wins(a.data, b.data) | nan, wins(b.data, a.data) | nan
-    tie = np.where(a.data == b.data, g * 0.5, 0)
+    nan = np.isnan(a.array) | np.isnan(b.array)
+    a_wins, b_wins = wins(a.array, b.array) | nan, wins(b.array, a.array) | nan
+    tie = np.where(a.array == b.array, g * 0.5, 0)
     return (unbroadcast(np.where(a_wins, g, tie), a.shape) if a.requires_grad else None,
             unbroadcast(np.where(b_wins, g, tie), b.shape) if b.requires_grad else None)
 
@@ -1179,10 +1193,10 @@ def minimum(a, b):
 
 def where(condition, a, b):
     """where(cond, a, b): a where cond is true, else b (broadcasting all three)."""
-    cond = condition.data if isinstance(condition, Tensor) else condition
+    cond = condition.array if isinstance(condition, Tensor) else condition
     a, b = _operands(a, b)
     try:
-        out = np.where(cond, a.data, b.data)
+        out = np.where(cond, a.array, b.array)
     except ValueError:
         raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be broadcast together") from None
@@ -1207,9 +1221,9 @@ def masked_fill(x, mask, value):
             raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(mask))} cannot be "
                              f"broadcast to the tensor's shape {tuple(x.shape)}")
         return out
-    m = mask.data if isinstance(mask, Tensor) else mask
+    m = mask.array if isinstance(mask, Tensor) else mask
     try:
-        out = np.where(m, np.asarray(value, dtype=x.dtype), x.data)
+        out = np.where(m, np.asarray(value, dtype=x.dtype), x.array)
     except ValueError:
         raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
                          f"broadcast to the tensor's shape {tuple(x.shape)}") from None
@@ -1268,20 +1282,20 @@ def _function(name):
         if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
             raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
         if x.dtype == bool_ and name == 'sign':
-            return _constant(x.data.copy())  # a bool is its own sign
+            return _constant(x.array.copy())  # a bool is its own sign
         if x.dtype == bool_ and name == 'square':
-            x = _constant(x.data.astype(int64))  # PyTorch: an int64 result
+            x = _constant(x.array.astype(int64))  # PyTorch: an int64 result
         elif name not in _KEEP_INTEGERS:
             x = _floating(x)
         with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            out = fn(x.data).astype(x.dtype, copy=False)
+            out = fn(x.array).astype(x.dtype, copy=False)
 
         def backward(g):
             """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
             if name in _KEEP_INTEGERS[1:]:  # the steps: zeros, even where g is nan (as PyTorch)
                 return (np.zeros_like(g),)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-                return (g * derivative(x.data, out).astype(g.dtype, copy=False),)
+                return (g * derivative(x.array, out).astype(g.dtype, copy=False),)
         backward.__doc__ = words
         return from_op(out, name, (x,), backward, saved=(x,), saves_output=True)
     op.__name__ = op.__qualname__ = name
@@ -1302,9 +1316,9 @@ def atan2(input, other):
     def backward(g):
         """d atan2(a,b)/da = b / (a^2 + b^2)
         d atan2(a,b)/db = -a / (a^2 + b^2)"""
-        r = a.data * a.data + b.data * b.data
-        return (unbroadcast(g * b.data / r, a.shape) if a.requires_grad else None,
-                unbroadcast(-g * a.data / r, b.shape) if b.requires_grad else None)
+        r = a.array * a.array + b.array * b.array
+        return (unbroadcast(g * b.array / r, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.array / r, b.shape) if b.requires_grad else None)
     return from_op(out, 'atan2', (a, b), backward, saved=(a, b))
 
 
@@ -1358,7 +1372,7 @@ def _modulo(a, b, fn, rounding, name):
         """d mod(a,b)/da = 1
         d mod(a,b)/db = -round(a/b)  (floor for remainder, trunc for fmod)"""
         with np.errstate(divide='ignore', invalid='ignore'):
-            gb = -g * rounding(a.data / b.data) if b.requires_grad else None
+            gb = -g * rounding(a.array / b.array) if b.requires_grad else None
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
                 None if gb is None else unbroadcast(gb.astype(g.dtype, copy=False), b.shape))
     return from_op(out, name, (a, b), backward, saved=(a, b))
@@ -1391,44 +1405,44 @@ Tensor.logical_and, Tensor.logical_or, Tensor.logical_xor = logical_and, logical
 def _bitwise_not(x):
     if x.dtype.kind == 'f':
         raise TypeError("bitwise_not: ~ is for bool and integer tensors, got a float one")
-    return _constant(np.invert(x.data))
+    return _constant(np.invert(x.array))
 
 
 def logical_not(x):
-    return _constant(np.logical_not(x.data))
+    return _constant(np.logical_not(x.array))
 
 
 def isnan(x):
-    return _constant(np.isnan(x.data))
+    return _constant(np.isnan(x.array))
 
 
 def isinf(x):
-    return _constant(np.isinf(x.data))
+    return _constant(np.isinf(x.array))
 
 
 def isfinite(x):
-    return _constant(np.isfinite(x.data))
+    return _constant(np.isfinite(x.array))
 
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = _operands(a, b)
-    return _constant(np.isclose(a.data, b.data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    return _constant(np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
         raise RuntimeError(f"allclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
-    return bool(isclose(a, b, rtol, atol, equal_nan).data.all())
+    return bool(isclose(a, b, rtol, atol, equal_nan).array.all())
 
 
 def any(x, dim=None, keepdim=False):
     """Whether any element (along dim) is non-zero: a bool tensor."""
-    return _constant(np.any(x.data, axis=_dims(dim, x.ndim, 'any') if dim is not None else None,
+    return _constant(np.any(x.array, axis=_dims(dim, x.ndim, 'any') if dim is not None else None,
                             keepdims=keepdim))
 
 
 def all(x, dim=None, keepdim=False):
-    return _constant(np.all(x.data, axis=_dims(dim, x.ndim, 'all') if dim is not None else None,
+    return _constant(np.all(x.array, axis=_dims(dim, x.ndim, 'all') if dim is not None else None,
                             keepdims=keepdim))
 
 
@@ -1454,7 +1468,7 @@ def _centered(x, dim, correction, unbiased, op):
         correction = 1 if unbiased else 0
     axes = _dims(dim, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
-    return axes, x.data - np.mean(x.data, axis=axes, keepdims=True), n - correction
+    return axes, x.array - np.mean(x.array, axis=axes, keepdims=True), n - correction
 
 
 def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
@@ -1498,8 +1512,8 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
     if builtins.any(x.shape[a] == 0 for a in axes):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
-    out = fn(x.data, axis=axes, keepdims=True)
-    mask = (x.data == out) | (np.isnan(x.data) & np.isnan(out))  # a nan is the extreme
+    out = fn(x.array, axis=axes, keepdims=True)
+    mask = (x.array == out) | (np.isnan(x.array) & np.isnan(out))  # a nan is the extreme
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
 
@@ -1540,8 +1554,8 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     if x.ndim and x.shape[d] == 0:
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}, dim {dim})")
-    idx = np.expand_dims(argfn(x.data, axis=d), d)  # first extreme, as PyTorch on the CPU
-    values = np.take_along_axis(x.data, idx, axis=d)
+    idx = np.expand_dims(argfn(x.array, axis=d), d)  # first extreme, as PyTorch on the CPU
+    values = np.take_along_axis(x.array, idx, axis=d)
 
     def backward(g):
         """d max(dim) / dx_i = 1 at the index returned, else 0"""
@@ -1574,14 +1588,14 @@ def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     x = _floating(x)
     axes = _dims(dim, x.ndim, 'logsumexp')
-    m = np.max(x.data, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
+    m = np.max(x.array, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
     with np.errstate(divide='ignore'):
-        out = np.log(np.sum(np.exp(x.data - m), axis=axes, keepdims=True)) + m
+        out = np.log(np.sum(np.exp(x.array - m), axis=axes, keepdims=True)) + m
 
     def backward(g):
         """d logsumexp / dx_i = exp(x_i - logsumexp) = softmax(x)_i"""
-        return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.data - out),)
+        return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.array - out),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
                    saved=(x,), saves_output=True)
 
@@ -1597,7 +1611,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
     if not isinstance(p, (int, float)) or isinstance(p, bool):
         raise ValueError(f"norm: p must be a number, inf or 'fro', got {p!r}")
     axes = _dims(dim, x.ndim, 'norm')
-    ax = np.abs(x.data)
+    ax = np.abs(x.array)
     if p == math.inf or p == -math.inf:
         out = (np.max if p > 0 else np.min)(ax, axis=axes, keepdims=True)
     elif p == 0:
@@ -1608,7 +1622,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
     def backward(g):
         """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        sign = np.sign(x.data)
+        sign = np.sign(x.array)
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
                 hit = ax == out
@@ -1629,17 +1643,17 @@ def prod(x, dim=None, keepdim=False):
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
     if x.ndim == 0 and dim is not None:
         return _on_0d(prod, x, keepdim)
-    out = np.prod(x.data, axis=axes, keepdims=True)
-    zero = x.data == 0
+    out = np.prod(x.array, axis=axes, keepdims=True)
+    zero = x.array == 0
     zeros = np.sum(zero, axis=axes, keepdims=True)
 
     def backward(g):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
         # with one 0, only that element gets the product of the others; with two, none
         g = _expand_back(g, x.shape, axes, keepdim)
-        others = np.prod(np.where(zero, 1, x.data), axis=axes, keepdims=True)  # zeros left out
+        others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
-            grad = np.where(zeros == 0, out / np.where(zero, 1, x.data),
+            grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
                             np.where((zeros == 1) & zero, others, 0))
         return (g * grad,)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
@@ -1651,7 +1665,7 @@ def cumsum(x, dim):
     d = _dim(dim, x.ndim, 'cumsum')
     if x.ndim == 0:
         return _on_0d(cumsum, x)
-    data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints sum as int64
+    data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array  # ints sum as int64
 
     def backward(g):
         """d cumsum_j / dx_i = 1 for j >= i: dx_i = g_i + ... + g_last"""
@@ -1664,7 +1678,7 @@ def cumprod(x, dim):
     d = _dim(dim, x.ndim, 'cumprod')
     if x.ndim == 0:
         return _on_0d(cumprod, x)
-    data = x.data.astype(int64) if x.dtype.kind in 'biu' else x.data  # ints multiply as int64
+    data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array  # ints multiply as int64
     out = np.cumprod(data, axis=d)
 
     def backward(g):
@@ -1672,13 +1686,13 @@ def cumprod(x, dim):
         # sum over j >= i of g_j out_j / x_i, by a reversed running sum; where x_i is 0,
         # the product of the others is taken directly (one slice at a time)
         with np.errstate(divide='ignore', invalid='ignore'):
-            gx = np.flip(np.cumsum(np.flip(g * out, d), axis=d), d) / x.data
-        zero = x.data == 0
+            gx = np.flip(np.cumsum(np.flip(g * out, d), axis=d), d) / x.array
+        zero = x.array == 0
         if zero.any():
             for idx in zip(*np.nonzero(zero)):
                 i = idx[d]
                 line = tuple(slice(None) if k == d else idx[k] for k in range(x.ndim))
-                xs, gs = x.data[line], g[line]
+                xs, gs = x.array[line], g[line]
                 others = np.cumprod(np.where(np.arange(xs.size) == i, 1, xs))
                 gx[idx] = np.sum((gs * others)[i:])
         return (gx.astype(x.dtype, copy=False),)
@@ -1695,7 +1709,7 @@ def _cumulative_extreme(x, dim, op, better, result):
     d = _dim(dim, x.ndim, op)
     if x.ndim == 0:
         return _on_0d(lambda t, d: _cumulative_extreme(t, d, op, better, result), x)
-    xs = np.moveaxis(x.data, d, 0)
+    xs = np.moveaxis(x.array, d, 0)
     values, idx = np.empty_like(xs), np.zeros(xs.shape, dtype=int64)
     values[0] = xs[0]
     for i in range(1, xs.shape[0]):  # one step per position along dim, vectorised across
@@ -1734,13 +1748,13 @@ def median(x, dim=None, keepdim=False):
     d = _dim(dim, x.ndim, 'median')
     values, indices = sort(x, d)  # nan sorts last
     n = x.shape[d] if x.ndim else 1
-    nans = np.sum(np.isnan(x.data), axis=d, keepdims=True) if x.ndim else np.isnan(x.data)
+    nans = np.sum(np.isnan(x.array), axis=d, keepdims=True) if x.ndim else np.isnan(x.array)
     at = np.where(nans > 0, n - nans, (n - 1) // 2)  # a slice with a nan has median nan
     if not x.ndim:
         pick, where_ = values, indices
     else:
         pick = squeeze(take_along_dim(values, _constant(at.astype(int64)), d), d)
-        where_ = _constant(np.squeeze(np.take_along_axis(indices.data, at.astype(int64), d), d))
+        where_ = _constant(np.squeeze(np.take_along_axis(indices.array, at.astype(int64), d), d))
     if keepdim and x.ndim:
         pick, where_ = unsqueeze(pick, d), unsqueeze(where_, d)
     return MedianResult(pick, where_)
@@ -1764,7 +1778,7 @@ def _select_along(x, idx, d, op, result):
         gx = np.zeros_like(g, shape=x.shape)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
-    values = from_op(np.take_along_axis(x.data, idx, axis=d), op, (x,), backward,
+    values = from_op(np.take_along_axis(x.array, idx, axis=d), op, (x,), backward,
                      saved=(indices,))  # the indices returned are the ones backward reads
     return result(values, indices)
 
@@ -1775,10 +1789,10 @@ def argsort(x, dim=-1, descending=False, stable=False):
     if x.ndim == 0:
         return _on_0d(argsort, x, descending)
     if not descending:
-        return _constant(np.argsort(x.data, axis=d, kind='stable').astype(int64))
+        return _constant(np.argsort(x.array, axis=d, kind='stable').astype(int64))
     # descending and stable: sort the reversed array ascending, then reverse back
     n = x.shape[d] if x.ndim else 1
-    idx = np.flip(np.argsort(np.flip(x.data, d), axis=d, kind='stable'), d)
+    idx = np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
     return _constant((n - 1 - idx).astype(int64))
 
 
@@ -1787,7 +1801,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     d = _dim(dim, x.ndim, 'sort')
     if x.ndim == 0:
         return _on_0d(sort, x, descending)
-    return _select_along(x, argsort(x, d, descending).data, d, 'sort', SortResult)
+    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
@@ -1798,26 +1812,26 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     n = x.shape[d]
     if not 0 <= k <= n:
         raise ValueError(f"topk: k={k} is out of range for dim {dim} of size {n}")
-    idx = np.take(argsort(x, d, descending=largest).data, np.arange(k), axis=d)
+    idx = np.take(argsort(x, d, descending=largest).array, np.arange(k), axis=d)
     return _select_along(x, idx, d, 'topk', TopkResult)
 
 
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
-        return Tensor(np.argmax(x.data))
+        return Tensor(np.argmax(x.array))
     d = _dim(dim, x.ndim, 'argmax')
     if x.ndim == 0:
         return _on_0d(argmax, x, keepdim)
-    return Tensor(np.argmax(x.data, axis=d, keepdims=keepdim))
+    return Tensor(np.argmax(x.array, axis=d, keepdims=keepdim))
 
 
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
-        return Tensor(np.argmin(x.data))
+        return Tensor(np.argmin(x.array))
     d = _dim(dim, x.ndim, 'argmin')
     if x.ndim == 0:
         return _on_0d(argmin, x, keepdim)
-    return Tensor(np.argmin(x.data, axis=d, keepdims=keepdim))
+    return Tensor(np.argmin(x.array, axis=d, keepdims=keepdim))
 
 
 for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cumsum, argsort,
@@ -1834,7 +1848,7 @@ for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cum
 def detach(x):
     """Same data (shared, as in PyTorch), outside the graph."""
     out = Tensor.__new__(Tensor)
-    _init_result(out, x.data, x._vc)
+    _init_result(out, x.array, x._vc)
     x._shared = out._shared = True  # an in-place op on either writes into the shared memory
     return out
 
@@ -1844,7 +1858,7 @@ def clone(x):
     def backward(g):
         """d clone(x)/dx = 1"""
         return (g,)
-    return from_op(_copy_keeping_layout(x.data), 'clone', (x,), backward)
+    return from_op(_copy_keeping_layout(x.array), 'clone', (x,), backward)
 
 
 def _copy_keeping_layout(a):
@@ -1866,16 +1880,41 @@ def _empty_in_layout_of(a):
 
 def contiguous(x):
     """x itself when its elements lie in memory in row-major order, else such a copy."""
-    if x.data.flags.c_contiguous:
+    if x.array.flags.c_contiguous:
         return x
 
     def backward(g):
         """d contiguous(x)/dx = 1"""
         return (g,)
-    return from_op(np.ascontiguousarray(x.data), 'contiguous', (x,), backward)
+    return from_op(np.ascontiguousarray(x.array), 'contiguous', (x,), backward)
 
 
 Tensor.detach, Tensor.clone, Tensor.contiguous = detach, clone, contiguous
+
+
+def _get_data(x):
+    """x.data, as PyTorch's: a tensor outside the graph that shares x's memory (a change
+    made through it is not seen by the version counter, as in PyTorch)."""
+    return _constant(x.array)
+
+
+def _set_data(x, value):
+    """x.data = t: x takes t's values (and shape), outside the graph."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"assigned data must be a Tensor, got {type(value).__name__}")
+    x.array = value.array
+
+
+Tensor.data = property(_get_data, _set_data)
+
+
+def _as_numpy(x, dtype=None, copy=None):
+    """np.asarray(tensor): its values as a NumPy array, as tensor.numpy() gives them."""
+    arr = x.numpy()
+    return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
+Tensor.__array__ = _as_numpy
 
 
 def _sizes(args):
@@ -1917,10 +1956,10 @@ def reshape(x, *shape):
     _needs(shape, 'reshape', 'shape')
     shape = _sizes(shape)
     try:
-        out = x.data.reshape(shape)
+        out = x.array.reshape(shape)
     except ValueError:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} "
-                         f"({x.data.size} elements) into {shape}") from None
+                         f"({x.array.size} elements) into {shape}") from None
     return _reshaped(x, out, shape)
 
 
@@ -1930,12 +1969,12 @@ def view(x, *shape):
     _needs(shape, 'view', 'size')
     shape = _sizes(shape)
     known = math.prod(n for n in shape if n != -1)
-    if shape.count(-1) > 1 or (x.data.size != known if -1 not in shape else
-                               known == 0 or x.data.size % known):
+    if shape.count(-1) > 1 or (x.array.size != known if -1 not in shape else
+                               known == 0 or x.array.size % known):
         raise ValueError(f"view: cannot view a tensor of shape {tuple(x.shape)} "
-                         f"({x.data.size} elements) as {shape}")
-    out = x.data.reshape(shape)
-    if out.size and not np.may_share_memory(out, x.data):  # NumPy had to copy
+                         f"({x.array.size} elements) as {shape}")
+    out = x.array.reshape(shape)
+    if out.size and not np.may_share_memory(out, x.array):  # NumPy had to copy
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
                            "Use .reshape(...) instead.")
@@ -1948,7 +1987,7 @@ def _reshaped(x, out, shape):
     def backward(g):
         """d reshape(x)/dx = 1  (the same numbers: g takes x's shape back)"""
         return (g.reshape(in_shape),)
-    if out.size and not np.may_share_memory(out, x.data):  # NumPy had to copy: not a view
+    if out.size and not np.may_share_memory(out, x.array):  # NumPy had to copy: not a view
         return from_op(out, 'reshape', (x,), backward)
     return _view(from_op(out, 'reshape', (x,), backward, view_of=x), x, lambda t: reshape(t, shape))
 
@@ -1965,7 +2004,7 @@ def permute(x, *dims):
     def backward(g):
         """d permute(x)/dx = 1  (g's axes moved back by the inverse permutation)"""
         return (g.transpose(inverse),)
-    return _view(from_op(x.data.transpose(axes), 'permute', (x,), backward, view_of=x),
+    return _view(from_op(x.array.transpose(axes), 'permute', (x,), backward, view_of=x),
                  x, lambda t: permute(t, axes))
 
 
@@ -1977,7 +2016,7 @@ def transpose(x, dim0, dim1):
     def backward(g):
         """d transpose(x)/dx = 1  (g's two axes swapped back)"""
         return (np.swapaxes(g, d0, d1),)
-    return _view(from_op(np.swapaxes(x.data, d0, d1), 'transpose', (x,), backward, view_of=x),
+    return _view(from_op(np.swapaxes(x.array, d0, d1), 'transpose', (x,), backward, view_of=x),
                  x, lambda t: transpose(t, d0, d1))
 
 
@@ -1988,7 +2027,7 @@ def unsqueeze(x, dim):
     def backward(g):
         """d unsqueeze(x)/dx = 1  (the added dim removed from g)"""
         return (g.reshape(in_shape),)
-    return _view(from_op(np.expand_dims(x.data, d), 'unsqueeze', (x,), backward, view_of=x),
+    return _view(from_op(np.expand_dims(x.array, d), 'unsqueeze', (x,), backward, view_of=x),
                  x, lambda t: unsqueeze(t, d))
 
 
@@ -1997,7 +2036,7 @@ def squeeze(x, dim=None):
         axes = tuple(i for i, n in enumerate(x.shape) if n == 1)
     else:
         axes = tuple(a for a in _dims(dim, x.ndim, 'squeeze') if x.shape[a] == 1)
-    out = np.squeeze(x.data, axis=axes)
+    out = np.squeeze(x.array, axis=axes)
 
     in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
 
@@ -2026,11 +2065,11 @@ def expand(x, *sizes):
         raise ValueError(f"expand: cannot expand shape {tuple(x.shape)} to {sizes} (fewer dims)")
     target = tuple(x.shape[i - lead] if (n == -1 and i >= lead) else n for i, n in enumerate(sizes))
     try:
-        out = np.broadcast_to(x.data, target)
+        out = np.broadcast_to(x.array, target)
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
     if not builtins.any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
-        out = np.lib.stride_tricks.as_strided(x.data, out.shape, out.strides)  # writable
+        out = np.lib.stride_tricks.as_strided(x.array, out.shape, out.strides)  # writable
 
     in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
 
@@ -2053,13 +2092,13 @@ def _index_data(idx):
         if isinstance(i, slice) and i.step is not None and i.step <= 0:
             raise ValueError("step must be greater than zero (x.flip(dim) reverses a dim)")
     if isinstance(idx, Tensor):
-        idx = idx.data
+        idx = idx.array
     if isinstance(idx, np.ndarray) and idx.dtype == bool:
         return np.nonzero(idx)  # a boolean mask selects the positions where it is true
     if isinstance(idx, np.ndarray):
         return idx
     if isinstance(idx, tuple):
-        return tuple(i.data if isinstance(i, Tensor) else i for i in idx)
+        return tuple(i.array if isinstance(i, Tensor) else i for i in idx)
     return idx
 
 
@@ -2099,7 +2138,7 @@ def _ints_first(idx, ndim):
 def _check_mask(x, idx, op):
     """A boolean mask as the whole index must have the shape of the dims it covers (NumPy
     would read a shorter one as a list of positions)."""
-    m = idx.data if isinstance(idx, Tensor) else idx
+    m = idx.array if isinstance(idx, Tensor) else idx
     if isinstance(m, np.ndarray) and m.dtype == bool and m.shape != x.shape[:m.ndim]:
         raise IndexError(f"{op}: the shape of the mask {list(m.shape)} does not match the "
                          f"shape of the indexed tensor {list(x.shape[:m.ndim])}")
@@ -2117,7 +2156,7 @@ def getitem(x, idx):
     else:
         first, idx = _ints_first(idx, x.ndim)
     try:
-        out = x.data[idx] if first is None else x.data[first][idx]
+        out = x.array[idx] if first is None else x.array[first][idx]
     except IndexError as e:
         raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
     rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
@@ -2148,7 +2187,7 @@ def _along(index, dim):
 
 def _index_tensor(index, op, ndim=None):
     """An index argument (a tensor or array of integers) as an int array."""
-    idx = index.data if isinstance(index, Tensor) else np.asarray(index)
+    idx = index.array if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"{op}: index must hold integers, got {idx.dtype}")
     if ndim is not None and idx.ndim != ndim:
@@ -2164,7 +2203,7 @@ def gather(input, dim, index):
     idx = _index_tensor(index, 'gather', input.ndim)
     where_ = _along(idx, d)
     try:
-        out = input.data[where_]
+        out = input.array[where_]
     except IndexError as e:
         raise IndexError(f"gather: {e} (input of shape {tuple(input.shape)}, index of shape "
                          f"{tuple(idx.shape)}, dim {dim})") from None
@@ -2188,8 +2227,8 @@ def _scatter(input, dim, index, src, op, add):
     is_tensor = isinstance(src, Tensor)
     if is_tensor:
         src = _as(src, input.dtype)
-    values = src.data[block] if is_tensor else np.asarray(src, dtype=input.dtype)
-    out = input.data.copy()
+    values = src.array[block] if is_tensor else np.asarray(src, dtype=input.dtype)
+    out = input.array.copy()
     written = None  # scatter: where input's values were replaced
     try:
         if add:
@@ -2237,7 +2276,7 @@ def index_select(input, dim, index):
     if idx.ndim > 1:
         raise ValueError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
     try:
-        out = np.take(input.data, idx, axis=d)
+        out = np.take(input.array, idx, axis=d)
     except IndexError as e:
         raise IndexError(f"index_select: {e} (input of shape {tuple(input.shape)})") from None
 
@@ -2255,8 +2294,8 @@ def index_add(input, dim, index, source, alpha=1):
     d = _dim(dim, input.ndim, 'index_add')
     idx = _index_tensor(index, 'index_add')
     source = _as(source, input.dtype)
-    out = input.data.copy()
-    np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.data * alpha, d, 0))
+    out = input.array.copy()
+    np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.array * alpha, d, 0))
 
     def backward(g):
         """d index_add/d input = 1
@@ -2286,7 +2325,7 @@ def mode(x, dim=-1, keepdim=False):
     d = _dim(dim, x.ndim, 'mode')
     if x.ndim == 0:
         return _on_0d(lambda t, d: mode(t, d, keepdim), x)
-    xs = np.moveaxis(x.data, d, -1)
+    xs = np.moveaxis(x.array, d, -1)
     flat = xs.reshape(-1, xs.shape[-1])
     values = np.empty(flat.shape[0], dtype=x.dtype)
     where_ = np.empty(flat.shape[0], dtype=int64)
@@ -2338,7 +2377,7 @@ def cat(tensors, dim=0):
     def backward(g):
         """d cat/d(each input) = 1 on its own slice  (each input gets back its slice of g)"""
         return tuple(np.split(g, ends, axis=d))
-    out = np.ascontiguousarray(np.concatenate([t.data for t in tensors], axis=d))  # row-major
+    out = np.ascontiguousarray(np.concatenate([t.array for t in tensors], axis=d))  # row-major
     return from_op(out, 'cat', tuple(tensors), backward)
 
 
@@ -2357,7 +2396,7 @@ def stack(tensors, dim=0):
     def backward(g):
         """d stack/d(each input) = 1 on its own slice  (input i gets slice i of g along the new dim)"""
         return tuple(np.take(g, i, axis=d) for i in range(len(tensors)))
-    out = np.ascontiguousarray(np.stack([t.data for t in tensors], axis=d))  # row-major
+    out = np.ascontiguousarray(np.stack([t.array for t in tensors], axis=d))  # row-major
     return from_op(out, 'stack', tuple(tensors), backward)
 
 
@@ -2415,7 +2454,7 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
         gx = np.zeros_like(g, shape=x.shape)
         _diagonal_view(gx, offset, d1, d2)[...] = g
         return (gx,)
-    return _view(from_op(_diagonal_view(x.data, offset, d1, d2), 'diagonal', (x,), backward,
+    return _view(from_op(_diagonal_view(x.array, offset, d1, d2), 'diagonal', (x,), backward,
                          view_of=x), x, lambda t: diagonal(t, offset, d1, d2))
 
 
@@ -2458,8 +2497,8 @@ def flip(x, *dims):
     def backward(g):
         """d flip(x)/dx = 1  (g flipped back)"""
         return (np.flip(g, axes),)
-    out = _empty_in_layout_of(x.data)  # a copy, in x's layout, as PyTorch's
-    np.copyto(out, np.flip(x.data, axes))
+    out = _empty_in_layout_of(x.array)  # a copy, in x's layout, as PyTorch's
+    np.copyto(out, np.flip(x.array, axes))
     return from_op(out, 'flip', (x,), backward)
 
 
@@ -2477,7 +2516,7 @@ def roll(x, shifts, dims=None):
     def backward(g):
         """d roll(x)/dx = 1  (g rolled back the other way)"""
         return (np.roll(g, back, axes),)
-    return from_op(np.ascontiguousarray(np.roll(x.data, shifts, axes)), 'roll', (x,), backward)
+    return from_op(np.ascontiguousarray(np.roll(x.array, shifts, axes)), 'roll', (x,), backward)
 
 
 def repeat(x, *sizes):
@@ -2492,7 +2531,7 @@ def repeat(x, *sizes):
         """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
         return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(x.shape),)
-    return from_op(np.tile(x.data.reshape(shape), sizes), 'repeat', (x,), backward)
+    return from_op(np.tile(x.array.reshape(shape), sizes), 'repeat', (x,), backward)
 
 
 def _matrix(x, op):
@@ -2507,7 +2546,7 @@ def tril(x, diagonal=0):
     def backward(g):
         """d tril(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.tril(g, diagonal),)
-    return from_op(np.ascontiguousarray(np.tril(x.data, diagonal)), 'tril', (x,), backward)
+    return from_op(np.ascontiguousarray(np.tril(x.array, diagonal)), 'tril', (x,), backward)
 
 
 def triu(x, diagonal=0):
@@ -2516,7 +2555,7 @@ def triu(x, diagonal=0):
     def backward(g):
         """d triu(x)/dx = 1 in the kept triangle, 0 where zeroed"""
         return (np.triu(g, diagonal),)
-    return from_op(np.ascontiguousarray(np.triu(x.data, diagonal)), 'triu', (x,), backward)
+    return from_op(np.ascontiguousarray(np.triu(x.array, diagonal)), 'triu', (x,), backward)
 
 
 for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, select,
@@ -2546,7 +2585,7 @@ Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 # More of PyTorch's names, composed from the ops above (their gradients come from those).
 def masked_select(x, mask):
     """The elements where mask is true (the two broadcast together), as a 1-D tensor."""
-    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
     shape = np.broadcast_shapes(x.shape, m.shape) or (1,)  # a 0-d pair: one element
     return getitem(expand(reshape(x, (1,) * (len(shape) - x.ndim) + x.shape), shape),
                    np.broadcast_to(m, shape))
@@ -2557,7 +2596,7 @@ def repeat_interleave(x, repeats, dim=None):
     if dim is None:
         x, dim = reshape(x, -1), 0
     d = _dim(dim, x.ndim, 'repeat_interleave')
-    r = repeats.data if isinstance(repeats, Tensor) else repeats
+    r = repeats.array if isinstance(repeats, Tensor) else repeats
     return index_select(x, d, np.repeat(np.arange(x.shape[d]), r))
 
 
@@ -2626,7 +2665,7 @@ def einsum(equation, *operands):
     dtype = result_type(*operands)
     operands = tuple(_as(t, dtype) for t in operands)
     sizes = {c: n for s, t in zip(subs, operands) for c, n in zip(s, t.shape)}
-    out = np.einsum(eq, *(t.data for t in operands))
+    out = np.einsum(eq, *(t.array for t in operands))
 
     def backward(g):
         """d einsum/d(each operand): einsum of g with the other operands"""
@@ -2635,7 +2674,7 @@ def einsum(equation, *operands):
             if not t.requires_grad:
                 grads.append(None)
                 continue
-            others = [(subs[j], operands[j].data) for j in range(len(operands)) if j != k]
+            others = [(subs[j], operands[j].array) for j in range(len(operands)) if j != k]
             present = set(out_subs) | {c for o, _ in others for c in o}
             kept = ''.join(c for c in s if c in present)
             gk = np.einsum(','.join([out_subs] + [o for o, _ in others]) + '->' + kept,
@@ -2686,7 +2725,7 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     value sits among them, and how often each occurs."""
     if dim is not None:
         raise NotImplementedError("unique: dim= is not supported; flatten first")
-    values, inverse, counts = np.unique(x.data, return_inverse=True, return_counts=True)
+    values, inverse, counts = np.unique(x.array, return_inverse=True, return_counts=True)
 
     def backward(g):
         """d unique/dx: not defined (PyTorch raises too)"""
@@ -2705,7 +2744,7 @@ for _f in (masked_select, repeat_interleave, diff, nansum, nanmean, outer, uniqu
     setattr(Tensor, _f.__name__, _f)
 Tensor.ger = outer
 Tensor.nelement = Tensor.numel
-Tensor.element_size = lambda self: self.data.itemsize
+Tensor.element_size = lambda self: self.array.itemsize
 Tensor.int = lambda self: to(self, int32)
 Tensor.bool = lambda self: to(self, bool_)
 Tensor.half = lambda self: to(self, float16)
@@ -2766,7 +2805,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     w = window(input.shape, kernel_size, dilation, padding, stride)
     (kh, kw), (ph, pw), (oh, ow) = w.kernel, w.padding, w.out
     n, c, h, wd = input.shape
-    x = np.pad(input.data, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else input.data
+    x = np.pad(input.array, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else input.array
     cols = np.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):  # kernel element (i, j) sees one strided copy of the image
@@ -2796,7 +2835,7 @@ def softmax(x, dim, dtype=None):
     d = _dim(dim, x.ndim, 'softmax')
     if x.ndim == 0:
         return _on_0d(softmax, x)
-    e = np.exp(x.data - _max_or_0(x.data, d))
+    e = np.exp(x.array - _max_or_0(x.array, d))
     out = e / np.sum(e, axis=d, keepdims=True)
 
     def backward(g):
@@ -2812,7 +2851,7 @@ def log_softmax(x, dim, dtype=None):
     d = _dim(dim, x.ndim, 'log_softmax')
     if x.ndim == 0:
         return _on_0d(log_softmax, x)
-    shifted = x.data - _max_or_0(x.data, d)
+    shifted = x.array - _max_or_0(x.array, d)
     with np.errstate(divide='ignore'):  # an empty dim: log(0) = -inf, as PyTorch
         out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
 
@@ -2876,7 +2915,7 @@ def _as_read_by(node, p):
 
 
 def _check_inplace(x, op):
-    if not x.data.flags.writeable:
+    if not x.array.flags.writeable:
         raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
                            "elements are one memory location); call .clone() first")
     if not _grad_enabled:
@@ -2901,7 +2940,7 @@ def _in_place_operand(x, other, op, floating=False):
     dtype (result_type) must fit back into x's dtype, as in PyTorch (an int tensor can't
     take += 1.5)."""
     if isinstance(other, Tensor):
-        _no_partial_overlap(x.data, other.data, op)
+        _no_partial_overlap(x.array, other.array, op)
     if x.dtype.kind == 'f' and (type(other) in (float, int) or
                                 isinstance(other, Tensor) and other.dtype == x.dtype):
         return other  # the common cases: nothing to promote, the op takes it as it is
@@ -2940,10 +2979,10 @@ def _in_place(x, op, result):
     if result.dtype != x.dtype:  # computed in the promoted dtype (a float64 operand of a
         result = _as(result, x.dtype)  # float32 x), then rounded once into x's, as PyTorch
     if (fast and result.requires_grad and result.dtype == x.dtype
-            and result.data.strides == x.data.strides and _sole_owner(x)):  # x keeps its layout
-        x.data = result.data  # no one else reads x's memory: take the result's, no copy
+            and result.array.strides == x.array.strides and _sole_owner(x)):  # x keeps its layout
+        x.array = result.array  # no one else reads x's memory: take the result's, no copy
     else:
-        x.data[...] = result.data  # views, aliases and leaves see the new values
+        x.array[...] = result.array  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
         for hook in _hooks:  # a profile counted the twin under its own name (section 17)
@@ -2957,7 +2996,7 @@ def _sole_owner(x):
     """x's memory is x's alone: x is an op's output, not a view, with no live views, never
     detached. Its in-place op can then keep the result's memory instead of copying."""
     views = getattr(x, '_views', None)
-    return (x._backward is not None and x._view is None and x.data.base is None
+    return (x._backward is not None and x._view is None and x.array.base is None
             and not getattr(x, '_shared', False) and not (views and builtins.any(r() is not None for r in views)))
 
 
@@ -3007,11 +3046,11 @@ def _copy_slices(base, view, remake):
         """d CopySlices/d base = 1 outside the view's region, 0 inside
         d CopySlices/d view = 1 inside the view's region"""
         gb = g.copy()
-        region = remake(_constant(gb)).data  # a view of gb
+        region = remake(_constant(gb)).array  # a view of gb
         gv = region.copy()
         region[...] = 0
         return gb, gv
-    return from_op(base.data, 'CopySlices', (base, view), backward)
+    return from_op(base.array, 'CopySlices', (base, view), backward)
 
 
 def _keep_old(x, other, needed):
@@ -3083,7 +3122,7 @@ def fill_(x, value):
         """d fill_/dx = 0  (the old values are forgotten)
         d fill_/d value = 1 for each element  (g summed)"""
         return np.zeros_like(g), g.sum().astype(g.dtype).reshape(())
-    return _in_place(x, 'fill_', from_op(np.full_like(x.data, v.data), 'fill', (x, v), backward))
+    return _in_place(x, 'fill_', from_op(np.full_like(x.array, v.array), 'fill', (x, v), backward))
 
 
 def zero_(x):
@@ -3093,11 +3132,11 @@ def zero_(x):
 def copy_(x, src):
     """x's elements become src's (broadcast to x's shape, cast to x's dtype)."""
     s = src if isinstance(src, Tensor) else _constant(np.asarray(src))
-    _no_partial_overlap(x.data, s.data, 'copy_')
+    _no_partial_overlap(x.array, s.array, 'copy_')
     if x.dtype.kind not in 'fc':
         s = s.detach()  # an integer or bool tensor has no gradient: nothing flows to src
     try:
-        data = np.broadcast_to(s.data, x.shape).astype(x.dtype)
+        data = np.broadcast_to(s.array, x.shape).astype(x.dtype)
     except ValueError:
         raise ValueError(f"copy_: source of shape {tuple(s.shape)} cannot be copied into a "
                          f"tensor of shape {tuple(x.shape)}") from None
@@ -3133,12 +3172,12 @@ def setitem(x, idx, value):
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
     if isinstance(value, Tensor):
-        _no_partial_overlap(at(x.data)[i] if basic else x.data, value.data, '__setitem__')
+        _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
-    last = None if not recording or basic else _last_writes(at(x.data).shape, i)
+    last = None if not recording or basic else _last_writes(at(x.array).shape, i)
     try:
-        at(x.data)[i] = v.data if isinstance(v, Tensor) else v
+        at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
         raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
     _bump(x)
@@ -3157,7 +3196,7 @@ def setitem(x, idx, value):
         gv = gv if last is None else np.where(last, gv, 0)  # only the last write to a place counts
         gv = gv.reshape((1,) * (v.ndim - gv.ndim) + gv.shape)
         return gx, unbroadcast(gv, v.shape)  # a broadcast value: its uses add up
-    _record(x, from_op(x.data, '__setitem__', parents, backward, saved=_tensors_in(idx)))
+    _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
 # More in-place forms: the out-of-place op, written back by _in_place.
@@ -3183,7 +3222,7 @@ def _new_shape_in_place(x, op, make):
     if new.requires_grad:
         new._op = op
         _rewrite(x, new)
-    x.data = new.data
+    x.array = new.array
     if x._view is not None:  # still a view of its base: made from it one step further
         base, remake = x._view
         x._view = (base, lambda t: make(remake(t)))
@@ -3298,7 +3337,7 @@ def randperm(n):
 
 def multinomial(probs, num_samples=1):
     """Sample indices from each row of probs (rows need not be normalised), with replacement."""
-    p = probs.data if isinstance(probs, Tensor) else probs
+    p = probs.array if isinstance(probs, Tensor) else probs
     p2 = p.reshape(-1, p.shape[-1]).astype(np.float64)
     cdf = np.cumsum(p2, axis=-1)
     u = _rng.random((p2.shape[0], num_samples)) * cdf[:, -1:]
@@ -3399,7 +3438,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0, fast_mode=Fals
 
     def f():
         with no_grad():
-            return float(np.sum(fn(*inputs).data * v))
+            return float(np.sum(fn(*inputs).array * v))
 
     analytic = _analytic_gradients(out, v, inputs, wrt)
     if fast_mode:
@@ -3408,12 +3447,12 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0, fast_mode=Fals
         x = inputs[i]
         numeric = np.zeros(x.shape)
         for idx in np.ndindex(*x.shape):
-            old = x.data[idx]
-            x.data[idx] = old + eps
+            old = x.array[idx]
+            x.array[idx] = old + eps
             plus = f()
-            x.data[idx] = old - eps
+            x.array[idx] = old - eps
             minus = f()
-            x.data[idx] = old
+            x.array[idx] = old
             numeric[idx] = (plus - minus) / (2 * eps)
         a = analytic[i]
         tolerance = atol + rtol * np.abs(numeric)
@@ -3446,7 +3485,7 @@ def _analytic_gradients(out, v, inputs, wrt):
             out.backward(v.astype(out.dtype))
         except RuntimeError as e:
             raise GradcheckError(f"gradcheck: backward failed: {e}") from None
-        return {i: inputs[i].grad for i in wrt}
+        return {i: None if inputs[i].grad is None else inputs[i].grad.array for i in wrt}
     finally:
         for i in wrt:
             inputs[i].grad = kept[i]
@@ -3459,17 +3498,17 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
         u = {i: rng.standard_normal(inputs[i].shape) for i in wrt}
         predicted = builtins.sum(float(np.sum(analytic[i] * u[i])) for i in wrt
                                  if analytic[i] is not None)
-        olds = {i: inputs[i].data.copy() for i in wrt}
+        olds = {i: inputs[i].array.copy() for i in wrt}
         try:
             for i in wrt:
-                inputs[i].data[...] = olds[i] + eps * u[i]
+                inputs[i].array[...] = olds[i] + eps * u[i]
             plus = f()
             for i in wrt:
-                inputs[i].data[...] = olds[i] - eps * u[i]
+                inputs[i].array[...] = olds[i] - eps * u[i]
             minus = f()
         finally:
             for i in wrt:
-                inputs[i].data[...] = olds[i]
+                inputs[i].array[...] = olds[i]
         numeric = (plus - minus) / (2 * eps)
         tolerance = atol + rtol * builtins.abs(numeric)
         if builtins.abs(predicted - numeric) > tolerance:
@@ -3557,7 +3596,7 @@ class Function:
                     raise RuntimeError(f"function {name} returned a gradient different from "
                                        f"None at position {i}, but that argument of forward "
                                        f"is a {type(a).__name__}, not a Tensor")
-            return tuple(g.data if isinstance(g, Tensor) else g
+            return tuple(g.array if isinstance(g, Tensor) else g
                          for a, g in zip(args, grads) if isinstance(a, Tensor))
 
         def differentiable(o):
@@ -3570,13 +3609,13 @@ class Function:
                 return result
             # the node shares o's memory and version counter (view_of): a Function may
             # save its own output, as exp and tanh do, and an in-place change is caught
-            return from_op(o.data, name, inputs, rule, saved=saved, view_of=o)
+            return from_op(o.array, name, inputs, rule, saved=saved, view_of=o)
         # Several outputs hang off one hidden node: its "gradient" holds one gradient per
         # output (an object array: 0 where none arrived), so backward runs once, with all.
         def joint_rule(gs):
             """d Function/d(each input): its backward, given every output's gradient"""
             return rule(*(g if not isinstance(g, int) else
-                          np.zeros_like(o.data) if isinstance(o, Tensor) else None
+                          np.zeros_like(o.array) if isinstance(o, Tensor) else None
                           for g, o in zip(gs, outputs)))
 
         joint = from_op(np.zeros(len(outputs), dtype=object), name, inputs, joint_rule,
@@ -3589,7 +3628,7 @@ class Function:
                     gs = np.zeros(len(outputs), dtype=object)
                     gs[k] = g
                     return (gs,)
-                o = from_op(o.data, name + ' output', (joint,), pick, view_of=o)
+                o = from_op(o.array, name + ' output', (joint,), pick, view_of=o)
             made.append(o)
         return tuple(made)
 
@@ -3668,7 +3707,7 @@ def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_gra
         for x, g in zip(inputs, _autograd_grad(tensors, inputs, grad_tensors, retain_graph,
                                                allow_unused=True)):
             if g is not None:
-                _accumulate(x, g.data.copy())
+                _accumulate(x, g.array.copy())
         return
     outputs, gs = _roots(tensors, grad_tensors, 'autograd.backward')
     backward(*_root(outputs, gs), retain_graph=bool(retain_graph))

@@ -280,10 +280,10 @@ class CharRNN(nn.Module):
         idx = idx if isinstance(idx, tt.Tensor) else tt.tensor(idx)
         was_training = self.training
         self.eval()
-        ids = idx.data
+        ids = idx.array
         logits, state = self.run(idx)
         for _ in range(max_new_tokens):
-            nxt = pick_next(logits.data[:, -1, :], temperature, top_k).astype(ids.dtype)
+            nxt = pick_next(logits.array[:, -1, :], temperature, top_k).astype(ids.dtype)
             ids = np.concatenate([ids, nxt], axis=1)
             logits, state = self.run(tt.tensor(nxt), state)
         self.train(was_training)
@@ -299,7 +299,7 @@ def pick_next(logits, temperature, top_k):
     if top_k is not None:
         kth = np.sort(logits, axis=-1)[:, [-min(top_k, logits.shape[-1])]]
         logits = np.where(logits < kth, -np.inf, logits)
-    return tt.multinomial(tt.softmax(tt.tensor(logits), -1), num_samples=1).data
+    return tt.multinomial(tt.softmax(tt.tensor(logits), -1), num_samples=1).array
 
 
 def make_model(config):
@@ -421,7 +421,7 @@ def sample_text(model, vocab, prompt, length, temperature, top_k):
         raise UserError("--prompt must not be empty")
     ids = vocab.encode(prompt)[None, :]
     out = model.generate(ids, length, temperature=temperature, top_k=top_k)
-    return vocab.decode(out.data[0].tolist())
+    return vocab.decode(out.array[0].tolist())
 
 
 def fmt_time(seconds):
@@ -618,7 +618,7 @@ class RunFiles:
 def update_ratio(before, params):
     """The median over the parameters of |change| / |weight| for one optimizer step: a
     health signal (around 1e-3 is healthy; much larger, the steps are too big)."""
-    ratios = [np.linalg.norm(p.data - b) / (np.linalg.norm(b) + 1e-12)
+    ratios = [np.linalg.norm(p.array - b) / (np.linalg.norm(b) + 1e-12)
               for b, p in zip(before, params)]
     return float(np.median(ratios))
 
@@ -888,7 +888,7 @@ def train(args):
                 # step (the lr is read first: it is the one this step uses)
                 lr = scheduler.get_last_lr()[0]
                 evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
-                before = [p.data.copy() for p in model.parameters()] if evaluated else None
+                before = [p.array.copy() for p in model.parameters()] if evaluated else None
                 optimizer.step()
                 scheduler.step()
                 step += 1

@@ -154,7 +154,7 @@ def make_model(kind, height, width):
 def predict(model, images, batch_size=500):
     model.eval()
     with tt.no_grad():
-        out = [model(tt.tensor(images[i:i + batch_size])).data.argmax(1)
+        out = [model(tt.tensor(images[i:i + batch_size])).array.argmax(1)
                for i in range(0, len(images), batch_size)]
     model.train()
     return np.concatenate(out)

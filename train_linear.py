@@ -52,7 +52,7 @@ def fit_spiral(steps=500, hidden=64, lr=0.01, seed=0, log_every=100):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        accuracy = float((logits.argmax(dim=1) == y).data.mean())
+        accuracy = float((logits.argmax(dim=1) == y).array.mean())
         if step % log_every == 0:
             print(f"step={step:3d} loss={loss.item():.4f} accuracy={accuracy:.3f}")
     return accuracy

@@ -48,7 +48,7 @@ def attention_weights(q, k, mask=None, is_causal=False):
     if is_causal:
         scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
     if mask is not None:
-        m = mask.data if isinstance(mask, tt.Tensor) else mask
+        m = mask.array if isinstance(mask, tt.Tensor) else mask
         if m.dtype == bool:
             scores = scores.masked_fill(~m, -np.inf)
         else:
@@ -251,7 +251,7 @@ class GPT(nn.Module):
                 logits, _ = self(window, cache=cache)
             else:  # only the newest token is new: one position through the model
                 logits, _ = self(idx[:, -1:], cache=cache)
-            logits = logits.data[:, -1, :]
+            logits = logits.array[:, -1, :]
             if temperature == 0:
                 nxt = np.argmax(logits, axis=-1)[:, None]
             else:
@@ -260,8 +260,8 @@ class GPT(nn.Module):
                     kth = np.sort(logits, axis=-1)[:, [-min(top_k, logits.shape[-1])]]
                     logits = np.where(logits < kth, -np.inf, logits)
                 probs = tt.softmax(tt.tensor(logits), -1)
-                nxt = tt.multinomial(probs, num_samples=1).data
-            idx = tt.tensor(np.concatenate([idx.data, nxt.astype(idx.dtype)], axis=1))
+                nxt = tt.multinomial(probs, num_samples=1).array
+            idx = tt.tensor(np.concatenate([idx.array, nxt.astype(idx.dtype)], axis=1))
         self.train(was_training)
         return idx
 
@@ -305,7 +305,7 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     D = C // H
     scale = 1.0 / math.sqrt(D)
     # (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v per head, as views
-    q, k, v = qkv.data.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv.array.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
     pt = np.empty_like(q, shape=(B, H, T, T))  # P^T, kept for backward
     y = np.empty_like(q, shape=(B, T, H, D))  # heads side by side: (B, T, C) once reshaped
     mask_t = None  # M^T, the dropout mask nn.dropout would draw for P, transposed like P^T
