@@ -58,7 +58,7 @@ class Subset(Dataset):
 
 
 def _rng(generator):
-    return tt.default_generator() if generator is None else generator
+    return tt._numpy_rng(generator)  # None: the library's default generator
 
 
 def random_split(dataset, lengths, generator=None):

@@ -392,7 +392,7 @@ def dropout_mask(shape, p, dtype):
     The generator's raw output gives 64 bits a draw: twice as fast as drawing floats
     (masks are most of what dropout costs)."""
     n = math.prod(shape)
-    bits = tt.default_generator().bit_generator.random_raw((n + 1) // 2).view(np.uint32)
+    bits = tt._numpy_rng().bit_generator.random_raw((n + 1) // 2).view(np.uint32)
     mask = np.empty(shape, dtype=dtype)
     threshold = np.uint32(min(round(p * 2 ** 32), 2 ** 32 - 1))
     np.greater_equal(bits[:n].reshape(shape), threshold, out=mask)
@@ -2020,12 +2020,12 @@ def _fans(t):
 
 @no_grad()
 def uniform_(t, a=0.0, b=1.0):
-    return t.copy_(tt.default_generator().uniform(a, b, t.shape).astype(t.dtype))
+    return t.copy_(tt._numpy_rng().uniform(a, b, t.shape).astype(t.dtype))
 
 
 @no_grad()
 def normal_(t, mean=0.0, std=1.0):
-    return t.copy_((tt.default_generator().standard_normal(t.shape) * std + mean).astype(t.dtype))
+    return t.copy_((tt._numpy_rng().standard_normal(t.shape) * std + mean).astype(t.dtype))
 
 
 @no_grad()

@@ -13,12 +13,16 @@
 Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
 `pytest -k pytorch` once PyTorch is installed); no other test does."""
 import csv
+import io
 import json
 import math
 import os
+import pickle
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 import time as _time
 import types
 import warnings as _warnings
@@ -1122,10 +1126,182 @@ def test_manual_seed_is_reproducible():
 def test_multinomial_follows_the_probabilities():
     tt.manual_seed(0)
     probs = tt.tensor([[0.1, 0.0, 0.9], [0.0, 1.0, 0.0]])
-    s = tt.multinomial(probs, num_samples=2000).array
+    s = tt.multinomial(probs, num_samples=2000, replacement=True).array
     assert np.all(s[1] == 1) and not np.any(s[0] == 1)
     assert abs(np.mean(s[0] == 2) - 0.9) < 0.03
 
+
+
+def test_multinomial_without_replacement_takes_each_index_at_most_once():
+    tt.manual_seed(0)
+    probs = tt.tensor([[0.1, 0.0, 0.6, 0.3], [1.0, 1.0, 1.0, 1.0]])
+    for _ in range(20):
+        s = tt.multinomial(probs, num_samples=3).array  # PyTorch's default: replacement=False
+        assert s.shape == (2, 3) and s.dtype == np.int64
+        assert sorted(s[0].tolist()) == [0, 2, 3] and len(set(s[1].tolist())) == 3
+    with pytest.raises(RuntimeError, match="cannot take 5 samples from 4 categories"):
+        tt.multinomial(probs, 5)
+
+
+def test_generators_seed_every_random_function():
+    g = tt.Generator().manual_seed(7)
+    assert g.initial_seed() == 7 and tt.manual_seed(3) is tt.default_generator
+    draws = lambda gen: (tt.randn(3, generator=gen).tolist(), tt.rand(2, generator=gen).tolist(),
+                         tt.randint(0, 9, (4,), generator=gen).tolist(),
+                         tt.randperm(5, generator=gen).tolist(),
+                         tt.multinomial(tt.ones(6), 2, generator=gen).tolist())
+    first = draws(g)
+    assert draws(g.manual_seed(7)) == first  # the same seed, the same numbers
+    state = g.get_state()
+    after = draws(g)
+    assert draws(g.set_state(state)) == after != first
+    tt.manual_seed(1)
+    a = tt.randn(3).tolist()
+    tt.manual_seed(1)
+    assert tt.randn(3).tolist() == a and tt.initial_seed() == 1
+    # PyTorch's randint(high, size) and randint(low, high, size)
+    assert tt.randint(10, (3,)).shape == (3,) and tt.randint(10, (3,)).dtype == tt.int64
+    r = tt.randint(5, 8, (50,)).array
+    assert r.min() >= 5 and r.max() <= 7 and tt.randint(3, size=(2, 2)).shape == (2, 2)
+
+
+def test_devices_are_the_cpu_and_others_get_one_clear_line():
+    x = tt.ones(2, 3, device='cpu')
+    assert x.device == tt.device('cpu') and x.device.type == 'cpu' and not x.is_cuda
+    assert repr(tt.device('cuda:1')) == "device(type='cuda', index=1)" and str(tt.device('cuda:1')) == 'cuda:1'
+    assert x.to('cpu') is x and x.cpu() is x and x.to(tt.device('cpu')) is x
+    assert x.to(tt.float64).dtype == tt.float64 and x.to('cpu', tt.float64).dtype == tt.float64
+    assert x.to(device='cpu', dtype=tt.int64).dtype == tt.int64
+    assert x.to(tt.zeros(1, dtype=tt.float64)).dtype == tt.float64
+    assert x.to('cpu', copy=True) is not x
+    for make in (lambda: x.to('cuda'), lambda: x.cuda(), lambda: tt.zeros(2, device='cuda'),
+                 lambda: tt.randn(2, device='mps'), lambda: tt.Generator(device='cuda'),
+                 lambda: tt.arange(3, device=tt.device('cuda', 0))):
+        with pytest.raises(RuntimeError, match="is not available: tinytorch computes with NumPy on "
+                                               "the CPU.*export.py"):
+            make()
+
+
+def test_the_import_rule_gives_pytorchs_module_paths(tmp_path):
+    """In a PyTorch program's import lines, `torch` becomes `tinytorch`: every common
+    path resolves, to the files beside tinytorch.py."""
+    code = textwrap.dedent("""
+        import tinytorch as torch
+        import tinytorch.nn as nn
+        import tinytorch.nn.functional as F
+        import tinytorch.nn.init as init
+        from tinytorch.nn import functional as F2
+        from tinytorch.utils.data import DataLoader, TensorDataset
+        from tinytorch.optim.lr_scheduler import StepLR
+        from tinytorch.nn.parallel import DistributedDataParallel as DDP
+        from tinytorch.distributed import init_process_group, destroy_process_group
+        from tinytorch.autograd import Function
+        import nn as companion, optim, data
+        assert nn is companion and F is nn and F2 is nn and torch.nn is nn
+        assert torch.optim is optim and StepLR is optim.StepLR and DataLoader is data.DataLoader
+        assert torch.utils.data is data and init.normal_ is nn.init.normal_
+        assert torch.nn.utils.clip_grad_norm_ is optim.clip_grad_norm_
+        assert Function is torch.autograd.Function
+        assert torch.float is torch.float32 and torch.long is torch.int64 and torch.double is torch.float64
+        assert torch.bool is torch.bool_ and torch.int is torch.int32 and torch.half is torch.float16
+        for call in (lambda: DDP(nn.Linear(2, 2)), lambda: init_process_group('gloo'),
+                     lambda: torch.compile(nn.Linear(2, 2))):
+            try:
+                call()
+            except RuntimeError as e:
+                print(str(e).split(':')[0])
+        print(torch.cuda.is_available(), torch.distributed.is_available())
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, 'PYTHONPATH': HERE})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['DistributedDataParallel', 'torch.distributed.init_process_group',
+                                'compile', 'False', 'False']
+    # tinytorch.py copied alone: it imports, and a companion's path says what it needs
+    shutil.copy(os.path.join(HERE, 'tinytorch.py'), tmp_path)
+    alone = ("import tinytorch as torch\nprint(torch.ones(2).sum().item())\n"
+             "import tinytorch.nn.functional as F\n")
+    r = subprocess.run([sys.executable, '-c', alone], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    assert r.stdout.strip() == '2.0'
+    assert r.stderr.strip().splitlines()[-1] == ("ImportError: tinytorch: this path needs nn.py, "
+                                                 "the file beside tinytorch.py in the tinytorch project")
+
+
+def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
+    assert not tt.cuda.is_available() and tt.cuda.device_count() == 0
+    assert not tt.backends.mps.is_available() and not tt.accelerator.is_available()
+    tt.cuda.manual_seed(1), tt.cuda.manual_seed_all(1), tt.set_float32_matmul_precision('high')
+    tt.backends.cuda.matmul.allow_tf32 = True
+    tt.backends.cudnn.allow_tf32 = True
+    with pytest.warns(UserWarning, match="GradScaler is enabled, but there is no GPU"):
+        scaler = tt.cuda.amp.GradScaler(enabled=True)
+    w = tt.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    loss = (w * w).sum()
+    assert scaler.scale(loss) is loss
+    loss.backward()
+    scaler.unscale_(opt), scaler.step(opt), scaler.update()
+    assert w.tolist() == [0.0, 0.0] and not scaler.is_enabled()
+    with pytest.warns(UserWarning, match="autocast: tinytorch computes in each tensor's own dtype"):
+        with tt.autocast(device_type='cpu', dtype=tt.bfloat16):
+            assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
+    with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
+        tt.amp.autocast(device_type='cuda')
+    with pytest.raises(TypeError):
+        np.dtype(tt.bfloat16)  # a name a program may mention; computing in it is impossible
+    with tt.inference_mode():
+        assert not (w * 2).requires_grad
+    assert [10, 20, 30][tt.tensor(2)] == 30 and f"{tt.tensor(1.23456):.3f}" == "1.235"
+    assert f"{tt.tensor([1.5]):>6.2f}" == "  1.50"
+    with pytest.raises(TypeError):
+        [1, 2][tt.tensor(1.0)]  # a float tensor is no index, as in PyTorch
+
+
+def test_save_and_load_as_pytorch(tmp_path):
+    p = nn.Parameter(tt.randn(2, 3))
+    state = {'w': p, 'step': 3, 'name': 'gpt', 'betas': (0.9, 0.95), 'x': tt.arange(4),
+             'nested': [tt.ones(1, dtype=tt.float64), None, 2.5]}
+    path = str(tmp_path / 'ckpt.pt')
+    tt.save(state, path)
+    back = tt.load(path, map_location='cpu')
+    assert isinstance(back['w'], nn.Parameter) and back['w'].requires_grad
+    np.testing.assert_array_equal(back['w'].array, p.array)
+    assert back['step'] == 3 and back['betas'] == (0.9, 0.95) and back['x'].tolist() == [0, 1, 2, 3]
+    assert back['nested'][0].dtype == tt.float64 and back['nested'][1:] == [None, 2.5]
+    buf = io.BytesIO()
+    model = nn.Linear(2, 3)
+    tt.save(model.state_dict(), buf)
+    buf.seek(0)
+    other = nn.Linear(2, 3)
+    other.load_state_dict(tt.load(buf))
+    np.testing.assert_array_equal(other.weight.array, model.weight.array)
+    tt.save(model, path)  # a whole model: pickled code, refused unless asked for
+    with pytest.raises(pickle.UnpicklingError, match=r"pickled nn\.Linear .*weights_only=False"):
+        tt.load(path)
+    whole = tt.load(path, weights_only=False)
+    np.testing.assert_array_equal(whole.weight.array, model.weight.array)
+    with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
+        tt.load(path, map_location='cuda')
+    nn.save({'w': tt.ones(2)}, str(tmp_path / 'c.npz'))
+    with pytest.raises(pickle.UnpicklingError, match="a zip archive .*nn.load"):
+        tt.load(str(tmp_path / 'c.npz'))
+
+
+def test_devices_formats_and_randint_forms_match_pytorch():
+    torch = need_torch()
+    for name in ('cpu', 'cuda:1', 'cuda'):
+        assert repr(tt.device(name)) == repr(torch.device(name)) and str(tt.device(name)) == str(torch.device(name))
+    for spec in ('.4f', '>8.2e', ''):
+        if spec:
+            assert f"{tt.tensor(3.14159):{spec}}" == f"{torch.tensor(3.14159):{spec}}"
+    for args in ((10, (3,)), (2, 5, (2, 2))):
+        a, b = tt.randint(*args), torch.randint(*args)
+        assert a.shape == tuple(b.shape) and str(a.dtype) == str(b.dtype).replace('torch.', '')
+    x, y = tt.ones(2), torch.ones(2)
+    for to_args in (('cpu', tt.float64), (tt.float64,)):
+        t_args = tuple(torch.float64 if a is tt.float64 else a for a in to_args)
+        assert str(x.to(*to_args).dtype) == str(y.to(*t_args).dtype).replace('torch.', '')
 
 # ---------------------------------------------------------------------------
 # Autograd semantics

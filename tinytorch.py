@@ -24,7 +24,9 @@ Part II: the rest, each section saying what it adds to Part I
  16. your own op as a class: autograd.Function, autograd.grad, autograd.backward
  17. hooks: where the tools in lookinside.py (draw_graph, grad_path, profile,
      detect_anomaly) watch the ops and the rules
- 18. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+ 18. running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
+     import rule (`import tinytorch.nn.functional as F` works)
+ 19. speed: the allocator and thread settings, parallel_for, and the fast kernels that
      some ops call in one line (each computes what the op's plain code says, faster; a
      test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
      one of them off, so the plain code is what runs. Nothing before it needs it.
@@ -38,17 +40,24 @@ with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (CuPy) can run the same code.
 """
 import builtins  # sum, max, min, abs, round, any and all are redefined below as tensor ops
+import copy
 import functools
+import importlib
+import importlib.util
 import itertools
 import math
+import operator
 import os
+import pickle
 import sys
 import threading
 import time
+import types
+import warnings
 import weakref
 from collections import namedtuple
 
-# One speed setting must come before NumPy loads OpenBLAS (section 18 explains it).
+# One speed setting must come before NumPy loads OpenBLAS (section 19 explains it).
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
@@ -587,7 +596,7 @@ def matmul(a, b):
             ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
         if b.requires_grad:
             if fast and B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:
-                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 18)
+                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 19)
             else:
                 gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
             gb = gb.reshape(b.shape)
@@ -752,7 +761,7 @@ def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
     if t._grad is not None:
         t._grad.array += g
-    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 18)
+    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 19)
         t._grad = _constant(g)
     else:
         t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
@@ -1099,7 +1108,7 @@ def _erf_plain(x):
 
 def erf(x):
     # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
-    # asks math.erf element by element; section 18's _erf_np does the array at once.
+    # asks math.erf element by element; section 19's _erf_np does the array at once.
     x = _floating(x)
     out = _erf_np(x.array) if fast else _erf_plain(x.array)
 
@@ -1125,7 +1134,7 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 18)
+    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 19)
         out, dgelu = gelu_float32(xd)
     else:
         erf_ = _erf_np if fast else _erf_plain
@@ -2163,7 +2172,7 @@ def getitem(x, idx):
 
     def backward(g):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
-        if fast and rows:  # x[int array]: np.add.at below, faster (section 18)
+        if fast and rows:  # x[int array]: np.add.at below, faster (section 19)
             return (_scatter_add_rows(x.shape, idx, g),)
         gx = np.zeros_like(g, shape=x.shape)
         if basic:
@@ -3247,27 +3256,105 @@ Tensor.__ipow__ = lambda self, o: pow_(self, o)
 # ---------------------------------------------------------------------------
 # 14. Creation functions and the random generator
 # ---------------------------------------------------------------------------
-# One generator for the whole library: manual_seed(s) makes every random op,
-# dropout and sampling included, reproducible.
-_rng = np.random.default_rng()
+class device:
+    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
+    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        type, _, number = str(type).partition(':')
+        self.type, self.index = type, int(number) if number else index
+
+    def __repr__(self):
+        more = '' if self.index is None else f', index={self.index}'
+        return f"device(type='{self.type}'{more})"
+
+    def __str__(self):
+        return self.type if self.index is None else f'{self.type}:{self.index}'
+
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+_CPU = device('cpu')
+
+
+def _cpu_only(where, what):
+    """device=... arguments: None or the CPU; any other device gets one clear line."""
+    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
+                                          device(where).type == 'cpu'):
+        return _CPU
+    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
+                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
+                       "PyTorch with export.py)")
+
+
+# Every random op (randn, dropout, sampling, shuffling) draws from a Generator: the one
+# you pass as generator=..., else the library's default_generator, which manual_seed(s)
+# reseeds. A Generator wraps a NumPy one.
+class Generator:
+    """torch.Generator: a seeded source of random numbers, for generator=... arguments."""
+
+    def __init__(self, device='cpu'):
+        _cpu_only(device, 'Generator')
+        self.device = _CPU
+        self.seed()
+
+    def manual_seed(self, seed):
+        self._seed = int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self):
+        """Reseed from the operating system's entropy; returns the new seed."""
+        self.manual_seed(int(np.random.SeedSequence().entropy) % 2 ** 63)
+        return self._seed
+
+    def initial_seed(self):
+        return self._seed
+
+    def get_state(self):
+        return copy.deepcopy(self._rng.bit_generator.state)
+
+    def set_state(self, state):
+        self._rng.bit_generator.state = state
+        return self
+
+
+default_generator = Generator()
+
+
+def _numpy_rng(generator=None):
+    """The NumPy generator behind generator=... (None: the library's default_generator;
+    a NumPy Generator is taken as it is)."""
+    if generator is None:
+        return default_generator._rng
+    return generator._rng if isinstance(generator, Generator) else generator
 
 
 def manual_seed(seed):
-    global _rng
-    _rng = np.random.default_rng(seed)
+    """Seed the default generator: every random op after it is reproducible."""
+    return default_generator.manual_seed(seed)
 
 
-def default_generator():
-    """The library's numpy Generator (used by randn, rand, dropout, multinomial, ...)."""
-    return _rng
+def seed():
+    return default_generator.seed()
+
+
+def initial_seed():
+    return default_generator.initial_seed()
 
 
 def get_rng_state():
-    return _rng.bit_generator.state
+    return default_generator.get_state()
 
 
 def set_rng_state(state):
-    _rng.bit_generator.state = state
+    default_generator.set_state(state)
 
 
 def _leaf(data, requires_grad):
@@ -3285,15 +3372,18 @@ def from_numpy(ndarray):
     return _constant(ndarray)
 
 
-def zeros(*size, dtype=None, requires_grad=False):
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'zeros')
     return _leaf(np.zeros(_sizes(size), dtype=dtype or default_dtype), requires_grad)
 
 
-def ones(*size, dtype=None, requires_grad=False):
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'ones')
     return _leaf(np.ones(_sizes(size), dtype=dtype or default_dtype), requires_grad)
 
 
-def full(size, fill_value, dtype=None, requires_grad=False):
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'full')
     if dtype is None:
         dtype = default_dtype if isinstance(fill_value, float) else \
             (bool_ if isinstance(fill_value, bool) else int64)
@@ -3301,15 +3391,18 @@ def full(size, fill_value, dtype=None, requires_grad=False):
                          dtype=dtype), requires_grad)
 
 
-def zeros_like(x, dtype=None, requires_grad=False):
+def zeros_like(x, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'zeros_like')
     return _leaf(np.zeros(x.shape, dtype=dtype or x.dtype), requires_grad)
 
 
-def ones_like(x, dtype=None, requires_grad=False):
+def ones_like(x, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'ones_like')
     return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
 
 
-def arange(start, end=None, step=1, dtype=None, requires_grad=False):
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'arange')
     if end is None:
         start, end = 0, start
     if dtype is None:
@@ -3317,56 +3410,82 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False):
     return _leaf(np.arange(start, end, step, dtype=dtype), requires_grad)
 
 
-def randn(*size, dtype=None, requires_grad=False):
-    return _leaf(_rng.standard_normal(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'randn')
+    rng = _numpy_rng(generator)
+    return _leaf(rng.standard_normal(_sizes(size), dtype=dtype or default_dtype), requires_grad)
 
 
-def rand(*size, dtype=None, requires_grad=False):
-    return _leaf(_rng.random(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'rand')
+    return _leaf(_numpy_rng(generator).random(_sizes(size), dtype=dtype or default_dtype),
+                 requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=int64):
-    if high is None:
+def randint(low=0, high=None, size=None, *, generator=None, dtype=int64, device=None,
+            requires_grad=False):
+    """Integers in [low, high): randint(high, size) or randint(low, high, size)."""
+    _cpu_only(device, 'randint')
+    if size is None and isinstance(high, (tuple, list)):  # PyTorch's randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
-    return _leaf(_rng.integers(low, high, size=size, dtype=dtype), False)
+    size = () if size is None else (size,) if isinstance(size, int) else tuple(size)
+    return _leaf(_numpy_rng(generator).integers(low, high, size=size, dtype=dtype), requires_grad)
 
 
-def randperm(n):
-    return _leaf(_rng.permutation(n).astype(int64), False)
+def randperm(n, *, generator=None, dtype=int64, device=None, requires_grad=False):
+    _cpu_only(device, 'randperm')
+    return _leaf(_numpy_rng(generator).permutation(n).astype(dtype), requires_grad)
 
 
-def multinomial(probs, num_samples=1):
-    """Sample indices from each row of probs (rows need not be normalised), with replacement."""
+def multinomial(probs, num_samples=1, replacement=False, *, generator=None):
+    """Sample num_samples indices from each row of probs (rows need not be normalised);
+    without replacement an index comes at most once per row."""
     p = probs.array if isinstance(probs, Tensor) else probs
     p2 = p.reshape(-1, p.shape[-1]).astype(np.float64)
-    cdf = np.cumsum(p2, axis=-1)
-    u = _rng.random((p2.shape[0], num_samples)) * cdf[:, -1:]
-    idx = np.sum(cdf[:, None, :] <= u[:, :, None], axis=-1)  # first index whose cdf exceeds u
-    idx = np.minimum(idx, p.shape[-1] - 1)
+    rng = _numpy_rng(generator)
+    if replacement or num_samples == 1:
+        cdf = np.cumsum(p2, axis=-1)
+        u = rng.random((p2.shape[0], num_samples)) * cdf[:, -1:]
+        idx = np.sum(cdf[:, None, :] <= u[:, :, None], axis=-1)  # first index whose cdf exceeds u
+        idx = np.minimum(idx, p.shape[-1] - 1)
+    else:
+        if num_samples > p.shape[-1]:
+            raise RuntimeError(f"multinomial: cannot take {num_samples} samples from "
+                               f"{p.shape[-1]} categories without replacement")
+        # the largest log p + Gumbel noise, num_samples of them: draws without replacement
+        with np.errstate(divide='ignore'):
+            keys = np.log(p2) - np.log(-np.log(rng.random(p2.shape)))
+        idx = np.argsort(-keys, axis=-1, kind='stable')[:, :num_samples]
     return _leaf(idx.reshape(p.shape[:-1] + (num_samples,)).astype(int64), False)
 
 
-def eye(n, dtype=None):
-    return _leaf(np.eye(n, dtype=dtype or default_dtype), False)
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'eye')
+    return _leaf(np.eye(n, m, dtype=dtype or default_dtype), requires_grad)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False):
+def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'full_like')
     return _leaf(np.full(x.shape, fill_value, dtype=dtype or x.dtype), requires_grad)
 
 
-def rand_like(x, dtype=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+def rand_like(x, dtype=None, device=None, requires_grad=False):
+    return rand(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def randn_like(x, dtype=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+def randn_like(x, dtype=None, device=None, requires_grad=False):
+    return randn(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def linspace(start, end, steps, dtype=None, requires_grad=False):
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'linspace')
     return _leaf(np.linspace(start, end, steps, dtype=dtype or default_dtype), requires_grad)
 
 
-def logspace(start, end, steps, base=10.0, dtype=None, requires_grad=False):
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    _cpu_only(device, 'logspace')
     return _leaf(np.logspace(start, end, steps, base=base, dtype=dtype or default_dtype),
                  requires_grad)
 
@@ -3760,7 +3879,340 @@ class record_function:
 
 
 # ---------------------------------------------------------------------------
-# 18. Speed
+# 18. Running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
+#     import rule (in a PyTorch program's import lines, `torch` becomes `tinytorch`)
+# ---------------------------------------------------------------------------
+# Nothing here computes anything new. It gives PyTorch programs the names they reach for:
+# a device (always the CPU), what a GPU program asks of torch.cuda / torch.backends /
+# torch.amp (answered for a machine without one), torch.save / torch.load, and PyTorch's
+# module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
+def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
+    """x.to(dtype), x.to(device), x.to(device, dtype), x.to(other_tensor): PyTorch's forms
+    (this extends section 7's to(dtype); the one device is the CPU)."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, (str, globals()['device'])):
+            device = a
+        else:
+            dtype = a
+    _cpu_only(device, 'to')
+    out = self if dtype is None else to(self, dtype)
+    return clone(out) if copy and out is self else out
+
+
+Tensor.to = _to
+Tensor.device = property(lambda self: _CPU)
+Tensor.is_cuda = property(lambda self: False)
+Tensor.cpu = lambda self: self
+Tensor.cuda = lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()')
+Tensor.pin_memory = lambda self: self
+Tensor.__index__ = lambda self: operator.index(self.item())  # a 0-d int tensor slices a list
+
+
+def _format(self, spec):
+    """f'{loss:.4f}': a one-element tensor formats as its number, as in PyTorch."""
+    if spec and self.numel() == 1:
+        return format(self.item(), spec)
+    return format(repr(self), spec)
+
+
+Tensor.__format__ = _format
+
+
+class inference_mode(no_grad):
+    """torch.inference_mode: here the same as no_grad (no graph is built)."""
+
+    def __init__(self, mode=True):
+        self.enabled = not mode
+
+
+class _NoSuchDtype:
+    """torch.bfloat16 and the like: a name a program may mention but tinytorch (NumPy)
+    cannot compute in; np.dtype() of it fails."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"tinytorch.{self.name} (not supported: NumPy has no {self.name})"
+
+
+# Module attributes PyTorch has and tinytorch gives only when asked for (float and int are
+# also Python's own names, which the code above keeps using). Section 14 has the rest.
+_DTYPE_NAMES = {'float': float32, 'double': float64, 'half': float16, 'long': int64,
+                'int': int32, 'short': np.dtype(np.int16), 'bool': bool_,
+                'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
+                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16')}
+
+
+def _refuse(what, why):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{what}: {why}")
+    refused.__name__ = what.rsplit('.', 1)[-1]
+    return refused
+
+
+_ONE_PROCESS = "tinytorch trains in one process on the CPU (run the program without torchrun)"
+_NO_GPU = ("tinytorch computes with NumPy on the CPU: there is no GPU here (to run a model "
+           "on a GPU, export it to PyTorch with export.py)")
+
+
+class _GradScaler:
+    """torch.amp.GradScaler on a machine without a GPU: PyTorch disables it (a warning if
+    enabled=True was asked for), so scale() returns the loss as it is and step() steps."""
+
+    def __init__(self, device='cuda', init_scale=65536.0, growth_factor=2.0,
+                 backoff_factor=0.5, growth_interval=2000, enabled=True):
+        if enabled:
+            warnings.warn("GradScaler is enabled, but there is no GPU (tinytorch computes in "
+                          "float32 or float64 on the CPU). Disabling.")
+        self._enabled = False
+
+    def scale(self, outputs):
+        return outputs
+
+    def unscale_(self, optimizer):
+        pass
+
+    def step(self, optimizer, *args, **kwargs):
+        return optimizer.step(*args, **kwargs)
+
+    def update(self, new_scale=None):
+        pass
+
+    def is_enabled(self):
+        return self._enabled
+
+    def get_scale(self):
+        return 1.0
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state_dict):
+        pass
+
+
+class _autocast:
+    """torch.autocast on the CPU: tinytorch has no lower-precision kernels, so the block
+    runs in the tensors' own dtype (a warning says so once); on 'cuda', the one clear line."""
+
+    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
+        _cpu_only(device_type, 'autocast')
+        if enabled:
+            warnings.warn("autocast: tinytorch computes in each tensor's own dtype (no "
+                          "float16 or bfloat16 kernels); the block runs as it is")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+def _module(name, doc, **attrs):
+    """A stand-in module for one of PyTorch's module paths (tinytorch.cuda, ...)."""
+    m = types.ModuleType(f'{__name__}.{name}', doc)
+    m.__dict__.update(attrs, __path__=[])
+    return m
+
+
+def _companion(file):
+    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported."""
+    try:
+        return importlib.import_module(file)
+    except ModuleNotFoundError as e:
+        if e.name != file:
+            raise
+        raise ImportError(f"{__name__}: this path needs {file}.py, the file beside "
+                          "tinytorch.py in the tinytorch project") from None
+
+
+def _nn_utils():
+    optim_ = _companion('optim')
+    return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
+                   clip_grad_norm_=optim_.clip_grad_norm_,
+                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None))
+
+
+def _as_module(name, obj):
+    """A module holding obj's public names (nn.init, autograd)."""
+    if isinstance(obj, types.ModuleType):
+        return obj
+    return _module(name, obj.__doc__, **{k: getattr(obj, k) for k in dir(obj)
+                                         if not k.startswith('_')})
+
+
+# PyTorch's module path -> what it is here. `import tinytorch.X` and `tinytorch.X` (no
+# import) both reach these; `torch` in a program's import lines becomes `tinytorch`.
+_PATHS = {
+    'nn': lambda: _companion('nn'),
+    'nn.functional': lambda: _companion('nn'),
+    'nn.init': lambda: _as_module('nn.init', _companion('nn').init),
+    'nn.utils': _nn_utils,
+    'nn.parallel': lambda: _module(
+        'nn.parallel', "torch.nn.parallel: one process here",
+        DistributedDataParallel=_refuse('DistributedDataParallel', _ONE_PROCESS),
+        DataParallel=_refuse('DataParallel', _NO_GPU)),
+    'optim': lambda: _companion('optim'),
+    'optim.lr_scheduler': lambda: _companion('optim'),
+    'utils': lambda: _module('utils', "torch.utils"),
+    'utils.data': lambda: _companion('data'),
+    'autograd': lambda: _as_module('autograd', autograd),
+    'distributed': lambda: _module(
+        'distributed', "torch.distributed: one process here",
+        is_available=lambda: False, is_initialized=lambda: False,
+        **{n: _refuse(f'torch.distributed.{n}', _ONE_PROCESS) for n in (
+            'init_process_group', 'destroy_process_group', 'barrier', 'all_reduce',
+            'broadcast', 'get_rank', 'get_world_size')}),
+    'cuda': lambda: _module(
+        'cuda', "torch.cuda on a machine without a GPU",
+        is_available=lambda: False, device_count=lambda: 0, is_bf16_supported=lambda: False,
+        manual_seed=lambda seed: None, manual_seed_all=lambda seed: None,
+        synchronize=lambda device=None: None, empty_cache=lambda: None,
+        amp=_module('cuda.amp', "torch.cuda.amp", GradScaler=_GradScaler,
+                    autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
+        current_device=_refuse('torch.cuda.current_device', _NO_GPU),
+        get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU)),
+    'backends': lambda: _module(
+        'backends', "torch.backends: the flags a GPU program sets, accepted",
+        cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
+                                   is_built=lambda: False),
+        cudnn=types.SimpleNamespace(allow_tf32=False, benchmark=False, deterministic=False,
+                                    enabled=False, is_available=lambda: False),
+        mps=types.SimpleNamespace(is_available=lambda: False, is_built=lambda: False)),
+    'accelerator': lambda: _module(
+        'accelerator', "torch.accelerator: there is none",
+        is_available=lambda: False, current_accelerator=lambda: None,
+        device_count=lambda: 0),
+    'amp': lambda: _module('amp', "torch.amp on the CPU", GradScaler=_GradScaler,
+                           autocast=_autocast),
+}
+autocast = _autocast
+compile = _refuse('compile', "tinytorch has no compiler; run the model as it is "
+                             "(nanoGPT: --compile=False)")
+
+
+def set_float32_matmul_precision(precision):
+    """Accepted: NumPy's float32 matmul has one precision."""
+
+
+def get_float32_matmul_precision():
+    return 'highest'
+
+
+def __getattr__(name):
+    """tinytorch.float, tinytorch.nn, ...: the names in _DTYPE_NAMES and _PATHS, made on
+    first use (PEP 562: Python calls this only for a name the module does not have)."""
+    if name in _DTYPE_NAMES:
+        return _DTYPE_NAMES[name]
+    if name in _PATHS:
+        return importlib.import_module(f'{__name__}.{name}')
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _PathFinder:
+    """Python's import system asks each finder on sys.meta_path for a module by name;
+    this one answers for tinytorch.<a path in _PATHS> with the module _PATHS makes."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        sub = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + '.') else None
+        return importlib.util.spec_from_loader(fullname, _PathFinder) if sub in _PATHS else None
+
+    @staticmethod
+    def create_module(spec):
+        module = _PATHS[spec.name[len(__name__) + 1:]]()
+        if not hasattr(module, '__path__'):
+            module.__path__ = []  # so that its own children (nn.functional) can be imported
+        sub = spec.name[len(__name__) + 1:]
+        if '__getattr__' not in module.__dict__:  # tinytorch.nn.utils without an import
+            module.__getattr__ = functools.partial(_child, sub)
+        return module
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+def _child(parent, name):
+    if f'{parent}.{name}' in _PATHS:
+        return importlib.import_module(f'{__name__}.{parent}.{name}')
+    raise AttributeError(f"module '{__name__}.{parent}' has no attribute {name!r}")
+
+
+__path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
+if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys.meta_path):
+    sys.meta_path.append(_PathFinder)
+
+
+# torch.save / torch.load: pickle, as PyTorch. A tensor is pickled as its array and its
+# requires_grad (never its graph). load() unpickles only tensors, arrays, numbers, strings
+# and containers unless weights_only=False: unpickling anything else can run code.
+def _rebuild_tensor(cls, array, requires_grad):
+    t = cls.__new__(cls)
+    _init_result(t, array)
+    t.requires_grad = requires_grad
+    return t
+
+
+Tensor.__reduce__ = lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad))
+
+
+def save(obj, f, pickle_protocol=4):
+    """torch.save: obj (a tensor, a state_dict, a dict of tensors and plain values, a
+    whole model) to a path or a binary file."""
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, 'wb') as fh:
+            return save(obj, fh, pickle_protocol)
+    pickle.dump(obj, f, protocol=pickle_protocol)
+
+
+_WEIGHTS = {('collections', 'OrderedDict'), (__name__, '_rebuild_tensor'), (__name__, 'Tensor'),
+            ('nn', 'Parameter'), (__name__, 'device'), ('builtins', 'set'),
+            ('builtins', 'frozenset'), ('builtins', 'slice'), ('builtins', 'complex'),
+            ('numpy', 'dtype'), ('numpy', 'ndarray')}
+_WEIGHTS |= {(f'numpy.{core}.multiarray', name) for core in ('core', '_core')
+             for name in ('_reconstruct', 'scalar')}
+
+
+class _WeightsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _WEIGHTS or module == 'numpy.dtypes':
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"load: the file holds a pickled {module}.{name} (a whole model saved with "
+            "save(model), or other code), and weights_only=True loads only tensors, numbers, "
+            "strings and containers; if you trust the file, pass weights_only=False")
+
+
+def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, **kwargs):
+    """torch.load: what save() wrote. weights_only=True (the default, as PyTorch 2.6+)
+    refuses anything but tensors, numbers, strings and containers."""
+    if isinstance(map_location, (str, device)):
+        _cpu_only(map_location, 'load')
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, 'rb') as fh:
+            return load(fh, map_location, weights_only=weights_only)
+    start = f.read(2)
+    f.seek(-len(start), 1)
+    if start == b'PK':
+        raise pickle.UnpicklingError("load: this is a zip archive (a PyTorch .pt file, or a "
+                                     "checkpoint nn.save wrote: read that with nn.load), not a "
+                                     "file tinytorch's save wrote")
+    unpickler = pickle.Unpickler(f) if weights_only is False else _WeightsUnpickler(f)
+    try:
+        return unpickler.load()
+    except pickle.UnpicklingError as e:
+        raise pickle.UnpicklingError(str(e)) from None
+
+
+# ---------------------------------------------------------------------------
+# 19. Speed
 # ---------------------------------------------------------------------------
 def tune_malloc():
     """Keep freed memory in the process instead of handing it back to the OS.

@@ -699,7 +699,7 @@ def profile_step(args):
     optimizer = make_optimizer(model, args)
 
     def step():
-        x, y = get_batch(train_data, config.block_size, args.batch_size, tt.default_generator())
+        x, y = get_batch(train_data, config.block_size, args.batch_size, tt._numpy_rng())
         _, loss = model(x, y)
         optimizer.zero_grad()
         loss.backward()
@@ -872,7 +872,7 @@ def train(args):
                 # a batch of random windows, and the random state to run this step again if
                 # it goes bad
                 x, y = get_batch(train_data, config.block_size, args.batch_size,
-                                 tt.default_generator())
+                                 tt._numpy_rng())
                 rng_state = tt.get_rng_state()
                 # forward, backward, clip
                 _, loss = model(x, y)
