@@ -13,6 +13,7 @@
 Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
 `pytest -k pytorch` once PyTorch is installed); no other test does."""
 import csv
+import inspect
 import io
 import json
 import math
@@ -233,7 +234,7 @@ def test_tinytorch_py_copied_alone_works(tmp_path):
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "(2, 3) True"
+    assert r.stdout.strip() == "torch.Size([2, 3]) True"
 
 
 def test_backward_comes_before_line_800_and_part_one_has_no_later_names():
@@ -1182,7 +1183,7 @@ def test_devices_are_the_cpu_and_others_get_one_clear_line():
             make()
 
 
-def test_the_import_rule_gives_pytorchs_module_paths(tmp_path):
+def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     """In a PyTorch program's import lines, `torch` becomes `tinytorch`: every common
     path resolves, to the files beside tinytorch.py."""
     code = textwrap.dedent("""
@@ -1258,7 +1259,7 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
         [1, 2][tt.tensor(1.0)]  # a float tensor is no index, as in PyTorch
 
 
-def test_save_and_load_as_pytorch(tmp_path):
+def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
     p = nn.Parameter(tt.randn(2, 3))
     state = {'w': p, 'step': 3, 'name': 'gpt', 'betas': (0.9, 0.95), 'x': tt.arange(4),
              'nested': [tt.ones(1, dtype=tt.float64), None, 2.5]}
@@ -1286,6 +1287,33 @@ def test_save_and_load_as_pytorch(tmp_path):
     nn.save({'w': tt.ones(2)}, str(tmp_path / 'c.npz'))
     with pytest.raises(pickle.UnpicklingError, match="a zip archive .*nn.load"):
         tt.load(str(tmp_path / 'c.npz'))
+
+
+def test_shapes_are_sizes_and_numpys_keyword_names_are_accepted():
+    x = tt.ones(2, 3)
+    assert repr(x.shape) == 'torch.Size([2, 3])' and x.shape == (2, 3) and x.size() == (2, 3)
+    assert isinstance(x.shape, tuple) and x.shape.numel() == 6 and x.size(1) == 3
+    assert x.sum(axis=1, keepdims=True).shape == (2, 1) and tt.mean(x, axis=0).shape == (3,)
+    assert x.max(axis=1, keepdims=True).values.shape == (2, 1)
+    assert tt.var(x, 0, keepdims=True).shape == (1, 3) and x.any(axis=0).shape == (3,)
+    assert tt.sum.__name__ == 'sum' and 'keepdim' in str(inspect.signature(tt.sum))
+    hist, edges = tt.histogram(tt.tensor([1.0, 2.0, 1.0, 1.6]), bins=4)
+    assert hist.tolist() == [2.0, 0.0, 1.0, 1.0] and edges.tolist() == [1.0, 1.25, 1.5, 1.75, 2.0]
+    assert tt.histc(tt.tensor([1.0, 2.0, 1.0]), bins=2, min=0, max=4).tolist() == [2.0, 1.0]
+
+
+def test_sizes_histograms_and_keyword_names_match_pytorch():
+    torch = need_torch()
+    v = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    a, b = tt.tensor(v), torch.tensor(v)
+    assert repr(a.shape) == repr(b.shape) and repr(a[0].shape) == repr(b[0].shape)
+    assert repr(tt.tensor(1.0).shape) == repr(torch.tensor(1.0).shape)
+    np.testing.assert_allclose(a.sum(axis=1, keepdims=True).array, b.sum(axis=1, keepdims=True).numpy(), rtol=1e-6)
+    for kw in (dict(bins=5), dict(bins=3, range=(-1.0, 1.0)), dict(bins=4, density=True)):
+        ours, theirs = tt.histogram(a, **kw), torch.histogram(b, **kw)
+        np.testing.assert_allclose(ours.hist.array, theirs.hist.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(ours.bin_edges.array, theirs.bin_edges.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(tt.histc(a, bins=6).array, torch.histc(b, bins=6).numpy(), rtol=1e-5)
 
 
 def test_devices_formats_and_randint_forms_match_pytorch():
@@ -1514,7 +1542,7 @@ def test_grad_and_data_are_tensors_and_the_raw_array_is_array():
         p.data = np.ones(2)
     with pytest.raises(TypeError, match=r"assigned grad must be None or a Tensor of shape \(2,\)"):
         p.grad = np.ones(2)
-    with pytest.raises(TypeError, match=r"shape \(2,\), got \(3,\)"):
+    with pytest.raises(TypeError, match=r"shape \(2,\), got a Tensor of shape \(3,\)"):
         p.grad = tt.ones(3)
     p.grad = tt.zeros(2)
     assert np.asarray(p.grad).tolist() == [0.0, 0.0]

@@ -40,20 +40,13 @@ with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (CuPy) can run the same code.
 """
 import builtins  # sum, max, min, abs, round, any and all are redefined below as tensor ops
-import copy
 import functools
-import importlib
-import importlib.util
 import itertools
 import math
-import operator
 import os
-import pickle
 import sys
 import threading
 import time
-import types
-import warnings
 import weakref
 from collections import namedtuple
 
@@ -166,7 +159,7 @@ class Tensor:
     def grad(self, value):
         if value is not None and not (isinstance(value, Tensor) and value.shape == self.shape):
             raise TypeError(f"assigned grad must be None or a Tensor of shape {tuple(self.shape)}, "
-                            f"got {getattr(value, 'shape', type(value).__name__)}")
+                            f"got a {type(value).__name__} of shape {tuple(np.shape(value))}")
         self._grad = value
 
     shape = property(lambda self: self.array.shape)
@@ -3318,7 +3311,7 @@ class Generator:
         return self._seed
 
     def get_state(self):
-        return copy.deepcopy(self._rng.bit_generator.state)
+        return self._rng.bit_generator.state  # a new dict each time
 
     def set_state(self, state):
         self._rng.bit_generator.state = state
@@ -3886,6 +3879,15 @@ class record_function:
 # a device (always the CPU), what a GPU program asks of torch.cuda / torch.backends /
 # torch.amp (answered for a machine without one), torch.save / torch.load, and PyTorch's
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
+import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
+import importlib.util  # noqa: E402
+import inspect  # noqa: E402
+import operator  # noqa: E402
+import pickle  # noqa: E402
+import types  # noqa: E402
+import warnings  # noqa: E402
+
+
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
     """x.to(dtype), x.to(device), x.to(device, dtype), x.to(other_tensor): PyTorch's forms
     (this extends section 7's to(dtype); the one device is the CPU)."""
@@ -4150,6 +4152,59 @@ if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys
     sys.meta_path.append(_PathFinder)
 
 
+class Size(tuple):
+    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f'torch.Size({list(self)})'
+
+    def numel(self):
+        return math.prod(self)
+
+
+Tensor.shape = property(lambda self: Size(self.array.shape))  # Part I's shape, as a Size
+
+
+def _numpy_keywords(fn):
+    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
+    @functools.wraps(fn)
+    def reduction(*args, **kwargs):
+        if 'keepdims' in kwargs:
+            kwargs['keepdim'] = kwargs.pop('keepdims')
+        if 'axis' in kwargs:
+            kwargs['dim'] = kwargs.pop('axis')
+        return fn(*args, **kwargs)
+    return reduction
+
+
+for _name, _f in list(globals().items()):  # every public function with a keepdim= argument
+    if (not _name.startswith('_') and isinstance(_f, types.FunctionType)
+            and 'keepdim' in inspect.signature(_f).parameters):
+        globals()[_name] = _numpy_keywords(_f)
+        if getattr(Tensor, _name, None) is _f:
+            setattr(Tensor, _name, globals()[_name])
+
+HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
+    """torch.histogram: counts of a float tensor's values in equal bins (no gradient)."""
+    w = None if weight is None else weight.array
+    hist, edges = np.histogram(input.array, bins.array if isinstance(bins, Tensor) else bins,
+                               range=range, weights=w, density=density)
+    return HistogramResult(_constant(hist.astype(input.dtype)), _constant(edges.astype(input.dtype)))
+
+
+def histc(input, bins=100, min=0, max=0):
+    """torch.histc: histogram's counts; min = max = 0 takes the data's own range."""
+    lo, hi = (min, max) if (min, max) != (0, 0) else (input.array.min(), input.array.max())
+    return histogram(input, bins, range=(float(lo), float(hi))).hist
+
+
+Tensor.histc = histc
+
+
 # torch.save / torch.load: pickle, as PyTorch. A tensor is pickled as its array and its
 # requires_grad (never its graph). load() unpickles only tensors, arrays, numbers, strings
 # and containers unless weights_only=False: unpickling anything else can run code.
@@ -4173,6 +4228,7 @@ def save(obj, f, pickle_protocol=4):
 
 
 _WEIGHTS = {('collections', 'OrderedDict'), (__name__, '_rebuild_tensor'), (__name__, 'Tensor'),
+            (__name__, 'Size'),
             ('nn', 'Parameter'), (__name__, 'device'), ('builtins', 'set'),
             ('builtins', 'frozenset'), ('builtins', 'slice'), ('builtins', 'complex'),
             ('numpy', 'dtype'), ('numpy', 'ndarray')}
