@@ -6694,6 +6694,322 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
 
 
 # ===========================================================================
+# PyTorch programs through the import rule (README: "Run PyTorch code on tinytorch")
+# ===========================================================================
+# Small programs written for PyTorch, in the styles PyTorch code is written in (raw
+# tensors trained by hand as the makemore lectures do; nn.Module models as nanoGPT
+# writes them). Each runs on tinytorch with only its import lines changed by the rule;
+# with PyTorch installed, each also runs on PyTorch from the same weights (they come
+# from NumPy) and every printed number must agree to its last printed digit.
+def swap_imports(source):
+    """The README's rule: `import torch` becomes `import tinytorch as torch`; in every
+    other import line, `torch` becomes `tinytorch`."""
+    source = re.sub(r'^(\s*)import torch\s*$', r'\1import tinytorch as torch', source, flags=re.M)
+    return re.sub(r'^(\s*(?:from|import)\s+)torch\b', r'\1tinytorch', source, flags=re.M)
+
+
+TORCH_PROGRAMS = {
+    'lecture_mlp': r'''# A character MLP with hand-written batch norm, trained as the makemore lectures do (raw
+# tensors, p.data += -lr * p.grad), printing the lectures' statistics.
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+rng = np.random.default_rng(42)
+vocab, block, n_embd, n_hidden, steps = 27, 3, 10, 64, 30
+X = torch.tensor(rng.integers(0, vocab, (200, block)))
+Y = torch.tensor(rng.integers(0, vocab, (200,)))
+g = torch.Generator().manual_seed(2147483647)  # sampling only: both libraries' numbers differ
+
+
+def init(*shape, scale):  # the weights come from NumPy, so both libraries start equal
+    return torch.tensor(rng.standard_normal(shape).astype(np.float32) * scale)
+
+
+C = init(vocab, n_embd, scale=1.0)
+W1 = init(n_embd * block, n_hidden, scale=(5 / 3) / (n_embd * block) ** 0.5)
+W2 = init(n_hidden, vocab, scale=0.01)
+b2 = torch.zeros(vocab)
+bngain, bnbias = torch.ones((1, n_hidden)), torch.zeros((1, n_hidden))
+bnmean_running, bnstd_running = torch.zeros((1, n_hidden)), torch.ones((1, n_hidden))
+parameters = [C, W1, W2, b2, bngain, bnbias]  # no b1: batch norm removes any bias
+print(sum(p.nelement() for p in parameters))
+for p in parameters:
+    p.requires_grad = True
+
+ud = []
+for i in range(steps):
+    ix = torch.from_numpy(rng.integers(0, X.shape[0], (32,)))
+    Xb, Yb = X[ix], Y[ix]
+    emb = C[Xb]
+    embcat = emb.view(emb.shape[0], -1)
+    hpreact = embcat @ W1
+    bnmeani = hpreact.mean(0, keepdim=True)
+    bnstdi = hpreact.std(0, keepdim=True)
+    hpreact = bngain * (hpreact - bnmeani) / bnstdi + bnbias
+    with torch.no_grad():
+        bnmean_running = 0.999 * bnmean_running + 0.001 * bnmeani
+        bnstd_running = 0.999 * bnstd_running + 0.001 * bnstdi
+    h = torch.tanh(hpreact)
+    logits = h @ W2 + b2
+    loss = F.cross_entropy(logits, Yb)
+    for p in parameters:
+        p.grad = None
+    loss.backward()
+    lr = 0.1 if i < 20 else 0.01
+    for p in parameters:
+        p.data += -lr * p.grad
+    with torch.no_grad():
+        ud.append([((lr * p.grad).std() / p.data.std()).log10().item() for p in parameters])
+    if i % 5 == 0:
+        print(f'{i:7d}/{steps:7d}: {loss.item():.4f}')
+
+for p in parameters:
+    t = p.grad
+    print('weight %10s | mean %+f | std %e | grad:data ratio %e' % (tuple(p.shape), t.mean(), t.std(), t.std() / p.std()))
+print(['%.4f' % u for u in ud[-1]])
+print('saturated %.4f' % ((h.abs() > 0.97).float().mean() * 100))
+
+
+@torch.no_grad()
+def split_loss(x, y):
+    emb = C[x]
+    embcat = emb.view(emb.shape[0], -1)
+    hpreact = bngain * (embcat @ W1 - bnmean_running) / bnstd_running + bnbias
+    logits = torch.tanh(hpreact) @ W2 + b2
+    print('loss', F.cross_entropy(logits, y).item())
+
+
+split_loss(X, Y)
+context = [0] * block
+for _ in range(5):  # sampling runs; its letters differ between the libraries' generators
+    probs = F.softmax(torch.tanh((C[torch.tensor([context])].view(1, -1) @ W1)) @ W2 + b2, dim=1)
+    ix = torch.multinomial(probs, num_samples=1, generator=g).item()
+    context = context[1:] + [ix]
+''',
+    'wavenet_gru': r'''# Two more shapes of PyTorch program: the lectures' hand-written layers (a WaveNet-style
+# hierarchy with BatchNorm1d, trained by hand) and an nn.GRU language model trained with
+# Adam, each printing its losses.
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+rng = np.random.default_rng(7)
+
+
+def numpy_weights(*shape, scale=1.0):
+    return torch.from_numpy((rng.standard_normal(shape) * scale).astype(np.float32))
+
+
+class Linear:
+    def __init__(self, fan_in, fan_out, bias=True):
+        self.weight = numpy_weights(fan_in, fan_out, scale=fan_in ** -0.5)
+        self.bias = torch.zeros(fan_out) if bias else None
+
+    def __call__(self, x):
+        self.out = x @ self.weight
+        if self.bias is not None:
+            self.out += self.bias
+        return self.out
+
+    def parameters(self):
+        return [self.weight] + ([] if self.bias is None else [self.bias])
+
+
+class BatchNorm1d:
+    def __init__(self, dim, eps=1e-5, momentum=0.1):
+        self.eps, self.momentum, self.training = eps, momentum, True
+        self.gamma, self.beta = torch.ones(dim), torch.zeros(dim)
+        self.running_mean, self.running_var = torch.zeros(dim), torch.ones(dim)
+
+    def __call__(self, x):
+        if self.training:
+            dim = 0 if x.ndim == 2 else (0, 1)
+            xmean = x.mean(dim, keepdim=True)
+            xvar = x.var(dim, keepdim=True)
+        else:
+            xmean, xvar = self.running_mean, self.running_var
+        xhat = (x - xmean) / torch.sqrt(xvar + self.eps)
+        self.out = self.gamma * xhat + self.beta
+        if self.training:
+            with torch.no_grad():
+                self.running_mean = (1 - self.momentum) * self.running_mean + self.momentum * xmean
+                self.running_var = (1 - self.momentum) * self.running_var + self.momentum * xvar
+        return self.out
+
+    def parameters(self):
+        return [self.gamma, self.beta]
+
+
+class Tanh:
+    def __call__(self, x):
+        self.out = torch.tanh(x)
+        return self.out
+
+    def parameters(self):
+        return []
+
+
+class Embedding:
+    def __init__(self, num_embeddings, embedding_dim):
+        self.weight = numpy_weights(num_embeddings, embedding_dim)
+
+    def __call__(self, IX):
+        self.out = self.weight[IX]
+        return self.out
+
+    def parameters(self):
+        return [self.weight]
+
+
+class FlattenConsecutive:
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x):
+        B, T, C = x.shape
+        x = x.view(B, T // self.n, C * self.n)
+        if x.shape[1] == 1:
+            x = x.squeeze(1)
+        self.out = x
+        return self.out
+
+    def parameters(self):
+        return []
+
+
+class Sequential:
+    def __init__(self, layers):
+        self.layers = layers
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        self.out = x
+        return self.out
+
+    def parameters(self):
+        return [p for layer in self.layers for p in layer.parameters()]
+
+
+vocab, block, n_embd, n_hidden = 27, 8, 8, 32
+X = torch.from_numpy(rng.integers(0, vocab, (256, block)))
+Y = torch.from_numpy(rng.integers(0, vocab, (256,)))
+model = Sequential([
+    Embedding(vocab, n_embd),
+    FlattenConsecutive(2), Linear(n_embd * 2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
+    FlattenConsecutive(2), Linear(n_hidden * 2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
+    FlattenConsecutive(2), Linear(n_hidden * 2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
+    Linear(n_hidden, vocab),
+])
+with torch.no_grad():
+    model.layers[-1].weight *= 0.1
+parameters = model.parameters()
+print(sum(p.nelement() for p in parameters))
+for p in parameters:
+    p.requires_grad = True
+for i in range(20):
+    ix = torch.from_numpy(rng.integers(0, X.shape[0], (32,)))
+    logits = model(X[ix])
+    loss = F.cross_entropy(logits, Y[ix])
+    for p in parameters:
+        p.grad = None
+    loss.backward()
+    for p in parameters:
+        p.data += -0.1 * p.grad
+    if i % 5 == 0:
+        print(f'wavenet {i:4d}: {loss.item():.4f}')
+for layer in model.layers:
+    if isinstance(layer, Tanh):
+        print('tanh mean %+.3f std %.3f saturated %.2f%%' % (layer.out.mean(), layer.out.std(),
+                                                          (layer.out.abs() > 0.97).float().mean() * 100))
+for layer in model.layers:
+    layer.training = False
+print('eval loss %.4f' % F.cross_entropy(model(X), Y).item())
+
+
+class GRULM(nn.Module):
+    def __init__(self, vocab_size, n_embd, n_hidden):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.gru = nn.GRU(n_embd, n_hidden, num_layers=2, batch_first=True)
+        self.lm_head = nn.Linear(n_hidden, vocab_size)
+
+    def forward(self, idx, targets=None):
+        out, h = self.gru(self.wte(idx))
+        logits = self.lm_head(out)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+
+lm = GRULM(vocab, 12, 24)
+with torch.no_grad():
+    for name, p in lm.named_parameters():
+        p.copy_(numpy_weights(*p.shape, scale=0.2))
+opt = torch.optim.Adam(lm.parameters(), lr=1e-2)
+tokens = torch.from_numpy(rng.integers(0, vocab, (16, 11)))
+for i in range(8):
+    _, loss = lm(tokens[:, :-1], tokens[:, 1:])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    print(f'gru {i}: {loss.item():.4f}', 'grad std %.4e' % lm.gru.weight_hh_l0.grad.std())
+''',
+}
+
+
+def _run_program(source, tmp_path, name):
+    path = tmp_path / f'{name}.py'
+    path.write_text(source)
+    r = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, 'PYTHONPATH': HERE, 'PYTHONWARNINGS': 'ignore'})
+    assert r.returncode == 0, f"{name}:\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+_NUMBER = re.compile(r'[-+]?\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?')
+
+
+def _same_printout(ours, theirs):
+    """The same lines, words and numbers; each number within one unit of its last printed
+    digit (float32 rounding may move a digit) or 1e-3 relative."""
+    assert len(ours.splitlines()) == len(theirs.splitlines()), (ours, theirs)
+    for a, b in zip(ours.splitlines(), theirs.splitlines()):
+        assert _NUMBER.sub('#', a).replace('+#', '#').replace('-#', '#') == \
+            _NUMBER.sub('#', b).replace('+#', '#').replace('-#', '#'), (a, b)
+        for x, y in zip(_NUMBER.finditer(a), _NUMBER.finditer(b)):
+            unit = 10.0 ** (-len(x.group(1) or '') + int(x.group(2) or 0))
+            assert abs(float(x.group()) - float(y.group())) <= unit + 1e-3 * abs(float(y.group())), (a, b)
+
+
+@pytest.mark.parametrize('name', sorted(TORCH_PROGRAMS))
+def test_torch_style_programs_run_through_the_import_rule(name, tmp_path):
+    out = _run_program(swap_imports(TORCH_PROGRAMS[name]), tmp_path, name)
+    losses = [float(m) for m in re.findall(r': (\d+\.\d+)$', out, flags=re.M)]
+    assert len(losses) >= 4 and losses[-1] < losses[0], out  # it printed, and it learned
+
+
+@pytest.mark.parametrize('name', sorted(TORCH_PROGRAMS))
+def test_torch_style_programs_print_pytorchs_numbers(name, tmp_path):
+    need_torch()
+    ours = _run_program(swap_imports(TORCH_PROGRAMS[name]), tmp_path, name + '_tinytorch')
+    _same_printout(ours, _run_program(TORCH_PROGRAMS[name], tmp_path, name + '_torch'))
+
+
+def test_the_import_rule_changes_import_lines_only():
+    src = ("import torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n"
+           "from torch.utils.data import DataLoader\nx = torch.ones(2)  # torch stays\n"
+           "    import torch\nimport torchvision\n")
+    assert swap_imports(src) == (
+        "import tinytorch as torch\nimport tinytorch.nn as nn\nfrom tinytorch.nn import functional as F\n"
+        "from tinytorch.utils.data import DataLoader\nx = torch.ones(2)  # torch stays\n"
+        "    import tinytorch as torch\nimport torchvision\n")
+
+
+# ===========================================================================
 # Conformance with PyTorch
 # ===========================================================================
 
