@@ -23,16 +23,20 @@ import copy
 import json
 import math
 import os
+import sys
 import tempfile
+import types
 import warnings
 import zipfile
-from collections import OrderedDict
-from types import SimpleNamespace
+from collections import OrderedDict, namedtuple
+from statistics import NormalDist
 
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
 from tinytorch import Tensor, from_op, no_grad, sum_last, sum_leading
+
+functional = sys.modules[__name__]  # nn is also torch.nn.functional: F.relu is nn.relu
 
 
 # ---------------------------------------------------------------------------
@@ -52,8 +56,11 @@ class Parameter(Tensor):
 class Module:
     """Base class of every layer and model.
 
-    Assigning a Parameter or a Module as an attribute registers it: parameters()
-    walks the attributes in the order they were set, then the sub-modules'.
+    Assigning a Parameter or a Module as an attribute registers it (PyTorch code calls
+    super().__init__() first; here it is optional): the tree is the attributes, in the
+    order they were first set. parameters(), buffers(), modules() and their named_
+    twins are generators that walk it as PyTorch's do: a module's own parameters, then
+    each sub-module's, depth first, names joined by dots ('blocks.0.attn.weight').
     """
     training = True
 
@@ -63,162 +70,530 @@ class Module:
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
-    # -- the module tree ------------------------------------------------------
+    def __setattr__(self, name, value):
+        old = vars(self).get(name)
+        if isinstance(old, Parameter) and isinstance(value, Tensor) and not isinstance(value, Parameter):
+            raise TypeError(f"cannot assign a Tensor as parameter '{name}' (a Parameter or None "
+                            f"expected); wrap it: nn.Parameter(t), or copy into it: "
+                            f"self.{name}.data.copy_(t)")
+        object.__setattr__(self, name, value)
+
+    # -- registering ------------------------------------------------------------
+    def _new_name(self, name, what):
+        if not isinstance(name, str) or not name or '.' in name:
+            raise KeyError(f"{what} name must be a non-empty string without '.', got {name!r}")
+        if hasattr(self, name) and name not in vars(self):  # a method or a class attribute
+            raise KeyError(f"attribute '{name}' already exists")
+
+    def register_parameter(self, name, param):
+        """self.name = param, checked as PyTorch checks it (None is allowed: no parameter)."""
+        self._new_name(name, 'parameter')
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter "
+                            f"'{name}' (nn.Parameter or None required)")
+        object.__setattr__(self, name, param)
+
+    def add_module(self, name, module):
+        """self.name = module, checked as PyTorch checks it."""
+        self._new_name(name, 'module')
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        object.__setattr__(self, name, module)
+
+    register_module = add_module
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor that is state but not learned (BatchNorm's running mean): in state_dict
+        and checkpoints (unless persistent=False), never in parameters(), so no optimizer
+        touches it; Module.to and .double() cast it."""
+        if name not in vars(self).get('_buffer_names', ()):
+            self._new_name(name, 'buffer')
+            if name in vars(self):
+                raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            f"(a Tensor or None required)")
+        names = self.__dict__.setdefault('_buffer_names', [])
+        if name not in names:
+            names.append(name)
+        transient = self.__dict__.setdefault('_non_persistent', set())
+        (transient.discard if persistent else transient.add)(name)
+        object.__setattr__(self, name, tensor)
+
+    # -- the module tree: generators, as PyTorch's -----------------------------
+    def _own(self, kind):
+        """This module's own (name, value) pairs of one kind, None values left out."""
+        if kind == 'buffers':
+            return [(n, getattr(self, n)) for n in vars(self).get('_buffer_names', ())
+                    if getattr(self, n, None) is not None]
+        cls = {'modules': Module, 'parameters': Parameter}[kind]
+        return [(n, v) for n, v in vars(self).items() if isinstance(v, cls)]
+
     def named_children(self):
-        for name, value in vars(self).items():
-            if isinstance(value, Module):
-                yield name, value
+        """(name, module) of the direct sub-modules; one shared twice is listed once."""
+        seen = set()
+        for name, child in self._own('modules'):
+            if id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
 
     def children(self):
-        return [m for _, m in self.named_children()]
+        for _, child in self.named_children():
+            yield child
 
-    def named_modules(self, prefix=''):
+    def named_modules(self, memo=None, prefix='', remove_duplicate=True):
+        """(dotted name, module) for this module ('' by default) and every one below it,
+        depth first; a module reached twice is listed once unless remove_duplicate=False."""
+        memo = set() if memo is None else memo
+        if remove_duplicate:
+            if self in memo:
+                return
+            memo.add(self)
         yield prefix, self
-        for name, child in self.named_children():
-            yield from child.named_modules(prefix + ('.' if prefix else '') + name)
+        for name, child in self._own('modules'):
+            yield from child.named_modules(memo, prefix + ('.' if prefix else '') + name,
+                                           remove_duplicate)
 
     def modules(self):
-        return [m for _, m in self.named_modules()]
+        for _, m in self.named_modules():
+            yield m
 
-    def _named_parameters_all(self, prefix=''):
-        """Every (dotted name, parameter), shared parameters listed under each name."""
-        for name, value in vars(self).items():
-            if isinstance(value, Parameter):
-                yield prefix + name, value
-        for name, child in self.named_children():
-            yield from child._named_parameters_all(prefix + name + '.')
+    def _named_members(self, kind, prefix, recurse, remove_duplicate):
+        seen = set()  # ids: a tensor shared by two modules (weight tying) is listed once
+        tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse
+                else [(prefix, self)])
+        for module_prefix, module in tree:
+            for name, value in module._own(kind):
+                if id(value) in seen:
+                    continue
+                if remove_duplicate:
+                    seen.add(id(value))
+                yield module_prefix + ('.' if module_prefix else '') + name, value
 
-    def named_parameters(self):
+    def named_parameters(self, prefix='', recurse=True, remove_duplicate=True):
         """(dotted name, parameter) pairs, as PyTorch names them ('blocks.0.attn.weight');
         a parameter shared by two modules (weight tying) is listed once."""
-        seen = set()
-        for name, p in self._named_parameters_all():
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield name, p
+        return self._named_members('parameters', prefix, recurse, remove_duplicate)
 
-    def parameters(self):
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
 
-    def register_buffer(self, name, tensor):
-        """A tensor that is state but not learned (BatchNorm's running mean): saved in
-        state_dict and checkpoints, never in parameters(), so no optimizer touches it."""
-        self.__dict__.setdefault('_buffer_names', []).append(name)
-        setattr(self, name, tensor)
+    def named_buffers(self, prefix='', recurse=True, remove_duplicate=True):
+        return self._named_members('buffers', prefix, recurse, remove_duplicate)
 
-    def named_buffers(self, prefix=''):
-        for name in vars(self).get('_buffer_names', ()):
-            yield prefix + name, getattr(self, name)
-        for name, child in self.named_children():
-            yield from child.named_buffers(prefix + name + '.')
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
 
-    def buffers(self):
-        return [b for _, b in self.named_buffers()]
+    def get_submodule(self, target):
+        """model.get_submodule('blocks.0.attn'): the module at that dotted path."""
+        module = self
+        for item in target.split('.') if target else []:
+            if not hasattr(module, item):
+                raise AttributeError(f"{type(module).__name__} has no attribute `{item}`")
+            module = getattr(module, item)
+            if not isinstance(module, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return module
+
+    def get_parameter(self, target):
+        prefix, _, name = target.rpartition('.')
+        p = getattr(self.get_submodule(prefix), name, None)
+        if not isinstance(p, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return p
 
     def num_parameters(self):
         return int(np.sum([p.array.size for p in self.parameters()]))
 
+    def apply(self, fn):
+        """fn(m) for every sub-module, then for self (model.apply(init_weights)); returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
     # -- modes and gradients --------------------------------------------------
     def train(self, mode=True):
-        for m in self.modules():
-            m.training = mode
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for child in self.children():
+            child.train(mode)
         return self
 
     def eval(self):
         return self.train(False)
 
-    def zero_grad(self):
+    def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
-            p.grad = None
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Forget the gradients: .grad = None, or, with set_to_none=False, zeros written
+        into the existing .grad tensors."""
+        for p in self.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    # -- device and dtype -----------------------------------------------------
+    def _cast(self, dtype):
+        """Every floating parameter and buffer (and gradient) to dtype, in place: the same
+        Parameter objects, so an optimizer made before still holds them (as PyTorch)."""
+        for m in self.modules():
+            for _, t in m._own('parameters') + m._own('buffers'):
+                if t.dtype.kind == 'f' and t.dtype != dtype:
+                    t.array = t.array.astype(dtype)
+                    if t.grad is not None:
+                        t.grad.array = t.grad.array.astype(dtype)
+        return self
+
+    def to(self, *args, **kwargs):
+        """model.to('cpu'), .to(device), .to(dtype), .to(device, dtype), .to(tensor):
+        tinytorch has one device, the CPU, so only a dtype changes anything (floating
+        parameters and buffers; integer ones stay, as in PyTorch). Returns self."""
+        device, dtype = kwargs.pop('device', None), kwargs.pop('dtype', None)
+        kwargs.pop('non_blocking', None)
+        if kwargs:
+            raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            elif _is_dtype(a):
+                dtype = a
+            elif not isinstance(a, bool):  # non_blocking given by position
+                device = a
+        if device is not None:
+            _check_cpu(device, 'Module.to')
+        if dtype is None:
+            return self
+        dtype = np.dtype(dtype)
+        if dtype.kind not in 'fc':
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but "
+                            f"got desired dtype={dtype}")
+        return self._cast(dtype)
+
+    def cpu(self):
+        return self
+
+    def cuda(self, device=None):
+        _check_cpu('cuda', 'Module.cuda')
+
+    def float(self):
+        return self._cast(tt.float32)
+
+    def double(self):
+        return self._cast(tt.float64)
+
+    def half(self):
+        return self._cast(tt.float16)
 
     # -- state_dict -----------------------------------------------------------
-    def _state(self):
-        yield from self._named_parameters_all()
-        yield from self.named_buffers()
+    def _state(self, prefix=''):
+        """(dotted name, tensor) for state_dict, as PyTorch orders it: a module's own
+        parameters, then its own persistent buffers, then each sub-module's. A shared
+        tensor or module is listed under each of its names."""
+        transient = vars(self).get('_non_persistent', ())
+        for name, t in self._own('parameters') + self._own('buffers'):
+            if name not in transient:
+                yield prefix + name, t
+        for name, child in self._own('modules'):
+            yield from child._state(prefix + name + '.')
 
-    def state_dict(self):
-        """A snapshot: dotted name -> copy of the array of each parameter, then each buffer."""
-        return OrderedDict((name, p.array.copy()) for name, p in self._state())
+    def state_dict(self, destination=None, prefix='', keep_vars=False):
+        """A snapshot: dotted name -> copy of the array of each parameter and buffer
+        (keep_vars=True: the tensors themselves). Keys and order are PyTorch's."""
+        out = OrderedDict() if destination is None else destination
+        for name, t in self._state(prefix):
+            out[name] = t if keep_vars else t.array.copy()
+        return out
 
-    def load_state_dict(self, state_dict, strict=True):
-        """Copy arrays into the parameters. With strict=True, missing keys, unexpected
-        keys and shape mismatches are all listed in one error and nothing is changed."""
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copy arrays into the parameters and buffers. Missing and unexpected keys are an
+        error with strict=True, shape mismatches always: every problem is listed in one
+        error and nothing is changed. Returns (missing_keys, unexpected_keys)."""
         own = OrderedDict(self._state())
-        missing = [k for k in own if k not in state_dict]
+        optional = {prefix + ('.' if prefix else '') + name  # state older checkpoints lack
+                    for prefix, m in self.named_modules(remove_duplicate=False)
+                    for name in getattr(m, '_optional_state', ())}
+        missing = [k for k in own if k not in state_dict and k not in optional]
         unexpected = [k for k in state_dict if k not in own]
-        mismatched = [f"{k}: checkpoint {tuple(np.shape(_array(v)))} vs model "
-                      f"{tuple(own[k].shape)}" for k, v in state_dict.items()
-                      if k in own and tuple(np.shape(_array(v))) != tuple(own[k].shape)]
         problems = []
         if strict and missing:
-            problems.append("missing keys: " + ", ".join(missing))
+            problems.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing))
         if strict and unexpected:
-            problems.append("unexpected keys: " + ", ".join(unexpected))
-        if mismatched:
-            problems.append("shape mismatches: " + "; ".join(mismatched))
+            problems.append("Unexpected key(s) in state_dict: " +
+                            ", ".join(f'"{k}"' for k in unexpected))
+        problems += [f"size mismatch for {k}: copying a param with shape {np.shape(_array(v))} "
+                     f"from checkpoint, the shape in current model is {tuple(own[k].shape)}"
+                     for k, v in state_dict.items()
+                     if k in own and tuple(np.shape(_array(v))) != tuple(own[k].shape)]
         if problems:
-            raise KeyError(f"load_state_dict for {type(self).__name__}: " + " | ".join(problems))
+            raise StateDictError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                                 + "\n\t".join(problems))
         with no_grad():
             for k, v in state_dict.items():
                 if k in own:
                     own[k].copy_(_array(v).astype(own[k].dtype))
-        return SimpleNamespace(missing_keys=missing, unexpected_keys=unexpected)
+        return _IncompatibleKeys(missing, unexpected)
 
     # -- repr -----------------------------------------------------------------
     def extra_repr(self):
         return ''
 
     def __repr__(self):
-        lines = [f"{type(self).__name__}({self.extra_repr()}"]
-        children = list(self.named_children())
-        if children:
-            for name, child in children:
-                sub = repr(child).replace('\n', '\n  ')
-                lines.append(f"  ({name}): {sub}  # {child.num_parameters():,} params")
-            lines.append(')')
-        else:
-            lines[0] += ')'
-        return '\n'.join(lines)
+        """As PyTorch prints a model, with each sub-module's parameter count added."""
+        extra = self.extra_repr().split('\n') if self.extra_repr() else []
+        children = [f"({name}): " + repr(child).replace('\n', '\n  ')
+                    + f"  # {child.num_parameters():,} params"
+                    for name, child in self._own('modules')]
+        if len(extra) == 1 and not children:
+            return f"{type(self).__name__}({extra[0]})"
+        body = ''.join('\n  ' + line for line in extra + children)
+        return f"{type(self).__name__}({body}\n)" if body else f"{type(self).__name__}()"
+
+
+class StateDictError(RuntimeError, KeyError):
+    """load_state_dict's error: a RuntimeError as PyTorch's, and a KeyError as this
+    library raised before (train_charlm.py catches that)."""
+    __str__ = RuntimeError.__str__
+
+
+class _IncompatibleKeys(namedtuple('IncompatibleKeys', ['missing_keys', 'unexpected_keys'])):
+    """load_state_dict's result, as PyTorch's: keys = model.load_state_dict(sd, strict=False)."""
+
+    def __repr__(self):
+        return '<All keys matched successfully>' if not any(self) else super().__repr__()
+
+
+def _is_dtype(x):
+    """tt.float32 or np.float32 (not a device, although a NumPy dtype has a .type too)."""
+    return isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic))
+
+
+def _check_cpu(device, op):
+    """None, 'cpu', 'cpu:0' or a device object whose .type is 'cpu' pass; anything else
+    ('cuda', 'mps', a GPU's number) is one line."""
+    if device is None:
+        return
+    kind = device if isinstance(device, str) else getattr(device, 'type', device)
+    if not (isinstance(kind, str) and kind.split(':')[0] == 'cpu'):
+        raise RuntimeError(f"{op}({device!r}): tinytorch runs on NumPy on the CPU; for a GPU, "
+                           f"export the model (see export.py)")
 
 
 def _array(v):
     return v.array if isinstance(v, Tensor) else np.asarray(v)
 
 
-class Sequential(Module):
-    def __init__(self, *layers):
-        for i, layer in enumerate(layers):
-            setattr(self, str(i), layer)
+# Containers. Each keeps its items as attributes ('0', '1', ... for the lists, the keys
+# for the dicts), so the module tree, state_dict and repr need nothing special for them.
+class _ListOf(Module):
+    """The list operations of Sequential, ModuleList and ParameterList."""
+    _kind = 'modules'  # what it holds: 'modules' or 'parameters'
 
-    def __getitem__(self, i):
-        return self.children()[i]
+    def _set(self, name, value):
+        self.add_module(name, value)
+
+    def _items(self):
+        return [v for _, v in self._own(self._kind)]
+
+    def _renumber(self, items):
+        for name, _ in self._own(self._kind):
+            delattr(self, name)
+        for i, value in enumerate(items):
+            self._set(str(i), value)
+
+    def _position(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {type(self).__name__} of length {n}")
+        return i % n
 
     def __len__(self):
-        return len(self.children())
+        return len(self._own(self._kind))
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return type(self)._of(self._own(self._kind)[i])
+        return self._items()[self._position(i)]
+
+    def __setitem__(self, i, value):
+        self._set(self._own(self._kind)[self._position(i)][0], value)
+
+    def __delitem__(self, i):
+        items = self._items()
+        del items[i if isinstance(i, slice) else self._position(i)]
+        self._renumber(items)
+
+    def append(self, value):
+        self._set(str(len(self)), value)
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+    def insert(self, index, value):
+        items = self._items()
+        items.insert(index, value)
+        self._renumber(items)
+
+    def pop(self, i=-1):
+        value = self[i]
+        del self[i]
+        return value
+
+    def __iadd__(self, values):
+        return self.extend(values)
+
+    def __dir__(self):  # the numbered attributes are not for tab completion, as in PyTorch
+        return [k for k in super().__dir__() if not k.isdigit()]
+
+
+class Sequential(_ListOf):
+    """Modules applied one after the other: Sequential(a, b, c)(x) = c(b(a(x))).
+    Sequential(OrderedDict(name=module, ...)) names them."""
+
+    def __init__(self, *layers):
+        if len(layers) == 1 and isinstance(layers[0], OrderedDict):
+            for name, layer in layers[0].items():
+                self.add_module(name, layer)
+        else:
+            for i, layer in enumerate(layers):
+                self.add_module(str(i), layer)
+
+    _of = classmethod(lambda cls, pairs: cls(OrderedDict(pairs)))  # a slice keeps the names
 
     def forward(self, x):
-        for layer in self.children():
+        for layer in self:
             x = layer(x)
         return x
 
 
-class ModuleList(Module):
-    def __init__(self, modules=()):
-        for m in modules:
-            self.append(m)
+class ModuleList(_ListOf):
+    """A list of modules whose parameters the model owns (a plain Python list would
+    hide them from parameters() and state_dict)."""
 
-    def append(self, module):
-        setattr(self, str(len(self)), module)
-        return self
+    def __init__(self, modules=None):
+        self.extend(modules or ())
 
-    def __getitem__(self, i):
-        return self.children()[i]
+    _of = classmethod(lambda cls, pairs: cls(v for _, v in pairs))  # a slice is renumbered
+
+
+class ParameterList(_ListOf):
+    """A list of parameters that the model owns (a tensor put in becomes a Parameter)."""
+    _kind = 'parameters'
+
+    def __init__(self, values=None):
+        self.extend(values or ())
+
+    _of = classmethod(lambda cls, pairs: cls(v for _, v in pairs))  # a slice is renumbered
+
+    def _set(self, name, value):
+        self.register_parameter(name, _as_parameter(value))
+
+    def extra_repr(self):
+        return '\n'.join(f"  ({k}): {_describe(p)}" for k, p in self._own('parameters'))
+
+
+class _DictOf(Module):
+    """The dict operations of ModuleDict and ParameterDict."""
+    _kind = 'modules'
+
+    def _set(self, name, value):
+        self.add_module(name, value)
+
+    def _init(self, values):
+        if values is not None:
+            self.update(values)
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, value):
+        self._set(key, value)
+
+    def __delitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        delattr(self, key)
 
     def __len__(self):
-        return len(self.children())
+        return len(self._own(self._kind))
 
     def __iter__(self):
-        return iter(self.children())
+        return iter(self.keys())
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def keys(self):
+        return OrderedDict(self._own(self._kind)).keys()
+
+    def items(self):
+        return OrderedDict(self._own(self._kind)).items()
+
+    def values(self):
+        return OrderedDict(self._own(self._kind)).values()
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def update(self, values):
+        for key, value in (values.items() if hasattr(values, 'items') else values):
+            self[key] = value
+
+    def pop(self, key):
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self):
+        for key in list(self.keys()):
+            del self[key]
+
+
+class ModuleDict(_DictOf):
+    """Named modules whose parameters the model owns: ModuleDict(dict(wte=..., h=...)),
+    then self.transformer.wte or self.transformer['wte'] (nanoGPT's layout)."""
+
+    def __init__(self, modules=None):
+        self._init(modules)
+
+
+class ParameterDict(_DictOf):
+    """Named parameters that the model owns (a tensor put in becomes a Parameter)."""
+    _kind = 'parameters'
+
+    def __init__(self, parameters=None):
+        self._init(parameters)
+
+    def _set(self, name, value):
+        self.register_parameter(name, _as_parameter(value))
+
+    def extra_repr(self):
+        return '\n'.join(f"  ({k}): {_describe(p)}" for k, p in self._own('parameters'))
+
+
+def _as_parameter(value):
+    return Parameter(value) if isinstance(value, Tensor) and not isinstance(value, Parameter) \
+        else value
+
+
+def _describe(p):
+    """'Parameter containing: [float32 of size 3x4]', as PyTorch's container reprs."""
+    return f"Parameter containing: [{p.dtype} of size {'x'.join(map(str, p.shape))}]"
 
 
 # ---------------------------------------------------------------------------
@@ -357,7 +732,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
             else tuple(normalized_shape)
-        self.eps = eps
+        self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = Parameter(tt.ones(self.normalized_shape, dtype=dtype)) \
             if elementwise_affine else None
         self.bias = Parameter(tt.zeros(self.normalized_shape, dtype=dtype)) \
@@ -367,7 +742,8 @@ class LayerNorm(Module):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine="
+                f"{self.elementwise_affine}, bias={self.bias is not None}")
 
 
 def dropout(x, p=0.5, training=True):
@@ -424,6 +800,9 @@ class GELU(Module):
 
     def forward(self, x):
         return x.gelu(approximate=self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):
@@ -884,13 +1263,19 @@ class AvgPool2d(Module):
 
 class _BatchNorm(Module):
     dims = None  # the input ranks the layer takes
+    _optional_state = ('num_batches_tracked',)  # tinytorch's checkpoints before it had one
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, dtype=None):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None, *, bias=True):
+        _check_cpu(device, type(self).__name__)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
-        self.register_buffer('running_mean', tt.zeros(num_features, dtype=dtype))
-        self.register_buffer('running_var', tt.ones(num_features, dtype=dtype))
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine and bias else None
+        tracked = track_running_stats  # PyTorch's buffers, None when not tracked
+        self.register_buffer('running_mean', tt.zeros(num_features, dtype=dtype) if tracked else None)
+        self.register_buffer('running_var', tt.ones(num_features, dtype=dtype) if tracked else None)
+        self.register_buffer('num_batches_tracked', tt.tensor(0) if tracked else None)
 
     def forward(self, x):
         name = type(self).__name__
@@ -900,11 +1285,21 @@ class _BatchNorm(Module):
         if x.shape[1] != self.num_features:
             raise ValueError(f"{name}: expected {self.num_features} channels (dim 1), got "
                              f"{x.shape[1]} (input of shape {tuple(x.shape)})")
+        momentum = self.momentum
+        if self.training and self.track_running_stats:
+            with no_grad():
+                self.num_batches_tracked.add_(1)
+            if momentum is None:  # a plain average of every batch seen so far
+                momentum = 1.0 / self.num_batches_tracked.item()
+        # the batch's statistics in training, and also in eval when nothing was tracked
+        by_batch = self.training or self.running_mean is None
         return batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                          self.training, self.momentum, self.eps)
+                          by_batch, momentum, self.eps)
 
     def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -921,6 +1316,9 @@ class Flatten(Module):
 
     def forward(self, x):
         return x.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 # ---------------------------------------------------------------------------
@@ -1613,8 +2011,8 @@ def mse_loss(input, target, reduction='mean'):
     return _reduce(loss, reduction, 'mse_loss')
 
 
-def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='mean',
-                  label_smoothing=0.0):
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction='mean', label_smoothing=0.0):
     """Fused log-softmax + negative log-likelihood, on (N, C) logits and N class indices.
 
     loss_i = logsumexp(z_i) - z_i[t_i], computed with the max subtracted (stable for
@@ -1630,7 +2028,9 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100, reduction='m
     targets (an image's pixels, a sequence's positions) become rows, as does one (C,)
     sample with a 0-d target. A float target of the input's shape holds class
     probabilities: loss = -sum_c w_c target_c log_softmax(z)_c, composed of tensor ops.
+    size_average and reduce are PyTorch's old spelling of reduction.
     """
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     t = target.array if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind == 'f':
         return _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
@@ -1947,9 +2347,11 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, weight=None, ignore_index=-100, reduction='mean', label_smoothing=0.0):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction='mean', label_smoothing=0.0):
         self.weight, self.ignore_index = weight, ignore_index
-        self.reduction, self.label_smoothing = reduction, label_smoothing
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
         return cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
@@ -2009,52 +2411,158 @@ class KLDivLoss(Module):
 
 
 # ---------------------------------------------------------------------------
-# 6. Initialisers: in place, under no_grad, with the library's seeded generator
+# 6. Initialisers: in place, under no_grad, with the library's seeded generator (or the
+#    one passed as generator=); nn.init is a module holding them, as torch.nn.init
 # ---------------------------------------------------------------------------
-def _fans(t):
-    if t.ndim < 2:
-        raise ValueError(f"fan in/out needs a tensor with at least 2 dims, got {tuple(t.shape)}")
-    receptive = math.prod(t.shape[2:])  # 1 for a matrix
-    return t.shape[1] * receptive, t.shape[0] * receptive
+def _calculate_fan_in_and_fan_out(tensor):
+    """PyTorch's fans: fan_in = size(1) * receptive field, fan_out = size(0) * receptive
+    field, where the receptive field is the product of the dims after the first two
+    (a conv kernel's kh * kw; 1 for a matrix, which is (out, in))."""
+    if tensor.ndim < 2:
+        raise ValueError(f"Fan in and fan out can not be computed for tensor with fewer than "
+                         f"2 dimensions, got shape {tuple(tensor.shape)}")
+    receptive = math.prod(tensor.shape[2:])
+    return tensor.shape[1] * receptive, tensor.shape[0] * receptive
+
+
+_fans = _calculate_fan_in_and_fan_out
+
+
+def _fan(tensor, mode):
+    if mode not in ('fan_in', 'fan_out'):
+        raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
+    return _fans(tensor)[0 if mode == 'fan_in' else 1]
+
+
+# the gain that keeps the variance of activations through a layer followed by each
+# nonlinearity (PyTorch's table; leaky_relu's slope is param, 0.01 by default)
+_GAINS = {'linear': 1.0, 'conv1d': 1.0, 'conv2d': 1.0, 'conv3d': 1.0, 'conv_transpose1d': 1.0,
+          'conv_transpose2d': 1.0, 'conv_transpose3d': 1.0, 'sigmoid': 1.0, 'tanh': 5.0 / 3,
+          'relu': math.sqrt(2.0), 'selu': 3.0 / 4}
+
+
+def calculate_gain(nonlinearity, param=None):
+    if nonlinearity == 'leaky_relu':
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity not in _GAINS:
+        raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+    return _GAINS[nonlinearity]
+
+
+def _rng(generator):
+    """The NumPy generator to draw from: the library's, or the one given (a tt.Generator
+    or NumPy's: anything with NumPy's Generator methods)."""
+    rng = tt._numpy_rng(generator)
+    if not all(hasattr(rng, m) for m in ('uniform', 'standard_normal')):
+        raise TypeError(f"generator must be a tinytorch or NumPy Generator, got "
+                        f"{type(generator).__name__}")
+    return rng
+
+
+def _empty_is_no_op(tensor):
+    if 0 in tensor.shape:
+        warnings.warn("Initializing zero-element tensors is a no-op")
+        return True
+    return False
 
 
 @no_grad()
-def uniform_(t, a=0.0, b=1.0):
-    return t.copy_(tt._numpy_rng().uniform(a, b, t.shape).astype(t.dtype))
+def uniform_(tensor, a=0.0, b=1.0, generator=None):
+    return tensor.copy_(_rng(generator).uniform(a, b, tensor.shape).astype(tensor.dtype))
 
 
 @no_grad()
-def normal_(t, mean=0.0, std=1.0):
-    return t.copy_((tt._numpy_rng().standard_normal(t.shape) * std + mean).astype(t.dtype))
+def normal_(tensor, mean=0.0, std=1.0, generator=None):
+    draw = _rng(generator).standard_normal(tensor.shape) * std + mean
+    return tensor.copy_(draw.astype(tensor.dtype))
 
 
 @no_grad()
-def zeros_(t):
-    return t.zero_()
+def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """N(mean, std) restricted to [a, b]: draws outside are drawn again."""
+    rng = _rng(generator)
+    cdf = lambda v: 0.5 * (1 + math.erf((v - mean) / (std * math.sqrt(2))))
+    if cdf(b) - cdf(a) < 0.01:  # far in a tail: by the inverse CDF, one element at a time
+        dist = NormalDist(mean, std)
+        u = rng.uniform(cdf(a), cdf(b), tensor.shape)
+        draw = np.clip(np.vectorize(dist.inv_cdf, otypes=[float])(u), a, b)
+        return tensor.copy_(draw.astype(tensor.dtype))
+    draw = rng.standard_normal(tensor.shape) * std + mean
+    outside = (draw < a) | (draw > b)
+    while outside.any():
+        draw[outside] = rng.standard_normal(int(outside.sum())) * std + mean
+        outside = (draw < a) | (draw > b)
+    return tensor.copy_(draw.astype(tensor.dtype))
 
 
 @no_grad()
-def ones_(t):
-    return t.fill_(1.0)
+def constant_(tensor, val):
+    return tensor.fill_(val)
 
 
-def xavier_uniform_(t, gain=1.0):
-    fan_in, fan_out = _fans(t)
-    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))  # keeps the variance of activations
-    return uniform_(t, -bound, bound)
+@no_grad()
+def zeros_(tensor):
+    return tensor.zero_()
 
 
-def kaiming_uniform_(t, a=0.0, mode='fan_in', nonlinearity='leaky_relu'):
-    fan_in, fan_out = _fans(t)
-    fan = fan_in if mode == 'fan_in' else fan_out
-    gain = math.sqrt(2.0 / (1 + a * a)) if nonlinearity == 'leaky_relu' else \
-        (math.sqrt(2.0) if nonlinearity == 'relu' else 1.0)
-    bound = gain * math.sqrt(3.0 / fan) if fan > 0 else 0.0
-    return uniform_(t, -bound, bound)
+@no_grad()
+def ones_(tensor):
+    return tensor.fill_(1.0)
 
 
-init = SimpleNamespace(uniform_=uniform_, normal_=normal_, zeros_=zeros_, ones_=ones_,
-                       xavier_uniform_=xavier_uniform_, kaiming_uniform_=kaiming_uniform_)
+def xavier_uniform_(tensor, gain=1.0, generator=None):
+    """U(-a, a) with a = gain sqrt(6 / (fan_in + fan_out)): the variance 2 / (fan_in +
+    fan_out) keeps activations' and gradients' scale (Glorot and Bengio, 2010)."""
+    fan_in, fan_out = _fans(tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def xavier_normal_(tensor, gain=1.0, generator=None):
+    fan_in, fan_out = _fans(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+
+def kaiming_uniform_(tensor, a=0.0, mode='fan_in', nonlinearity='leaky_relu', generator=None):
+    """U(-bound, bound) with bound = gain sqrt(3 / fan): the variance gain^2 / fan keeps the
+    scale through a layer and its nonlinearity (He et al., 2015)."""
+    if _empty_is_no_op(tensor):
+        return tensor
+    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / _fan(tensor, mode))
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(tensor, a=0.0, mode='fan_in', nonlinearity='leaky_relu', generator=None):
+    if _empty_is_no_op(tensor):
+        return tensor
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode))
+    return normal_(tensor, 0.0, std, generator)
+
+
+@no_grad()
+def orthogonal_(tensor, gain=1.0, generator=None):
+    """A (semi-)orthogonal matrix (the tensor flattened to (rows, rest)), times gain: the
+    Q of a Gaussian matrix's QR, its columns' signs fixed by R's diagonal, as PyTorch."""
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    flat = _rng(generator).standard_normal((rows, tensor.numel() // rows))
+    wide = rows < flat.shape[1]  # QR of the tall one, then transposed back
+    q, r = np.linalg.qr(flat.T if wide else flat)
+    q = q * np.sign(np.diag(r))
+    q = q.T if wide else q
+    return tensor.copy_((gain * q).reshape(tensor.shape).astype(tensor.dtype))
+
+
+init = types.ModuleType('tinytorch.nn.init', "PyTorch's torch.nn.init: initialisers that "
+                        "fill a tensor in place")
+for _f in (uniform_, normal_, trunc_normal_, constant_, zeros_, ones_, xavier_uniform_,
+           xavier_normal_, kaiming_uniform_, kaiming_normal_, orthogonal_, calculate_gain,
+           _calculate_fan_in_and_fan_out):
+    setattr(init, _f.__name__, _f)
 
 
 # ---------------------------------------------------------------------------
