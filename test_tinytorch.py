@@ -4427,6 +4427,171 @@ def test_optimizers_match_pytorch():
             np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
 
 
+def test_rmsprop_adagrad_adadelta_by_hand():
+    lr, wd = 0.1, 0.05
+    got = _run(optim.RMSprop, GRADS, lr=lr, alpha=0.9, eps=1e-3, weight_decay=wd, momentum=0.5,
+               centered=True)
+    p, v, mean, buf = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3), np.zeros(3)
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p
+        v = 0.9 * v + 0.1 * g * g
+        mean = 0.9 * mean + 0.1 * g
+        buf = 0.5 * buf + g / (np.sqrt(v - mean ** 2) + 1e-3)
+        p = p - lr * buf
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    got = _run(optim.Adagrad, GRADS, lr=lr, lr_decay=0.5, weight_decay=wd,
+               initial_accumulator_value=0.2, eps=1e-3)
+    p, total = np.array([1.0, -2.0, 3.0]), np.full(3, 0.2)
+    for t, (g, step) in enumerate(zip(GRADS, got), start=1):
+        g = np.array(g) + wd * p
+        total = total + g * g
+        p = p - lr / (1 + (t - 1) * 0.5) * g / (np.sqrt(total) + 1e-3)
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    got = _run(optim.Adadelta, GRADS, lr=0.5, rho=0.8, eps=1e-2, weight_decay=wd)
+    p, v, u = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p
+        v = 0.8 * v + 0.2 * g * g
+        delta = np.sqrt(u + 1e-2) / np.sqrt(v + 1e-2) * g
+        u = 0.8 * u + 0.2 * delta * delta
+        p = p - 0.5 * delta
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    # PyTorch's defaults
+    group = optim.RMSprop([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered')} \
+        == dict(lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False)
+    group = optim.Adagrad([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'lr_decay', 'weight_decay', 'initial_accumulator_value',
+                                  'eps')} == dict(lr=0.01, lr_decay=0, weight_decay=0,
+                                                  initial_accumulator_value=0, eps=1e-10)
+    group = optim.Adadelta([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'rho', 'eps', 'weight_decay')} == \
+        dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0)
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW, optim.RMSprop,
+                                 optim.Adagrad, optim.Adadelta])
+def test_maximize_is_a_step_on_the_negated_gradient(cls):
+    kw = dict(momentum=0.9) if cls in (optim.SGD, optim.RMSprop) else {}
+    up = _run(cls, GRADS, maximize=True, lr=0.1, **kw)
+    down = _run(cls, [[-x for x in g] for g in GRADS], lr=0.1, **kw)
+    np.testing.assert_array_equal(up, down)
+    assert not np.allclose(up[-1], _run(cls, GRADS, lr=0.1, **kw)[-1])
+
+
+def test_adam_amsgrad_divides_by_the_largest_second_moment():
+    lr, b1, b2, eps = 0.1, 0.9, 0.5, 1e-8  # a small beta2, so that v shrinks and the max matters
+    grads = [[2.0, -1.0, 0.5], [0.1, 0.1, 0.1], [0.2, 0.3, -0.1]]
+    got = _run(optim.Adam, grads, lr=lr, betas=(b1, b2), amsgrad=True)
+    p, m, v, v_max = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3), np.zeros(3)
+    for t, (g, step) in enumerate(zip(grads, got), start=1):
+        g = np.array(g)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        v_max = np.maximum(v_max, v)
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v_max / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    assert not np.allclose(got[-1], _run(optim.Adam, grads, lr=lr, betas=(b1, b2))[-1])
+
+
+def test_add_param_group_step_closure_and_pytorchs_flags():
+    a, b = _param([1.0]), _param([2.0])
+    opt = optim.SGD([a], lr=0.1, momentum=0.9)
+    opt.add_param_group({'params': b, 'lr': 1.0})  # one tensor is a group of one
+    assert opt.param_groups[1]['lr'] == 1.0 and opt.param_groups[1]['momentum'] == 0.9
+    with pytest.raises(ValueError, match="some parameters appear in more than one parameter group"):
+        opt.add_param_group({'params': [a]})
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        optim.SGD([{'params': [a]}, {'params': [a]}], lr=0.1)
+    with pytest.raises(TypeError, match="iterable of Tensors or dicts"):
+        optim.SGD(a, lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (a * a).sum() + (b * b).sum()
+        loss.backward()
+        return loss
+    with tt.no_grad():  # step turns gradients on for the closure
+        loss = opt.step(closure)
+    assert loss.item() == 5.0 and a.item() == pytest.approx(0.8) and b.item() == pytest.approx(-2.0)
+    assert opt.step() is None
+    # nanoGPT looks for 'fused' in AdamW's signature; the CPU flags are accepted and ignored
+    import inspect
+    assert 'fused' in inspect.signature(optim.AdamW).parameters
+    opt = optim.AdamW([{'params': [a], 'weight_decay': 0.1}, {'params': [b], 'weight_decay': 0.0}],
+                      lr=1e-3, betas=(0.9, 0.95), fused=None, foreach=None, capturable=False)
+    assert [g['weight_decay'] for g in opt.param_groups] == [0.1, 0.0]
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        optim.Adam([a], differentiable=True)
+
+
+def test_clip_grad_value():
+    a, b = nn.Parameter(tt.zeros(3)), nn.Parameter(tt.zeros(1))
+    a.grad, b.grad = tt.tensor(np.array([3.0, -0.5, -2.0])), tt.tensor(np.array([0.1]))
+    assert optim.clip_grad_value_([a, b], 1.0) is None
+    assert a.grad.tolist() == [1.0, -0.5, -1.0] and b.grad.tolist() == [0.1]
+    optim.clip_grad_value_(a, 0.25)  # one tensor
+    assert a.grad.tolist() == [0.25, -0.25, -0.25]
+
+
+def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
+    """Argument names, order, keyword-only markers and defaults: PyTorch's."""
+    import inspect
+    torch = need_torch()
+    S = torch.optim.lr_scheduler
+    pairs = [(getattr(optim, n), getattr(torch.optim, n))
+             for n in ('SGD', 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adadelta')]
+    pairs += [(getattr(optim, n), getattr(S, n)) for n in
+              ('StepLR', 'MultiStepLR', 'ExponentialLR', 'LinearLR', 'CosineAnnealingLR',
+               'LambdaLR', 'OneCycleLR')]
+    pairs += [(optim.clip_grad_norm_, torch.nn.utils.clip_grad_norm_),
+              (optim.clip_grad_value_, torch.nn.utils.clip_grad_value_)]
+
+    def shape(f):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    for ours, theirs in pairs:
+        assert shape(ours) == shape(theirs), ours.__name__
+
+
+def test_rmsprop_adagrad_adadelta_amsgrad_maximize_match_pytorch():
+    torch = need_torch()
+    grads = np.random.default_rng(0).standard_normal((6, 3)).tolist()
+    cases = [(optim.RMSprop, torch.optim.RMSprop, {}),
+             (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.05, alpha=0.9, eps=1e-3,
+                                                       weight_decay=0.1, momentum=0.8,
+                                                       centered=True)),
+             (optim.RMSprop, torch.optim.RMSprop, dict(momentum=0.5, maximize=True)),
+             (optim.Adagrad, torch.optim.Adagrad, {}),
+             (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.3, weight_decay=0.1,
+                                                       initial_accumulator_value=0.5, eps=1e-3)),
+             (optim.Adadelta, torch.optim.Adadelta, {}),
+             (optim.Adadelta, torch.optim.Adadelta, dict(lr=0.5, rho=0.7, eps=1e-2,
+                                                         weight_decay=0.1, maximize=True)),
+             (optim.Adam, torch.optim.Adam, dict(lr=0.1, amsgrad=True)),
+             (optim.Adam, torch.optim.Adam, dict(decoupled_weight_decay=True, weight_decay=0.2)),
+             (optim.AdamW, torch.optim.AdamW, dict(lr=0.1, amsgrad=True, maximize=True)),
+             (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1,
+                                               maximize=True))]
+    for ours_cls, theirs_cls, kw in cases:
+        ours = _run(ours_cls, grads, **kw)
+        tp = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        opt = theirs_cls([tp], **kw)
+        for g, mine in zip(grads, ours):
+            tp.grad = torch.tensor(g, dtype=torch.float64)
+            opt.step()
+            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12,
+                                       err_msg=f"{ours_cls.__name__} {kw}")
+        assert set(opt.state[tp]) == set(_state_keys(ours_cls, kw)), ours_cls.__name__
+
+
+def _state_keys(cls, kw):
+    p = _param([1.0])
+    opt = cls([p], **kw)
+    p.grad = tt.tensor(np.array([0.5]))
+    opt.step()
+    return opt.state[p]
+
+
 def test_adam_step_in_place_equals_the_plain_formula(fast_paths):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(50) for _ in range(2)] + [rng.random(50) * 0.1 for _ in range(2)]
@@ -4493,6 +4658,90 @@ def test_schedules_match_pytorch():
             topt.step()
             ours.step()
             theirs.step()
+
+
+def _lrs(schedule, steps):
+    seen = []
+    for _ in range(steps):
+        seen.append(schedule.get_last_lr()[0])
+        schedule.optimizer.step()
+        schedule.step()
+    return seen
+
+
+def test_more_schedules_by_hand():
+    def sgd(lr=1.0, **kw):
+        return optim.SGD([nn.Parameter(tt.ones(1))], lr=lr, **kw)
+    assert _lrs(optim.LambdaLR(sgd(), lambda t: 1 / (t + 1)), 4) == [1, 1 / 2, 1 / 3, 1 / 4]
+    assert _lrs(optim.MultiStepLR(sgd(), milestones=[3, 1], gamma=0.5), 5) == \
+        [1.0, 0.5, 0.5, 0.25, 0.25]
+    assert _lrs(optim.ExponentialLR(sgd(), gamma=0.5), 4) == [1.0, 0.5, 0.25, 0.125]
+    assert _lrs(optim.LinearLR(sgd(), start_factor=0.25, total_iters=3), 6) == \
+        pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    # one function per param group
+    two = optim.SGD([{'params': [_param([1.0])]}, {'params': [_param([1.0])], 'lr': 2.0}], lr=1.0)
+    schedule = optim.LambdaLR(two, [lambda t: 1.0, lambda t: 0.5 ** t])
+    schedule.step()
+    assert schedule.get_last_lr() == [1.0, 1.0]
+    # 1cycle: up from max_lr / 25 to max_lr over 30% of the steps, then down to max_lr / 25e4;
+    # momentum goes the other way
+    opt = sgd(momentum=0.9)
+    schedule = optim.OneCycleLR(opt, max_lr=1.0, total_steps=11)
+    lrs, momenta = [], []
+    for _ in range(11):
+        lrs.append(schedule.get_last_lr()[0])
+        momenta.append(opt.param_groups[0]['momentum'])
+        schedule.step()
+    top = lrs.index(max(lrs))
+    assert lrs[0] == pytest.approx(0.04) and 0.95 < lrs[top] <= 1.0 and top == 3
+    assert lrs[-1] == pytest.approx(0.04 / 1e4) and momenta[0] == momenta[-1] == 0.95
+    assert momenta[top] == min(momenta) < 0.86
+    with pytest.raises(ValueError, match="Tried to step 12 times"):
+        schedule.step()
+    with pytest.raises(ValueError, match="total_steps OR"):
+        optim.OneCycleLR(sgd(momentum=0.9), max_lr=1.0)
+    with pytest.raises(ValueError, match="momentum or beta1"):
+        optim.OneCycleLR(optim.Adagrad([_param([1.0])]), max_lr=1.0, total_steps=5)
+    adam = optim.Adam([_param([1.0])])
+    optim.OneCycleLR(adam, max_lr=1.0, epochs=2, steps_per_epoch=3)
+    assert adam.param_groups[0]['betas'] == (0.95, 0.999)  # Adam's beta1 is the momentum
+
+
+def test_schedule_last_epoch_resumes():
+    opt = optim.SGD([_param([1.0])], lr=1.0)
+    with pytest.raises(KeyError, match="'initial_lr' is not specified in param_groups\\[0\\]"):
+        optim.StepLR(opt, step_size=2, last_epoch=3)
+    optim.StepLR(opt, step_size=2, gamma=0.5)  # stores initial_lr in the group
+    resumed = optim.StepLR(opt, step_size=2, gamma=0.5, last_epoch=3)  # the next step is 4
+    assert resumed.last_epoch == 4 and resumed.get_last_lr() == [0.25]
+
+
+def test_more_schedules_and_onecycle_momentum_match_pytorch():
+    torch = need_torch()
+    S = torch.optim.lr_scheduler
+    cases = [('StepLR', dict(step_size=3, gamma=0.3)),
+             ('MultiStepLR', dict(milestones=[2, 5, 5, 8], gamma=0.5)),
+             ('ExponentialLR', dict(gamma=0.9)), ('LinearLR', {}),
+             ('LinearLR', dict(start_factor=0.5, end_factor=0.1, total_iters=4)),
+             ('CosineAnnealingLR', dict(T_max=7, eta_min=0.01)),
+             ('LambdaLR', dict(lr_lambda=lambda t: 1 / (t + 1))),
+             ('OneCycleLR', dict(max_lr=0.8, total_steps=12)),
+             ('OneCycleLR', dict(max_lr=0.8, epochs=3, steps_per_epoch=4, pct_start=0.25,
+                                 anneal_strategy='linear', three_phase=True))]
+    for opt_name, opt_kw, key in [('SGD', dict(momentum=0.9), 'momentum'), ('Adam', {}, 'betas')]:
+        for name, kw in cases:
+            ours_opt = getattr(optim, opt_name)([nn.Parameter(tt.ones(1))], lr=0.5, **opt_kw)
+            ours = getattr(optim, name)(ours_opt, **kw)
+            topt = getattr(torch.optim, opt_name)([torch.nn.Parameter(torch.ones(1))], lr=0.5,
+                                                  **opt_kw)
+            theirs = getattr(S, name)(topt, **kw)
+            for _ in range(12):
+                assert ours.get_last_lr()[0] == pytest.approx(theirs.get_last_lr()[0], rel=1e-12)
+                assert ours_opt.param_groups[0][key] == pytest.approx(topt.param_groups[0][key],
+                                                                      rel=1e-12), (name, kw)
+                topt.step()
+                ours.step()
+                theirs.step()
 
 
 def test_clip_grad_norm():
