@@ -4929,6 +4929,134 @@ def test_data_edge_cases_and_explicit_generators():
         data.random_split(range(3), [1])  # ints that do not cover the dataset
 
 
+# ---------------------------------------------------------------------------
+# data.py: samplers, DataLoader's options, default_collate
+# ---------------------------------------------------------------------------
+def test_samplers_give_pytorchs_orders():
+    import itertools
+    ds = list(range(10))
+    assert list(data.SequentialSampler(ds)) == ds and len(data.SequentialSampler(ds)) == 10
+    shuffled = data.RandomSampler(ds, generator=tt.Generator().manual_seed(0))
+    first, second = list(shuffled), list(shuffled)
+    assert sorted(first) == sorted(second) == ds and first != second  # a new order each epoch
+    again = list(data.RandomSampler(ds, generator=tt.Generator().manual_seed(0)))
+    assert again == first
+    chained = list(data.RandomSampler(ds, num_samples=25))  # 2 permutations and 5 more
+    assert len(chained) == 25 and sorted(chained[:10]) == sorted(chained[10:20]) == ds
+    assert len(set(chained[20:])) == 5
+    endless = data.RandomSampler(ds, replacement=True, num_samples=int(1e10))  # makemore's
+    draws = list(itertools.islice(iter(endless), 3000))
+    assert len(endless) == int(1e10) and set(draws) == set(ds)
+    with pytest.raises(ValueError, match="num_samples should be a positive integer"):
+        data.RandomSampler(ds, num_samples=0)
+    subset = list(data.SubsetRandomSampler([3, 5, 7]))
+    assert sorted(subset) == [3, 5, 7]
+    weighted = list(data.WeightedRandomSampler([0.0, 1.0, 3.0], 400))
+    assert set(weighted) == {1, 2} and 250 < weighted.count(2) < 350
+    once = list(data.WeightedRandomSampler(tt.tensor([1.0, 1.0, 1.0]), 3, replacement=False))
+    assert sorted(once) == [0, 1, 2]
+    batches = data.BatchSampler(data.SequentialSampler(range(7)), batch_size=3, drop_last=False)
+    assert list(batches) == [[0, 1, 2], [3, 4, 5], [6]] and len(batches) == 3
+    dropped = data.BatchSampler(range(7), batch_size=3, drop_last=True)
+    assert list(dropped) == [[0, 1, 2], [3, 4, 5]] and len(dropped) == 2
+    with pytest.raises(ValueError, match="batch_size should be a positive integer value"):
+        data.BatchSampler(range(7), batch_size=0, drop_last=False)
+
+
+def test_data_loader_takes_samplers_by_pytorchs_rules():
+    xs = tt.arange(10)
+    ds = data.TensorDataset(xs)
+    order = [9, 0, 8, 1, 7, 2]
+    got = [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, sampler=order)]
+    assert got == [[9, 0, 8, 1], [7, 2]]
+    pairs = [[0, 5], [1, 6], [2]]
+    loader = data.DataLoader(ds, batch_sampler=pairs)
+    assert [b[0].tolist() for b in loader] == pairs and len(loader) == 3
+    singles = data.DataLoader([(1, 2.5), (3, 4.5)], batch_size=None)  # no batching at all
+    assert list(singles) == [[1, 2.5], [3, 4.5]] and len(singles) == 2
+    custom = data.DataLoader(list(range(5)), batch_size=2, collate_fn=lambda b: sum(b))
+    assert list(custom) == [1, 5, 4]
+    shuffled = data.DataLoader(ds, batch_size=10, shuffle=True,
+                               generator=tt.Generator().manual_seed(3))
+    again = data.DataLoader(ds, batch_size=10, shuffle=True,
+                            generator=tt.Generator().manual_seed(3))
+    assert next(iter(shuffled))[0].tolist() == next(iter(again))[0].tolist() != list(range(10))
+    for kwargs, message in [
+            (dict(sampler=order, shuffle=True), "sampler option is mutually exclusive with shuffle"),
+            (dict(batch_sampler=pairs, batch_size=2), "batch_sampler option is mutually exclusive"),
+            (dict(batch_sampler=pairs, drop_last=True), "batch_sampler option is mutually exclusive"),
+            (dict(batch_size=None, drop_last=True), "mutually exclusive with drop_last"),
+            (dict(num_workers=-1), "num_workers option should be non-negative"),
+            (dict(prefetch_factor=2), "prefetch_factor option could only be specified"),
+            (dict(persistent_workers=True), "persistent_workers option needs num_workers > 0")]:
+        with pytest.raises(ValueError, match=message):
+            data.DataLoader(ds, **kwargs)
+    # workers: loaded in this process, with one notice; the same batches
+    with pytest.warns(UserWarning, match="num_workers=4 loads in this process"):
+        loader = data.DataLoader(ds, batch_size=3, num_workers=4, pin_memory=True,
+                                 prefetch_factor=2, persistent_workers=True)
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert data.get_worker_info() is None
+
+
+def test_default_collate_by_type():
+    import collections
+    batch = data.default_collate([(1, 2.5, True, 'a'), (2, 3.5, False, 'b')])
+    assert isinstance(batch, list) and batch[3] == ['a', 'b']  # a tuple of fields: a list
+    assert [b.dtype for b in batch[:3]] == [tt.int64, tt.float64, tt.bool_]
+    assert batch[0].tolist() == [1, 2] and batch[1].tolist() == [2.5, 3.5]
+    rows = data.default_collate([{'x': tt.ones(2), 'y': 0}, {'x': tt.zeros(2), 'y': 1}])
+    assert rows['x'].tolist() == [[1, 1], [0, 0]] and rows['y'].tolist() == [0, 1]
+    arrays = data.default_collate([np.ones(2, np.float32), np.zeros(2, np.float32)])
+    assert arrays.shape == (2, 2) and arrays.dtype == tt.float32
+    assert data.default_collate([np.float32(1), np.float32(2)]).dtype == tt.float32
+    Point = collections.namedtuple('Point', 'x y')
+    point = data.default_collate([Point(1, 2.0), Point(3, 4.0)])
+    assert type(point) is Point and point.x.tolist() == [1, 3]
+    with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
+        data.default_collate([[1, 2], [3]])
+    with pytest.raises(TypeError, match="found object"):
+        data.default_collate([object()])
+    assert data.default_convert((np.ones(2), 3)) [1] == 3  # arrays become tensors, numbers stay
+    assert isinstance(data.default_convert({'a': np.ones(2)})['a'], tt.Tensor)
+    # a TensorDataset's batches are lists of tensors, as PyTorch's
+    xs, ys = tt.arange(4.0), tt.arange(4)
+    assert isinstance(next(iter(data.DataLoader(data.TensorDataset(xs, ys), batch_size=2))), list)
+
+
+def test_data_loader_samplers_and_default_collate_match_pytorch():
+    import inspect
+    torch = need_torch()
+    D = torch.utils.data
+    for name in ('DataLoader', 'RandomSampler', 'SequentialSampler', 'BatchSampler',
+                 'SubsetRandomSampler', 'WeightedRandomSampler'):
+        ours, theirs = (inspect.signature(getattr(m, name)).parameters for m in (data, D))
+        assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+            [(p.name, p.kind, p.default) for p in theirs.values()], name
+    examples = [[(1, 2.5, True), (2, 3.5, False)],
+                [{'x': [1.0, 2.0], 'n': 3}, {'x': [4.0, 5.0], 'n': 6}],
+                [np.arange(3, dtype=np.float32), np.ones(3, np.float32)],
+                [np.int32(1), np.int32(2)], [[1, 2], [3, 4]]]
+
+    def flat(batch):
+        if isinstance(batch, dict):
+            return {k: flat(v) for k, v in batch.items()}
+        if isinstance(batch, list):
+            return [flat(v) for v in batch]
+        return (batch.tolist(), str(batch.dtype).split('.')[-1])
+    for batch in examples:
+        assert flat(data.default_collate(batch)) == flat(D.default_collate(batch)), batch
+    # the same batches from the same sampler and batch sampler
+    xs = np.arange(12.0).reshape(6, 2)
+    ours = data.TensorDataset(tt.tensor(xs), tt.arange(6))
+    theirs = D.TensorDataset(torch.tensor(xs), torch.arange(6))
+    for kwargs in (dict(batch_size=4), dict(batch_size=4, drop_last=True),
+                   dict(batch_size=2, sampler=[5, 3, 1, 0]), dict(batch_sampler=[[4, 2], [0]]),
+                   dict(batch_size=None)):
+        got = [flat(b) for b in data.DataLoader(ours, **kwargs)]
+        assert got == [flat(list(b)) for b in D.DataLoader(theirs, **kwargs)], kwargs
+
+
 # ===========================================================================
 # transformer.py
 # ===========================================================================
@@ -6629,6 +6757,7 @@ def test_readme_name_table_names_only_what_exists():
     table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
     homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
              "`data.` + the same name": [data],
+             "`optim.` + the same name": [optim],
              "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
     checked = 0
     for row in table.splitlines()[2:]:
