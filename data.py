@@ -255,7 +255,8 @@ class DataLoader:
             raise ValueError("DataLoader: persistent_workers option needs num_workers > 0")
         if num_workers > 0:
             warnings.warn(f"DataLoader: num_workers={num_workers} loads in this process "
-                          f"(tinytorch has no worker processes); the batches are the same")
+                          f"(tinytorch has no worker processes); the batches are the same",
+                          stacklevel=2)
         if sampler is not None and shuffle:
             raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
