@@ -1,17 +1,23 @@
-"""data.py: datasets and a DataLoader, as torch.utils.data has them.
+"""data.py: datasets, samplers and a DataLoader, as torch.utils.data has them.
 
-A DataLoader is an index permutation and a slice: each epoch it shuffles the numbers
-0..N-1 (or not), cuts them into batches of batch_size, and stacks the examples of each
-batch into tensors.
+A DataLoader is an index order and a slice: a sampler says in which order to visit the
+indices 0..N-1 (in order, shuffled, weighted, ...), a batch sampler cuts that order into
+lists of batch_size indices, and collate_fn stacks the examples of each list into tensors.
 
   Dataset        anything with __len__ and __getitem__(i) -> an example
   TensorDataset  examples are the i-th rows of some tensors (images, labels)
   Subset, random_split
-  DataLoader(dataset, batch_size=1, shuffle=False, drop_last=False, generator=None)
+  SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, BatchSampler
+  DataLoader(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+             num_workers=0, collate_fn=None, drop_last=False, generator=None, ...)
+  default_collate, default_convert
 
+Everything runs in the calling process: num_workers > 0 is accepted with a notice.
 Needs only NumPy and tinytorch.py.
 """
+import collections.abc
 import math
+import warnings
 
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
@@ -78,42 +84,280 @@ def random_split(dataset, lengths, generator=None):
     return [Subset(dataset, order[a:b]) for a, b in zip(starts[:-1], starts[1:])]
 
 
-class DataLoader:
-    """Batches of a dataset: each epoch (each `for batch in loader`), the indices 0..N-1,
-    shuffled when shuffle=True (by tinytorch's generator, so tt.manual_seed makes the order
-    reproducible, or by the NumPy generator you give), are cut into batches of
-    batch_size; the examples of a batch are stacked along a new first dim. The last,
-    smaller batch is kept unless drop_last=True."""
+# ---------------------------------------------------------------------------
+# Samplers: each yields dataset indices in some order
+# ---------------------------------------------------------------------------
+class Sampler:
+    """Yields dataset indices; subclasses define __iter__ (and __len__ when they can)."""
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, generator=None):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
-        self.dataset, self.batch_size = dataset, batch_size
-        self.shuffle, self.drop_last, self.generator = shuffle, drop_last, generator
-
-    def __len__(self):
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+    def __init__(self, data_source=None):
+        pass
 
     def __iter__(self):
-        n = len(self.dataset)
-        order = _rng(self.generator).permutation(n) if self.shuffle else np.arange(n)
-        for k in range(len(self)):
-            yield self._batch(order[k * self.batch_size:(k + 1) * self.batch_size])
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 
-    def _batch(self, idx):
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+def _private_rng(generator):
+    """The generator's NumPy generator; with none, as PyTorch: a fresh one, seeded from
+    tinytorch's default generator (so tt.manual_seed fixes the order, and the draws
+    made while iterating don't depend on other random ops in between)."""
+    if generator is not None:
+        return _rng(generator)
+    return np.random.default_rng(int(_rng(None).integers(2 ** 63)))
+
+
+class RandomSampler(Sampler):
+    """The indices in a random order (a new one each epoch). replacement=True draws
+    num_samples indices independently instead; without replacement, num_samples larger
+    than the dataset chains several permutations."""
+
+    def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
+        if not isinstance(replacement, bool):
+            raise TypeError(f"RandomSampler: replacement should be a boolean value, but got "
+                            f"replacement={replacement!r}")
+        if num_samples is not None and (not isinstance(num_samples, int) or num_samples <= 0):
+            raise ValueError(f"RandomSampler: num_samples should be a positive integer value, "
+                             f"but got num_samples={num_samples!r}")
+        self.data_source, self.replacement = data_source, replacement
+        self._num_samples, self.generator = num_samples, generator
+
+    @property
+    def num_samples(self):
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self):
+        n, rng = len(self.data_source), _private_rng(self.generator)
+        if self.replacement:
+            for start in range(0, self.num_samples, 1024):  # in chunks: makemore asks for 1e10
+                yield from rng.integers(0, n, size=min(1024, self.num_samples - start)).tolist()
+        else:
+            for _ in range(self.num_samples // n):
+                yield from rng.permutation(n).tolist()
+            yield from rng.permutation(n)[:self.num_samples % n].tolist()
+
+    def __len__(self):
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices, in a random order."""
+
+    def __init__(self, indices, generator=None):
+        self.indices, self.generator = indices, generator
+
+    def __iter__(self):
+        for k in _private_rng(self.generator).permutation(len(self.indices)).tolist():
+            yield self.indices[k]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices drawn with probability proportional to weights[i] (to
+    balance classes, say), with replacement by default."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"WeightedRandomSampler: num_samples should be a positive integer "
+                             f"value, but got num_samples={num_samples!r}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"WeightedRandomSampler: replacement should be a boolean value, "
+                             f"but got replacement={replacement!r}")
+        w = weights.array if isinstance(weights, tt.Tensor) else weights
+        self.weights = tt.tensor(np.asarray(w, dtype=np.float64))
+        if self.weights.dim() != 1:
+            raise ValueError(f"WeightedRandomSampler: weights should be a 1d sequence, but got "
+                             f"shape {tuple(self.weights.shape)}")
+        self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
+
+    def __iter__(self):
+        w = self.weights.array
+        yield from _private_rng(self.generator).choice(
+            len(w), size=self.num_samples, replace=self.replacement, p=w / w.sum()).tolist()
+
+    def __len__(self):
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Cuts another sampler's indices into lists of batch_size; the last, shorter list is
+    kept unless drop_last=True."""
+
+    def __init__(self, sampler, batch_size, drop_last):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"BatchSampler: batch_size should be a positive integer value, but "
+                             f"got batch_size={batch_size!r}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"BatchSampler: drop_last should be a boolean value, but got "
+                             f"drop_last={drop_last!r}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        batch = []
+        for i in self.sampler:
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+
+# ---------------------------------------------------------------------------
+# DataLoader
+# ---------------------------------------------------------------------------
+class DataLoader:
+    """Batches of a dataset, as torch.utils.data.DataLoader: each epoch (each
+    `for batch in loader`) the batch sampler gives lists of indices and collate_fn turns
+    the examples of each list into a batch.
+
+    By default the order is 0..N-1, or shuffled when shuffle=True (by the generator you
+    give, else by tinytorch's, so tt.manual_seed makes it reproducible); batches have
+    batch_size examples, the last one fewer unless drop_last=True. Give your own sampler
+    (an order of indices) or batch_sampler (lists of indices) instead, with PyTorch's
+    rules on which arguments go together. batch_size=None yields single examples.
+    num_workers, pin_memory, timeout, worker_init_fn, prefetch_factor and
+    persistent_workers are accepted as PyTorch checks them, and all the work is done in
+    this process."""
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device='',
+                 in_order=True):
+        if num_workers < 0:
+            raise ValueError("DataLoader: num_workers option should be non-negative; use "
+                             "num_workers=0 to disable multiprocessing.")
+        if timeout < 0:
+            raise ValueError("DataLoader: timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("DataLoader: prefetch_factor option could only be specified in "
+                             "multiprocessing: let num_workers > 0, or set prefetch_factor=None.")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("DataLoader: persistent_workers option needs num_workers > 0")
+        if num_workers > 0:
+            warnings.warn(f"DataLoader: num_workers={num_workers} loads in this process "
+                          f"(tinytorch has no worker processes); the batches are the same",
+                          stacklevel=2)
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("DataLoader: batch_sampler option is mutually exclusive with "
+                                 "batch_size, shuffle, sampler, and drop_last")
+            batch_size = None
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError("DataLoader: batch_size=None option disables auto-batching "
+                                 "and is mutually exclusive with drop_last")
+        elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"DataLoader: batch_size must be a positive int or None, got "
+                             f"{batch_size!r}")
+        if sampler is None:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else \
+                SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, bool(drop_last))
+        self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
+        self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
+        self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
+        self.worker_init_fn, self.prefetch_factor = worker_init_fn, prefetch_factor
+        self.persistent_workers = persistent_workers
+        if collate_fn is None:
+            collate_fn = default_collate if batch_sampler is not None else default_convert
+        self.collate_fn = collate_fn
+
+    def __len__(self):
+        return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
+
+    def __iter__(self):
+        if self.batch_sampler is None:  # batch_size=None: one example at a time
+            for i in self.sampler:
+                yield self.collate_fn(self.dataset[i])
+            return
+        for indices in self.batch_sampler:
+            yield self._batch(indices)
+
+    def _batch(self, indices):
         ds = self.dataset
-        if isinstance(ds, TensorDataset):  # one slice per tensor instead of one per example
-            return tuple(t[tt.tensor(idx)] for t in ds.tensors)
-        return collate([ds[int(i)] for i in idx])
+        if isinstance(ds, TensorDataset) and self.collate_fn is default_collate:
+            index = tt.tensor(np.asarray(indices, dtype=np.int64))
+            return [t[index] for t in ds.tensors]  # one slice per tensor, not one per example
+        return self.collate_fn([ds[i] for i in indices])
 
 
-def collate(examples):
-    """Stack a list of examples into a batch: tensors (or numbers) along a new first dim,
-    tuples of them field by field."""
-    first = examples[0]
-    if isinstance(first, (tuple, list)):
-        return tuple(collate([e[k] for e in examples]) for k in range(len(first)))
-    if isinstance(first, tt.Tensor):
-        return tt.stack(examples)
-    return tt.tensor(np.array(examples))
+def get_worker_info():
+    """PyTorch's: information about the worker process running this code; None in the
+    main process, which is where tinytorch always loads."""
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Collating: a list of examples -> a batch
+# ---------------------------------------------------------------------------
+def default_collate(batch):
+    """Stack a list of examples into a batch, as PyTorch's default_collate: tensors and
+    NumPy arrays are stacked along a new first dim; Python ints become an int64 tensor,
+    floats a float64 one, bools a bool one; strings stay a list; dicts, tuples and
+    lists are collated field by field (a tuple of fields comes back as a list)."""
+    elem = batch[0]
+    if isinstance(elem, tt.Tensor):
+        return tt.stack(batch)
+    if isinstance(elem, np.ndarray):
+        return tt.stack([tt.tensor(x) for x in batch])
+    if isinstance(elem, np.generic) and not isinstance(elem, (np.str_, np.bytes_)):
+        return tt.tensor(np.array(batch))  # NumPy scalars keep their dtype
+    if isinstance(elem, bool):
+        return tt.tensor(batch, dtype=tt.bool_)
+    if isinstance(elem, int):
+        return tt.tensor(batch, dtype=tt.int64)
+    if isinstance(elem, float):
+        return tt.tensor(batch, dtype=tt.float64)
+    if isinstance(elem, (str, bytes)):
+        return batch
+    if isinstance(elem, collections.abc.Mapping):
+        return {key: default_collate([d[key] for d in batch]) for key in elem}
+    if isinstance(elem, tuple) and hasattr(elem, '_fields'):  # a namedtuple keeps its type
+        return type(elem)(*(default_collate(list(field)) for field in zip(*batch)))
+    if isinstance(elem, collections.abc.Sequence):
+        if any(len(example) != len(elem) for example in batch):
+            raise RuntimeError("default_collate: each element in list of batch should be of "
+                               "equal size")
+        return [default_collate(list(field)) for field in zip(*batch)]
+    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, "
+                    f"dicts or lists; found {type(elem).__name__}")
+
+
+def default_convert(data):
+    """What batch_size=None applies to each example: NumPy arrays (and scalars) become
+    tensors, inside dicts, tuples and lists too; anything else is left as it is."""
+    if isinstance(data, np.ndarray) or \
+            (isinstance(data, np.generic) and not isinstance(data, (np.str_, np.bytes_))):
+        return tt.tensor(data)
+    if isinstance(data, collections.abc.Mapping):
+        return {key: default_convert(value) for key, value in data.items()}
+    if isinstance(data, tuple) and hasattr(data, '_fields'):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, list):
+        return [default_convert(d) for d in data]
+    return data

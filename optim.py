@@ -4,6 +4,7 @@ An optimizer reads each parameter's .grad and changes the parameter in place
 (under no_grad, so the update is not part of any graph). Each update rule below
 is PyTorch's, written out on NumPy arrays. Needs only NumPy and tinytorch.py.
 """
+import bisect
 import math
 
 import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
@@ -13,10 +14,18 @@ from tinytorch import no_grad
 
 
 class Optimizer:
-    """Holds param_groups (each a dict with 'params' and its hyperparameters, so a
-    group can have its own lr) and per-parameter state (momentum buffers, ...)."""
+    """Holds param_groups (a list of dicts, each with 'params' and its own options, so a
+    group can have its own lr or weight_decay) and per-parameter state (momentum
+    buffers, ...). PyTorch's flags foreach, fused and capturable choose a faster kernel
+    or CUDA graphs there; they are accepted and have no effect here."""
 
     def __init__(self, params, defaults):
+        if isinstance(params, tt.Tensor):
+            raise TypeError(f"{type(self).__name__}: params should be an iterable of Tensors "
+                            f"or dicts, but got one Tensor (pass [tensor])")
+        if defaults.get('differentiable'):
+            raise NotImplementedError(f"{type(self).__name__}: differentiable=True (autograd "
+                                      f"through the optimizer step) is not supported")
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
@@ -24,13 +33,24 @@ class Optimizer:
             params = [{'params': params}]
         self.defaults = defaults
         self.param_groups = []
-        for group in params:
-            group = dict(group)
-            group['params'] = list(group['params'])
-            for k, v in defaults.items():
-                group.setdefault(k, v)
-            self.param_groups.append(group)
         self.state = {}  # parameter -> dict of its buffers
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group):
+        """Add a group of parameters with its own options (the rest from defaults), as
+        when unfreezing layers during fine-tuning."""
+        group = dict(param_group)
+        params = group['params']
+        group['params'] = [params] if isinstance(params, tt.Tensor) else list(params)
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        seen = {id(p) for p in self._params()}
+        if len({id(p) for p in group['params']}) != len(group['params']) or \
+                any(id(p) in seen for p in group['params']):
+            raise ValueError(f"{type(self).__name__}: some parameters appear in more than one "
+                             f"parameter group")
+        self.param_groups.append(group)
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
@@ -42,14 +62,23 @@ class Optimizer:
             elif p.grad is not None:
                 p.grad.array[...] = 0
 
-    @no_grad()
-    def step(self):
-        with tt.record_function(f'{type(self).__name__}.step'):  # a row of lookinside.profile's table
+    def step(self, closure=None):
+        """One update of every parameter that has a .grad. closure, if given, is called
+        first (with gradients on) to recompute the loss, which step returns."""
+        loss = None
+        if closure is not None:
+            with tt.enable_grad():
+                loss = closure()
+        with no_grad(), tt.record_function(f'{type(self).__name__}.step'):  # a row of lookinside.profile's table
             for group in self.param_groups:
                 for p in group['params']:
                     if p.grad is not None:  # a parameter that got no gradient is left alone
-                        self._update(p, p.grad.array, self.state.setdefault(p, {}), group)
+                        g = p.grad.array
+                        if group.get('maximize'):
+                            g = -g  # maximize: climb the objective instead of descending it
+                        self._update(p, g, self.state.setdefault(p, {}), group)
                         tt._bump(p)  # an in-place change: the version counter says so
+        return loss
 
     def _update(self, p, g, state, group):
         raise NotImplementedError
@@ -85,11 +114,14 @@ class SGD(Optimizer):
     Nesterov momentum (g + momentum * buf) and L2 weight decay (g += wd * p)."""
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False):
+                 nesterov=False, *, maximize=False, foreach=None, differentiable=False,
+                 fused=None):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize, foreach=foreach,
+                                      differentiable=differentiable, fused=fused))
 
     def _update(self, p, g, state, group):
         if group['weight_decay']:
@@ -109,17 +141,22 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
     p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-    weight_decay here is L2 (added to g), as in PyTorch's Adam."""
+    weight_decay here is L2 (added to g), as in PyTorch's Adam, unless
+    decoupled_weight_decay=True (that is AdamW). amsgrad=True divides by the largest
+    v seen so far instead of the current v."""
 
-    decoupled = False
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay))
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable, fused=fused,
+                                      decoupled_weight_decay=decoupled_weight_decay))
 
     def _update(self, p, g, state, group):
         lr, (b1, b2), eps, wd = group['lr'], group['betas'], group['eps'], group['weight_decay']
-        if wd and self.decoupled:
+        if wd and group['decoupled_weight_decay']:
             p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g
         elif wd:
             g = g + wd * p.array
@@ -127,7 +164,13 @@ class Adam(Optimizer):
             state['step'] = 0
             state['exp_avg'] = np.zeros_like(p.array)
             state['exp_avg_sq'] = np.zeros_like(p.array)
+            if group['amsgrad']:
+                state['max_exp_avg_sq'] = np.zeros_like(p.array)
         state['step'] += 1
+        if group['amsgrad']:
+            amsgrad_step(p.array, g, state['exp_avg'], state['exp_avg_sq'],
+                         state['max_exp_avg_sq'], state['step'], lr, b1, b2, eps)
+            return
         step = adam_step_ if tt.fast else adam_step  # the same numbers, faster (Speed section)
         step(p.array, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
 
@@ -142,31 +185,154 @@ def adam_step(p, g, m, v, t, lr, b1, b2, eps):
     p -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
+def amsgrad_step(p, g, m, v, v_max, t, lr, b1, b2, eps):
+    """Adam with AMSGrad: the step divides by the largest v so far, so it never grows
+    because v shrank."""
+    m[...] = b1 * m + (1 - b1) * g
+    v[...] = b2 * v + (1 - b2) * g * g
+    np.maximum(v_max, v, out=v_max)
+    p -= lr * (m / (1 - b1 ** t)) / (np.sqrt(v_max / (1 - b2 ** t)) + eps)
+
+
 class AdamW(Adam):
     """Adam with decoupled weight decay: p *= (1 - lr * wd) before the Adam step."""
 
-    decoupled = True
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+class RMSprop(Optimizer):
+    """Divide g by a running root mean square of the gradients:
+    v = alpha v + (1 - alpha) g^2;  p -= lr * g / (sqrt(v) + eps).
+    centered=True subtracts the squared running mean of g from v (a variance);
+    momentum > 0 keeps buf = momentum * buf + g / (sqrt(v) + eps) and steps by lr * buf.
+    weight_decay is L2 (g += wd * p)."""
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                 centered=False, capturable=False, foreach=None, maximize=False,
+                 differentiable=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
+                                      centered=centered, weight_decay=weight_decay,
+                                      capturable=capturable, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable))
+
+    def _update(self, p, g, state, group):
+        lr, alpha, eps, momentum = group['lr'], group['alpha'], group['eps'], group['momentum']
+        if group['weight_decay']:
+            g = g + group['weight_decay'] * p.array
+        if 'step' not in state:
+            state['step'] = 0
+            state['square_avg'] = np.zeros_like(p.array)
+            if momentum > 0:
+                state['momentum_buffer'] = np.zeros_like(p.array)
+            if group['centered']:
+                state['grad_avg'] = np.zeros_like(p.array)
+        state['step'] += 1
+        v = state['square_avg']
+        v[...] = alpha * v + (1 - alpha) * g * g
+        if group['centered']:
+            mean = state['grad_avg']
+            mean[...] = alpha * mean + (1 - alpha) * g
+            avg = np.sqrt(v - mean * mean) + eps
+        else:
+            avg = np.sqrt(v) + eps
+        if momentum > 0:
+            buf = state['momentum_buffer']
+            buf[...] = momentum * buf + g / avg
+            p.array -= lr * buf
+        else:
+            p.array -= lr * g / avg
+
+
+class Adagrad(Optimizer):
+    """Each element gets its own step size, smaller the more gradient it has seen:
+    sum += g^2;  p -= lr_t * g / (sqrt(sum) + eps), with lr_t = lr / (1 + (t - 1) * lr_decay).
+    sum starts at initial_accumulator_value; weight_decay is L2 (g += wd * p)."""
+
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0,
+                 initial_accumulator_value=0.0, eps=1e-10, foreach=None, *, maximize=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
+                                      weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      foreach=foreach, maximize=maximize,
+                                      differentiable=differentiable, fused=fused))
+
+    def _update(self, p, g, state, group):
+        if group['weight_decay']:
+            g = g + group['weight_decay'] * p.array
+        if 'step' not in state:
+            state['step'] = 0
+            state['sum'] = np.full_like(p.array, group['initial_accumulator_value'])
+        state['step'] += 1
+        lr_t = group['lr'] / (1 + (state['step'] - 1) * group['lr_decay'])
+        state['sum'] += g * g
+        p.array -= lr_t * g / (np.sqrt(state['sum']) + group['eps'])
+
+
+class Adadelta(Optimizer):
+    """Adagrad's step size without a learning rate to tune: the step is scaled by the
+    running RMS of past steps over the running RMS of gradients:
+    v = rho v + (1 - rho) g^2;  delta = sqrt(u + eps) / sqrt(v + eps) * g;
+    u = rho u + (1 - rho) delta^2;  p -= lr * delta.  weight_decay is L2."""
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None, *,
+                 capturable=False, maximize=False, differentiable=False):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize, capturable=capturable,
+                                      foreach=foreach, differentiable=differentiable))
+
+    def _update(self, p, g, state, group):
+        rho, eps = group['rho'], group['eps']
+        if group['weight_decay']:
+            g = g + group['weight_decay'] * p.array
+        if 'step' not in state:
+            state['step'] = 0
+            state['square_avg'] = np.zeros_like(p.array)  # v, of the gradients
+            state['acc_delta'] = np.zeros_like(p.array)   # u, of the steps
+        state['step'] += 1
+        v, u = state['square_avg'], state['acc_delta']
+        v[...] = rho * v + (1 - rho) * g * g
+        delta = np.sqrt(u + eps) / np.sqrt(v + eps) * g
+        u[...] = rho * u + (1 - rho) * delta * delta
+        p.array -= group['lr'] * delta
 
 
 # ---------------------------------------------------------------------------
 # Learning-rate schedules: call scheduler.step() once per optimizer step (or epoch)
 # ---------------------------------------------------------------------------
 class LRScheduler:
-    def __init__(self, optimizer):
+    """Sets each param group's lr from its initial lr (base_lr) and the step count t
+    (last_epoch). As in PyTorch, creating a scheduler already sets the lr for t = 0;
+    last_epoch=-1 means a fresh start, and a larger value resumes at that step (the groups
+    must then have 'initial_lr', which a first scheduler stores in them)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
         self.optimizer = optimizer
-        self.base_lrs = [g.setdefault('initial_lr', g['lr']) for g in optimizer.param_groups]
-        self.last_epoch = 0
-        self._apply()
+        for i, group in enumerate(optimizer.param_groups):
+            if last_epoch == -1:
+                group.setdefault('initial_lr', group['lr'])
+            elif 'initial_lr' not in group:
+                raise KeyError(f"{type(self).__name__}: param 'initial_lr' is not specified in "
+                               f"param_groups[{i}] when resuming with last_epoch={last_epoch}")
+        self.base_lrs = [g['initial_lr'] for g in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self.step()
 
     def lr_at(self, base_lr, t):
         raise NotImplementedError
 
+    def _lrs(self, t):
+        return [self.lr_at(base, t) for base in self.base_lrs]
+
     def _apply(self):
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
-            group['lr'] = self.lr_at(base, self.last_epoch)
+        for group, lr in zip(self.optimizer.param_groups, self._lrs(self.last_epoch)):
+            group['lr'] = lr
 
     def step(self):
         self.last_epoch += 1
@@ -183,35 +349,164 @@ class LRScheduler:
         self._apply()
 
 
+class LambdaLR(LRScheduler):
+    """lr = base_lr * lr_lambda(t); lr_lambda is one function or one per param group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        if len(self.lr_lambdas) != n:
+            raise ValueError(f"LambdaLR: expected {n} lr_lambdas, but got {len(self.lr_lambdas)}")
+        super().__init__(optimizer, last_epoch)
+
+    def _lrs(self, t):
+        return [base * f(t) for base, f in zip(self.base_lrs, self.lr_lambdas)]
+
+
 class StepLR(LRScheduler):
     """lr = base_lr * gamma^(t // step_size)."""
 
-    def __init__(self, optimizer, step_size, gamma=0.1):
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, t):
         return base_lr * self.gamma ** (t // self.step_size)
 
 
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma^(number of milestones <= t): times gamma at each milestone."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, t):
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, t)
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma^t."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, t):
+        return base_lr * self.gamma ** t
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * factor, the factor going linearly from start_factor to end_factor
+    over total_iters steps, then staying at end_factor (a linear warmup by default)."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5,
+                 last_epoch=-1):
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise ValueError("LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1]")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, t):
+        progress = min(self.total_iters, t) / self.total_iters
+        return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * progress)
+
+
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * t / T_max)) / 2."""
 
-    def __init__(self, optimizer, T_max, eta_min=0.0):
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
         self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, t):
         return self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: lr rises from max_lr / div_factor to max_lr over the first
+    pct_start of total_steps, then falls to max_lr / div_factor / final_div_factor
+    (cosine curves, or straight lines with anneal_strategy='linear'); momentum (SGD's
+    momentum, or Adam's beta1) moves the other way, between max_momentum and
+    base_momentum. three_phase=True comes back down to the initial lr first, then
+    falls to the end. The optimizer's own lr is ignored. Give total_steps, or epochs
+    and steps_per_epoch."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85,
+                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
+                 last_epoch=-1):
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError("OneCycleLR: You must define either total_steps OR "
+                                 "(epochs AND steps_per_epoch)")
+            total_steps = epochs * steps_per_epoch
+        if not isinstance(total_steps, int) or total_steps <= 0:
+            raise ValueError(f"OneCycleLR: expected a positive int total_steps, got {total_steps}")
+        if anneal_strategy not in ('cos', 'linear'):
+            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', "
+                             f"got {anneal_strategy!r}")
+        self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
+        self.cycle_momentum = cycle_momentum
+        n = len(optimizer.param_groups)
+
+        def per_group(x):
+            return list(x) if isinstance(x, (list, tuple)) else [x] * n
+        # each phase: (its last step, lr from, lr to, momentum from, momentum to)
+        up = float(pct_start * total_steps) - 1
+        if three_phase:
+            self.phases = [(up, 'initial_lr', 'max_lr', 'max_momentum', 'base_momentum'),
+                           (2 * up, 'max_lr', 'initial_lr', 'base_momentum', 'max_momentum'),
+                           (total_steps - 1, 'initial_lr', 'min_lr', 'max_momentum', 'max_momentum')]
+        else:
+            self.phases = [(up, 'initial_lr', 'max_lr', 'max_momentum', 'base_momentum'),
+                           (total_steps - 1, 'max_lr', 'min_lr', 'base_momentum', 'max_momentum')]
+        if cycle_momentum and 'momentum' not in optimizer.defaults and \
+                'betas' not in optimizer.defaults:
+            raise ValueError("OneCycleLR: optimizer must support momentum or beta1 with "
+                             "`cycle_momentum` option enabled")
+        if last_epoch == -1:
+            for group, top, low, high in zip(optimizer.param_groups, per_group(max_lr),
+                                             per_group(base_momentum), per_group(max_momentum)):
+                group['initial_lr'] = top / div_factor
+                group['max_lr'] = top
+                group['min_lr'] = group['initial_lr'] / final_div_factor
+                group['base_momentum'], group['max_momentum'] = low, high
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start, end, pct):
+        if self.anneal_strategy == 'cos':
+            return end + (start - end) / 2 * (math.cos(math.pi * pct) + 1)
+        return start + (end - start) * pct
+
+    def _apply(self):
+        t = self.last_epoch
+        if t > self.total_steps:
+            raise ValueError(f"OneCycleLR: Tried to step {t} times. The specified number of "
+                             f"total steps is {self.total_steps}")
+        for group in self.optimizer.param_groups:
+            begin = 0.0
+            for i, (end, lr0, lr1, m0, m1) in enumerate(self.phases):
+                if t <= end or i == len(self.phases) - 1:
+                    pct = (t - begin) / (end - begin)
+                    group['lr'] = self._anneal(group[lr0], group[lr1], pct)
+                    momentum = self._anneal(group[m0], group[m1], pct)
+                    break
+                begin = end
+            if self.cycle_momentum:
+                if 'betas' in group:
+                    group['betas'] = (momentum, *group['betas'][1:])
+                else:
+                    group['momentum'] = momentum
 
 
 class WarmupCosineLR(LRScheduler):
     """Linear warmup from 0 to base_lr over warmup_steps, then cosine decay to
     min_lr at total_steps (and min_lr after it): nanoGPT's schedule."""
 
-    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0):
+    def __init__(self, optimizer, warmup_steps, total_steps, min_lr=0.0, last_epoch=-1):
         self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, t):
         if t < self.warmup_steps:
@@ -223,7 +518,8 @@ class WarmupCosineLR(LRScheduler):
 
 
 @no_grad()
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                    foreach=None):
     """Scale all gradients together so that their global norm is at most max_norm.
 
     The global norm treats every gradient as one long vector: for p = norm_type,
@@ -248,6 +544,17 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         for g in grads:
             g *= np.asarray(coef, dtype=g.dtype)
     return tt.tensor(np.asarray(total, dtype=dtype))
+
+
+@no_grad()
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp every gradient element into [-clip_value, clip_value], in place.
+    parameters is one tensor or an iterable of them."""
+    if isinstance(parameters, tt.Tensor):
+        parameters = [parameters]
+    for p in parameters:
+        if p.grad is not None:
+            np.clip(p.grad.array, -clip_value, clip_value, out=p.grad.array)
 
 
 # ---------------------------------------------------------------------------

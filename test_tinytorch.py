@@ -4745,6 +4745,171 @@ def test_optimizers_match_pytorch():
             np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
 
 
+def test_rmsprop_adagrad_adadelta_by_hand():
+    lr, wd = 0.1, 0.05
+    got = _run(optim.RMSprop, GRADS, lr=lr, alpha=0.9, eps=1e-3, weight_decay=wd, momentum=0.5,
+               centered=True)
+    p, v, mean, buf = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3), np.zeros(3)
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p
+        v = 0.9 * v + 0.1 * g * g
+        mean = 0.9 * mean + 0.1 * g
+        buf = 0.5 * buf + g / (np.sqrt(v - mean ** 2) + 1e-3)
+        p = p - lr * buf
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    got = _run(optim.Adagrad, GRADS, lr=lr, lr_decay=0.5, weight_decay=wd,
+               initial_accumulator_value=0.2, eps=1e-3)
+    p, total = np.array([1.0, -2.0, 3.0]), np.full(3, 0.2)
+    for t, (g, step) in enumerate(zip(GRADS, got), start=1):
+        g = np.array(g) + wd * p
+        total = total + g * g
+        p = p - lr / (1 + (t - 1) * 0.5) * g / (np.sqrt(total) + 1e-3)
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    got = _run(optim.Adadelta, GRADS, lr=0.5, rho=0.8, eps=1e-2, weight_decay=wd)
+    p, v, u = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
+    for g, step in zip(GRADS, got):
+        g = np.array(g) + wd * p
+        v = 0.8 * v + 0.2 * g * g
+        delta = np.sqrt(u + 1e-2) / np.sqrt(v + 1e-2) * g
+        u = 0.8 * u + 0.2 * delta * delta
+        p = p - 0.5 * delta
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    # PyTorch's defaults
+    group = optim.RMSprop([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered')} \
+        == dict(lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False)
+    group = optim.Adagrad([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'lr_decay', 'weight_decay', 'initial_accumulator_value',
+                                  'eps')} == dict(lr=0.01, lr_decay=0, weight_decay=0,
+                                                  initial_accumulator_value=0, eps=1e-10)
+    group = optim.Adadelta([_param([1.0])]).param_groups[0]
+    assert {k: group[k] for k in ('lr', 'rho', 'eps', 'weight_decay')} == \
+        dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0)
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW, optim.RMSprop,
+                                 optim.Adagrad, optim.Adadelta])
+def test_maximize_is_a_step_on_the_negated_gradient(cls):
+    kw = dict(momentum=0.9) if cls in (optim.SGD, optim.RMSprop) else {}
+    up = _run(cls, GRADS, maximize=True, lr=0.1, **kw)
+    down = _run(cls, [[-x for x in g] for g in GRADS], lr=0.1, **kw)
+    np.testing.assert_array_equal(up, down)
+    assert not np.allclose(up[-1], _run(cls, GRADS, lr=0.1, **kw)[-1])
+
+
+def test_adam_amsgrad_divides_by_the_largest_second_moment():
+    lr, b1, b2, eps = 0.1, 0.9, 0.5, 1e-8  # a small beta2, so that v shrinks and the max matters
+    grads = [[2.0, -1.0, 0.5], [0.1, 0.1, 0.1], [0.2, 0.3, -0.1]]
+    got = _run(optim.Adam, grads, lr=lr, betas=(b1, b2), amsgrad=True)
+    p, m, v, v_max = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3), np.zeros(3)
+    for t, (g, step) in enumerate(zip(grads, got), start=1):
+        g = np.array(g)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        v_max = np.maximum(v_max, v)
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v_max / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(step, p, rtol=1e-13)
+    assert not np.allclose(got[-1], _run(optim.Adam, grads, lr=lr, betas=(b1, b2))[-1])
+
+
+def test_add_param_group_step_closure_and_pytorchs_flags():
+    a, b = _param([1.0]), _param([2.0])
+    opt = optim.SGD([a], lr=0.1, momentum=0.9)
+    opt.add_param_group({'params': b, 'lr': 1.0})  # one tensor is a group of one
+    assert opt.param_groups[1]['lr'] == 1.0 and opt.param_groups[1]['momentum'] == 0.9
+    with pytest.raises(ValueError, match="some parameters appear in more than one parameter group"):
+        opt.add_param_group({'params': [a]})
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        optim.SGD([{'params': [a]}, {'params': [a]}], lr=0.1)
+    with pytest.raises(TypeError, match="iterable of Tensors or dicts"):
+        optim.SGD(a, lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (a * a).sum() + (b * b).sum()
+        loss.backward()
+        return loss
+    with tt.no_grad():  # step turns gradients on for the closure
+        loss = opt.step(closure)
+    assert loss.item() == 5.0 and a.item() == pytest.approx(0.8) and b.item() == pytest.approx(-2.0)
+    assert opt.step() is None
+    # nanoGPT looks for 'fused' in AdamW's signature; the CPU flags are accepted and ignored
+    import inspect
+    assert 'fused' in inspect.signature(optim.AdamW).parameters
+    opt = optim.AdamW([{'params': [a], 'weight_decay': 0.1}, {'params': [b], 'weight_decay': 0.0}],
+                      lr=1e-3, betas=(0.9, 0.95), fused=None, foreach=None, capturable=False)
+    assert [g['weight_decay'] for g in opt.param_groups] == [0.1, 0.0]
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        optim.Adam([a], differentiable=True)
+
+
+def test_clip_grad_value():
+    a, b = nn.Parameter(tt.zeros(3)), nn.Parameter(tt.zeros(1))
+    a.grad, b.grad = tt.tensor(np.array([3.0, -0.5, -2.0])), tt.tensor(np.array([0.1]))
+    assert optim.clip_grad_value_([a, b], 1.0) is None
+    assert a.grad.tolist() == [1.0, -0.5, -1.0] and b.grad.tolist() == [0.1]
+    optim.clip_grad_value_(a, 0.25)  # one tensor
+    assert a.grad.tolist() == [0.25, -0.25, -0.25]
+
+
+def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
+    """Argument names, order, keyword-only markers and defaults: PyTorch's."""
+    import inspect
+    torch = need_torch()
+    S = torch.optim.lr_scheduler
+    pairs = [(getattr(optim, n), getattr(torch.optim, n))
+             for n in ('SGD', 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adadelta')]
+    pairs += [(getattr(optim, n), getattr(S, n)) for n in
+              ('StepLR', 'MultiStepLR', 'ExponentialLR', 'LinearLR', 'CosineAnnealingLR',
+               'LambdaLR', 'OneCycleLR')]
+    pairs += [(optim.clip_grad_norm_, torch.nn.utils.clip_grad_norm_),
+              (optim.clip_grad_value_, torch.nn.utils.clip_grad_value_)]
+
+    def shape(f):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    for ours, theirs in pairs:
+        assert shape(ours) == shape(theirs), ours.__name__
+
+
+def test_rmsprop_adagrad_adadelta_amsgrad_maximize_match_pytorch():
+    torch = need_torch()
+    grads = np.random.default_rng(0).standard_normal((6, 3)).tolist()
+    cases = [(optim.RMSprop, torch.optim.RMSprop, {}),
+             (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.05, alpha=0.9, eps=1e-3,
+                                                       weight_decay=0.1, momentum=0.8,
+                                                       centered=True)),
+             (optim.RMSprop, torch.optim.RMSprop, dict(momentum=0.5, maximize=True)),
+             (optim.Adagrad, torch.optim.Adagrad, {}),
+             (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.3, weight_decay=0.1,
+                                                       initial_accumulator_value=0.5, eps=1e-3)),
+             (optim.Adadelta, torch.optim.Adadelta, {}),
+             (optim.Adadelta, torch.optim.Adadelta, dict(lr=0.5, rho=0.7, eps=1e-2,
+                                                         weight_decay=0.1, maximize=True)),
+             (optim.Adam, torch.optim.Adam, dict(lr=0.1, amsgrad=True)),
+             (optim.Adam, torch.optim.Adam, dict(decoupled_weight_decay=True, weight_decay=0.2)),
+             (optim.AdamW, torch.optim.AdamW, dict(lr=0.1, amsgrad=True, maximize=True)),
+             (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1,
+                                               maximize=True))]
+    for ours_cls, theirs_cls, kw in cases:
+        ours = _run(ours_cls, grads, **kw)
+        tp = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        opt = theirs_cls([tp], **kw)
+        for g, mine in zip(grads, ours):
+            tp.grad = torch.tensor(g, dtype=torch.float64)
+            opt.step()
+            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12,
+                                       err_msg=f"{ours_cls.__name__} {kw}")
+        assert set(opt.state[tp]) == set(_state_keys(ours_cls, kw)), ours_cls.__name__
+
+
+def _state_keys(cls, kw):
+    p = _param([1.0])
+    opt = cls([p], **kw)
+    p.grad = tt.tensor(np.array([0.5]))
+    opt.step()
+    return opt.state[p]
+
+
 def test_adam_step_in_place_equals_the_plain_formula(fast_paths):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(50) for _ in range(2)] + [rng.random(50) * 0.1 for _ in range(2)]
@@ -4811,6 +4976,90 @@ def test_schedules_match_pytorch():
             topt.step()
             ours.step()
             theirs.step()
+
+
+def _lrs(schedule, steps):
+    seen = []
+    for _ in range(steps):
+        seen.append(schedule.get_last_lr()[0])
+        schedule.optimizer.step()
+        schedule.step()
+    return seen
+
+
+def test_more_schedules_by_hand():
+    def sgd(lr=1.0, **kw):
+        return optim.SGD([nn.Parameter(tt.ones(1))], lr=lr, **kw)
+    assert _lrs(optim.LambdaLR(sgd(), lambda t: 1 / (t + 1)), 4) == [1, 1 / 2, 1 / 3, 1 / 4]
+    assert _lrs(optim.MultiStepLR(sgd(), milestones=[3, 1], gamma=0.5), 5) == \
+        [1.0, 0.5, 0.5, 0.25, 0.25]
+    assert _lrs(optim.ExponentialLR(sgd(), gamma=0.5), 4) == [1.0, 0.5, 0.25, 0.125]
+    assert _lrs(optim.LinearLR(sgd(), start_factor=0.25, total_iters=3), 6) == \
+        pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    # one function per param group
+    two = optim.SGD([{'params': [_param([1.0])]}, {'params': [_param([1.0])], 'lr': 2.0}], lr=1.0)
+    schedule = optim.LambdaLR(two, [lambda t: 1.0, lambda t: 0.5 ** t])
+    schedule.step()
+    assert schedule.get_last_lr() == [1.0, 1.0]
+    # 1cycle: up from max_lr / 25 to max_lr over 30% of the steps, then down to max_lr / 25e4;
+    # momentum goes the other way
+    opt = sgd(momentum=0.9)
+    schedule = optim.OneCycleLR(opt, max_lr=1.0, total_steps=11)
+    lrs, momenta = [], []
+    for _ in range(11):
+        lrs.append(schedule.get_last_lr()[0])
+        momenta.append(opt.param_groups[0]['momentum'])
+        schedule.step()
+    top = lrs.index(max(lrs))
+    assert lrs[0] == pytest.approx(0.04) and 0.95 < lrs[top] <= 1.0 and top == 3
+    assert lrs[-1] == pytest.approx(0.04 / 1e4) and momenta[0] == momenta[-1] == 0.95
+    assert momenta[top] == min(momenta) < 0.86
+    with pytest.raises(ValueError, match="Tried to step 12 times"):
+        schedule.step()
+    with pytest.raises(ValueError, match="total_steps OR"):
+        optim.OneCycleLR(sgd(momentum=0.9), max_lr=1.0)
+    with pytest.raises(ValueError, match="momentum or beta1"):
+        optim.OneCycleLR(optim.Adagrad([_param([1.0])]), max_lr=1.0, total_steps=5)
+    adam = optim.Adam([_param([1.0])])
+    optim.OneCycleLR(adam, max_lr=1.0, epochs=2, steps_per_epoch=3)
+    assert adam.param_groups[0]['betas'] == (0.95, 0.999)  # Adam's beta1 is the momentum
+
+
+def test_schedule_last_epoch_resumes():
+    opt = optim.SGD([_param([1.0])], lr=1.0)
+    with pytest.raises(KeyError, match="'initial_lr' is not specified in param_groups\\[0\\]"):
+        optim.StepLR(opt, step_size=2, last_epoch=3)
+    optim.StepLR(opt, step_size=2, gamma=0.5)  # stores initial_lr in the group
+    resumed = optim.StepLR(opt, step_size=2, gamma=0.5, last_epoch=3)  # the next step is 4
+    assert resumed.last_epoch == 4 and resumed.get_last_lr() == [0.25]
+
+
+def test_more_schedules_and_onecycle_momentum_match_pytorch():
+    torch = need_torch()
+    S = torch.optim.lr_scheduler
+    cases = [('StepLR', dict(step_size=3, gamma=0.3)),
+             ('MultiStepLR', dict(milestones=[2, 5, 5, 8], gamma=0.5)),
+             ('ExponentialLR', dict(gamma=0.9)), ('LinearLR', {}),
+             ('LinearLR', dict(start_factor=0.5, end_factor=0.1, total_iters=4)),
+             ('CosineAnnealingLR', dict(T_max=7, eta_min=0.01)),
+             ('LambdaLR', dict(lr_lambda=lambda t: 1 / (t + 1))),
+             ('OneCycleLR', dict(max_lr=0.8, total_steps=12)),
+             ('OneCycleLR', dict(max_lr=0.8, epochs=3, steps_per_epoch=4, pct_start=0.25,
+                                 anneal_strategy='linear', three_phase=True))]
+    for opt_name, opt_kw, key in [('SGD', dict(momentum=0.9), 'momentum'), ('Adam', {}, 'betas')]:
+        for name, kw in cases:
+            ours_opt = getattr(optim, opt_name)([nn.Parameter(tt.ones(1))], lr=0.5, **opt_kw)
+            ours = getattr(optim, name)(ours_opt, **kw)
+            topt = getattr(torch.optim, opt_name)([torch.nn.Parameter(torch.ones(1))], lr=0.5,
+                                                  **opt_kw)
+            theirs = getattr(S, name)(topt, **kw)
+            for _ in range(12):
+                assert ours.get_last_lr()[0] == pytest.approx(theirs.get_last_lr()[0], rel=1e-12)
+                assert ours_opt.param_groups[0][key] == pytest.approx(topt.param_groups[0][key],
+                                                                      rel=1e-12), (name, kw)
+                topt.step()
+                ours.step()
+                theirs.step()
 
 
 def test_clip_grad_norm():
@@ -4996,6 +5245,134 @@ def test_data_edge_cases_and_explicit_generators():
     assert splits[0] == splits[1] == splits[2]
     with pytest.raises(ValueError, match="do not add up"):
         data.random_split(range(3), [1])  # ints that do not cover the dataset
+
+
+# ---------------------------------------------------------------------------
+# data.py: samplers, DataLoader's options, default_collate
+# ---------------------------------------------------------------------------
+def test_samplers_give_pytorchs_orders():
+    import itertools
+    ds = list(range(10))
+    assert list(data.SequentialSampler(ds)) == ds and len(data.SequentialSampler(ds)) == 10
+    shuffled = data.RandomSampler(ds, generator=tt.Generator().manual_seed(0))
+    first, second = list(shuffled), list(shuffled)
+    assert sorted(first) == sorted(second) == ds and first != second  # a new order each epoch
+    again = list(data.RandomSampler(ds, generator=tt.Generator().manual_seed(0)))
+    assert again == first
+    chained = list(data.RandomSampler(ds, num_samples=25))  # 2 permutations and 5 more
+    assert len(chained) == 25 and sorted(chained[:10]) == sorted(chained[10:20]) == ds
+    assert len(set(chained[20:])) == 5
+    endless = data.RandomSampler(ds, replacement=True, num_samples=int(1e10))  # makemore's
+    draws = list(itertools.islice(iter(endless), 3000))
+    assert len(endless) == int(1e10) and set(draws) == set(ds)
+    with pytest.raises(ValueError, match="num_samples should be a positive integer"):
+        data.RandomSampler(ds, num_samples=0)
+    subset = list(data.SubsetRandomSampler([3, 5, 7]))
+    assert sorted(subset) == [3, 5, 7]
+    weighted = list(data.WeightedRandomSampler([0.0, 1.0, 3.0], 400))
+    assert set(weighted) == {1, 2} and 250 < weighted.count(2) < 350
+    once = list(data.WeightedRandomSampler(tt.tensor([1.0, 1.0, 1.0]), 3, replacement=False))
+    assert sorted(once) == [0, 1, 2]
+    batches = data.BatchSampler(data.SequentialSampler(range(7)), batch_size=3, drop_last=False)
+    assert list(batches) == [[0, 1, 2], [3, 4, 5], [6]] and len(batches) == 3
+    dropped = data.BatchSampler(range(7), batch_size=3, drop_last=True)
+    assert list(dropped) == [[0, 1, 2], [3, 4, 5]] and len(dropped) == 2
+    with pytest.raises(ValueError, match="batch_size should be a positive integer value"):
+        data.BatchSampler(range(7), batch_size=0, drop_last=False)
+
+
+def test_data_loader_takes_samplers_by_pytorchs_rules():
+    xs = tt.arange(10)
+    ds = data.TensorDataset(xs)
+    order = [9, 0, 8, 1, 7, 2]
+    got = [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, sampler=order)]
+    assert got == [[9, 0, 8, 1], [7, 2]]
+    pairs = [[0, 5], [1, 6], [2]]
+    loader = data.DataLoader(ds, batch_sampler=pairs)
+    assert [b[0].tolist() for b in loader] == pairs and len(loader) == 3
+    singles = data.DataLoader([(1, 2.5), (3, 4.5)], batch_size=None)  # no batching at all
+    assert list(singles) == [[1, 2.5], [3, 4.5]] and len(singles) == 2
+    custom = data.DataLoader(list(range(5)), batch_size=2, collate_fn=lambda b: sum(b))
+    assert list(custom) == [1, 5, 4]
+    shuffled = data.DataLoader(ds, batch_size=10, shuffle=True,
+                               generator=tt.Generator().manual_seed(3))
+    again = data.DataLoader(ds, batch_size=10, shuffle=True,
+                            generator=tt.Generator().manual_seed(3))
+    assert next(iter(shuffled))[0].tolist() == next(iter(again))[0].tolist() != list(range(10))
+    for kwargs, message in [
+            (dict(sampler=order, shuffle=True), "sampler option is mutually exclusive with shuffle"),
+            (dict(batch_sampler=pairs, batch_size=2), "batch_sampler option is mutually exclusive"),
+            (dict(batch_sampler=pairs, drop_last=True), "batch_sampler option is mutually exclusive"),
+            (dict(batch_size=None, drop_last=True), "mutually exclusive with drop_last"),
+            (dict(num_workers=-1), "num_workers option should be non-negative"),
+            (dict(prefetch_factor=2), "prefetch_factor option could only be specified"),
+            (dict(persistent_workers=True), "persistent_workers option needs num_workers > 0")]:
+        with pytest.raises(ValueError, match=message):
+            data.DataLoader(ds, **kwargs)
+    # workers: loaded in this process, with one notice; the same batches
+    with pytest.warns(UserWarning, match="num_workers=4 loads in this process"):
+        loader = data.DataLoader(ds, batch_size=3, num_workers=4, pin_memory=True,
+                                 prefetch_factor=2, persistent_workers=True)
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert data.get_worker_info() is None
+
+
+def test_default_collate_by_type():
+    import collections
+    batch = data.default_collate([(1, 2.5, True, 'a'), (2, 3.5, False, 'b')])
+    assert isinstance(batch, list) and batch[3] == ['a', 'b']  # a tuple of fields: a list
+    assert [b.dtype for b in batch[:3]] == [tt.int64, tt.float64, tt.bool_]
+    assert batch[0].tolist() == [1, 2] and batch[1].tolist() == [2.5, 3.5]
+    rows = data.default_collate([{'x': tt.ones(2), 'y': 0}, {'x': tt.zeros(2), 'y': 1}])
+    assert rows['x'].tolist() == [[1, 1], [0, 0]] and rows['y'].tolist() == [0, 1]
+    arrays = data.default_collate([np.ones(2, np.float32), np.zeros(2, np.float32)])
+    assert arrays.shape == (2, 2) and arrays.dtype == tt.float32
+    assert data.default_collate([np.float32(1), np.float32(2)]).dtype == tt.float32
+    Point = collections.namedtuple('Point', 'x y')
+    point = data.default_collate([Point(1, 2.0), Point(3, 4.0)])
+    assert type(point) is Point and point.x.tolist() == [1, 3]
+    with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
+        data.default_collate([[1, 2], [3]])
+    with pytest.raises(TypeError, match="found object"):
+        data.default_collate([object()])
+    assert data.default_convert((np.ones(2), 3)) [1] == 3  # arrays become tensors, numbers stay
+    assert isinstance(data.default_convert({'a': np.ones(2)})['a'], tt.Tensor)
+    # a TensorDataset's batches are lists of tensors, as PyTorch's
+    xs, ys = tt.arange(4.0), tt.arange(4)
+    assert isinstance(next(iter(data.DataLoader(data.TensorDataset(xs, ys), batch_size=2))), list)
+
+
+def test_data_loader_samplers_and_default_collate_match_pytorch():
+    import inspect
+    torch = need_torch()
+    D = torch.utils.data
+    for name in ('DataLoader', 'RandomSampler', 'SequentialSampler', 'BatchSampler',
+                 'SubsetRandomSampler', 'WeightedRandomSampler'):
+        ours, theirs = (inspect.signature(getattr(m, name)).parameters for m in (data, D))
+        assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+            [(p.name, p.kind, p.default) for p in theirs.values()], name
+    examples = [[(1, 2.5, True), (2, 3.5, False)],
+                [{'x': [1.0, 2.0], 'n': 3}, {'x': [4.0, 5.0], 'n': 6}],
+                [np.arange(3, dtype=np.float32), np.ones(3, np.float32)],
+                [np.int32(1), np.int32(2)], [[1, 2], [3, 4]]]
+
+    def flat(batch):
+        if isinstance(batch, dict):
+            return {k: flat(v) for k, v in batch.items()}
+        if isinstance(batch, list):
+            return [flat(v) for v in batch]
+        return (batch.tolist(), str(batch.dtype).split('.')[-1])
+    for batch in examples:
+        assert flat(data.default_collate(batch)) == flat(D.default_collate(batch)), batch
+    # the same batches from the same sampler and batch sampler
+    xs = np.arange(12.0).reshape(6, 2)
+    ours = data.TensorDataset(tt.tensor(xs), tt.arange(6))
+    theirs = D.TensorDataset(torch.tensor(xs), torch.arange(6))
+    for kwargs in (dict(batch_size=4), dict(batch_size=4, drop_last=True),
+                   dict(batch_size=2, sampler=[5, 3, 1, 0]), dict(batch_sampler=[[4, 2], [0]]),
+                   dict(batch_size=None)):
+        got = [flat(b) for b in data.DataLoader(ours, **kwargs)]
+        assert got == [flat(list(b)) for b in D.DataLoader(theirs, **kwargs)], kwargs
 
 
 # ===========================================================================
@@ -6699,6 +7076,7 @@ def test_readme_name_table_names_only_what_exists():
     homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
              "`data.` + the same name": [data], "`nn.init.` + the same name": [nn.init],
              "the same `nn.Module` methods": [nn.Module],
+             "`optim.` + the same name": [optim],
              "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
     checked = 0
     for row in table.splitlines()[2:]:
