@@ -3,6 +3,7 @@
     python bench.py              # small, default and large GPT configurations, and a CNN
     python bench.py --quick      # fewer steps, under a minute
     python bench.py --threads 1  # threads for BLAS, tinytorch and PyTorch (default: all cores)
+    python bench.py --busy 2     # also with 2 busy processes competing for the cores
 
 For each configuration it times the char-level GPT training step (forward, backward,
 AdamW step): the median over the timed steps after warm-up, tokens per second and
@@ -12,8 +13,15 @@ the same number of threads), checks that the first-step losses agree to 1e-4, ti
 it the same way and prints the ratio tinytorch / PyTorch. The cnn configuration is
 train_digits.py's CNN (two 3x3 convolutions, a max pool, two linear layers) on a batch
 of 32 8x8 images, with Adam; its throughput column counts images, not tokens.
+
+--busy N measures a busy machine too (a laptop with a browser and a build running): each
+configuration is also timed while N other processes keep a core busy each, and the table
+shows the quiet and the busy step times side by side. The busy processes run only during
+those measurements, and stop when they end, however they end.
 """
 import argparse
+import contextlib
+import math
 import json
 import os
 import subprocess
@@ -37,12 +45,16 @@ def parse_args():
     p.add_argument('--configs', default='small,default,large,cnn',
                    help="comma-separated subset of small,default,large,cnn")
     p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
+    p.add_argument('--busy', type=int, default=0, metavar='N',
+                   help="also time each configuration while N busy processes compete for the "
+                        "cores, and show quiet and busy side by side (default 0: quiet only)")
     p.add_argument('--rounds', type=int,
                    help="runs of each framework per configuration, alternating, each in a fresh "
                         "process; the median run is reported (default 5, --quick 3; large: 1)")
     p.add_argument('--worker', choices=['tinytorch', 'torch'], help=argparse.SUPPRESS)
     p.add_argument('--steps', type=int, default=20, help=argparse.SUPPRESS)
     p.add_argument('--warmup', type=int, default=3, help=argparse.SUPPRESS)
+    p.add_argument('--budget', type=float, default=60, help=argparse.SUPPRESS)
     args = p.parse_args()
     # one line, exit 2, for a value argparse accepts but bench cannot use
     unknown = [name for name in args.configs.split(',') if name not in CONFIGS]
@@ -53,6 +65,8 @@ def parse_args():
         value = getattr(args, flag)
         if value is not None and value < 1:
             refuse(f"--{flag} {value}: it must be at least 1")
+    if args.busy < 0:
+        refuse(f"--busy {args.busy}: it must be 0 or more")
     return args
 
 
@@ -90,15 +104,22 @@ def rss_mb(field):
     return float('nan')
 
 
-def time_steps(step, warmup, steps):
+def time_steps(step, warmup, steps, budget=math.inf, spent=0.0):
+    """The median step time in ms, and how many steps it is the median of: warmup steps, then
+    steps timed ones. A step that collapses on a busy machine can take minutes, so the
+    warm-up stops once a quarter of budget seconds is spent (spent: already, on the first
+    step), and the timing once budget seconds are; at least one step is timed."""
+    t0 = time.perf_counter()
     for _ in range(warmup):
+        if spent + time.perf_counter() - t0 > budget / 4:
+            break
         step()
     times = []
-    for _ in range(steps):
+    while len(times) < steps and (not times or sum(times) < budget):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1000
+    return float(np.median(times)) * 1000, len(times)
 
 
 def blas_info():
@@ -296,15 +317,45 @@ def worker(args):
         step = torch_cnn_setup(cfg, tinytorch_cnn_setup(cfg)[0], args.threads)[0]
     else:
         step = torch_setup(cfg, tinytorch_model(cfg), args.threads)[0]
+    t0 = time.perf_counter()
     first = step()
-    ms = time_steps(step, max(0, args.warmup - 1), args.steps)
-    print(json.dumps({'ms': ms, 'mb': rss_mb('VmHWM'), 'first_loss': first}))
+    ms, timed = time_steps(step, max(0, args.warmup - 1), args.steps, args.budget,
+                           time.perf_counter() - t0)
+    print(json.dumps({'ms': ms, 'mb': rss_mb('VmHWM'), 'first_loss': first, 'steps': timed}))
 
 
-def run_worker(framework, name, args, steps, warmup):
+# A busy process: a core's worth of work, as a browser tab or a build can be. It checks
+# every million loops (a few tens of ms) that bench.py is still its parent, so it ends by
+# itself if bench.py is killed before it could stop it.
+SPINNER = ("import os, sys\n"
+           "parent = int(sys.argv[1])\n"
+           "while os.getppid() == parent:\n"
+           "    for _ in range(10 ** 6):\n"
+           "        pass\n")
+
+
+@contextlib.contextmanager
+def busy_processes(n):
+    """n busy processes (SPINNER) for the duration of the with block, stopped when it ends,
+    however it ends (an error, Ctrl-C)."""
+    procs = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, '-c', SPINNER, str(os.getpid())]))
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def run_worker(framework, name, args, steps, warmup, busy=0):
     cmd = [sys.executable, os.path.abspath(__file__), '--worker', framework, '--configs', name,
-           '--threads', str(args.threads), '--steps', str(steps), '--warmup', str(warmup)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+           '--threads', str(args.threads), '--steps', str(steps), '--warmup', str(warmup),
+           '--budget', str(args.budget)]
+    with busy_processes(busy):
+        out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"bench.py: the {framework} run of '{name}' failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -340,13 +391,23 @@ def main():
           + (f", OPENBLAS_CORETYPE={coretype} (from the environment)" if coretype else ""))
     print(f"tinytorch: {tt.get_num_threads()} threads of its own, malloc tuning "
           f"{'on' if tt.malloc_tuned else 'off'}, OpenBLAS idle spin "
-          f"2^{os.environ.get('OPENBLAS_THREAD_TIMEOUT', '28 (its default)')} cycles")
+          f"2^{os.environ.get('OPENBLAS_THREAD_TIMEOUT', '28 (its default)')} cycles, sharing the "
+          f"cores with other programs {'on' if tt._share_on and tt.fast else 'off'}")
     if torch_version:
         print(f"PyTorch {torch_version}, {args.threads} threads (torch.set_num_threads), "
               "its default allocator settings")
-    header = f"{'config':<8} {'tinytorch ms':>12} {'tok/s':>9} {'peak MB':>8}"
-    if torch_version:
-        header += f" {'PyTorch ms':>10} {'tok/s':>9} {'peak MB':>8} {'ratio':>6} {'loss diff':>9}"
+    if args.busy:
+        print(f"busy: {args.busy} other processes keep a core busy each during the busy runs "
+              f"(this machine has {os.cpu_count()} cores); x = busy / quiet step time")
+        header = f"{'config':<8} {'tinytorch ms':>12} {'busy ms':>9} {'x':>5}"
+        if torch_version:
+            header += (f" {'PyTorch ms':>10} {'busy ms':>9} {'x':>5} {'ratio':>6} {'busy ratio':>10}"
+                       f" {'loss diff':>9}")
+    else:
+        header = f"{'config':<8} {'tinytorch ms':>12} {'tok/s':>9} {'peak MB':>8}"
+        if torch_version:
+            header += (f" {'PyTorch ms':>10} {'tok/s':>9} {'peak MB':>8} {'ratio':>6}"
+                       f" {'loss diff':>9}")
     print(header)
     for name in args.configs.split(','):
         cfg = CONFIGS[name]
@@ -355,20 +416,37 @@ def main():
         # A shared machine has slow spells: alternating the two frameworks' runs lets a
         # spell hit both, and the median run leaves a single unlucky one out.
         runs = 1 if name == 'large' and args.rounds is None else rounds  # ~40 s a large run
-        ours, theirs = [], []
+        kinds = [(fw, busy) for busy in ([0, args.busy] if args.busy else [0])
+                 for fw in (['tinytorch', 'torch'] if torch_version else ['tinytorch'])]
+        results = {kind: [] for kind in kinds}
         for _ in range(runs):
-            ours.append(run_worker('tinytorch', name, args, n, w))
-            if torch_version:
-                theirs.append(run_worker('torch', name, args, n, w))
-        ours = median_run(ours)
-        line = f"{name:<8} {ours['ms']:>12.1f} {tokens / ours['ms'] * 1000:>9,.0f} {ours['mb']:>8.0f}"
+            for fw, busy in kinds:
+                results[fw, busy].append(run_worker(fw, name, args, n, w, busy))
+        res = {kind: median_run(r) for kind, r in results.items()}
+        ours = res['tinytorch', 0]
+        if args.busy:
+            ours_busy = res['tinytorch', args.busy]
+            line = (f"{name:<8} {ours['ms']:>12.1f} {ours_busy['ms']:>9.1f} "
+                    f"{ours_busy['ms'] / ours['ms']:>5.1f}")
+        else:
+            line = f"{name:<8} {ours['ms']:>12.1f} {tokens / ours['ms'] * 1000:>9,.0f} {ours['mb']:>8.0f}"
         if torch_version:
-            theirs = median_run(theirs)
+            theirs = res['torch', 0]
             diff = abs(theirs['first_loss'] - ours['first_loss'])
-            line += (f" {theirs['ms']:>10.1f} {tokens / theirs['ms'] * 1000:>9,.0f} "
-                     f"{theirs['mb']:>8.0f} {ours['ms'] / theirs['ms']:>6.2f} {diff:>9.1e}")
+            if args.busy:
+                theirs_busy = res['torch', args.busy]
+                line += (f" {theirs['ms']:>10.1f} {theirs_busy['ms']:>9.1f} "
+                         f"{theirs_busy['ms'] / theirs['ms']:>5.1f} {ours['ms'] / theirs['ms']:>6.2f}"
+                         f" {ours_busy['ms'] / theirs_busy['ms']:>10.2f} {diff:>9.1e}")
+            else:
+                line += (f" {theirs['ms']:>10.1f} {tokens / theirs['ms'] * 1000:>9,.0f} "
+                         f"{theirs['mb']:>8.0f} {ours['ms'] / theirs['ms']:>6.2f} {diff:>9.1e}")
             if diff > 1e-4:
                 line += "  (first-step losses differ by more than 1e-4!)"
+        short = sorted({f"{fw}{' busy' if busy else ''}: {r['steps']}" for (fw, busy), r in res.items()
+                        if r['steps'] < n})
+        if short:  # a step so slow that the time budget cut the timing short
+            line += f"  (steps timed: {', '.join(short)})"
         print(line, flush=True)
     per_op_tt, per_op_np = autograd_overhead()
     print(f"autograd overhead: a chain of small elementwise ops (16 floats) costs "

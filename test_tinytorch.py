@@ -9124,5 +9124,226 @@ def test_fuzz_exclusions_are_the_readme_differences():
         assert phrase in differences, f"FUZZ_REFUSALS[{name!r}] names no README line"
 
 
+
+# ---------------------------------------------------------------------------
+# A busy machine (issue 27): threads that share the cores, bench.py --busy, train_charlm's note
+# ---------------------------------------------------------------------------
+@pytest.fixture
+def sharing(monkeypatch):
+    """share_cores with a fake OpenBLAS (it records the counts it is given) and a clock that
+    the test sets; the real settings come back afterwards."""
+    calls = []
+    monkeypatch.setattr(tt, '_openblas_found', [(calls.append, 2)])
+    monkeypatch.setattr(tt, '_machine_cores', 2)
+    monkeypatch.setattr(tt, '_cores_free', 2)
+    monkeypatch.setattr(tt, '_next_look', 0.0)
+    monkeypatch.setattr(tt, '_room_since', None)
+    monkeypatch.setattr(tt, '_share_on', True)
+    monkeypatch.setattr(tt, '_threads_pinned', False)
+    monkeypatch.setattr(tt, 'fast', True)
+    monkeypatch.setattr(tt, '_num_threads', 2)
+    return calls
+
+
+def test_cores_to_use_leaves_at_least_one():
+    assert [tt.cores_to_use(others, 2) for others in (0, 1, 2, 5)] == [2, 1, 1, 1]
+    assert tt.cores_to_use(3, 8) == 5
+
+
+def test_share_cores_drops_at_once_and_rises_after_lasting_room(sharing):
+    tt.share_cores(now=10.0, others=0)
+    assert sharing == [] and tt._threads_now() == 2  # quiet: nothing changes
+    tt.share_cores(now=10.1, others=2)
+    assert sharing == [], "looked again before SHARE_LOOK_EVERY"
+    tt.share_cores(now=10.3, others=2)  # two busy programs: one thread, at once
+    assert sharing == [1] and tt._threads_now() == 1
+    tt.share_cores(now=10.6, others=0)  # room: wait to see that it lasts
+    tt.share_cores(now=11.0, others=1)  # a blip: the wait starts again
+    tt.share_cores(now=11.5, others=0)
+    tt.share_cores(now=11.5 + tt.SHARE_RISE_AFTER - 0.1, others=0)
+    assert sharing == [1] and tt._threads_now() == 1
+    tt.share_cores(now=11.5 + tt.SHARE_RISE_AFTER + 0.3, others=0)
+    assert sharing == [1, 2] and tt._threads_now() == 2
+
+
+def test_share_cores_is_off_on_the_plain_path_and_when_pinned(sharing, monkeypatch):
+    tt.share_cores(now=1.0, others=2)
+    assert tt._cores_free == 1
+    monkeypatch.setattr(tt, 'fast', False)  # TINYTORCH_PLAIN=1: all the cores again, at once
+    tt.share_cores(now=2.0, others=2)
+    assert sharing == [1, 2] and tt._cores_free == 2
+    monkeypatch.setattr(tt, 'fast', True)
+    monkeypatch.setattr(tt, '_share_on', False)  # TINYTORCH_TUNE_THREADS=0
+    tt.share_cores(now=3.0, others=2)
+    assert sharing == [1, 2]
+    monkeypatch.setattr(tt, '_share_on', True)
+    tt.share_cores(now=4.0, others=2)
+    assert tt._threads_now() == 1
+    monkeypatch.setattr(tt, '_threads_pinned', True)  # set_num_threads(n): n it is
+    assert tt._threads_now() == 2
+
+
+def test_parallel_for_on_a_busy_machine_gives_the_plain_result(sharing, monkeypatch):
+    """Busy: one range on the caller's thread; quiet: split; plain: one range. The same
+    numbers every way (fast and plain agree)."""
+    monkeypatch.setattr(tt, 'PARALLEL_MIN_SIZE', 0)
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+
+    def run(others):
+        monkeypatch.setattr(tt, '_next_look', 0.0)
+        monkeypatch.setattr(tt, 'others_running', lambda: others)
+        monkeypatch.setattr(tt, '_room_since', -100.0)  # room has lasted: a rise is allowed
+        ranges, out = [], np.empty_like(x)
+
+        def fn(lo, hi):
+            ranges.append((lo, hi))
+            np.tanh(x[lo:hi], out=out[lo:hi])
+        tt.parallel_for(fn, x.size, x.size)
+        return sorted(ranges), out
+    busy_ranges, busy = run(others=2)
+    assert busy_ranges == [(0, 1000)]
+    quiet_ranges, quiet = run(others=0)
+    assert quiet_ranges == [(0, 500), (500, 1000)]
+    monkeypatch.setattr(tt, 'fast', False)
+    plain_ranges, plain = run(others=0)
+    assert plain_ranges == [(0, 1000)]
+    np.testing.assert_array_equal(busy, plain)
+    np.testing.assert_array_equal(quiet, plain)
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason="reads /proc")
+def test_others_running_and_the_openblas_count_are_found():
+    others = tt.others_running()
+    assert isinstance(others, int) and others >= 0
+    blas = np.show_config(mode='dicts')['Build Dependencies']['blas'].get('name', '')
+    if 'openblas' not in blas.lower():
+        pytest.skip(f"NumPy's BLAS is {blas!r}, not OpenBLAS")
+    found = tt._openblas()
+    assert found, "NumPy's OpenBLAS was not found among the loaded libraries"
+    import ctypes
+    lib_paths = [line.split()[-1] for line in open('/proc/self/maps') if 'openblas' in line.lower()]
+    lib = ctypes.CDLL(lib_paths[0])
+    get = next(getattr(lib, name) for name in ('scipy_openblas_get_num_threads64_',
+               'scipy_openblas_get_num_threads', 'openblas_get_num_threads64_',
+               'openblas_get_num_threads') if hasattr(lib, name))
+    set_threads, most = found[0]
+    before = get()
+    try:
+        set_threads(1)
+        assert get() == 1  # the setter really reaches the library NumPy uses
+        a = np.random.default_rng(0).standard_normal((300, 300))
+        one = a @ a
+        set_threads(most)
+        np.testing.assert_allclose(a @ a, one, rtol=1e-12, atol=1e-12)
+    finally:
+        set_threads(before)
+
+
+def test_plain_env_turns_sharing_off():
+    """TINYTORCH_PLAIN=1: share_cores leaves OpenBLAS's count alone, even on a busy machine."""
+    code = ("import tinytorch as tt\n"
+            "tt.share_cores(now=1.0, others=5)\n"
+            "print(tt.fast, tt._cores_free == tt._machine_cores)\n")
+    env = dict(os.environ, TINYTORCH_PLAIN='1')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                         cwd=HERE)
+    assert out.stdout.split() == ['False', 'True'], out.stderr
+
+
+def test_bench_busy_processes_stop_however_the_block_ends():
+    sys.path.insert(0, HERE)
+    import bench
+    with pytest.raises(KeyboardInterrupt):
+        with bench.busy_processes(2) as procs:
+            assert len(procs) == 2 and all(p.poll() is None for p in procs)  # running
+            raise KeyboardInterrupt
+    assert all(p.poll() is not None for p in procs)  # and stopped
+
+
+def test_bench_busy_process_ends_by_itself_when_bench_is_gone(tmp_path):
+    """A busy process whose parent died (bench.py killed) stops within a second."""
+    sys.path.insert(0, HERE)
+    import bench
+    pid_file = tmp_path / 'pid'
+    parent = ("import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(__import__('os').getpid())])\n"
+              "open(sys.argv[2], 'w').write(str(p.pid))\n")  # and exits at once, leaving it
+    subprocess.run([sys.executable, '-c', parent, bench.SPINNER, str(pid_file)], check=True,
+                   timeout=30)
+    pid = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return  # gone
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:  # (only if it is our child, it is not)
+                return
+        except ChildProcessError:
+            pass
+        with open(f'/proc/{pid}/stat') as f:
+            if f.read().split(') ')[1].startswith('Z'):  # ended, waiting to be reaped
+                return
+        _time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail("the busy process outlived its parent")
+
+
+def test_bench_time_steps_stops_at_the_budget():
+    sys.path.insert(0, HERE)
+    import bench
+    calls = []
+
+    def slow_step():  # a step whose time the budget sees: ~0.05 s
+        calls.append(1)
+        _time.sleep(0.05)
+    ms, timed = bench.time_steps(slow_step, warmup=10, steps=100, budget=0.12)
+    assert 1 <= timed < 100 and len(calls) < 110
+    ms, timed = bench.time_steps(lambda: None, warmup=2, steps=5)
+    assert timed == 5
+
+
+def test_charlm_busy_watch_speaks_once_when_far_below_quiet():
+    sys.path.insert(0, HERE)
+    import train_charlm
+    W = train_charlm.BusyWatch.WINDOW
+    watch = train_charlm.BusyWatch(tokens_per_step=100, step=0, now=0.0, cpu=0.0)
+    # quiet: 10 steps a second, and as much CPU time as wall time
+    assert watch.update(step=10, now=1.0, cpu=1.0) is None  # within the first window
+    assert watch.update(step=10 * W, now=W, cpu=W) is None
+    assert watch.update(step=20 * W, now=2 * W, cpu=2 * W) is None
+    # a little slower (0.6 of the best): not far below, nothing said
+    assert watch.update(step=26 * W, now=3 * W, cpu=4 * W) is None
+    # busy: 2 steps a second where it gave 10, with all the CPU time it had spinning
+    note = watch.update(step=28 * W, now=4 * W, cpu=5 * W)
+    assert note and note.startswith("the machine is busy: 200 tok/s") and "1,000" in note
+    assert "close" in note.lower() or "Closing" in note
+    assert watch.update(step=29 * W, now=5 * W, cpu=6 * W) is None  # said once
+
+
+def test_charlm_busy_watch_catches_a_machine_busy_from_the_start():
+    """No quiet window to compare with: the CPU time says it (a third of a core)."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    W = train_charlm.BusyWatch.WINDOW
+    watch = train_charlm.BusyWatch(tokens_per_step=100, step=0, now=0.0, cpu=0.0)
+    note = watch.update(step=int(3 * W), now=W, cpu=W / 3)
+    assert note and "300 tok/s" in note and "900" in note
+    quiet = train_charlm.BusyWatch(tokens_per_step=100, step=0, now=0.0, cpu=0.0)
+    assert quiet.update(step=int(3 * W), now=W, cpu=1.8 * W) is None  # two threads, quiet
+
+
+def test_charlm_prints_the_busy_note_in_its_run(corpus, tmp_path, monkeypatch, capsys):
+    """The note reaches the output of a real run (the measurements injected)."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    monkeypatch.setattr(train_charlm.BusyWatch, 'update',
+                        lambda self, step, now, cpu: "the machine is busy: test" if step == 3
+                        else None)
+    code = train_charlm.main([corpus, *TINY, '--steps', '5', '--eval-interval', '5',
+                              '--length', '0', '--out-dir', str(tmp_path / 'run')])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("the machine is busy: test") == 1
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

@@ -4305,6 +4305,7 @@ def _threads_from_env():
 
 
 _num_threads = _threads_from_env()
+_threads_pinned = False  # set_num_threads(n) pins the number
 _pool, _pool_pid = None, None
 # Below this many elements a job stays on one thread (waking a thread costs 20-60 us here:
 # GELU on 2^17 floats took 268 us on 2 threads, 232 on one).
@@ -4319,14 +4320,17 @@ def set_num_threads(n):
     """How many threads tinytorch's own kernels (GELU, attention, ...) use, as
     torch.set_num_threads. BLAS (the matmuls) has its own setting: OPENBLAS_NUM_THREADS.
     The default comes from TINYTORCH_NUM_THREADS, OMP_NUM_THREADS or
-    OPENBLAS_NUM_THREADS, else the number of cores. 1 turns the threads off."""
-    global _num_threads, _pool
+    OPENBLAS_NUM_THREADS, else the number of cores, and is a most: fewer are used while
+    other programs keep the cores busy (share_cores). A number set here is used as it is.
+    1 turns the threads off."""
+    global _num_threads, _pool, _threads_pinned
     if int(n) < 1:
         raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
     if _pool is not None:
         _pool.shutdown()
         _pool = None
     _num_threads = int(n)
+    _threads_pinned = True  # n, also on a busy machine (share_cores leaves it alone)
 
 
 def parallel_for(fn, n, size, threads=None):
@@ -4342,10 +4346,12 @@ def parallel_for(fn, n, size, threads=None):
     (at most get_num_threads()) lets a caller ask for fewer.
     """
     global _pool, _pool_pid
-    k = builtins.min(_num_threads, n, threads or _num_threads)
     # A job started on one of the pool's threads stays on it: the pool could otherwise end
     # up waiting on itself.
     on_a_worker = threading.current_thread().name.startswith('tinytorch')
+    if not on_a_worker:
+        share_cores()  # fewer threads while other programs take the cores (below)
+    k = builtins.min(_threads_now(), n, threads or _num_threads)
     if not fast or k < 2 or size < PARALLEL_MIN_SIZE or on_a_worker:
         fn(0, n)
         return
@@ -4360,6 +4366,130 @@ def parallel_for(fn, n, size, threads=None):
     finally:
         for f in futures:
             f.result()  # waits, and re-raises an error from a worker
+
+
+# ---------------------------------------------------------------------------
+# Sharing the cores with other programs
+# ---------------------------------------------------------------------------
+# Threads pay only while each has a core. When other programs keep the cores busy (a
+# browser, a build, another training run), threads that wait for each other (the two
+# halves of a split matmul in OpenBLAS, the ranges of a parallel_for) are descheduled in
+# turn, and each wait lasts one of the scheduler's time slices (milliseconds) instead of
+# microseconds. On the 2-core dev VM with two busy processes a GPT step took 10-30x its
+# quiet time with 2 threads, and 2-3x with 1 (README, Performance). So, four times a
+# second, share_cores looks at the machine: /proc/stat's procs_running counts the threads
+# that run or wait for a core, machine-wide; less this process's own, that leaves the
+# others. The cores they leave (at least one) are what tinytorch's parallel_for and
+# OpenBLAS may use: fewer at once when others come, more again only after 2 seconds of
+# room (a spell that comes and goes would otherwise flip it back and forth). Looking costs
+# about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
+# the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
+# TINYTORCH_TUNE_THREADS=0 turns it off, and so do the plain path and set_num_threads(n).
+SHARE_LOOK_EVERY = 0.25  # seconds between two looks at the machine
+SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go up again
+_machine_cores = os.cpu_count() or 1
+_cores_free = _machine_cores  # what the threads may use now
+_next_look, _room_since = 0.0, None
+_share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
+_openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
+
+
+def cores_to_use(others, cores):
+    """The cores that others (threads of other programs that run or wait) leave free: at
+    least one."""
+    return builtins.max(1, cores - others)
+
+
+def others_running():
+    """Threads of other processes that run or wait for a core right now: /proc/stat's
+    procs_running (the whole machine), less this process's threads in state R. None
+    where there is no /proc (not Linux)."""
+    try:
+        with open('/proc/stat') as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith('procs_running'))
+        mine = 0
+        for tid in os.listdir('/proc/self/task'):
+            try:
+                with open(f'/proc/self/task/{tid}/stat') as f:
+                    stat = f.read()
+            except OSError:  # the thread has just ended
+                continue
+            mine += stat[stat.rindex(')') + 2] == 'R'  # the state follows the name: "(...) R"
+        return builtins.max(0, running - mine)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def share_cores(now=None, others=None):
+    """If it is time (SHARE_LOOK_EVERY), look at the machine and set the threads parallel_for
+    and OpenBLAS use: fewer at once when other programs take cores, more again after
+    SHARE_RISE_AFTER seconds of room. Called on the caller's thread where threaded work
+    starts (parallel_for, the weight gradients), never from a worker: OpenBLAS's count
+    must not change during a product. now and others let a test inject them."""
+    global _next_look, _room_since
+    now = time.monotonic() if now is None else now
+    if now < _next_look:
+        return
+    _next_look = now + SHARE_LOOK_EVERY
+    if not (fast and _share_on):  # switched off: all the cores, at once
+        if _cores_free != _machine_cores:
+            _use_cores(_machine_cores)
+        return
+    others = others_running() if others is None else others
+    if others is None:
+        return
+    want = cores_to_use(others, _machine_cores)
+    if want < _cores_free:  # others came: fewer threads now
+        _room_since = None
+        _use_cores(want)
+    elif want == _cores_free:
+        _room_since = None
+    elif _room_since is None:  # room: wait to see that it lasts
+        _room_since = now
+    elif now - _room_since >= SHARE_RISE_AFTER:
+        _room_since = None
+        _use_cores(want)
+
+
+def _use_cores(n):
+    global _cores_free
+    _cores_free = n
+    for set_threads, most in _openblas():
+        set_threads(builtins.min(n, most))
+
+
+def _threads_now():
+    """The threads parallel_for uses: the setting, less what other programs take."""
+    return _num_threads if _threads_pinned else builtins.min(_num_threads, _cores_free)
+
+
+def _openblas():
+    """[(openblas_set_num_threads, its thread count at start)] for each OpenBLAS this process
+    loaded, found as threadpoolctl finds them: the shared libraries mapped in
+    /proc/self/maps. NumPy's wheels name the functions scipy_openblas_..._64_. Empty when
+    there is none (another BLAS, or not Linux): then only tinytorch's own threads adapt."""
+    global _openblas_found
+    if _openblas_found is None:
+        _openblas_found = []
+        try:
+            with open('/proc/self/maps') as f:
+                paths = sorted({line.split()[-1] for line in f
+                                if 'openblas' in line.lower() and '/' in line})
+        except OSError:
+            paths = []
+        import ctypes
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)  # already loaded: the same library, not a second copy
+            except OSError:
+                continue
+            for prefix, suffix in itertools.product(('', 'scipy_'), ('', '64_')):
+                setter = getattr(lib, f'{prefix}openblas_set_num_threads{suffix}', None)
+                getter = getattr(lib, f'{prefix}openblas_get_num_threads{suffix}', None)
+                if setter is not None and getter is not None:
+                    _openblas_found.append((setter, getter()))
+                    break
+    return _openblas_found
 
 
 _ones_cache = {}
@@ -4393,6 +4523,7 @@ def sum_second_last(a):
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
+    share_cores()  # (here too: models without parallel_for, an LSTM's, call it every step)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (not -1: 0 features are allowed)
     if not fast:
         return np.sum(a2, axis=0)
@@ -4513,6 +4644,7 @@ def shared_matrix_grad(A, G):
     """matmul's dB = sum over the batch of A^T G, for a matrix B (a weight) that every
     batch item shared: the batch folded into the rows makes it one 2-D product, with
     the sum inside BLAS, instead of a batched product and then a sum."""
+    share_cores()
     rows = math.prod(A.shape[:-1])  # (not -1: a size-0 dim is allowed)
     return np.matmul(A.reshape(rows, A.shape[-1]).T, G.reshape(rows, G.shape[-1]))
 

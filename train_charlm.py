@@ -785,6 +785,41 @@ class TrainingLog:
                            f"{fmt_time(eta)}", final=evaluated)
 
 
+class BusyWatch:
+    """Says, once a run, when the machine is busy: when the tokens per second of the last
+    WINDOW seconds fall below half of what this machine gives when it is quiet. Quiet is
+    known two ways, and the higher counts: the best window of this run so far (a busy spell
+    that comes later), and the tokens per second of CPU time this process got in the window
+    (what it would do with the cores to itself: a process that waits for a core gets less
+    CPU time than wall time; this one catches a machine busy from the start). Give it the
+    step, the wall-clock time and the process's CPU time; it returns the line to print, or
+    None."""
+    WINDOW = 30.0  # seconds
+
+    def __init__(self, tokens_per_step, step, now, cpu):
+        self.tokens_per_step = tokens_per_step
+        self.start = (step, now, cpu)  # where the current window started
+        self.best = 0.0  # the best tokens/s of a whole window so far
+        self.said = False
+
+    def update(self, step, now, cpu):
+        step0, now0, cpu0 = self.start
+        if now - now0 < self.WINDOW:
+            return None
+        self.start = (step, now, cpu)
+        tokens = (step - step0) * self.tokens_per_step
+        rate, cpu_rate = tokens / (now - now0), tokens / max(cpu - cpu0, 1e-9)
+        quiet = max(self.best, cpu_rate)
+        self.best = max(self.best, rate)
+        if self.said or rate >= quiet / 2:
+            return None
+        self.said = True
+        return (f"the machine is busy: {rate:,.0f} tok/s in the last {now - now0:.0f} s, where it "
+                f"gives about {quiet:,.0f} when quiet; other programs are taking the cores. "
+                "Closing them (a browser, a build, another training run) brings the speed back; "
+                "tinytorch already uses fewer threads while they run.")
+
+
 def report_end(status, step, args, last_val, best, elapsed):
     """The last lines of a run: how it ended, where its checkpoints are."""
     ckpt = checkpoint_path(args.out_dir)
@@ -863,6 +898,7 @@ def train(args):
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
     log = TrainingLog(files, args.steps, step, stop_at, args.batch_size * config.block_size)
     stop = StopRequest()
+    busy = BusyWatch(args.batch_size * config.block_size, step, time.time(), time.process_time())
     last_val = float('nan')
     # NumPy's overflow warnings are off: every loss and gradient norm is checked below,
     # and a bad one is reported once, with the op that made it
@@ -898,6 +934,10 @@ def train(args):
                     last_val = evaluate(model, val_batches)
                     ratio = update_ratio(before, model.parameters())
                 log.step(step, loss_value, lr, grad_norm, last_val, ratio, elapsed)
+                note = busy.update(step, time.time(), time.process_time())
+                if note:
+                    log.progress.clear()
+                    log.progress.write(note + '\n')
                 if evaluated:
                     new_best = last_val < best['val_loss']
                     if new_best:  # kept in best.npz beside the latest
