@@ -4812,7 +4812,7 @@ def test_adam_amsgrad_divides_by_the_largest_second_moment():
     assert not np.allclose(got[-1], _run(optim.Adam, grads, lr=lr, betas=(b1, b2))[-1])
 
 
-def test_add_param_group_step_closure_and_pytorchs_flags():
+def test_add_param_group_step_closure_and_torchs_flags():
     a, b = _param([1.0]), _param([2.0])
     opt = optim.SGD([a], lr=0.1, momentum=0.9)
     opt.add_param_group({'params': b, 'lr': 1.0})  # one tensor is a group of one
@@ -5250,7 +5250,7 @@ def test_data_edge_cases_and_explicit_generators():
 # ---------------------------------------------------------------------------
 # data.py: samplers, DataLoader's options, default_collate
 # ---------------------------------------------------------------------------
-def test_samplers_give_pytorchs_orders():
+def test_samplers_give_torchs_orders():
     import itertools
     ds = list(range(10))
     assert list(data.SequentialSampler(ds)) == ds and len(data.SequentialSampler(ds)) == 10
