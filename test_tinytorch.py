@@ -5281,7 +5281,7 @@ def test_samplers_give_torchs_orders():
         data.BatchSampler(range(7), batch_size=0, drop_last=False)
 
 
-def test_data_loader_takes_samplers_by_pytorchs_rules():
+def test_data_loader_takes_samplers_by_torchs_rules():
     xs = tt.arange(10)
     ds = data.TensorDataset(xs)
     order = [9, 0, 8, 1, 7, 2]
