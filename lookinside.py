@@ -5,19 +5,24 @@
     lookinside.grad_path(loss, model.fc.weight, names=model)  # one gradient's way back
     with lookinside.profile() as prof: ...                 # time, FLOPs, memory per op
     with lookinside.detect_anomaly(): ...                  # where a NaN was born
+    writer = lookinside.SummaryWriter('runs/exp1')         # scalars of a run, to a CSV file
 
   1. seeing the graph: draw_graph and grad_path
   2. looking inside a run: profile and detect_anomaly
+  3. logging a run: SummaryWriter (tinytorch.utils.tensorboard's, for PyTorch programs)
 
 tinytorch.py keeps only the hook these need (its section 17); this file reads the graph
 that tinytorch builds and the docstrings of its backward rules, and changes nothing.
 """
+import csv
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import time
 import traceback
+import warnings
 import weakref
 from collections import deque
 
@@ -505,3 +510,57 @@ class detect_anomaly(_Hook):
                     f"gradient of its input {i} (shape {tuple(p.shape)}); the op was made at "
                     f"{self._made_at.get(node._backward, '(before detect_anomaly was on)')}")
 
+
+# ---------------------------------------------------------------------------
+# 3. Logging a run: SummaryWriter
+# ---------------------------------------------------------------------------
+class SummaryWriter:
+    """torch.utils.tensorboard's SummaryWriter for PyTorch programs run on tinytorch (the
+    import rule maps tinytorch.utils.tensorboard here). It writes each scalar as a row
+    (wall_time, tag, step, value) of log_dir/scalars.csv, a file any spreadsheet or
+    pandas reads; TensorBoard's own event files need the tensorboard package. The other
+    add_* methods (images, histograms, graphs) are accepted and write nothing."""
+
+    def __init__(self, log_dir=None, comment='', purge_step=None, max_queue=10, flush_secs=120,
+                 filename_suffix=''):
+        if log_dir is None:
+            stamp = time.strftime('%b%d_%H-%M-%S')
+            log_dir = os.path.join('runs', f"{stamp}_{platform.node()}{comment}")
+        self.log_dir = str(log_dir)
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.path = os.path.join(self.log_dir, f'scalars{filename_suffix}.csv')
+        is_new = not os.path.exists(self.path)
+        self._file = open(self.path, 'a', newline='')
+        self._rows = csv.writer(self._file)
+        if is_new:
+            self._rows.writerow(['wall_time', 'tag', 'step', 'value'])
+        warnings.warn(f"SummaryWriter: tinytorch writes the scalars to {self.path} (CSV), not "
+                      "TensorBoard event files", stacklevel=2)
+
+    def add_scalar(self, tag, scalar_value, global_step=None, walltime=None, new_style=False,
+                   double_precision=False):
+        value = scalar_value.item() if isinstance(scalar_value, tt.Tensor) else float(scalar_value)
+        self._rows.writerow([walltime or time.time(), tag, global_step, value])
+
+    def add_scalars(self, main_tag, tag_scalar_dict, global_step=None, walltime=None):
+        for tag, value in tag_scalar_dict.items():
+            self.add_scalar(f'{main_tag}/{tag}', value, global_step, walltime)
+
+    def _nothing(self, *args, **kwargs):
+        pass
+
+    add_histogram = add_image = add_images = add_figure = add_text = add_graph = \
+        add_embedding = add_hparams = _nothing
+
+    def flush(self):
+        self._file.flush()
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1197,7 +1197,12 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
         from tinytorch.nn.parallel import DistributedDataParallel as DDP
         from tinytorch.distributed import init_process_group, destroy_process_group
         from tinytorch.autograd import Function
-        import nn as companion, optim, data
+        from tinytorch.utils.data.dataloader import DataLoader as DL
+        from tinytorch.utils.data.sampler import RandomSampler
+        from tinytorch.utils.tensorboard import SummaryWriter
+        import nn as companion, optim, data, lookinside
+        assert DL is DataLoader and RandomSampler is data.RandomSampler
+        assert SummaryWriter is lookinside.SummaryWriter
         assert nn is companion and F is nn and F2 is nn and torch.nn is nn
         assert torch.optim is optim and StepLR is optim.StepLR and DataLoader is data.DataLoader
         assert torch.utils.data is data and init.normal_ is nn.init.normal_
@@ -1287,6 +1292,39 @@ def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
     nn.save({'w': tt.ones(2)}, str(tmp_path / 'c.npz'))
     with pytest.raises(pickle.UnpicklingError, match="a zip archive .*nn.load"):
         tt.load(str(tmp_path / 'c.npz'))
+
+
+def test_tensor_as_tensor_empty_and_normal_take_pytorchs_arguments():
+    assert tt.tensor([1, 2], dtype=tt.int64, device='cpu', pin_memory=False).tolist() == [1, 2]
+    with pytest.raises(RuntimeError, match="tensor: device 'cuda' is not available"):
+        tt.tensor([1.0], device='cuda')
+    a = np.arange(3.0)
+    shared = tt.as_tensor(a)
+    a[0] = 7.0
+    assert shared.tolist() == [7.0, 1.0, 2.0] and tt.as_tensor(shared) is shared
+    assert tt.as_tensor(a, dtype=tt.float32).dtype == tt.float32 and tt.as_tensor([1, 2]).dtype == tt.int64
+    assert tt.empty(2, 3).shape == (2, 3) and tt.empty((4,), dtype=tt.int64).dtype == tt.int64
+    assert tt.empty_like(tt.ones(2, dtype=tt.float64)).dtype == tt.float64
+    g = tt.Generator().manual_seed(3)
+    x = tt.normal(2.0, 0.5, (4000,), generator=g)
+    assert x.dtype == tt.float32 and abs(x.mean().item() - 2.0) < 0.05 and abs(x.std().item() - 0.5) < 0.05
+    assert tt.normal(2.0, 0.5, (3,), generator=g.manual_seed(3)).tolist() == x[:3].tolist()
+    m = tt.normal(tt.zeros(2, 1, dtype=tt.float64), tt.ones(3))
+    assert m.shape == (2, 3) and m.dtype == tt.float64
+
+
+def test_summary_writer_writes_the_scalars_to_a_csv_file(tmp_path):
+    with pytest.warns(UserWarning, match="scalars.csv \\(CSV\\), not TensorBoard event files"):
+        writer = lookinside.SummaryWriter(log_dir=str(tmp_path / 'run'))
+    with writer:
+        writer.add_scalar('Loss/train', tt.tensor(2.5), 10)
+        writer.add_scalars('lr', {'a': 0.1, 'b': 0.2}, global_step=11)
+        writer.add_histogram('w', tt.ones(3), 11)  # accepted, not written
+    with open(tmp_path / 'run' / 'scalars.csv') as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ['wall_time', 'tag', 'step', 'value']
+    assert [r[1:] for r in rows[1:]] == [['Loss/train', '10', '2.5'], ['lr/a', '11', '0.1'],
+                                         ['lr/b', '11', '0.2']]
 
 
 def test_shapes_are_sizes_and_numpys_keyword_names_are_accepted():

@@ -3350,6 +3350,23 @@ def set_rng_state(state):
     default_generator.set_state(state)
 
 
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """torch.tensor: Part I's tensor(), with PyTorch's device= (the CPU) and pin_memory=."""
+    _cpu_only(device, 'tensor')
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """torch.as_tensor: no copy where none is needed (a tensor, or a NumPy array of the
+    dtype asked for, is shared)."""
+    _cpu_only(device, 'as_tensor')
+    if isinstance(data, Tensor):
+        return data if dtype is None else to(data, dtype)
+    if isinstance(data, np.ndarray) and (dtype is None or np.dtype(dtype) == data.dtype):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype)
+
+
 def _leaf(data, requires_grad):
     return Tensor(data, requires_grad=requires_grad) if requires_grad else \
         _constant(data)
@@ -3394,6 +3411,15 @@ def ones_like(x, dtype=None, device=None, requires_grad=False):
     return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
 
 
+def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """torch.empty: a tensor whose values are not set; here they are zeros."""
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(x, dtype=None, device=None, requires_grad=False):
+    return zeros_like(x, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'arange')
     if end is None:
@@ -3407,6 +3433,18 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'randn')
     rng = _numpy_rng(generator)
     return _leaf(rng.standard_normal(_sizes(size), dtype=dtype or default_dtype), requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
+           requires_grad=False):
+    """torch.normal: samples of N(mean, std); mean and std are numbers or tensors (then
+    the shape is theirs, broadcast), or numbers with a size."""
+    _cpu_only(device, 'normal')
+    m, s = (v.array if isinstance(v, Tensor) else v for v in (mean, std))
+    shape = _sizes((size,)) if size is not None else np.broadcast_shapes(np.shape(m), np.shape(s))
+    like = next((v.dtype for v in (mean, std) if isinstance(v, Tensor)), default_dtype)
+    draw = _numpy_rng(generator).standard_normal(shape) * s + m
+    return _leaf(draw.astype(dtype or like), requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
@@ -4064,6 +4102,10 @@ _PATHS = {
     'optim.lr_scheduler': lambda: _companion('optim'),
     'utils': lambda: _module('utils', "torch.utils"),
     'utils.data': lambda: _companion('data'),
+    'utils.data.dataloader': lambda: _companion('data'),
+    'utils.data.dataset': lambda: _companion('data'),
+    'utils.data.sampler': lambda: _companion('data'),
+    'utils.tensorboard': lambda: _companion('lookinside'),
     'autograd': lambda: _as_module('autograd', autograd),
     'distributed': lambda: _module(
         'distributed', "torch.distributed: one process here",
