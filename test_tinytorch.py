@@ -1841,6 +1841,38 @@ def test_cumprod_cummax_median_match_pytorch():
         np.testing.assert_allclose(x.grad, y.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+def test_reduction_gradients_at_nan_inf_and_zeros_match_pytorch():
+    """amax/amin multiply by their mask (a nan amax gives nan everywhere in its slice),
+    norm(p=inf) too (nans count as extremes, sign(nan) = 0), prod of all elements with
+    two zeros gives zeros, and cumprod selects (an inf upstream gradient makes no 0 * inf):
+    PyTorch's answers, as the fuzzer found them."""
+    torch = need_torch()
+    nan, inf = math.nan, math.inf
+    exprs = ['x.amax()', 'x.amin()', 'x.amax(0)', 'x.max()', 'x.norm(p=inf)', 'x.norm(p=-inf)',
+             'x.norm(p=inf, dim=0)', 'x.norm(p=1)', 'x.prod()', 'x.prod(0)', 'x.cumprod(0)',
+             'x.cumprod(-1)']
+    inputs = [[1.0, nan, 3.0], [nan, nan], [2.0, -3.0, -3.0], [[1.0, nan], [2.0, 3.0]],
+              [0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [0.0, 2.0, 0.0, 4.0], [[0.0, 1.0], [0.0, 2.0]],
+              [[2.0, 0.0, 3.0, 0.0, 5.0], [1.0, 2.0, 0.0, 4.0, 0.5]], [nan], [[nan, 2.0]],
+              [inf], inf, nan, 0.0]
+    for values in inputs:
+        for expr in exprs:
+            if np.ndim(values) == 0 and 'dim=0' in expr:
+                continue
+            for upstream in (1.0, inf, nan):
+                grads = []
+                for T in (tt, torch):
+                    x = T.tensor(values, dtype=T.float64, requires_grad=True)
+                    y = eval(expr, {'x': x, 'inf': inf})
+                    y.backward(T.full(tuple(y.shape), upstream, dtype=T.float64))
+                    grads.append(np.asarray(x.grad))
+                np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, equal_nan=True,
+                                           err_msg=f"{expr} of {values}, upstream {upstream}")
+    a = np.random.default_rng(4).standard_normal((3, 6))
+    a[0, 1] = a[0, 4] = a[2, 0] = 0.0
+    check(lambda t: t.cumprod(1), tt.tensor(a, requires_grad=True))  # the zero path
+
+
 def test_index_add_index_fill_and_mode():
     x, src = t64(3, 4), t64(2, 4, seed=1)
     check(lambda a, b: a.index_add(0, tt.tensor([2, 2]), b, alpha=2), x, src)

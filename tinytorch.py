@@ -1513,16 +1513,20 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.array, axis=axes, keepdims=True)
-    mask = (x.array == out) | (np.isnan(x.array) & np.isnan(out))  # a nan is the extreme
+    mask = x.array == out
+    if select:  # max() and min() of the whole tensor: a nan is the extreme (it gets g)
+        mask |= np.isnan(x.array) & np.isnan(out)
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
 
     def backward(g):
         """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
-        share = _expand_back(g, x.shape, axes, keepdim) / count
-        # PyTorch's amax multiplies by the mask (a nan upstream reaches every element);
-        # its max() of the whole tensor selects
-        return (np.where(mask, share, 0) if select else share * mask,)
+        # PyTorch's amax multiplies by the mask (a nan upstream reaches every element, and
+        # a nan amax, equal to no element, gives g / 0 * 0: nan); its max() of the whole
+        # tensor selects
+        with np.errstate(divide='ignore', invalid='ignore'):
+            share = _expand_back(g, x.shape, axes, keepdim) / count
+            return (np.where(mask, share, 0) if select else share * mask,)
     return from_op(res, op, (x,), backward)
 
 
@@ -1622,12 +1626,11 @@ def norm(x, p='fro', dim=None, keepdim=False):
     def backward(g):
         """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        sign = np.sign(x.array)
+        sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
-            if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
-                hit = ax == out
-                share = (sign / np.sum(hit, axis=axes, keepdims=True)).astype(g.dtype)
-                return (np.where(hit, g * share, 0),)
+            if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
+                hit = (ax == out) | np.isnan(ax)  # evenly; multiplied by the mask, as PyTorch
+                return (sign * (g / np.sum(hit, axis=axes, keepdims=True) * hit).astype(g.dtype),)
             if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
                 return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
@@ -1641,8 +1644,13 @@ def norm(x, p='fro', dim=None, keepdim=False):
 def prod(x, dim=None, keepdim=False):
     """The product of the elements (over one dim, or all of them)."""
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
-    if x.ndim == 0 and dim is not None:
-        return _on_0d(prod, x, keepdim)
+    if x.ndim == 0:  # one element is its own product
+        data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array.copy()
+
+        def backward_0d(g):
+            """d prod / dx = 1  (even at x = inf or nan, as PyTorch)"""
+            return (g,)
+        return from_op(data, 'prod', (x,), backward_0d)
     out = np.prod(x.array, axis=axes, keepdims=True)
     zero = x.array == 0
     zeros = np.sum(zero, axis=axes, keepdims=True)
@@ -1650,12 +1658,15 @@ def prod(x, dim=None, keepdim=False):
     def backward(g):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
         # with one 0, only that element gets the product of the others; with two, none
+        # (the product of all elements then gives zeros, not g * 0, as PyTorch)
+        if dim is None and zero.sum() > 1:
+            return (np.zeros(x.shape, g.dtype),)
         g = _expand_back(g, x.shape, axes, keepdim)
         others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
             grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
                             np.where((zeros == 1) & zero, others, 0))
-        return (g * grad,)
+            return (g * grad,)  # g * 0: nan where g is inf, as PyTorch
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
 
@@ -1683,18 +1694,26 @@ def cumprod(x, dim):
 
     def backward(g):
         """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
-        # sum over j >= i of g_j out_j / x_i, by a reversed running sum; where x_i is 0,
-        # the product of the others is taken directly (one slice at a time)
-        with np.errstate(divide='ignore', invalid='ignore'):
-            gx = np.flip(np.cumsum(np.flip(g * out, d), axis=d), d) / x.array
+        if x.shape[d] == 1:  # out = x (PyTorch returns g as it is, even at inf or nan)
+            return (g,)
+
+        def rev_cumsum(a):
+            return np.flip(np.cumsum(np.flip(a, d), axis=d), d)
         zero = x.array == 0
-        if zero.any():
-            for idx in zip(*np.nonzero(zero)):
-                i = idx[d]
-                line = tuple(slice(None) if k == d else idx[k] for k in range(x.ndim))
-                xs, gs = x.array[line], g[line]
-                others = np.cumprod(np.where(np.arange(xs.size) == i, 1, xs))
-                gx[idx] = np.sum((gs * others)[i:])
+        with np.errstate(divide='ignore', invalid='ignore'):
+            if not zero.any():  # sum over j >= i of g_j out_j / x_i: a reversed running sum
+                return ((rev_cumsum(g * out) / x.array).astype(x.dtype, copy=False),)
+            # as PyTorch: before a line's first zero z1, as above; at z1, out_{z1-1} times
+            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k; after it, 0 (selected, never g * 0)
+            zeros_so_far = np.cumsum(zero, axis=d)
+            before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
+            gx = np.where(before, rev_cumsum(np.where(before, g * out, 0)) / np.where(before, x.array, 1), 0)
+            segment = zeros_so_far == 1
+            inner = np.cumprod(np.where(segment & ~first, x.array, 1), axis=d)
+            total = np.sum(np.where(segment, g * inner, 0), axis=d, keepdims=True)
+            previous = np.concatenate([np.ones_like(np.take(out, [0], axis=d)),
+                                       np.take(out, np.arange(x.shape[d] - 1), axis=d)], axis=d)
+            gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
     return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
 
