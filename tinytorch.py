@@ -421,8 +421,13 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b (section 7 keeps the dtype of a + b)."""
+    return _operands(a, b if alpha == 1 else b * alpha)
+
+
 def add(a, b, alpha=1):
-    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a + alpha b
+    a, b = _scaled(a, b, alpha)  # a + alpha b
 
     def backward(g):
         """d(a+b)/da = 1
@@ -434,7 +439,7 @@ def add(a, b, alpha=1):
 
 def sub(a, b, alpha=1):
     _no_bool_subtraction(a, b)
-    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a - alpha b
+    a, b = _scaled(a, b, alpha)  # a - alpha b
 
     def backward(g):
         """d(a-b)/da = 1
@@ -484,7 +489,7 @@ def pow(a, b):
         out = np.sqrt(a.array) if p == 0.5 else 1 / np.sqrt(a.array) if p == -0.5 else a.array ** p
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
-    out = _broadcast_op('pow', np.power, a, b)
+    out = _broadcast_op('pow', _power, a, b)
 
     def backward(g):
         """d(a^b)/da = b a^(b-1)  (0 where b = 0)
@@ -500,6 +505,9 @@ def pow(a, b):
             gb = unbroadcast(g * gb, b.shape)
         return ga, gb
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
+
+
+_power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
 
 
 def _no_bool_subtraction(a, b):
@@ -883,6 +891,33 @@ def _operands(a, b, floating=False):
 
 
 
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
+    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
+    a bool one; for bools, alpha * b is b and bool(alpha)."""
+    if type(alpha) is int and alpha == 1:
+        return _operands(a, b)
+    dtype = result_type(a, b)
+    if isinstance(alpha, (bool, np.bool_)) and dtype != bool_:
+        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
+    if isinstance(alpha, (float, np.floating)) and dtype.kind in 'biu':
+        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
+                        f"a float, got {alpha!r}")
+    if dtype == bool_:
+        return _as(a, dtype), _as(b if alpha else b * False, dtype)
+    return _as(a, dtype), _as(b * alpha, dtype)
+
+
+def _power(a, b):
+    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
+    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0."""
+    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
+
+
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
@@ -1143,8 +1178,7 @@ def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):  # bounds per element
-        out = x if min is None else maximum(x, min)
-        return out if max is None else minimum(out, max)
+        return _clamp_per_element(x, min, max)
     dtype = result_type(x, *(b for b in (min, max) if b is not None))
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
@@ -1157,6 +1191,29 @@ def clamp(x, min=None, max=None):
         """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
         return (np.where(inside, g, 0),)
     return from_op(out, 'clamp', (x,), backward)
+
+
+def _clamp_per_element(x, lo, hi):
+    """clamp with tensor bounds: max(x, lo), then min(., hi); a nan anywhere gives nan."""
+    dtype = result_type(*(v for v in (x, lo, hi) if v is not None))
+    x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
+    out = x.array if lo is None else np.maximum(x.array, lo.array)
+    out = out if hi is None else np.minimum(out, hi.array)
+    inputs = tuple(v for v in (x, lo, hi) if v is not None)
+
+    def backward(g):
+        """d clamp/dx = 1 where lo <= x <= hi, else 0 (0 at a nan, as PyTorch)
+        d clamp/dlo = 1 where x < lo (and lo < hi); d clamp/dhi = 1 where x > hi (or hi < lo)"""
+        a = x.array
+        with np.errstate(invalid='ignore'):
+            if lo is not None and hi is not None:
+                masks = ((a >= lo.array) & (a <= hi.array), (a < lo.array) & (lo.array < hi.array),
+                         (a > hi.array) | (hi.array < lo.array))
+            else:
+                masks = (a >= lo.array, a < lo.array) if hi is None else (a <= hi.array, a > hi.array)
+        return tuple(unbroadcast(np.where(m, g, 0), v.shape) if v.requires_grad else None
+                     for m, v in zip(masks, inputs))  # selected, never g * mask (0 * inf)
+    return from_op(out, 'clamp', inputs, backward)
 
 
 def _extreme_pair_grads(g, a, b, wins):
@@ -1482,8 +1539,9 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     def backward(g):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        if dof <= 0 and _no_dim(dim):  # PyTorch's value: nan where x_i == mean, else inf
-            return (g * np.where(centered == 0, np.nan, np.inf).astype(g.dtype),)
+        if dof <= 0 and (_no_dim(dim) or x.ndim == 0):  # PyTorch's value (0-d too): nan
+            same = x.array == np.mean(x.array, axis=axes, keepdims=True)  # where x_i == mean,
+            return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
     return from_op(out, 'var', (x,), backward)
@@ -2595,7 +2653,14 @@ def _mT(x):
 
 Tensor.mT = property(_mT)
 Tensor.swapaxes = Tensor.swapdims = transpose
-Tensor.t = lambda self: view(self, self.shape) if self.ndim < 2 else transpose(self, 0, 1)
+def _t(x):
+    """x.t(): a 2-d tensor transposed, a 0-d or 1-d one as it is (more dims: refused, as PyTorch)."""
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dims, got {x.ndim}; use transpose or .mT")
+    return view(x, x.shape) if x.ndim < 2 else transpose(x, 0, 1)
+
+
+Tensor.t = _t
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
 Tensor.view_as = lambda self, other: view(self, other.shape)
 Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
@@ -2744,7 +2809,8 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     value sits among them, and how often each occurs."""
     if dim is not None:
         raise NotImplementedError("unique: dim= is not supported; flatten first")
-    values, inverse, counts = np.unique(x.array, return_inverse=True, return_counts=True)
+    values, inverse, counts = np.unique(x.array, return_inverse=True, return_counts=True,
+                                        equal_nan=False)  # each nan its own value, as PyTorch
 
     def backward(g):
         """d unique/dx: not defined (PyTorch raises too)"""
@@ -3087,13 +3153,13 @@ def _requires_grad(t):
 
 def add_(x, other, alpha=1):
     o = _in_place_operand(x, other, 'add_')
-    return _in_place(x, 'add_', add(x, o if alpha == 1 else o * alpha))
+    return _in_place(x, 'add_', add(x, o, alpha))
 
 
 def sub_(x, other, alpha=1):
     _no_bool_subtraction(x, other)
     o = _in_place_operand(x, other, 'sub_')
-    return _in_place(x, 'sub_', sub(x, o if alpha == 1 else o * alpha))
+    return _in_place(x, 'sub_', sub(x, o, alpha))
 
 
 def mul_(x, other):
