@@ -515,6 +515,14 @@ def test_gelu_tanh_approximation():
     check(lambda x: tt.gelu(x, approximate='tanh'), t64(4, 5))
 
 
+@pytest.mark.parametrize('fast', [True, False])
+def test_erf_of_a_0d_tensor_on_both_paths(monkeypatch, fast):
+    """The plain path's math.erf, element by element, hands back a 0-d array too."""
+    monkeypatch.setattr(tt, 'fast', fast)
+    out = tt.erf(tt.tensor(0.5, dtype=tt.float64))
+    assert out.shape == () and out.dtype == tt.float64 and out.item() == pytest.approx(math.erf(0.5))
+
+
 def test_gelu_values_match_math_erf():
     xs = np.linspace(-8, 8, 401)
     out = tt.gelu(tt.tensor(xs)).array

@@ -1129,7 +1129,7 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 def _erf_plain(x):
     """erf of an array by Python's math.erf, one element at a time (the plain path)."""
-    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+    return np.array(np.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)  # 0-d: an array too
 
 
 def erf(x):
