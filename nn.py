@@ -1087,6 +1087,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     except ValueError:
         raise ValueError(f"cosine_similarity: shapes {tuple(x1.shape)} and {tuple(x2.shape)} "
                          "cannot be broadcast together") from None
+    tt._dim(dim, len(shape), 'cosine_similarity')  # dim=1 of a 0-d or 1-d pair: refused, as PyTorch
     x1 = x1 if x1.shape == shape else x1.expand(shape)
     x2 = x2 if x2.shape == shape else x2.expand(shape)
     n1, n2 = x1.norm(2, dim, keepdim=True).clone(), x2.norm(2, dim, keepdim=True).clone()
@@ -2246,6 +2247,8 @@ def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
         raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
     target = _pair(input, target, 'huber_loss')
     loss = _huber(input, target, delta, 'huber')
+    if isinstance(input, Tensor) and input.dtype.kind == 'f' and loss.dtype != input.dtype:
+        loss = loss.to(input.dtype)  # PyTorch's huber_loss keeps input's dtype (no promotion)
     if _weights(weight, input, 'huber_loss') is not None:
         loss = loss * weight
     return _reduce(loss, reduction, 'huber_loss')

@@ -423,8 +423,13 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b (section 7 keeps the dtype of a + b)."""
+    return _operands(a, b if alpha == 1 else b * alpha)
+
+
 def add(a, b, alpha=1):
-    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a + alpha b
+    a, b = _scaled(a, b, alpha)  # a + alpha b
 
     def backward(g):
         """d(a+b)/da = 1
@@ -436,7 +441,7 @@ def add(a, b, alpha=1):
 
 def sub(a, b, alpha=1):
     _no_bool_subtraction(a, b)
-    a, b = _operands(a, b if alpha == 1 else b * alpha)  # a - alpha b
+    a, b = _scaled(a, b, alpha)  # a - alpha b
 
     def backward(g):
         """d(a-b)/da = 1
@@ -486,7 +491,7 @@ def pow(a, b):
         out = np.sqrt(a.array) if p == 0.5 else 1 / np.sqrt(a.array) if p == -0.5 else a.array ** p
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
-    out = _broadcast_op('pow', np.power, a, b)
+    out = _broadcast_op('pow', _power, a, b)
 
     def backward(g):
         """d(a^b)/da = b a^(b-1)  (0 where b = 0)
@@ -502,6 +507,9 @@ def pow(a, b):
             gb = unbroadcast(g * gb, b.shape)
         return ga, gb
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
+
+
+_power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
 
 
 def _no_bool_subtraction(a, b):
@@ -885,6 +893,33 @@ def _operands(a, b, floating=False):
 
 
 
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
+    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
+    a bool one; for bools, alpha * b is b and bool(alpha)."""
+    if type(alpha) is int and alpha == 1:
+        return _operands(a, b)
+    dtype = result_type(a, b)
+    if isinstance(alpha, (bool, np.bool_)) and dtype != bool_:
+        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
+    if isinstance(alpha, (float, np.floating)) and dtype.kind in 'biu':
+        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
+                        f"a float, got {alpha!r}")
+    if dtype == bool_:
+        return _as(a, dtype), _as(b if alpha else b * False, dtype)
+    return _as(a, dtype), _as(b * alpha, dtype)
+
+
+def _power(a, b):
+    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
+    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0."""
+    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
+
+
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
@@ -1096,7 +1131,7 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 def _erf_plain(x):
     """erf of an array by Python's math.erf, one element at a time (the plain path)."""
-    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+    return np.array(np.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)  # 0-d: an array too
 
 
 def erf(x):
@@ -1145,8 +1180,7 @@ def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):  # bounds per element
-        out = x if min is None else maximum(x, min)
-        return out if max is None else minimum(out, max)
+        return _clamp_per_element(x, min, max)
     dtype = result_type(x, *(b for b in (min, max) if b is not None))
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
@@ -1159,6 +1193,29 @@ def clamp(x, min=None, max=None):
         """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
         return (np.where(inside, g, 0),)
     return from_op(out, 'clamp', (x,), backward)
+
+
+def _clamp_per_element(x, lo, hi):
+    """clamp with tensor bounds: max(x, lo), then min(., hi); a nan anywhere gives nan."""
+    dtype = result_type(*(v for v in (x, lo, hi) if v is not None))
+    x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
+    out = x.array if lo is None else np.maximum(x.array, lo.array)
+    out = out if hi is None else np.minimum(out, hi.array)
+    inputs = tuple(v for v in (x, lo, hi) if v is not None)
+
+    def backward(g):
+        """d clamp/dx = 1 where lo <= x <= hi, else 0 (0 at a nan, as PyTorch)
+        d clamp/dlo = 1 where x < lo (and lo < hi); d clamp/dhi = 1 where x > hi (or hi < lo)"""
+        a = x.array
+        with np.errstate(invalid='ignore'):
+            if lo is not None and hi is not None:
+                masks = ((a >= lo.array) & (a <= hi.array), (a < lo.array) & (lo.array < hi.array),
+                         (a > hi.array) | (hi.array < lo.array))
+            else:
+                masks = (a >= lo.array, a < lo.array) if hi is None else (a <= hi.array, a > hi.array)
+        return tuple(unbroadcast(np.where(m, g, 0), v.shape) if v.requires_grad else None
+                     for m, v in zip(masks, inputs))  # selected, never g * mask (0 * inf)
+    return from_op(out, 'clamp', inputs, backward)
 
 
 def _extreme_pair_grads(g, a, b, wins):
@@ -1484,8 +1541,9 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     def backward(g):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        if dof <= 0 and _no_dim(dim):  # PyTorch's value: nan where x_i == mean, else inf
-            return (g * np.where(centered == 0, np.nan, np.inf).astype(g.dtype),)
+        if dof <= 0 and (_no_dim(dim) or x.ndim == 0):  # PyTorch's value (0-d too): nan
+            same = x.array == np.mean(x.array, axis=axes, keepdims=True)  # where x_i == mean,
+            return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
     return from_op(out, 'var', (x,), backward)
@@ -1515,16 +1573,20 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
         raise RuntimeError(f"{op}: cannot reduce over an empty dim (tensor of shape "
                            f"{tuple(x.shape)}): the {op[1:]} of no values is undefined")
     out = fn(x.array, axis=axes, keepdims=True)
-    mask = (x.array == out) | (np.isnan(x.array) & np.isnan(out))  # a nan is the extreme
+    mask = x.array == out
+    if select:  # max() and min() of the whole tensor: a nan is the extreme (it gets g)
+        mask |= np.isnan(x.array) & np.isnan(out)
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
 
     def backward(g):
         """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
-        share = _expand_back(g, x.shape, axes, keepdim) / count
-        # PyTorch's amax multiplies by the mask (a nan upstream reaches every element);
-        # its max() of the whole tensor selects
-        return (np.where(mask, share, 0) if select else share * mask,)
+        # PyTorch's amax multiplies by the mask (a nan upstream reaches every element, and
+        # a nan amax, equal to no element, gives g / 0 * 0: nan); its max() of the whole
+        # tensor selects
+        with np.errstate(divide='ignore', invalid='ignore'):
+            share = _expand_back(g, x.shape, axes, keepdim) / count
+            return (np.where(mask, share, 0) if select else share * mask,)
     return from_op(res, op, (x,), backward)
 
 
@@ -1624,12 +1686,11 @@ def norm(x, p='fro', dim=None, keepdim=False):
     def backward(g):
         """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
         g = _expand_back(g, x.shape, axes, keepdim)
-        sign = np.sign(x.array)
+        sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
-            if p == math.inf or p == -math.inf:  # to the extreme elements, ties share evenly
-                hit = ax == out
-                share = (sign / np.sum(hit, axis=axes, keepdims=True)).astype(g.dtype)
-                return (np.where(hit, g * share, 0),)
+            if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
+                hit = (ax == out) | np.isnan(ax)  # evenly; multiplied by the mask, as PyTorch
+                return (sign * (g / np.sum(hit, axis=axes, keepdims=True) * hit).astype(g.dtype),)
             if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
                 return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
@@ -1643,8 +1704,13 @@ def norm(x, p='fro', dim=None, keepdim=False):
 def prod(x, dim=None, keepdim=False):
     """The product of the elements (over one dim, or all of them)."""
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
-    if x.ndim == 0 and dim is not None:
-        return _on_0d(prod, x, keepdim)
+    if x.ndim == 0:  # one element is its own product
+        data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array.copy()
+
+        def backward_0d(g):
+            """d prod / dx = 1  (even at x = inf or nan, as PyTorch)"""
+            return (g,)
+        return from_op(data, 'prod', (x,), backward_0d)
     out = np.prod(x.array, axis=axes, keepdims=True)
     zero = x.array == 0
     zeros = np.sum(zero, axis=axes, keepdims=True)
@@ -1652,12 +1718,15 @@ def prod(x, dim=None, keepdim=False):
     def backward(g):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
         # with one 0, only that element gets the product of the others; with two, none
+        # (the product of all elements then gives zeros, not g * 0, as PyTorch)
+        if dim is None and zero.sum() > 1:
+            return (np.zeros(x.shape, g.dtype),)
         g = _expand_back(g, x.shape, axes, keepdim)
         others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
             grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
                             np.where((zeros == 1) & zero, others, 0))
-        return (g * grad,)
+            return (g * grad,)  # g * 0: nan where g is inf, as PyTorch
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
 
@@ -1685,18 +1754,26 @@ def cumprod(x, dim):
 
     def backward(g):
         """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
-        # sum over j >= i of g_j out_j / x_i, by a reversed running sum; where x_i is 0,
-        # the product of the others is taken directly (one slice at a time)
-        with np.errstate(divide='ignore', invalid='ignore'):
-            gx = np.flip(np.cumsum(np.flip(g * out, d), axis=d), d) / x.array
+        if x.shape[d] == 1:  # out = x (PyTorch returns g as it is, even at inf or nan)
+            return (g,)
+
+        def rev_cumsum(a):
+            return np.flip(np.cumsum(np.flip(a, d), axis=d), d)
         zero = x.array == 0
-        if zero.any():
-            for idx in zip(*np.nonzero(zero)):
-                i = idx[d]
-                line = tuple(slice(None) if k == d else idx[k] for k in range(x.ndim))
-                xs, gs = x.array[line], g[line]
-                others = np.cumprod(np.where(np.arange(xs.size) == i, 1, xs))
-                gx[idx] = np.sum((gs * others)[i:])
+        with np.errstate(divide='ignore', invalid='ignore'):
+            if not zero.any():  # sum over j >= i of g_j out_j / x_i: a reversed running sum
+                return ((rev_cumsum(g * out) / x.array).astype(x.dtype, copy=False),)
+            # as PyTorch: before a line's first zero z1, as above; at z1, out_{z1-1} times
+            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k; after it, 0 (selected, never g * 0)
+            zeros_so_far = np.cumsum(zero, axis=d)
+            before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
+            gx = np.where(before, rev_cumsum(np.where(before, g * out, 0)) / np.where(before, x.array, 1), 0)
+            segment = zeros_so_far == 1
+            inner = np.cumprod(np.where(segment & ~first, x.array, 1), axis=d)
+            total = np.sum(np.where(segment, g * inner, 0), axis=d, keepdims=True)
+            previous = np.concatenate([np.ones_like(np.take(out, [0], axis=d)),
+                                       np.take(out, np.arange(x.shape[d] - 1), axis=d)], axis=d)
+            gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
     return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
 
@@ -2578,7 +2655,14 @@ def _mT(x):
 
 Tensor.mT = property(_mT)
 Tensor.swapaxes = Tensor.swapdims = transpose
-Tensor.t = lambda self: view(self, self.shape) if self.ndim < 2 else transpose(self, 0, 1)
+def _t(x):
+    """x.t(): a 2-d tensor transposed, a 0-d or 1-d one as it is (more dims: refused, as PyTorch)."""
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dims, got {x.ndim}; use transpose or .mT")
+    return view(x, x.shape) if x.ndim < 2 else transpose(x, 0, 1)
+
+
+Tensor.t = _t
 Tensor.expand_as = lambda self, other: expand(self, other.shape)
 Tensor.view_as = lambda self, other: view(self, other.shape)
 Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
@@ -2727,7 +2811,8 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     value sits among them, and how often each occurs."""
     if dim is not None:
         raise NotImplementedError("unique: dim= is not supported; flatten first")
-    values, inverse, counts = np.unique(x.array, return_inverse=True, return_counts=True)
+    values, inverse, counts = np.unique(x.array, return_inverse=True, return_counts=True,
+                                        equal_nan=False)  # each nan its own value, as PyTorch
 
     def backward(g):
         """d unique/dx: not defined (PyTorch raises too)"""
@@ -3070,13 +3155,13 @@ def _requires_grad(t):
 
 def add_(x, other, alpha=1):
     o = _in_place_operand(x, other, 'add_')
-    return _in_place(x, 'add_', add(x, o if alpha == 1 else o * alpha))
+    return _in_place(x, 'add_', add(x, o, alpha))
 
 
 def sub_(x, other, alpha=1):
     _no_bool_subtraction(x, other)
     o = _in_place_operand(x, other, 'sub_')
-    return _in_place(x, 'sub_', sub(x, o if alpha == 1 else o * alpha))
+    return _in_place(x, 'sub_', sub(x, o, alpha))
 
 
 def mul_(x, other):
