@@ -1353,7 +1353,7 @@ def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
         tt.load(str(tmp_path / 'c.npz'))
 
 
-def test_tensor_as_tensor_empty_and_normal_take_pytorchs_arguments():
+def test_tensor_as_tensor_empty_and_normal_take_torchs_arguments():
     assert tt.tensor([1, 2], dtype=tt.int64, device='cpu', pin_memory=False).tolist() == [1, 2]
     with pytest.raises(RuntimeError, match="tensor: device 'cuda' is not available"):
         tt.tensor([1.0], device='cuda')

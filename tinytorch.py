@@ -423,8 +423,7 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
-def _scaled(a, b, alpha):
-    """add's and sub's operands a and alpha * b (section 7 keeps the dtype of a + b)."""
+def _scaled(a, b, alpha):  # add's and sub's operands a and alpha b (section 7: a + b's dtype)
     return _operands(a, b if alpha == 1 else b * alpha)
 
 
