@@ -9477,6 +9477,7 @@ def sharing(monkeypatch):
     monkeypatch.setattr(tt, '_cores_free', 2)
     monkeypatch.setattr(tt, '_next_look', 0.0)
     monkeypatch.setattr(tt, '_room_since', None)
+    monkeypatch.setattr(tt, '_last_want', 2)
     monkeypatch.setattr(tt, '_share_on', True)
     monkeypatch.setattr(tt, '_threads_pinned', False)
     monkeypatch.setattr(tt, 'fast', True)
@@ -9494,18 +9495,23 @@ def test_share_cores_drops_at_once_and_rises_after_lasting_room(sharing):
     assert sharing == [] and tt._threads_now() == 2  # quiet: nothing changes
     tt.share_cores(now=10.1, others=2)
     assert sharing == [], "looked again before SHARE_LOOK_EVERY"
-    tt.share_cores(now=10.3, others=2)  # two busy programs: one thread, at once
+    tt.share_cores(now=10.3, others=2)  # one look that sees others: it may be a blip
+    tt.share_cores(now=10.6, others=0)
+    assert sharing == [] and tt._threads_now() == 2
+    tt.share_cores(now=10.9, others=2)
+    tt.share_cores(now=11.2, others=2)  # two looks in a row: one thread, at once
     assert sharing == [1] and tt._threads_now() == 1
-    tt.share_cores(now=10.6, others=0)  # room: wait to see that it lasts
-    tt.share_cores(now=11.0, others=1)  # a blip: the wait starts again
-    tt.share_cores(now=11.5, others=0)
-    tt.share_cores(now=11.5 + tt.SHARE_RISE_AFTER - 0.1, others=0)
+    tt.share_cores(now=11.6, others=0)  # room: wait to see that it lasts
+    tt.share_cores(now=12.0, others=1)  # a blip: the wait starts again
+    tt.share_cores(now=12.5, others=0)
+    tt.share_cores(now=12.5 + tt.SHARE_RISE_AFTER - 0.1, others=0)
     assert sharing == [1] and tt._threads_now() == 1
-    tt.share_cores(now=11.5 + tt.SHARE_RISE_AFTER + 0.3, others=0)
+    tt.share_cores(now=12.5 + tt.SHARE_RISE_AFTER + 0.3, others=0)
     assert sharing == [1, 2] and tt._threads_now() == 2
 
 
 def test_share_cores_is_off_on_the_plain_path_and_when_pinned(sharing, monkeypatch):
+    tt.share_cores(now=0.5, others=2)
     tt.share_cores(now=1.0, others=2)
     assert tt._cores_free == 1
     monkeypatch.setattr(tt, 'fast', False)  # TINYTORCH_PLAIN=1: all the cores again, at once
@@ -9516,6 +9522,7 @@ def test_share_cores_is_off_on_the_plain_path_and_when_pinned(sharing, monkeypat
     tt.share_cores(now=3.0, others=2)
     assert sharing == [1, 2]
     monkeypatch.setattr(tt, '_share_on', True)
+    tt.share_cores(now=3.5, others=2)
     tt.share_cores(now=4.0, others=2)
     assert tt._threads_now() == 1
     monkeypatch.setattr(tt, '_threads_pinned', True)  # set_num_threads(n): n it is
@@ -9532,6 +9539,7 @@ def test_parallel_for_on_a_busy_machine_gives_the_plain_result(sharing, monkeypa
         monkeypatch.setattr(tt, '_next_look', 0.0)
         monkeypatch.setattr(tt, 'others_running', lambda: others)
         monkeypatch.setattr(tt, '_room_since', -100.0)  # room has lasted: a rise is allowed
+        monkeypatch.setattr(tt, '_last_want', 2 if others == 0 else 1)  # the look before
         ranges, out = [], np.empty_like(x)
 
         def fn(lo, hi):

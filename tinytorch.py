@@ -4506,8 +4506,9 @@ def parallel_for(fn, n, size, threads=None):
 # second, share_cores looks at the machine: /proc/stat's procs_running counts the threads
 # that run or wait for a core, machine-wide; less this process's own, that leaves the
 # others. The cores they leave (at least one) are what tinytorch's parallel_for and
-# OpenBLAS may use: fewer at once when others come, more again only after 2 seconds of
-# room (a spell that comes and goes would otherwise flip it back and forth). Looking costs
+# OpenBLAS may use: fewer as soon as two looks in a row see the others (one look alone
+# can catch a process that woke for a moment), more again only after 2 seconds of room
+# (a spell that comes and goes would otherwise flip it back and forth). Looking costs
 # about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
 # the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
 # TINYTORCH_TUNE_THREADS=0 turns it off, and so do the plain path and set_num_threads(n).
@@ -4516,6 +4517,8 @@ SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go
 _machine_cores = os.cpu_count() or 1
 _cores_free = _machine_cores  # what the threads may use now
 _next_look, _room_since = 0.0, None
+_last_want = _machine_cores  # what the previous look left free: one look alone (a process
+# that woke for a moment, as one look in 200 sees on a quiet machine) lowers nothing
 _share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
 _openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
 
@@ -4552,7 +4555,7 @@ def share_cores(now=None, others=None):
     SHARE_RISE_AFTER seconds of room. Called on the caller's thread where threaded work
     starts (parallel_for, the weight gradients), never from a worker: OpenBLAS's count
     must not change during a product. now and others let a test inject them."""
-    global _next_look, _room_since
+    global _next_look, _room_since, _last_want
     now = time.monotonic() if now is None else now
     if now < _next_look:
         return
@@ -4564,10 +4567,11 @@ def share_cores(now=None, others=None):
     others = others_running() if others is None else others
     if others is None:
         return
-    want = cores_to_use(others, _machine_cores)
-    if want < _cores_free:  # others came: fewer threads now
+    want, seen = cores_to_use(others, _machine_cores), _last_want
+    _last_want = want
+    if builtins.max(want, seen) < _cores_free:  # others came, two looks in a row: fewer now
         _room_since = None
-        _use_cores(want)
+        _use_cores(builtins.max(want, seen))
     elif want == _cores_free:
         _room_since = None
     elif _room_since is None:  # room: wait to see that it lasts
