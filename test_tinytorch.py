@@ -1413,6 +1413,27 @@ def test_sizes_histograms_and_keyword_names_match_pytorch():
     np.testing.assert_allclose(tt.histc(a, bins=6).array, torch.histc(b, bins=6).numpy(), rtol=1e-5)
 
 
+def test_tensors_print_with_four_decimals_and_whole_numbers_as_integers():
+    assert repr(tt.tensor([0.071, 1.5, -2.25])) == 'tensor([ 0.0710,  1.5000, -2.2500])'
+    assert repr(tt.tensor([1.0, 2.0])) == 'tensor([1., 2.])'
+    assert repr(tt.tensor([1e-5, 3.0])) == 'tensor([1.0000e-05, 3.0000e+00])'
+    assert repr(tt.zeros(2, 0)) == 'tensor([], size=(2, 0))' and repr(tt.zeros(0)) == 'tensor([])'
+    assert max(len(line) for line in repr(tt.arange(40.0) / 3).splitlines()) <= 80
+
+
+def test_tensors_print_as_pytorch_prints_them():
+    torch = need_torch()
+    rng = np.random.default_rng(0)
+    cases = [[0.071, 1.5, -2.25], [1.0, 2.0], [1e-5, 3.0], [[0.1234567, 2.0], [3.0, 4.0]],
+             list(np.linspace(0, 1, 12)), [math.nan, 1.5, math.inf], [1e9, 1.0], [0.0, 0.0],
+             3.14159, [[1.0, 2.0], [3.0, 4.0]], list(np.arange(30.0)), rng.standard_normal((3, 4, 5)),
+             [1e-5, 1e-6], [123456.7, 1.2], [math.nan], [1e5, 1.0], [True, False], [-1, 20, 3]]
+    for c in cases:
+        a = np.array(c, dtype=np.float32) if np.asarray(c).dtype.kind == 'f' else np.array(c)
+        assert repr(tt.tensor(a)) == repr(torch.tensor(a)), c
+    assert repr(tt.zeros(2, 0)) == repr(torch.zeros(2, 0))
+
+
 def test_devices_formats_and_randint_forms_match_pytorch():
     torch = need_torch()
     for name in ('cpu', 'cuda:1', 'cuda'):

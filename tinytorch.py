@@ -213,10 +213,8 @@ class Tensor:
     __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
 
     def __repr__(self):
-        body = np.array2string(self.array, separator=', ', prefix='tensor(', precision=4)
-        extra = ''
-        if self.dtype not in (default_dtype, int64, bool_):
-            extra += f', dtype={self.dtype}'
+        body = _array_text(self.array)  # the values, 4 decimals (section 18: as PyTorch)
+        extra = f', dtype={self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
         if self._backward is not None:
             extra += f', grad_fn=<{self._op}>'
         elif self.requires_grad:
@@ -259,6 +257,7 @@ def _init_result(out, data, vc=None):
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
 _hooks = []  # tools watching every op and rule (lookinside.py, section 17): usually none
+_array_text = functools.partial(np.array2string, separator=', ', prefix='tensor(', precision=4)
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -4276,6 +4275,23 @@ def _child(parent, name):
 __path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
 if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys.meta_path):
     sys.meta_path.append(_PathFinder)
+
+
+def _array_text(a):
+    """A tensor's values as PyTorch prints them (Part I's repr calls this): 4 decimals, or
+    e-notation where the magnitudes span more than 1000x (or pass 1e8, or go under 1e-4);
+    floats that are whole numbers as "2."; lines of at most 80 characters; an empty
+    tensor with more than one dim says its size."""
+    if a.size == 0 and a.ndim > 1:
+        return f'[], size={a.shape}'
+    finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
+    nonzero = finite[finite != 0]
+    wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
+    whole = np.all(finite == np.floor(finite)) and not wide
+    small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
+    return np.array2string(a, separator=', ', prefix='tensor(', precision=4, max_line_width=80,
+                           floatmode='maxprec_equal' if whole else 'fixed',
+                           suppress_small=not (wide or small))
 
 
 class Size(tuple):
