@@ -1349,7 +1349,7 @@ def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
         tt.load(path, map_location='cuda')
     nn.save({'w': tt.ones(2)}, str(tmp_path / 'c.npz'))
-    with pytest.raises(pickle.UnpicklingError, match="a zip archive .*nn.load"):
+    with pytest.raises(pickle.UnpicklingError, match="zip archive is not a PyTorch file .*nn.load"):
         tt.load(str(tmp_path / 'c.npz'))
 
 
@@ -1432,6 +1432,29 @@ def test_tensors_print_as_pytorch_prints_them():
         a = np.array(c, dtype=np.float32) if np.asarray(c).dtype.kind == 'f' else np.array(c)
         assert repr(tt.tensor(a)) == repr(torch.tensor(a)), c
     assert repr(tt.zeros(2, 0)) == repr(torch.zeros(2, 0))
+
+
+def test_load_reads_a_file_pytorch_saved(tmp_path):
+    """A checkpoint trained in PyTorch loads into the same model written for tinytorch."""
+    torch = need_torch()
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    path = str(tmp_path / 'ckpt.pt')
+    strided = torch.arange(12, dtype=torch.float64).view(3, 4).t()[1:, ::2]
+    torch.save({'model': theirs.state_dict(), 'iter_num': 7, 'shape': torch.Size([2, 3]),
+                'strided': strided, 'ids': torch.tensor([1, 2]), 'mask': torch.tensor([True]),
+                'p': torch.nn.Parameter(torch.ones(2))}, path)
+    ckpt = tt.load(path, map_location='cpu')
+    ours = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    ours.load_state_dict(ckpt['model'])
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(ours(tt.tensor(x)).detach().array,
+                               theirs(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)
+    assert ckpt['iter_num'] == 7 and ckpt['shape'] == (2, 3) and ckpt['p'].requires_grad
+    np.testing.assert_array_equal(ckpt['strided'].array, strided.numpy())
+    assert ckpt['ids'].dtype == tt.int64 and ckpt['mask'].dtype == tt.bool_
+    torch.save(theirs, path)  # a whole model: pickled code
+    with pytest.raises(pickle.UnpicklingError, match=r"pickled torch\.nn\.modules.*weights_only=False"):
+        tt.load(path)
 
 
 def test_devices_formats_and_randint_forms_match_pytorch():

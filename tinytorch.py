@@ -4003,10 +4003,12 @@ class record_function:
 import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
 import importlib.util  # noqa: E402
 import inspect  # noqa: E402
+import io  # noqa: E402
 import operator  # noqa: E402
 import pickle  # noqa: E402
 import types  # noqa: E402
 import warnings  # noqa: E402
+import zipfile  # noqa: E402
 
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
@@ -4398,15 +4400,69 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=No
             return load(fh, map_location, weights_only=weights_only)
     start = f.read(2)
     f.seek(-len(start), 1)
-    if start == b'PK':
-        raise pickle.UnpicklingError("load: this is a zip archive (a PyTorch .pt file, or a "
-                                     "checkpoint nn.save wrote: read that with nn.load), not a "
-                                     "file tinytorch's save wrote")
-    unpickler = pickle.Unpickler(f) if weights_only is False else _WeightsUnpickler(f)
     try:
+        if start == b'PK':  # a zip archive: PyTorch's own format (or nn.save's)
+            return _load_pytorch_file(f, weights_only is not False)
+        unpickler = pickle.Unpickler(f) if weights_only is False else _WeightsUnpickler(f)
         return unpickler.load()
     except pickle.UnpicklingError as e:
         raise pickle.UnpicklingError(str(e)) from None
+
+
+# A file PyTorch's torch.save wrote is a zip archive: data.pkl, a pickle whose tensors
+# refer by key to raw little-endian arrays stored beside it (data/0, data/1, ...); each
+# tensor is rebuilt by torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...).
+_TORCH_STORAGES = {'FloatStorage': float32, 'DoubleStorage': float64, 'HalfStorage': float16,
+                   'LongStorage': int64, 'IntStorage': int32, 'ShortStorage': np.dtype(np.int16),
+                   'CharStorage': np.dtype(np.int8), 'ByteStorage': np.dtype(np.uint8),
+                   'BoolStorage': bool_}
+
+
+def _rebuild_from_storage(storage, offset, size, stride, requires_grad, *hooks_and_metadata):
+    item = storage.itemsize
+    view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size), [n * item for n in stride])
+    return _rebuild_tensor(Tensor, view.copy(), requires_grad)
+
+
+class _PyTorchUnpickler(_WeightsUnpickler):
+    """Reads data.pkl of a PyTorch file: PyTorch's rebuild functions become tinytorch's;
+    with weights_only, anything else is refused as _WeightsUnpickler refuses it."""
+
+    def __init__(self, file, archive, folder, weights_only):
+        super().__init__(file)
+        self.archive, self.folder, self.weights_only = archive, folder, weights_only
+
+    def find_class(self, module, name):
+        if module == 'torch._utils' and name == '_rebuild_tensor_v2':
+            return _rebuild_from_storage
+        if module == 'torch._utils' and name == '_rebuild_parameter':
+            return lambda data, requires_grad, hooks: data.requires_grad_(requires_grad)
+        if module == 'torch' and name in _TORCH_STORAGES:
+            return _TORCH_STORAGES[name]
+        if module == 'torch' and name in ('Size', 'device'):
+            return globals()[name]
+        if module == 'torch' and name.endswith('Storage'):
+            raise pickle.UnpicklingError(f"load: the file holds a torch.{name}; tinytorch has "
+                                         "no such dtype (NumPy lacks it): convert it in PyTorch")
+        if self.weights_only:
+            return super().find_class(module, name)
+        return pickle.Unpickler.find_class(self, module, name)
+
+    def persistent_load(self, pid):
+        _, dtype, key, location, numel = pid
+        raw = self.archive.read(f'{self.folder}data/{key}')
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder('<'))
+
+
+def _load_pytorch_file(f, weights_only):
+    with zipfile.ZipFile(f) as archive:
+        pickles = [n for n in archive.namelist() if n.endswith('data.pkl')]
+        if not pickles:
+            raise pickle.UnpicklingError("load: this zip archive is not a PyTorch file (an "
+                                         "nn.save checkpoint? read that with nn.load)")
+        folder = pickles[0][:-len('data.pkl')]
+        with archive.open(pickles[0]) as data:
+            return _PyTorchUnpickler(io.BytesIO(data.read()), archive, folder, weights_only).load()
 
 
 # ---------------------------------------------------------------------------
