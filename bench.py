@@ -188,7 +188,7 @@ def torch_cnn_setup(cfg, ours, threads):
     model = tnn.Sequential(tnn.Conv2d(1, 16, 3, padding=1), tnn.ReLU(),
                            tnn.Conv2d(16, 32, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2),
                            tnn.Flatten(), tnn.Linear(512, 64), tnn.ReLU(), tnn.Linear(64, 10))
-    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in ours.state_dict().items()})
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = (torch.from_numpy(a) for a in cnn_batch(cfg))
 
@@ -265,7 +265,7 @@ def torch_setup(cfg, ours, threads):
             return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
     model = TorchGPT()
-    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.state_dict().items()})
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in ours.state_dict().items()})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     x, y = (torch.from_numpy(a) for a in make_batch(cfg))
 

@@ -305,11 +305,12 @@ class Module:
             yield from child._state(prefix + name + '.')
 
     def state_dict(self, destination=None, prefix='', keep_vars=False):
-        """A snapshot: dotted name -> copy of the array of each parameter and buffer
-        (keep_vars=True: the tensors themselves). Keys and order are PyTorch's."""
+        """Dotted name -> each parameter and buffer, detached: tensors outside the graph
+        that share the module's memory, as PyTorch's (keep_vars=True: the tensors
+        themselves). Copy them to keep a snapshot. Keys and order are PyTorch's."""
         out = OrderedDict() if destination is None else destination
         for name, t in self._state(prefix):
-            out[name] = t if keep_vars else t.array.copy()
+            out[name] = t if keep_vars else t.detach()
         return out
 
     def load_state_dict(self, state_dict, strict=True, assign=False):

@@ -3805,6 +3805,17 @@ def test_init_gains_fans_and_spreads_match_pytorch():
 # ---------------------------------------------------------------------------
 # state_dict and checkpoints
 # ---------------------------------------------------------------------------
+def test_state_dict_holds_detached_tensors_sharing_the_modules_memory():
+    """As PyTorch's: nanoGPT's from_pretrained writes into model.state_dict() with copy_."""
+    model = nn.Linear(2, 3)
+    sd = model.state_dict()
+    assert isinstance(sd['weight'], tt.Tensor) and not sd['weight'].requires_grad
+    with tt.no_grad():
+        sd['weight'].copy_(tt.ones(3, 2))
+    assert model.weight.tolist() == [[1.0, 1.0]] * 3 and model.weight.requires_grad
+    assert model.state_dict(keep_vars=True)['weight'] is model.weight
+
+
 def test_state_dict_round_trip_gives_identical_outputs():
     tt.manual_seed(0)
     a, b = TinyNet(), TinyNet()
@@ -6440,7 +6451,7 @@ def test_charlm_stops_on_nan_names_the_op_and_keeps_the_last_good_checkpoint(cor
                      r"returned NaN in the gradient)", r.stderr), r.stderr
     after = nn.load(os.path.join(run, 'ckpt.npz'))
     assert after['step'] >= before['step']
-    assert all(np.all(np.isfinite(v)) for v in after['model'].values())
+    assert all(np.all(np.isfinite(np.asarray(v))) for v in after['model'].values())
 
 
 # -- --model lstm and gru: the same pipeline with a recurrent network -----------------
