@@ -4954,14 +4954,24 @@ def test_optimizers_match_pytorch():
              (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True)),
              (optim.Adam, torch.optim.Adam, dict(lr=0.01, weight_decay=0.1)),
              (optim.AdamW, torch.optim.AdamW, dict(lr=0.01, betas=(0.8, 0.9)))]
+    _steps_match_torch(torch, cases, GRADS)
+
+
+def _steps_match_torch(torch, cases, grads):
+    """Each (our optimizer, PyTorch's, options): the same parameters after every step.
+    Returns (our class, options, PyTorch's optimizer, its parameter) for each case."""
+    done = []
     for ours_cls, theirs_cls, kw in cases:
-        ours = _run(ours_cls, GRADS, **kw)
+        ours = _run(ours_cls, grads, **kw)
         tp = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
         opt = theirs_cls([tp], **kw)
-        for g, mine in zip(GRADS, ours):
+        for g, mine in zip(grads, ours):
             tp.grad = torch.tensor(g, dtype=torch.float64)
             opt.step()
-            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12, err_msg=str(kw))
+            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12,
+                                       err_msg=f"{ours_cls.__name__} {kw}")
+        done.append((ours_cls, kw, opt, tp))
+    return done
 
 
 def test_rmsprop_adagrad_adadelta_by_hand():
@@ -5109,15 +5119,7 @@ def test_rmsprop_adagrad_adadelta_amsgrad_maximize_match_pytorch():
              (optim.AdamW, torch.optim.AdamW, dict(lr=0.1, amsgrad=True, maximize=True)),
              (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1,
                                                maximize=True))]
-    for ours_cls, theirs_cls, kw in cases:
-        ours = _run(ours_cls, grads, **kw)
-        tp = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
-        opt = theirs_cls([tp], **kw)
-        for g, mine in zip(grads, ours):
-            tp.grad = torch.tensor(g, dtype=torch.float64)
-            opt.step()
-            np.testing.assert_allclose(mine, tp.detach().numpy(), rtol=1e-12,
-                                       err_msg=f"{ours_cls.__name__} {kw}")
+    for ours_cls, kw, opt, tp in _steps_match_torch(torch, cases, grads):
         assert set(opt.state[tp]) == set(_state_keys(ours_cls, kw)), ours_cls.__name__
 
 
