@@ -4017,7 +4017,7 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
-        elif isinstance(a, (str, globals()['device'])):
+        elif isinstance(a, (str, type(_CPU))):  # a device ('device' is the argument here)
             device = a
         else:
             dtype = a
