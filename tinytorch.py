@@ -4064,7 +4064,7 @@ class _NoSuchDtype:
 
 
 # Module attributes PyTorch has and tinytorch gives only when asked for (float and int are
-# also Python's own names, which the code above keeps using). Section 14 has the rest.
+# also Python's own names, which the code above keeps using). Section 1 has float32 and co.
 _DTYPE_NAMES = {'float': float32, 'double': float64, 'half': float16, 'long': int64,
                 'int': int32, 'short': np.dtype(np.int16), 'bool': bool_,
                 'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
