@@ -2256,6 +2256,69 @@ def test_logic_tests_and_integer_division_are_outside_the_graph():
         tt.tensor([1, 2]).mean()
 
 
+def test_integer_division_refuses_bools_and_zero_divisors():
+    b, i = tt.tensor([True, False]), tt.tensor([5, 3])
+    for op in (lambda: b % b, lambda: b // b, lambda: tt.fmod(b, b), lambda: b % True):
+        with pytest.raises(NotImplementedError, match="not defined for bool"):
+            op()
+    assert (b % 2).tolist() == [1, 0] and (b // tt.tensor([2, 2])).tolist() == [0, 0]
+    for op in (lambda: i % 0, lambda: i // tt.tensor([1, 0]), lambda: tt.fmod(i, 0),
+               lambda: 5 % tt.tensor([0]), lambda: b // tt.tensor([0, 1])):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            op()
+    assert np.isnan((i % 0.0).array).all()  # a float divisor of 0 gives nan
+    assert (tt.zeros(0, dtype=tt.int64) % tt.zeros(0, dtype=tt.int64)).shape == (0,)
+
+
+def test_remainder_gradient_uses_the_quotient_the_forward_used():
+    # 1 / 0.04 rounds to 25.0, but 1 % 0.04 is 0.04 - 1e-17: the quotient was 24
+    b = tt.tensor([0.04, 0.5], dtype=tt.float64, requires_grad=True)
+    (tt.tensor([1.0, 1.0], dtype=tt.float64) % b).sum().backward()
+    assert b.grad.tolist() == [-24.0, -2.0]
+    check(lambda p, q: p % q, t64(3, 4, low=0.5), t64(4, seed=1, low=0.5))
+
+
+def test_bool_tensordot_and_argmin_mixed_isclose_and_fro_over_3_dims_are_refused():
+    b, x = tt.tensor([True, False]), tt.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match="tensordot: not defined for bool"):
+        tt.tensordot(b, b, 0)
+    assert tt.tensordot(tt.tensor([1, 2]), tt.tensor([1, 2]), 1).item() == 5
+    for op in (lambda: b.argmin(), lambda: b.argmax(0), lambda: tt.argmin(b, 0)):
+        with pytest.raises(TypeError, match="does not support bool input"):
+            op()
+    for other in (b, tt.tensor([1.0, 2.0], dtype=tt.float64)):
+        with pytest.raises(RuntimeError, match="did not match"):
+            tt.isclose(x, other)
+    assert tt.isclose(b, b).tolist() == [True, True]
+    y = t64(2, 3, 4)
+    with pytest.raises(RuntimeError, match="p='fro' takes at most 2 dims"):
+        y.norm(dim=(0, 2, 1))
+    np.testing.assert_allclose(y.norm(p=2, dim=(0, 1, 2)).item(), np.sqrt((y.array ** 2).sum()))
+
+
+def test_diff_of_empty_and_short_dims_is_empty():
+    assert tt.zeros(0).diff().shape == (0,) and tt.zeros(1).diff().shape == (0,)
+    assert tt.zeros(2, 0).diff(dim=0).shape == (1, 0) and tt.zeros(3).diff(n=5).shape == (0,)
+
+
+def test_median_of_all_shares_the_gradient_among_ties():
+    x = tt.tensor([[0.5, -0.03, 2.0], [-0.03, 7.0, -1.0]], requires_grad=True)
+    x.median().backward()
+    assert x.grad.tolist() == [[0.0, 0.5, 0.0], [0.5, 0.0, 0.0]]
+    y = tt.tensor([1.0, np.nan, np.nan], requires_grad=True)
+    y.median().backward()
+    assert y.grad.tolist() == [0.0, 0.5, 0.5]  # nan: shared by the nans
+    check(lambda t: t.median(), t64(3, 5, seed=3))
+
+
+def test_float32_atan2_cumsum_and_cumprod_round_once_from_float64():
+    assert tt.atan2(tt.tensor([True]), tt.tensor([True])).item() == np.float32(np.pi / 4)
+    x = tt.tensor([1.86, -0.04, -1.82], requires_grad=True)
+    c = x.cumsum(0)
+    assert c.array[2] == np.float32(np.float64(np.float32(1.86)) + np.float32(-0.04) + np.float32(-1.82)) != 0
+    check(lambda t: tt.atan2(t, t[0] * 2 + 1).cumsum(1) + t.cumprod(0), t64(3, 4))
+
+
 def test_creation_and_conversion_names():
     a = tt.tensor([1.5, 2.5])
     assert a.new_zeros(2, 3).dtype == tt.float32 and a.new_full((2,), 7).tolist() == [7.0, 7.0]
@@ -8422,7 +8485,8 @@ FUZZ_REFUSALS = {
                              r"output with shape \[\] doesn't match the broadcast shape"),
     'backward-without-a-pytorch-formula': ("Backward differentiates where PyTorch's has no formula", 'torch',
                                            r"derivative for aten::remainder is not implemented"
-                                           r"|Found dtype (Double|Float) but expected (Float|Double)"),
+                                           r"|Found dtype (Double|Float) but expected (Float|Double)"
+                                           r"|Negation, the `-` operator, on a bool tensor"),
     'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
                                     r"a leaf Variable that requires grad is being used in an "
                                     r"in-place operation"),
@@ -9186,7 +9250,8 @@ def _float32_taint(taint, src, snaps):
     out = set(operands)
     for part in src.split(';'):
         part = part.replace('with T.no_grad():', '')
-        if not operands & set(re.findall(r'\bt\d+\b', part)):
+        # a float32 number written in the statement (np.float32(-0.7)) is a float32 operand too
+        if not operands & set(re.findall(r'\bt\d+\b', part)) and 'np.float32(' not in part:
             continue
         assigned = re.match(r'\s*((?:t\d+\s*,\s*)*t\d+)\s*=(?!=)', part)
         out |= set(re.findall(r'\bt\d+\b', assigned.group(1))) if assigned else set(snaps)
@@ -9465,6 +9530,7 @@ def test_fuzz_float32_rounding_follows_the_data():
     assert _float32_taint(set(), "t3 = t1 * t2", snaps) == {'t2', 't3'}
     assert _float32_taint({'t3'}, "t4, t5 = t3.max(0)", {**snaps, 't4': f64}) == {'t2', 't3', 't4', 't5'}
     assert _float32_taint(set(), "with T.no_grad(): t1.add_(t2)", snaps) == {'t1', 't2', 't3'}
+    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(np.float32(-0.7)))", snaps) == {'t2', 't3'}
     a = ('tensor', (1,), 'float64', False, np.array([1.0]))
     b = ('tensor', (1,), 'float64', False, np.array([1.0 + 3e-7]))  # a float32 ulp or two
     assert _differs(a, b, 'float64') == 'value'
