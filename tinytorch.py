@@ -2753,7 +2753,7 @@ def outer(a, b):
 
 def tensordot(a, b, dims=2):
     """Sum over the last `dims` dims of a and the first of b (or the listed pairs)."""
-    if bool_ in (a.dtype, b.dtype):
+    if bool_ in (a.dtype, b.dtype) and a.numel() and b.numel():  # (empty: nothing to add up)
         raise TypeError("tensordot: not defined for bool tensors (as in PyTorch)")
     if isinstance(dims, int):
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
@@ -2762,8 +2762,8 @@ def tensordot(a, b, dims=2):
     da, db = [_dim(d, a.ndim, 'tensordot') for d in da], [_dim(d, b.ndim, 'tensordot') for d in db]
     keep_a, keep_b = [d for d in range(a.ndim) if d not in da], [d for d in range(b.ndim) if d not in db]
     k = math.prod(a.shape[d] for d in da)
-    a2 = reshape(permute(a, keep_a + da), (-1, k))
-    b2 = reshape(permute(b, db + keep_b), (k, -1))
+    a2 = reshape(permute(a, keep_a + da), (math.prod(a.shape[d] for d in keep_a), k))
+    b2 = reshape(permute(b, db + keep_b), (k, math.prod(b.shape[d] for d in keep_b)))
     return reshape(a2 @ b2, tuple(a.shape[d] for d in keep_a) + tuple(b.shape[d] for d in keep_b))
 
 
