@@ -1368,7 +1368,9 @@ arcsin, arccos, arctan, fix = asin, acos, atan, trunc
 def atan2(input, other):
     """The angle of the point (other, input): atan(input / other) in the right quadrant."""
     a, b = _operands(input, other, floating=True)
-    out = _broadcast_op('atan2', np.arctan2, a, b)
+    # float32 in float64, rounded once: NumPy's float32 arctan2 can be an ulp off (atan2(1, 1)
+    # would be below the float32 nearest pi/4, and x % atan2(1, 1) jump by a whole period)
+    out = _broadcast_op('atan2', lambda p, q: np.arctan2(p, q, dtype=np.float64).astype(p.dtype), a, b)
 
     def backward(g):
         """d atan2(a,b)/da = b / (a^2 + b^2)
@@ -1413,23 +1415,36 @@ Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tenso
 Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
-    return _modulo(a, b, np.remainder, np.floor, 'remainder')
+    return _modulo(a, b, np.remainder, np.floor_divide, 'remainder')  # Python's a // b
 
 
 def fmod(a, b):
     """a - trunc(a / b) * b: the sign of the dividend (C's fmod)."""
-    return _modulo(a, b, np.fmod, np.trunc, 'fmod')
+    return _modulo(a, b, np.fmod, lambda a, b: np.trunc(a / b), 'fmod')
+
+
+def _integer_division(a, b, name):
+    """The operands of //, % and fmod, refused where PyTorch refuses them: for bools (the
+    result would be a bool) and for an integer divisor of 0 (there is no integer answer)."""
+    a, b = _operands(a, b)
+    if a.dtype == bool_:
+        raise NotImplementedError(f"{name}: not defined for bool tensors (as in PyTorch); "
+                                  "convert them first, e.g. with .long()")
+    if a.dtype.kind in 'iu' and (b.array == 0).any() and a.array.size:  # (an empty a: no division)
+        raise RuntimeError(f"ZeroDivisionError: {name} of integers by 0 (as in PyTorch)")
+    return a, b
 
 
 def _modulo(a, b, fn, rounding, name):
-    a, b = _operands(a, b)
-    out = _broadcast_op(name, fn, a, b)
+    a, b = _integer_division(a, b, name)
+    with np.errstate(divide='ignore', invalid='ignore'):  # x % 0.0 is nan, silently
+        out = _broadcast_op(name, fn, a, b)
 
     def backward(g):
         """d mod(a,b)/da = 1
-        d mod(a,b)/db = -round(a/b)  (floor for remainder, trunc for fmod)"""
+        d mod(a,b)/db = -q, the quotient in mod(a,b) = a - q b (floor or trunc of a/b)"""
         with np.errstate(divide='ignore', invalid='ignore'):
-            gb = -g * rounding(a.array / b.array) if b.requires_grad else None
+            gb = -g * rounding(a.array, b.array) if b.requires_grad else None
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
                 None if gb is None else unbroadcast(gb.astype(g.dtype, copy=False), b.shape))
     return from_op(out, name, (a, b), backward, saved=(a, b))
@@ -1437,7 +1452,7 @@ def _modulo(a, b, fn, rounding, name):
 
 def floor_divide(a, b):
     """floor(a / b). In the graph, but without a gradient: PyTorch defines none either."""
-    a, b = _operands(a, b)
+    a, b = _integer_division(a, b, 'floor_divide')
 
     def backward(g):
         """d floor(a/b)/da: not defined (PyTorch raises too)
@@ -1482,13 +1497,13 @@ def isfinite(x):
 
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
+        raise RuntimeError(f"isclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
     a, b = _operands(a, b)
     return _constant(np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
-        raise RuntimeError(f"allclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
     return bool(isclose(a, b, rtol, atol, equal_nan).array.all())
 
 
@@ -1668,7 +1683,10 @@ def norm(x, p='fro', dim=None, keepdim=False):
     0 the number of non-zero elements."""
     if x.dtype.kind != 'f':
         raise TypeError(f"norm: expected a floating point tensor, got {x.dtype}")
-    if p == 'fro':
+    if p == 'fro':  # PyTorch's 'fro' is a matrix norm: over 2 dims at most
+        if isinstance(dim, (tuple, list)) and len(dim) > 2:
+            raise RuntimeError(f"norm: p='fro' takes at most 2 dims, got {tuple(dim)}; use "
+                               "p=2 for the Euclidean norm over more (as in PyTorch)")
         p = 2
     if not isinstance(p, (int, float)) or isinstance(p, bool):
         raise ValueError(f"norm: p must be a number, inf or 'fro', got {p!r}")
@@ -1738,8 +1756,14 @@ def cumsum(x, dim):
 
     def backward(g):
         """d cumsum_j / dx_i = 1 for j >= i: dx_i = g_i + ... + g_last"""
-        return (np.flip(np.cumsum(np.flip(g, d), axis=d), d),)
-    return from_op(np.cumsum(data, axis=d), 'cumsum', (x,), backward)
+        return (np.flip(_scan(np.cumsum, np.flip(g, d), d), d),)
+    return from_op(_scan(np.cumsum, data, d), 'cumsum', (x,), backward)
+
+
+def _scan(fn, a, d):
+    """np.cumsum or np.cumprod along d; float32 adds up in float64, then rounds each running
+    value once, as PyTorch's CPU scans do (1.86 - 0.04 - 1.82 is then -3.7e-8, not 0)."""
+    return fn(a, axis=d, dtype=np.float64).astype(a.dtype) if a.dtype == np.float32 else fn(a, axis=d)
 
 
 def cumprod(x, dim):
@@ -1748,7 +1772,7 @@ def cumprod(x, dim):
     if x.ndim == 0:
         return _on_0d(cumprod, x)
     data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array  # ints multiply as int64
-    out = np.cumprod(data, axis=d)
+    out = _scan(np.cumprod, data, d)
 
     def backward(g):
         """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
@@ -1821,7 +1845,13 @@ def median(x, dim=None, keepdim=False):
     if x.dtype == bool_:
         raise TypeError("median: bool inputs are not supported (as in PyTorch)")
     if dim is None:
-        return median(reshape(x, -1), 0).values
+        value = median(reshape(x, -1).detach(), 0).values.array
+        hit = np.isnan(x.array) if np.isnan(value) else x.array == value
+
+        def backward(g):
+            """d median / dx_i = 1/k for each of the k elements equal to it (or k nans)"""
+            return (np.where(hit, g / np.sum(hit), 0).astype(g.dtype),)
+        return from_op(value, 'median', (x,), backward, saved=(x,))
     d = _dim(dim, x.ndim, 'median')
     values, indices = sort(x, d)  # nan sorts last
     n = x.shape[d] if x.ndim else 1
@@ -1893,7 +1923,13 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     return _select_along(x, idx, d, 'topk', TopkResult)
 
 
+def _no_bool_arg(x, op):
+    if x.dtype == bool_:
+        raise TypeError(f"{op}(): does not support bool input (as in PyTorch); use .long()")
+
+
 def argmax(x, dim=None, keepdim=False):
+    _no_bool_arg(x, 'argmax')
     if dim is None:
         return Tensor(np.argmax(x.array))
     d = _dim(dim, x.ndim, 'argmax')
@@ -1903,6 +1939,7 @@ def argmax(x, dim=None, keepdim=False):
 
 
 def argmin(x, dim=None, keepdim=False):
+    _no_bool_arg(x, 'argmin')
     if dim is None:
         return Tensor(np.argmin(x.array))
     d = _dim(dim, x.ndim, 'argmin')
@@ -2688,8 +2725,8 @@ def diff(x, n=1, dim=-1):
     """x[i + 1] - x[i] along dim, n times."""
     d = _dim(dim, x.ndim, 'diff')
     for _ in range(n):
-        k = x.shape[d]
-        later, earlier = narrow(x, d, 1, builtins.max(k - 1, 0)), narrow(x, d, 0, builtins.max(k - 1, 0))
+        k = x.shape[d]  # (an empty dim stays empty)
+        later, earlier = narrow(x, d, builtins.min(k, 1), builtins.max(k - 1, 0)), narrow(x, d, 0, builtins.max(k - 1, 0))
         x = logical_xor(later, earlier) if x.dtype == bool_ else later - earlier  # bools: !=
     return x
 
@@ -2716,6 +2753,8 @@ def outer(a, b):
 
 def tensordot(a, b, dims=2):
     """Sum over the last `dims` dims of a and the first of b (or the listed pairs)."""
+    if bool_ in (a.dtype, b.dtype) and a.numel() and b.numel():  # (empty: nothing to add up)
+        raise TypeError("tensordot: not defined for bool tensors (as in PyTorch)")
     if isinstance(dims, int):
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
@@ -2723,8 +2762,8 @@ def tensordot(a, b, dims=2):
     da, db = [_dim(d, a.ndim, 'tensordot') for d in da], [_dim(d, b.ndim, 'tensordot') for d in db]
     keep_a, keep_b = [d for d in range(a.ndim) if d not in da], [d for d in range(b.ndim) if d not in db]
     k = math.prod(a.shape[d] for d in da)
-    a2 = reshape(permute(a, keep_a + da), (-1, k))
-    b2 = reshape(permute(b, db + keep_b), (k, -1))
+    a2 = reshape(permute(a, keep_a + da), (math.prod(a.shape[d] for d in keep_a), k))
+    b2 = reshape(permute(b, db + keep_b), (k, math.prod(b.shape[d] for d in keep_b)))
     return reshape(a2 @ b2, tuple(a.shape[d] for d in keep_a) + tuple(b.shape[d] for d in keep_b))
 
 
