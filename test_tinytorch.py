@@ -2135,6 +2135,15 @@ def test_atan2_einsum_tensordot_outer_cdist_gradcheck():
     np.testing.assert_allclose(tt.einsum('ij,jk->ik', a, b).array, a.array @ b.array)
 
 
+def test_atan2_gradient_at_the_origin_is_zero():
+    # atan2 has no derivative at (0, 0); PyTorch answers 0 there (signed like g * b * 0), not 0/0
+    a = tt.tensor([0.0, 0.0, -0.0, 1.0], dtype=tt.float64, requires_grad=True)
+    b = tt.tensor([0.0, -0.0, 0.0, 0.0], dtype=tt.float64, requires_grad=True)
+    tt.atan2(a, b).sum().backward()
+    assert a.grad.array.tolist() == [0.0, 0.0, 0.0, 0.0] and b.grad.array.tolist()[3] == -1.0
+    assert list(np.signbit(a.grad.array)) == [False, True, False, False]
+    assert list(np.signbit(b.grad.array)) == [True, True, False, True]
+
 def test_composed_names_gradcheck():
     x = t64(3, 4)
     check(lambda a: a.diff(), x)
@@ -2260,6 +2269,31 @@ def test_shape_changes_in_place_and_the_last_table_and_logic_edges():
     assert tt.hstack([tt.tensor(np.array(1.0)), tt.tensor([2.0])]).tolist() == [1.0, 2.0]
     assert tt.tensor([2, 3]).cumprod(0).dtype == tt.int64 and tt.nansum(tt.tensor([1, 2])).dtype == tt.int64
 
+
+def test_ops_before_a_shape_change_in_place_use_the_shapes_they_saw():
+    # unsqueeze_, squeeze_ and t_ give x a new shape; the ops that read x before the change
+    # sum their gradient back to x's shape at that time
+    x = t64(2, 3)
+
+    def f(op, change):
+        def run(a):
+            h = a * 1
+            out = op(h)
+            change(h)
+            return out * 1 + h.sum()
+        return run
+    for op in (lambda h: h + tt.tensor(np.ones(3)), lambda h: h * 2, lambda h: h.sum(),
+               lambda h: h.mean(0), lambda h: tt.where(h > 0, h, 0.0)):
+        for change in (lambda h: h.unsqueeze_(0), lambda h: h.t_()):
+            check(f(op, change), x)
+    # as in PyTorch, the change counts as a change: a rule that saved x refuses to run
+    h = x * 1
+    version = h._version
+    y = h * h
+    h.unsqueeze_(0)
+    assert h._version == version + 1
+    with pytest.raises(RuntimeError, match="saved for backward was modified in place"):
+        y.sum().backward()
 
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
