@@ -2788,6 +2788,8 @@ def einsum(equation, *operands):
         if len(set(s)) != len(s):
             raise ValueError(f"einsum: a letter repeated in one operand ({s!r}, a diagonal) is "
                              "not supported; use diagonal() first")
+    if len(operands) == 1 and sorted(out_subs) == sorted(subs[0]):  # only a reordering:
+        return permute(operands[0], tuple(subs[0].index(c) for c in out_subs))  # a view, as PyTorch
     dtype = result_type(*operands)
     operands = tuple(_as(t, dtype) for t in operands)
     sizes = {c: n for s, t in zip(subs, operands) for c, n in zip(s, t.shape)}
@@ -2843,6 +2845,10 @@ def vstack(tensors):
 
 def cdist(x1, x2, p=2.0):
     """The p-norm distance between each row of x1 and each row of x2: (..., P, R)."""
+    if x1.dtype.kind != 'f' or x2.dtype.kind != 'f':  # no promotion, as in PyTorch
+        raise RuntimeError(f"cdist only supports floating-point dtypes, got {x1.dtype} and {x2.dtype}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"cdist: both operands need one dtype, got {x1.dtype} and {x2.dtype}")
     return norm(unsqueeze(x1, -2) - unsqueeze(x2, -3), p=p, dim=-1)
 
 
