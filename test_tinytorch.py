@@ -2144,6 +2144,7 @@ def test_atan2_gradient_at_the_origin_is_zero():
     assert list(np.signbit(a.grad.array)) == [False, True, False, False]
     assert list(np.signbit(b.grad.array)) == [True, True, False, True]
 
+
 def test_cdist_refuses_operands_of_two_float_dtypes():
     x1, x2 = tt.ones(2, 3), tt.ones(4, 3, dtype=tt.float64)
     with pytest.raises(RuntimeError, match="cdist: both operands need one dtype"):
@@ -2151,6 +2152,7 @@ def test_cdist_refuses_operands_of_two_float_dtypes():
     with pytest.raises(RuntimeError, match="cdist only supports floating-point dtypes"):
         tt.cdist(tt.ones(2, 3, dtype=tt.int64), tt.ones(2, 3, dtype=tt.int64))
     assert tt.cdist(x2, x2).dtype == tt.float64
+
 
 def test_einsum_of_one_operand_that_only_reorders_is_a_view():
     # as in PyTorch: '...->...' and 'ij->ji' permute the operand's dims, sharing its memory
@@ -2163,6 +2165,7 @@ def test_einsum_of_one_operand_that_only_reorders_is_a_view():
     tt.einsum('...->...', s).neg_()
     assert s.item() == 1.5
     check(lambda a: tt.einsum('ij->ji', a), t64(2, 3))
+
 
 def test_composed_names_gradcheck():
     x = t64(3, 4)
@@ -2178,6 +2181,24 @@ def test_composed_names_gradcheck():
     g = [t.tolist() for t in tt.meshgrid(tt.tensor([1, 2]), tt.tensor([3, 4, 5]), indexing='xy')]
     assert g == [[[1, 2], [1, 2], [1, 2]], [[3, 3], [4, 4], [5, 5]]]
     check(lambda a: tt.meshgrid(a[0], a[1])[1] * 2, x)
+
+
+def test_std_at_zero_spread_and_nanmean_of_no_values_gradients():
+    import warnings
+    warnings.simplefilter('ignore', RuntimeWarning)  # NumPy's notes on the nans made here
+    # std at zero spread: 0 even for an inf or nan gradient from above (PyTorch masks, after)
+    x = tt.tensor([1.0, 1.0, 1.0], dtype=tt.float64, requires_grad=True)
+    (x.std(0) * math.nan).backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+    # nanmean: g / (the count of values) times "not nan": 0 at a nan beside values, and
+    # nan where there are no values at all (g / 0 times 0)
+    y = tt.tensor([[math.nan, 2.0], [math.nan, math.nan]], dtype=tt.float64, requires_grad=True)
+    y.nanmean(1).sum().backward()
+    assert y.grad[0].tolist() == [0.0, 1.0] and np.isnan(y.grad[1].array).all()
+    z = tt.tensor([math.nan, 3.0], dtype=tt.float64, requires_grad=True)
+    (z.nansum() * math.inf).backward()
+    assert np.isnan(z.grad[0].item()) and z.grad[1].item() == math.inf  # a product, as PyTorch
+    check(lambda a: a.nansum(0), t64(3, 4))
 
 
 def test_cumprod_cummax_cummin_median_gradcheck_with_zeros_and_ties():
@@ -2314,6 +2335,7 @@ def test_ops_before_a_shape_change_in_place_use_the_shapes_they_saw():
     assert h._version == version + 1
     with pytest.raises(RuntimeError, match="saved for backward was modified in place"):
         y.sum().backward()
+
 
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
@@ -9699,6 +9721,7 @@ def test_fuzz_gelu_of_inf_difference_follows_the_data_pytorch():
     # the check can still fail: a wrong value after the gelu is seen
     assert _compare(lines[:4] + ["t5 = t3 * 2 if _lib == 'torch' else t3 * 0"],
                     ['tensor', '/', 'gelu', 'tanh', '*'], None, ('float32',)) is not None
+
 
 def test_fuzz_exclusions_are_the_readme_differences():
     """Each exclusion names a line of README.md's list of deliberate differences."""

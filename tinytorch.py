@@ -1578,7 +1578,7 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
             if dof <= 0 and _no_dim(dim):  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
-            return (g * np.where(out == 0, 0, centered / (dof * out)),)
+            return (np.where(out == 0, 0, g * (centered / (dof * out))),)  # 0 even for g = nan
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
 
@@ -2738,7 +2738,12 @@ def nansum(x, dim=None, keepdim=False):
     """The sum with nan counted as 0."""
     if x.dtype.kind not in 'fc':
         return sum(x, dim, keepdim)  # integers have no nan
-    return sum(where(isnan(x), 0.0, x), dim, keepdim)
+    axes, kept = _dims(dim, x.ndim, 'nansum'), ~np.isnan(x.array)
+
+    def backward(g):
+        """d nansum / dx_i = [x_i is not nan]  (a product, as PyTorch: an inf g gives nan at a nan)"""
+        return (_expand_back(g, kept.shape, axes, keepdim) * kept,)
+    return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
 
 
 def nanmean(x, dim=None, keepdim=False):
