@@ -9464,7 +9464,8 @@ def _unary_allowances(src, op, s1, s2, rounded):
         return same, 0.0
     # and at least the arguments' own difference: a float64 argument computed by an earlier
     # op may be an ulp apart (4.4e38 from a power), and |cos a - cos b| <= |a - b|
-    apart = np.abs(np.where(np.isfinite(x) & np.isfinite(y), x - y, 0))
+    with np.errstate(invalid='ignore'):  # (inf - inf, where np.where doesn't look)
+        apart = np.abs(np.where(np.isfinite(x) & np.isfinite(y), x - y, 0))
     ulp32 = np.finfo(np.float32).eps * np.abs(np.where(np.isfinite(y), y, 0)) if rounded else 0.0
     return same, np.maximum(ulp32, apart)
 
