@@ -9376,6 +9376,10 @@ def _grad(v):
 _TOLERANCES = {'float64': (1e-7, 1e-9), 'float32': (2e-4, 2e-4)}
 
 
+# T.tensor(...) of a float written without a dtype: a float32 tensor in both libraries
+_FLOAT32_LITERAL = r'T\.tensor\((?:(?!dtype)[^()])*\d\.(?:(?!dtype)[^()])*\)'
+
+
 def _float32_taint(taint, src, snaps):
     """The variables whose values may carry float32 rounding once src has run: float32
     tensors, what src assigns from a tainted operand, and, after an in-place change with a
@@ -9387,8 +9391,10 @@ def _float32_taint(taint, src, snaps):
     out = set(operands)
     for part in src.split(';'):
         part = part.replace('with T.no_grad():', '')
-        # a float32 number written in the statement (np.float32(-0.7)) is a float32 operand too
-        if not operands & set(re.findall(r'\bt\d+\b', part)) and 'np.float32(' not in part:
+        # a float32 number written in the statement (np.float32(-0.7), T.tensor(0.6)) is a
+        # float32 operand too
+        if not (operands & set(re.findall(r'\bt\d+\b', part)) or 'np.float32(' in part
+                or re.search(_FLOAT32_LITERAL, part)):
             continue
         assigned = re.match(r'\s*((?:t\d+\s*,\s*)*t\d+)\s*=(?!=)', part)
         out |= set(re.findall(r'\bt\d+\b', assigned.group(1))) if assigned else set(snaps)
@@ -9732,6 +9738,10 @@ def test_fuzz_float32_rounding_follows_the_data():
     assert _float32_taint({'t3'}, "t4, t5 = t3.max(0)", {**snaps, 't4': f64}) == {'t2', 't3', 't4', 't5'}
     assert _float32_taint(set(), "with T.no_grad(): t1.add_(t2)", snaps) == {'t1', 't2', 't3'}
     assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(np.float32(-0.7)))", snaps) == {'t2', 't3'}
+    # T.tensor of a float without a dtype is float32 (PyTorch squares it in float32)
+    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6))", snaps) == {'t2', 't3'}
+    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6, dtype=T.float64))", snaps) == {'t2'}
+    assert _float32_taint(set(), "t3 = t1 + T.tensor(2)", snaps) == {'t2'}
     a = ('tensor', (1,), 'float64', False, np.array([1.0]))
     b = ('tensor', (1,), 'float64', False, np.array([1.0 + 3e-7]))  # a float32 ulp or two
     assert _differs(a, b, 'float64') == 'value'
