@@ -429,11 +429,12 @@ def _scaled(a, b, alpha):  # add's and sub's operands a and alpha b (section 7: 
 def add(a, b, alpha=1):
     a, b = _scaled(a, b, alpha)  # a + alpha b
 
-    def backward(g):
+    # sa, sb: the shapes now (a later unsqueeze_, squeeze_ or t_ may reshape a or b in place)
+    def backward(g, sa=a.shape, sb=b.shape):
         """d(a+b)/da = 1
         d(a+b)/db = 1"""
-        return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                unbroadcast(g, b.shape) if b.requires_grad else None)
+        return (unbroadcast(g, sa) if a.requires_grad else None,
+                unbroadcast(g, sb) if b.requires_grad else None)
     return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
 
 
@@ -441,22 +442,22 @@ def sub(a, b, alpha=1):
     _no_bool_subtraction(a, b)
     a, b = _scaled(a, b, alpha)  # a - alpha b
 
-    def backward(g):
+    def backward(g, sa=a.shape, sb=b.shape):
         """d(a-b)/da = 1
         d(a-b)/db = -1"""
-        return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                unbroadcast(-g, b.shape) if b.requires_grad else None)
+        return (unbroadcast(g, sa) if a.requires_grad else None,
+                unbroadcast(-g, sb) if b.requires_grad else None)
     return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
 
 
 def mul(a, b):
     a, b = _operands(a, b)
 
-    def backward(g):
+    def backward(g, sa=a.shape, sb=b.shape):
         """d(a*b)/da = b
         d(a*b)/db = a"""
-        return (unbroadcast(g * b.array, a.shape) if a.requires_grad else None,
-                unbroadcast(g * a.array, b.shape) if b.requires_grad else None)
+        return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
+                unbroadcast(g * a.array, sb) if b.requires_grad else None)
     # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
     saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
     return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
@@ -466,11 +467,11 @@ def div(a, b):
     a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
     out = _broadcast_op('div', np.true_divide, a, b)
 
-    def backward(g):
+    def backward(g, sa=a.shape, sb=b.shape):
         """d(a/b)/da = 1/b
         d(a/b)/db = -a/b^2"""
-        return (unbroadcast(g / b.array, a.shape) if a.requires_grad else None,
-                unbroadcast(-g * a.array / (b.array * b.array), b.shape) if b.requires_grad else None)
+        return (unbroadcast(g / b.array, sa) if a.requires_grad else None,
+                unbroadcast(-g * a.array / (b.array * b.array), sb) if b.requires_grad else None)
     # saved: what the rule reads (b always, a only for b's gradient)
     return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
 
@@ -623,9 +624,9 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
         x = x.to(dtype)  # sum in that dtype (a cast, section 7)
     axes = _dims(dim, x.ndim, 'sum')
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
-        return (_expand_back(g, x.shape, axes, keepdim),)
+        return (_expand_back(g, xs, axes, keepdim),)
     return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
 
 
@@ -638,9 +639,9 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     axes = _dims(dim, x.ndim, 'mean')
     n = math.prod(x.shape[a] for a in axes)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
-        return (_expand_back(g / n, x.shape, axes, keepdim),)
+        return (_expand_back(g / n, xs, axes, keepdim),)
     return from_op(np.mean(x.array, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
 
 
@@ -1258,11 +1259,11 @@ def where(condition, a, b):
         raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be broadcast together") from None
 
-    def backward(g):
+    def backward(g, sa=a.shape, sb=b.shape):
         """d where(c,a,b)/da = 1 where c, else 0
         d where(c,a,b)/db = 0 where c, else 1"""
-        return (unbroadcast(np.where(cond, g, 0), a.shape) if a.requires_grad else None,
-                unbroadcast(np.where(cond, 0, g), b.shape) if b.requires_grad else None)
+        return (unbroadcast(np.where(cond, g, 0), sa) if a.requires_grad else None,
+                unbroadcast(np.where(cond, 0, g), sb) if b.requires_grad else None)
     return from_op(out, 'where', (a, b), backward, saved=_tensors_in(condition))
 
 
@@ -1376,8 +1377,10 @@ def atan2(input, other):
         """d atan2(a,b)/da = b / (a^2 + b^2)
         d atan2(a,b)/db = -a / (a^2 + b^2)"""
         r = a.array * a.array + b.array * b.array
-        return (unbroadcast(g * b.array / r, a.shape) if a.requires_grad else None,
-                unbroadcast(-g * a.array / r, b.shape) if b.requires_grad else None)
+        # 1/r, but 0 where r is 0: at the origin there is no derivative and PyTorch answers 0
+        recip = np.divide(1, r, out=np.zeros_like(r), where=r != 0)
+        return (unbroadcast(g * b.array * recip, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.array * recip, b.shape) if b.requires_grad else None)
     return from_op(out, 'atan2', (a, b), backward, saved=(a, b))
 
 
@@ -1551,10 +1554,10 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
-        g = _expand_back(g, x.shape, axes, keepdim)
-        if dof <= 0 and (_no_dim(dim) or x.ndim == 0):  # PyTorch's value (0-d too): nan
+        g = _expand_back(g, xs, axes, keepdim)
+        if dof <= 0 and (_no_dim(dim) or len(xs) == 0):  # PyTorch's value (0-d too): nan
             same = x.array == np.mean(x.array, axis=axes, keepdims=True)  # where x_i == mean,
             return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
@@ -1568,14 +1571,14 @@ def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sqrt(np.sum(centered * centered, axis=axes, keepdims=True) / builtins.max(dof, 0))
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d std / dx_i = (x_i - mean) / ((N - correction) std),  0 where std = 0"""
-        g = _expand_back(g, x.shape, axes, keepdim)
+        g = _expand_back(g, xs, axes, keepdim)
         with np.errstate(divide='ignore', invalid='ignore'):
             if dof <= 0 and _no_dim(dim):  # as PyTorch: var's inf/nan, times 1 / (2 std) = 0
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
-            return (g * np.where(out == 0, 0, centered / (dof * out)),)
+            return (np.where(out == 0, 0, g * (centered / (dof * out))),)  # 0 even for g = nan
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
 
@@ -1592,13 +1595,13 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
     count = np.sum(mask, axis=axes, keepdims=True).astype(x.dtype)
     res = out if keepdim else np.squeeze(out, axis=axes)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d amax / dx_i = [x_i == amax] / count  (the tied extremes share it evenly, as PyTorch)"""
         # PyTorch's amax multiplies by the mask (a nan upstream reaches every element, and
         # a nan amax, equal to no element, gives g / 0 * 0: nan); its max() of the whole
         # tensor selects
         with np.errstate(divide='ignore', invalid='ignore'):
-            share = _expand_back(g, x.shape, axes, keepdim) / count
+            share = _expand_back(g, xs, axes, keepdim) / count
             return (np.where(mask, share, 0) if select else share * mask,)
     return from_op(res, op, (x,), backward)
 
@@ -1634,9 +1637,9 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     idx = np.expand_dims(argfn(x.array, axis=d), d)  # first extreme, as PyTorch on the CPU
     values = np.take_along_axis(x.array, idx, axis=d)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d max(dim) / dx_i = 1 at the index returned, else 0"""
-        gx = np.zeros_like(g, shape=x.shape)
+        gx = np.zeros_like(g, shape=xs)
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
@@ -1699,9 +1702,9 @@ def norm(x, p='fro', dim=None, keepdim=False):
     else:
         out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
-        g = _expand_back(g, x.shape, axes, keepdim)
+        g = _expand_back(g, xs, axes, keepdim)
         sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
@@ -1731,13 +1734,13 @@ def prod(x, dim=None, keepdim=False):
     zero = x.array == 0
     zeros = np.sum(zero, axis=axes, keepdims=True)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
         # with one 0, only that element gets the product of the others; with two, none
         # (the product of all elements then gives zeros, not g * 0, as PyTorch)
         if dim is None and zero.sum() > 1:
-            return (np.zeros(x.shape, g.dtype),)
-        g = _expand_back(g, x.shape, axes, keepdim)
+            return (np.zeros(xs, g.dtype),)
+        g = _expand_back(g, xs, axes, keepdim)
         others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
             grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
@@ -1774,9 +1777,9 @@ def cumprod(x, dim):
     data = x.array.astype(int64) if x.dtype.kind in 'biu' else x.array  # ints multiply as int64
     out = _scan(np.cumprod, data, d)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d cumprod_j / dx_i = prod_{k <= j, k != i} x_k for j >= i"""
-        if x.shape[d] == 1:  # out = x (PyTorch returns g as it is, even at inf or nan)
+        if xs[d] == 1:  # out = x (PyTorch returns g as it is, even at inf or nan)
             return (g,)
 
         def rev_cumsum(a):
@@ -1794,7 +1797,7 @@ def cumprod(x, dim):
             inner = np.cumprod(np.where(segment & ~first, x.array, 1), axis=d)
             total = np.sum(np.where(segment, g * inner, 0), axis=d, keepdims=True)
             previous = np.concatenate([np.ones_like(np.take(out, [0], axis=d)),
-                                       np.take(out, np.arange(x.shape[d] - 1), axis=d)], axis=d)
+                                       np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
     return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
@@ -1819,9 +1822,9 @@ def _cumulative_extreme(x, dim, op, better, result):
         idx[i] = np.where(take, i, idx[i - 1])
     values, idx = np.moveaxis(values, 0, d), np.moveaxis(idx, 0, d)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d cummax_j / dx_i = 1 where the running extreme at j was found at i"""
-        gx = np.zeros_like(g, shape=x.shape)
+        gx = np.zeros_like(g, shape=xs)
         np.add.at(np.moveaxis(gx, d, 0), (np.moveaxis(idx, d, 0),) + tuple(np.indices(
             np.moveaxis(idx, d, 0).shape, sparse=True)[1:]), np.moveaxis(g, d, 0))
         return (gx,)
@@ -1880,9 +1883,9 @@ def _select_along(x, idx, d, op, result):
     goes back to the position it came from."""
     indices = _constant(idx)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d values_j / dx_i = 1 where value j came from position i"""
-        gx = np.zeros_like(g, shape=x.shape)
+        gx = np.zeros_like(g, shape=xs)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
     values = from_op(np.take_along_axis(x.array, idx, axis=d), op, (x,), backward,
@@ -2275,11 +2278,11 @@ def getitem(x, idx):
         raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
     rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
         if fast and rows:  # x[int array]: np.add.at below, faster (section 19)
-            return (_scatter_add_rows(x.shape, idx, g),)
-        gx = np.zeros_like(g, shape=x.shape)
+            return (_scatter_add_rows(xs, idx, g),)
+        gx = np.zeros_like(g, shape=xs)
         if basic:
             gx[idx] = g  # a view picks each element at most once: just place g there
         else:  # a gather may pick an element twice: add, don't overwrite
@@ -2322,9 +2325,9 @@ def gather(input, dim, index):
         raise IndexError(f"gather: {e} (input of shape {tuple(input.shape)}, index of shape "
                          f"{tuple(idx.shape)}, dim {dim})") from None
 
-    def backward(g):
+    def backward(g, ins=input.shape):
         """d gather/dx = 1 at the gathered positions  (g added back there; picked twice: added)"""
-        gx = np.zeros_like(g, shape=input.shape)
+        gx = np.zeros_like(g, shape=ins)
         np.add.at(gx, where_, g)
         return (gx,)
     return from_op(out, 'gather', (input,), backward, saved=_tensors_in(index))
@@ -2355,13 +2358,13 @@ def _scatter(input, dim, index, src, op, add):
         raise IndexError(f"{op}: {e} (input of shape {tuple(input.shape)}, index of shape "
                          f"{tuple(idx.shape)}, dim {dim})") from None
 
-    def backward(g):
+    def backward(g, ss=np.shape(src)):
         """d scatter/d input = 1 where its value was kept (everywhere for scatter_add), 0 where replaced
         d scatter/d src = 1 at the place each of its values went  (a gather of g)"""
         gi = g if add else np.where(written, 0, g)
         gs = None
         if is_tensor and src.requires_grad:
-            gs = np.zeros_like(g, shape=src.shape)
+            gs = np.zeros_like(g, shape=ss)
             gs[block] = g[where_]
         return gi, gs
     parents = (input, src) if is_tensor else (input,)
@@ -2394,9 +2397,9 @@ def index_select(input, dim, index):
     except IndexError as e:
         raise IndexError(f"index_select: {e} (input of shape {tuple(input.shape)})") from None
 
-    def backward(g):
+    def backward(g, ins=input.shape):
         """d index_select/dx = 1 at the selected slices  (slices picked several times: added)"""
-        gx = np.zeros_like(g, shape=input.shape)
+        gx = np.zeros_like(g, shape=ins)
         np.add.at(np.moveaxis(gx, d, 0), idx.reshape(-1), np.moveaxis(g, d, 0))
         return (gx,)
     return from_op(out, 'index_select', (input,), backward, saved=_tensors_in(index))
@@ -2563,9 +2566,9 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     if d1 == d2:
         raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d diagonal(x)/dx = 1 on the diagonal, else 0"""
-        gx = np.zeros_like(g, shape=x.shape)
+        gx = np.zeros_like(g, shape=xs)
         _diagonal_view(gx, offset, d1, d2)[...] = g
         return (gx,)
     return _view(from_op(_diagonal_view(x.array, offset, d1, d2), 'diagonal', (x,), backward,
@@ -2641,10 +2644,10 @@ def repeat(x, *sizes):
                          "least one per dim")
     shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
-        return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(x.shape),)
+        return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(xs),)
     return from_op(np.tile(x.array.reshape(shape), sizes), 'repeat', (x,), backward)
 
 
@@ -2735,7 +2738,12 @@ def nansum(x, dim=None, keepdim=False):
     """The sum with nan counted as 0."""
     if x.dtype.kind not in 'fc':
         return sum(x, dim, keepdim)  # integers have no nan
-    return sum(where(isnan(x), 0.0, x), dim, keepdim)
+    axes, kept = _dims(dim, x.ndim, 'nansum'), ~np.isnan(x.array)
+
+    def backward(g):
+        """d nansum / dx_i = [x_i is not nan]  (a product, as PyTorch: an inf g gives nan at a nan)"""
+        return (_expand_back(g, kept.shape, axes, keepdim) * kept,)
+    return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
 
 
 def nanmean(x, dim=None, keepdim=False):
@@ -2785,6 +2793,8 @@ def einsum(equation, *operands):
         if len(set(s)) != len(s):
             raise ValueError(f"einsum: a letter repeated in one operand ({s!r}, a diagonal) is "
                              "not supported; use diagonal() first")
+    if len(operands) == 1 and sorted(out_subs) == sorted(subs[0]):  # only a reordering:
+        return permute(operands[0], tuple(subs[0].index(c) for c in out_subs))  # a view, as PyTorch
     dtype = result_type(*operands)
     operands = tuple(_as(t, dtype) for t in operands)
     sizes = {c: n for s, t in zip(subs, operands) for c, n in zip(s, t.shape)}
@@ -2840,6 +2850,10 @@ def vstack(tensors):
 
 def cdist(x1, x2, p=2.0):
     """The p-norm distance between each row of x1 and each row of x2: (..., P, R)."""
+    if x1.dtype.kind != 'f' or x2.dtype.kind != 'f':  # no promotion, as in PyTorch
+        raise RuntimeError(f"cdist only supports floating-point dtypes, got {x1.dtype} and {x2.dtype}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"cdist: both operands need one dtype, got {x1.dtype} and {x2.dtype}")
     return norm(unsqueeze(x1, -2) - unsqueeze(x2, -3), p=p, dim=-1)
 
 
@@ -2935,9 +2949,9 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         for j in range(kw):  # kernel element (i, j) sees one strided copy of the image
             cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]
 
-    def backward(g):
+    def backward(g, xs=x.shape):
         """d unfold(x)/dx = 1 where each patch came from  (fold, col2im: overlapping patches add)"""
-        gx = np.zeros(x.shape, dtype=g.dtype)  # from; overlapping patches add up
+        gx = np.zeros(xs, dtype=g.dtype)  # from; overlapping patches add up
         g = g.reshape(n, c, kh, kw, oh, ow)
         for i in range(kh):
             for j in range(kw):
@@ -3265,11 +3279,11 @@ def copy_(x, src):
         raise ValueError(f"copy_: source of shape {tuple(s.shape)} cannot be copied into a "
                          f"tensor of shape {tuple(x.shape)}") from None
 
-    def backward(g):
+    def backward(g, ss=s.shape):
         """d copy_/dx = 0  (the old values are forgotten)
         d copy_/d src = 1  (summed where src was broadcast)"""
         return (np.zeros_like(g),
-                unbroadcast(g, s.shape).astype(s.dtype) if s.requires_grad else None)
+                unbroadcast(g, ss).astype(s.dtype) if s.requires_grad else None)
     return _in_place(x, 'copy_', from_op(data, 'copy', (x, s), backward))
 
 
@@ -3309,7 +3323,7 @@ def setitem(x, idx, value):
         return
     parents = (x, v) if _requires_grad(v) else (x,)
 
-    def backward(g):
+    def backward(g, vs=np.shape(v)):
         """d setitem/dx = 1 where not written, 0 where written
         d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
         gx = g.copy()
@@ -3318,8 +3332,8 @@ def setitem(x, idx, value):
             return (gx,)
         gv = at(g)[i]
         gv = gv if last is None else np.where(last, gv, 0)  # only the last write to a place counts
-        gv = gv.reshape((1,) * (v.ndim - gv.ndim) + gv.shape)
-        return gx, unbroadcast(gv, v.shape)  # a broadcast value: its uses add up
+        gv = gv.reshape((1,) * (len(vs) - gv.ndim) + gv.shape)
+        return gx, unbroadcast(gv, vs)  # a broadcast value: its uses add up
     _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
@@ -3347,6 +3361,7 @@ def _new_shape_in_place(x, op, make):
         new._op = op
         _rewrite(x, new)
     x.array = new.array
+    _bump(x)  # a change, as in PyTorch: a rule that saved x's old self refuses to run
     if x._view is not None:  # still a view of its base: made from it one step further
         base, remake = x._view
         x._view = (base, lambda t: make(remake(t)))
