@@ -430,7 +430,7 @@ def add(a, b, alpha=1):
     a, b = _scaled(a, b, alpha)  # a + alpha b
 
     # sa, sb: the shapes now (a later unsqueeze_, squeeze_ or t_ may reshape a or b in place)
-    def backward(g, sa=a.shape, sb=b.shape):
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a+b)/da = 1
         d(a+b)/db = 1"""
         return (unbroadcast(g, sa) if a.requires_grad else None,
@@ -442,7 +442,7 @@ def sub(a, b, alpha=1):
     _no_bool_subtraction(a, b)
     a, b = _scaled(a, b, alpha)  # a - alpha b
 
-    def backward(g, sa=a.shape, sb=b.shape):
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a-b)/da = 1
         d(a-b)/db = -1"""
         return (unbroadcast(g, sa) if a.requires_grad else None,
@@ -453,7 +453,7 @@ def sub(a, b, alpha=1):
 def mul(a, b):
     a, b = _operands(a, b)
 
-    def backward(g, sa=a.shape, sb=b.shape):
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a*b)/da = b
         d(a*b)/db = a"""
         return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
@@ -467,7 +467,7 @@ def div(a, b):
     a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
     out = _broadcast_op('div', np.true_divide, a, b)
 
-    def backward(g, sa=a.shape, sb=b.shape):
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a/b)/da = 1/b
         d(a/b)/db = -a/b^2"""
         return (unbroadcast(g / b.array, sa) if a.requires_grad else None,
@@ -624,7 +624,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
         x = x.to(dtype)  # sum in that dtype (a cast, section 7)
     axes = _dims(dim, x.ndim, 'sum')
 
-    def backward(g, xs=x.shape):
+    def backward(g, xs=x.array.shape):
         """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
         return (_expand_back(g, xs, axes, keepdim),)
     return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
@@ -639,7 +639,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     axes = _dims(dim, x.ndim, 'mean')
     n = math.prod(x.shape[a] for a in axes)
 
-    def backward(g, xs=x.shape):
+    def backward(g, xs=x.array.shape):
         """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
         return (_expand_back(g / n, xs, axes, keepdim),)
     return from_op(np.mean(x.array, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
