@@ -4215,6 +4215,12 @@ def _same_as_pytorch(torch, ours, theirs, x, states, rng, **call):
     out_ours = ours(xs[0], pack(xs[1:]), **call) if states else ours(xs[0], **call)
     out_theirs = theirs(ts[0], pack(ts[1:]), **call) if states else theirs(ts[0], **call)
     mine, torch_out = _flat(out_ours), torch.cat([t.reshape(-1) for t in _leaves(out_theirs)])
+    _same_outputs_and_gradients(torch, rng, mine, torch_out, xs, ts, ours, theirs)
+
+
+def _same_outputs_and_gradients(torch, rng, mine, torch_out, xs, ts, ours, theirs):
+    """Our module's flat output equals PyTorch's; after backward of the same random
+    weighting, so do the inputs' and every named parameter's gradients."""
     np.testing.assert_allclose(mine.array, torch_out.detach().numpy(), rtol=0, atol=1e-10)
     v = rng.standard_normal(mine.shape)
     mine.backward(v)
@@ -4384,16 +4390,7 @@ def _same_as_pytorch_mha(torch, ours, theirs, arrays, call, rng):
     to_torch = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in call.items()}
     mine = _flat(ours(*xs, **call))
     torch_out = torch.cat([t.reshape(-1) for t in _leaves(theirs(*ts, **to_torch))])
-    np.testing.assert_allclose(mine.array, torch_out.detach().numpy(), rtol=0, atol=1e-10)
-    v = rng.standard_normal(mine.shape)
-    mine.backward(v)
-    torch_out.backward(torch.tensor(v))
-    for a, b in zip(xs, ts):
-        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-6, atol=1e-12)
-    theirs_params = dict(theirs.named_parameters())
-    for name, p in ours.named_parameters():
-        np.testing.assert_allclose(p.grad, theirs_params[name].grad.numpy(), rtol=1e-6,
-                                   atol=1e-12, err_msg=name)
+    _same_outputs_and_gradients(torch, rng, mine, torch_out, xs, ts, ours, theirs)
 
 
 # -- tt.autograd ---------------------------------------------------------------
