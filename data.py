@@ -63,10 +63,6 @@ class Subset(Dataset):
         return self.dataset[self.indices[i]]
 
 
-def _rng(generator):
-    return tt._numpy_rng(generator)  # None: the library's default generator
-
-
 def random_split(dataset, lengths, generator=None):
     """Split into Subsets of the given lengths (or fractions that add up to 1), at random."""
     n = len(dataset)
@@ -79,7 +75,7 @@ def random_split(dataset, lengths, generator=None):
     if sum(counts) != n or min(counts) < 0:
         raise ValueError(f"random_split: the lengths {list(lengths)} do not add up to the "
                          f"dataset's length {n}")
-    order = _rng(generator).permutation(n).tolist()
+    order = tt._numpy_rng(generator).permutation(n).tolist()
     starts = np.cumsum([0] + counts)
     return [Subset(dataset, order[a:b]) for a, b in zip(starts[:-1], starts[1:])]
 
@@ -115,8 +111,8 @@ def _private_rng(generator):
     tinytorch's default generator (so tt.manual_seed fixes the order, and the draws
     made while iterating don't depend on other random ops in between)."""
     if generator is not None:
-        return _rng(generator)
-    return np.random.default_rng(int(_rng(None).integers(2 ** 63)))
+        return tt._numpy_rng(generator)
+    return np.random.default_rng(int(tt._numpy_rng(None).integers(2 ** 63)))
 
 
 class RandomSampler(Sampler):
