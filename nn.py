@@ -2332,13 +2332,17 @@ def _kl_pointwise(input, target, log_target):
             # xlogy rule writes it (log y, 0 at y = 0, plus y / y), is nan at y = 0 and inf.
             logy = np.log(y)
             out = np.where(y == 0, 0, y * logy) - y * x
-            gx, gy = -y, np.where(y == 0, 0, logy) + y / y - x
+            gx, gy = -y, None
 
     def backward(g):
         """d kl/d input = -target  (-exp(target) with log_target)
         d kl/d target = log(target) + 1 - input  (exp(target) (target - input + 1) with log_target)"""
+        with np.errstate(divide='ignore', invalid='ignore'):
+            # g log y is xlogy(g, y): 0 where g is 0, even where log y is nan (y < 0)
+            dy = g * gy if log_target else (np.where((g == 0) & ~np.isnan(y) | (y == 0), 0, g * logy)
+                                             + g * y / y - g * x)
         return (tt.unbroadcast(g * gx, input.shape) if input.requires_grad else None,
-                tt.unbroadcast(g * gy, target.shape) if target.requires_grad else None)
+                tt.unbroadcast(dy, target.shape) if target.requires_grad else None)
     return from_op(out.astype(x.dtype), 'kl_div', (input, target), backward)
 
 

@@ -3668,6 +3668,38 @@ def test_new_nn_functions_edge_values_match_pytorch():
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
 
 
+def test_kl_div_target_gradient_where_no_gradient_arrives():
+    """kl_div's target term y log y is xlogy(y, y): its rule is xlogy(g, y), which is 0
+    where the upstream gradient is 0 even at a negative target (log y is nan there), as
+    PyTorch's. Found by the fuzzer: clamp_max_ of a nan loss sends a 0 gradient back."""
+    y = tt.tensor([-1.5, 0.0, 2.0, -1.5], dtype=tt.float64, requires_grad=True)
+    x = tt.tensor([0.3, 0.2, 1.0, 0.0], dtype=tt.float64, requires_grad=True)
+    with np.errstate(all='ignore'):
+        nn.kl_div(x, y, reduction='none').backward(tt.tensor([0.0, 0.0, 1.0, 1.0]).double())
+    np.testing.assert_array_equal(y.grad.array[[0, 2]], [0.0, np.log(2.0) + 1 - 1.0])
+    assert np.isnan(y.grad.array[[1, 3]]).all()  # 0 * 0 / 0 at y = 0; g log(-1.5)
+    np.testing.assert_array_equal(x.grad.array, [0.0, -0.0, -2.0, 1.5])
+
+
+def test_kl_div_gradients_with_zero_upstream_match_pytorch():
+    torch = need_torch()
+    from math import nan, inf
+    yv = [-1.5, 0.0, 0.0, nan, 2.0, inf, -1.5, 0.0]
+    xv = [0.3, 0.2, 0.0, 0.5, 1.0, 1.0, 0.0, -1.0]
+    gv = [0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    for log_target in (False, True):
+        grads = []
+        for lib, F in ((tt, nn), (torch, torch.nn.functional)):
+            y = lib.tensor(yv, dtype=lib.float64, requires_grad=True)
+            x = lib.tensor(xv, dtype=lib.float64, requires_grad=True)
+            with np.errstate(all='ignore'):
+                F.kl_div(x, y, reduction='none', log_target=log_target).backward(
+                    lib.tensor(gv, dtype=lib.float64))
+            grads.append((np.asarray(x.grad), np.asarray(y.grad)))
+        for got, ref in zip(*grads):
+            np.testing.assert_allclose(got, ref, rtol=1e-12, err_msg=str(log_target))
+
+
 # ---------------------------------------------------------------------------
 # Losses
 # ---------------------------------------------------------------------------
