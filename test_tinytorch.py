@@ -9617,6 +9617,33 @@ def _pytorch_on_tinytorch_values(lines, k, dt, before):
     return {n: _snap(v) for n, v in _variables(ns).items()}
 
 
+def _pytorch_gradients_on(lines, dt, loss, got):
+    """The .grad snaps of PyTorch's run with each statement's result given tinytorch's
+    values (through .data: what PyTorch's rules saved sees them, and no version changes),
+    {} if it can't. The gradient analogue of _pytorch_on_tinytorch_values: asin's rule at
+    a cosine similarity of 1.0000001 in one and 0.99999994 in the other is nan in one and
+    finite in the other, and both rules are right."""
+    import torch
+    ns = _namespace('torch', dt)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        try:
+            for k, src in enumerate(lines):
+                try:
+                    _exec(src, ns, dt)
+                except Exception:
+                    pass
+                name = _target_of(src)
+                v, snap = ns.get(name), got[k][1].get(name)
+                if type(v).__name__ == 'Tensor' and snap and snap[0] == 'tensor' and \
+                        tuple(v.shape) == snap[1] and str(v.dtype) == f"torch.{snap[2]}":
+                    v.data.copy_(torch.from_numpy(np.array(snap[-1])))
+            _exec(loss, ns, dt)
+        except Exception:
+            return {}
+        return {k: _snap(_grad(v)) for k, v in _variables(ns).items() if type(v).__name__ == 'Tensor'}
+
+
 def _gradient_rounding(lines, dt, loss):
     """How far rounding alone may move a gradient: 16 ulps of the largest gradient that any
     tensor of PyTorch's run carries. A leaf's gradient sums terms as large as that (they may
@@ -9718,6 +9745,9 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
                                 lines, k, dt, got[k - 1][1] if k else {}).get(name),
                                 dt, underflow, rounded, more, requires_grad=False) is None:
                         what = None  # PyTorch's op, given tinytorch's operands, agrees
+                    if what and k == len(lines) and _differs(s1.get(name), _pytorch_gradients_on(
+                            lines, dt, loss, got).get(name), dt, float32_rounded=rounded) is None:
+                        what = None  # PyTorch's rules, given tinytorch's forward values, agree
                     if what == 'value' and k == len(lines) and dt == 'float64' and _differs(
                             s1.get(name), b, dt, atol_more=_gradient_rounding(lines, dt, loss)) is None:
                         what = None  # the rounding of the large gradients summed into it
@@ -9996,6 +10026,19 @@ def test_fuzz_gradient_tolerance_follows_the_largest_gradient_pytorch():
         m = _compare(lines, ['tensor', '*', '*'], None, ('float64',))
         assert (m is None) == agrees, (small, big, m and m.what)
         assert agrees or m.what == '.grad value'
+
+
+def test_fuzz_gradient_judged_on_tinytorchs_forward_values_pytorch():
+    """asin's rule at 1 is inf and at 1.0000000000000002 nan: when the forward values are a
+    rounding apart, PyTorch's rules are run on tinytorch's values. A rule that is wrong on
+    the same values is still a mismatch."""
+    need_torch()
+    lines = ["t1 = T.tensor([0.5, 0.25], dtype=T.float64, requires_grad=True)",
+             "t2 = t1 * (2.0 if _lib == 'torch' else 2.0000000000000004)", "t3 = t2.asin()"]
+    assert _compare(lines, ['tensor', '*', 'asin'], None, ('float64',)) is None
+    wrong = [lines[0], "t2 = t1 * 2 + ((t1 * 1e-3 - t1.detach() * 1e-3) if _lib == 'tt' else 0)"]
+    m = _compare(wrong, ['tensor', '*'], None, ('float64',))
+    assert m is not None and m.what == '.grad value'
 
 
 def test_fuzz_exclusions_are_the_readme_differences():
