@@ -3668,6 +3668,32 @@ def test_new_nn_functions_edge_values_match_pytorch():
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
 
 
+def test_norm_gradient_at_a_zero_element_of_a_nan_norm():
+    """d norm / dx_i at x_i = 0 is 0 times grad / norm: nan when the norm is nan (PyTorch's
+    rule multiplies, it does not select). Found by the fuzzer (pow_ under no_grad, then norm)."""
+    x = tt.tensor([np.nan, 0.0, 1.0], dtype=tt.float64, requires_grad=True)
+    x.norm().backward()
+    assert np.isnan(x.grad.array).all()
+    x = tt.tensor([0.0, 0.0], dtype=tt.float64, requires_grad=True)
+    x.norm().backward()  # a zero norm: 0, as before
+    assert x.grad.tolist() == [0.0, 0.0]
+
+
+def test_norm_gradients_at_zeros_nans_and_infs_match_pytorch():
+    torch = need_torch()
+    rows = [[np.nan, 0.0, 1.0], [np.inf, 0.0, -2.0], [0.0, 0.0, 0.0], [0.0, -3.0, 4.0],
+            [np.inf, np.inf, 1.0], [-np.inf, 0.0, np.nan]]
+    for p in (0.5, 1, 1.5, 2, 3, 'fro'):
+        for upstream in (1.0, np.inf):
+            x = tt.tensor(rows, dtype=tt.float64, requires_grad=True)
+            t = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
+            with np.errstate(all='ignore'):
+                x.norm(p=p, dim=1).backward(tt.full((len(rows),), upstream).double())
+            t.norm(p=p, dim=1).backward(torch.full((len(rows),), upstream, dtype=torch.float64))
+            np.testing.assert_allclose(x.grad.array, t.grad.numpy(), rtol=1e-12,
+                                       err_msg=f"p={p}, upstream {upstream}")
+
+
 def test_kl_div_target_gradient_where_no_gradient_arrives():
     """kl_div's target term y log y is xlogy(y, y): its rule is xlogy(g, y), which is 0
     where the upstream gradient is 0 even at a negative target (log y is nan there), as

@@ -1714,8 +1714,14 @@ def norm(x, p='fro', dim=None, keepdim=False):
                 return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
-            # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1), and 0 where the norm is 0
-            return (g * np.where((out == 0) | (ax == 0), 0, sign * ax ** (p - 1) / out ** (p - 1)),)
+            # written as PyTorch's rule: a 0 where the norm is 0 is selected, a 0 element
+            # multiplies (so it is nan where the norm is nan)
+            if p == 2:  # d/dx_i = x_i / norm
+                return (g * np.where(out == 0, 0, x.array / out),)
+            if p < 1:  # d/dx_i = sign(x_i) |x_i|^(p-1) norm^(1-p), the inf at x_i = 0 taken as 0
+                return (sign * np.where(ax == 0, 0, ax ** (p - 1)) * g * out ** (1 - p),)
+            # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)
+            return (sign * ax ** (p - 1) * np.where(out == 0, 0, g / out ** (p - 1)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
                    saved=(x,), saves_output=True)
 
