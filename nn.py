@@ -617,16 +617,17 @@ def linear(x, weight, bias=None):
         out += bias.array  # a bias of shape (1,) or () broadcasts, as in PyTorch
     out = out.reshape(x.shape[:-1] + (weight.shape[0],))
 
-    def backward(g):
+    def backward(g, xs=x.array.shape, outs=weight.array.shape[0],
+                 bs=None if bias is None else bias.array.shape):
         """d(x W^T + b)/dx: g @ W
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
         d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
-        g2 = g.reshape(rows, weight.shape[0])
-        gx = (g2 @ weight.array).reshape(x.shape) if x.requires_grad else None
+        g2 = g.reshape(rows, outs)
+        gx = (g2 @ weight.array).reshape(xs) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
-        return gx, gw, tt.unbroadcast(sum_leading(g2), bias.shape)  # and over (1,) or ()
+        return gx, gw, tt.unbroadcast(sum_leading(g2), bs)  # and over (1,) or ()
     parents = (x, weight) if bias is None else (x, weight, bias)
     # dx reads the weight and dW reads x: guard only what a gradient needs, as PyTorch does
     saved = ((weight,) if x.requires_grad else ()) + ((x,) if weight.requires_grad else ())
@@ -701,8 +702,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)
-    if bias is not None:
-        out += bias.array.reshape(n)
+    out += 0 if bias is None else bias.array.reshape(n)  # + 0: a -0.0 is +0.0, as PyTorch's
+
+    bias_shape = None if bias is None else bias.array.shape  # (as it is now: unsqueeze_)
 
     def backward(g):
         """d layer_norm/dx: rstd * (g*w - mean(g*w) - x_hat * mean(g*w*x_hat))
@@ -722,7 +724,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         if weight is not None:
             grads.append(sum_leading(g * xhat).reshape(weight.shape))
         if bias is not None:
-            grads.append(sum_leading(g).reshape(bias.shape))
+            grads.append(sum_leading(g).reshape(bias_shape))
         return tuple(grads)
     parents = (x,) + ((weight,) if weight is not None else ()) + ((bias,) if bias is not None else ())
     return from_op(out.reshape(x.shape), 'layer_norm', parents, backward,
@@ -1064,9 +1066,9 @@ def _pad_constant(input, pairs, value):
     out = np.full(shape, value, dtype=input.dtype)
     out[dst] = input.array[src]
 
-    def backward(g):
+    def backward(g, xs=input.array.shape):
         """d pad(x)/dx = 1 for the elements kept, 0 for those cropped  (g cut back to x's place)"""
-        gx = np.zeros(input.shape, dtype=g.dtype)
+        gx = np.zeros(xs, dtype=g.dtype)
         gx[src] = g[dst]
         return (gx,)
     return from_op(out, 'pad', (input,), backward)
@@ -2343,7 +2345,7 @@ def _kl_pointwise(input, target, log_target):
                                              + g * y / y - g * x)
         return (tt.unbroadcast(g * gx, input.shape) if input.requires_grad else None,
                 tt.unbroadcast(dy, target.shape) if target.requires_grad else None)
-    return from_op(out.astype(x.dtype), 'kl_div', (input, target), backward)
+    return from_op(out.astype(x.dtype), 'kl_div', (input, target), backward, saved=(input, target))
 
 
 class MSELoss(Module):

@@ -2324,9 +2324,28 @@ def test_ops_before_a_shape_change_in_place_use_the_shapes_they_saw():
             return out * 1 + h.sum()
         return run
     for op in (lambda h: h + tt.tensor(np.ones(3)), lambda h: h * 2, lambda h: h.sum(),
-               lambda h: h.mean(0), lambda h: tt.where(h > 0, h, 0.0)):
+               lambda h: h.mean(0), lambda h: tt.where(h > 0, h, 0.0), lambda h: nn.pad(h, (1, 1)),
+               lambda h: nn.linear(h, tt.ones(4, 3).double()),  # (the weight needs no grad)
+               lambda h: nn.linear(tt.ones(5, 3).double(), h)):  # h is the weight
         for change in (lambda h: h.unsqueeze_(0), lambda h: h.t_()):
             check(f(op, change), x)
+    ones = tt.ones(5, 3).double()
+    for make, op in ((lambda h: h[0, :2] * 1, lambda b: nn.linear(ones, ones[:2], b)),
+                     (lambda h: h[0] * 1, lambda b: nn.layer_norm(ones, (3,), None, b))):
+        def bias_changed(a, make=make, op=op):
+            bias = make(a)  # a bias that gets a new shape after the op
+            out = op(bias)
+            bias.unsqueeze_(0)
+            return out * 1
+        check(bias_changed, x)
+    # clamp with tensor bounds and kl_div read their inputs' values: the change is refused
+    for op in (lambda h: h.clamp(min=tt.zeros(3).double()), lambda h: nn.kl_div(h, tt.ones(3).double()),
+               lambda h: nn.kl_div(tt.ones(3).double(), h, reduction='sum')):
+        h = x * 1
+        y = op(h)
+        h.unsqueeze_(0)
+        with pytest.raises(RuntimeError, match="saved for backward was modified in place"):
+            y.sum().backward()
     # as in PyTorch, the change counts as a change: a rule that saved x refuses to run
     h = x * 1
     version = h._version
@@ -3196,6 +3215,14 @@ def test_layer_norm_gradcheck_and_equals_composed():
     ref.backward(v)
     for got, t in zip(grads, (x, w, b)):
         np.testing.assert_allclose(got, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_layer_norm_with_a_weight_and_no_bias_gives_plus_zero():
+    """PyTorch's kernel adds the bias, 0 when there is none, so a zero times a negative
+    weight is +0.0 (1 / it is inf, not -inf). Found by the fuzzer: x / layer_norm(x)."""
+    x = tt.tensor([[1.83], [0.5]], dtype=tt.float64)
+    out = nn.layer_norm(x, (1,), tt.tensor([-1.21], dtype=tt.float64))
+    assert out.tolist() == [[0.0], [0.0]] and not np.signbit(out.array).any()
 
 
 def test_layer_norm_with_an_infinite_weight_gives_torchs_nan_gradient():
@@ -9766,7 +9793,7 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
                     if own and ops[k] in _COMPARISONS and rounded:
                         b = _near_ties_undecided(lines[k], s1, s2, name)
                     what = _differs(s1.get(name), b, dt, underflow, rounded, more)
-                    if what and what.startswith(('value', 'nan/inf')) and k < len(lines) and \
+                    if what and what.startswith(('value', 'nan/inf', 'shape')) and k < len(lines) and \
                             _differs(s1.get(name), _pytorch_on_tinytorch_values(
                                 lines, k, dt, got[k - 1][1] if k else {}).get(name),
                                 dt, underflow, rounded, more, requires_grad=False) is None:
@@ -10022,6 +10049,9 @@ def test_fuzz_judges_an_op_on_tinytorchs_operands_pytorch():
              "t2 = t1 if _lib == 'torch' else t1 - 1e-16 * t1",  # 0.9999999999999999, ...
              "t3 = t2.floor()", "t4 = t1 * 2"]
     assert _compare(lines, ['tensor', '-', 'floor', '*'], None, ('float64',)) is None
+    # and a shape that follows the values (unique of [0, 1] and of [1, 1])
+    lines = ["t1 = T.tensor([1.0, 1.5], dtype=T.float64)", lines[1], "t3 = t2.floor().unique()"]
+    assert _compare(lines, ['tensor', '-', 'unique'], None, ('float64',)) is None
     # the check can still fail: an op that is wrong on the same operands
     wrong = lines[:2] + ["t3 = t2.floor() if _lib == 'torch' else t2.floor() - 1"]
     m = _compare(wrong, ['tensor', '-', 'floor'], None, ('float64',))

@@ -1214,7 +1214,7 @@ def _clamp_per_element(x, lo, hi):
                 masks = (a >= lo.array, a < lo.array) if hi is None else (a <= hi.array, a > hi.array)
         return tuple(unbroadcast(np.where(m, g, 0), v.shape) if v.requires_grad else None
                      for m, v in zip(masks, inputs))  # selected, never g * mask (0 * inf)
-    return from_op(out, 'clamp', inputs, backward)
+    return from_op(out, 'clamp', inputs, backward, saved=inputs)  # the masks read all three
 
 
 def _extreme_pair_grads(g, a, b, wins):
