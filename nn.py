@@ -715,14 +715,15 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         # PyTorch's arrangement of dx, in x itself: rstd gw + b x + c with, per row,
         # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
         # (the same nan and inf as PyTorch's: a whole row of nan where a weight is inf)
-        sum_gw = sum_last(gw)
-        b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
-        c = -b * mean - sum_gw * rstd / n
-        gw *= rstd
-        gw += b * rows + c
-        grads = [gw.reshape(x.shape)]
-        if weight is not None:
-            grads.append(sum_leading(g * xhat).reshape(weight.shape))
+        with np.errstate(invalid='ignore'):  # inf - inf and 0 * inf give nan, as PyTorch's
+            sum_gw = sum_last(gw)
+            b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
+            c = -b * mean - sum_gw * rstd / n
+            gw *= rstd
+            gw += b * rows + c
+            grads = [gw.reshape(x.shape)]
+            if weight is not None:
+                grads.append(sum_leading(g * xhat).reshape(weight.shape))
         if bias is not None:
             grads.append(sum_leading(g).reshape(bias_shape))
         return tuple(grads)

@@ -1667,6 +1667,9 @@ def min(x, dim=None, keepdim=False):
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     x = _floating(x)
+    if isinstance(dim, (tuple, list)) and len(dim) == 0 and x.ndim:
+        raise RuntimeError("logsumexp: dim=() names no dim; give the dims to reduce "
+                           "(dim=tuple(range(x.ndim)) for all), as PyTorch requires")
     axes = _dims(dim, x.ndim, 'logsumexp')
     m = np.max(x.array, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
