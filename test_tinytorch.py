@@ -2367,6 +2367,26 @@ def test_ops_before_a_shape_change_in_place_use_the_shapes_they_saw():
         y.sum().backward()
 
 
+def test_a_view_changed_in_place_after_its_base_changed_shape_in_place():
+    """Found by the fuzzer: v = a view of h; h.unsqueeze_(0) (or t_); v changed in place.
+    The write reaches h through h's old shape, and the gradients follow it."""
+    x = t64(2, 3)
+    for change in (lambda h: h.unsqueeze_(0), lambda h: h.t_(), lambda h: h.unsqueeze_(1).squeeze_(1)):
+        def f(a, change=change):
+            h = a * 1
+            v = h[1]
+            change(h)
+            v.mul_(v)
+            return h * tt.tensor(np.arange(6.0)).reshape(h.shape) + v.sum()
+        check(f, x)
+        h = x.detach() * 1
+        v = h[1]
+        change(h)
+        v.add_(1)
+        np.testing.assert_array_equal(h.reshape(-1).array if h.shape != (3, 2) else h.t().array.ravel(),
+                                      (x.array + [[0], [1]]).ravel())
+
+
 def test_logic_tests_and_integer_division_are_outside_the_graph():
     x = tt.tensor([-1.5, 2.0, np.nan], requires_grad=True)
     for y in (x >= 0, x.le(0), x.isnan(), x.isfinite(), tt.isinf(x), (x > 0) & (x < 3),

@@ -3365,7 +3365,7 @@ for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
     becomes that view of its old self."""
-    new = make(x)
+    new, old_shape = make(x), x.array.shape
     if new.requires_grad:
         new._op = op
         _rewrite(x, new)
@@ -3374,6 +3374,11 @@ def _new_shape_in_place(x, op, make):
     if x._view is not None:  # still a view of its base: made from it one step further
         base, remake = x._view
         x._view = (base, lambda t: make(remake(t)))
+    undo = (lambda t: t.t()) if op == 't_' else (lambda t: t.reshape(old_shape))
+    for ref in getattr(x, '_views', None) or ():  # x's views: made from x's old shape
+        v = ref()
+        if v is not None:
+            v._view = (x, lambda t, remake=v._view[1]: remake(undo(t)))
     return x
 
 
