@@ -608,13 +608,18 @@ def test_full_reductions(name):
 
 
 def test_logsumexp_over_no_dims_is_refused_as_in_pytorch():
-    """dim=() names no dim: PyTorch's logsumexp raises there (its sum reduces all); a 0-d
-    tensor is its own logsumexp."""
-    with pytest.raises(RuntimeError, match=r"logsumexp: dim=\(\) names no dim"):
-        t64(2, 3).logsumexp(dim=())
-    with pytest.raises(RuntimeError, match="names no dim"):
+    """dim=() reduces every dim, as sum's; PyTorch's logsumexp then refuses to drop them
+    (keepdim=False) unless the tensor is empty or 0-d."""
+    x = t64(2, 3)
+    with pytest.raises(RuntimeError, match=r"logsumexp: dim=\(\) with keepdim=False is refused"):
+        x.logsumexp(dim=())
+    with pytest.raises(RuntimeError, match="is refused"):
         tt.logsumexp(t64(3), [])
+    assert x.logsumexp((), keepdim=True).shape == (1, 1)
+    np.testing.assert_allclose(x.logsumexp((), keepdim=True).item(), np.log(np.exp(x.array).sum()))
+    check(lambda a: a.logsumexp((), keepdim=True), x)
     assert tt.tensor(1.5).logsumexp(()).item() == 1.5
+    assert tt.ones(2, 0).logsumexp(()).shape == () and tt.ones(0).logsumexp(()).item() == -np.inf
 
 
 def test_var_correction_matches_numpy():
@@ -981,6 +986,22 @@ def test_detach_keeps_sharing_memory_through_in_place_ops():
     h.add_(w)
     h += 1
     assert e.tolist() == [2.0, 2.0]
+
+
+def test_a_fill_value_must_fit_an_integer_tensor():
+    """As PyTorch: a float fill value is truncated into an integer tensor, and one that
+    can't fit (nan, inf, 1e30, 300 in uint8) is refused. Found by the fuzzer: masked_fill_
+    of indices with a nan std."""
+    i, m = tt.tensor([1, 2]), tt.tensor([True, False])
+    assert i.masked_fill(m, 2.7).tolist() == [2, 2] and i.masked_fill(m, -2.7).tolist() == [-2, 2]
+    for fill in (lambda: i.masked_fill(m, float('nan')), lambda: i.masked_fill(m, tt.tensor(np.inf)),
+                 lambda: i.masked_fill(m, 1e30), lambda: i.int().masked_fill(m, 2 ** 40),
+                 lambda: i.to(tt.uint8).masked_fill(m, 300), lambda: i.clone().fill_(float('nan')),
+                 lambda: i.clone().index_fill_(0, tt.tensor([0]), float('nan')),
+                 lambda: tt.full((2,), float('nan'), dtype=tt.int64)):
+        with pytest.raises(RuntimeError, match="cannot be converted to .* without overflow"):
+            fill()
+    assert m.masked_fill(m, float('nan')).tolist() == [True, False]  # bool takes any number
 
 
 def test_masked_fill_with_a_0d_tensor_value_gives_it_the_gradient():
@@ -8367,24 +8388,18 @@ def _dtype_name(dt):
 @pytest.mark.parametrize("kind_b", _KINDS)
 def test_pytorch_promotion_table(kind_a, kind_b):
     """tt.result_type against torch.result_type over every pair of dtypes and kinds, and
-    the dtype that add, mul, div and < actually give when an operand is a tensor.
-    One deliberate difference (README): PyTorch reads a NumPy bool scalar as a float;
-    tinytorch reads it as a bool, as it reads Python's True."""
+    the dtype that add, mul, div and < actually give when an operand is a tensor. A NumPy
+    bool scalar counts as a float, as PyTorch reads it (Python's True is a bool)."""
     torch = need_torch()
     for da in _DTYPES:
         for db in _DTYPES:
             a_tt, b_tt = _operand(tt, kind_a, da), _operand(tt, kind_b, db)
             a_t, b_t = _operand(torch, kind_a, da), _operand(torch, kind_b, db)
             case = (kind_a, da, kind_b, db)
-            if (kind_a == 'NumPy scalar' and da == 'bool') or (kind_b == 'NumPy scalar' and db == 'bool'):
-                a_ref = True if kind_a == 'NumPy scalar' and da == 'bool' else a_t
-                b_ref = True if kind_b == 'NumPy scalar' and db == 'bool' else b_t
-                if not isinstance(a_ref, torch.Tensor) and not isinstance(b_ref, torch.Tensor) \
-                        and type(a_ref) is type(b_ref) is bool:
-                    continue  # torch.result_type(True, True) is refused
-                expected = torch.result_type(a_ref, b_ref)
-            else:
+            try:
                 expected = torch.result_type(a_t, b_t)
+            except RuntimeError:  # two scalars PyTorch has no rule for (np.bool_, np.bool_)
+                continue
             assert _dtype_name(tt.result_type(a_tt, b_tt)) == _dtype_name(expected), case
             if not (isinstance(a_tt, tt.Tensor) or isinstance(b_tt, tt.Tensor)):
                 continue
@@ -8394,6 +8409,44 @@ def test_pytorch_promotion_table(kind_a, kind_b):
             div = tt.promote_types(expected.__str__().replace('torch.', ''), 'float32') \
                 if expected.is_floating_point else tt.float32
             assert _dtype_name((a_tt / b_tt).dtype) == _dtype_name(div), case
+
+
+def test_numpy_scalars_count_as_pytorch_reads_them():
+    """np.bool_(True) is a float operand (PyTorch reads it as 1.0), np.float32 a float."""
+    i, b = tt.tensor([1, 2]), tt.tensor([True, False])
+    assert (i + np.bool_(True)).dtype == tt.float32 and (i + np.bool_(True)).tolist() == [2.0, 3.0]
+    assert (b * np.bool_(True)).dtype == tt.float32 and (i - np.bool_(True)).tolist() == [0.0, 1.0]
+    assert (b == np.bool_(True)).dtype == tt.bool_ and (i + True).dtype == tt.int64
+    assert tt.full((2,), np.float32(1.5)).tolist() == [1.5, 1.5]
+    assert tt.full((2,), np.bool_(True)).dtype == tt.float32 and tt.full((1,), True).dtype == tt.bool_
+    with pytest.raises(TypeError, match="alpha must not be a float"):
+        i.add(1, alpha=np.bool_(True))
+
+
+def test_numpy_bool_scalar_operand_matches_pytorch():
+    torch = need_torch()
+    T = np.bool_(True)
+
+    def cases(m):
+        b, i, f = m.tensor([True, False]), m.tensor([1, 2]), m.tensor([1.5, 2.0])
+        return [lambda: b & T, lambda: i // T, lambda: i - T, lambda: b - T, lambda: m.where(b, i, T),
+                lambda: i.masked_fill(b, T), lambda: m.full((2,), T), lambda: i.clamp(min=T),
+                lambda: i ** T, lambda: T ** i, lambda: b * T, lambda: T * b, lambda: b == T,
+                lambda: i < T, lambda: i.add(T), lambda: b.add(T), lambda: f.clone().mul_(T),
+                lambda: i.clone().mul_(T), lambda: T / i, lambda: i % T, lambda: T - i,
+                lambda: T // i, lambda: b | T, lambda: b ^ T, lambda: m.fmod(i, T)]
+
+    def run(m):
+        out = []
+        for fn in cases(m):
+            try:
+                r = fn()
+                out.append((str(r.dtype).replace('torch.', '').rstrip('_'), np.asarray(r).tolist()))
+            except (TypeError, RuntimeError, NotImplementedError):
+                out.append('raises')
+        return out
+    for k, (got, ref) in enumerate(zip(run(tt), run(torch))):
+        assert got == ref, (k, got, ref)
 
 
 def _idx(m, values):
@@ -8674,8 +8727,6 @@ def test_pytorch_edge_values():
 FUZZ_DIFFERENCES = {
     'setitem-duplicates': ("an index that names a position twice",
                            "setitem indices never name a position twice"),
-    'numpy-bool-scalar': ("A NumPy bool scalar (`np.bool_(True)`)",
-                          "np.bool_ is never an operand"),
     'cross-entropy-weight': ("`cross_entropy`'s `weight` is a constant",
                              "cross_entropy gets (N, C) logits, int targets, no weight"),
     'stable-sort': ("`sort`, `argsort` and `topk` are always stable",
@@ -8838,13 +8889,13 @@ class _Gen:
         return a
 
     def scalar(self, kind=None):
-        """A Python or NumPy number (never np.bool_: FUZZ_DIFFERENCES['numpy-bool-scalar'])."""
+        """A Python or NumPy number."""
         kind = kind or self.choice(['float', 'float', 'int', 'bool', 'np.float64', 'np.float32',
-                                    'np.int64'])
+                                    'np.int64', 'np.bool_'])
         v = float(np.round(self.rng.standard_normal() * 2, 1))
         return {'float': repr(v), 'int': str(int(v)), 'bool': self.choice(['True', 'False']),
                 'np.float64': f"np.float64({v})", 'np.float32': f"np.float32({v})",
-                'np.int64': f"np.int64({int(v)})"}[kind]
+                'np.int64': f"np.int64({int(v)})", 'np.bool_': f"np.bool_({self.choice(['True', 'False'])})"}[kind]
 
     def operand_like(self, v, exact=False):
         """A tensor that broadcasts to v's shape (exact: has it), else a number."""

@@ -514,7 +514,7 @@ _power = np.power  # section 7 adds PyTorch's rule for an integer to a negative 
 def _no_bool_subtraction(a, b):
     """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
     for x in (a, b):
-        if isinstance(x, (bool, np.bool_)) or isinstance(x, Tensor) and x.dtype == bool_:
+        if isinstance(x, bool) or isinstance(x, Tensor) and x.dtype == bool_:
             raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
                             "supported; to invert a mask use `~mask` or mask.logical_not()")
 
@@ -834,12 +834,13 @@ def promote_types(type1, type2):
 
 
 def _scalar_dtype(x):
-    """A Python or NumPy number as an operand: bool, int64 or the default float."""
-    if isinstance(x, (bool, np.bool_)):
+    """A Python or NumPy number as an operand: bool, int64 or the default float (a NumPy
+    bool scalar too: PyTorch reads np.bool_(True) as 1.0)."""
+    if isinstance(x, bool):
         return bool_
     if isinstance(x, (int, np.integer)):
         return int64
-    if isinstance(x, (float, np.floating)):
+    if isinstance(x, (float, np.floating, np.bool_)):
         return default_dtype
     raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
 
@@ -899,9 +900,9 @@ def _scaled(a, b, alpha):
     if type(alpha) is int and alpha == 1:
         return _operands(a, b)
     dtype = result_type(a, b)
-    if isinstance(alpha, (bool, np.bool_)) and dtype != bool_:
+    if isinstance(alpha, bool) and dtype != bool_:
         raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
-    if isinstance(alpha, (float, np.floating)) and dtype.kind in 'biu':
+    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
         raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
                         f"a float, got {alpha!r}")
     if dtype == bool_:
@@ -1267,9 +1268,21 @@ def where(condition, a, b):
     return from_op(out, 'where', (a, b), backward, saved=_tensors_in(condition))
 
 
+def _fits(value, dtype, op):
+    """A number to be written into an integer tensor must fit its dtype, as PyTorch checks
+    (a float is truncated: 2.7 gives 2; nan, inf and 1e30 are refused)."""
+    v = value.item() if isinstance(value, Tensor) and value.ndim == 0 else value
+    if dtype.kind in 'iu' and isinstance(v, (int, float, np.number)):
+        info = np.iinfo(dtype)
+        if isinstance(v, (float, np.floating)) and not math.isfinite(v) or not info.min <= v <= info.max:
+            raise RuntimeError(f"{op}: value {v} cannot be converted to {dtype} without overflow")
+    return value
+
+
 def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
     tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
+    _fits(value, x.dtype, 'masked_fill')
     if isinstance(value, Tensor):
         if value.ndim != 0:
             raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
@@ -1667,9 +1680,10 @@ def min(x, dim=None, keepdim=False):
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     x = _floating(x)
-    if isinstance(dim, (tuple, list)) and len(dim) == 0 and x.ndim:
-        raise RuntimeError("logsumexp: dim=() names no dim; give the dims to reduce "
-                           "(dim=tuple(range(x.ndim)) for all), as PyTorch requires")
+    if isinstance(dim, (tuple, list)) and len(dim) == 0 and x.array.size and x.ndim and not keepdim:
+        # PyTorch reduces every dim for dim=() but refuses to drop them (keepdim=True works)
+        raise RuntimeError("logsumexp: dim=() with keepdim=False is refused, as in PyTorch; "
+                           "give the dims to reduce (dim=tuple(range(x.ndim)) for all)")
     axes = _dims(dim, x.ndim, 'logsumexp')
     m = np.max(x.array, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
@@ -3260,7 +3274,7 @@ def masked_fill_(x, mask, value):
 
 def fill_(x, value):
     """Every element becomes value (a number or a 0-d tensor, which gets the gradient)."""
-    v = _as(value, x.dtype)  # any number, cast to x's dtype (as PyTorch's fill_)
+    v = _as(value if isinstance(value, Tensor) else _fits(value, x.dtype, 'fill_'), x.dtype)
     if v.ndim != 0:
         raise RuntimeError(f"fill_: the value must be a number or a 0-d tensor, got shape "
                            f"{tuple(v.shape)}")
@@ -3545,9 +3559,9 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'full')
-    if dtype is None:
-        dtype = default_dtype if isinstance(fill_value, float) else \
-            (bool_ if isinstance(fill_value, bool) else int64)
+    if dtype is None:  # a float (np.float32 and np.bool_ too) gives the default float dtype
+        dtype = _scalar_dtype(fill_value)
+    _fits(fill_value, np.dtype(dtype), 'full')
     return _leaf(np.full(tuple(size) if not isinstance(size, int) else (size,), fill_value,
                          dtype=dtype), requires_grad)
 
