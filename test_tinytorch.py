@@ -2132,6 +2132,8 @@ def test_atan2_einsum_tensordot_outer_cdist_gradcheck():
     check(lambda x, y: tt.tensordot(x, y, ([0], [0])), a, t64(2, 5, seed=4))
     check(tt.outer, c, t64(4, seed=5))
     check(lambda x, y: tt.cdist(x, y), t64(4, 3, seed=6), t64(5, 3, seed=7))
+    for p in (1, math.inf, 0.5, 1.5, 3):
+        check(lambda x, y: tt.cdist(x, y, p=p), t64(2, 3, seed=6), t64(3, 3, seed=7))
     np.testing.assert_allclose(tt.einsum('ij,jk->ik', a, b).array, a.array @ b.array)
 
 
@@ -2152,6 +2154,56 @@ def test_cdist_refuses_operands_of_two_float_dtypes():
     with pytest.raises(RuntimeError, match="cdist only supports floating-point dtypes"):
         tt.cdist(tt.ones(2, 3, dtype=tt.int64), tt.ones(2, 3, dtype=tt.int64))
     assert tt.cdist(x2, x2).dtype == tt.float64
+
+
+def test_cdist_gradient_is_zero_at_distance_zero_even_for_a_nan_upstream():
+    # PyTorch's rule for p = 2, 0 < p < 1, 1 < p < 2 and p > 2 answers 0 for a pair at
+    # distance 0 (not g * 0/0); p = 1 and inf are g sign(x1 - x2): nan stays nan; p = 0 is flat
+    x = tt.tensor([[1.0, 2.0], [1.0, 2.0]], dtype=tt.float64, requires_grad=True)
+    for p, want in ((2, 0.0), (3, 0.0), (1.5, 0.0), (0.5, 0.0), (0, 0.0), (1, np.nan),
+                    (math.inf, np.nan)):
+        x.grad = None
+        tt.cdist(x, x, p=p).backward(tt.full((2, 2), np.nan, dtype=tt.float64))
+        np.testing.assert_array_equal(x.grad.array, np.full((2, 2), want), err_msg=str(p))
+
+
+def test_cdist_of_a_nan_as_pytorch_inf_norm_skips_it_zero_norm_counts_nan():
+    # the kernel's max(agg, |d|) passes a nan by; min(ceil(|d|), 1) keeps it
+    x1 = tt.tensor([[np.nan, 1.0, 2.0], [np.nan, np.nan, np.nan]], dtype=tt.float64)
+    x2 = tt.tensor([[1.0, 1.0, 5.0]], dtype=tt.float64)
+    assert tt.cdist(x1, x2, p=math.inf).tolist() == [[3.0], [0.0]]
+    assert np.isnan(tt.cdist(x1, x2, p=0).array).all()
+    with pytest.raises(RuntimeError, match="cdist only supports non-negative p values"):
+        tt.cdist(x1, x2, p=-1)
+    with pytest.raises(RuntimeError, match="cdist only supports at least 2D tensors"):
+        tt.cdist(x1[0], x2[0])
+    with pytest.raises(RuntimeError, match="X1 and X2 must have the same number of columns"):
+        tt.cdist(x1, x2[:, :2])
+
+
+def test_cdist_forward_and_gradients_match_pytorch_for_every_p():
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32):
+        for p_rows, r_rows, m in ((3, 2, 3), (4, 9, 8), (9, 3, 17), (1, 5, 1)):
+            a = rng.standard_normal((p_rows, m)).round(1).astype(dtype)
+            b = rng.standard_normal((r_rows, m)).round(1).astype(dtype)
+            b[0] = a[0]  # a pair at distance 0
+            b[-1, 0] = a[-1, 0]  # a column with difference 0
+            a[-1, -1] = np.nan if p_rows > 3 else a[-1, -1]
+            g = rng.standard_normal((p_rows, r_rows)).astype(dtype)
+            g[0, 0], g[-1, 0] = np.nan, np.inf
+            for p in (2, 1, math.inf, 0, 0.5, 1.5, 3):
+                x1, x2 = tt.tensor(a, requires_grad=True), tt.tensor(b, requires_grad=True)
+                t1, t2 = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+                out, want = tt.cdist(x1, x2, p=p), torch.cdist(t1, t2, p=p)
+                out.backward(tt.tensor(g))
+                want.backward(torch.tensor(g))
+                tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12)
+                where = f"{np.dtype(dtype)} {a.shape} {b.shape} p={p}"
+                np.testing.assert_allclose(out.array, want.detach().numpy(), **tol, err_msg=where)
+                np.testing.assert_allclose(x1.grad.array, t1.grad.numpy(), **tol, err_msg=where)
+                np.testing.assert_allclose(x2.grad.array, t2.grad.numpy(), **tol, err_msg=where)
 
 
 def test_einsum_of_one_operand_that_only_reorders_is_a_view():

@@ -2854,7 +2854,53 @@ def cdist(x1, x2, p=2.0):
         raise RuntimeError(f"cdist only supports floating-point dtypes, got {x1.dtype} and {x2.dtype}")
     if x1.dtype != x2.dtype:
         raise RuntimeError(f"cdist: both operands need one dtype, got {x1.dtype} and {x2.dtype}")
-    return norm(unsqueeze(x1, -2) - unsqueeze(x2, -3), p=p, dim=-1)
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
+                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    diff = x1.array[..., :, None, :] - x2.array[..., None, :, :]  # (..., P, R, M)
+    ad = np.abs(diff)
+    if p == math.inf:  # PyTorch's kernel takes max(so far, |d|), which passes a nan by
+        out = np.max(np.where(np.isnan(ad), 0, ad), axis=-1, initial=0)
+    elif p == 0:  # min(ceil(|d|), 1) counts a non-zero (and keeps a nan)
+        out = np.sum(np.minimum(np.ceil(ad), 1), axis=-1)
+    elif p == 2:
+        out = np.sqrt(np.sum(ad * ad, axis=-1))
+    else:
+        out = np.sum(ad ** p, axis=-1) ** (1.0 / p)
+
+    def backward(g):
+        """d cdist_ij / dx1_i = sign(d) |d|^(p-1) / cdist^(p-1), d = x1_i - x2_j  (0 at cdist 0)
+        d cdist_ij / dx2_j = the same with d = x2_j - x1_i"""
+        g, dist = g[..., None], out[..., None]
+        return (unbroadcast(np.sum(_cdist_rule(diff, g, dist, p), axis=-2), x1.shape)
+                if x1.requires_grad else None,
+                unbroadcast(np.sum(_cdist_rule(-diff, g, dist, p), axis=-3), x2.shape)
+                if x2.requires_grad else None)
+    return from_op(out, 'cdist', (x1, x2), backward)
+
+
+def _cdist_rule(d, g, dist, p):
+    """PyTorch's cdist backward for each pair (x1_i, x2_j), d = x1_i - x2_j: the p-norm's
+    derivative, but 0 where the distance is 0 whatever g is (even nan) for p other than 1
+    and inf, and sign(nan) = nan."""
+    sign = np.sign(d)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+        if p == 0:  # a count: flat
+            return np.zeros_like(d)
+        if p == 1:
+            return g * sign
+        if p == math.inf:  # to the components whose |d| is the distance
+            return g * sign * (1 - np.minimum(1, np.ceil(np.abs(np.abs(d) - dist))))
+        if p == 2:
+            return np.where(dist == 0, 0, g * d / dist)
+        if p > 2:
+            return np.where(dist == 0, 0, d * np.abs(d) ** (p - 2) * g / dist ** (p - 1))
+        grad = np.where(dist == 0, 0, sign * np.abs(d) ** (p - 1) * g / dist ** (p - 1))
+        return np.where((d == 0) & (p < 1), 0, grad)  # |0|^(p-1) = inf for p < 1: 0
 
 
 def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
