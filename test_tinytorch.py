@@ -697,6 +697,52 @@ def test_prod_and_norm_with_zeros():
     assert tt.tensor([0.0, 3.0, -2.0]).norm(p=0).item() == 2.0
 
 
+def test_prod_gradient_with_a_zero_anywhere_is_the_product_of_the_others():
+    # PyTorch's rule: with no 0 in the whole input, g prod / x_i; with a 0 anywhere, every
+    # slice takes the product of the others from running products (no division), so the
+    # -inf in a column without zeros gets a finite gradient, and [2, nan, 0] gives nan to 2
+    inf, nan = math.inf, math.nan
+    grad = _grad_of(lambda x: x.prod(0), [[0.0, -0.5, -inf], [2.0, 4.0, 1.0]])[1]
+    assert grad.tolist() == [[2.0, 4.0, 1.0], [0.0, -0.5, -inf]]
+    grad = _grad_of(lambda x: x.prod(-1), [[2.0, nan, 0.0], [1.0, 3.0, 2.0]])[1]
+    np.testing.assert_array_equal(grad, [[nan, 0.0, nan], [6.0, 2.0, 3.0]])
+    grad = _grad_of(lambda x: x.prod(0), [[3.0, -inf], [2.0, 1.0]])[1]  # no zero: prod / x
+    np.testing.assert_array_equal(grad, [[2.0, nan], [3.0, -inf]])
+    # prod of all elements: one zero, the same running products; two, zeros whatever g is
+    np.testing.assert_array_equal(_grad_of(lambda x: x.prod(), [0.0, inf, 2.0])[1], [inf, 0.0, nan])
+    x = tt.tensor([0.0, 0.0, inf], dtype=tt.float64, requires_grad=True)
+    x.prod().backward(tt.tensor(nan, dtype=tt.float64))
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+    check(lambda x: x.prod(0), tt.tensor([[0.0, 2.0, 3.0], [1.5, 4.0, 0.5]], dtype=tt.float64,
+                                         requires_grad=True))
+
+
+def test_prod_and_cumprod_gradients_at_zeros_infs_and_nans_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(5)
+    specials = [0.0, 0.0, math.inf, -math.inf, math.nan, 1.5, -0.7, 2.0]
+    for trial in range(400):
+        shape = tuple(rng.integers(1, 5, size=rng.integers(1, 3)))
+        dtype = (np.float64, np.float32)[trial % 2]
+        a = rng.standard_normal(shape)
+        hit = rng.random(shape) < 0.3
+        a[hit] = rng.choice(specials, size=hit.sum())
+        a = a.astype(dtype)
+        d, keepdim = int(rng.integers(0, len(shape))), bool(rng.integers(0, 2))
+        for expr in ('x.prod()', 'x.prod(d, keepdim=keepdim)', 'x.cumprod(d)'):
+            grads = []
+            for T in (tt, torch):
+                x = T.tensor(a, requires_grad=True)
+                with np.errstate(all='ignore'):
+                    y = eval(expr, {'x': x, 'd': d, 'keepdim': keepdim})
+                    g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype(dtype)
+                    g.flat[::3] = (math.nan, math.inf, 1.0)[trial % 3]
+                    y.backward(T.tensor(g))
+                grads.append(np.asarray(x.grad))
+            np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6, equal_nan=True,
+                                       err_msg=f"{expr} of {a!r}, d={d}")
+
+
 def test_sort_topk_argsort_indices():
     x = tt.tensor([[3.0, 1.0, 2.0, 1.0]])
     assert x.sort().indices.tolist() == [[1, 3, 2, 0]]  # ties keep their order

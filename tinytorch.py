@@ -1730,24 +1730,37 @@ def prod(x, dim=None, keepdim=False):
             """d prod / dx = 1  (even at x = inf or nan, as PyTorch)"""
             return (g,)
         return from_op(data, 'prod', (x,), backward_0d)
-    out = np.prod(x.array, axis=axes, keepdims=True)
-    zero = x.array == 0
-    zeros = np.sum(zero, axis=axes, keepdims=True)
+    with np.errstate(invalid='ignore', over='ignore'):  # 0 * inf is nan, silently, as PyTorch
+        out = np.prod(x.array, axis=axes, keepdims=True)
+    zeros = int(np.sum(x.array == 0))
 
     def backward(g, xs=x.shape):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
-        # with one 0, only that element gets the product of the others; with two, none
-        # (the product of all elements then gives zeros, not g * 0, as PyTorch)
-        if dim is None and zero.sum() > 1:
+        # As PyTorch: with no 0 anywhere in x, prod / x_i (inf / inf is then nan); with a 0
+        # anywhere, running products from both sides for every slice (no division: a -inf
+        # gets a finite gradient, a nan reaches the others); prod() with two 0s: zeros
+        if x.array.size == 0 or dim is None and zeros > 1:
             return (np.zeros(xs, g.dtype),)
         g = _expand_back(g, xs, axes, keepdim)
-        others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
-            grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
-                            np.where((zeros == 1) & zero, others, 0))
-            return (g * grad,)  # g * 0: nan where g is inf, as PyTorch
+            if zeros == 0:
+                return (g * (out / x.array),)
+            if dim is None:
+                return (g * _prod_of_others(x.array.reshape(-1), 0).reshape(xs),)
+            return (g * _prod_of_others(x.array, axes[0]),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
+
+
+def _prod_of_others(a, d):
+    """For each element along axis d, the product of the others: the running product of
+    those before it times that of those after it ([a, b, c] -> [1 bc, a c, ab 1])."""
+    n = a.shape[d]
+    ones = np.ones_like(np.take(a, [0], axis=d))
+    before = np.concatenate([ones, np.take(a, np.arange(n - 1), axis=d)], axis=d)
+    after = np.concatenate([ones, np.flip(np.take(a, np.arange(1, n), axis=d), d)], axis=d)
+    with np.errstate(invalid='ignore', over='ignore'):
+        return _scan(np.cumprod, before, d) * np.flip(_scan(np.cumprod, after, d), d)
 
 
 def cumsum(x, dim):
