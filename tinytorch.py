@@ -1802,13 +1802,14 @@ def cumprod(x, dim):
             if not zero.any():  # sum over j >= i of g_j out_j / x_i: a reversed running sum
                 return ((rev_cumsum(g * out) / x.array).astype(x.dtype, copy=False),)
             # as PyTorch: before a line's first zero z1, as above; at z1, out_{z1-1} times
-            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k; after it, 0 (selected, never g * 0)
+            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k (g set to 0 outside [z1, z2), the
+            # running product not: 0 * inf is nan); after z1, 0 (selected, never g * 0)
             zeros_so_far = np.cumsum(zero, axis=d)
             before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
             gx = np.where(before, rev_cumsum(np.where(before, g * out, 0)) / np.where(before, x.array, 1), 0)
             segment = zeros_so_far == 1
             inner = np.cumprod(np.where(segment & ~first, x.array, 1), axis=d)
-            total = np.sum(np.where(segment, g * inner, 0), axis=d, keepdims=True)
+            total = np.sum(np.where(segment, g, 0) * inner, axis=d, keepdims=True)
             previous = np.concatenate([np.ones_like(np.take(out, [0], axis=d)),
                                        np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
