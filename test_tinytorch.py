@@ -2321,16 +2321,18 @@ def test_cumprod_gradient_at_the_first_zero_masks_g_not_the_running_product():
     # PyTorch sums g_j prod_{z1 < k <= j} x_k over the whole line with g set to 0 outside
     # [z1, z2): an inf running product then makes 0 * inf = nan past the second zero
     inf = math.inf
-    x = tt.tensor([0.0, inf, 0.0], dtype=tt.float64, requires_grad=True)
-    with np.errstate(invalid='ignore'):  # the running product 0 * inf
+    with np.errstate(invalid='ignore'):  # the running products 0 * inf
+        x = tt.tensor([0.0, inf, 0.0], dtype=tt.float64, requires_grad=True)
         x.cumprod(0).backward(tt.tensor([-1.0, -1.0, -1.0], dtype=tt.float64))
-    assert np.isnan(x.grad.array[0]) and x.grad.tolist()[1:] == [0.0, 0.0]
-    x = tt.tensor([0.0, inf, 2.0], dtype=tt.float64, requires_grad=True)  # no second zero
-    x.cumprod(0).backward(tt.tensor([1.0, 1.0, 1.0], dtype=tt.float64))
-    assert x.grad.tolist() == [inf, 0.0, 0.0]
+        assert np.isnan(x.grad.array[0]) and x.grad.tolist()[1:] == [0.0, 0.0]
+        x = tt.tensor([0.0, inf, 2.0], dtype=tt.float64, requires_grad=True)  # no second zero
+        x.cumprod(0).backward(tt.tensor([1.0, 1.0, 1.0], dtype=tt.float64))
+        assert x.grad.tolist() == [inf, 0.0, 0.0]
     x = tt.tensor([0.0, 2.0, 0.0, math.nan], dtype=tt.float64, requires_grad=True)
     x.cumprod(0).backward(tt.tensor([1.0, 1.0, 1.0, math.nan], dtype=tt.float64))
     assert x.grad.tolist() == [3.0, 0.0, 0.0, 0.0]  # past the second zero: never read
+
+
 def test_cumprod_cummax_median_match_pytorch():
     torch = need_torch()
     a = np.random.default_rng(1).standard_normal((4, 5))
