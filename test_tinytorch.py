@@ -3905,6 +3905,20 @@ def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
         assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
 
 
+def test_cross_entropy_of_a_certain_row_is_minus_zero_and_of_an_ignored_row_plus_zero():
+    # PyTorch's loss is -log_softmax(z)[t] (nll of log_softmax): -0.0 where the target's
+    # log-probability is 0 (one class, or a logit far above the others); an ignored row
+    # is filled with +0.0, with or without smoothing; 1 / loss tells them apart
+    z = tt.tensor([[0.3], [-1.2]], dtype=tt.float64)
+    w = tt.tensor([2.0], dtype=tt.float64)
+    for weight in (None, w):
+        for smoothing in (0.0, 0.1):
+            loss = nn.cross_entropy(z, tt.tensor([0, -100]), weight, reduction='none',
+                                    label_smoothing=smoothing)
+            assert loss.tolist() == [0.0, 0.0], (weight, smoothing)
+            assert list(np.signbit(loss.array)) == [True, False], (weight, smoothing)
+    loss = nn.cross_entropy(tt.tensor([[800.0, 0.0]]), tt.tensor([0]), reduction='none')
+    assert loss.item() == 0.0 and np.signbit(loss.array[0])
 def test_cross_entropy_upstream_inf_gives_torchs_nan_at_the_target():
     # as log_softmax's rule: p sum(q) - q with q the target weights times the upstream
     # gradient, so an inf gives p inf elsewhere and p inf - inf = nan at the target
@@ -3954,6 +3968,30 @@ def test_cross_entropy_matches_pytorch():
     b.backward()
     assert a.item() == pytest.approx(b.item(), rel=1e-12)
     np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_cross_entropy_none_matches_pytorch_to_the_sign_of_zero():
+    torch = need_torch()
+    rng = np.random.default_rng(6)
+    for trial in range(300):
+        n, c = rng.integers(1, 5), rng.integers(1, 5)
+        z = rng.standard_normal((n, c)) * (1, 1, 400)[trial % 3]
+        target = rng.integers(0, c, n)
+        target[rng.random(n) < 0.4] = -100
+        weight = rng.random(c) if trial % 2 else None
+        for dtype in (np.float64, np.float32):
+            for smoothing in (0.0, 0.1):
+                ours = nn.cross_entropy(
+                    tt.tensor(z.astype(dtype)), tt.tensor(target),
+                    None if weight is None else tt.tensor(weight.astype(dtype)),
+                    reduction='none', label_smoothing=smoothing).array
+                theirs = torch.nn.functional.cross_entropy(
+                    torch.tensor(z.astype(dtype)), torch.tensor(target),
+                    None if weight is None else torch.tensor(weight.astype(dtype)),
+                    reduction='none', label_smoothing=smoothing).numpy()
+                where = f"{z!r} {target} {weight} {smoothing} {np.dtype(dtype)}"
+                np.testing.assert_allclose(ours, theirs, rtol=1e-5, err_msg=where)
+                np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs), err_msg=where)
 
 
 def test_bce_with_logits():
