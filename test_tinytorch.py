@@ -431,6 +431,26 @@ def test_ops_with_python_scalars(op):
     check(op, x)
 
 
+def test_number_divided_by_a_tensor_is_its_reciprocal_times_the_number():
+    # PyTorch's Tensor.__rtruediv__ is self.reciprocal() * other: 0.6 / -0.2 is then
+    # (1 / -0.2) * 0.6 = -3.0000000000000004 (0.6 / -0.2 in one division: -2.9999999999999996)
+    x = tt.tensor([-0.2, 7.0], dtype=tt.float64, requires_grad=True)
+    y = 0.6 / x
+    assert y.tolist() == [(1 / -0.2) * 0.6, (1 / 7.0) * 0.6] and y.long().tolist()[0] == -3
+    y.backward(tt.tensor([1.0, -2.0], dtype=tt.float64))  # reciprocal's rule times the number
+    r = 1 / x.array
+    assert x.grad.tolist() == (-(np.array([1.0, -2.0]) * 0.6) * (r * r)).tolist()
+    assert (0.6 / tt.tensor(-0.2, dtype=tt.float64)).item() == (1 / -0.2) * 0.6  # 0-d
+    f32 = tt.tensor([7.0], dtype=tt.float32)
+    assert (0.6 / f32).item() == np.float32(np.float32(1) / np.float32(7)) * np.float32(0.6)
+    i = 5 / tt.tensor([3, 0, -2])  # an int tensor's reciprocal is float32, as PyTorch's
+    assert i.dtype == tt.float32 and i.tolist() == [np.float32(1 / np.float32(3)) * 5, math.inf, -2.5]
+    assert (5 / tt.tensor([True, False])).tolist() == [5.0, math.inf]
+    a = tt.tensor([0.6], dtype=tt.float64)
+    assert (a / tt.tensor([-0.2], dtype=tt.float64)).item() == 0.6 / -0.2  # tensor / tensor divides
+    check(lambda t: 0.6 / t, t64(3, 4, low=0.5))
+
+
 def test_integer_negative_powers_and_add_alpha_match_pytorch():
     """An integer tensor to a negative integer tensor power (NumPy refuses; PyTorch: 1, +-1
     or 0), and add/sub with alpha, which never changes the dtype of a + b (bool: b and

@@ -1391,6 +1391,19 @@ for _f in (square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos,
 Tensor.arcsin, Tensor.arccos, Tensor.arctan, Tensor.arctan2, Tensor.fix = asin, acos, atan, atan2, trunc
 
 
+def _rtruediv(self, other):
+    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
+    two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
+    int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
+    Anything else (an array) divides, as in Part I."""
+    if isinstance(other, (bool, int, float, np.number)):
+        return mul(reciprocal(self), other)
+    return div(other, self)
+
+
+Tensor.__rtruediv__ = _rtruediv
+
+
 
 
 # Comparisons, tests and logic give boolean tensors outside the graph (they have no
