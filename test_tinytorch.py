@@ -2233,7 +2233,7 @@ def test_cdist_gradient_is_zero_at_distance_zero_even_for_a_nan_upstream():
         np.testing.assert_array_equal(x.grad.array, np.full((2, 2), want), err_msg=str(p))
 
 
-def test_cdist_of_a_nan_as_pytorch_inf_norm_skips_it_zero_norm_counts_nan():
+def test_cdist_of_a_nan_inf_norm_skips_it_zero_norm_counts_it_as_nan():
     # the kernel's max(agg, |d|) passes a nan by; min(ceil(|d|), 1) keeps it
     x1 = tt.tensor([[np.nan, 1.0, 2.0], [np.nan, np.nan, np.nan]], dtype=tt.float64)
     x2 = tt.tensor([[1.0, 1.0, 5.0]], dtype=tt.float64)
