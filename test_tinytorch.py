@@ -2511,6 +2511,15 @@ def test_remainder_gradient_uses_the_quotient_the_forward_used():
     check(lambda p, q: p % q, t64(3, 4, low=0.5), t64(4, seed=1, low=0.5))
 
 
+def test_remainder_of_a_zero_result_keeps_the_dividends_sign():
+    # PyTorch's % is fmod, then + b where the signs differ: a 0 result is fmod's, signed as
+    # the dividend (NumPy's remainder signs it as the divisor); the same from number % tensor
+    got = tt.tensor([-0.6, 0.0, -0.0, 0.6, 4.0, -0.6]) % tt.tensor([0.3, -0.2, 0.2, -0.3, -2.0, 0.25])
+    assert np.signbit(got.array).tolist() == [True, False, True, False, False, False]
+    assert got.tolist()[:5] == [0.0] * 5 and got.tolist()[5] == pytest.approx(0.15)
+    assert np.signbit((0.0 % tt.tensor([-0.2, -3.0])).array).tolist() == [False, False]
+    assert np.signbit((-0.0 % tt.tensor([0.2, 7.0])).array).tolist() == [True, True]
+    assert (tt.tensor([-7, 7, -6]) % tt.tensor([3, -3, 3])).tolist() == [2, -2, 0]
 def test_bool_tensordot_and_argmin_mixed_isclose_and_fro_over_3_dims_are_refused():
     b, x = tt.tensor([True, False]), tt.tensor([1.0, 2.0])
     with pytest.raises(TypeError, match="tensordot: not defined for bool"):

@@ -1431,7 +1431,14 @@ Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tenso
 Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
-    return _modulo(a, b, np.remainder, np.floor_divide, 'remainder')  # Python's a // b
+    return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
+
+
+def _remainder(a, b):
+    """Python's % as PyTorch computes it: fmod, then + b where the signs differ (so a 0 keeps
+    fmod's sign, the dividend's: -0.6 % 0.3 is -0.0, where np.remainder gives 0.0)."""
+    mod = np.fmod(a, b)
+    return np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
 def fmod(a, b):
