@@ -481,6 +481,48 @@ def test_pow_tensor_exponent_and_broadcast():
     check(lambda a, b: a ** b, base, t64(3, seed=5))
 
 
+def test_pow_gradient_with_an_integer_exponent_tensor_takes_b_minus_1_in_its_dtype():
+    # PyTorch's rule b a^(b-1) computes b - 1 in b's integer dtype: INT64_MIN - 1 wraps to
+    # INT64_MAX (2^63 in float, even, so (-inf)^(b-1) is +inf and the gradient -inf); and
+    # 2^24 + 1 - 1 is 2^24, even, where float32(2^24 + 1) - 1 would be odd
+    x = tt.tensor([-math.inf, -2.0, 0.5, -2.0], requires_grad=True)
+    e = tt.tensor([-2**63, -2**63, -2**63, 2**24 + 1])
+    with np.errstate(over='ignore'):  # (-2)^(2^24 + 1)
+        (x ** e).backward(tt.ones(4))
+    assert x.grad.tolist() == [-math.inf, -math.inf, 0.0, math.inf]
+    assert np.signbit(x.grad.array).tolist() == [True, True, True, False]
+    check(lambda a: a ** tt.tensor([2, 3, -1]), t64(3, low=0.5))
+    y = tt.tensor([2.0, 3.0], requires_grad=True) ** tt.tensor([True, False])
+    assert y.tolist() == [2.0, 1.0]
+    with pytest.raises(RuntimeError, match="subtraction, the `-` operator, with a bool"):
+        y.sum().backward()  # as PyTorch
+
+
+def test_pow_gradient_at_a_zero_exponent_is_zero_even_for_a_nan_upstream():
+    # PyTorch selects 0 where the exponent is 0 (not g * 0), for float and integer exponents
+    for e in (tt.tensor([0.0, 2.0], dtype=tt.float64), tt.tensor([0, 2])):
+        x = tt.tensor([2.0, 3.0], dtype=tt.float64, requires_grad=True)
+        (x ** e).backward(tt.tensor([math.nan, 1.0], dtype=tt.float64))
+        assert x.grad.tolist() == [0.0, 6.0]
+
+
+def test_pow_gradients_at_integer_extremes_and_zero_exponents_match_pytorch():
+    torch = need_torch()
+    cases = [([-math.inf, math.inf, -2.0, 0.5, -0.5, 3.0], [-2**63, -2**63, -2**63, 2**63 - 1, 2**63 - 1, 0]),
+             ([-2.0, 2.0, -1.5, 0.0], [2**24 + 1, 2**24 + 1, 2**53 + 1, -2**63])]
+    for base, exponent in cases:
+        for dtype in ('float32', 'float64'):
+            grads = []
+            for T in (tt, torch):
+                x = T.tensor(base, dtype=getattr(T, dtype), requires_grad=True)
+                with np.errstate(all='ignore'):
+                    y = x ** T.tensor(exponent)
+                    y.backward(T.tensor(np.cos(np.arange(len(base))), dtype=getattr(T, dtype)))
+                grads.append(np.asarray(x.grad))
+            np.testing.assert_array_equal(grads[0], grads[1], err_msg=f"{base} {exponent} {dtype}")
+            np.testing.assert_array_equal(np.signbit(grads[0]), np.signbit(grads[1]))
+
+
 def test_clone_and_dtype_casts():
     x = t64(3, 4)
     check(lambda x: x.clone() * x, x)

@@ -493,13 +493,13 @@ def pow(a, b):
     out = _broadcast_op('pow', _power, a, b)
 
     def backward(g):
-        """d(a^b)/da = b a^(b-1)  (0 where b = 0)
+        """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)
         d(a^b)/db = a^b log(a)  (0 where a = 0 and b >= 0, as PyTorch)"""
         ga = gb = None
         if a.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
-                ga = np.where(b.array == 0, 0, b.array * a.array ** (b.array - 1))
-            ga = unbroadcast(g * ga, a.shape)
+                ga = np.where(b.array == 0, 0, g * (b.array * a.array ** (b.array - 1)))
+            ga = unbroadcast(ga, a.shape)
         if b.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
                 gb = np.where((a.array == 0) & (b.array >= 0), 0, out * np.log(a.array))
@@ -917,6 +917,33 @@ def _power(a, b):
     a, b = np.broadcast_arrays(a, b)
     neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
+
+
+_pow_of_part_1 = pow
+
+
+def pow(a, b):
+    """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
+    b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
+    is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
+            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
+        return _pow_of_part_1(a, b)
+    e = _as(b, a.dtype)  # the exponent in the base's dtype
+    out = _broadcast_op('pow', _power, a, e)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
+        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
+            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
+                               "tensor is not supported (the rule computes exponent - 1)")
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            below = (b.array - 1).astype(a.dtype)
+            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
+    return from_op(out, 'pow', (a,), backward, saved=(a, b))
+
+
+Tensor.__pow__ = Tensor.pow = pow
 
 
 def is_floating_point(x):
