@@ -2086,11 +2086,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
     eps = label_smoothing
+    logp = shifted - lse[:, None]  # log_softmax
     # ignored rows add 0, chosen by np.where: a mask's 0 * nan would be nan when such a
-    # row's logits are nan or inf
-    loss = np.where(valid, (lse - shifted[rows, safe_t]) * w_t, 0.0)  # w_t[i] * nll_i
+    # row's logits are nan or inf. nll_i = -logp (not lse - z): -0.0 where logp is 0, as PyTorch
+    loss = np.where(valid, -logp[rows, safe_t] * w_t, 0.0)  # w_t[i] * nll_i
     if eps:  # the uniform part: e/C sum_c w_c (lse_i - z_ic)
-        smooth = lse * c - shifted.sum(axis=1) if w is None else lse * w.sum() - shifted @ w
+        smooth = -logp.sum(axis=1) if w is None else -(logp * w).sum(axis=1)
         loss = (1 - eps) * loss + (eps / c) * np.where(valid, smooth, 0.0)
     total = w_t.sum()  # 'mean' divides by the total weight (the count when unweighted)
     if reduction == 'mean':

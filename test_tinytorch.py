@@ -431,6 +431,26 @@ def test_ops_with_python_scalars(op):
     check(op, x)
 
 
+def test_number_divided_by_a_tensor_is_its_reciprocal_times_the_number():
+    # PyTorch's Tensor.__rtruediv__ is self.reciprocal() * other: 0.6 / -0.2 is then
+    # (1 / -0.2) * 0.6 = -3.0000000000000004 (0.6 / -0.2 in one division: -2.9999999999999996)
+    x = tt.tensor([-0.2, 7.0], dtype=tt.float64, requires_grad=True)
+    y = 0.6 / x
+    assert y.tolist() == [(1 / -0.2) * 0.6, (1 / 7.0) * 0.6] and y.long().tolist()[0] == -3
+    y.backward(tt.tensor([1.0, -2.0], dtype=tt.float64))  # reciprocal's rule times the number
+    r = 1 / x.array
+    assert x.grad.tolist() == (-(np.array([1.0, -2.0]) * 0.6) * (r * r)).tolist()
+    assert (0.6 / tt.tensor(-0.2, dtype=tt.float64)).item() == (1 / -0.2) * 0.6  # 0-d
+    f32 = tt.tensor([7.0], dtype=tt.float32)
+    assert (0.6 / f32).item() == np.float32(np.float32(1) / np.float32(7)) * np.float32(0.6)
+    i = 5 / tt.tensor([3, 0, -2])  # an int tensor's reciprocal is float32, as PyTorch's
+    assert i.dtype == tt.float32 and i.tolist() == [np.float32(1 / np.float32(3)) * 5, math.inf, -2.5]
+    assert (5 / tt.tensor([True, False])).tolist() == [5.0, math.inf]
+    a = tt.tensor([0.6], dtype=tt.float64)
+    assert (a / tt.tensor([-0.2], dtype=tt.float64)).item() == 0.6 / -0.2  # tensor / tensor divides
+    check(lambda t: 0.6 / t, t64(3, 4, low=0.5))
+
+
 def test_integer_negative_powers_and_add_alpha_match_pytorch():
     """An integer tensor to a negative integer tensor power (NumPy refuses; PyTorch: 1, +-1
     or 0), and add/sub with alpha, which never changes the dtype of a + b (bool: b and
@@ -459,6 +479,48 @@ def test_integer_negative_powers_and_add_alpha_match_pytorch():
 def test_pow_tensor_exponent_and_broadcast():
     base = tt.tensor(np.random.default_rng(0).uniform(0.5, 2.0, (2, 3)), requires_grad=True)
     check(lambda a, b: a ** b, base, t64(3, seed=5))
+
+
+def test_pow_gradient_with_an_integer_exponent_tensor_takes_b_minus_1_in_its_dtype():
+    # PyTorch's rule b a^(b-1) computes b - 1 in b's integer dtype: INT64_MIN - 1 wraps to
+    # INT64_MAX (2^63 in float, even, so (-inf)^(b-1) is +inf and the gradient -inf); and
+    # 2^24 + 1 - 1 is 2^24, even, where float32(2^24 + 1) - 1 would be odd
+    x = tt.tensor([-math.inf, -2.0, 0.5, -2.0], requires_grad=True)
+    e = tt.tensor([-2**63, -2**63, -2**63, 2**24 + 1])
+    with np.errstate(over='ignore'):  # (-2)^(2^24 + 1)
+        (x ** e).backward(tt.ones(4))
+    assert x.grad.tolist() == [-math.inf, -math.inf, 0.0, math.inf]
+    assert np.signbit(x.grad.array).tolist() == [True, True, True, False]
+    check(lambda a: a ** tt.tensor([2, 3, -1]), t64(3, low=0.5))
+    y = tt.tensor([2.0, 3.0], requires_grad=True) ** tt.tensor([True, False])
+    assert y.tolist() == [2.0, 1.0]
+    with pytest.raises(RuntimeError, match="subtraction, the `-` operator, with a bool"):
+        y.sum().backward()  # as PyTorch
+
+
+def test_pow_gradient_at_a_zero_exponent_is_zero_even_for_a_nan_upstream():
+    # PyTorch selects 0 where the exponent is 0 (not g * 0), for float and integer exponents
+    for e in (tt.tensor([0.0, 2.0], dtype=tt.float64), tt.tensor([0, 2])):
+        x = tt.tensor([2.0, 3.0], dtype=tt.float64, requires_grad=True)
+        (x ** e).backward(tt.tensor([math.nan, 1.0], dtype=tt.float64))
+        assert x.grad.tolist() == [0.0, 6.0]
+
+
+def test_pow_gradients_at_integer_extremes_and_zero_exponents_match_pytorch():
+    torch = need_torch()
+    cases = [([-math.inf, math.inf, -2.0, 0.5, -0.5, 3.0], [-2**63, -2**63, -2**63, 2**63 - 1, 2**63 - 1, 0]),
+             ([-2.0, 2.0, -1.5, 0.0], [2**24 + 1, 2**24 + 1, 2**53 + 1, -2**63])]
+    for base, exponent in cases:
+        for dtype in ('float32', 'float64'):
+            grads = []
+            for T in (tt, torch):
+                x = T.tensor(base, dtype=getattr(T, dtype), requires_grad=True)
+                with np.errstate(all='ignore'):
+                    y = x ** T.tensor(exponent)
+                    y.backward(T.tensor(np.cos(np.arange(len(base))), dtype=getattr(T, dtype)))
+                grads.append(np.asarray(x.grad))
+            np.testing.assert_array_equal(grads[0], grads[1], err_msg=f"{base} {exponent} {dtype}")
+            np.testing.assert_array_equal(np.signbit(grads[0]), np.signbit(grads[1]))
 
 
 def test_clone_and_dtype_casts():
@@ -710,6 +772,52 @@ def test_prod_and_norm_with_zeros():
     assert _grad_of(lambda x: x.norm(p=3), [0.0, 0.0])[1].tolist() == [0.0, 0.0]
     assert _grad_of(lambda x: x.norm(p=float('inf')), [2.0, -2.0, 1.0])[1].tolist() == [0.5, -0.5, 0]
     assert tt.tensor([0.0, 3.0, -2.0]).norm(p=0).item() == 2.0
+
+
+def test_prod_gradient_with_a_zero_anywhere_is_the_product_of_the_others():
+    # PyTorch's rule: with no 0 in the whole input, g prod / x_i; with a 0 anywhere, every
+    # slice takes the product of the others from running products (no division), so the
+    # -inf in a column without zeros gets a finite gradient, and [2, nan, 0] gives nan to 2
+    inf, nan = math.inf, math.nan
+    grad = _grad_of(lambda x: x.prod(0), [[0.0, -0.5, -inf], [2.0, 4.0, 1.0]])[1]
+    assert grad.tolist() == [[2.0, 4.0, 1.0], [0.0, -0.5, -inf]]
+    grad = _grad_of(lambda x: x.prod(-1), [[2.0, nan, 0.0], [1.0, 3.0, 2.0]])[1]
+    np.testing.assert_array_equal(grad, [[nan, 0.0, nan], [6.0, 2.0, 3.0]])
+    grad = _grad_of(lambda x: x.prod(0), [[3.0, -inf], [2.0, 1.0]])[1]  # no zero: prod / x
+    np.testing.assert_array_equal(grad, [[2.0, nan], [3.0, -inf]])
+    # prod of all elements: one zero, the same running products; two, zeros whatever g is
+    np.testing.assert_array_equal(_grad_of(lambda x: x.prod(), [0.0, inf, 2.0])[1], [inf, 0.0, nan])
+    x = tt.tensor([0.0, 0.0, inf], dtype=tt.float64, requires_grad=True)
+    x.prod().backward(tt.tensor(nan, dtype=tt.float64))
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+    check(lambda x: x.prod(0), tt.tensor([[0.0, 2.0, 3.0], [1.5, 4.0, 0.5]], dtype=tt.float64,
+                                         requires_grad=True))
+
+
+def test_prod_and_cumprod_gradients_at_zeros_infs_and_nans_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(5)
+    specials = [0.0, 0.0, math.inf, -math.inf, math.nan, 1.5, -0.7, 2.0]
+    for trial in range(400):
+        shape = tuple(rng.integers(1, 5, size=rng.integers(1, 3)))
+        dtype = (np.float64, np.float32)[trial % 2]
+        a = rng.standard_normal(shape)
+        hit = rng.random(shape) < 0.3
+        a[hit] = rng.choice(specials, size=hit.sum())
+        a = a.astype(dtype)
+        d, keepdim = int(rng.integers(0, len(shape))), bool(rng.integers(0, 2))
+        for expr in ('x.prod()', 'x.prod(d, keepdim=keepdim)', 'x.cumprod(d)'):
+            grads = []
+            for T in (tt, torch):
+                x = T.tensor(a, requires_grad=True)
+                with np.errstate(all='ignore'):
+                    y = eval(expr, {'x': x, 'd': d, 'keepdim': keepdim})
+                    g = np.cos(np.arange(y.numel())).reshape(tuple(y.shape)).astype(dtype)
+                    g.flat[::3] = (math.nan, math.inf, 1.0)[trial % 3]
+                    y.backward(T.tensor(g))
+                grads.append(np.asarray(x.grad))
+            np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6, equal_nan=True,
+                                       err_msg=f"{expr} of {a!r}, d={d}")
 
 
 def test_sort_topk_argsort_indices():
@@ -2163,6 +2271,8 @@ def test_atan2_einsum_tensordot_outer_cdist_gradcheck():
     check(lambda x, y: tt.tensordot(x, y, ([0], [0])), a, t64(2, 5, seed=4))
     check(tt.outer, c, t64(4, seed=5))
     check(lambda x, y: tt.cdist(x, y), t64(4, 3, seed=6), t64(5, 3, seed=7))
+    for p in (1, math.inf, 0.5, 1.5, 3):
+        check(lambda x, y: tt.cdist(x, y, p=p), t64(2, 3, seed=6), t64(3, 3, seed=7))
     np.testing.assert_allclose(tt.einsum('ij,jk->ik', a, b).array, a.array @ b.array)
 
 
@@ -2183,6 +2293,56 @@ def test_cdist_refuses_operands_of_two_float_dtypes():
     with pytest.raises(RuntimeError, match="cdist only supports floating-point dtypes"):
         tt.cdist(tt.ones(2, 3, dtype=tt.int64), tt.ones(2, 3, dtype=tt.int64))
     assert tt.cdist(x2, x2).dtype == tt.float64
+
+
+def test_cdist_gradient_is_zero_at_distance_zero_even_for_a_nan_upstream():
+    # PyTorch's rule for p = 2, 0 < p < 1, 1 < p < 2 and p > 2 answers 0 for a pair at
+    # distance 0 (not g * 0/0); p = 1 and inf are g sign(x1 - x2): nan stays nan; p = 0 is flat
+    x = tt.tensor([[1.0, 2.0], [1.0, 2.0]], dtype=tt.float64, requires_grad=True)
+    for p, want in ((2, 0.0), (3, 0.0), (1.5, 0.0), (0.5, 0.0), (0, 0.0), (1, np.nan),
+                    (math.inf, np.nan)):
+        x.grad = None
+        tt.cdist(x, x, p=p).backward(tt.full((2, 2), np.nan, dtype=tt.float64))
+        np.testing.assert_array_equal(x.grad.array, np.full((2, 2), want), err_msg=str(p))
+
+
+def test_cdist_of_a_nan_inf_norm_skips_it_zero_norm_counts_it_as_nan():
+    # the kernel's max(agg, |d|) passes a nan by; min(ceil(|d|), 1) keeps it
+    x1 = tt.tensor([[np.nan, 1.0, 2.0], [np.nan, np.nan, np.nan]], dtype=tt.float64)
+    x2 = tt.tensor([[1.0, 1.0, 5.0]], dtype=tt.float64)
+    assert tt.cdist(x1, x2, p=math.inf).tolist() == [[3.0], [0.0]]
+    assert np.isnan(tt.cdist(x1, x2, p=0).array).all()
+    with pytest.raises(RuntimeError, match="cdist only supports non-negative p values"):
+        tt.cdist(x1, x2, p=-1)
+    with pytest.raises(RuntimeError, match="cdist only supports at least 2D tensors"):
+        tt.cdist(x1[0], x2[0])
+    with pytest.raises(RuntimeError, match="X1 and X2 must have the same number of columns"):
+        tt.cdist(x1, x2[:, :2])
+
+
+def test_cdist_forward_and_gradients_match_pytorch_for_every_p():
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32):
+        for p_rows, r_rows, m in ((3, 2, 3), (4, 9, 8), (9, 3, 17), (1, 5, 1)):
+            a = rng.standard_normal((p_rows, m)).round(1).astype(dtype)
+            b = rng.standard_normal((r_rows, m)).round(1).astype(dtype)
+            b[0] = a[0]  # a pair at distance 0
+            b[-1, 0] = a[-1, 0]  # a column with difference 0
+            a[-1, -1] = np.nan if p_rows > 3 else a[-1, -1]
+            g = rng.standard_normal((p_rows, r_rows)).astype(dtype)
+            g[0, 0], g[-1, 0] = np.nan, np.inf
+            for p in (2, 1, math.inf, 0, 0.5, 1.5, 3):
+                x1, x2 = tt.tensor(a, requires_grad=True), tt.tensor(b, requires_grad=True)
+                t1, t2 = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+                out, want = tt.cdist(x1, x2, p=p), torch.cdist(t1, t2, p=p)
+                out.backward(tt.tensor(g))
+                want.backward(torch.tensor(g))
+                tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12)
+                where = f"{np.dtype(dtype)} {a.shape} {b.shape} p={p}"
+                np.testing.assert_allclose(out.array, want.detach().numpy(), **tol, err_msg=where)
+                np.testing.assert_allclose(x1.grad.array, t1.grad.numpy(), **tol, err_msg=where)
+                np.testing.assert_allclose(x2.grad.array, t2.grad.numpy(), **tol, err_msg=where)
 
 
 def test_einsum_of_one_operand_that_only_reorders_is_a_view():
@@ -2248,6 +2408,22 @@ def test_cumprod_cummax_cummin_median_gradcheck_with_zeros_and_ties():
     s = tt.tensor(np.array([np.nan, 1.2]), requires_grad=True)
     tt.floor(s).sum().backward()
     assert s.grad.tolist() == [0.0, 0.0]  # a step passes zeros, even at nan
+
+
+def test_cumprod_gradient_at_the_first_zero_masks_g_not_the_running_product():
+    # PyTorch sums g_j prod_{z1 < k <= j} x_k over the whole line with g set to 0 outside
+    # [z1, z2): an inf running product then makes 0 * inf = nan past the second zero
+    inf = math.inf
+    with np.errstate(invalid='ignore'):  # the running products 0 * inf
+        x = tt.tensor([0.0, inf, 0.0], dtype=tt.float64, requires_grad=True)
+        x.cumprod(0).backward(tt.tensor([-1.0, -1.0, -1.0], dtype=tt.float64))
+        assert np.isnan(x.grad.array[0]) and x.grad.tolist()[1:] == [0.0, 0.0]
+        x = tt.tensor([0.0, inf, 2.0], dtype=tt.float64, requires_grad=True)  # no second zero
+        x.cumprod(0).backward(tt.tensor([1.0, 1.0, 1.0], dtype=tt.float64))
+        assert x.grad.tolist() == [inf, 0.0, 0.0]
+    x = tt.tensor([0.0, 2.0, 0.0, math.nan], dtype=tt.float64, requires_grad=True)
+    x.cumprod(0).backward(tt.tensor([1.0, 1.0, 1.0, math.nan], dtype=tt.float64))
+    assert x.grad.tolist() == [3.0, 0.0, 0.0, 0.0]  # past the second zero: never read
 
 
 def test_cumprod_cummax_median_match_pytorch():
@@ -2448,6 +2624,15 @@ def test_remainder_gradient_uses_the_quotient_the_forward_used():
     check(lambda p, q: p % q, t64(3, 4, low=0.5), t64(4, seed=1, low=0.5))
 
 
+def test_remainder_of_a_zero_result_keeps_the_dividends_sign():
+    # PyTorch's % is fmod, then + b where the signs differ: a 0 result is fmod's, signed as
+    # the dividend (NumPy's remainder signs it as the divisor); the same from number % tensor
+    got = tt.tensor([-0.6, 0.0, -0.0, 0.6, 4.0, -0.6]) % tt.tensor([0.3, -0.2, 0.2, -0.3, -2.0, 0.25])
+    assert np.signbit(got.array).tolist() == [True, False, True, False, False, False]
+    assert got.tolist()[:5] == [0.0] * 5 and got.tolist()[5] == pytest.approx(0.15)
+    assert np.signbit((0.0 % tt.tensor([-0.2, -3.0])).array).tolist() == [False, False]
+    assert np.signbit((-0.0 % tt.tensor([0.2, 7.0])).array).tolist() == [True, True]
+    assert (tt.tensor([-7, 7, -6]) % tt.tensor([3, -3, 3])).tolist() == [2, -2, 0]
 def test_bool_tensordot_and_argmin_mixed_isclose_and_fro_over_3_dims_are_refused():
     b, x = tt.tensor([True, False]), tt.tensor([1.0, 2.0])
     with pytest.raises(TypeError, match="tensordot: not defined for bool"):
@@ -3915,6 +4100,20 @@ def test_cross_entropy_of_one_class_has_exactly_zero_gradient_with_smoothing():
         assert loss.item() == 0 and z.grad.tolist() == [[0.0], [0.0]]
 
 
+def test_cross_entropy_of_a_certain_row_is_minus_zero_and_of_an_ignored_row_plus_zero():
+    # PyTorch's loss is -log_softmax(z)[t] (nll of log_softmax): -0.0 where the target's
+    # log-probability is 0 (one class, or a logit far above the others); an ignored row
+    # is filled with +0.0, with or without smoothing; 1 / loss tells them apart
+    z = tt.tensor([[0.3], [-1.2]], dtype=tt.float64)
+    w = tt.tensor([2.0], dtype=tt.float64)
+    for weight in (None, w):
+        for smoothing in (0.0, 0.1):
+            loss = nn.cross_entropy(z, tt.tensor([0, -100]), weight, reduction='none',
+                                    label_smoothing=smoothing)
+            assert loss.tolist() == [0.0, 0.0], (weight, smoothing)
+            assert list(np.signbit(loss.array)) == [True, False], (weight, smoothing)
+    loss = nn.cross_entropy(tt.tensor([[800.0, 0.0]]), tt.tensor([0]), reduction='none')
+    assert loss.item() == 0.0 and np.signbit(loss.array[0])
 def test_cross_entropy_upstream_inf_gives_torchs_nan_at_the_target():
     # as log_softmax's rule: p sum(q) - q with q the target weights times the upstream
     # gradient, so an inf gives p inf elsewhere and p inf - inf = nan at the target
@@ -3964,6 +4163,30 @@ def test_cross_entropy_matches_pytorch():
     b.backward()
     assert a.item() == pytest.approx(b.item(), rel=1e-12)
     np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_cross_entropy_none_matches_pytorch_to_the_sign_of_zero():
+    torch = need_torch()
+    rng = np.random.default_rng(6)
+    for trial in range(300):
+        n, c = rng.integers(1, 5), rng.integers(1, 5)
+        z = rng.standard_normal((n, c)) * (1, 1, 400)[trial % 3]
+        target = rng.integers(0, c, n)
+        target[rng.random(n) < 0.4] = -100
+        weight = rng.random(c) if trial % 2 else None
+        for dtype in (np.float64, np.float32):
+            for smoothing in (0.0, 0.1):
+                ours = nn.cross_entropy(
+                    tt.tensor(z.astype(dtype)), tt.tensor(target),
+                    None if weight is None else tt.tensor(weight.astype(dtype)),
+                    reduction='none', label_smoothing=smoothing).array
+                theirs = torch.nn.functional.cross_entropy(
+                    torch.tensor(z.astype(dtype)), torch.tensor(target),
+                    None if weight is None else torch.tensor(weight.astype(dtype)),
+                    reduction='none', label_smoothing=smoothing).numpy()
+                where = f"{z!r} {target} {weight} {smoothing} {np.dtype(dtype)}"
+                np.testing.assert_allclose(ours, theirs, rtol=1e-5, err_msg=where)
+                np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs), err_msg=where)
 
 
 def test_bce_with_logits():

@@ -493,13 +493,13 @@ def pow(a, b):
     out = _broadcast_op('pow', _power, a, b)
 
     def backward(g):
-        """d(a^b)/da = b a^(b-1)  (0 where b = 0)
+        """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)
         d(a^b)/db = a^b log(a)  (0 where a = 0 and b >= 0, as PyTorch)"""
         ga = gb = None
         if a.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
-                ga = np.where(b.array == 0, 0, b.array * a.array ** (b.array - 1))
-            ga = unbroadcast(g * ga, a.shape)
+                ga = np.where(b.array == 0, 0, g * (b.array * a.array ** (b.array - 1)))
+            ga = unbroadcast(ga, a.shape)
         if b.requires_grad:
             with np.errstate(divide='ignore', invalid='ignore'):
                 gb = np.where((a.array == 0) & (b.array >= 0), 0, out * np.log(a.array))
@@ -918,6 +918,33 @@ def _power(a, b):
     a, b = np.broadcast_arrays(a, b)
     neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
+
+
+_pow_of_part_1 = pow
+
+
+def pow(a, b):
+    """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
+    b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
+    is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
+            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
+        return _pow_of_part_1(a, b)
+    e = _as(b, a.dtype)  # the exponent in the base's dtype
+    out = _broadcast_op('pow', _power, a, e)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
+        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
+            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
+                               "tensor is not supported (the rule computes exponent - 1)")
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            below = (b.array - 1).astype(a.dtype)
+            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
+    return from_op(out, 'pow', (a,), backward, saved=(a, b))
+
+
+Tensor.__pow__ = Tensor.pow = pow
 
 
 def is_floating_point(x):
@@ -1404,6 +1431,19 @@ for _f in (square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos,
 Tensor.arcsin, Tensor.arccos, Tensor.arctan, Tensor.arctan2, Tensor.fix = asin, acos, atan, atan2, trunc
 
 
+def _rtruediv(self, other):
+    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
+    two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
+    int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
+    Anything else (an array) divides, as in Part I."""
+    if isinstance(other, (bool, int, float, np.number)):
+        return mul(reciprocal(self), other)
+    return div(other, self)
+
+
+Tensor.__rtruediv__ = _rtruediv
+
+
 
 
 # Comparisons, tests and logic give boolean tensors outside the graph (they have no
@@ -1431,7 +1471,14 @@ Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tenso
 Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
-    return _modulo(a, b, np.remainder, np.floor_divide, 'remainder')  # Python's a // b
+    return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
+
+
+def _remainder(a, b):
+    """Python's % as PyTorch computes it: fmod, then + b where the signs differ (so a 0 keeps
+    fmod's sign, the dividend's: -0.6 % 0.3 is -0.0, where np.remainder gives 0.0)."""
+    mod = np.fmod(a, b)
+    return np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
 def fmod(a, b):
@@ -1753,24 +1800,37 @@ def prod(x, dim=None, keepdim=False):
             """d prod / dx = 1  (even at x = inf or nan, as PyTorch)"""
             return (g,)
         return from_op(data, 'prod', (x,), backward_0d)
-    out = np.prod(x.array, axis=axes, keepdims=True)
-    zero = x.array == 0
-    zeros = np.sum(zero, axis=axes, keepdims=True)
+    with np.errstate(invalid='ignore', over='ignore'):  # 0 * inf is nan, silently, as PyTorch
+        out = np.prod(x.array, axis=axes, keepdims=True)
+    zeros = int(np.sum(x.array == 0))
 
     def backward(g, xs=x.shape):
         """d prod / dx_i = the product of the others (prod / x_i when no element is 0)"""
-        # with one 0, only that element gets the product of the others; with two, none
-        # (the product of all elements then gives zeros, not g * 0, as PyTorch)
-        if dim is None and zero.sum() > 1:
+        # As PyTorch: with no 0 anywhere in x, prod / x_i (inf / inf is then nan); with a 0
+        # anywhere, running products from both sides for every slice (no division: a -inf
+        # gets a finite gradient, a nan reaches the others); prod() with two 0s: zeros
+        if x.array.size == 0 or dim is None and zeros > 1:
             return (np.zeros(xs, g.dtype),)
         g = _expand_back(g, xs, axes, keepdim)
-        others = np.prod(np.where(zero, 1, x.array), axis=axes, keepdims=True)  # zeros left out
         with np.errstate(divide='ignore', invalid='ignore'):
-            grad = np.where(zeros == 0, out / np.where(zero, 1, x.array),
-                            np.where((zeros == 1) & zero, others, 0))
-            return (g * grad,)  # g * 0: nan where g is inf, as PyTorch
+            if zeros == 0:
+                return (g * (out / x.array),)
+            if dim is None:
+                return (g * _prod_of_others(x.array.reshape(-1), 0).reshape(xs),)
+            return (g * _prod_of_others(x.array, axes[0]),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
+
+
+def _prod_of_others(a, d):
+    """For each element along axis d, the product of the others: the running product of
+    those before it times that of those after it ([a, b, c] -> [1 bc, a c, ab 1])."""
+    n = a.shape[d]
+    ones = np.ones_like(np.take(a, [0], axis=d))
+    before = np.concatenate([ones, np.take(a, np.arange(n - 1), axis=d)], axis=d)
+    after = np.concatenate([ones, np.flip(np.take(a, np.arange(1, n), axis=d), d)], axis=d)
+    with np.errstate(invalid='ignore', over='ignore'):
+        return _scan(np.cumprod, before, d) * np.flip(_scan(np.cumprod, after, d), d)
 
 
 def cumsum(x, dim):
@@ -1812,13 +1872,14 @@ def cumprod(x, dim):
             if not zero.any():  # sum over j >= i of g_j out_j / x_i: a reversed running sum
                 return ((rev_cumsum(g * out) / x.array).astype(x.dtype, copy=False),)
             # as PyTorch: before a line's first zero z1, as above; at z1, out_{z1-1} times
-            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k; after it, 0 (selected, never g * 0)
+            # sum_{z1 <= j < z2} g_j prod_{z1 < k <= j} x_k (g set to 0 outside [z1, z2), the
+            # running product not: 0 * inf is nan); after z1, 0 (selected, never g * 0)
             zeros_so_far = np.cumsum(zero, axis=d)
             before, first = zeros_so_far == 0, zero & (zeros_so_far == 1)
             gx = np.where(before, rev_cumsum(np.where(before, g * out, 0)) / np.where(before, x.array, 1), 0)
             segment = zeros_so_far == 1
             inner = np.cumprod(np.where(segment & ~first, x.array, 1), axis=d)
-            total = np.sum(np.where(segment, g * inner, 0), axis=d, keepdims=True)
+            total = np.sum(np.where(segment, g, 0) * inner, axis=d, keepdims=True)
             previous = np.concatenate([np.ones_like(np.take(out, [0], axis=d)),
                                        np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
@@ -2877,7 +2938,53 @@ def cdist(x1, x2, p=2.0):
         raise RuntimeError(f"cdist only supports floating-point dtypes, got {x1.dtype} and {x2.dtype}")
     if x1.dtype != x2.dtype:
         raise RuntimeError(f"cdist: both operands need one dtype, got {x1.dtype} and {x2.dtype}")
-    return norm(unsqueeze(x1, -2) - unsqueeze(x2, -3), p=p, dim=-1)
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
+                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    diff = x1.array[..., :, None, :] - x2.array[..., None, :, :]  # (..., P, R, M)
+    ad = np.abs(diff)
+    if p == math.inf:  # PyTorch's kernel takes max(so far, |d|), which passes a nan by
+        out = np.max(np.where(np.isnan(ad), 0, ad), axis=-1, initial=0)
+    elif p == 0:  # min(ceil(|d|), 1) counts a non-zero (and keeps a nan)
+        out = np.sum(np.minimum(np.ceil(ad), 1), axis=-1)
+    elif p == 2:
+        out = np.sqrt(np.sum(ad * ad, axis=-1))
+    else:
+        out = np.sum(ad ** p, axis=-1) ** (1.0 / p)
+
+    def backward(g):
+        """d cdist_ij / dx1_i = sign(d) |d|^(p-1) / cdist^(p-1), d = x1_i - x2_j  (0 at cdist 0)
+        d cdist_ij / dx2_j = the same with d = x2_j - x1_i"""
+        g, dist = g[..., None], out[..., None]
+        return (unbroadcast(np.sum(_cdist_rule(diff, g, dist, p), axis=-2), x1.shape)
+                if x1.requires_grad else None,
+                unbroadcast(np.sum(_cdist_rule(-diff, g, dist, p), axis=-3), x2.shape)
+                if x2.requires_grad else None)
+    return from_op(out, 'cdist', (x1, x2), backward)
+
+
+def _cdist_rule(d, g, dist, p):
+    """PyTorch's cdist backward for each pair (x1_i, x2_j), d = x1_i - x2_j: the p-norm's
+    derivative, but 0 where the distance is 0 whatever g is (even nan) for p other than 1
+    and inf, and sign(nan) = nan."""
+    sign = np.sign(d)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+        if p == 0:  # a count: flat
+            return np.zeros_like(d)
+        if p == 1:
+            return g * sign
+        if p == math.inf:  # to the components whose |d| is the distance
+            return g * sign * (1 - np.minimum(1, np.ceil(np.abs(np.abs(d) - dist))))
+        if p == 2:
+            return np.where(dist == 0, 0, g * d / dist)
+        if p > 2:
+            return np.where(dist == 0, 0, d * np.abs(d) ** (p - 2) * g / dist ** (p - 1))
+        grad = np.where(dist == 0, 0, sign * np.abs(d) ** (p - 1) * g / dist ** (p - 1))
+        return np.where((d == 0) & (p < 1), 0, grad)  # |0|^(p-1) = inf for p < 1: 0
 
 
 def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
