@@ -1211,7 +1211,7 @@ def clamp(x, min=None, max=None):
     dtype = result_type(x, *(b for b in (min, max) if b is not None))
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
-    out = np.clip(x.array, min, max)
+    out = _clip(x.array, min, max)
     inside = np.ones_like(x.array, dtype=bool) if min is None else x.array >= min
     if max is not None:
         inside &= x.array <= max
@@ -1222,12 +1222,22 @@ def clamp(x, min=None, max=None):
     return from_op(out, 'clamp', (x,), backward)
 
 
+def _clip(a, lo, hi):
+    """min(max(a, lo), hi) as PyTorch's: a bound replaces a only where a is beyond it (so
+    0.0 clamped at min=-0.0 stays 0.0), and a nan anywhere gives nan."""
+    with np.errstate(invalid='ignore'):
+        if lo is not None:
+            a = np.where((a < lo) | np.isnan(lo), lo, a)
+        if hi is not None:
+            a = np.where((a > hi) | np.isnan(hi), hi, a)
+    return a
+
+
 def _clamp_per_element(x, lo, hi):
     """clamp with tensor bounds: max(x, lo), then min(., hi); a nan anywhere gives nan."""
     dtype = result_type(*(v for v in (x, lo, hi) if v is not None))
     x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
-    out = x.array if lo is None else np.maximum(x.array, lo.array)
-    out = out if hi is None else np.minimum(out, hi.array)
+    out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
 
     def backward(g):
@@ -1843,7 +1853,10 @@ def cumsum(x, dim):
     def backward(g):
         """d cumsum_j / dx_i = 1 for j >= i: dx_i = g_i + ... + g_last"""
         return (np.flip(_scan(np.cumsum, np.flip(g, d), d), d),)
-    return from_op(_scan(np.cumsum, data, d), 'cumsum', (x,), backward)
+    out = _scan(np.cumsum, data, d)
+    if out.dtype.kind == 'f':
+        out += 0.0  # PyTorch's running sum starts at +0.0: a run of -0.0 sums to +0.0
+    return from_op(out, 'cumsum', (x,), backward)
 
 
 def _scan(fn, a, d):
@@ -2521,8 +2534,9 @@ ModeResult = namedtuple('mode', ['values', 'indices'])
 
 
 def mode(x, dim=-1, keepdim=False):
-    """The most frequent value along dim (the smallest of those tied) and an index where it
-    occurs; outside the graph's gradient except through the values' positions."""
+    """The most frequent value along dim (the smallest of those tied; nans count as one
+    value, after every number) and the index of its last occurrence; outside the graph's
+    gradient except through the values' positions."""
     d = _dim(dim, x.ndim, 'mode')
     if x.ndim == 0:
         return _on_0d(lambda t, d: mode(t, d, keepdim), x)
@@ -2533,7 +2547,8 @@ def mode(x, dim=-1, keepdim=False):
     for r, row in enumerate(flat):  # one np.unique per row (mode is rare in a hot loop)
         u, counts = np.unique(row, return_counts=True)
         values[r] = u[np.argmax(counts)]
-        where_[r] = np.flatnonzero(row == values[r])[-1]  # the last occurrence, as PyTorch
+        same = (row == values[r]) | (np.isnan(row) & np.isnan(values[r]))
+        where_[r] = np.flatnonzero(same)[-1]  # the last occurrence, as PyTorch
     idx = where_.reshape(xs.shape[:-1])
     picked = take_along_dim(x, _constant(np.expand_dims(idx, d)), d)
     return ModeResult(picked if keepdim else squeeze(picked, d),
