@@ -912,7 +912,11 @@ def _scaled(a, b, alpha):
 
 def _power(a, b):
     """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
-    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0."""
+    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
+    A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
+    if a.dtype == bool_ and np.asarray(b).dtype == bool_:
+        raise RuntimeError("pow: a bool to the power of a bool tensor is not supported, as in "
+                           "PyTorch; cast one of them with .int() or .float()")
     if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
         return np.power(a, b)
     a, b = np.broadcast_arrays(a, b)
