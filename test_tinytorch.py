@@ -3500,6 +3500,18 @@ def test_layer_norm_with_a_weight_and_no_bias_gives_plus_zero():
     assert out.tolist() == [[0.0], [0.0]] and not np.signbit(out.array).any()
 
 
+def test_layer_norm_of_a_row_with_no_spread_is_exactly_zero():
+    """The mean of equal values is that value (np.mean of three 2.8s is 2.8000000000000003;
+    PyTorch's running mean gives 2.8), so such a row normalizes to exactly 0 and an infinite
+    weight gives nan there, as in PyTorch. Found by the fuzzer (fill_, then layer_norm)."""
+    for dtype in (tt.float64, tt.float32):
+        x = tt.full((2, 3), 2.8, dtype=dtype)
+        assert nn.layer_norm(x, (3,)).tolist() == [[0.0] * 3] * 2
+        with np.errstate(invalid='ignore'):
+            out = nn.layer_norm(x, (3,), tt.tensor([0.38, -np.inf, 0.25], dtype=dtype))
+        assert np.isnan(out.array[:, 1]).all() and (out.array[:, [0, 2]] == 0).all()
+
+
 def test_layer_norm_over_no_spread_differs_from_pytorch_only_by_its_rounding_pytorch():
     """README (deliberate differences): a row with no spread normalizes to exactly 0 here;
     PyTorch's backward sees about 1e-14 there. With a finite upstream gradient the two
