@@ -716,16 +716,17 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
         gw = g.copy() if weight is None else g * weight.array.reshape(n)  # d loss / d xhat
-        # PyTorch's arrangement of dx, in x itself: rstd gw + b x + c with, per row,
-        # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
-        # (the same nan and inf as PyTorch's: a whole row of nan where a weight is inf)
         with np.errstate(invalid='ignore'):  # inf - inf and 0 * inf give nan, as PyTorch's
-            sum_gw = sum_last(gw)
-            b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
-            c = -b * mean - sum_gw * rstd / n
-            gw *= rstd
-            gw += b * rows + c
-            grads = [gw.reshape(x.shape)]
+            sum_gw, sum_gwx = sum_last(gw), sum_last(gw * xhat)
+            dx = (gw - (sum_gw + xhat * sum_gwx) / n) * rstd  # the docstring's form
+            bad = ~np.isfinite(sum_gw + sum_gwx)  # rows where an inf or nan arrived:
+            if bad.any():  # PyTorch's arrangement there, for its nan and inf (a whole row of
+                # nan where a weight is inf): rstd gw + b x + c with, per row,
+                # b = (sum(gw) mean - sum(gw x)) rstd^3 / n and c = -b mean - sum(gw) rstd / n
+                b = (sum_gw * mean - sum_last(gw * rows)) * rstd ** 3 / n
+                c = -b * mean - sum_gw * rstd / n
+                dx = np.where(bad, gw * rstd + b * rows + c, dx)
+            grads = [dx.reshape(x.shape)]
             if weight is not None:
                 grads.append(sum_leading(g * xhat).reshape(weight.shape))
         if bias is not None:

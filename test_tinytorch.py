@@ -3500,6 +3500,25 @@ def test_layer_norm_with_a_weight_and_no_bias_gives_plus_zero():
     assert out.tolist() == [[0.0], [0.0]] and not np.signbit(out.array).any()
 
 
+def test_layer_norm_float32_gradient_keeps_its_accuracy_on_rows_of_little_spread():
+    """dx from the centered values (the docstring's form) keeps float32's accuracy where
+    x's spread is small beside its mean; the arrangement in x itself (b x + c, PyTorch's)
+    cancels there: a median error of 3e-6 and up to 1e-2 over these rows."""
+    rng = np.random.default_rng(0)
+    errors = []
+    for _ in range(300):
+        n = int(rng.integers(2, 6))
+        rows = (rng.standard_normal((1, n)) * 0.05 + rng.standard_normal() * 2).astype(np.float32)
+        g = rng.standard_normal((1, n)).astype(np.float32)
+        grads = []
+        for dtype in (tt.float32, tt.float64):  # the same float32 values in float64
+            x = tt.tensor(rows, dtype=dtype, requires_grad=True)
+            nn.layer_norm(x, (n,)).backward(tt.tensor(g, dtype=dtype))
+            grads.append(x.grad.array.astype(np.float64))
+        errors.append(np.abs(grads[0] - grads[1]).max() / np.abs(grads[1]).max())
+    assert np.median(errors) < 1e-6 and max(errors) < 2e-3, (np.median(errors), max(errors))
+
+
 def test_layer_norm_of_a_row_with_no_spread_is_exactly_zero():
     """The mean of equal values is that value (np.mean of three 2.8s is 2.8000000000000003;
     PyTorch's running mean gives 2.8), so such a row normalizes to exactly 0 and an infinite
@@ -10105,7 +10124,8 @@ def _float64_run_allows(a, b, ref64_step, name):
     """Whether PyTorch's own float64 run of the program allows tinytorch's float32 value or
     gradient a, where PyTorch's float32 one b differs: elementwise, a is within float32's
     tolerance of the float64 answer (rounded to float32: an overflow is inf there too), or
-    nearer to it than b, or b is not within that tolerance of it either. Float32 rounding
+    within 4 times b's distance from it (two float32 computations that round in different
+    places), or b is not within that tolerance of it either. Float32 rounding
     amplified (1 + erf(-3.04) in gelu's tail, sin of 1.5e8, a sum that nearly cancels)
     leaves PyTorch's float32 answer off the true one as well: such an element says nothing
     about the op (the float64 run, compared first, holds the op to PyTorch's answer)."""
@@ -10120,7 +10140,7 @@ def _float64_run_allows(a, b, ref64_step, name):
         z32 = z.astype(np.float32).astype(np.float64)
         agree = lambda u: ((u == z32) | (np.isnan(u) & np.isnan(z32)) | np.isfinite(u) & np.isfinite(z32)
                            & (np.abs(u - z32) <= atol + rtol * np.abs(z32)))
-        nearer = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (np.abs(x - z) <= np.abs(y - z))
+        nearer = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (np.abs(x - z) <= 4 * np.abs(y - z))
     return bool((agree(x) | nearer | ~agree(y)).all())
 
 
@@ -10448,7 +10468,8 @@ def test_fuzz_float32_answer_allowed_by_the_float64_run_pytorch():
     need_torch()
     plant = "t2 = t1 * ({} if _lib == 'torch' else {}) if _dt == 'float32' else t1 * 1.0"
     for torch_factor, factor, agrees in (('1.001', '1.0', True), ('1.001', '1.0005', True),
-                                         ('1.001', '1.002', True), ('1.00001', '1.002', False)):
+                                         ('1.001', '1.002', True), ('1.0001', '1.0003', True),
+                                         ('1.0001', '1.0005', False), ('1.00001', '1.002', False)):
         lines = ["t1 = T.tensor([1.0, 2.0], dtype=T.DT)", plant.format(torch_factor, factor)]
         m = _compare(lines, ['tensor', '*'], None, ('float32',))
         assert (m is None) == agrees, (torch_factor, factor)
