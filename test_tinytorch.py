@@ -501,6 +501,10 @@ def test_pow_gradient_with_an_integer_exponent_tensor_takes_b_minus_1_in_its_dty
         with pytest.raises(RuntimeError, match="a bool to the power of a bool tensor"):
             power()
     assert (b ** True).dtype == tt.bool_ and (b ** True).tolist() == [True, False]
+    for base in (b, tt.tensor([2, 3]), tt.zeros(0, dtype=tt.int64)):  # as PyTorch, empty too
+        with pytest.raises(RuntimeError, match="integers to negative integer powers"):
+            base ** -1
+    assert (tt.tensor([2, 4]) ** -1.0).tolist() == [0.5, 0.25]
     assert (tt.tensor([2, 3]) ** b).tolist() == [2, 1] and (b ** 2).dtype == tt.int64
 
 
@@ -3049,6 +3053,19 @@ def test_views_of_in_place_ops_match_pytorch():
     f(*ts).backward()
     for a, ta in zip(xs, ts):
         np.testing.assert_allclose(a.grad, ta.grad.numpy())
+
+
+def test_a_cast_of_an_expanded_tensor_is_contiguous():
+    """As PyTorch's to(): a tensor whose memory overlaps (expand) casts to a contiguous one
+    (NumPy's astype kept its odd order: the expanded dim innermost), so a later result
+    can be viewed. Found by the fuzzer: (1 != mask.expand(2, -1, -1)).view(-1)."""
+    mask = (tt.arange(12).reshape(3, 4) > 5).expand(2, -1, -1)
+    for y in (mask.long(), np.int64(1) != mask, mask.double() * 2):
+        assert y.view(-1).shape == (24,)
+        assert y.view(-1).tolist() == y.reshape(-1).tolist()
+    x = tt.arange(12.0).reshape(3, 4).t()  # dense, permuted: keeps its order, as PyTorch
+    assert x.double().stride() == x.stride() == (1, 4) and x.stride(-1) == 4
+    assert not x.is_contiguous() and x.contiguous().is_contiguous() and mask.long().stride() == (12, 4, 1)
 
 
 def test_in_place_on_an_expanded_view_is_refused():

@@ -931,6 +931,10 @@ def pow(a, b):
     """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
     b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
     is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
+    if isinstance(a, Tensor) and a.dtype.kind in 'iub' and isinstance(b, (int, np.integer)) \
+            and not isinstance(b, bool) and b < 0:  # (an empty tensor too, as PyTorch)
+        raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
+                           f"({a.dtype} ** {b}); use a float exponent ({b}.0) or .float()")
     if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
             and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
         return _pow_of_part_1(a, b)
@@ -965,7 +969,9 @@ def to(self, dtype):
     def backward(g):
         """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
         return (g.astype(src),)
-    out = from_op(self.array.astype(dtype), 'to', (self,), backward)
+    a = self.array  # the copy keeps a's order, unless a's memory overlaps (expand): then
+    overlaps = builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))  # C order
+    out = from_op(a.astype(dtype, order='C' if overlaps else 'K'), 'to', (self,), backward)
     if dtype.kind not in 'fc':
         out = out.detach()
     return out
@@ -2107,7 +2113,19 @@ def contiguous(x):
     return from_op(np.ascontiguousarray(x.array), 'contiguous', (x,), backward)
 
 
+def stride(x, dim=None):
+    """How many elements apart x's neighbours lie in memory along each dim (NumPy's
+    strides count bytes): (4, 1) for a 3x4 tensor, (1, 4) for its transpose."""
+    steps = tuple(s // x.array.itemsize for s in x.array.strides)
+    return steps if dim is None else steps[_dim(dim, x.ndim, 'stride')]
+
+
+def is_contiguous(x):
+    return bool(x.array.flags.c_contiguous)
+
+
 Tensor.detach, Tensor.clone, Tensor.contiguous = detach, clone, contiguous
+Tensor.stride, Tensor.is_contiguous = stride, is_contiguous
 
 
 def _get_data(x):
