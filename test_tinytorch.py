@@ -3068,6 +3068,20 @@ def test_a_cast_of_an_expanded_tensor_is_contiguous():
     assert not x.is_contiguous() and x.contiguous().is_contiguous() and mask.long().stride() == (12, 4, 1)
 
 
+def test_clone_keeps_the_order_of_dims_in_memory_as_pytorch():
+    """clone closes the gaps of a strided tensor but keeps its dims' order in memory (a
+    transposed slice stays transposed: its view(-1) is refused, as PyTorch's); an expanded
+    tensor clones row-major. The strides are PyTorch's for the same tensors."""
+    x = tt.arange(24.0).reshape(2, 3, 4)
+    cases = [(x.permute(2, 1, 0), (1, 4, 12)), (x.permute(2, 1, 0)[-2], (1, 3)),
+             (tt.zeros(3, 1).expand(3, 4), (4, 1)), (tt.zeros(1, 4).expand(3, 4), (4, 1)),
+             (x[:, :, ::2], (6, 2, 1)), (x.permute(2, 0, 1)[::2], (1, 6, 2))]
+    for t, strides in cases:
+        assert t.clone().stride() == strides and t.clone().tolist() == t.tolist()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.permute(2, 1, 0)[-2].clone().view(-1)
+
+
 def test_in_place_on_an_expanded_view_is_refused():
     x = t64(1, 3)
     e = (x * 1).expand(2, 3)

@@ -2086,18 +2086,19 @@ def clone(x):
 
 
 def _copy_keeping_layout(a):
-    """A copy of a with a's order of dims in memory (a transposed matrix stays transposed)
-    when a is dense; else a row-major copy, as PyTorch's clone."""
+    """A copy of a with a's order of dims in memory (a transposed matrix stays transposed,
+    a transposed slice too) when no two of a's elements share memory; else (expand) a
+    row-major copy, as PyTorch's clone."""
     out = _empty_in_layout_of(a)
     np.copyto(out, a)
     return out
 
 
 def _empty_in_layout_of(a):
-    """An empty array of a's shape whose dims lie in memory in a's order when a is dense
-    (no gaps, no repeated elements), else in row-major order (PyTorch's rule)."""
+    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed)
+    when no two elements of a share memory, else in row-major order (PyTorch's rule)."""
     order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    if not a.transpose(order).flags.c_contiguous:
+    if builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):  # expanded
         return np.empty_like(a, order='C')
     return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
 
