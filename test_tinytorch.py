@@ -3068,7 +3068,7 @@ def test_a_cast_of_an_expanded_tensor_is_contiguous():
     assert not x.is_contiguous() and x.contiguous().is_contiguous() and mask.long().stride() == (12, 4, 1)
 
 
-def test_clone_keeps_the_order_of_dims_in_memory_as_pytorch():
+def test_clone_keeps_the_order_of_dims_in_memory_as_torchs():
     """clone closes the gaps of a strided tensor but keeps its dims' order in memory (a
     transposed slice stays transposed: its view(-1) is refused, as PyTorch's); an expanded
     tensor clones row-major. The strides are PyTorch's for the same tensors."""
