@@ -1922,7 +1922,7 @@ def _cumulative_extreme(x, dim, op, better, result):
         return _on_0d(lambda t, d: _cumulative_extreme(t, d, op, better, result), x)
     xs = np.moveaxis(x.array, d, 0)
     values, idx = np.empty_like(xs), np.zeros(xs.shape, dtype=int64)
-    values[0] = xs[0]
+    values[:1] = xs[:1]  # (an empty dim has no first value)
     for i in range(1, xs.shape[0]):  # one step per position along dim, vectorised across
         take = better(xs[i], values[i - 1]) | (xs[i] == values[i - 1]) | np.isnan(xs[i])
         values[i] = np.where(take, xs[i], values[i - 1])
@@ -2381,6 +2381,21 @@ def _check_mask(x, idx, op):
                          f"shape of the indexed tensor {list(x.shape[:m.ndim])}")
 
 
+def _picking_nothing(a, idx):
+    """PyTorch checks an index tensor only where the result has elements: x[1:1, :, [5]] is
+    empty, not an error. For an index that NumPy refused, (the same index with its tensors'
+    values all 0, the empty result) when the result is empty, else None."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    zeros = tuple(np.zeros_like(i) if isinstance(i, np.ndarray) and i.dtype.kind in 'iu' else i
+                  for i in items)
+    zeros = zeros if isinstance(idx, tuple) else zeros[0]
+    try:
+        out = a[zeros]
+    except IndexError:  # an index into a dim of size 0: refused, as in PyTorch
+        return None
+    return (zeros, out) if out.size == 0 else None
+
+
 def getitem(x, idx):
     _check_mask(x, idx, 'index')
     index_tensors = _tensors_in(idx)  # read by backward: guarded like saved inputs
@@ -2395,7 +2410,10 @@ def getitem(x, idx):
     try:
         out = x.array[idx] if first is None else x.array[first][idx]
     except IndexError as e:
-        raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
+        nothing = _picking_nothing(x.array if first is None else x.array[first], idx)
+        if nothing is None:
+            raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
+        idx, out = nothing
     rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
 
     def backward(g, xs=x.shape):
@@ -3477,14 +3495,18 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
+    if not isinstance(value, Tensor) or not basic and value.ndim == 0:  # as PyTorch checks
+        _fits(value, x.dtype, '__setitem__')  # a number (a 0-d value with a mask) must fit
     if isinstance(value, Tensor):
         _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
-    last = None if not recording or basic else _last_writes(at(x.array).shape, i)
     try:
+        last = None if not recording or basic else _last_writes(at(x.array).shape, i)
         at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
+        if isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i):
+            return  # a write to no element (its out-of-range index passes, as in PyTorch)
         raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
     _bump(x)
     if not recording:
