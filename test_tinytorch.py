@@ -3089,6 +3089,23 @@ def test_clone_keeps_the_order_of_dims_in_memory_as_torchs():
         x.permute(2, 1, 0)[-2].clone().view(-1)
 
 
+def test_var_of_equal_values_is_exactly_zero_and_empty_medians():
+    """The mean of equal values is that value (np.mean of three -0.7s is not), so their
+    var is 0 and, with correction >= N, 0 / 0 = nan as in PyTorch (not inf). median() of
+    an empty tensor is nan; median over an empty dim is refused, as PyTorch's."""
+    x = tt.tensor([[-0.7] * 3, [1.0, 2.0, 4.0]], dtype=tt.float64)
+    assert x.var(1).tolist()[0] == 0.0 and x[0].std().item() == 0.0
+    out = x.std(1, correction=5)
+    assert np.isnan(out.array[0]) and np.isinf(out.array[1])
+    assert np.isnan(tt.zeros(0).median().item())
+    with pytest.raises(IndexError, match="an empty dim has no median"):
+        tt.zeros(0).median(0)
+    assert tt.zeros(2, 0).median(0).values.shape == (0,)
+    y = tt.tensor([3, 1])
+    with pytest.raises(RuntimeError, match="without overflow"):
+        y[y > 2] = tt.tensor([-np.inf], dtype=tt.float64)
+
+
 def test_cummax_and_cummin_of_an_empty_dim():
     x = tt.zeros(0, dtype=tt.float64, requires_grad=True)
     for op in (x.cummax, x.cummin):
@@ -3098,7 +3115,7 @@ def test_cummax_and_cummin_of_an_empty_dim():
     assert x.grad.shape == (0,) and tt.zeros(2, 0).cummax(1).values.shape == (2, 0)
 
 
-def test_an_index_out_of_range_that_picks_nothing_passes_as_in_pytorch():
+def test_an_index_out_of_range_that_picks_nothing_passes_as_in_torch():
     """PyTorch checks an index tensor only where the result has elements: x[1:1, :, [5]]
     of a (2, 3, 4) x is empty, not an error (as is the write x[1:1, :, [5]] = 1). An index
     into a dim of size 0, or one that picks something, is still refused."""

@@ -1318,7 +1318,7 @@ def where(condition, a, b):
 def _fits(value, dtype, op):
     """A number to be written into an integer tensor must fit its dtype, as PyTorch checks
     (a float is truncated: 2.7 gives 2; nan, inf and 1e30 are refused)."""
-    v = value.item() if isinstance(value, Tensor) and value.ndim == 0 else value
+    v = value.item() if isinstance(value, Tensor) and value.array.size == 1 else value
     if dtype.kind in 'iu' and isinstance(v, (int, float, np.number)):
         info = np.iinfo(dtype)
         if isinstance(v, (float, np.floating)) and not math.isfinite(v) or not info.min <= v <= info.max:
@@ -1623,7 +1623,10 @@ def _centered(x, dim, correction, unbiased, op):
         correction = 1 if unbiased else 0
     axes = _dims(dim, x.ndim, op)
     n = math.prod(x.shape[a] for a in axes)
-    return axes, x.array - np.mean(x.array, axis=axes, keepdims=True), n - correction
+    # x - mean as (x - first) - mean(x - first): equal values give exactly 0, as PyTorch's
+    # running mean (np.mean of three -0.7s is -0.7000000000000001)
+    shifted = x.array - x.array[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
+    return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
 
 
 def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
@@ -1955,6 +1958,9 @@ def median(x, dim=None, keepdim=False):
     if x.dtype == bool_:
         raise TypeError("median: bool inputs are not supported (as in PyTorch)")
     if dim is None:
+        if x.array.size == 0:  # as PyTorch: nan (an integer dtype's smallest value)
+            empty = np.array(np.nan if x.dtype.kind == 'f' else np.iinfo(x.dtype).min, x.dtype)
+            return from_op(empty, 'median', (x,), lambda g: (np.zeros(x.shape, g.dtype),))
         value = median(reshape(x, -1).detach(), 0).values.array
         hit = np.isnan(x.array) if np.isnan(value) else x.array == value
 
@@ -1963,6 +1969,9 @@ def median(x, dim=None, keepdim=False):
             return (np.where(hit, g / np.sum(hit), 0).astype(g.dtype),)
         return from_op(value, 'median', (x,), backward, saved=(x,))
     d = _dim(dim, x.ndim, 'median')
+    if x.ndim and x.shape[d] == 0:
+        raise IndexError(f"median(): the reduced dim {d} has size 0 (shape {tuple(x.shape)}); "
+                         "an empty dim has no median, as in PyTorch")
     values, indices = sort(x, d)  # nan sorts last
     n = x.shape[d] if x.ndim else 1
     nans = np.sum(np.isnan(x.array), axis=d, keepdims=True) if x.ndim else np.isnan(x.array)
@@ -3495,8 +3504,8 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
-    if not isinstance(value, Tensor) or not basic and value.ndim == 0:  # as PyTorch checks
-        _fits(value, x.dtype, '__setitem__')  # a number (a 0-d value with a mask) must fit
+    if not isinstance(value, Tensor) or not basic and value.array.size == 1:  # as PyTorch
+        _fits(value, x.dtype, '__setitem__')  # a number (one value with a mask) must fit
     if isinstance(value, Tensor):
         _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
