@@ -699,10 +699,11 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     rows = x.array.reshape(-1, n)  # one row per normalized group
     # the mean as first + mean(x - first): equal values give exactly 0 (as PyTorch's
     # running mean; sum / n of three 2.8s is 2.8000000000000003)
-    xhat = rows - rows[:, :1]
+    first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)  # (an inf first: no shift)
+    xhat = rows - first
     shift = sum_last(xhat) / n
     xhat -= shift
-    mean = rows[:, :1] + shift
+    mean = first + shift
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)

@@ -3097,6 +3097,9 @@ def test_var_of_equal_values_is_exactly_zero_and_empty_medians():
     assert x.var(1).tolist()[0] == 0.0 and x[0].std().item() == 0.0
     out = x.std(1, correction=5)
     assert np.isnan(out.array[0]) and np.isinf(out.array[1])
+    x = tt.tensor([-np.inf, 0.94, -45.0], dtype=tt.float64, requires_grad=True)
+    x.var().backward()  # an infinite first element shifts nothing: PyTorch's nan, inf, inf
+    assert np.isnan(x.grad.array[0]) and np.isinf(x.grad.array[1:]).all()
     assert np.isnan(tt.zeros(0).median().item())
     with pytest.raises(IndexError, match="an empty dim has no median"):
         tt.zeros(0).median(0)

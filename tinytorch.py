@@ -1625,7 +1625,8 @@ def _centered(x, dim, correction, unbiased, op):
     n = math.prod(x.shape[a] for a in axes)
     # x - mean as (x - first) - mean(x - first): equal values give exactly 0, as PyTorch's
     # running mean (np.mean of three -0.7s is -0.7000000000000001)
-    shifted = x.array - x.array[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
+    first = x.array[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
+    shifted = x.array - np.where(np.isfinite(first), first, 0)  # (an inf first: no shift)
     return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
 
 
