@@ -1627,7 +1627,8 @@ def _centered(x, dim, correction, unbiased, op):
     # running mean (np.mean of three -0.7s is -0.7000000000000001)
     first = x.array[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
     shifted = x.array - np.where(np.isfinite(first), first, 0)  # (an inf first: no shift)
-    return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
+    with np.errstate(invalid='ignore'):  # inf - inf is nan, silently, as in PyTorch
+        return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
 
 
 def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
@@ -1961,7 +1962,11 @@ def median(x, dim=None, keepdim=False):
     if dim is None:
         if x.array.size == 0:  # as PyTorch: nan (an integer dtype's smallest value)
             empty = np.array(np.nan if x.dtype.kind == 'f' else np.iinfo(x.dtype).min, x.dtype)
-            return from_op(empty, 'median', (x,), lambda g: (np.zeros(x.shape, g.dtype),))
+
+            def backward_empty(g):
+                """d median / dx = nothing (x has no elements)"""
+                return (np.zeros(x.shape, g.dtype),)
+            return from_op(empty, 'median', (x,), backward_empty)
         value = median(reshape(x, -1).detach(), 0).values.array
         hit = np.isnan(x.array) if np.isnan(value) else x.array == value
 
