@@ -484,10 +484,8 @@ def pow(a, b):
 
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
-            return (g * (p * a.array ** (p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-        # x ** 0.5 and x ** -0.5 as sqrt and 1 / sqrt, as PyTorch computes them (the sign
-        # of a zero then follows: (-0.0) ** -0.5 is -inf)
-        out = np.sqrt(a.array) if p == 0.5 else 1 / np.sqrt(a.array) if p == -0.5 else a.array ** p
+            return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
+        out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (section 7)
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', _power, a, b)
@@ -922,6 +920,14 @@ def _power(a, b):
     a, b = np.broadcast_arrays(a, b)
     neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
+
+
+def _power_of(x, p):
+    """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
+    that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
+    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
+    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
+        return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
 _pow_of_part_1 = pow
