@@ -8810,6 +8810,10 @@ def test_numpy_scalars_count_as_torch_reads_them():
     assert (b * np.bool_(True)).dtype == tt.float32 and (i - np.bool_(True)).tolist() == [0.0, 1.0]
     assert (b == np.bool_(True)).dtype == tt.bool_ and (i + True).dtype == tt.int64
     assert tt.full((2,), np.float32(1.5)).tolist() == [1.5, 1.5]
+    assert tt.full((2,), tt.tensor(1.5)).dtype == tt.float32 and tt.full((2,), tt.tensor(2)).tolist() == [2, 2]
+    assert tt.full((1,), tt.tensor(1.5, dtype=tt.float64)).dtype == tt.float32  # a number
+    with pytest.raises(TypeError, match="fill_value must be a number"):
+        tt.full((2,), tt.tensor([1.5, 2.0]))
     assert tt.full((2,), np.bool_(True)).dtype == tt.float32 and tt.full((1,), True).dtype == tt.bool_
     with pytest.raises(TypeError, match="alpha must not be a float"):
         i.add(1, alpha=np.bool_(True))

@@ -3747,6 +3747,11 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'full')
+    if isinstance(fill_value, Tensor):  # a 0-d tensor counts as its number, as in PyTorch
+        if fill_value.ndim != 0:
+            raise TypeError(f"full: fill_value must be a number (or a 0-d tensor), got a tensor "
+                            f"of shape {tuple(fill_value.shape)}")
+        fill_value = fill_value.item()
     if dtype is None:  # a float (np.float32 and np.bool_ too) gives the default float dtype
         dtype = _scalar_dtype(fill_value)
     _fits(fill_value, np.dtype(dtype), 'full')
