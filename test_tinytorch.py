@@ -3122,6 +3122,16 @@ def test_var_of_equal_values_is_exactly_zero_and_empty_medians():
         y[y > 2] = tt.tensor([-np.inf], dtype=tt.float64)
 
 
+def test_unflatten_infers_minus_one_from_its_dim_even_when_empty():
+    """PyTorch takes the -1 of unflatten from the dim's size: (1, 3, 0) unflattened at dim
+    -2 into (1, -1) is (1, 1, 3, 0); a view of 0 elements could not infer it."""
+    x = tt.zeros(1, 3, 0)
+    assert x.unflatten(-2, (1, -1)).shape == (1, 1, 3, 0)
+    assert tt.arange(6.0).unflatten(0, (-1, 3)).shape == (2, 3)
+    with pytest.raises(ValueError):
+        tt.arange(6.0).unflatten(0, (4, -1))
+
+
 def test_cummax_and_cummin_of_an_empty_dim():
     x = tt.zeros(0, dtype=tt.float64, requires_grad=True)
     for op in (x.cummax, x.cummin):

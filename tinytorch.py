@@ -2705,7 +2705,10 @@ def unbind(x, dim=0):
 def unflatten(x, dim, sizes):
     """Dim `dim` split into several of the given sizes (one may be -1): a view."""
     d = _dim(dim, x.ndim, 'unflatten')
-    return view(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+    sizes, known = tuple(sizes), math.prod(n for n in sizes if n != -1)
+    if -1 in sizes and known and x.shape[d] % known == 0:  # -1 from the dim's own size (an
+        sizes = tuple(x.shape[d] // known if n == -1 else n for n in sizes)  # empty x too)
+    return view(x, x.shape[:d] + sizes + x.shape[d + 1:])
 
 
 def _diagonal_view(a, offset, d1, d2):
