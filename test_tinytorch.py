@@ -451,6 +451,16 @@ def test_number_divided_by_a_tensor_is_its_reciprocal_times_the_number():
     check(lambda t: 0.6 / t, t64(3, 4, low=0.5))
 
 
+def test_add_alpha_casts_before_it_scales():
+    """a + alpha * b is taken in the result's dtype: an int32 b is cast to float64 first,
+    so 2 * INT32_MIN does not wrap to 0 (as it does in int32). Found by the fuzzer: a nan
+    cast by .int() (INT32_MIN on both sides) added with alpha=2 to a float64."""
+    a, b = tt.tensor(-1.24, dtype=tt.float64), tt.tensor(-2 ** 31, dtype=tt.int32)
+    assert a.add(b, alpha=2).item() == -1.24 - 2 ** 32
+    assert a.sub(b, alpha=2).item() == -1.24 + 2 ** 32
+    assert tt.tensor([1, 2]).add(tt.tensor([3, 4]), alpha=2).tolist() == [7, 10]
+
+
 def test_integer_negative_powers_and_add_alpha_match_pytorch():
     """An integer tensor to a negative integer tensor power (NumPy refuses; PyTorch: 1, +-1
     or 0), and add/sub with alpha, which never changes the dtype of a + b (bool: b and

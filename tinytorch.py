@@ -905,7 +905,7 @@ def _scaled(a, b, alpha):
                         f"a float, got {alpha!r}")
     if dtype == bool_:
         return _as(a, dtype), _as(b if alpha else b * False, dtype)
-    return _as(a, dtype), _as(b * alpha, dtype)
+    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
 
 def _power(a, b):
@@ -977,7 +977,8 @@ def to(self, dtype):
         return (g.astype(src),)
     a = self.array  # the copy keeps a's order, unless a's memory overlaps (expand): then
     overlaps = builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))  # C order
-    out = from_op(a.astype(dtype, order='C' if overlaps else 'K'), 'to', (self,), backward)
+    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
+        out = from_op(a.astype(dtype, order='C' if overlaps else 'K'), 'to', (self,), backward)
     if dtype.kind not in 'fc':
         out = out.detach()
     return out
