@@ -965,6 +965,12 @@ def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
+def _overlaps(a):
+    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
+    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
+    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
+
+
 def to(self, dtype):
     """Cast to a dtype; between float dtypes the gradient is cast back."""
     dtype = np.dtype(dtype)
@@ -975,10 +981,9 @@ def to(self, dtype):
     def backward(g):
         """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
         return (g.astype(src),)
-    a = self.array  # the copy keeps a's order, unless a's memory overlaps (expand): then
-    overlaps = builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))  # C order
+    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
     with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
-        out = from_op(a.astype(dtype, order='C' if overlaps else 'K'), 'to', (self,), backward)
+        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
     if dtype.kind not in 'fc':
         out = out.detach()
     return out
@@ -1325,8 +1330,10 @@ def where(condition, a, b):
 def _fits(value, dtype, op):
     """A number to be written into an integer tensor must fit its dtype, as PyTorch checks
     (a float is truncated: 2.7 gives 2; nan, inf and 1e30 are refused)."""
+    if dtype.kind not in 'iu':  # a float or bool tensor takes any number
+        return value
     v = value.item() if isinstance(value, Tensor) and value.array.size == 1 else value
-    if dtype.kind in 'iu' and isinstance(v, (int, float, np.number)):
+    if isinstance(v, (int, float, np.number)):
         info = np.iinfo(dtype)
         if isinstance(v, (float, np.floating)) and not math.isfinite(v) or not info.min <= v <= info.max:
             raise RuntimeError(f"{op}: value {v} cannot be converted to {dtype} without overflow")
@@ -2120,7 +2127,7 @@ def _empty_in_layout_of(a):
     """An empty array of a's shape whose dims lie in memory in a's order (gaps closed)
     when no two elements of a share memory, else in row-major order (PyTorch's rule)."""
     order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    if builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):  # expanded
+    if _overlaps(a):  # expanded
         return np.empty_like(a, order='C')
     return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
 
@@ -2327,7 +2334,7 @@ def expand(x, *sizes):
         out = np.broadcast_to(x.array, target)
     except ValueError:
         raise ValueError(f"expand: shape {tuple(x.shape)} cannot be expanded to {sizes}") from None
-    if not builtins.any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):  # nothing repeated:
+    if not _overlaps(out):  # nothing repeated:
         out = np.lib.stride_tricks.as_strided(x.array, out.shape, out.strides)  # writable
 
     in_shape = x.shape  # (x's own shape may change later: unsqueeze_)
