@@ -10320,13 +10320,14 @@ def _compare(lines, ops, torch, dts=('float64', 'float32')):
                         what = None  # PyTorch's op, given tinytorch's operands, agrees
                     if what and k == len(lines):  # a gradient: PyTorch's rules, given
                         alt = _pytorch_gradients_on(lines, dt, loss, got).get(name)  # tinytorch's
-                        rounding = _gradient_rounding(lines, dt, loss)  # forward values, agree
-                        # (to the rounding of the large gradients summed into it), or PyTorch's
-                        # own gradient does, to that rounding
-                        if _differs(s1.get(name), alt, dt, float32_rounded=rounded) is None or \
-                                _differs(s1.get(name), alt, dt, False, rounded, rounding) is None or \
-                                what == 'value' and _differs(s1.get(name), b, dt, atol_more=rounding) is None:
-                            what = None
+                        if _differs(s1.get(name), alt, dt, float32_rounded=rounded) is None:
+                            what = None  # forward values, agree
+                        else:  # or agree to the rounding of the large gradients summed into
+                            rounding = _gradient_rounding(lines, dt, loss)  # it, or PyTorch's
+                            if _differs(s1.get(name), alt, dt, False, rounded, rounding) is None \
+                                    or what == 'value' and _differs(  # own gradient does
+                                        s1.get(name), b, dt, atol_more=rounding) is None:
+                                what = None
                     if what and what.startswith(('value', 'nan/inf')) and dt == 'float32':
                         if ref64 is None:
                             ref64 = _fuzz_run(lines, 'torch', 'float64', loss)[0]
