@@ -6,10 +6,12 @@
     with lookinside.profile() as prof: ...                 # time, FLOPs, memory per op
     with lookinside.detect_anomaly(): ...                  # where a NaN was born
     writer = lookinside.SummaryWriter('runs/exp1')         # scalars of a run, to a CSV file
+    print(lookinside.summary(model))                       # each module's parameter count
 
   1. seeing the graph: draw_graph and grad_path
   2. looking inside a run: profile and detect_anomaly
   3. logging a run: SummaryWriter (tinytorch.utils.tensorboard's, for PyTorch programs)
+  4. a model's size: summary (the parameter counts that print(model) leaves out, as PyTorch)
 
 tinytorch.py keeps only the hook these need (its section 17); this file reads the graph
 that tinytorch builds and the docstrings of its backward rules, and changes nothing.
@@ -564,3 +566,31 @@ class SummaryWriter:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+# ---------------------------------------------------------------------------
+# 4. A model's size: summary
+# ---------------------------------------------------------------------------
+def summary(model):
+    """A table of every module in `model` (its name in the state_dict, its class, the
+    parameters under it, a shared one counted once) and the total. print(model) prints
+    the tree as PyTorch prints it, without counts; PyTorch has no such table built in
+    (the torchinfo package's summary is the usual one).
+
+        module   type        params
+        (model)  Sequential       9
+        0        Linear           9
+        1        Tanh             0
+        9 parameters (9 trainable), 36 bytes
+    """
+    rows = [(name or '(model)', type(m).__name__, f"{m.num_parameters():,}")
+            for name, m in model.named_modules()]
+    widths = [max(len(r[i]) for r in rows + [('module', 'type', 'params')]) for i in range(3)]
+    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}"
+             for a, b, c in [('module', 'type', 'params')] + rows]
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    size = sum(p.array.nbytes for p in params)
+    lines.append(f"{total:,} parameters ({trainable:,} trainable), {size:,} bytes")
+    return '\n'.join(lines)

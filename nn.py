@@ -347,10 +347,9 @@ class Module:
         return ''
 
     def __repr__(self):
-        """As PyTorch prints a model, with each sub-module's parameter count added."""
+        """As PyTorch prints a model (lookinside.summary counts its parameters)."""
         extra = self.extra_repr().split('\n') if self.extra_repr() else []
         children = [f"({name}): " + repr(child).replace('\n', '\n  ')
-                    + f"  # {child.num_parameters():,} params"
                     for name, child in self._own('modules')]
         if len(extra) == 1 and not children:
             return f"{type(self).__name__}({extra[0]})"
@@ -489,6 +488,20 @@ class ModuleList(_ListOf):
 
     _of = classmethod(lambda cls, pairs: cls(v for _, v in pairs))  # a slice is renumbered
 
+    def __repr__(self):
+        """As PyTorch's: a run of modules that print alike prints once, as
+        `(0-3): 4 x Block(...)`."""
+        runs = []  # [first index, last index, text]
+        for i, m in enumerate(self):
+            text = repr(m).replace('\n', '\n  ')
+            if runs and runs[-1][2] == text:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, text])
+        lines = [f"({a}): {t}" if a == b else f"({a}-{b}): {b - a + 1} x {t}" for a, b, t in runs]
+        return f"{type(self).__name__}(" + ''.join('\n  ' + line for line in lines) + "\n)" \
+            if lines else f"{type(self).__name__}()"
+
 
 class ParameterList(_ListOf):
     """A list of parameters that the model owns (a tensor put in becomes a Parameter)."""
@@ -593,8 +606,8 @@ def _as_parameter(value):
 
 
 def _describe(p):
-    """'Parameter containing: [float32 of size 3x4]', as PyTorch's container reprs."""
-    return f"Parameter containing: [{p.dtype} of size {'x'.join(map(str, p.shape))}]"
+    """'Parameter containing: [torch.float32 of size 3x4]', as PyTorch's container reprs."""
+    return f"Parameter containing: [torch.{p.dtype} of size {'x'.join(map(str, p.shape))}]"
 
 
 # ---------------------------------------------------------------------------

@@ -214,7 +214,7 @@ class Tensor:
 
     def __repr__(self):
         body = _array_text(self.array)  # the values, 4 decimals (section 18: as PyTorch)
-        extra = f', dtype={self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
+        extra = f', dtype=torch.{self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
         if self._backward is not None:
             extra += f', grad_fn=<{self._op}>'
         elif self.requires_grad:
