@@ -17,7 +17,7 @@ Part II: the rest, each section saying what it adds to Part I
   9. elementwise functions (tanh, gelu, clamp, where, comparisons, ...)
  10. reductions (var, max, logsumexp, norm, sort, ...)
  11. shape and indexing; views share memory with their base
- 12. unfold (im2col): a convolution is a matmul over patches; softmax and log_softmax
+ 12. unfold (im2col: each image patch to a column): a convolution is a matmul over patches; softmax
  13. in-place ops: the graph is rewritten (views too)
  14. creation functions and the random generator
  15. gradcheck: finite differences against the analytic gradient
@@ -37,7 +37,7 @@ one op at a time). The rule's docstring is its math, one line per input; it is a
 what grad_path prints. Inside ops, NumPy functions are applied to the arrays
 (np.exp(x), np.matmul(a, b), np.add.at(...)) and tensor data is never converted
 with np.asarray, so array libraries that implement NumPy's dispatch protocols
-(CuPy) can run the same code.
+(__array_ufunc__, __array_function__: np.exp(a) calls a's own exp; CuPy's GPU arrays) run the same code.
 """
 import builtins  # sum, max, min, abs, round, any and all are redefined below as tensor ops
 import functools
@@ -50,7 +50,7 @@ import time
 import weakref
 from collections import namedtuple
 
-# One speed setting must come before NumPy loads OpenBLAS (section 19 explains it).
+# One speed setting must come before NumPy loads OpenBLAS, its matrix product library (section 19).
 if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
     os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
 import numpy as np  # noqa: E402
@@ -72,7 +72,7 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# Part I runs the plain code. Section 17 (Speed) sets fast = True, unless the environment
+# Part I runs the plain code. Section 19 (Speed) sets fast = True, unless the environment
 # says TINYTORCH_PLAIN=1; set tt.fast = False yourself to step through the plain code.
 fast = False
 
@@ -131,7 +131,7 @@ class Tensor:
     `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
     the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
     `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
-    `name` (optional, for draw_graph). The others are explained where they are used:
+    `name` (optional, for draw_graph). A Part I reader can skip the others, explained later:
     `_saved` and `_vc` in section 8 (the version counter), `_view` and `_views` in
     section 11 (views), `_seq`, `_older` and `_shared` in section 13 (in-place ops).
     """
@@ -3168,7 +3168,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
             cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]
 
     def backward(g, xs=x.shape):
-        """d unfold(x)/dx = 1 where each patch came from  (fold, col2im: overlapping patches add)"""
+        """d unfold(x)/dx = 1 where each patch came from  (fold, col2im: columns back to the image)"""
         gx = np.zeros(xs, dtype=g.dtype)  # from; overlapping patches add up
         g = g.reshape(n, c, kh, kw, oh, ow)
         for i in range(kh):
@@ -3248,7 +3248,7 @@ Tensor.log_softmax = log_softmax
 # _in_place, which writes it into x's memory (or, when nothing else shares that memory,
 # gives x the result's memory: no copy) and rewrites x's history to be the twin's.
 # Through views: y = h[0]; y += 1 changes h's memory too. Then h's history becomes
-# CopySlices(old h, y) (y's region from y, the rest from the old h), and every other
+# CopySlices(old h, y) (PyTorch's node: y's region from y, the rest from the old h), and every other
 # live view of h is made again from the new h, so that its history matches its values.
 #
 # This section replaces Part I's placeholder _inputs: backward, and the tools, ask it

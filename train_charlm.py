@@ -2,9 +2,10 @@
 its style.
 
     python train_charlm.py                 # learns from this project's own source and README
-    python train_charlm.py my.txt          # learns from your text
+    python train_charlm.py my.txt          # learns from your text; the run goes to out_my/
     python train_charlm.py my.txt --model lstm   # an LSTM instead of the GPT (or --model gru)
-    python train_charlm.py my.txt --resume # continues from out/ckpt.npz exactly where it stopped
+    python train_charlm.py my.txt --resume # continues from out_my/ckpt.npz exactly where it stopped
+    python train_charlm.py my.txt --sample # writes text in its style (or --sample --out-dir out_my)
     python train_charlm.py --sample --prompt "def " --length 300
     python train_charlm.py --help
 
@@ -79,7 +80,8 @@ def parse_args(argv=None):
                    help="validate and save a checkpoint every N steps (default 250)")
     t.add_argument('--eval-iters', type=int,
                    help="validation batches, fixed for the whole run (default 20)")
-    t.add_argument('--out-dir', default='out', help="checkpoint and metrics folder (default out)")
+    t.add_argument('--out-dir', help="checkpoint and metrics folder (default out; with a FILE "
+                   "such as my.txt, out_my)")
     t.add_argument('--resume', action='store_true', help="continue from OUT_DIR/ckpt.npz")
     t.add_argument('--force', action='store_true',
                    help="start a new run in an OUT_DIR that holds another run, replacing it "
@@ -106,8 +108,19 @@ def parse_args(argv=None):
                    help="sampling temperature; 0 = always the likeliest (default 0.8)")
     s.add_argument('--top-k', type=int, default=None, help="sample among the k likeliest only")
     args = p.parse_args(argv)
+    if args.out_dir is None:
+        args.out_dir = default_out_dir(args.file)
     check_flags(args)
     return args
+
+
+def default_out_dir(file):
+    """out for this project's own text; out_NAME for a FILE NAME.txt, so that each text's run
+    has its own folder (a run on my.txt does not stop at the run the first command made)."""
+    if not file:
+        return 'out'
+    name = os.path.splitext(os.path.basename(os.path.normpath(file)))[0]
+    return 'out_' + (name or 'text')
 
 
 def check_flags(args):
@@ -176,6 +189,25 @@ def default_corpus():
         if os.path.exists(path):
             parts.append(f"# ===== {name} =====\n" + read_text(path))
     return '\n'.join(parts)
+
+
+MANY_PASSES = 20  # more reads of the training text than this: it is learned by heart
+
+
+def small_text_note(n_train, steps, batch_size, block_size):
+    """None, or a note for a run that reads its training text many times over: a text small
+    for the steps is learned by heart (the validation loss turns up, the sample repeats the
+    text). It suggests the --steps that read it about 10 times."""
+    passes = steps * batch_size * block_size / max(n_train, 1)
+    if passes <= MANY_PASSES:
+        return None
+    fit = 10 * n_train / (batch_size * block_size)
+    fit = max(10, int(float(f"{fit:.2g}")))  # two significant digits: --steps 230
+    return (f"note: the text is small for this run: {steps} steps of {batch_size} x "
+            f"{block_size} characters read its {n_train:,} training characters about "
+            f"{passes:.0f} times, so the model will learn it by heart (the validation loss "
+            f"turns up, the sample repeats the text; best.npz keeps the best model). --steps "
+            f"{fit} reads it about 10 times; a longer text (1 MB or more) is better still")
 
 
 def plural(n, word):
@@ -893,6 +925,10 @@ def train(args):
           f"{model.num_parameters():,} parameters")
     print(f"model: {describe(config)}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
+    note = None if ck else small_text_note(len(train_data), args.steps, args.batch_size,
+                                           config.block_size)
+    if note:
+        print(note)
 
     # -- the training loop ------------------------------------------------------------
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
