@@ -10950,7 +10950,7 @@ class _Twice(nn.Module):
         self.tied = self.head  # one module under two names: its parameters count once
 
 
-def test_print_model_is_pytorchs_text_and_summary_counts_the_parameters():
+def test_print_model_prints_no_counts_and_summary_counts_the_parameters():
     m = _Twice()
     assert repr(m) == (
         "_Twice(\n"
@@ -10976,7 +10976,7 @@ def test_print_model_is_pytorchs_text_and_summary_counts_the_parameters():
     assert lookinside.summary(m).splitlines()[-1] == "39 parameters (36 trainable), 156 bytes"
 
 
-def test_a_tensors_repr_names_its_dtype_as_pytorch():
+def test_a_tensors_repr_names_its_dtype_torch_dot_name():
     assert repr(tt.tensor([1.0, 2.0], dtype=tt.float64)) == "tensor([1., 2.], dtype=torch.float64)"
     assert repr(tt.tensor([1, 2], dtype=tt.int32)) == "tensor([1, 2], dtype=torch.int32)"
     assert repr(tt.tensor([1.0, 2.0])) == "tensor([1., 2.])"  # the default dtype is not shown
