@@ -11065,3 +11065,14 @@ def test_readme_figures_of_the_first_command_are_the_scripts():
     assert len(shown) >= 2, shown
     for n in shown:
         assert abs(n - size) < 0.15 * size, (n, size)
+
+
+def test_print_model_with_runs_of_equal_blocks_as_pytorch():
+    torch = need_torch()
+
+    def build(N):
+        return N.Sequential(N.Linear(2, 2), N.Linear(2, 2), N.ModuleList(
+            [N.Linear(2, 3) for _ in range(3)] + [N.Tanh(), N.Linear(2, 3)]
+            + [N.Sequential(N.ReLU(), N.Tanh()) for _ in range(2)]
+            + [N.ModuleList([N.ReLU(), N.ReLU()]) for _ in range(2)]), N.ModuleList())
+    assert repr(build(nn)) == repr(build(torch.nn))
