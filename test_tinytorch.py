@@ -10993,6 +10993,10 @@ def test_charlm_default_out_dir_is_named_after_the_text():
     assert train_charlm.parse_args(['my.txt']).out_dir == 'out_my'
     assert train_charlm.parse_args(['my.txt', '--out-dir', 'x']).out_dir == 'x'
     assert train_charlm.parse_args([]).out_dir == 'out'
+    import fnmatch  # and git status stays clean after a run on my.txt
+    patterns = [line.strip().rstrip('/') for line in open(os.path.join(HERE, '.gitignore'))
+                if line.strip() and not line.startswith('#')]
+    assert any(fnmatch.fnmatch('out_my', p) for p in patterns)
 
 
 _TINY = ['--n-layer', '1', '--n-embd', '16', '--n-head', '2', '--block-size', '16',
