@@ -10869,5 +10869,100 @@ def test_charlm_prints_the_busy_note_in_its_run(corpus, tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert code == 0 and out.count("the machine is busy: test") == 1
 
+
+# ---- issue 34: the names teaching code reaches for (grad_fn, no_grad, the census) ----
+def _walk_grad_fn(node):
+    """A graph as nested tuples: (name, ((input, index), ...)); a leaf's AccumulateGrad
+    as ('Acc', its shape)."""
+    if node is None:
+        return None
+    if hasattr(node, 'variable'):
+        return ('Acc', tuple(node.variable.shape))
+    return (node.name(), tuple((_walk_grad_fn(n), i) for n, i in node.next_functions))
+
+
+def test_grad_fn_walks_the_graph_as_pytorch_by_hand():
+    x = tt.tensor([1., 2.], requires_grad=True)
+    c = tt.tensor([3., 4.])
+    y = (x * c + x).sum()
+    assert x.grad_fn is None and c.grad_fn is None and y.grad_fn is y.grad_fn
+    assert y.grad_fn.name() == 'SumBackward0' and repr(y.grad_fn).startswith('<SumBackward0 ')
+    (add, i), = y.grad_fn.next_functions
+    assert i == 0 and add.name() == 'AddBackward0'
+    (mul, i), (acc, j) = add.next_functions
+    assert (i, j) == (0, 0) and mul.name() == 'MulBackward0'
+    assert acc.name() == 'torch::autograd::AccumulateGrad' and acc.variable is x
+    assert acc.next_functions == ()
+    (acc2, i), (none, j) = mul.next_functions
+    assert acc2 is acc and none is None and (i, j) == (0, 0)  # one AccumulateGrad per leaf
+    with tt.no_grad():
+        assert (x * 2).grad_fn is None
+    # the variants PyTorch numbers: sum() and sum(dim), max() and max(dim); matmul's names
+    m = tt.ones(2, 3, requires_grad=True)
+    assert [t.grad_fn.name() for t in (m.sum(), m.sum(1), m.max(), m.max(1).values,
+                                       m.mean(), m.mean(0), m @ tt.ones(3, 2), m @ tt.ones(3),
+                                       x @ x, m.reshape(6), m.clamp(0, 1))] == [
+        'SumBackward0', 'SumBackward1', 'MaxBackward1', 'MaxBackward0', 'MeanBackward0',
+        'MeanBackward1', 'MmBackward0', 'MvBackward0', 'DotBackward0', 'ViewBackward0',
+        'ClampBackward1']
+    # backward works as before, and afterwards the freed graph has no inputs left
+    y.backward()
+    assert x.grad.tolist() == [4., 5.] and y.grad_fn.name() == 'SumBackward0'
+    assert y.grad_fn.next_functions == ()
+
+
+def test_grad_fn_of_a_function_and_of_an_in_place_op():
+    class Sq(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class Two(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2, a * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2 * 3
+
+    x = tt.tensor([1., 2.], requires_grad=True)
+    assert _walk_grad_fn(Sq.apply(x).grad_fn) == ('SqBackward', ((('Acc', (2,)), 0),))
+    u, v = Two.apply(x)
+    assert u.grad_fn is v.grad_fn and u.grad_fn.name() == 'TwoBackward'
+    assert [(n.name(), k) for n, k in (u + v).grad_fn.next_functions] == [
+        ('TwoBackward', 0), ('TwoBackward', 1)]
+    h = x * 2
+    h.add_(1)
+    assert _walk_grad_fn(h.grad_fn) == (
+        'AddBackward0', ((('MulBackward0', ((('Acc', (2,)), 0), (None, 0))), 0), (None, 0)))
+
+
+def test_grad_fn_names_and_next_functions_match_pytorch():
+    torch = need_torch()
+
+    def graphs(T, F):
+        x = T.tensor(np.arange(6.).reshape(2, 3), requires_grad=True)
+        w = T.tensor(np.ones((3, 2)), requires_grad=True)
+        b = T.tensor(np.ones(2), requires_grad=True)
+        c = T.tensor(np.ones((2, 3)))
+        h = x * 2
+        h.add_(1)
+        return [(x * c + x).sum(), ((x @ w).relu() * 2).sum(), T.tanh(x @ w + b).mean(),
+                F.log_softmax(x, -1).mean(0), (x ** 2).sum(dim=1), x.sigmoid() * x.detach(),
+                x.exp().max(), h.sum(), x.unsqueeze(0).softmax(-1), x.view(-1).abs().min(),
+                T.cat([x, x.detach()]).sum(), x.max(dim=1).values, (x - 1) / 2 * x.sqrt(),
+                T.where(x > 1, x, 0.).cumsum(0), x.transpose(0, 1).flip(0).gelu()
+                if hasattr(x, 'gelu') else F.gelu(x.transpose(0, 1).flip(0))]
+
+    import torch.nn.functional as tF
+    mine = [_walk_grad_fn(t.grad_fn) for t in graphs(tt, nn)]
+    theirs = [_walk_grad_fn(t.grad_fn) for t in graphs(torch, tF)]
+    assert mine == theirs
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

@@ -4240,6 +4240,115 @@ class autograd:
     backward = staticmethod(_autograd_backward)
 
 
+# y.grad_fn: the graph as PyTorch shows it. tinytorch's graph is the tensors themselves
+# (each non-leaf keeps _op, _parents and _backward); grad_fn is a view onto that: a small
+# node object per non-leaf, with PyTorch's name() and next_functions, so that
+# loss.grad_fn.next_functions[0][0].name() walks back as in PyTorch's tutorials. A leaf
+# that requires grad appears as an AccumulateGrad node (its .variable is the leaf), an
+# input that needs no gradient as (None, 0). Nothing here is used by backward.
+class _GraphNode:
+    """y.grad_fn: the op that made y, as one node of the backward graph."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor  # the non-leaf this node stands for (kept alive by the node)
+        self._name = _grad_fn_name(tensor)  # now: matmul's name needs its inputs' dims
+
+    def name(self):
+        return self._name
+
+    @property
+    def next_functions(self):
+        """One (node, index) pair per input of the op: the input's grad_fn, its
+        AccumulateGrad if it is a leaf that requires grad, (None, 0) if it needs none.
+        Empty once backward has freed the graph (pass retain_graph=True to keep it)."""
+        t = self._tensor
+        if t._op.endswith(' output') and len(t._parents) == 1:  # one of several outputs
+            t = t._parents[0]  # of a Function: the node is the Function's own (below)
+        return tuple(_next_function(p) for p in _inputs(t))
+
+    def __repr__(self):
+        return f'<{self.name()} object at {id(self):#x}>'
+
+
+class AccumulateGrad:
+    """The node where a leaf's gradient ends: backward adds it into .variable.grad."""
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.next_functions = ()
+
+    def name(self):
+        return 'torch::autograd::AccumulateGrad'
+
+    def __repr__(self):
+        return f'<AccumulateGrad object at {id(self):#x}>'
+
+
+# one node object per tensor while someone holds it (y.grad_fn is y.grad_fn, as PyTorch)
+_grad_fns = weakref.WeakValueDictionary()  # id(tensor) -> its _GraphNode
+_accumulators = weakref.WeakValueDictionary()  # id(leaf) -> its AccumulateGrad
+
+
+def _grad_fn(t):
+    if t._backward is None:
+        return None  # a leaf (or made under no_grad): PyTorch's grad_fn is None too
+    if t._op.endswith(' output') and len(t._parents) == 1:
+        t = t._parents[0]  # several outputs of one Function share its node
+    node = _grad_fns.get(id(t))
+    if node is None:
+        node = _grad_fns[id(t)] = _GraphNode(t)
+    return node
+
+
+def _next_function(p):
+    if not p.requires_grad:
+        return (None, 0)
+    if p._backward is not None:
+        k = 0
+        if p._op.endswith(' output') and p._backward.__defaults__:
+            k = p._backward.__defaults__[0]  # which output of the Function p is
+        return (_grad_fn(p), k)
+    acc = _accumulators.get(id(p))
+    if acc is None:
+        acc = _accumulators[id(p)] = AccumulateGrad(p)
+    return (acc, 0)
+
+
+# tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
+# Backward0" does not give PyTorch's (README: "grad_fn").
+_GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
+                  'clamp': 'ClampBackward1', 'layer_norm': 'NativeLayerNormBackward0',
+                  'bce_with_logits': 'BinaryCrossEntropyWithLogitsBackward0',
+                  'pad': 'ConstantPadNdBackward0', 'log1p': 'Log1PBackward0',
+                  'max_pool2d': 'MaxPool2DWithIndicesBackward0',
+                  'norm': 'LinalgVectorNormBackward0', 'CopySlices': 'CopySlices'}
+
+
+def _grad_fn_name(t):
+    """PyTorch's name for the node that made t: 'mul' -> 'MulBackward0'. PyTorch numbers
+    the variants of an op: sum() is SumBackward0, sum(dim) SumBackward1; max() is
+    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims."""
+    op = t._op
+    if op.endswith('Backward') or op in ('CopySlices',):  # a Function subclass: its own name
+        return _GRAD_FN_NAMES.get(op, op)
+    op = op.rstrip('_')  # an in-place op has its out-of-place twin's node
+    full = t.ndim == 0  # a reduction to one number (PyTorch: the variant without dim)
+    if op in ('sum', 'mean'):
+        return op.capitalize() + ('Backward0' if full else 'Backward1')
+    if op in ('max', 'min'):
+        return op.capitalize() + ('Backward1' if full else 'Backward0')
+    if op == 'matmul' and len(t._parents) == 2:
+        dims = tuple(p.ndim for p in t._parents)
+        return {(1, 1): 'DotBackward0', (2, 1): 'MvBackward0',
+                (2, 2): 'MmBackward0'}.get(dims, 'MatmulBackward0')
+    if op in _GRAD_FN_NAMES:
+        return _GRAD_FN_NAMES[op]
+    return ''.join(w[:1].upper() + w[1:] for w in op.replace(' ', '_').split('_')) + 'Backward0'
+
+
+Tensor.grad_fn = property(_grad_fn)
+
+
 # ---------------------------------------------------------------------------
 # 17. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
