@@ -10964,5 +10964,162 @@ def test_grad_fn_names_and_next_functions_match_pytorch():
     theirs = [_walk_grad_fn(t.grad_fn) for t in graphs(torch, tF)]
     assert mine == theirs
 
+
+def test_no_grad_bare_decorator_and_set_grad_enabled():
+    @tt.no_grad
+    def double(x):
+        """Doc."""
+        return x * 2
+
+    @tt.no_grad()
+    def triple(x):
+        return x * 3
+
+    x = tt.ones(2, requires_grad=True)
+    assert not double(x).requires_grad and not triple(x).requires_grad
+    assert double.__name__ == 'double' and double.__doc__ == 'Doc.'
+
+    @tt.enable_grad
+    def inside():
+        return tt.is_grad_enabled()
+
+    with tt.no_grad():
+        assert inside() is True
+    # set_grad_enabled: at once as a call, restored as a context manager, per call as a
+    # decorator (PyTorch's three forms)
+    tt.set_grad_enabled(False)
+    try:
+        assert not tt.is_grad_enabled() and not (x * 2).requires_grad
+    finally:
+        tt.set_grad_enabled(True)
+    assert tt.is_grad_enabled()
+    for mode in (False, True):
+        with tt.set_grad_enabled(mode):
+            assert tt.is_grad_enabled() is mode and (x * 2).requires_grad is mode
+        assert tt.is_grad_enabled()
+
+    @tt.set_grad_enabled(False)
+    def off():
+        return tt.is_grad_enabled()
+    assert tt.is_grad_enabled() and off() is False and tt.is_grad_enabled()
+
+
+def test_equal_ravel_numel_is_tensor():
+    a = tt.tensor([[1., 2.], [3., 4.]])
+    assert tt.equal(a, a.clone()) and a.equal(a.clone())
+    assert tt.equal(tt.tensor([1, 2]), tt.tensor([1., 2.]))  # dtypes may differ, as PyTorch
+    assert not tt.equal(a, tt.tensor([[1., 2.], [3., 5.]]))
+    assert not tt.equal(tt.ones(2), tt.ones(1, 2))  # no broadcasting
+    assert not tt.equal(tt.tensor([float('nan')]), tt.tensor([float('nan')]))
+    with pytest.raises(TypeError, match="argument 'other' must be a Tensor, not int"):
+        tt.equal(a, 1)
+    r = a.t().ravel()
+    assert r.tolist() == [1., 3., 2., 4.] and tt.ravel(a).tolist() == [1., 2., 3., 4.]
+    assert tt.ravel(tt.tensor(5.)).shape == (1,)
+    v = a.ravel()
+    v[0] = 9.  # a view where the memory allows, as PyTorch
+    assert a[0, 0].item() == 9.
+    assert tt.numel(tt.ones(2, 3)) == 6 and tt.numel(tt.ones(0, 3)) == 0
+    assert tt.is_tensor(a) and tt.is_tensor(nn.Parameter(tt.ones(1)))
+    assert not tt.is_tensor(np.ones(2)) and not tt.is_tensor(3.0)
+    x = tt.tensor([[1., 2., 3.]], dtype=tt.float64, requires_grad=True)
+    check(lambda x: x.t().ravel() * tt.tensor([1., 2., 3.], dtype=tt.float64), x)
+
+
+def test_census_tensor_names_values_by_hand():
+    a = tt.tensor([[1., 2.], [3., 4.]])
+    b = tt.tensor([[5., 6.], [7., 8.]])
+    assert tt.mm(a, b).tolist() == [[19., 22.], [43., 50.]] and a.mm(b).tolist() == [[19., 22.], [43., 50.]]
+    assert tt.dot(tt.tensor([1., 2.]), tt.tensor([3., 4.])).item() == 11.
+    assert tt.bmm(a[None], b[None]).tolist() == [[[19., 22.], [43., 50.]]]
+    with pytest.raises(RuntimeError, match="mm: expected 2-D tensors, got 1-D and 2-D"):
+        tt.mm(tt.ones(2), a)
+    with pytest.raises(RuntimeError, match="bmm: the batch sizes differ"):
+        tt.bmm(tt.ones(2, 2, 2), tt.ones(3, 2, 2))
+    assert tt.multiply(a, 2).tolist() == [[2., 4.], [6., 8.]]
+    assert tt.tan(tt.tensor([0., math.pi / 4])).tolist() == pytest.approx([0., 1.])
+    x = tt.tensor([0., math.pi / 4], requires_grad=True)
+    tt.tan(x).sum().backward()
+    assert x.grad.tolist() == pytest.approx([1., 2.])  # 1 + tan^2
+    m = tt.tensor([[0, 3], [5, 0]])
+    assert m.nonzero().tolist() == [[0, 1], [1, 0]] and tt.nonzero(m).dtype == tt.int64
+    assert [t.tolist() for t in m.nonzero(as_tuple=True)] == [[0, 1], [1, 0]]
+    assert tt.tensor([0, 1, 1, 3]).bincount().tolist() == [1, 2, 0, 1]
+    assert tt.bincount(tt.tensor([1]), minlength=3).tolist() == [0, 1, 0]
+    assert a.where(a > 2, 0.).tolist() == [[0., 0.], [3., 4.]]
+    assert a.type() == 'torch.FloatTensor' and a.type(tt.LongTensor).dtype == tt.int64
+    assert a.type('torch.DoubleTensor').dtype == tt.float64 and a.long().type() == 'torch.LongTensor'
+    assert tt.LongTensor([1, 2]).tolist() == [1, 2] and tt.FloatTensor(2, 3).shape == (2, 3)
+    assert isinstance(a, tt.FloatTensor) and not isinstance(a, tt.LongTensor)
+    assert a.new(2, 1).shape == (2, 1) and a.new([1, 2]).dtype == tt.float32
+    assert a.byte().dtype == np.uint8 and a.data_ptr() == a.array.ctypes.data
+    with pytest.raises(TypeError, match="NumPy, which has no bfloat16"):
+        a.bfloat16()
+    z = tt.zeros(1000, dtype=tt.float64)
+    tt.manual_seed(0)
+    z.normal_(2., 3.)
+    assert abs(z.mean().item() - 2.) < 0.3 and abs(z.std().item() - 3.) < 0.3
+    z.uniform_(-1., 1.)
+    assert -1 <= z.min().item() and z.max().item() < 1 and z.min().item() < -0.9
+    z.random_(3)
+    assert set(z.tolist()) == {0., 1., 2.}
+    assert tt.tensor([0.2, 0.8]).multinomial(5, replacement=True).shape == (5,)
+    p = tt.tensor([1., 2.])
+    p.addcmul_(tt.tensor([2., 3.]), tt.tensor([4., 5.]), value=0.5)
+    assert p.tolist() == [5., 9.5]
+    p.addcdiv_(tt.tensor([2., 3.]), tt.tensor([4., 6.]), value=2)
+    assert p.tolist() == [6., 10.5]
+    w = tt.ones(2, requires_grad=True)
+    y = w * 2
+    assert y.detach_() is y and y.is_leaf and not y.requires_grad and y.grad_fn is None
+    assert tt.pi == math.pi and tt.inf == math.inf and tt.autograd.Variable(a) is a
+    assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
+
+
+def test_census_tan_mm_bmm_dot_addc_gradcheck():
+    rng = np.random.default_rng(0)
+    t = lambda *s: tt.tensor(rng.standard_normal(s), requires_grad=True)  # noqa: E731
+    check(tt.tan, tt.tensor(rng.uniform(-1, 1, (3, 2)), requires_grad=True))
+    check(tt.mm, t(2, 3), t(3, 4))
+    check(tt.bmm, t(2, 2, 3), t(2, 3, 4))
+    check(tt.dot, t(3), t(3))
+    check(lambda a, b, c: a.clone().addcdiv_(b, c.exp(), value=0.3).addcmul_(b, c), t(3), t(3), t(3))
+
+
+def test_set_printoptions_and_torch_testing_and_refused_modules():
+    x = tt.tensor([1.23456, 20.5])
+    try:
+        tt.set_printoptions(precision=2)
+        assert repr(x) == 'tensor([ 1.23, 20.50])'
+        tt.set_printoptions(sci_mode=True)
+        assert repr(x) == 'tensor([1.23e+00, 2.05e+01])'
+        tt.set_printoptions(threshold=5, edgeitems=1, precision=4)
+        assert repr(tt.arange(10.)) == 'tensor([0., ..., 9.])'
+    finally:
+        tt.set_printoptions(profile='default')
+    assert repr(x) == 'tensor([ 1.2346, 20.5000])'
+    import tinytorch.testing
+    tt.testing.assert_close(tt.ones(2), tt.ones(2) + 1e-7)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
+        tt.testing.assert_close(tt.tensor([1., 2.]), tt.tensor([1., 2.1]))
+    with pytest.raises(AssertionError, match="'dtype' do not match"):
+        tt.testing.assert_close(tt.ones(2), tt.ones(2, dtype=tt.float64))
+    tt.random.manual_seed(3)
+    a = tt.randn(2)
+    tt.manual_seed(3)
+    assert tt.equal(a, tt.randn(2))
+    assert tt.version.cuda is None and tt.__version__.startswith('2.')
+    import tinytorch.multiprocessing as mp
+    with pytest.raises(RuntimeError, match=r"^torch.multiprocessing.spawn: tinytorch trains in one"):
+        mp.spawn(print)
+    with pytest.raises(RuntimeError, match="torch.distributions.Categorical: tinytorch has no"):
+        tt.distributions.Categorical
+    with pytest.raises(RuntimeError, match="lookinside.profile"):
+        tt.profiler.profile()
+    with pytest.raises(RuntimeError, match="torch.cuda.set_device: .* no GPU"):
+        tt.cuda.set_device(0)
+    with pytest.raises(RuntimeError, match="one process"):
+        tt.utils.data.distributed.DistributedSampler
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
