@@ -10881,7 +10881,7 @@ def _walk_grad_fn(node):
     return (node.name(), tuple((_walk_grad_fn(n), i) for n, i in node.next_functions))
 
 
-def test_grad_fn_walks_the_graph_as_pytorch_by_hand():
+def test_grad_fn_walks_the_graph_by_hand():
     x = tt.tensor([1., 2.], requires_grad=True)
     c = tt.tensor([3., 4.])
     y = (x * c + x).sum()
@@ -11120,6 +11120,113 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
         tt.cuda.set_device(0)
     with pytest.raises(RuntimeError, match="one process"):
         tt.utils.data.distributed.DistributedSampler
+
+
+def test_census_layers_values_by_hand():
+    p = tt.tensor([0.5, 0.8])
+    y = tt.tensor([1., 0.])
+    bce = nn.binary_cross_entropy(p, y)
+    assert bce.item() == pytest.approx((-math.log(0.5) - math.log(0.2)) / 2)
+    assert nn.BCELoss(reduction='sum')(p, y).item() == pytest.approx(-math.log(0.5) - math.log(0.2))
+    assert nn.binary_cross_entropy(tt.tensor([0.]), tt.tensor([1.])).item() == 100.  # log clamped
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        nn.binary_cross_entropy(tt.tensor([1.5]), tt.tensor([1.]))
+    # conv1d: a moving sum of 3 with zero padding
+    x = tt.tensor([[[1., 2., 3., 4.]]])
+    assert nn.conv1d(x, tt.ones(1, 1, 3), padding=1).tolist() == [[[3., 6., 9., 7.]]]
+    assert nn.conv1d(x, tt.ones(1, 1, 2), stride=2).tolist() == [[[3., 7.]]]
+    assert nn.Conv1d(1, 2, 3)(x).shape == (1, 2, 2)
+    # conv_transpose2d, stride 2: each input pixel stamps the kernel into a 2x-spread grid
+    ct = nn.conv_transpose2d(tt.tensor([[[[1., 2.]]]]), tt.ones(1, 1, 1, 2), stride=2)
+    assert ct.tolist() == [[[[1., 1., 2., 2.]]]]
+    assert nn.conv_transpose2d(tt.tensor([[[[1., 2.]]]]), tt.ones(1, 1, 1, 3)).tolist() == \
+        [[[[1., 3., 3., 2.]]]]
+    assert nn.ConvTranspose2d(2, 3, 4, stride=2, padding=1)(tt.ones(1, 2, 5, 5)).shape == (1, 3, 10, 10)
+    # adaptive pooling: bins [0, 2) and [1, 3) of a size-3 dim overlap, as PyTorch's
+    a = tt.arange(6.).reshape(1, 1, 2, 3)
+    assert nn.adaptive_avg_pool2d(a, (1, 2)).tolist() == [[[[2., 3.]]]]
+    assert nn.AdaptiveAvgPool2d(1)(a).tolist() == [[[[2.5]]]]
+    assert nn.adaptive_avg_pool2d(a, (None, 1)).tolist() == [[[[1.], [4.]]]]
+    n = nn.InstanceNorm2d(1)(tt.tensor([[[[1., 3.]]]]))
+    assert n.reshape(-1).tolist() == pytest.approx([-1., 1.], abs=1e-4)
+    tt.manual_seed(0)
+    d = nn.Dropout2d(0.5)(tt.ones(4, 8, 2, 2))
+    planes = d.reshape(32, 4)
+    assert set(planes.tolist()[0]) <= {0., 2.} and all(len(set(r)) == 1 for r in planes.tolist())
+    assert 0 < (planes[:, 0] == 0).sum().item() < 32
+    assert nn.Dropout2d(0.5).eval()(d) is d
+    lazy = nn.LazyLinear(2)
+    assert lazy(tt.ones(3, 5)).shape == (3, 2) and lazy.weight.shape == (2, 5)
+    assert nn.interpolate(tt.tensor([[[1., 2.]]]), scale_factor=2).tolist() == [[[1., 1., 2., 2.]]]
+    assert nn.interpolate(tt.tensor([[[1., 2., 3.]]]), size=2).tolist() == [[[1., 2.]]]
+    with pytest.raises(NotImplementedError, match="mode 'bilinear' is not supported"):
+        nn.interpolate(tt.ones(1, 1, 2, 2), size=4, mode='bilinear')
+    from tinytorch.nn.utils.rnn import pad_sequence
+    ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
+    assert ps.tolist() == [[1., 2.], [3., -1.]]
+    assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
+    with pytest.raises(NotImplementedError, match="padded batches only"):
+        tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
+    with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
+        nn.DataParallel(nn.Linear(2, 2))
+
+
+def test_census_layers_gradcheck():
+    rng = np.random.default_rng(1)
+    t = lambda *s: tt.tensor(rng.standard_normal(s), requires_grad=True)  # noqa: E731
+    check(lambda p, y: nn.binary_cross_entropy(p.sigmoid(), y), t(3, 2),
+          tt.tensor(rng.uniform(0, 1, (3, 2))))
+    check(lambda x, w, b: nn.conv1d(x, w, b, stride=2, padding=1, dilation=2), t(2, 2, 7), t(3, 2, 2), t(3))
+    check(lambda x, w, b: nn.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+          t(1, 2, 3, 3), t(2, 3, 3, 3), t(3))
+    check(lambda x: nn.adaptive_avg_pool2d(x, (2, 3)), t(1, 2, 5, 4))
+    check(lambda x, w, b: nn.instance_norm(x, weight=w, bias=b), t(2, 3, 2, 2), t(3), t(3))
+    check(lambda x: nn.interpolate(x, size=(3, 5)), t(1, 1, 2, 3))
+    check(lambda a, b: nn.pad_sequence([a, b], padding_value=2.), t(3, 2), t(1, 2))
+
+
+def test_census_layers_match_pytorch():
+    torch = need_torch()
+    import torch.nn.functional as tF
+    rng = np.random.default_rng(2)
+
+    def both(*shape, positive=False):
+        a = rng.uniform(0.05, 0.95, shape) if positive else rng.standard_normal(shape)
+        return (tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True))
+
+    cases = [
+        (lambda F, p, y: F.binary_cross_entropy(p, y), (4, 3), (4, 3)),
+        (lambda F, x, w, b: F.conv1d(x, w, b, stride=2, padding=2, dilation=2), (2, 3, 9), (4, 3, 3), (4,)),
+        (lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+         (2, 3, 4, 5), (3, 2, 3, 3), (2,)),
+        (lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=(1, 3), padding=(2, 0), dilation=2),
+         (1, 2, 5, 3), (2, 3, 2, 3), (3,)),
+        (lambda F, x: F.adaptive_avg_pool2d(x, (3, 4)), (2, 2, 7, 5)),
+        (lambda F, x: F.adaptive_avg_pool2d(x, 1), (2, 2, 3, 3)),
+        (lambda F, x, w, b: F.instance_norm(x, weight=w, bias=b), (2, 3, 4, 4), (3,), (3,)),
+        (lambda F, x: F.interpolate(x, scale_factor=2), (1, 2, 3, 3)),
+        (lambda F, x: F.interpolate(x, size=(5, 2)), (1, 2, 3, 4)),
+        (lambda F, x: F.interpolate(x, scale_factor=1.5), (1, 1, 4)),
+        (lambda F, a, b, c: (a.tan() * b).mm(c), (2, 3), (2, 3), (3, 2)),
+    ]
+    for fn, *shapes in cases:
+        pairs = [both(*s, positive=fn is cases[0][0]) for s in shapes]  # bce: probabilities
+        mine, theirs = fn(nn, *(p[0] for p in pairs)), fn(tF, *(p[1] for p in pairs))
+        np.testing.assert_allclose(mine.array, theirs.detach().numpy(), rtol=1e-9, atol=1e-12)
+        g = rng.standard_normal(tuple(mine.shape))
+        mine.backward(tt.tensor(g))
+        theirs.backward(torch.tensor(g))
+        for a, b in pairs:
+            np.testing.assert_allclose(a.grad.array, b.grad.numpy(), rtol=1e-9, atol=1e-12)
+    tt.testing.assert_close(tt.ones(2), tt.ones(2))
+    for a, b in [([1., 2.], [1., 2.00001]), ([1., 2.], [1., 2.0001])]:
+        ok = [True, True]
+        for k, T in enumerate((tt, torch)):
+            try:
+                T.testing.assert_close(T.tensor(a), T.tensor(b))
+            except AssertionError:
+                ok[k] = False
+        assert ok[0] == ok[1]
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

@@ -5203,6 +5203,11 @@ _PATHS.update({
     'profiler': lambda: _refusing_module(
         'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
                     "(README, 'Look inside a run')"),
+    'nn.utils.rnn': lambda: _module(
+        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
+        pad_sequence=_companion('nn').pad_sequence,
+        **{n: _companion('nn')._no_packed_sequences(n) for n in (
+            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
     'distributions': lambda: _refusing_module(
         'distributions', "tinytorch has no probability distributions; sample with "
                          "torch.multinomial, torch.normal or torch.rand"),
