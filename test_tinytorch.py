@@ -11073,6 +11073,11 @@ def test_census_tensor_names_values_by_hand():
     y = w * 2
     assert y.detach_() is y and y.is_leaf and not y.requires_grad and y.grad_fn is None
     assert tt.pi == math.pi and tt.inf == math.inf and tt.autograd.Variable(a) is a
+    r = tt.arange(6.)
+    v = r.resize_(2, 3)
+    assert v is r and r.shape == (2, 3) and r[1].tolist() == [3., 4., 5.]
+    with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
+        r.resize_(7)
     assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
 
 

@@ -5067,6 +5067,19 @@ def _new(x, *args):
     return tensor(args[0], dtype=x.dtype)
 
 
+def _resize_(x, *sizes, memory_format=None):
+    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
+    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
+    shape = _sizes(sizes)
+    if x.requires_grad:
+        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
+    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
+        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
+                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
+                           "(torch.zeros(...)) or use reshape")
+    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
+
+
 def _bfloat16(x, *args, **kwargs):
     raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
                     "use .float() (float32)")
@@ -5077,7 +5090,7 @@ for _name, _f in (('ravel', ravel), ('equal', equal), ('mm', mm), ('bmm', bmm),
                   ('bincount', bincount), ('multinomial', multinomial),
                   ('normal_', _normal_), ('uniform_', _uniform_), ('random_', _random_),
                   ('addcmul_', _addcmul_), ('addcdiv_', _addcdiv_), ('detach_', _detach_),
-                  ('type', _type), ('new', _new), ('bfloat16', _bfloat16),
+                  ('type', _type), ('new', _new), ('bfloat16', _bfloat16), ('resize_', _resize_),
                   ('tan_', _in_place_form('tan_', tan)),
                   ('byte', lambda x: to(x, np.dtype(np.uint8))),
                   ('where', lambda x, condition, other: where(condition, x, other)),
