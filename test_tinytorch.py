@@ -11050,6 +11050,10 @@ def test_census_tensor_names_values_by_hand():
     assert a.type() == 'torch.FloatTensor' and a.type(tt.LongTensor).dtype == tt.int64
     assert a.type('torch.DoubleTensor').dtype == tt.float64 and a.long().type() == 'torch.LongTensor'
     assert tt.LongTensor([1, 2]).tolist() == [1, 2] and tt.FloatTensor(2, 3).shape == (2, 3)
+    # torch.Tensor(...) as a constructor is the legacy FloatTensor: float32 from Python data
+    assert tt.Tensor([1, 2]).dtype == tt.float32 and tt.tensor([1, 2]).dtype == tt.int64
+    assert tt.Tensor(2, 3).shape == (2, 3) and tt.Tensor().shape == (0,)
+    assert tt.Tensor(np.array([1, 2])).dtype == tt.int64  # NumPy data keeps Part I's rule
     assert isinstance(a, tt.FloatTensor) and not isinstance(a, tt.LongTensor)
     assert a.new(2, 1).shape == (2, 1) and a.new([1, 2]).dtype == tt.float32
     assert a.byte().dtype == np.uint8 and a.data_ptr() == a.array.ctypes.data

@@ -5017,6 +5017,27 @@ def _detach_(x):
     return x
 
 
+_plain_init = Tensor.__init__
+
+
+def _legacy_init(self, *args, **kwargs):
+    """torch.Tensor(...) called as a constructor is PyTorch's legacy one, as FloatTensor:
+    Tensor([1, 2]) is float32 (tensor([1, 2]) is int64) and Tensor(2, 3) a float32 tensor of
+    that shape (PyTorch leaves it uninitialized, tinytorch fills zeros). A tensor, a NumPy
+    array or a dtype= keeps Part I's rule (the library's own calls pass one of them)."""
+    if kwargs.get('dtype') is None and not (
+            args and isinstance(args[0], (Tensor, np.ndarray, np.generic))):
+        if builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            _plain_init(self, np.zeros(args or (0,), dtype=default_dtype), **kwargs)  # sizes
+            return
+        if len(args) == 1:  # Python numbers, lists
+            _plain_init(self, _dtype_of_python_data(args[0]).astype(default_dtype), **kwargs)
+            return
+    _plain_init(self, *args, **kwargs)
+
+
+Tensor.__init__ = _legacy_init
+
 # legacy names: torch.FloatTensor, x.type(), x.new(...)
 _TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
                int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
