@@ -5024,8 +5024,8 @@ def _legacy_init(self, *args, **kwargs):
     """torch.Tensor(...) called as a constructor is PyTorch's legacy one, as FloatTensor:
     Tensor([1, 2]) is float32 (tensor([1, 2]) is int64) and Tensor(2, 3) a float32 tensor of
     that shape (PyTorch leaves it uninitialized, tinytorch fills zeros). A tensor, a NumPy
-    array or a dtype= keeps Part I's rule (the library's own calls pass one of them)."""
-    if kwargs.get('dtype') is None and not (
+    array or a dtype= argument (tensor() passes one, even None) keeps Part I's rule."""
+    if 'dtype' not in kwargs and not (
             args and isinstance(args[0], (Tensor, np.ndarray, np.generic))):
         if builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
             _plain_init(self, np.zeros(args or (0,), dtype=default_dtype), **kwargs)  # sizes
