@@ -11178,6 +11178,7 @@ def test_census_layers_values_by_hand():
         tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
     with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
         nn.DataParallel(nn.Linear(2, 2))
+    assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
 
 
 def test_census_layers_gradcheck():

@@ -5237,6 +5237,12 @@ _PATHS.update({
     'profiler': lambda: _refusing_module(
         'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
                     "(README, 'Look inside a run')"),
+    'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
+        'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
+        **{f: _companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
+                                         'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
+                                         'normalization', 'container', 'flatten')},
+        Module=_companion('nn').Module),
     'nn.utils.rnn': lambda: _module(
         'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
         pad_sequence=_companion('nn').pad_sequence,
