@@ -14,6 +14,8 @@
   6. initialisers (nn.init.normal_, xavier_uniform_, ...)
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
+  7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
+     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
 
 Needs only NumPy and tinytorch.py (and transformer.py's attention_weights, which
@@ -2812,6 +2814,286 @@ def load_safetensors(path):
             a = (a.astype(np.uint32) << 16).view(np.float32)
         tensors[name] = a.astype(a.dtype.newbyteorder('='))
     return tensors, metadata
+
+
+# ---------------------------------------------------------------------------
+# 7b. The names teaching code reaches for (CENSUS.md): layers and losses that two or more
+#    widely read PyTorch teaching repositories use, each built from the ops above
+# ---------------------------------------------------------------------------
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction='mean'):
+    """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
+    clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss. Prefer
+    binary_cross_entropy_with_logits on the logits: it is stable."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
+                         f"input size {tuple(input.shape)}")
+    if ((input.array < 0) | (input.array > 1)).any():
+        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
+                           "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
+    p, y = input.array, target.array.astype(input.dtype, copy=False)
+    with np.errstate(divide='ignore'):
+        log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
+    loss = -(y * log_p + (1 - y) * log_q)
+
+    def backward(g):
+        """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)
+        d bce/dy = log(1 - p) - log(p)  (each log clamped at -100)"""
+        gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)
+        return gp.astype(p.dtype, copy=False), (g * (log_q - log_p)).astype(y.dtype, copy=False)
+    loss = from_op(loss.astype(p.dtype, copy=False), 'binary_cross_entropy', (input, target),
+                   backward, saved=(input, target))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, 'binary_cross_entropy')
+
+
+class BCELoss(Module):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean'):
+        self.weight, self.reduction = weight, _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
+    if groups != 1:
+        raise NotImplementedError("conv1d: groups > 1 is not supported (tinytorch's "
+                                  "convolutions have one group)")
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
+                         f"got {tuple(input.shape)} and {tuple(weight.shape)}")
+    if input.ndim == 2:  # one unbatched sequence
+        return conv1d(input[None], weight, bias, stride, padding, dilation)[0]
+    one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
+    pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
+    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
+                  one(dilation)).squeeze(2)
+
+
+class Conv1d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, dtype=None):
+        if groups != 1:
+            raise NotImplementedError("Conv1d: groups > 1 is not supported (tinytorch's "
+                                      "convolutions have one group)")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = (kernel_size[0] if isinstance(kernel_size, (tuple, list))
+                            else kernel_size,)
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.weight = Parameter(tt.zeros(out_channels, in_channels, self.kernel_size[0], dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
+        Conv2d.reset_parameters(self)  # PyTorch's default, as Conv2d's (fan_in = C*k)
+
+    def forward(self, x):
+        return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
+                f"bias={self.bias is not None}")
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
+    (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
+    Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
+    pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
+    if groups != 1:
+        raise NotImplementedError("conv_transpose2d: groups > 1 is not supported")
+    _image(input, 'conv_transpose2d', weight.shape[0])
+    n, c, h, w = input.shape
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
+        (stride, 'stride'), (padding, 'padding'), (output_padding, 'output_padding'),
+        (dilation, 'dilation')))
+    kh, kw = weight.shape[2:]
+    x = input.reshape(n, c, h, 1, w, 1)
+    x = pad(x, (0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, c, h * sh, w * sw)
+    x = x[:, :, :(h - 1) * sh + 1, :(w - 1) * sw + 1]  # s - 1 zeros between neighbours
+    qh, qw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    x = pad(x, (qw, qw + opw, qh, qh + oph))  # a negative amount crops
+    return conv2d(x, weight.transpose(0, 1).flip(2, 3), bias, 1, 0, (dh, dw))
+
+
+class ConvTranspose2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, dtype=None):
+        if groups != 1:
+            raise NotImplementedError("ConvTranspose2d: groups > 1 is not supported")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'ConvTranspose2d')
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation = dilation
+        self.weight = Parameter(tt.zeros(in_channels, out_channels, *self.kernel_size, dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
+        # PyTorch's default: fan_in from weight.shape[1] (the output channels) * kh * kw
+        kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(_fans(self.weight)[0])
+            uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                self.output_padding, 1, self.dilation)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """The mean of each of oh x ow windows that tile the image: window i of n covers
+    [floor(i H / oh), ceil((i + 1) H / oh)) (PyTorch's bins; they may overlap)."""
+    if input.ndim == 3:  # one unbatched image (C, H, W)
+        return adaptive_avg_pool2d(input[None], output_size)[0]
+    _image(input, 'adaptive_avg_pool2d')
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    out = input
+    for d, o in zip((2, 3), sizes):
+        size = input.shape[d]
+        o = size if o is None else o
+        bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]
+        out = tt.cat([out.narrow(d, a, b - a).mean(d, keepdim=True) for a, b in bins], d)
+    return out
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        self.output_size = output_size
+
+    def forward(self, x):
+        return adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample over its own positions (dims 2, ...) to mean 0
+    and variance 1 (biased), then scale and shift per channel."""
+    if running_mean is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm: running statistics are not supported "
+                                  "(track_running_stats=False, PyTorch's default)")
+    dims = tuple(range(2, input.ndim))
+    mean = input.mean(dims, keepdim=True)
+    var = ((input - mean) ** 2).mean(dims, keepdim=True)
+    out = (input - mean) / (var + eps).sqrt()
+    shape = (1, -1) + (1,) * len(dims)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+class InstanceNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, dtype=None):
+        if track_running_stats:
+            raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
+                                      "supported (each image is normalized by its own statistics)")
+        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        if x.ndim not in (3, 4):
+            raise ValueError(f"InstanceNorm2d: expected a 3-D or 4-D input, got shape "
+                             f"{tuple(x.shape)}")
+        if x.ndim == 3:
+            return self.forward(x[None])[0]
+        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
+    1/(1-p). An input of 3 dims is one unbatched image (C, H, W)."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return input
+    lead = 1 if input.ndim == 3 else 2
+    mask = dropout_mask(input.shape[:lead] + (1,) * (input.ndim - lead), p, input.dtype)
+    return input * tt.tensor(mask)
+
+
+class Dropout2d(Dropout):
+    def forward(self, x):
+        return dropout2d(x, self.p, self.training)
+
+
+class LazyLinear(Linear):
+    """A Linear whose in_features is read from its first input (make the optimizer after
+    one forward pass, as in PyTorch)."""
+
+    def __init__(self, out_features, bias=True, dtype=None):
+        self.in_features, self.out_features = 0, out_features
+        self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
+        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        if self.in_features == 0:
+            self.in_features = x.shape[-1]
+            self.weight = Parameter(tt.zeros(self.out_features, self.in_features,
+                                             dtype=self.weight.dtype))
+            self.reset_parameters()
+        return super().forward(x)
+
+
+def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resize the dims after (N, C): mode 'nearest' copies, for output position i, the
+    input element floor(i * in / out) (or floor(i / scale_factor)), as PyTorch."""
+    if mode != 'nearest':
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch "
+                                  "has mode='nearest' only)")
+    k = input.ndim - 2
+    if k < 1 or (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
+    spatial = input.shape[2:]
+    if size is not None:
+        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
+        scales = [i / o for i, o in zip(spatial, out)]
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
+        out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
+        scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
+    for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
+        idx = np.minimum(np.floor(np.arange(n_out) * np.float32(s)).astype(np.int64), n_in - 1)
+        input = input.index_select(d, tt.tensor(idx))
+    return input
+
+
+def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
+    """torch.nn.utils.rnn.pad_sequence: tensors of shape (L_i, *) -> one (L_max, B, *) (or
+    (B, L_max, *) with batch_first), each padded at the end with padding_value."""
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        extra = (0, longest - s.shape[0]) if padding_side == 'right' else (longest - s.shape[0], 0)
+        padded.append(pad(s, (0, 0) * (s.ndim - 1) + extra, value=padding_value))
+    return tt.stack(padded, 0 if batch_first else 1)
+
+
+def DataParallel(module, *args, **kwargs):
+    raise RuntimeError(f"nn.DataParallel: {tt._NO_GPU}")
+
+
+def _no_packed_sequences(name):
+    def refused(*args, **kwargs):
+        raise NotImplementedError(
+            f"nn.utils.rnn.{name}: tinytorch's RNNs take padded batches only (no "
+            "PackedSequence); pad with pad_sequence and mask the padded steps' loss")
+    refused.__name__ = name
+    return refused
 
 
 # ---------------------------------------------------------------------------

@@ -10870,6 +10870,375 @@ def test_charlm_prints_the_busy_note_in_its_run(corpus, tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert code == 0 and out.count("the machine is busy: test") == 1
 
+
+# ---- issue 34: the names teaching code reaches for (grad_fn, no_grad, the census) ----
+def _walk_grad_fn(node):
+    """A graph as nested tuples: (name, ((input, index), ...)); a leaf's AccumulateGrad
+    as ('Acc', its shape)."""
+    if node is None:
+        return None
+    if hasattr(node, 'variable'):
+        return ('Acc', tuple(node.variable.shape))
+    return (node.name(), tuple((_walk_grad_fn(n), i) for n, i in node.next_functions))
+
+
+def test_grad_fn_walks_the_graph_by_hand():
+    x = tt.tensor([1., 2.], requires_grad=True)
+    c = tt.tensor([3., 4.])
+    y = (x * c + x).sum()
+    assert x.grad_fn is None and c.grad_fn is None and y.grad_fn is y.grad_fn
+    assert y.grad_fn.name() == 'SumBackward0' and repr(y.grad_fn).startswith('<SumBackward0 ')
+    (add, i), = y.grad_fn.next_functions
+    assert i == 0 and add.name() == 'AddBackward0'
+    (mul, i), (acc, j) = add.next_functions
+    assert (i, j) == (0, 0) and mul.name() == 'MulBackward0'
+    assert acc.name() == 'torch::autograd::AccumulateGrad' and acc.variable is x
+    assert acc.next_functions == ()
+    (acc2, i), (none, j) = mul.next_functions
+    assert acc2 is acc and none is None and (i, j) == (0, 0)  # one AccumulateGrad per leaf
+    with tt.no_grad():
+        assert (x * 2).grad_fn is None
+    # the variants PyTorch numbers: sum() and sum(dim), max() and max(dim); matmul's names
+    m = tt.ones(2, 3, requires_grad=True)
+    assert [t.grad_fn.name() for t in (m.sum(), m.sum(1), m.max(), m.max(1).values,
+                                       m.mean(), m.mean(0), m @ tt.ones(3, 2), m @ tt.ones(3),
+                                       x @ x, m.reshape(6), m.clamp(0, 1))] == [
+        'SumBackward0', 'SumBackward1', 'MaxBackward1', 'MaxBackward0', 'MeanBackward0',
+        'MeanBackward1', 'MmBackward0', 'MvBackward0', 'DotBackward0', 'ViewBackward0',
+        'ClampBackward1']
+    # backward works as before, and afterwards the freed graph has no inputs left
+    y.backward()
+    assert x.grad.tolist() == [4., 5.] and y.grad_fn.name() == 'SumBackward0'
+    assert y.grad_fn.next_functions == ()
+
+
+def test_grad_fn_of_a_function_and_of_an_in_place_op():
+    class Sq(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class Two(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2, a * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2 * 3
+
+    x = tt.tensor([1., 2.], requires_grad=True)
+    assert _walk_grad_fn(Sq.apply(x).grad_fn) == ('SqBackward', ((('Acc', (2,)), 0),))
+    u, v = Two.apply(x)
+    assert u.grad_fn is v.grad_fn and u.grad_fn.name() == 'TwoBackward'
+    assert [(n.name(), k) for n, k in (u + v).grad_fn.next_functions] == [
+        ('TwoBackward', 0), ('TwoBackward', 1)]
+    h = x * 2
+    h.add_(1)
+    assert _walk_grad_fn(h.grad_fn) == (
+        'AddBackward0', ((('MulBackward0', ((('Acc', (2,)), 0), (None, 0))), 0), (None, 0)))
+
+
+def test_grad_fn_names_and_next_functions_match_pytorch():
+    torch = need_torch()
+
+    def graphs(T, F):
+        x = T.tensor(np.arange(6.).reshape(2, 3), requires_grad=True)
+        w = T.tensor(np.ones((3, 2)), requires_grad=True)
+        b = T.tensor(np.ones(2), requires_grad=True)
+        c = T.tensor(np.ones((2, 3)))
+        h = x * 2
+        h.add_(1)
+        return [(x * c + x).sum(), ((x @ w).relu() * 2).sum(), T.tanh(x @ w + b).mean(),
+                F.log_softmax(x, -1).mean(0), (x ** 2).sum(dim=1), x.sigmoid() * x.detach(),
+                x.exp().max(), h.sum(), x.unsqueeze(0).softmax(-1), x.view(-1).abs().min(),
+                T.cat([x, x.detach()]).sum(), x.max(dim=1).values, (x - 1) / 2 * x.sqrt(),
+                T.where(x > 1, x, 0.).cumsum(0), x.transpose(0, 1).flip(0).gelu()
+                if hasattr(x, 'gelu') else F.gelu(x.transpose(0, 1).flip(0))]
+
+    import torch.nn.functional as tF
+    mine = [_walk_grad_fn(t.grad_fn) for t in graphs(tt, nn)]
+    theirs = [_walk_grad_fn(t.grad_fn) for t in graphs(torch, tF)]
+    assert mine == theirs
+
+
+def test_no_grad_bare_decorator_and_set_grad_enabled():
+    @tt.no_grad
+    def double(x):
+        """Doc."""
+        return x * 2
+
+    @tt.no_grad()
+    def triple(x):
+        return x * 3
+
+    x = tt.ones(2, requires_grad=True)
+    assert not double(x).requires_grad and not triple(x).requires_grad
+    assert double.__name__ == 'double' and double.__doc__ == 'Doc.'
+
+    @tt.enable_grad
+    def inside():
+        return tt.is_grad_enabled()
+
+    with tt.no_grad():
+        assert inside() is True
+    # set_grad_enabled: at once as a call, restored as a context manager, per call as a
+    # decorator (PyTorch's three forms)
+    tt.set_grad_enabled(False)
+    try:
+        assert not tt.is_grad_enabled() and not (x * 2).requires_grad
+    finally:
+        tt.set_grad_enabled(True)
+    assert tt.is_grad_enabled()
+    for mode in (False, True):
+        with tt.set_grad_enabled(mode):
+            assert tt.is_grad_enabled() is mode and (x * 2).requires_grad is mode
+        assert tt.is_grad_enabled()
+
+    @tt.set_grad_enabled(False)
+    def off():
+        return tt.is_grad_enabled()
+    assert tt.is_grad_enabled() and off() is False and tt.is_grad_enabled()
+
+
+def test_equal_ravel_numel_is_tensor():
+    a = tt.tensor([[1., 2.], [3., 4.]])
+    assert tt.equal(a, a.clone()) and a.equal(a.clone())
+    assert tt.equal(tt.tensor([1, 2]), tt.tensor([1., 2.]))  # dtypes may differ, as PyTorch
+    assert not tt.equal(a, tt.tensor([[1., 2.], [3., 5.]]))
+    assert not tt.equal(tt.ones(2), tt.ones(1, 2))  # no broadcasting
+    assert not tt.equal(tt.tensor([float('nan')]), tt.tensor([float('nan')]))
+    with pytest.raises(TypeError, match="argument 'other' must be a Tensor, not int"):
+        tt.equal(a, 1)
+    r = a.t().ravel()
+    assert r.tolist() == [1., 3., 2., 4.] and tt.ravel(a).tolist() == [1., 2., 3., 4.]
+    assert tt.ravel(tt.tensor(5.)).shape == (1,)
+    v = a.ravel()
+    v[0] = 9.  # a view where the memory allows, as PyTorch
+    assert a[0, 0].item() == 9.
+    assert tt.numel(tt.ones(2, 3)) == 6 and tt.numel(tt.ones(0, 3)) == 0
+    assert tt.is_tensor(a) and tt.is_tensor(nn.Parameter(tt.ones(1)))
+    assert not tt.is_tensor(np.ones(2)) and not tt.is_tensor(3.0)
+    x = tt.tensor([[1., 2., 3.]], dtype=tt.float64, requires_grad=True)
+    check(lambda x: x.t().ravel() * tt.tensor([1., 2., 3.], dtype=tt.float64), x)
+
+
+def test_census_tensor_names_values_by_hand():
+    a = tt.tensor([[1., 2.], [3., 4.]])
+    b = tt.tensor([[5., 6.], [7., 8.]])
+    assert tt.mm(a, b).tolist() == [[19., 22.], [43., 50.]] and a.mm(b).tolist() == [[19., 22.], [43., 50.]]
+    assert tt.dot(tt.tensor([1., 2.]), tt.tensor([3., 4.])).item() == 11.
+    assert tt.bmm(a[None], b[None]).tolist() == [[[19., 22.], [43., 50.]]]
+    with pytest.raises(RuntimeError, match="mm: expected 2-D tensors, got 1-D and 2-D"):
+        tt.mm(tt.ones(2), a)
+    with pytest.raises(RuntimeError, match="bmm: the batch sizes differ"):
+        tt.bmm(tt.ones(2, 2, 2), tt.ones(3, 2, 2))
+    assert tt.multiply(a, 2).tolist() == [[2., 4.], [6., 8.]]
+    assert tt.tan(tt.tensor([0., math.pi / 4])).tolist() == pytest.approx([0., 1.])
+    x = tt.tensor([0., math.pi / 4], requires_grad=True)
+    tt.tan(x).sum().backward()
+    assert x.grad.tolist() == pytest.approx([1., 2.])  # 1 + tan^2
+    m = tt.tensor([[0, 3], [5, 0]])
+    assert m.nonzero().tolist() == [[0, 1], [1, 0]] and tt.nonzero(m).dtype == tt.int64
+    assert [t.tolist() for t in m.nonzero(as_tuple=True)] == [[0, 1], [1, 0]]
+    assert tt.tensor([0, 1, 1, 3]).bincount().tolist() == [1, 2, 0, 1]
+    assert tt.bincount(tt.tensor([1]), minlength=3).tolist() == [0, 1, 0]
+    assert a.where(a > 2, 0.).tolist() == [[0., 0.], [3., 4.]]
+    assert a.type() == 'torch.FloatTensor' and a.type(tt.LongTensor).dtype == tt.int64
+    assert a.type('torch.DoubleTensor').dtype == tt.float64 and a.long().type() == 'torch.LongTensor'
+    assert tt.LongTensor([1, 2]).tolist() == [1, 2] and tt.FloatTensor(2, 3).shape == (2, 3)
+    # torch.Tensor(...) as a constructor is the legacy FloatTensor: float32 from Python data
+    assert tt.Tensor([1, 2]).dtype == tt.float32 and tt.tensor([1, 2]).dtype == tt.int64
+    assert tt.Tensor(2, 3).shape == (2, 3) and tt.Tensor().shape == (0,)
+    assert tt.Tensor(np.array([1, 2])).dtype == tt.int64  # NumPy data keeps Part I's rule
+    assert isinstance(a, tt.FloatTensor) and not isinstance(a, tt.LongTensor)
+    assert a.new(2, 1).shape == (2, 1) and a.new([1, 2]).dtype == tt.float32
+    assert a.byte().dtype == np.uint8 and a.data_ptr() == a.array.ctypes.data
+    with pytest.raises(TypeError, match="NumPy, which has no bfloat16"):
+        a.bfloat16()
+    z = tt.zeros(1000, dtype=tt.float64)
+    tt.manual_seed(0)
+    z.normal_(2., 3.)
+    assert abs(z.mean().item() - 2.) < 0.3 and abs(z.std().item() - 3.) < 0.3
+    z.uniform_(-1., 1.)
+    assert -1 <= z.min().item() and z.max().item() < 1 and z.min().item() < -0.9
+    z.random_(3)
+    assert set(z.tolist()) == {0., 1., 2.}
+    assert tt.tensor([0.2, 0.8]).multinomial(5, replacement=True).shape == (5,)
+    p = tt.tensor([1., 2.])
+    p.addcmul_(tt.tensor([2., 3.]), tt.tensor([4., 5.]), value=0.5)
+    assert p.tolist() == [5., 9.5]
+    p.addcdiv_(tt.tensor([2., 3.]), tt.tensor([4., 6.]), value=2)
+    assert p.tolist() == [6., 10.5]
+    w = tt.ones(2, requires_grad=True)
+    y = w * 2
+    assert y.detach_() is y and y.is_leaf and not y.requires_grad and y.grad_fn is None
+    assert tt.pi == math.pi and tt.inf == math.inf and tt.autograd.Variable(a) is a
+    r = tt.arange(6.)
+    v = r.resize_(2, 3)
+    assert v is r and r.shape == (2, 3) and r[1].tolist() == [3., 4., 5.]
+    with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
+        r.resize_(7)
+    assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
+
+
+def test_census_tan_mm_bmm_dot_addc_gradcheck():
+    rng = np.random.default_rng(0)
+    t = lambda *s: tt.tensor(rng.standard_normal(s), requires_grad=True)  # noqa: E731
+    check(tt.tan, tt.tensor(rng.uniform(-1, 1, (3, 2)), requires_grad=True))
+    check(tt.mm, t(2, 3), t(3, 4))
+    check(tt.bmm, t(2, 2, 3), t(2, 3, 4))
+    check(tt.dot, t(3), t(3))
+    check(lambda a, b, c: a.clone().addcdiv_(b, c.exp(), value=0.3).addcmul_(b, c), t(3), t(3), t(3))
+
+
+def test_set_printoptions_and_torch_testing_and_refused_modules():
+    x = tt.tensor([1.23456, 20.5])
+    try:
+        tt.set_printoptions(precision=2)
+        assert repr(x) == 'tensor([ 1.23, 20.50])'
+        tt.set_printoptions(sci_mode=True)
+        assert repr(x) == 'tensor([1.23e+00, 2.05e+01])'
+        tt.set_printoptions(threshold=5, edgeitems=1, precision=4)
+        assert repr(tt.arange(10.)) == 'tensor([0., ..., 9.])'
+    finally:
+        tt.set_printoptions(profile='default')
+    assert repr(x) == 'tensor([ 1.2346, 20.5000])'
+    import tinytorch.testing
+    tt.testing.assert_close(tt.ones(2), tt.ones(2) + 1e-7)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 2"):
+        tt.testing.assert_close(tt.tensor([1., 2.]), tt.tensor([1., 2.1]))
+    with pytest.raises(AssertionError, match="'dtype' do not match"):
+        tt.testing.assert_close(tt.ones(2), tt.ones(2, dtype=tt.float64))
+    tt.random.manual_seed(3)
+    a = tt.randn(2)
+    tt.manual_seed(3)
+    assert tt.equal(a, tt.randn(2))
+    assert tt.version.cuda is None and tt.__version__.startswith('2.')
+    import tinytorch.multiprocessing as mp
+    with pytest.raises(RuntimeError, match=r"^torch.multiprocessing.spawn: tinytorch trains in one"):
+        mp.spawn(print)
+    with pytest.raises(RuntimeError, match="torch.distributions.Categorical: tinytorch has no"):
+        tt.distributions.Categorical
+    with pytest.raises(RuntimeError, match="lookinside.profile"):
+        tt.profiler.profile()
+    with pytest.raises(RuntimeError, match="torch.cuda.set_device: .* no GPU"):
+        tt.cuda.set_device(0)
+    with pytest.raises(RuntimeError, match="one process"):
+        tt.utils.data.distributed.DistributedSampler
+
+
+def test_census_layers_values_by_hand():
+    p = tt.tensor([0.5, 0.8])
+    y = tt.tensor([1., 0.])
+    bce = nn.binary_cross_entropy(p, y)
+    assert bce.item() == pytest.approx((-math.log(0.5) - math.log(0.2)) / 2)
+    assert nn.BCELoss(reduction='sum')(p, y).item() == pytest.approx(-math.log(0.5) - math.log(0.2))
+    assert nn.binary_cross_entropy(tt.tensor([0.]), tt.tensor([1.])).item() == 100.  # log clamped
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        nn.binary_cross_entropy(tt.tensor([1.5]), tt.tensor([1.]))
+    # conv1d: a moving sum of 3 with zero padding
+    x = tt.tensor([[[1., 2., 3., 4.]]])
+    assert nn.conv1d(x, tt.ones(1, 1, 3), padding=1).tolist() == [[[3., 6., 9., 7.]]]
+    assert nn.conv1d(x, tt.ones(1, 1, 2), stride=2).tolist() == [[[3., 7.]]]
+    assert nn.Conv1d(1, 2, 3)(x).shape == (1, 2, 2)
+    # conv_transpose2d, stride 2: each input pixel stamps the kernel into a 2x-spread grid
+    ct = nn.conv_transpose2d(tt.tensor([[[[1., 2.]]]]), tt.ones(1, 1, 1, 2), stride=2)
+    assert ct.tolist() == [[[[1., 1., 2., 2.]]]]
+    assert nn.conv_transpose2d(tt.tensor([[[[1., 2.]]]]), tt.ones(1, 1, 1, 3)).tolist() == \
+        [[[[1., 3., 3., 2.]]]]
+    assert nn.ConvTranspose2d(2, 3, 4, stride=2, padding=1)(tt.ones(1, 2, 5, 5)).shape == (1, 3, 10, 10)
+    # adaptive pooling: bins [0, 2) and [1, 3) of a size-3 dim overlap, as PyTorch's
+    a = tt.arange(6.).reshape(1, 1, 2, 3)
+    assert nn.adaptive_avg_pool2d(a, (1, 2)).tolist() == [[[[2., 3.]]]]
+    assert nn.AdaptiveAvgPool2d(1)(a).tolist() == [[[[2.5]]]]
+    assert nn.adaptive_avg_pool2d(a, (None, 1)).tolist() == [[[[1.], [4.]]]]
+    n = nn.InstanceNorm2d(1)(tt.tensor([[[[1., 3.]]]]))
+    assert n.reshape(-1).tolist() == pytest.approx([-1., 1.], abs=1e-4)
+    tt.manual_seed(0)
+    d = nn.Dropout2d(0.5)(tt.ones(4, 8, 2, 2))
+    planes = d.reshape(32, 4)
+    assert set(planes.tolist()[0]) <= {0., 2.} and all(len(set(r)) == 1 for r in planes.tolist())
+    assert 0 < (planes[:, 0] == 0).sum().item() < 32
+    assert nn.Dropout2d(0.5).eval()(d) is d
+    lazy = nn.LazyLinear(2)
+    assert lazy(tt.ones(3, 5)).shape == (3, 2) and lazy.weight.shape == (2, 5)
+    assert nn.interpolate(tt.tensor([[[1., 2.]]]), scale_factor=2).tolist() == [[[1., 1., 2., 2.]]]
+    assert nn.interpolate(tt.tensor([[[1., 2., 3.]]]), size=2).tolist() == [[[1., 2.]]]
+    with pytest.raises(NotImplementedError, match="mode 'bilinear' is not supported"):
+        nn.interpolate(tt.ones(1, 1, 2, 2), size=4, mode='bilinear')
+    from tinytorch.nn.utils.rnn import pad_sequence
+    ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
+    assert ps.tolist() == [[1., 2.], [3., -1.]]
+    assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
+    with pytest.raises(NotImplementedError, match="padded batches only"):
+        tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
+    with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
+        nn.DataParallel(nn.Linear(2, 2))
+    assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
+
+
+def test_census_layers_gradcheck():
+    rng = np.random.default_rng(1)
+    t = lambda *s: tt.tensor(rng.standard_normal(s), requires_grad=True)  # noqa: E731
+    check(lambda p, y: nn.binary_cross_entropy(p.sigmoid(), y), t(3, 2),
+          tt.tensor(rng.uniform(0, 1, (3, 2))))
+    check(lambda x, w, b: nn.conv1d(x, w, b, stride=2, padding=1, dilation=2), t(2, 2, 7), t(3, 2, 2), t(3))
+    check(lambda x, w, b: nn.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+          t(1, 2, 3, 3), t(2, 3, 3, 3), t(3))
+    check(lambda x: nn.adaptive_avg_pool2d(x, (2, 3)), t(1, 2, 5, 4))
+    check(lambda x, w, b: nn.instance_norm(x, weight=w, bias=b), t(2, 3, 2, 2), t(3), t(3))
+    check(lambda x: nn.interpolate(x, size=(3, 5)), t(1, 1, 2, 3))
+    check(lambda a, b: nn.pad_sequence([a, b], padding_value=2.), t(3, 2), t(1, 2))
+
+
+def test_census_layers_match_pytorch():
+    torch = need_torch()
+    import torch.nn.functional as tF
+    rng = np.random.default_rng(2)
+
+    def both(*shape, positive=False):
+        a = rng.uniform(0.05, 0.95, shape) if positive else rng.standard_normal(shape)
+        return (tt.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True))
+
+    cases = [
+        (lambda F, p, y: F.binary_cross_entropy(p, y), (4, 3), (4, 3)),
+        (lambda F, x, w, b: F.conv1d(x, w, b, stride=2, padding=2, dilation=2), (2, 3, 9), (4, 3, 3), (4,)),
+        (lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+         (2, 3, 4, 5), (3, 2, 3, 3), (2,)),
+        (lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=(1, 3), padding=(2, 0), dilation=2),
+         (1, 2, 5, 3), (2, 3, 2, 3), (3,)),
+        (lambda F, x: F.adaptive_avg_pool2d(x, (3, 4)), (2, 2, 7, 5)),
+        (lambda F, x: F.adaptive_avg_pool2d(x, 1), (2, 2, 3, 3)),
+        (lambda F, x, w, b: F.instance_norm(x, weight=w, bias=b), (2, 3, 4, 4), (3,), (3,)),
+        (lambda F, x: F.interpolate(x, scale_factor=2), (1, 2, 3, 3)),
+        (lambda F, x: F.interpolate(x, size=(5, 2)), (1, 2, 3, 4)),
+        (lambda F, x: F.interpolate(x, scale_factor=1.5), (1, 1, 4)),
+        (lambda F, a, b, c: (a.tan() * b).mm(c), (2, 3), (2, 3), (3, 2)),
+    ]
+    for fn, *shapes in cases:
+        pairs = [both(*s, positive=fn is cases[0][0]) for s in shapes]  # bce: probabilities
+        mine, theirs = fn(nn, *(p[0] for p in pairs)), fn(tF, *(p[1] for p in pairs))
+        np.testing.assert_allclose(mine.array, theirs.detach().numpy(), rtol=1e-9, atol=1e-12)
+        g = rng.standard_normal(tuple(mine.shape))
+        mine.backward(tt.tensor(g))
+        theirs.backward(torch.tensor(g))
+        for a, b in pairs:
+            np.testing.assert_allclose(a.grad.array, b.grad.numpy(), rtol=1e-9, atol=1e-12)
+    tt.testing.assert_close(tt.ones(2), tt.ones(2))
+    for a, b in [([1., 2.], [1., 2.00001]), ([1., 2.], [1., 2.0001])]:
+        ok = [True, True]
+        for k, T in enumerate((tt, torch)):
+            try:
+                T.testing.assert_close(T.tensor(a), T.tensor(b))
+            except AssertionError:
+                ok[k] = False
+        assert ok[0] == ok[1]
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
 

@@ -4240,6 +4240,115 @@ class autograd:
     backward = staticmethod(_autograd_backward)
 
 
+# y.grad_fn: the graph as PyTorch shows it. tinytorch's graph is the tensors themselves
+# (each non-leaf keeps _op, _parents and _backward); grad_fn is a view onto that: a small
+# node object per non-leaf, with PyTorch's name() and next_functions, so that
+# loss.grad_fn.next_functions[0][0].name() walks back as in PyTorch's tutorials. A leaf
+# that requires grad appears as an AccumulateGrad node (its .variable is the leaf), an
+# input that needs no gradient as (None, 0). Nothing here is used by backward.
+class _GraphNode:
+    """y.grad_fn: the op that made y, as one node of the backward graph."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor  # the non-leaf this node stands for (kept alive by the node)
+        self._name = _grad_fn_name(tensor)  # now: matmul's name needs its inputs' dims
+
+    def name(self):
+        return self._name
+
+    @property
+    def next_functions(self):
+        """One (node, index) pair per input of the op: the input's grad_fn, its
+        AccumulateGrad if it is a leaf that requires grad, (None, 0) if it needs none.
+        Empty once backward has freed the graph (pass retain_graph=True to keep it)."""
+        t = self._tensor
+        if t._op.endswith(' output') and len(t._parents) == 1:  # one of several outputs
+            t = t._parents[0]  # of a Function: the node is the Function's own (below)
+        return tuple(_next_function(p) for p in _inputs(t))
+
+    def __repr__(self):
+        return f'<{self.name()} object at {id(self):#x}>'
+
+
+class AccumulateGrad:
+    """The node where a leaf's gradient ends: backward adds it into .variable.grad."""
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.next_functions = ()
+
+    def name(self):
+        return 'torch::autograd::AccumulateGrad'
+
+    def __repr__(self):
+        return f'<AccumulateGrad object at {id(self):#x}>'
+
+
+# one node object per tensor while someone holds it (y.grad_fn is y.grad_fn, as PyTorch)
+_grad_fns = weakref.WeakValueDictionary()  # id(tensor) -> its _GraphNode
+_accumulators = weakref.WeakValueDictionary()  # id(leaf) -> its AccumulateGrad
+
+
+def _grad_fn(t):
+    if t._backward is None:
+        return None  # a leaf (or made under no_grad): PyTorch's grad_fn is None too
+    if t._op.endswith(' output') and len(t._parents) == 1:
+        t = t._parents[0]  # several outputs of one Function share its node
+    node = _grad_fns.get(id(t))
+    if node is None:
+        node = _grad_fns[id(t)] = _GraphNode(t)
+    return node
+
+
+def _next_function(p):
+    if not p.requires_grad:
+        return (None, 0)
+    if p._backward is not None:
+        k = 0
+        if p._op.endswith(' output') and p._backward.__defaults__:
+            k = p._backward.__defaults__[0]  # which output of the Function p is
+        return (_grad_fn(p), k)
+    acc = _accumulators.get(id(p))
+    if acc is None:
+        acc = _accumulators[id(p)] = AccumulateGrad(p)
+    return (acc, 0)
+
+
+# tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
+# Backward0" does not give PyTorch's (README: "grad_fn").
+_GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
+                  'clamp': 'ClampBackward1', 'layer_norm': 'NativeLayerNormBackward0',
+                  'bce_with_logits': 'BinaryCrossEntropyWithLogitsBackward0',
+                  'pad': 'ConstantPadNdBackward0', 'log1p': 'Log1PBackward0',
+                  'max_pool2d': 'MaxPool2DWithIndicesBackward0',
+                  'norm': 'LinalgVectorNormBackward0', 'CopySlices': 'CopySlices'}
+
+
+def _grad_fn_name(t):
+    """PyTorch's name for the node that made t: 'mul' -> 'MulBackward0'. PyTorch numbers
+    the variants of an op: sum() is SumBackward0, sum(dim) SumBackward1; max() is
+    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims."""
+    op = t._op
+    if op.endswith('Backward') or op in ('CopySlices',):  # a Function subclass: its own name
+        return _GRAD_FN_NAMES.get(op, op)
+    op = op.rstrip('_')  # an in-place op has its out-of-place twin's node
+    full = t.ndim == 0  # a reduction to one number (PyTorch: the variant without dim)
+    if op in ('sum', 'mean'):
+        return op.capitalize() + ('Backward0' if full else 'Backward1')
+    if op in ('max', 'min'):
+        return op.capitalize() + ('Backward1' if full else 'Backward0')
+    if op == 'matmul' and len(t._parents) == 2:
+        dims = tuple(p.ndim for p in t._parents)
+        return {(1, 1): 'DotBackward0', (2, 1): 'MvBackward0',
+                (2, 2): 'MmBackward0'}.get(dims, 'MatmulBackward0')
+    if op in _GRAD_FN_NAMES:
+        return _GRAD_FN_NAMES[op]
+    return ''.join(w[:1].upper() + w[1:] for w in op.replace(' ', '_').split('_')) + 'Backward0'
+
+
+Tensor.grad_fn = property(_grad_fn)
+
+
 # ---------------------------------------------------------------------------
 # 17. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
@@ -4749,6 +4858,401 @@ def _load_pytorch_file(f, weights_only):
         folder = pickles[0][:-len('data.pkl')]
         with archive.open(pickles[0]) as data:
             return _PyTorchUnpickler(io.BytesIO(data.read()), archive, folder, weights_only).load()
+
+
+# ---------------------------------------------------------------------------
+# 18b. The names teaching code reaches for
+# ---------------------------------------------------------------------------
+# CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
+# use. Those that two or more use are here (or in nn.py's section 9), or refused below in
+# one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
+def _bare_decorator(cls, *args, **kwargs):
+    """@no_grad without parentheses: no_grad(fn) decorates fn, as PyTorch allows."""
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return cls()(args[0])
+    return object.__new__(cls)
+
+
+_GradMode.__new__ = _bare_decorator  # no_grad, enable_grad, inference_mode
+
+
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
+    manager it restores the previous mode at the end, as a decorator it sets the mode for
+    each call of the function only."""
+
+    def __init__(self, mode):
+        global _grad_enabled
+        self._prev, self.enabled = _grad_enabled, bool(mode)
+        _grad_enabled = self.enabled
+
+    def __enter__(self):
+        pass  # already set by __init__
+
+    def __call__(self, fn):
+        global _grad_enabled
+        _grad_enabled = self._prev  # decorating changes nothing now; each call does
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def is_tensor(obj):
+    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """torch.numel: the number of elements."""
+    return input.numel()
+
+
+def equal(input, other):
+    """torch.equal: True if both have the same shape and the same values (nan is not equal
+    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
+    for name, t in (('input', input), ('other', other)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
+                            f"{type(t).__name__}")
+    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
+
+
+def ravel(input):
+    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
+    return reshape(input, -1)
+
+
+def _matmul_of(op, dims):
+    def product(input, other):
+        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if (input.ndim, other.ndim) != (dims, dims):
+            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
+                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
+        if dims == 3 and input.shape[0] != other.shape[0]:
+            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
+                               f"{other.shape[0]})")
+        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
+            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
+                               "cannot be multiplied")
+        return matmul(input, other)
+    product.__name__ = op
+    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
+    return product
+
+
+mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
+multiply = mul
+
+
+def tan(x):
+    x = _floating(x)
+    out = np.tan(x.array)
+
+    def backward(g):
+        """d tan(x)/dx = 1 + tan(x)^2"""
+        return (g * (1 + out * out),)
+    return from_op(out, 'tan', (x,), backward, saves_output=True)
+
+
+def nonzero(input, *, as_tuple=False):
+    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
+    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
+    if as_tuple:
+        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
+            input.shape or (1,))))
+    return _constant(np.argwhere(input.array).astype(int64))
+
+
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
+    gradient)."""
+    if input.ndim != 1 or input.dtype.kind not in 'iu':
+        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
+                           f"{input.dtype}")
+    w = None if weights is None else weights.array
+    out = np.bincount(input.array, w, minlength)
+    return _constant(out.astype(int64 if w is None else
+                                (w.dtype if w.dtype == float32 else float64)))
+
+
+def _normal_(x, mean=0.0, std=1.0, *, generator=None):
+    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
+    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
+    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
+    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
+    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _random_(x, from_=0, to=None, *, generator=None):
+    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to))."""
+    if to is None:
+        from_, to = 0, from_
+    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
+
+
+def _addcmul_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 * tensor2"""
+    return x.add_(tensor1 * tensor2 * value)
+
+
+def _addcdiv_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 / tensor2"""
+    return x.add_(tensor1 / tensor2 * value)
+
+
+def _detach_(x):
+    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
+    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
+    return x
+
+
+_plain_init = Tensor.__init__
+
+
+def _legacy_init(self, *args, **kwargs):
+    """torch.Tensor(...) called as a constructor is PyTorch's legacy one, as FloatTensor:
+    Tensor([1, 2]) is float32 (tensor([1, 2]) is int64) and Tensor(2, 3) a float32 tensor of
+    that shape (PyTorch leaves it uninitialized, tinytorch fills zeros). A tensor, a NumPy
+    array or a dtype= argument (tensor() passes one, even None) keeps Part I's rule."""
+    if 'dtype' not in kwargs and not (
+            args and isinstance(args[0], (Tensor, np.ndarray, np.generic))):
+        if builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            _plain_init(self, np.zeros(args or (0,), dtype=default_dtype), **kwargs)  # sizes
+            return
+        if len(args) == 1:  # Python numbers, lists
+            _plain_init(self, _dtype_of_python_data(args[0]).astype(default_dtype), **kwargs)
+            return
+    _plain_init(self, *args, **kwargs)
+
+
+Tensor.__init__ = _legacy_init
+
+# legacy names: torch.FloatTensor, x.type(), x.new(...)
+_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
+               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
+               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
+               bool_: 'BoolTensor'}
+
+
+class _LegacyTensorType(type):
+    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
+    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
+    isinstance(x, torch.FloatTensor) asks for x's dtype."""
+
+    def __call__(cls, *args):
+        if args and builtins.all(isinstance(a, int) for a in args):
+            return zeros(*args, dtype=cls.dtype)
+        return tensor(args[0] if args else [], dtype=cls.dtype)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+    def __repr__(cls):
+        return f"<class 'torch.{cls.__name__}'>"
+
+
+for _dt, _name in _TYPE_NAMES.items():
+    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
+
+
+def _type(x, dtype=None, non_blocking=False, **kwargs):
+    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
+    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
+    if dtype is None:
+        return 'torch.' + _TYPE_NAMES[x.dtype]
+    if isinstance(dtype, str):
+        name = dtype.rsplit('.', 1)[-1]
+        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
+        if dtype is None:
+            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
+    dtype = getattr(dtype, 'dtype', dtype)
+    return x if x.dtype == dtype else to(x, dtype)
+
+
+def _new(x, *args):
+    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
+    x's dtype."""
+    if builtins.all(isinstance(a, int) for a in args):
+        return zeros(*args, dtype=x.dtype)
+    return tensor(args[0], dtype=x.dtype)
+
+
+def _resize_(x, *sizes, memory_format=None):
+    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
+    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
+    shape = _sizes(sizes)
+    if x.requires_grad:
+        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
+    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
+        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
+                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
+                           "(torch.zeros(...)) or use reshape")
+    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
+
+
+def _bfloat16(x, *args, **kwargs):
+    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
+                    "use .float() (float32)")
+
+
+for _name, _f in (('ravel', ravel), ('equal', equal), ('mm', mm), ('bmm', bmm),
+                  ('dot', dot), ('multiply', multiply), ('tan', tan), ('nonzero', nonzero),
+                  ('bincount', bincount), ('multinomial', multinomial),
+                  ('normal_', _normal_), ('uniform_', _uniform_), ('random_', _random_),
+                  ('addcmul_', _addcmul_), ('addcdiv_', _addcdiv_), ('detach_', _detach_),
+                  ('type', _type), ('new', _new), ('bfloat16', _bfloat16), ('resize_', _resize_),
+                  ('tan_', _in_place_form('tan_', tan)),
+                  ('byte', lambda x: to(x, np.dtype(np.uint8))),
+                  ('where', lambda x, condition, other: where(condition, x, other)),
+                  ('data_ptr', lambda x: x.array.__array_interface__['data'][0])):
+    setattr(Tensor, _name, _f)
+
+pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
+
+
+def _variable(data, requires_grad=False, volatile=False):
+    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
+    return data.requires_grad_(True) if requires_grad else data
+
+
+autograd.Variable = staticmethod(_variable)
+
+# torch.set_printoptions: the options tensors print with (repr and print)
+_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
+_print_options = dict(_PRINT_DEFAULTS)
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None):
+    """torch.set_printoptions: digits after the point, how many elements before a tensor is
+    summarized with '...', the line width, and e-notation always (sci_mode=True), never
+    (False) or where the magnitudes need it (None). profile: 'default', 'short', 'full'."""
+    if profile is not None:
+        _print_options.update(_PRINT_DEFAULTS)
+        _print_options.update({'short': dict(precision=2, threshold=1000, edgeitems=2),
+                               'full': dict(threshold=math.inf)}.get(profile, {}))
+    for k, v in (('precision', precision), ('threshold', threshold),
+                 ('edgeitems', edgeitems), ('linewidth', linewidth)):
+        if v is not None:
+            _print_options[k] = v
+    _print_options['sci_mode'] = sci_mode
+
+
+_plain_array_text = _array_text
+
+
+def _array_text(a):
+    """Section 18's _array_text with set_printoptions' options."""
+    o = _print_options
+    if o == _PRINT_DEFAULTS:
+        return _plain_array_text(a)
+    with np.printoptions(threshold=sys.maxsize if o['threshold'] == math.inf else o['threshold'],
+                         edgeitems=o['edgeitems']):
+        if o['sci_mode'] is None and (o['precision'], o['linewidth']) == (4, 80):
+            return _plain_array_text(a)
+        if a.size == 0 and a.ndim > 1:
+            return f'[], size={a.shape}'
+        sci = o['sci_mode']
+        return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                               max_line_width=o['linewidth'], floatmode='fixed',
+                               suppress_small=not sci,
+                               formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
+                               if sci else None)
+
+
+def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
+                 msg=None, **kwargs):
+    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
+    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
+    float64: 1e-7 both; integers: exact)."""
+    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
+    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
+    if a.shape != b.shape:
+        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
+                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
+    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
+        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
+                             f"{a.dtype} != {b.dtype}.")
+    if rtol is None or atol is None:
+        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
+                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not close.all():
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
+                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
+                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
+                             f"{atol} allowed)")
+
+
+def _refusing_module(name, why):
+    """A module path tinytorch deliberately lacks: importing works, using any name in it
+    says why in one line."""
+    m = _module(name, f"torch.{name}: {why}")
+
+    def refuse(attr):
+        if attr.startswith('__'):
+            raise AttributeError(attr)
+        raise RuntimeError(f"torch.{name}.{attr}: {why}")
+    m.__getattr__ = refuse
+    return m
+
+
+def _with(path, **attrs):
+    """_PATHS[path] with more names (those it already has stay)."""
+    make = _PATHS[path]
+
+    def made():
+        m = make()
+        for k, v in attrs.items():
+            if k not in m.__dict__:
+                setattr(m, k, v)
+        return m
+    _PATHS[path] = made
+
+
+_with('cuda', **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
+    'set_device', 'get_device_capability', 'get_device_properties', 'memory_allocated',
+    'memory_reserved', 'max_memory_allocated', 'reset_peak_memory_stats', 'Event', 'Stream')})
+_PATHS.update({
+    'testing': lambda: _module('testing', "torch.testing", assert_close=assert_close),
+    'random': lambda: _module('random', "torch.random: the default generator's seed",
+                              manual_seed=manual_seed, seed=seed, initial_seed=initial_seed,
+                              get_rng_state=get_rng_state, set_rng_state=set_rng_state),
+    'version': lambda: _module('version', "torch.version", __version__=__version__,
+                               cuda=None, hip=None, git_version='tinytorch'),
+    'multiprocessing': lambda: _refusing_module('multiprocessing', _ONE_PROCESS),
+    'utils.data.distributed': lambda: _refusing_module('utils.data.distributed', _ONE_PROCESS),
+    'profiler': lambda: _refusing_module(
+        'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
+                    "(README, 'Look inside a run')"),
+    'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
+        'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
+        **{f: _companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
+                                         'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
+                                         'normalization', 'container', 'flatten')},
+        Module=_companion('nn').Module),
+    'nn.utils.rnn': lambda: _module(
+        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
+        pad_sequence=_companion('nn').pad_sequence,
+        **{n: _companion('nn')._no_packed_sequences(n) for n in (
+            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
+    'distributions': lambda: _refusing_module(
+        'distributions', "tinytorch has no probability distributions; sample with "
+                         "torch.multinomial, torch.normal or torch.rand"),
+})
+__version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
 # ---------------------------------------------------------------------------
