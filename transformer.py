@@ -123,7 +123,7 @@ class CausalSelfAttention(nn.Module):
         H, C = self.n_head, C3 // 3
         q, k, v = qkv.split(C, dim=2)
         # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
-        # exercise 7.2: split the heads
+        # exercise 7.2: multi-head: split the heads
         q = q.reshape(B, T, H, C // H).transpose(1, 2)
         k = k.reshape(B, T, H, C // H).transpose(1, 2)
         v = v.reshape(B, T, H, C // H).transpose(1, 2)
@@ -137,7 +137,7 @@ class CausalSelfAttention(nn.Module):
             cache.layers[layer] = (k, v)
         w = attention_weights(q, k, mask=_causal_mask(T, past + T, past))
         y = self.attn_dropout(w) @ v  # (B, H, T, C/H)
-        # exercise 7.3: put the heads side by side again
+        # exercise 7.2: multi-head: put the heads side by side again
         return y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         # end exercise
 
