@@ -245,7 +245,7 @@ RUNS = {3: "gradients of a small model through your whole engine vs finite diffe
         5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
         6: "a spiral classifier, and cross-entropy on logits of 1000",
         7: "multi-head attention vs the shipped implementation (values and gradients)",
-        8: "a tiny Transformer learns a small text (loss below 0.5 within 90 steps)"}
+        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)"}
 
 
 class Usage(Exception):
@@ -553,8 +553,8 @@ def check_binary(m, op, npf, math_, shapes=((4, 3), (3,)), mistakes=None, positi
                              "operands)", got, want, shape, extra, math_)
 
 
-def _like_broadcast(name, full_shape):
-    return (lambda got: got.shape == tuple(full_shape),
+def _like_broadcast(name, own_shape, full_shape):
+    return (lambda got: got.shape == tuple(full_shape) != tuple(own_shape),
             f"the gradient for {name} has the broadcast shape {tuple(full_shape)}, not {name}'s "
             f"own shape: did you sum the gradient back to the shape of {name}? (unbroadcast)")
 
@@ -627,7 +627,8 @@ def _div_mistakes(name, a, b, g):
 
 
 def _add_mistakes(name, a, b, g):
-    return [_like_broadcast(name, np.broadcast_shapes(a.shape, b.shape))]
+    own = a.shape if name == 'a' else b.shape
+    return [_like_broadcast(name, own, np.broadcast_shapes(a.shape, b.shape))]
 
 
 def check_1_2(m):
@@ -1187,14 +1188,13 @@ def check_8_1(m):
     y = mine(tt.tensor(x)).array
     with rt.no_grad():
         X = rt.tensor(x)
-        A = lambda h: ref.attn(h)  # noqa: E731
-        want = X + A(ref.ln_1(X))
-        want = (want + ref.mlp(ref.ln_2(want))).array
-        x1 = A(ref.ln_1(X))
-        no_res = ref.mlp(ref.ln_2(x1)).array
-        post = ref.ln_1(X + A(X))
+        h = ref.attn(ref.ln_1(X))
+        want = (X + h + ref.mlp(ref.ln_2(X + h))).array
+        no_residual = [h + ref.mlp(ref.ln_2(h)), ref.mlp(ref.ln_2(h)),  # the first one missing
+                       ref.mlp(ref.ln_2(X + h)), X + h]  # the second one missing
+        post = ref.ln_1(X + ref.attn(X))
         post = ref.ln_2(post + ref.mlp(post)).array
-    if any(np.allclose(y, v, atol=1e-5) for v in (x1.array, no_res, (X + A(ref.ln_1(X))).array)):
+    if any(np.allclose(y, v.array, atol=1e-5) for v in no_residual):
         raise Fail("the residual is missing: each sub-layer adds to its input (x = x + "
                    "attn(ln_1(x)), then x + mlp(ln_2(x))); without it the gradient has no "
                    "direct path back")
@@ -1333,7 +1333,7 @@ def run_7(m):
 TEXT = "the cat sat on the mat. the dog sat on the log. "
 
 
-def run_8(m, steps=90):
+def run_8(m, steps=150, target=0.3):
     tt, tr, optim = m['tinytorch'], m['transformer'], m['optim']
     chars = sorted(set(TEXT))
     ids = np.array([chars.index(c) for c in TEXT * 4])
@@ -1352,13 +1352,13 @@ def run_8(m, steps=90):
         _, loss = model(tt.tensor(xb), tt.tensor(yb))
         loss.backward()
         opt.step()
-        if float(loss.array) < 0.5:
+        if float(loss.array) < target:
             break
     secs = time.perf_counter() - t0
     final = float(loss.array)
-    if not final < 0.5:
+    if not final < target:
         raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
-                   f"{math.log(len(chars)):.2f}); expected below 0.5")
+                   f"{math.log(len(chars)):.2f}); expected below {target}")
     return (f"a 1-layer GPT learned {len(TEXT)} characters of text: loss {final:.3f} after "
             f"{step + 1} steps ({secs:.0f} s)")
 
@@ -1600,3 +1600,5 @@ if __name__ == '__main__':
     except Usage as e:
         print(f"learn.py: {e}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # python learn.py hint 1.1 | head
+        sys.exit(0)
