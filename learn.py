@@ -21,7 +21,9 @@ import difflib
 import json
 import math
 import re
+import shutil
 import sys
+import textwrap
 import time
 import traceback
 import types
@@ -301,7 +303,8 @@ def stub(ex, indent, block):
     e = EXERCISES[ex]
     say = [f"{indent}# TODO exercise {ex} ({e['title']}){' continued' if block else ''}:"]
     if not block:
-        say += [f"{indent}#   {line}" for line in e['what'].split('\n')]
+        for line in e['what'].split('\n'):
+            say += [f"{indent}#   {part}" for part in textwrap.wrap(line, 96 - len(indent))]
     say.append(f'{indent}raise NotImplementedError("exercise {ex}: not implemented yet; write it '
                f'here, then run: python learn.py check {ex}")')
     return say
@@ -369,15 +372,25 @@ def locate(ws, ex):
     return f, None
 
 
+def is_stub(ws, ex):
+    """Is the exercise's stub still in the workspace (not started)?"""
+    return f'"exercise {ex}: not implemented yet' in (ws / EXERCISES[ex]['file']).read_text()
+
+
 def next_step(ws, states):
-    todo = [ex for ex in ORDER if states.get(ex) is not True]
+    """What to do next: the first exercise that fails (states[ex] False), or has no result
+    yet and is not started."""
+    todo = [ex for ex in ORDER if states.get(ex) is False
+            or states.get(ex) is not True and is_stub(ws, ex)]
     if not todo:
-        return "All exercises pass. Run every check with: python learn.py check --dir " + str(ws)
+        return (f"All {len(ORDER)} exercises pass. Run every check and the steps' runs with: "
+                f"python learn.py check{_dir_arg(ws)}")
     ex = todo[0]
     f, line = locate(ws, ex)
     where = f"{ws}/{f}" + (f", line {line}" if line else "")
-    return (f"Next: exercise {ex} ({EXERCISES[ex]['title']}) in {where}: read the TODO comment "
-            f"there and replace the raise with your code.\n"
+    do = ("read the TODO comment there and replace the raise with your code" if is_stub(ws, ex)
+          else "fix it (its check says what is wrong)")
+    return (f"Next: exercise {ex} ({EXERCISES[ex]['title']}) in {where}: {do}.\n"
             f"Then: python learn.py check {ex}{_dir_arg(ws)}   (stuck? python learn.py hint {ex}"
             f"{_dir_arg(ws)})")
 
@@ -1428,9 +1441,10 @@ def check(ws, arg, out=print):
     for step in runs:  # runs of steps none of whose exercises were chosen
         if not any(EXERCISES[e]['step'] == step for e in exercises):
             ok &= do_run(step, mods, ws, out)
-    if not ok:
-        out(next_step(ws, results) if len(exercises) > 1 else
-            f"(stuck? python learn.py hint {exercises[0]}{_dir_arg(ws)})")
+    if ok or len(exercises) > 1:
+        out(next_step(ws, results))
+    else:
+        out(f"(stuck? python learn.py hint {exercises[0]}{_dir_arg(ws)})")
     return ok, results
 
 
@@ -1454,9 +1468,7 @@ def status(ws):
         read_stamp(ws)
         mods = load(ws)
         for ex in ORDER:
-            f, line = locate(ws, ex)
-            text = (ws / f).read_text()
-            if f'"exercise {ex}: not implemented yet' in text:
+            if is_stub(ws, ex):
                 states[ex] = None
             else:
                 states[ex] = attempt(CHECKS[ex], mods, needs(ex), ex, ws)[0]
@@ -1517,16 +1529,32 @@ def diff(ws, ex):
         return False
     f = EXERCISES[ex]['file']
     lines = (ws / f).read_text().split('\n')
-    yours = ['\n'.join(lines[a:b]) for e, _, _, a, b in regions('\n'.join(lines)) if e == ex]
-    width = 60
-    print(f"✓ {ex} passes. Yours ({f}) | shipped ({f} in tinytorch):")
+    yours = ['\n'.join(_without_todo(lines[a:b]))
+             for e, _, _, a, b in regions('\n'.join(lines)) if e == ex]
+    width = max(40, (shutil.get_terminal_size((120, 24)).columns - 3) // 2)
+    print(f"✓ {ex} passes. Yours ({ws}/{f}) | shipped ({f} of tinytorch):")
     for mine, theirs in zip(yours, shipped_code(ex)):
         left, right = _dedent(mine.split('\n')), _dedent(theirs.split('\n'))
         for a, b in _pairs(left, right):
             mark = ' ' if a == b else '|'
-            print(f"{_cut(a, width):<{width}} {mark} {_cut(b, width)}")
+            wa, wb = textwrap.wrap(a, width) or [''], textwrap.wrap(b, width) or ['']
+            for k in range(max(len(wa), len(wb))):
+                pa, pb = (wa[k] if k < len(wa) else ''), (wb[k] if k < len(wb) else '')
+                print(f"{pa:<{width}} {mark} {pb}".rstrip())
         print('-' * (2 * width + 3))
     return True
+
+
+def _without_todo(lines):
+    """The learner's lines without the stub's TODO comment (if they kept it)."""
+    out, skip = [], False
+    for ln in lines:
+        if ln.strip().startswith('# TODO exercise'):
+            skip = True
+        elif not (skip and ln.strip().startswith('#')):
+            skip = False
+            out.append(ln)
+    return out
 
 
 def _dedent(lines):
@@ -1542,10 +1570,6 @@ def _pairs(a, b):
         for k in range(max(len(left), len(right))):
             out.append((left[k] if k < len(left) else '', right[k] if k < len(right) else ''))
     return out
-
-
-def _cut(s, n):
-    return s if len(s) <= n else s[:n - 1] + '…'
 
 
 USAGE = ("usage: python learn.py [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "

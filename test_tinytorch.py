@@ -11055,7 +11055,11 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
 def test_learn_shipped_answers_pass_every_check(_learn_filled):
     for arg in _learn.ORDER + ['3', '5', '6', '7']:
         ok, lines = _learn_check(_learn_filled, arg)
-        assert ok and all(ln.startswith('✓') for ln in lines), lines
+        assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
+        assert lines[-1].startswith('Next: ') or lines[-1].startswith('All 23 exercises pass')
+        if arg == '5':
+            readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+            assert lines[-2] in readme  # the README's sample run line is what the run prints
     assert sys.modules['tinytorch'] is tt
 
 
@@ -11063,7 +11067,7 @@ def test_learn_transformer_run_learns_the_text(_learn_filled):
     t0 = _time.perf_counter()
     ok, lines = _learn_check(_learn_filled, '8')
     assert ok, lines
-    assert lines[-1].startswith('✓ step 8 run: a 1-layer GPT learned')
+    assert lines[-2].startswith('✓ step 8 run: a 1-layer GPT learned')
     assert _time.perf_counter() - t0 < 60
 
 
@@ -11080,6 +11084,10 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
         messages.append(lines[0])
     assert len(set(messages)) == len(messages)
+    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
+    shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
+    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
     assert len({says for *_, says in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
