@@ -290,7 +290,8 @@ def _index_exercises():
     for f in FILES:
         for ex, title, *_ in regions((HERE / f).read_text()):
             if ex not in EXERCISES:
-                raise RuntimeError(f"learn.py: {f} marks exercise {ex}, which learn.py does not know")
+                raise RuntimeError(f"learn.py: {f} marks exercise {ex}, which learn.py does "
+                                   "not know")
             EXERCISES[ex].setdefault('file', f)
             EXERCISES[ex].setdefault('title', re.sub(r'^multi-head: .*', 'multi-head', title))
     missing = [ex for ex in ORDER if 'file' not in EXERCISES[ex]]
@@ -499,7 +500,8 @@ def close(a, b, tol=1e-5):
 def worst(got, want):
     d = np.abs(np.asarray(got, dtype=np.float64) - want)
     i = np.unravel_index(np.argmax(d), d.shape) if d.ndim else ()
-    return f"at index {tuple(int(k) for k in i)} you gave {float(np.asarray(got)[i]):.6g}, finite differences say {float(want[i]):.6g}"
+    return (f"at index {tuple(int(k) for k in i)} you gave {float(np.asarray(got)[i]):.6g}, "
+            f"finite differences say {float(want[i]):.6g}")
 
 
 def rule_grads(out, g, n):
@@ -534,7 +536,8 @@ def check_input_grad(name, got, want, shape, mistakes=(), math_=''):
         if pred(got):
             raise Fail(msg)
     if close(-got, want):
-        raise Fail(f"sign error: the gradient for {name} is the negative of the right one ({math_})")
+        raise Fail(f"sign error: the gradient for {name} is the negative of the right one "
+                   f"({math_})")
     if close(got, 2 * want):
         raise Fail(f"the gradient for {name} is twice the right one ({math_})")
     if close(2 * got, want):
@@ -674,7 +677,8 @@ def _ops(tt):
 
     def add(a, b):
         return tt.from_op(a.array + b.array, 'add', (a, b),
-                          lambda g: (g if a.requires_grad else None, g if b.requires_grad else None))
+                          lambda g: (g if a.requires_grad else None,
+                                     g if b.requires_grad else None))
     return mul, exp, add
 
 
@@ -780,7 +784,8 @@ def check_2_3(m):
                        f"(t._grad = ...); got: {e}") from None
         raise
     if not isinstance(t.grad, tt.Tensor):
-        raise Fail(f".grad must be a Tensor (t._grad = _constant(array)), got {type(t.grad).__name__}")
+        raise Fail(f".grad must be a Tensor (t._grad = _constant(array)), got "
+                   f"{type(t.grad).__name__}")
     g2 = np.array([10.0, 20.0])
     tt._accumulate(t, g2)
     if close(t.grad.array, g2):
@@ -798,7 +803,8 @@ def check_2_3(m):
 def check_3_1(m):
     tt = m['tinytorch']
     r = rng(3)
-    cases = [((3, 3), (3, 3)), ((2, 3), (3, 4)), ((2, 3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,))]
+    cases = [((3, 3), (3, 3)), ((2, 3), (3, 4)), ((2, 3, 4), (4, 2)), ((4,), (4, 2)),
+             ((3, 4), (4,))]
     for sa, sb in cases:
         a, b = r.standard_normal(sa), r.standard_normal(sb)
         A, B = leaf(tt, a), leaf(tt, b)
@@ -809,7 +815,8 @@ def check_3_1(m):
         except ValueError as e:
             if len(sa) > 2:
                 raise Fail(f"a {sb} matrix used by every item of a {sa} batch: its gradient must "
-                           f"be summed over the batch dims (unbroadcast); your rule raised: {e}") from None
+                           f"be summed over the batch dims (unbroadcast); your rule raised: "
+                           f"{e}") from None
             raise Fail(f"matmul's rule fails for shapes {sa} @ {sb} ({e}): check which "
                        "operand to transpose; dA = g @ B^T, dB = A^T @ g") from None
         wa = numeric(np.matmul, [a.copy(), b.copy()], 0, g)
@@ -927,7 +934,8 @@ def check_4_1(m):
 def check_4_2(m):
     tt, nn = m['tinytorch'], m['nn']
     r = rng(9)
-    for xs, (o, i), bias in (((5, 3), (3, 3), True), ((5, 3), (4, 3), True), ((2, 3, 3), (2, 3), True), ((4, 3), (2, 3), False)):
+    for xs, (o, i), bias in (((5, 3), (3, 3), True), ((5, 3), (4, 3), True),
+                             ((2, 3, 3), (2, 3), True), ((4, 3), (2, 3), False)):
         x, w, b = r.standard_normal(xs), r.standard_normal((o, i)), r.standard_normal(o)
         X, W = leaf(tt, x), leaf(tt, w)
         B = leaf(tt, b) if bias else None
@@ -939,7 +947,8 @@ def check_4_2(m):
         rows_g, rows_x = g.reshape(-1, o), x.reshape(-1, i)
         mist = {
             'x': [],
-            'weight': [(lambda got: got.shape == (i, o) and i != o or i == o and close(got, rows_x.T @ rows_g),
+            'weight': [(lambda got: got.shape == (i, o) and i != o
+                        or i == o and close(got, rows_x.T @ rows_g),
                         "transposed matmul rule for the weight: W is (out, in), so dW = g^T @ x "
                         "(you gave x^T @ g, shape (in, out))")],
             'bias': [(lambda got: got.shape == rows_g.shape or got.shape == g.shape,
@@ -1148,7 +1157,8 @@ def _heads_np(qkv, H, split_ok=True, merge_ok=True):
         q, k, v = (p.reshape(B, T, H, D).transpose(0, 2, 1, 3) for p in parts)
     else:
         q, k, v = (p.reshape(B, H, T, D) for p in parts)
-    s = np.where(np.tril(np.ones((T, T), dtype=bool)), q @ k.transpose(0, 1, 3, 2) / math.sqrt(D), -np.inf)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    s = np.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(D), -np.inf)
     y = _softmax(s) @ v
     return y.transpose(0, 2, 1, 3).reshape(B, T, C) if merge_ok else y.reshape(B, T, C)
 
@@ -1229,20 +1239,24 @@ def run_3(m):
 
     def f_np(x_, w_, b_):
         h = x_ @ w_ + b_
-        return np.mean(np.exp(h / 4) * h - np.log(b_ * b_) / (h * h + 1) + (h ** 3).sum(0, keepdims=True))
+        return np.mean(np.exp(h / 4) * h - np.log(b_ * b_) / (h * h + 1)
+                       + (h ** 3).sum(0, keepdims=True))
 
     X, W, B = leaf(tt, x), leaf(tt, w), leaf(tt, b)
     h = X @ W + B
-    loss = (((h / 4).exp() * h - (B * B).log() / (h * h + 1) + (h ** 3).sum(0, keepdim=True))).mean()
+    loss = ((h / 4).exp() * h - (B * B).log() / (h * h + 1)
+            + (h ** 3).sum(0, keepdim=True)).mean()
     if not close(loss.array, f_np(x, w, b)):
         raise Fail(f"the loss is {float(loss.array):.6g}, expected {f_np(x, w, b):.6g}")
     loss.backward()
     for name, t, k in (('x', X, 0), ('W', W, 1), ('b', B, 2)):
         want = numeric(lambda *a: f_np(*a), [x.copy(), w.copy(), b.copy()], k, np.ones(()))
         if t.grad is None or not close(t.grad.array, want, 1e-4):
+            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
             raise Fail(f"d loss/d {name} through your whole engine differs from finite "
-                       f"differences: {worst(t.grad.array, want) if t.grad is not None else 'no .grad'}")
-    return "loss = mean(exp(h/4) h - log(b^2) / (h^2 + 1) + sum(h^3)) with h = x @ W + b: all gradients agree"
+                       f"differences: {why}")
+    return ("loss = mean(exp(h/4) h - log(b^2) / (h^2 + 1) + sum(h^3)) with h = x @ W + b: "
+            "all gradients agree")
 
 
 def run_5(m):
@@ -1382,7 +1396,8 @@ RUN_FNS = {3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
 def needs(ex):
     """The modules an exercise's check uses."""
     step = EXERCISES[ex]['step']
-    return ('tinytorch',) + (('nn', 'optim') if step >= 4 else ()) + (('transformer',) if step >= 7 else ())
+    return (('tinytorch',) + (('nn', 'optim') if step >= 4 else ())
+            + (('transformer',) if step >= 7 else ()))
 
 
 def attempt(fn, mods, mod_names, ex, ws):
@@ -1461,7 +1476,8 @@ def do_run(step, mods, ws, out):
 
 
 def status(ws):
-    print("Build tinytorch yourself: the seed article's checklist, as exercises that tinytorch checks.\n")
+    print("Build tinytorch yourself: the seed article's checklist, as exercises that "
+          "tinytorch checks.\n")
     have = ws.is_dir()
     states = {}
     if have:
@@ -1597,7 +1613,8 @@ def main(argv):
     if cmd not in ('status', 'start', 'check', 'hint', 'diff'):
         raise Usage(f"unknown command {cmd!r}; {USAGE}")
     if len(rest) > 1 or cmd in ('hint', 'diff') and len(rest) != 1:
-        raise Usage(f"{cmd}: {'one exercise, as in 2.1' if cmd in ('hint', 'diff') else 'too many arguments'}; {USAGE}")
+        what = 'one exercise, as in 2.1' if cmd in ('hint', 'diff') else 'too many arguments'
+        raise Usage(f"{cmd}: {what}; {USAGE}")
     if cmd == 'start':
         if ws is not None and rest:
             raise Usage("start takes the folder once: python learn.py start DIR")
