@@ -11128,6 +11128,12 @@ def test_learn_hint_is_progressive_and_diff_waits_for_the_check(_learn_filled, t
     assert 'return (out * g,)' in out and 'return (g * out,)' in out and '|' in out
 
 
+def test_learn_inside_the_workspace_checks_it(_learn_filled, monkeypatch, capsys):
+    monkeypatch.chdir(_learn_filled)
+    assert _learn.main(['check', '3.3']) == 0
+    assert capsys.readouterr().out.startswith('✓ 3.3 ')
+
+
 def test_learn_bad_arguments_are_one_line_and_exit_2(_learn_filled, tmp_path):
     old = tmp_path / 'old'
     shutil.copytree(_learn_filled, old)
