@@ -9,14 +9,15 @@
     python learn.py diff EXERCISE       your code beside the shipped one (once its check passes)
 
 The exercises are the seed article's checklist, in the order of tinytorch.py's Part I, then
-nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves: the
-lines between a `# exercise N.k: title` comment and `# end exercise` are the answer, and
-your workspace gets the same files with those lines replaced by a stub that says what to
-write. The checks run your workspace's code (never this folder's): finite differences in
+nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves (LOCATE
+below names each one's function and statements, so the shipped files are the answer key and
+carry no markers), and your workspace gets the same files with those lines replaced by a stub
+that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks run your workspace's code (never this folder's): finite differences in
 float64 with broadcast operands and a tensor used twice, and at the end of a step a small
 real run on your engine. When a check fails, it names the symptom and its likely cause.
 Needs only NumPy.
 """
+import ast
 import difflib
 import json
 import math
@@ -105,7 +106,9 @@ EXERCISES = {
         what="node: the tensor whose rule just ran; rule_out: what the rule returned, one "
              "gradient (an array or None) per input\nin _inputs(node); grads: a dict id(tensor) "
              "-> the gradient that reached that tensor so far.\nPass each input's gradient on "
-             "(skip None, and inputs that do not require grad).",
+             "(skip None, and inputs that do not require grad). Optional: call "
+             "_wrong_gradient(node, p, pg)\nwhen pg's shape or dtype is not p's (it names the "
+             "op whose rule is wrong).",
         think="In y = x * x the rule returns two gradients, both for x. What must grads[id(x)] "
               "hold after the loop?",
         math="The multivariable chain rule: d root/d x is the sum over every path from x to "
@@ -242,7 +245,9 @@ EXERCISES = {
 for _k, _v in EXERCISES.items():
     _v['step'] = int(_k.split('.')[0])
 ORDER = sorted(EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
-RUNS = {3: "gradients of a small model through your whole engine vs finite differences",
+RUNS = {2: "gradients of a broadcast expression with a tensor used three times, through "
+           "your ops and your backward, vs finite differences",
+        3: "gradients of a small model through your whole engine vs finite differences",
         5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
         6: "a spiral classifier, and cross-entropy on logits of 1000",
         7: "multi-head attention vs the shipped implementation (values and gradients)",
@@ -258,14 +263,115 @@ class Fail(Exception):
 
 
 # ---------------------------------------------------------------------------
-# The exercises in the source: the lines between the markers
+# The exercises in the source. The shipped files are the answer key and carry no
+# markers: each exercise is found by its function (with ast) and, where it is only part
+# of the function, by the first and last statement of its lines. A renamed function or
+# statement makes learn.py refuse to run (and the tests fail), never a silent drift.
 # ---------------------------------------------------------------------------
+LOCATE = {  # exercise: (file, title, [(function, first statement, last statement), ...])
+    # first None: the function's body after its docstring; last None: to the body's end
+    '1.1': ('tinytorch.py', "unbroadcast", [('unbroadcast', None, None)]),
+    '1.2': ('tinytorch.py', "add's backward", [('add.backward', None, None)]),
+    '1.3': ('tinytorch.py', "sub's backward", [('sub.backward', None, None)]),
+    '1.4': ('tinytorch.py', "mul's backward", [('mul.backward', None, None)]),
+    '1.5': ('tinytorch.py', "div's backward", [('div.backward', None, None)]),
+    '2.1': ('tinytorch.py', "the reverse topological order", [('_topological_order', None, None)]),
+    '2.2': ('tinytorch.py', "backward: pass each gradient on to the inputs",
+            [('_walk', 'for p, pg in zip(', 'for p, pg in zip(')]),
+    '2.3': ('tinytorch.py', "accumulate into .grad", [('_accumulate', None, None)]),
+    '3.1': ('tinytorch.py', "matmul's backward", [('matmul.backward', 'ga = gb = None', None)]),
+    '3.2': ('tinytorch.py', "sum's and mean's backward", [('_expand_back', None, None)]),
+    '3.3': ('tinytorch.py', "exp's backward", [('exp.backward', None, None)]),
+    '3.4': ('tinytorch.py', "log's backward", [('log.backward', None, None)]),
+    '3.5': ('tinytorch.py', "pow's backward (a number as the exponent)",
+            [('pow.backward_scalar', None, None)]),
+    '4.1': ('nn.py', "collect the parameters of a module tree",
+            [('Module._named_members', None, None)]),
+    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(', None)]),
+    '4.3': ('optim.py', "SGD's update", [('SGD._update', "p.array -= group['lr'] * g", None)]),
+    '4.4': ('optim.py', "zero_grad", [('Optimizer.zero_grad', None, None)]),
+    '5.1': ('nn.py', "mse_loss's backward", [('mse_loss.backward', None, None)]),
+    '6.1': ('nn.py', "a stable log-softmax (inside cross_entropy)",
+            [('cross_entropy', 'shifted = ', 'logp = ')]),
+    '6.2': ('nn.py', "layer norm's normalisation", [('layer_norm', 'first = ', 'xhat *= rstd')]),
+    '7.1': ('transformer.py', "attention weights", [('attention_weights', None, None)]),
+    '7.2': ('transformer.py', "multi-head", [('CausalSelfAttention.attend', 'q = q.reshape(',
+                                              'v = v.reshape('),
+                                             ('CausalSelfAttention.attend', 'return y.transpose(',
+                                              None)]),
+    '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
+}
+for _k, (_f, _title, _) in LOCATE.items():
+    EXERCISES[_k].update(file=_f, title=_title)
 _MARK = re.compile(r'^(\s*)# exercise (\d+\.\d+): (.*)$')
 _END = re.compile(r'^\s*# end exercise\s*$')
+_blocks = {}
+
+
+def _find(tree, path, before):
+    """The def at a dotted path (class or function names), the first one in the file."""
+    nodes = tree.body
+    node = None
+    for name in path.split('.'):
+        node = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                     and n.name == name and n.lineno < before), None)
+        if node is None:
+            return None
+        nodes = list(ast.walk(node))[1:] if isinstance(node, ast.FunctionDef) else node.body
+    return node
+
+
+def _statements(fn):
+    """Every list of sibling statements inside a function, outermost first."""
+    out = [fn.body]
+    for n in ast.walk(fn):
+        for field in ('body', 'orelse', 'finalbody'):
+            stmts = getattr(n, field, None)
+            if n is not fn and isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                out.append(stmts)
+    return out
+
+
+def blocks(ex):
+    """[(first line, end line) as 0-based slice bounds, indent] of an exercise's shipped lines."""
+    if ex in _blocks:
+        return _blocks[ex]
+    f, _, specs = LOCATE[ex]
+    text = (HERE / f).read_text()
+    lines = text.split('\n')
+    end = next((i + 1 for i, ln in enumerate(lines) if ln.startswith('# END OF PART I')),
+               len(lines) + 1)  # tinytorch.py: the exercises are in Part I
+    tree = ast.parse(text)
+    out = []
+    for path, first, last in specs:
+        fn = _find(tree, path, end)
+        if fn is None:
+            raise RuntimeError(f"learn.py: exercise {ex}: {f} has no {path} (before line {end})")
+        body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+        if first is not None:
+            def starts(st, text_):
+                return lines[st.lineno - 1].strip().startswith(text_)
+            body = next(([st for st in stmts[k:]] for stmts in _statements(fn)
+                         for k, st in enumerate(stmts) if starts(st, first)), None)
+            if body is None:
+                raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no statement "
+                                   f"starting {first!r}")
+            if last is not None:
+                stop = next((k for k, st in enumerate(body) if starts(st, last)), None)
+                if stop is None:
+                    raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no "
+                                       f"statement starting {last!r} after {first!r}")
+                body = body[:stop + 1]
+        a, b = body[0].lineno - 1, body[-1].end_lineno
+        indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
+        out.append((a, b, indent))
+    _blocks[ex] = out
+    return out
 
 
 def regions(text):
-    """[(exercise, title, indent, first body line, end marker line)] in file order."""
+    """The exercises in a workspace file (between the markers learn.py wrote there):
+    [(exercise, title, indent, first body line, end marker line)] in file order."""
     out, lines, i = [], text.split('\n'), 0
     while i < len(lines):
         m = _MARK.match(lines[i])
@@ -281,22 +387,14 @@ def regions(text):
 
 def shipped_code(ex):
     """The shipped answer of an exercise: its lines, per block."""
-    f = EXERCISES[ex]['file']
-    lines = (HERE / f).read_text().split('\n')
-    return ['\n'.join(lines[a:b]) for e, _, _, a, b in regions((HERE / f).read_text()) if e == ex]
+    lines = (HERE / EXERCISES[ex]['file']).read_text().split('\n')
+    return ['\n'.join(lines[a:b]) for a, b, _ in blocks(ex)]
 
 
 def _index_exercises():
-    for f in FILES:
-        for ex, title, *_ in regions((HERE / f).read_text()):
-            if ex not in EXERCISES:
-                raise RuntimeError(f"learn.py: {f} marks exercise {ex}, which learn.py does "
-                                   "not know")
-            EXERCISES[ex].setdefault('file', f)
-            EXERCISES[ex].setdefault('title', re.sub(r'^multi-head: .*', 'multi-head', title))
-    missing = [ex for ex in ORDER if 'file' not in EXERCISES[ex]]
-    if missing:
-        raise RuntimeError(f"learn.py: exercises {missing} have no '# exercise' markers in {FILES}")
+    """Find every exercise in the shipped files, or say what is missing."""
+    for ex in ORDER:
+        blocks(ex)
 
 
 def stub(ex, indent, block):
@@ -312,15 +410,14 @@ def stub(ex, indent, block):
 
 
 def workspace_text(f):
-    """File f as the learner gets it: every exercise's lines replaced by its stub."""
+    """File f as the learner gets it: every exercise's lines replaced by its stub, between
+    a '# exercise N.k: title' and an '# end exercise' line."""
     lines = (HERE / f).read_text().split('\n')
-    seen = {}
-    for ex, _, indent, a, b in reversed(regions('\n'.join(lines))):
-        seen[ex] = seen.get(ex, -1) + 1
-    count = {}
-    for ex, _, indent, a, b in regions('\n'.join(lines))[::-1]:
-        count[ex] = count.get(ex, seen[ex] + 1) - 1
-        lines[a:b] = stub(ex, indent, count[ex])
+    spans = sorted(((a, b, indent, ex, k) for ex in ORDER if EXERCISES[ex]['file'] == f
+                    for k, (a, b, indent) in enumerate(blocks(ex))), reverse=True)
+    for a, b, indent, ex, k in spans:
+        lines[a:b] = ([f"{indent}# exercise {ex}: {EXERCISES[ex]['title']}"] + stub(ex, indent, k)
+                      + [f"{indent}# end exercise"])
     head = (f"# Your copy of {f} (made by learn.py, version {VERSION}): fill in each block "
             "between '# exercise N.k' and '# end exercise',\n# then run: python learn.py check "
             "N.k  (it imports nothing from the tinytorch folder: move this folder anywhere)\n")
@@ -383,8 +480,10 @@ def next_step(ws, states):
     yet and is not started."""
     todo = [ex for ex in ORDER if states.get(ex) is False
             or states.get(ex) is not True and is_stub(ws, ex)]
+    if not todo and len(states) == len(ORDER) and all(states.values()):
+        return f"All {len(ORDER)} exercises pass."
     if not todo:
-        return (f"All {len(ORDER)} exercises pass. Run every check and the steps' runs with: "
+        return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
                 f"python learn.py check{_dir_arg(ws)}")
     ex = todo[0]
     f, line = locate(ws, ex)
@@ -1229,6 +1328,29 @@ CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
 # ---------------------------------------------------------------------------
 # The runs at the end of a step, on the learner's whole engine
 # ---------------------------------------------------------------------------
+def run_2(m):
+    tt = m['tinytorch']
+    r = rng(19)
+    a, b = r.uniform(0.5, 2, (3, 1)), r.uniform(0.5, 2, (4,))
+
+    def f_np(a_, b_):
+        return a_ * b_ - a_ / b_ + a_ * a_
+
+    g = r.standard_normal((3, 4))
+    A, B = leaf(tt, a), leaf(tt, b)
+    for _ in range(2):  # twice: the second backward adds to .grad
+        out = A * B - A / B + A * A
+        out.backward(tt.tensor(g))
+    for name, t, k in (('a', A, 0), ('b', B, 1)):
+        want = 2 * numeric(f_np, [a.copy(), b.copy()], k, g)
+        if t.grad is None or not close(t.grad.array, want):
+            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
+            raise Fail(f"after two backward calls, {name}.grad differs from twice the finite "
+                       f"differences: {why}")
+    return ("a * b - a / b + a * a with a (3, 1) and b (4,), backward twice: .grad agrees "
+            "with finite differences")
+
+
 def run_3(m):
     tt = m['tinytorch']
     r = rng(20)
@@ -1384,7 +1506,7 @@ def run_8(m, steps=150, target=0.3):
             f"{step + 1} steps ({secs:.0f} s)")
 
 
-RUN_FNS = {3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
+RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
 
 
 # ---------------------------------------------------------------------------

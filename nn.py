@@ -159,7 +159,6 @@ class Module:
             yield m
 
     def _named_members(self, kind, prefix, recurse, remove_duplicate):
-        # exercise 4.1: collect the parameters of a module tree
         seen = set()  # ids: a tensor shared by two modules (weight tying) is listed once
         tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse
                 else [(prefix, self)])
@@ -170,7 +169,6 @@ class Module:
                 if remove_duplicate:
                     seen.add(id(value))
                 yield module_prefix + ('.' if module_prefix else '') + name, value
-        # end exercise
 
     def named_parameters(self, prefix='', recurse=True, remove_duplicate=True):
         """(dotted name, parameter) pairs, as PyTorch names them ('blocks.0.attn.weight');
@@ -624,14 +622,12 @@ def linear(x, weight, bias=None):
         """d(x W^T + b)/dx: g @ W
         d(x W^T + b)/dW: g^T @ x  (summed over all rows)
         d(x W^T + b)/db = 1  (g summed over all rows: b was broadcast)"""
-        # exercise 4.2: linear's backward
         g2 = g.reshape(rows, outs)
         gx = (g2 @ weight.array).reshape(xs) if x.requires_grad else None
         gw = g2.T @ x2 if weight.requires_grad else None
         if bias is None:
             return gx, gw
         return gx, gw, tt.unbroadcast(sum_leading(g2), bs)  # and over (1,) or ()
-        # end exercise
     parents = (x, weight) if bias is None else (x, weight, bias)
     # dx reads the weight and dW reads x: guard only what a gradient needs, as PyTorch does
     saved = ((weight,) if x.requires_grad else ()) + ((x,) if weight.requires_grad else ())
@@ -703,7 +699,6 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     rows = x.array.reshape(-1, n)  # one row per normalized group
     # the mean as first + mean(x - first): equal values give exactly 0 (as PyTorch's
     # running mean; sum / n of three 2.8s is 2.8000000000000003)
-    # exercise 6.2: layer norm's normalisation
     first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)  # (an inf first: no shift)
     xhat = rows - first
     shift = sum_last(xhat) / n
@@ -711,7 +706,6 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     mean = first + shift
     rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
-    # end exercise
     out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)
     out += 0 if bias is None else bias.array.reshape(n)  # + 0: a -0.0 is +0.0, as PyTorch's
 
@@ -2021,10 +2015,8 @@ def mse_loss(input, target, reduction='mean'):
     def backward(g):
         """d (x - y)^2/dx = 2 (x - y)
         d (x - y)^2/dy = -2 (x - y)"""
-        # exercise 5.1: mse_loss's backward
         gd = 2 * g * d
         return gd if input.requires_grad else None, -gd if target.requires_grad else None
-        # end exercise
     # saved: PyTorch's rule reads both, so an in-place change to either raises there too
     loss = from_op(d * d, 'mse_loss', (input, target), backward, saved=(input, target))
     return _reduce(loss, reduction, 'mse_loss')
@@ -2096,13 +2088,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     w = None if weight is None else weight.array.copy()  # a copy: backward reads it
     w_t = valid if w is None else w[safe_t] * valid  # each row's weight, 0 if ignored
     eps = label_smoothing
-    # exercise 6.1: a stable log-softmax (inside cross_entropy)
     shifted = logits.array - logits.array.max(axis=1, keepdims=True)
     e = np.exp(shifted)  # softmax numerators, kept for backward
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
     logp = shifted - lse[:, None]  # log_softmax
-    # end exercise
     # ignored rows add 0, chosen by np.where: a mask's 0 * nan would be nan when such a
     # row's logits are nan or inf. nll_i = -logp (not lse - z): -0.0 where logp is 0, as PyTorch
     loss = np.where(valid, -logp[rows, safe_t] * w_t, 0.0)  # w_t[i] * nll_i

@@ -56,13 +56,11 @@ class Optimizer:
         return [p for group in self.param_groups for p in group['params']]
 
     def zero_grad(self, set_to_none=True):
-        # exercise 4.4: zero_grad
         for p in self._params():
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.array[...] = 0
-        # end exercise
 
     def step(self, closure=None):
         """One update of every parameter that has a .grad. closure, if given, is called
@@ -137,9 +135,7 @@ class SGD(Optimizer):
                 buf *= momentum
                 buf += (1 - group['dampening']) * g
             g = g + momentum * buf if group['nesterov'] else buf
-        # exercise 4.3: SGD's update
         p.array -= group['lr'] * g
-        # end exercise
 
 
 class Adam(Optimizer):

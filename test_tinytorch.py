@@ -11053,10 +11053,10 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
 
 
 def test_learn_shipped_answers_pass_every_check(_learn_filled):
-    for arg in _learn.ORDER + ['3', '5', '6', '7']:
+    for arg in _learn.ORDER + ['2', '3', '5', '6', '7']:
         ok, lines = _learn_check(_learn_filled, arg)
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
-        assert lines[-1].startswith('Next: ') or lines[-1].startswith('All 23 exercises pass')
+        assert lines[-1].startswith('No exercise is left unwritten. Check them all')
         if arg == '5':
             readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
             assert lines[-2] in readme  # the README's sample run line is what the run prints
@@ -11098,6 +11098,19 @@ def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
     _learn_edit(ws, ex, None, code)
     ok, lines = _learn_check(ws, ex)
     assert ok, lines
+
+
+def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
+    for f in _learn.FILES:  # the shipped files carry no markers: the code is the answer key
+        assert '# exercise ' not in open(os.path.join(HERE, f)).read()
+    assert _learn.shipped_code('3.3') == ['        return (g * out,)']
+    monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.rule', None, None)]))
+    monkeypatch.setattr(_learn, '_blocks', {})
+    with pytest.raises(RuntimeError, match="exercise 3.3: tinytorch.py has no exp.rule"):
+        _learn._index_exercises()
+    monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.backward', 'x =', None)]))
+    with pytest.raises(RuntimeError, match="has no statement starting 'x ='"):
+        _learn._index_exercises()
 
 
 def test_learn_start_never_overwrites(tmp_path):

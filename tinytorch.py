@@ -398,7 +398,6 @@ def unbroadcast(grad, shape):
     used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
     that broadcasting added are summed away, dims of size 1 are summed with keepdims.
     """
-    # exercise 1.1: unbroadcast
     if grad.shape == shape:
         return grad
     lead = grad.ndim - len(shape)
@@ -406,7 +405,6 @@ def unbroadcast(grad, shape):
         lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
     grad = grad.sum(axis=axes, keepdims=True) if axes else grad
     return grad.reshape(shape)
-    # end exercise
 
 
 def _broadcast_op(op, fn, a, b):
@@ -435,10 +433,8 @@ def add(a, b, alpha=1):
     def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a+b)/da = 1
         d(a+b)/db = 1"""
-        # exercise 1.2: add's backward
         return (unbroadcast(g, sa) if a.requires_grad else None,
                 unbroadcast(g, sb) if b.requires_grad else None)
-        # end exercise
     return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
 
 
@@ -449,10 +445,8 @@ def sub(a, b, alpha=1):
     def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a-b)/da = 1
         d(a-b)/db = -1"""
-        # exercise 1.3: sub's backward
         return (unbroadcast(g, sa) if a.requires_grad else None,
                 unbroadcast(-g, sb) if b.requires_grad else None)
-        # end exercise
     return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
 
 
@@ -462,10 +456,8 @@ def mul(a, b):
     def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a*b)/da = b
         d(a*b)/db = a"""
-        # exercise 1.4: mul's backward
         return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
                 unbroadcast(g * a.array, sb) if b.requires_grad else None)
-        # end exercise
     # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
     saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
     return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
@@ -478,10 +470,8 @@ def div(a, b):
     def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a/b)/da = 1/b
         d(a/b)/db = -a/b^2"""
-        # exercise 1.5: div's backward
         return (unbroadcast(g / b.array, sa) if a.requires_grad else None,
                 unbroadcast(-g * a.array / (b.array * b.array), sb) if b.requires_grad else None)
-        # end exercise
     # saved: what the rule reads (b always, a only for b's gradient)
     return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
 
@@ -494,9 +484,7 @@ def pow(a, b):
 
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
-            # exercise 3.5: pow's backward (a number as the exponent)
             return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-            # end exercise
         out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (section 7)
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
@@ -601,7 +589,6 @@ def matmul(a, b):
         B = b.array if b.ndim > 1 else b.array[:, None]
         G = g[..., None] if b.ndim == 1 else g
         G = G[..., None, :] if a.ndim == 1 else G
-        # exercise 3.1: matmul's backward
         ga = gb = None
         if a.requires_grad:
             ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
@@ -612,7 +599,6 @@ def matmul(a, b):
                 gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
             gb = gb.reshape(b.shape)
         return ga, gb
-        # end exercise
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
 
@@ -626,11 +612,9 @@ Tensor.__rmatmul__ = lambda self, other: matmul(_operands(other, self)[0], self)
 def _expand_back(g, shape, axes, keepdim):
     """Backward of a reduction: put the reduced axes back (as size 1) and
     broadcast g over them: every input element of a reduced slice receives it."""
-    # exercise 3.2: sum's and mean's backward
     if not keepdim and axes:
         g = np.expand_dims(g, axes)
     return np.broadcast_to(g, shape)
-    # end exercise
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
@@ -665,9 +649,7 @@ def exp(x):
 
     def backward(g):
         """d e^x/dx = e^x"""
-        # exercise 3.3: exp's backward
         return (g * out,)
-        # end exercise
     return from_op(out, 'exp', (x,), backward, saves_output=True)
 
 
@@ -676,9 +658,7 @@ def log(x):
 
     def backward(g):
         """d log(x)/dx = 1/x"""
-        # exercise 3.4: log's backward
         return (g / x.array,)
-        # end exercise
     return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
 
 
@@ -724,7 +704,6 @@ def _walk(root, g_root, retain_graph=False):
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
-        # exercise 2.2: backward: pass each gradient on to the inputs
         for p, pg in zip(_inputs(node), rule_out):
             if pg is None or not p.requires_grad:
                 continue
@@ -732,7 +711,6 @@ def _walk(root, g_root, retain_graph=False):
                 _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
             key = id(p)
             grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
-        # end exercise
         if not retain_graph:
             _free(node)
         g = rule_out = pg = None  # the walk holds no gradient: a leaf's .grad can take it
@@ -742,7 +720,6 @@ def _topological_order(root):
     """Every tensor that root depends on (and that requires grad), inputs before
     outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
     (a recursive version would hit Python's recursion limit)."""
-    # exercise 2.1: the reverse topological order
     order, visited = [], set()
     todo = [(root, False)]
     while todo:
@@ -758,7 +735,6 @@ def _topological_order(root):
             if p.requires_grad and id(p) not in visited:
                 todo.append((p, False))
     return order
-    # end exercise
 
 
 def _initial_gradient(tensor, gradient):
@@ -781,14 +757,12 @@ def _initial_gradient(tensor, gradient):
 
 def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
-    # exercise 2.3: accumulate into .grad
     if t._grad is not None:
         t._grad.array += g
     elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 19)
         t._grad = _constant(g)
     else:
         t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
-    # end exercise
 
 
 def _wrong_gradient(node, x, pg):

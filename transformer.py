@@ -43,7 +43,6 @@ def attention_weights(q, k, mask=None, is_causal=False):
     mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
     (PyTorch's convention), or a float mask that is added to the scores.
     """
-    # exercise 7.1: attention weights
     d = q.shape[-1]
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
     if is_causal:
@@ -55,7 +54,6 @@ def attention_weights(q, k, mask=None, is_causal=False):
         else:
             scores = scores + tt.tensor(m.astype(scores.dtype))
     return scores.softmax(-1)
-    # end exercise
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
@@ -123,11 +121,9 @@ class CausalSelfAttention(nn.Module):
         H, C = self.n_head, C3 // 3
         q, k, v = qkv.split(C, dim=2)
         # (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H): each head is a separate "batch"
-        # exercise 7.2: multi-head: split the heads
         q = q.reshape(B, T, H, C // H).transpose(1, 2)
         k = k.reshape(B, T, H, C // H).transpose(1, 2)
         v = v.reshape(B, T, H, C // H).transpose(1, 2)
-        # end exercise
         past = 0
         if cache is not None:
             if cache.layers[layer] is not None:
@@ -137,9 +133,7 @@ class CausalSelfAttention(nn.Module):
             cache.layers[layer] = (k, v)
         w = attention_weights(q, k, mask=_causal_mask(T, past + T, past))
         y = self.attn_dropout(w) @ v  # (B, H, T, C/H)
-        # exercise 7.2: multi-head: put the heads side by side again
         return y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
-        # end exercise
 
 
 # ---------------------------------------------------------------------------
@@ -182,10 +176,8 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cache=None, layer=0):
-        # exercise 8.1: the Transformer block
         x = x + self.attn(self.ln_1(x), cache, layer)
         return x + self.mlp(self.ln_2(x))
-        # end exercise
 
 
 class GPT(nn.Module):
