@@ -2102,11 +2102,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     rows = np.arange(n)
     w = None if weight is None else weight.array.copy()  # a copy: backward reads it
     w_t = valid if w is None else w[safe_t] * valid  # each row's weight, 0 if ignored
+    eps = label_smoothing
     shifted = logits.array - logits.array.max(axis=1, keepdims=True)
     e = np.exp(shifted)  # softmax numerators, kept for backward
     sumexp = sum_last(e)  # (N, 1)
     lse = np.log(sumexp[:, 0])
-    eps = label_smoothing
     logp = shifted - lse[:, None]  # log_softmax
     # ignored rows add 0, chosen by np.where: a mask's 0 * nan would be nan when such a
     # row's logits are nan or inf. nll_i = -logp (not lse - z): -0.0 where logp is 0, as PyTorch

@@ -11449,3 +11449,297 @@ def test_print_model_with_runs_of_equal_blocks_as_pytorch():
             + [N.Sequential(N.ReLU(), N.Tanh()) for _ in range(2)]
             + [N.ModuleList([N.ReLU(), N.ReLU()]) for _ in range(2)]), N.ModuleList())
     assert repr(build(nn)) == repr(build(torch.nn))
+
+
+# ---- issue 35: learn.py, the seed's checklist as exercises that tinytorch checks ----
+import learn as _learn
+
+# Each typical mistake as a small edit of the shipped answer: (exercise, file, the shipped
+# text, the mistaken text (old None: the whole exercise block), what its message must say).
+_LEARN_MISTAKES = [
+    ('1.1', 'tinytorch.py', "axes = tuple(range(lead)) + tuple(", "axes = () + tuple(", "summed over the leading dim"),
+    ('1.1', 'tinytorch.py', "if n == 1 and grad.shape[lead + i] != 1)", "if False)", "dim where the operand has size 1"),
+    ('1.2', 'tinytorch.py', "unbroadcast(g, sb) if b.requires_grad else None)", "g if b.requires_grad else None)", "did you sum the gradient back to the shape of b?"),
+    ('1.3', 'tinytorch.py', "unbroadcast(-g, sb) if b.requires_grad", "unbroadcast(g, sb) if b.requires_grad", "sign error"),
+    ('1.4', 'tinytorch.py', "return (unbroadcast(g * b.array, sa)", "return (unbroadcast(g * a.array, sa)", "mul's rule is swapped"),
+    ('1.5', 'tinytorch.py', "-g * a.array / (b.array * b.array), sb)", "-g * a.array / b.array, sb)", "divide by b twice"),
+    ('2.1', 'tinytorch.py', "        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:",
+     "        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad:", "visited twice"),
+    ('2.1', 'tinytorch.py', "order.append(node)  # all of node's inputs are already in order\n            continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))",
+     "continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        order.append(node)", "wrong order"),
+    ('2.1', 'tinytorch.py', None, """    order, visited = [], set()
+
+    def visit(node):
+        visited.add(id(node))
+        for p in _inputs(node):
+            if p.requires_grad and id(p) not in visited:
+                visit(p)
+        order.append(node)
+    visit(root)
+    return order""", "recursion limit"),
+    ('2.2', 'tinytorch.py', "grads[key] = grads[key] + pg if key in grads else pg", "grads[key] = pg", "gave half the gradient"),
+    ('2.3', 'tinytorch.py', "    if t._grad is not None:\n        t._grad.array += g", "    if False:\n        pass", "overwrote .grad"),
+    ('2.3', 'tinytorch.py', "t._grad = _constant(g.astype(t.dtype, copy=True))  # g may", "t._grad = _constant(g)  # g may", "the caller's array itself"),
+    ('3.1', 'tinytorch.py', "np.matmul(G, np.swapaxes(B, -1, -2))", "np.matmul(G, B)", "transposed matmul rule: dA"),
+    ('3.1', 'tinytorch.py', "gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)", "gb = np.matmul(np.swapaxes(A, -1, -2), G)", "summed over the batch dims"),
+    ('3.2', 'tinytorch.py', "    if not keepdim and axes:\n        g = np.expand_dims(g, axes)", "    pass", "put the reduced dims back"),
+    ('3.3', 'tinytorch.py', "return (g * out,)", "return (g,)", "passed g through unchanged"),
+    ('3.4', 'tinytorch.py', "return (g / x.array,)", "return (g * x.array,)", "divide g by x"),
+    ('3.5', 'tinytorch.py', "_power_of(a.array, p - 1)", "_power_of(a.array, p)", "off by one"),
+    ('4.1', 'nn.py', "tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])", "tree = [(prefix, self)]", "missed the parameters of nested modules"),
+    ('4.1', 'nn.py', "                if id(value) in seen:\n                    continue\n", "", "listed twice"),
+    ('4.2', 'nn.py', "gw = g2.T @ x2 if", "gw = x2.T @ g2 if", "transposed matmul rule for the weight"),
+    ('4.2', 'nn.py', "tt.unbroadcast(sum_leading(g2), bs)", "g2", "shape of the bias"),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array += group['lr'] * g", "went uphill"),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= g", "ignores the learning rate"),
+    ('4.4', 'optim.py', "                p.grad = None\n            elif", "                pass\n            elif", "left the old gradients"),
+    ('4.4', 'optim.py', "p.grad.array[...] = 0", "p.grad = None", "keep the existing .grad tensor"),
+    ('5.1', 'nn.py', "gd = 2 * g * d", "gd = g * d", "factor 2 is missing"),
+    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array", "overflowed on logits of 1000"),
+    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max()", "OWN max"),
+    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max(axis=1)", "keepdims=True so that it lines up"),
+    ('6.2', 'nn.py', "sum_last(xhat * xhat) / n + eps)", "sum_last(xhat * xhat) / n)", "add eps inside the square root"),
+    ('6.2', 'nn.py', "sum_last(xhat * xhat) / n + eps)", "sum_last(xhat * xhat) / (n - 1) + eps)", "biased variance"),
+    ('7.1', 'transformer.py', "scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))", "scores = q @ k.transpose(-2, -1)", "not scaled by 1/sqrt(d)"),
+    ('7.1', 'transformer.py', "return scores.softmax(-1)", "return scores.softmax(-2)", "over the queries"),
+    ('7.1', 'transformer.py', None, """    d = q.shape[-1]
+    w = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))).softmax(-1)
+    if is_causal:
+        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), 0.0)
+    if mask is not None:
+        m = mask.array if isinstance(mask, tt.Tensor) else mask
+        w = w.masked_fill(~m, 0.0)
+    return w""", "after the softmax"),
+    ('7.2', 'transformer.py', "q = q.reshape(B, T, H, C // H).transpose(1, 2)\n        k = k.reshape(B, T, H, C // H).transpose(1, 2)\n        v = v.reshape(B, T, H, C // H).transpose(1, 2)",
+     "q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)", "heads are mixed up"),
+    ('7.2', 'transformer.py', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)", "putting the heads back"),
+    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)", "x = self.attn(self.ln_1(x), cache, layer)", "residual is missing"),
+    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))",
+     "x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))", "post-LN"),
+]
+
+# Correct answers written differently from the shipped ones: no check may flag them.
+_LEARN_OTHER_ANSWERS = [
+    ('1.1', """    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for i, n in enumerate(shape):
+        if n == 1 and grad.shape[i] != 1:
+            grad = grad.sum(axis=i, keepdims=True)
+    return grad"""),
+    ('2.1', """    order, seen, stack = [], set(), [(root, iter(_inputs(root)))]
+    seen.add(id(root))
+    while stack:
+        node, inputs = stack[-1]
+        for p in inputs:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                stack.append((p, iter(_inputs(p))))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    return order"""),
+    ('3.5', """            return (g * p * a.array ** (p - 1),)"""),
+    ('4.1', """        seen = set()
+        for mp, mod in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
+            for name, value in mod._own(kind):
+                if remove_duplicate and id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (mp + '.' + name if mp else name), value"""),
+    ('6.1', """    shifted = logits.array - np.max(logits.array, axis=1, keepdims=True)
+    e = np.exp(shifted)
+    sumexp = e.sum(axis=1, keepdims=True)
+    lse = np.log(sumexp).ravel()
+    logp = shifted - lse[:, None]"""),
+    ('6.2', """    mean = rows.mean(axis=1, keepdims=True)
+    var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)
+    rstd = 1 / np.sqrt(var + eps)
+    xhat = (rows - mean) * rstd"""),
+    ('7.1', """    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    allowed = np.ones(scores.shape[-2:], dtype=bool)
+    if is_causal:
+        allowed = _causal_mask(q.shape[-2], k.shape[-2])
+    if mask is not None:
+        allowed = allowed & (mask.array if isinstance(mask, tt.Tensor) else mask)
+    return scores.masked_fill(~allowed, -np.inf).softmax(-1)"""),
+]
+
+
+def _learn_edit(ws, ex, old, new, f=None):
+    """Replace text in a workspace file (old None: the exercise's whole block)."""
+    f = f or _learn.EXERCISES[ex]['file']
+    text = (ws / f).read_text()
+    if old is None:
+        lines = text.split('\n')
+        (_, _, _, a, b), = [r for r in _learn.regions(text) if r[0] == ex]
+        lines[a:b] = new.split('\n')
+        text = '\n'.join(lines)
+    else:
+        assert text.count(old) == 1, (ex, old)
+        text = text.replace(old, new)
+    (ws / f).write_text(text)
+
+
+def _learn_fill(ws):
+    """Fill every exercise of a fresh workspace with the shipped answer."""
+    for ex in _learn.ORDER:
+        for block in _learn.shipped_code(ex):
+            f = _learn.EXERCISES[ex]['file']
+            text = (ws / f).read_text()
+            lines = text.split('\n')
+            a, b = next((a, b) for e, _, _, a, b in _learn.regions(text)
+                        if e == ex and 'not implemented yet' in '\n'.join(lines[a:b]))
+            lines[a:b] = block.split('\n')
+            (ws / f).write_text('\n'.join(lines))
+
+
+@pytest.fixture(scope='module')
+def _learn_filled(tmp_path_factory):
+    _learn._index_exercises()
+    ws = tmp_path_factory.mktemp('learn') / 'filled'
+    _learn.start(ws)
+    _learn_fill(ws)
+    return ws
+
+
+def _learn_check(ws, arg):
+    lines = []
+    ok, _ = _learn.check(ws, arg, out=lines.append)
+    return ok, lines
+
+
+def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, capsys):
+    _learn._index_exercises()
+    ws = tmp_path / 'mytorch'
+    _learn.start(ws)
+    assert 'Next: exercise 1.1' in capsys.readouterr().out
+    ok, lines = _learn_check(ws, None)
+    assert not ok
+    for ex in _learn.ORDER:
+        line, = [ln for ln in lines if ln.startswith(f'✗ {ex} ') or ln.startswith(f'✓ {ex} ')]
+        assert line.startswith(f'✗ {ex} ') and 'not implemented yet' in line, line
+        assert f'exercise {ex}: not implemented yet' in (ws / _learn.EXERCISES[ex]['file']).read_text()
+    assert sys.modules['tinytorch'] is tt  # the project's engine was never replaced
+    # the workspace imports nothing from the project: its files work from anywhere
+    moved = tmp_path / 'elsewhere' / 'moved'
+    shutil.copytree(ws, moved)
+    r = subprocess.run([sys.executable, '-c', 'import tinytorch, nn, optim, transformer; '
+                        'print(tinytorch.__file__)'], cwd=moved, capture_output=True, text=True,
+                       env={**os.environ, 'PYTHONPATH': ''})
+    assert r.returncode == 0 and str(moved) in r.stdout, r.stderr
+
+
+def test_learn_shipped_answers_pass_every_check(_learn_filled):
+    for arg in _learn.ORDER + ['2', '3', '5', '6', '7']:
+        ok, lines = _learn_check(_learn_filled, arg)
+        assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
+        assert lines[-1].startswith('No exercise is left unwritten. Check them all')
+        if arg == '5':
+            readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+            assert lines[-2] in readme  # the README's sample run line is what the run prints
+    assert sys.modules['tinytorch'] is tt
+
+
+def test_learn_transformer_run_learns_the_text(_learn_filled):
+    t0 = _time.perf_counter()
+    ok, lines = _learn_check(_learn_filled, '8')
+    assert ok, lines
+    assert lines[-2].startswith('✓ step 8 run: a 1-layer GPT learned')
+    assert _time.perf_counter() - t0 < 60
+
+
+def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_filled, tmp_path):
+    """Each mistake, as a small edit of the shipped answer, fails its exercise's check
+    with its own message (in one test: the workspace copies share the compiled files)."""
+    assert len(_LEARN_MISTAKES) >= 20
+    messages = []
+    for ex, f, old, new, says in _LEARN_MISTAKES:
+        ws = tmp_path / f'ws{len(messages)}'
+        shutil.copytree(_learn_filled, ws)
+        _learn_edit(ws, ex, old, new, f)
+        ok, lines = _learn_check(ws, ex)
+        assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
+        messages.append(lines[0])
+    assert len(set(messages)) == len(messages)
+    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
+    shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
+    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
+    assert len({says for *_, says in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
+
+
+@pytest.mark.parametrize('ex, code', _LEARN_OTHER_ANSWERS, ids=[a[0] for a in _LEARN_OTHER_ANSWERS])
+def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, ex, None, code)
+    ok, lines = _learn_check(ws, ex)
+    assert ok, lines
+
+
+def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
+    for f in _learn.FILES:  # the shipped files carry no markers: the code is the answer key
+        assert '# exercise ' not in open(os.path.join(HERE, f)).read()
+    assert _learn.shipped_code('3.3') == ['        return (g * out,)']
+    monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.rule', None, None)]))
+    monkeypatch.setattr(_learn, '_blocks', {})
+    with pytest.raises(RuntimeError, match="exercise 3.3: tinytorch.py has no exp.rule"):
+        _learn._index_exercises()
+    monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.backward', 'x =', None)]))
+    with pytest.raises(RuntimeError, match="has no statement starting 'x ='"):
+        _learn._index_exercises()
+
+
+def test_learn_start_never_overwrites(tmp_path):
+    ws = tmp_path / 'mine'
+    ws.mkdir()
+    (ws / 'tinytorch.py').write_text('my work')
+    with pytest.raises(_learn.Usage, match='already exists; learn.py never overwrites'):
+        _learn.main(['start', str(ws)])
+    assert (ws / 'tinytorch.py').read_text() == 'my work' and len(list(ws.iterdir())) == 1
+
+
+def test_learn_hint_is_progressive_and_diff_waits_for_the_check(_learn_filled, tmp_path, capsys):
+    ws = tmp_path / 'ws'
+    _learn.main(['start', str(ws)])
+    capsys.readouterr()
+    said = []
+    for _ in range(4):
+        assert _learn.main(['hint', '3.3', '--dir', str(ws)]) == 0
+        said.append(capsys.readouterr().out)
+    assert [s.split('\n')[0][:10] for s in said] == ['Hint 1 of '] + ['Hint 2 of '] + ['Hint 3 of '] * 2
+    assert 'its own derivative' in said[0] and 'e^x' in said[1] and 'return (g * out,)' in said[2]
+    assert json.loads((ws / '.learn.json').read_text())['hints'] == {'3.3': 3}
+    assert _learn.main(['diff', '3.3', '--dir', str(ws)]) == 1
+    assert 'once your check passes' in capsys.readouterr().out
+    _learn_edit(ws, '3.3', None, '        return (out * g,)')
+    assert _learn.main(['diff', '3.3', '--dir', str(ws)]) == 0
+    out = capsys.readouterr().out
+    assert 'return (out * g,)' in out and 'return (g * out,)' in out and '|' in out
+
+
+def test_learn_inside_the_workspace_checks_it(_learn_filled, monkeypatch, capsys):
+    monkeypatch.chdir(_learn_filled)
+    assert _learn.main(['check', '3.3']) == 0
+    assert capsys.readouterr().out.startswith('✓ 3.3 ')
+
+
+def test_learn_bad_arguments_are_one_line_and_exit_2(_learn_filled, tmp_path):
+    old = tmp_path / 'old'
+    shutil.copytree(_learn_filled, old)
+    (old / '.learn.json').write_text('{"version": 0}')
+    cases = [(['check', '9.9', '--dir', str(_learn_filled)], 'unknown exercise or step'),
+             (['hint', '1.1', '--dir', str(tmp_path / 'none')], 'no workspace at'),
+             (['check', '--dir', str(old)], 'was not made by this learn.py'),
+             (['hint'], 'one exercise'), (['frobnicate'], 'unknown command'),
+             (['check', '--verbose'], 'unknown option')]
+    for args, says in cases:
+        with pytest.raises(_learn.Usage, match=says):
+            _learn.main(args)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for args, says in cases[:3]:
+        r = subprocess.run([sys.executable, os.path.join(here, 'learn.py')] + args,
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2 and r.stdout == '' and says in r.stderr, r
+        assert len(r.stderr.strip().split('\n')) == 1, r.stderr

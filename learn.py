@@ -1,0 +1,1763 @@
+"""learn.py: build tinytorch yourself, one exercise at a time, checked as you go.
+
+    python learn.py                     the checklist, your progress and what to do next
+    python learn.py start [DIR]         make your workspace (default mytorch/; never overwrites)
+    python learn.py check [STEP|EXERCISE] [--dir DIR]
+                                        check your code: one line per exercise (exit 0: all pass)
+    python learn.py hint EXERCISE       more help on each call: what to think about, the math,
+                                        finally the shipped answer
+    python learn.py diff EXERCISE       your code beside the shipped one (once its check passes)
+
+The exercises are the seed article's checklist, in the order of tinytorch.py's Part I, then
+nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves (LOCATE
+below names each one's function and statements, so the shipped files are the answer key and
+carry no markers), and your workspace gets the same files with those lines replaced by a stub
+that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks run your workspace's code (never this folder's): finite differences in
+float64 with broadcast operands and a tensor used twice, and at the end of a step a small
+real run on your engine. When a check fails, it names the symptom and its likely cause.
+Needs only NumPy.
+"""
+import ast
+import difflib
+import json
+import math
+import re
+import shutil
+import sys
+import textwrap
+import time
+import traceback
+import types
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+FILES = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py')  # in import order
+VERSION = 1  # of the workspace layout: a workspace stamped otherwise is refused
+STAMP = '.learn.json'
+DEFAULT_DIR = 'mytorch'
+
+STEPS = {
+    1: "Tensor data, shapes and basic ops: add, sub, mul, div and their broadcasting",
+    2: "The dynamic graph and the reverse-topological backward",
+    3: "New ops, each checked by finite differences: matmul, sum/mean, exp, log, pow",
+    4: "Parameter collection, Linear and SGD",
+    5: "Train a linear regression (y = 2x + 1)",
+    6: "Stable softmax, normalisation and cross-entropy (and a spiral classifier)",
+    7: "Single-head attention, then multi-head",
+    8: "A Transformer block, validated on a small text",
+}
+
+# What each stub says (inputs, output, what the backward returns; never how), then two
+# hints: what to think about, and the math. The third hint is the shipped answer itself.
+EXERCISES = {
+    '1.1': dict(
+        what="grad: an array of the broadcast result's shape; shape: the operand's shape (a "
+             "tuple).\nReturn an array of exactly `shape`: d loss / d operand.",
+        think="Broadcasting used the operand once per copy. How many copies of a (3,) "
+              "operand are in a (4, 3) result, and what does the chain rule do with a value "
+              "used several times? Which dims were added in front, which were stretched from 1?",
+        math="A value used n times gets the sum of the n gradients. So: sum grad over the "
+             "leading dims broadcasting added (grad.ndim - len(shape) of them), and with "
+             "keepdims over each dim where shape has 1 but grad does not; then reshape."),
+    '1.2': dict(
+        what="g: d loss / d out, an array of out's shape; sa, sb: the shapes of a and b.\n"
+             "Return (gradient for a, gradient for b): each of its operand's shape, or None for "
+             "an operand that does not require grad (a.requires_grad, b.requires_grad).",
+        think="If out = a + b, how much does out move when a moves a little? Then what shape "
+              "must the gradient of b have when b was broadcast?",
+        math="d(a+b)/da = 1 and d(a+b)/db = 1, so both get g, each summed back to its own "
+             "shape with unbroadcast(g, shape)."),
+    '1.3': dict(
+        what="g: d loss / d out (out's shape); sa, sb: the shapes of a and b.\nReturn "
+             "(gradient for a, gradient for b), each of its operand's shape, or None for one "
+             "that does not require grad.",
+        think="out = a - b: which way does out move when b grows?",
+        math="d(a-b)/da = 1, d(a-b)/db = -1: a gets unbroadcast(g, sa), b gets "
+             "unbroadcast(-g, sb)."),
+    '1.4': dict(
+        what="g: d loss / d out (out's shape); a.array, b.array: the operands' values; sa, sb: "
+             "their shapes.\nReturn (gradient for a, gradient for b), each of its operand's "
+             "shape, or None for one that does not require grad.",
+        think="out = a * b: if a moves by a little, out moves by that little times what?",
+        math="d(a*b)/da = b and d(a*b)/db = a: a gets unbroadcast(g * b, sa), b gets "
+             "unbroadcast(g * a, sb)."),
+    '1.5': dict(
+        what="g: d loss / d out (out's shape); a.array, b.array: the operands' values; sa, sb: "
+             "their shapes.\nReturn (gradient for a, gradient for b), each of its operand's "
+             "shape, or None for one that does not require grad.",
+        think="a / b is a * (1/b). What is the derivative of 1/b?",
+        math="d(a/b)/da = 1/b and d(a/b)/db = -a/b^2: a gets unbroadcast(g / b, sa), b gets "
+             "unbroadcast(-g * a / (b * b), sb)."),
+    '2.1': dict(
+        what="root: the output tensor. Return a list of every tensor that root depends on and "
+             "that requires grad (root too),\neach exactly once, every tensor after all of its "
+             "inputs (_inputs(node) lists a node's inputs). It must work for a chain\nof "
+             "100,000 ops.",
+        think="A tensor used by two ops is reached twice: how do you make sure it is listed "
+              "once? When do you know that all of a node's inputs are already in the list? "
+              "Python's recursion stops at about 1000 calls deep.",
+        math="Depth-first search, appending a node after all its inputs (post-order), with a "
+             "set of visited ids; an explicit stack of (node, expanded) pairs instead of "
+             "recursion: pop a node; if expanded, append it; else push (node, True) and then "
+             "its unvisited inputs."),
+    '2.2': dict(
+        what="node: the tensor whose rule just ran; rule_out: what the rule returned, one "
+             "gradient (an array or None) per input\nin _inputs(node); grads: a dict id(tensor) "
+             "-> the gradient that reached that tensor so far.\nPass each input's gradient on "
+             "(skip None, and inputs that do not require grad). Optional: call "
+             "_wrong_gradient(node, p, pg)\nwhen pg's shape or dtype is not p's (it names the "
+             "op whose rule is wrong).",
+        think="In y = x * x the rule returns two gradients, both for x. What must grads[id(x)] "
+              "hold after the loop?",
+        math="The multivariable chain rule: d root/d x is the sum over every path from x to "
+             "root. So add pg to grads[id(p)] if a gradient is there already, else store pg."),
+    '2.3': dict(
+        what="t: a leaf tensor; g: an array, d root / d t from this backward call.\nMake t.grad "
+             "hold the sum of every backward call's gradient so far (t._grad = _constant(array) "
+             "sets it;\nt._grad.array is its array). g may be shared with the caller: never "
+             "store g itself.",
+        think="Call backward twice without zeroing: what does PyTorch's .grad hold? And if "
+              "you store g itself, who else may still write into that array?",
+        math="If t._grad is None: t._grad = _constant(a copy of g in t's dtype); else add g "
+             "into t._grad.array in place."),
+    '3.1': dict(
+        what="A, B: the operands as matrices (..., n, k) and (..., k, m); G: g as (..., n, m).\n"
+             "Return (ga, gb): ga of a's shape, gb of b's shape (reshape at the end), None for an "
+             "input that does not require grad.\nA batch dim that broadcasting added or "
+             "stretched must be summed back (unbroadcast).",
+        think="Write out one entry out[i, j] = sum_k A[i, k] B[k, j]. Which entries of out "
+              "does A[i, k] touch? Then check the shapes: (n, m) and (k, m) must give (n, k).",
+        math="dA = G @ B^T and dB = A^T @ G (np.swapaxes(X, -1, -2) transposes the last two "
+             "dims), each unbroadcast to the operand's matrix shape, then reshaped to "
+             "a.shape / b.shape."),
+    '3.2': dict(
+        what="g: the gradient of the reduction's result; shape: the input's shape; axes: the "
+             "reduced axes (a tuple);\nkeepdim: whether the result kept them as size 1. Return "
+             "an array of `shape` (a read-only broadcast view is fine).",
+        think="Every input element of a summed slice moved the sum by 1. What is each "
+              "one's gradient, and how do you line g up with the input when the summed "
+              "axis was dropped?",
+        math="d sum/dx_i = 1: put the reduced axes back as size 1 (np.expand_dims(g, axes) "
+             "when keepdim is False), then np.broadcast_to(g, shape). mean passes g / n."),
+    '3.3': dict(
+        what="g: d loss / d out; out: e^x, the forward's result (x.array is x).\nReturn a "
+             "1-tuple: (d loss / d x,).",
+        think="Which function is its own derivative? And is there a value already computed "
+              "that you can reuse?",
+        math="d e^x/dx = e^x, which is out: return (g * out,)."),
+    '3.4': dict(
+        what="g: d loss / d out; x.array: the input.\nReturn a 1-tuple: (d loss / d x,).",
+        think="How fast does log x grow at x = 1, at x = 10?",
+        math="d log(x)/dx = 1/x: return (g / x,)."),
+    '3.5': dict(
+        what="g: d loss / d out; a.array: the base; p: the exponent, a Python number.\nReturn "
+             "a 1-tuple: (d loss / d a,).",
+        think="The power rule from calculus, and one special case: p = 0.",
+        math="d(x^p)/dx = p x^(p-1), times g (0 when p = 0)."),
+    '4.1': dict(
+        what="kind: 'parameters' or 'buffers'; prefix: the name to put in front; recurse: "
+             "include the sub-modules.\nself.named_modules(prefix=prefix, remove_duplicate="
+             "remove_duplicate) yields (dotted name, module) for this module and every module\n"
+             "below it; module._own(kind) gives a module's own (name, value) pairs. Yield "
+             "('dotted.name', value) for every member;\nwith remove_duplicate, a tensor shared "
+             "by two modules (weight tying) is yielded once.",
+        think="A model is a tree: a Block holds Linears that hold weights. Which of the "
+              "tree's modules must you visit, and what if two of them hold the same tensor?",
+        math="For each (module_prefix, module) in the tree (just [(prefix, self)] without "
+             "recurse), for each (name, value) in module._own(kind): skip an id already seen, "
+             "remember it, yield module_prefix + '.' + name (no dot for an empty prefix)."),
+    '4.2': dict(
+        what="x2: x as rows (rows, in); weight.array: (out, in); g: d loss / d y, (..., out): "
+             "reshape it to (rows, outs) as g2.\nReturn (gx, gw) when bias is None, else (gx, gw, "
+             "gb): gx of x's shape xs, gw of the weight's shape, gb of the bias's shape bs;\nNone "
+             "for an x or weight that does not require grad.",
+        think="y = x W^T + b. Check the shapes: which product of g2 (rows, out) with W "
+              "(out, in) or x2 (rows, in) gives (rows, in), and which gives (out, in)? And b "
+              "was added to every row.",
+        math="dx = g @ W, dW = g^T @ x, db = g summed over the rows (it was broadcast), "
+             "then unbroadcast to bs."),
+    '4.3': dict(
+        what="p: the parameter (change p.array in place); g: its gradient, an array; "
+             "group['lr']: the learning rate.\nOne step of gradient descent.",
+        think="The gradient points uphill. Which way do you step, and how far?",
+        math="p <- p - lr * g."),
+    '4.4': dict(
+        what="self._params(): the parameters. set_to_none=True: set each p.grad to None; "
+             "False: keep each existing .grad\ntensor and write zeros into its array.",
+        think="Gradients accumulate (exercise 2.3). What happens to the second training "
+              "step if nothing clears them?",
+        math="set_to_none: p.grad = None for each p; otherwise p.grad.array[...] = 0 where "
+             "p.grad is not None."),
+    '5.1': dict(
+        what="d = input.array - target.array; g: d loss / d out, of d's shape (the loss per "
+             "element is d^2).\nReturn (gradient for input, gradient for target), None for "
+             "one that does not require grad.",
+        think="Differentiate (x - y)^2 by x, then by y.",
+        math="d (x-y)^2/dx = 2 (x - y), d (x-y)^2/dy = -2 (x - y), each times g."),
+    '6.1': dict(
+        what="logits.array: (N, C) numbers, as large as 1000. Define five arrays (the lines "
+             "after use them all):\nshifted (N, C): the logits minus something that keeps exp "
+             "from overflowing; e = exp(shifted) (N, C);\nsumexp: e's row sums (N, 1); lse: "
+             "their log (N,); logp: log_softmax (N, C).",
+        think="exp(1000) is inf in float64. softmax(z) = softmax(z - c) for any c per row: "
+              "which c makes every exponent <= 0, and one of them exactly 0?",
+        math="shifted = z - max_j z_j (per row, keepdims=True); e = exp(shifted); sumexp = "
+             "e.sum(axis=1, keepdims=True); lse = log(sumexp)[:, 0]; logp = shifted - "
+             "lse[:, None]."),
+    '6.2': dict(
+        what="rows: (R, n), one row per normalised group; eps: a small number. Define mean "
+             "(R, 1);\nrstd = 1 / sqrt(var + eps) (R, 1), with var the mean of the squared "
+             "deviations; xhat = (rows - mean) * rstd (R, n), a new array.",
+        think="What is the variance of a row of equal numbers, and what happens when you "
+              "divide by its square root? Does LayerNorm divide by n or by n - 1?",
+        math="mean = rows.mean(1, keepdims), var = ((rows - mean)^2).mean(1, keepdims) (the "
+             "biased variance, / n), rstd = 1/sqrt(var + eps), xhat = (rows - mean) * rstd."),
+    '7.1': dict(
+        what="q: (..., Tq, d), k: (..., Tk, d) tensors; mask: None, or a bool array/tensor "
+             "(True = may attend) or a float one\nto add to the scores; is_causal: query i sees "
+             "keys 0..i only (_causal_mask(Tq, Tk) is that bool mask).\nReturn the weights "
+             "(..., Tq, Tk): each row sums to 1 over its allowed keys and is exactly 0 "
+             "elsewhere.",
+        think="Dot products of random d-dimensional vectors grow like sqrt(d): what does "
+              "that do to a softmax? A masked key must get weight 0 and the rest must still "
+              "sum to 1: before or after the softmax?",
+        math="scores = q @ k^T / sqrt(d) (k.transpose(-2, -1)); disallowed positions set to "
+             "-inf with scores.masked_fill(~allowed, -np.inf) (a float mask is added); then "
+             "scores.softmax(-1)."),
+    '7.2': dict(
+        what="First block: q, k, v are (B, T, C); H heads of D = C // H channels; make each "
+             "(B, H, T, D), head h = channels h*D..(h+1)*D-1.\nSecond block: y is (B, H, T, D); "
+             "return it as (B, T, C), the heads side by side again.",
+        think="reshape only regroups numbers in memory order: which shape keeps each "
+              "position's channels together? Then which dims must swap so that each head "
+              "is a batch of (T, D) matrices?",
+        math="x.reshape(B, T, H, D).transpose(1, 2) splits; y.transpose(1, 2).reshape(B, T, C) "
+             "undoes it."),
+    '8.1': dict(
+        what="x: (B, T, C). A pre-LayerNorm block from self.ln_1, self.attn (call it "
+             "self.attn(h, cache, layer)), self.ln_2 and self.mlp.\nReturn (B, T, C).",
+        think="Where does the normalisation go in a pre-LN block, and what keeps a path "
+              "from the output straight back to x?",
+        math="x = x + attn(ln_1(x)); return x + mlp(ln_2(x))."),
+}
+for _k, _v in EXERCISES.items():
+    _v['step'] = int(_k.split('.')[0])
+ORDER = sorted(EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
+RUNS = {2: "gradients of a broadcast expression with a tensor used three times, through "
+           "your ops and your backward, vs finite differences",
+        3: "gradients of a small model through your whole engine vs finite differences",
+        5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
+        6: "a spiral classifier, and cross-entropy on logits of 1000",
+        7: "multi-head attention vs the shipped implementation (values and gradients)",
+        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)"}
+
+
+class Usage(Exception):
+    """A bad argument or workspace: one line, exit 2."""
+
+
+class Fail(Exception):
+    """A check failed; the message says what and why."""
+
+
+# ---------------------------------------------------------------------------
+# The exercises in the source. The shipped files are the answer key and carry no
+# markers: each exercise is found by its function (with ast) and, where it is only part
+# of the function, by the first and last statement of its lines. A renamed function or
+# statement makes learn.py refuse to run (and the tests fail), never a silent drift.
+# ---------------------------------------------------------------------------
+LOCATE = {  # exercise: (file, title, [(function, first statement, last statement), ...])
+    # first None: the function's body after its docstring; last None: to the body's end
+    '1.1': ('tinytorch.py', "unbroadcast", [('unbroadcast', None, None)]),
+    '1.2': ('tinytorch.py', "add's backward", [('add.backward', None, None)]),
+    '1.3': ('tinytorch.py', "sub's backward", [('sub.backward', None, None)]),
+    '1.4': ('tinytorch.py', "mul's backward", [('mul.backward', None, None)]),
+    '1.5': ('tinytorch.py', "div's backward", [('div.backward', None, None)]),
+    '2.1': ('tinytorch.py', "the reverse topological order", [('_topological_order', None, None)]),
+    '2.2': ('tinytorch.py', "backward: pass each gradient on to the inputs",
+            [('_walk', 'for p, pg in zip(', 'for p, pg in zip(')]),
+    '2.3': ('tinytorch.py', "accumulate into .grad", [('_accumulate', None, None)]),
+    '3.1': ('tinytorch.py', "matmul's backward", [('matmul.backward', 'ga = gb = None', None)]),
+    '3.2': ('tinytorch.py', "sum's and mean's backward", [('_expand_back', None, None)]),
+    '3.3': ('tinytorch.py', "exp's backward", [('exp.backward', None, None)]),
+    '3.4': ('tinytorch.py', "log's backward", [('log.backward', None, None)]),
+    '3.5': ('tinytorch.py', "pow's backward (a number as the exponent)",
+            [('pow.backward_scalar', None, None)]),
+    '4.1': ('nn.py', "collect the parameters of a module tree",
+            [('Module._named_members', None, None)]),
+    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(', None)]),
+    '4.3': ('optim.py', "SGD's update", [('SGD._update', "p.array -= group['lr'] * g", None)]),
+    '4.4': ('optim.py', "zero_grad", [('Optimizer.zero_grad', None, None)]),
+    '5.1': ('nn.py', "mse_loss's backward", [('mse_loss.backward', None, None)]),
+    '6.1': ('nn.py', "a stable log-softmax (inside cross_entropy)",
+            [('cross_entropy', 'shifted = ', 'logp = ')]),
+    '6.2': ('nn.py', "layer norm's normalisation", [('layer_norm', 'first = ', 'xhat *= rstd')]),
+    '7.1': ('transformer.py', "attention weights", [('attention_weights', None, None)]),
+    '7.2': ('transformer.py', "multi-head", [('CausalSelfAttention.attend', 'q = q.reshape(',
+                                              'v = v.reshape('),
+                                             ('CausalSelfAttention.attend', 'return y.transpose(',
+                                              None)]),
+    '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
+}
+for _k, (_f, _title, _) in LOCATE.items():
+    EXERCISES[_k].update(file=_f, title=_title)
+_MARK = re.compile(r'^(\s*)# exercise (\d+\.\d+): (.*)$')
+_END = re.compile(r'^\s*# end exercise\s*$')
+_blocks = {}
+
+
+def _find(tree, path, before):
+    """The def at a dotted path (class or function names), the first one in the file."""
+    nodes = tree.body
+    node = None
+    for name in path.split('.'):
+        node = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                     and n.name == name and n.lineno < before), None)
+        if node is None:
+            return None
+        nodes = list(ast.walk(node))[1:] if isinstance(node, ast.FunctionDef) else node.body
+    return node
+
+
+def _statements(fn):
+    """Every list of sibling statements inside a function, outermost first."""
+    out = [fn.body]
+    for n in ast.walk(fn):
+        for field in ('body', 'orelse', 'finalbody'):
+            stmts = getattr(n, field, None)
+            if n is not fn and isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                out.append(stmts)
+    return out
+
+
+def blocks(ex):
+    """[(first line, end line) as 0-based slice bounds, indent] of an exercise's shipped lines."""
+    if ex in _blocks:
+        return _blocks[ex]
+    f, _, specs = LOCATE[ex]
+    text = (HERE / f).read_text()
+    lines = text.split('\n')
+    end = next((i + 1 for i, ln in enumerate(lines) if ln.startswith('# END OF PART I')),
+               len(lines) + 1)  # tinytorch.py: the exercises are in Part I
+    tree = ast.parse(text)
+    out = []
+    for path, first, last in specs:
+        fn = _find(tree, path, end)
+        if fn is None:
+            raise RuntimeError(f"learn.py: exercise {ex}: {f} has no {path} (before line {end})")
+        body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+        if first is not None:
+            def starts(st, text_):
+                return lines[st.lineno - 1].strip().startswith(text_)
+            body = next(([st for st in stmts[k:]] for stmts in _statements(fn)
+                         for k, st in enumerate(stmts) if starts(st, first)), None)
+            if body is None:
+                raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no statement "
+                                   f"starting {first!r}")
+            if last is not None:
+                stop = next((k for k, st in enumerate(body) if starts(st, last)), None)
+                if stop is None:
+                    raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no "
+                                       f"statement starting {last!r} after {first!r}")
+                body = body[:stop + 1]
+        a, b = body[0].lineno - 1, body[-1].end_lineno
+        indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
+        out.append((a, b, indent))
+    _blocks[ex] = out
+    return out
+
+
+def regions(text):
+    """The exercises in a workspace file (between the markers learn.py wrote there):
+    [(exercise, title, indent, first body line, end marker line)] in file order."""
+    out, lines, i = [], text.split('\n'), 0
+    while i < len(lines):
+        m = _MARK.match(lines[i])
+        if m:
+            j = i + 1
+            while j < len(lines) and not _END.match(lines[j]):
+                j += 1
+            out.append((m.group(2), m.group(3).strip(), m.group(1), i + 1, j))
+            i = j
+        i += 1
+    return out
+
+
+def shipped_code(ex):
+    """The shipped answer of an exercise: its lines, per block."""
+    lines = (HERE / EXERCISES[ex]['file']).read_text().split('\n')
+    return ['\n'.join(lines[a:b]) for a, b, _ in blocks(ex)]
+
+
+def _index_exercises():
+    """Find every exercise in the shipped files, or say what is missing."""
+    for ex in ORDER:
+        blocks(ex)
+
+
+def stub(ex, indent, block):
+    """The lines that replace an exercise's code in the workspace."""
+    e = EXERCISES[ex]
+    say = [f"{indent}# TODO exercise {ex} ({e['title']}){' continued' if block else ''}:"]
+    if not block:
+        for line in e['what'].split('\n'):
+            say += [f"{indent}#   {part}" for part in textwrap.wrap(line, 96 - len(indent))]
+    say.append(f'{indent}raise NotImplementedError("exercise {ex}: not implemented yet; write it '
+               f'here, then run: python learn.py check {ex}")')
+    return say
+
+
+def workspace_text(f):
+    """File f as the learner gets it: every exercise's lines replaced by its stub, between
+    a '# exercise N.k: title' and an '# end exercise' line."""
+    lines = (HERE / f).read_text().split('\n')
+    spans = sorted(((a, b, indent, ex, k) for ex in ORDER if EXERCISES[ex]['file'] == f
+                    for k, (a, b, indent) in enumerate(blocks(ex))), reverse=True)
+    for a, b, indent, ex, k in spans:
+        lines[a:b] = ([f"{indent}# exercise {ex}: {EXERCISES[ex]['title']}"] + stub(ex, indent, k)
+                      + [f"{indent}# end exercise"])
+    head = (f"# Your copy of {f} (made by learn.py, version {VERSION}): fill in each block "
+            "between '# exercise N.k' and '# end exercise',\n# then run: python learn.py check "
+            "N.k  (it imports nothing from the tinytorch folder: move this folder anywhere)\n")
+    return head + '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------
+# The workspace
+# ---------------------------------------------------------------------------
+def read_stamp(ws):
+    if not ws.is_dir():
+        raise Usage(f"no workspace at {ws}/: make one with: python learn.py start {ws}")
+    try:
+        stamp = json.loads((ws / STAMP).read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    if stamp.get('version') != VERSION:
+        raise Usage(f"{ws}/ was not made by this learn.py (workspace version "
+                    f"{stamp.get('version', 'none')}, this is {VERSION}): start a new one with "
+                    f"python learn.py start NEWDIR and copy your answers over")
+    missing = [f for f in FILES if not (ws / f).is_file()]
+    if missing:
+        raise Usage(f"{ws}/ lacks {', '.join(missing)}: start a new workspace with python "
+                    "learn.py start NEWDIR and copy your answers over")
+    return stamp
+
+
+def write_stamp(ws, stamp):
+    (ws / STAMP).write_text(json.dumps(stamp, indent=1) + '\n')
+
+
+def start(ws):
+    if ws.exists():
+        raise Usage(f"{ws} already exists; learn.py never overwrites: pick another name "
+                    f"(python learn.py start OTHERDIR) or check it with --dir {ws}")
+    ws.mkdir(parents=True)
+    for f in FILES:
+        (ws / f).write_text(workspace_text(f))
+    write_stamp(ws, {'version': VERSION, 'hints': {}})
+    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(ORDER)} exercises to fill in.")
+    print(next_step(ws, {}))
+
+
+def locate(ws, ex):
+    """(file, line number) of an exercise's first block in the workspace."""
+    f = EXERCISES[ex]['file']
+    for e, _, _, a, _ in regions((ws / f).read_text()):
+        if e == ex:
+            return f, a
+    return f, None
+
+
+def is_stub(ws, ex):
+    """Is the exercise's stub still in the workspace (not started)?"""
+    return f'"exercise {ex}: not implemented yet' in (ws / EXERCISES[ex]['file']).read_text()
+
+
+def next_step(ws, states):
+    """What to do next: the first exercise that fails (states[ex] False), or has no result
+    yet and is not started."""
+    todo = [ex for ex in ORDER if states.get(ex) is False
+            or states.get(ex) is not True and is_stub(ws, ex)]
+    if not todo and len(states) == len(ORDER) and all(states.values()):
+        return f"All {len(ORDER)} exercises pass."
+    if not todo:
+        return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
+                f"python learn.py check{_dir_arg(ws)}")
+    ex = todo[0]
+    f, line = locate(ws, ex)
+    where = f"{ws}/{f}" + (f", line {line}" if line else "")
+    do = ("read the TODO comment there and replace the raise with your code" if is_stub(ws, ex)
+          else "fix it (its check says what is wrong)")
+    return (f"Next: exercise {ex} ({EXERCISES[ex]['title']}) in {where}: {do}.\n"
+            f"Then: python learn.py check {ex}{_dir_arg(ws)}   (stuck? python learn.py hint {ex}"
+            f"{_dir_arg(ws)})")
+
+
+def _dir_arg(ws):
+    return '' if str(ws) == DEFAULT_DIR else f' --dir {ws}'
+
+
+# ---------------------------------------------------------------------------
+# Loading the learner's code, never the project's
+# ---------------------------------------------------------------------------
+_compiled = {}
+
+
+def load(ws):
+    """The workspace's modules, run fresh from its files in their own namespace: the
+    project's tinytorch (sys.modules, sys.path) is put back untouched afterwards. Returns
+    {name: module, or the one-line reason it does not import}."""
+    saved_modules, saved_path, saved_meta = dict(sys.modules), list(sys.path), list(sys.meta_path)
+    mods = {}
+    try:
+        for k in list(sys.modules):
+            if k.split('.')[0] in ('tinytorch', 'nn', 'optim', 'transformer'):
+                del sys.modules[k]
+        for f in FILES:
+            name = f[:-3]
+            path = ws / f
+            src = path.read_text()
+            try:
+                code = _compiled.get((str(path), src))
+                if code is None:
+                    code = _compiled[(str(path), src)] = compile(src, str(path), 'exec')
+                m = types.ModuleType(name)
+                m.__file__ = str(path)
+                sys.modules[name] = m
+                exec(code, m.__dict__)
+                mods[name] = m
+            except BaseException as e:  # noqa: BLE001 (the learner's file: report, go on)
+                sys.modules.pop(name, None)
+                mods[name] = f"your {f} does not import: {_where(e, ws)}"
+    finally:
+        sys.modules.clear()
+        sys.modules.update(saved_modules)
+        sys.path[:], sys.meta_path[:] = saved_path, saved_meta
+    tt = mods['tinytorch']
+    if not isinstance(tt, str):
+        tt.fast = False  # the plain code runs: your lines, and nothing that bypasses them
+    if not isinstance(mods['transformer'], str):
+        mods['transformer'].FUSED_ATTENTION = False
+    return mods
+
+
+def _where(e, ws):
+    """An exception as one line, with the last place in the workspace it passed."""
+    if isinstance(e, SyntaxError):
+        return f"SyntaxError in {Path(e.filename or '?').name} line {e.lineno}: {e.msg}"
+    place = ''
+    for fr in traceback.extract_tb(e.__traceback__):
+        if Path(fr.filename).parent == ws.resolve() or Path(fr.filename).parent == ws:
+            place = f" ({Path(fr.filename).name} line {fr.lineno}: {fr.line})"
+    msg = str(e).split('\n')[0]
+    return f"{type(e).__name__}: {msg}{place}"
+
+
+def reference():
+    """The shipped modules: the answer key the attention and Transformer checks compare with."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import tinytorch
+    import nn
+    import transformer
+    return tinytorch, nn, transformer
+
+
+# ---------------------------------------------------------------------------
+# Tools of the checks
+# ---------------------------------------------------------------------------
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def leaf(tt, arr, grad=True):
+    return tt.tensor(np.array(arr, dtype=np.float64), requires_grad=grad)
+
+
+def numeric(f, arrays, i, g, eps=1e-6):
+    """d sum(f(*arrays) * g) / d arrays[i] by central differences, in float64."""
+    x = arrays[i]
+    out = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        keep = x[idx]
+        x[idx] = keep + eps
+        up = np.sum(f(*arrays) * g)
+        x[idx] = keep - eps
+        down = np.sum(f(*arrays) * g)
+        x[idx] = keep
+        out[idx] = (up - down) / (2 * eps)
+    return out
+
+
+def close(a, b, tol=1e-5):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and np.allclose(a, b, rtol=tol, atol=tol)
+
+
+def worst(got, want):
+    d = np.abs(np.asarray(got, dtype=np.float64) - want)
+    i = np.unravel_index(np.argmax(d), d.shape) if d.ndim else ()
+    return (f"at index {tuple(int(k) for k in i)} you gave {float(np.asarray(got)[i]):.6g}, "
+            f"finite differences say {float(want[i]):.6g}")
+
+
+def rule_grads(out, g, n):
+    """Run a result's backward rule directly (no graph walk needed)."""
+    if out._backward is None:
+        raise Fail("the result has no backward rule: did the forward still call from_op?")
+    got = out._backward(g)
+    if not isinstance(got, tuple) or len(got) != n:
+        raise Fail(f"the rule must return a tuple of {n} gradient(s), one per input; it returned "
+                   f"{type(got).__name__}{'' if not isinstance(got, tuple) else f' of {len(got)}'}")
+    return got
+
+
+def check_input_grad(name, got, want, shape, mistakes=(), math_=''):
+    """One input's gradient vs finite differences, with the typical mistakes named."""
+    if got is None:
+        raise Fail(f"the gradient for {name} is None, but {name} requires grad")
+    if not isinstance(got, np.ndarray) and not isinstance(got, np.generic):
+        raise Fail(f"the gradient for {name} must be a NumPy array, got {type(got).__name__} "
+                   "(use the .array of tensors inside a rule)")
+    got = np.asarray(got)
+    if got.shape != tuple(shape):
+        for pred, msg in mistakes:
+            if pred(got):
+                raise Fail(msg)
+        raise Fail(f"the gradient for {name} has shape {got.shape}, but {name} has shape "
+                   f"{tuple(shape)}: did you sum the gradient back to the shape of {name}? "
+                   "(unbroadcast)")
+    if close(got, want):
+        return
+    for pred, msg in mistakes:
+        if pred(got):
+            raise Fail(msg)
+    if close(-got, want):
+        raise Fail(f"sign error: the gradient for {name} is the negative of the right one "
+                   f"({math_})")
+    if close(got, 2 * want):
+        raise Fail(f"the gradient for {name} is twice the right one ({math_})")
+    if close(2 * got, want):
+        raise Fail(f"the gradient for {name} is half the right one ({math_})")
+    raise Fail(f"the gradient for {name} is wrong: {worst(got, want)} ({math_})")
+
+
+def check_binary(m, op, npf, math_, shapes=((4, 3), (3,)), mistakes=None, positive=False):
+    """A two-input op's rule against finite differences, for broadcast operands (both
+    ways round) and for one tensor used as both operands."""
+    tt = m['tinytorch']
+    r = rng(1)
+    cases = [shapes, shapes[::-1], ((2, 1, 3), (4, 1)), ((3,), (3,))]
+    for k, (sa, sb) in enumerate(cases):
+        a = r.uniform(0.5, 2.0, sa) if positive else r.standard_normal(sa)
+        b = r.uniform(0.5, 2.0, sb) if positive else r.standard_normal(sb)
+        same = k == 3
+        A = leaf(tt, a)
+        B = A if same else leaf(tt, b)
+        out = getattr(tt, op)(A, B)
+        g = r.standard_normal(out.shape)
+        ga, gb = rule_grads(out, g, 2)
+        bb = a if same else b
+        for i, (name, got, shape) in enumerate((('a', ga, sa), ('b', gb, sb))):
+            want = numeric(npf, [a.copy(), bb.copy()], i, g)
+            extra = (mistakes or (lambda *_: ()))(name, a, bb, g)
+            check_input_grad(name if not same else f"{name} (x {op} x: one tensor as both "
+                             "operands)", got, want, shape, extra, math_)
+
+
+def _like_broadcast(name, own_shape, full_shape):
+    return (lambda got: got.shape == tuple(full_shape) != tuple(own_shape),
+            f"the gradient for {name} has the broadcast shape {tuple(full_shape)}, not {name}'s "
+            f"own shape: did you sum the gradient back to the shape of {name}? (unbroadcast)")
+
+
+# ---------------------------------------------------------------------------
+# The checks, one per exercise. Each first calls the exercise's own code, so a stub
+# still in place reports itself; then it looks for the typical mistakes.
+# ---------------------------------------------------------------------------
+def check_1_1(m):
+    ub = m['tinytorch'].unbroadcast
+    g = np.arange(12.0).reshape(4, 3)
+    keep = ub(g, (4, 3))
+    if not close(keep, g):
+        raise Fail("unbroadcast changed a gradient that already has the operand's shape")
+    try:
+        lead = ub(g.copy(), (3,))
+    except ValueError:
+        lead = None
+    ones = []
+    for shape in ((1, 3), (4, 1)):
+        try:
+            ones.append(ub(g.copy(), shape))
+        except ValueError:
+            ones.append(None)
+    ok_ones = all(o is not None and close(o, g.sum(axis=ax, keepdims=True))
+                  for o, ax in zip(ones, (0, 1)))
+    if lead is None or not close(lead, g.sum(0)):
+        raise Fail("for an operand of shape (3,) broadcast to (4, 3) the gradient must be "
+                   "summed over the leading dim broadcasting added (4 uses -> the sum of 4 rows)"
+                   + ("" if ok_ones else "; and dims of size 1 must be summed too"))
+    if not ok_ones:
+        raise Fail("an operand of shape (4, 1) stretched to (4, 3): sum the gradient over each "
+                   "dim where the operand has size 1 (keepdims=True), not only the leading dims")
+    deep = ub(np.ones((2, 4, 3)), (4, 1))
+    if not close(deep, np.full((4, 1), 6.0)):
+        raise Fail("(2, 4, 3) back to (4, 1) must sum the leading dim and the stretched one: "
+                   "each entry is the sum of 6 ones")
+
+
+def _mul_mistakes(name, a, b, g):
+    other, own = (b, a) if name == 'a' else (a, b)
+
+    def swapped(got):
+        return close(got, m_unb(g * own, got.shape)) and not close(own, other)
+    return [(swapped, f"mul's rule is swapped: the gradient for {name} is g times the OTHER "
+             f"operand (d(a*b)/da = b, d(a*b)/db = a), you used {name} itself")]
+
+
+def m_unb(x, shape):
+    """Sum x down to shape (the checks' own unbroadcast, for spotting mistakes)."""
+    try:
+        return _m_unb(x, shape)
+    except ValueError:
+        return np.full(shape, np.nan)
+
+
+def _m_unb(x, shape):
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead else x
+    ax = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=ax, keepdims=True) if ax else x
+
+
+def _div_mistakes(name, a, b, g):
+    if name != 'b':
+        return [(lambda got: close(got, m_unb(g * b, got.shape)),
+                 "div's gradient for a multiplies by b; d(a/b)/da = 1/b: divide g by b")]
+    return [(lambda got: close(got, m_unb(-g * a / b, b.shape)),
+             "d(a/b)/db = -a/b^2: divide by b twice (you divided once)")]
+
+
+def _add_mistakes(name, a, b, g):
+    own = a.shape if name == 'a' else b.shape
+    return [_like_broadcast(name, own, np.broadcast_shapes(a.shape, b.shape))]
+
+
+def check_1_2(m):
+    check_binary(m, 'add', np.add, "d(a+b)/da = 1, d(a+b)/db = 1", mistakes=_add_mistakes)
+
+
+def check_1_3(m):
+    check_binary(m, 'sub', np.subtract, "d(a-b)/da = 1, d(a-b)/db = -1", mistakes=_add_mistakes)
+
+
+def check_1_4(m):
+    check_binary(m, 'mul', np.multiply, "d(a*b)/da = b, d(a*b)/db = a",
+                 mistakes=lambda *x: _add_mistakes(*x) + _mul_mistakes(*x))
+
+
+def check_1_5(m):
+    check_binary(m, 'div', np.divide, "d(a/b)/da = 1/b, d(a/b)/db = -a/b^2", positive=True,
+                 mistakes=lambda *x: _add_mistakes(*x) + _div_mistakes(*x))
+
+
+# -- step 2: the graph walk, on ops the check makes itself (no step-1 code needed) --------
+def _ops(tt):
+    def mul(a, b):
+        return tt.from_op(a.array * b.array, 'mul', (a, b),
+                          lambda g: (g * b.array if a.requires_grad else None,
+                                     g * a.array if b.requires_grad else None))
+
+    def exp(a):
+        out = np.exp(a.array)
+        return tt.from_op(out, 'exp', (a,), lambda g: (g * out,))
+
+    def add(a, b):
+        return tt.from_op(a.array + b.array, 'add', (a, b),
+                          lambda g: (g if a.requires_grad else None,
+                                     g if b.requires_grad else None))
+    return mul, exp, add
+
+
+def check_2_1(m):
+    tt = m['tinytorch']
+    mul, exp, add = _ops(tt)
+    x = leaf(tt, [0.5, -1.0])
+    y = exp(x)
+    z = mul(x, y)  # x used twice: by exp and by mul
+    root = add(z, y)
+    order = tt._topological_order(root)
+    if not isinstance(order, list):
+        raise Fail(f"_topological_order must return a list, got {type(order).__name__}")
+    ids = [id(n) for n in order]
+    if len(set(ids)) != len(ids):
+        raise Fail("a node is visited twice: x feeds both exp and mul, and your order lists it "
+                   f"{ids.count(id(x))} times; keep a set of visited nodes and list each once")
+    missing = [n._op or 'leaf' for n in (x, y, z, root) if id(n) not in ids]
+    if missing:
+        raise Fail(f"your order misses {', '.join(missing)}: follow every input of every node "
+                   "(_inputs(node)) down to the leaves, root included")
+    pos = {i: k for k, i in enumerate(ids)}
+    for node in (y, z, root):
+        for p in node._parents:
+            if pos[id(p)] > pos[id(node)]:
+                raise Fail(f"wrong order: '{node._op}' comes before its input "
+                           f"'{p._op or 'leaf'}'; every node must come after all of its inputs "
+                           "(append a node only when all its inputs are done: post-order)")
+    chain = x
+    for _ in range(3000):
+        chain = tt.from_op(chain.array, 'id', (chain,), lambda g: (g,))
+    try:
+        deep = tt._topological_order(chain)
+    except RecursionError:
+        raise Fail("a chain of 3000 ops hits Python's recursion limit: walk the graph with an "
+                   "explicit stack (a list you push and pop), not recursion") from None
+    if len(deep) != 3001:
+        raise Fail(f"a chain of 3000 ops and its leaf must give 3001 nodes, got {len(deep)}")
+
+
+def _known_order(root):
+    order, seen = [], set()
+    todo = [(root, False)]
+    while todo:
+        n, done = todo.pop()
+        if done:
+            order.append(n)
+        elif id(n) not in seen:
+            seen.add(id(n))
+            todo.append((n, True))
+            todo.extend((p, False) for p in n._parents if p.requires_grad)
+    return order
+
+
+def _walk_grads(tt, root, g0):
+    """Leaf gradients from the learner's _walk, with a known-good order (exercise 2.1's
+    part is not needed for this check)."""
+    real = tt._topological_order
+    tt._topological_order = _known_order
+    try:
+        return {id(n): g for n, g, r in tt._walk(root, g0) if r is None}
+    finally:
+        tt._topological_order = real
+
+
+def check_2_2(m):
+    tt = m['tinytorch']
+    mul, exp, add = _ops(tt)
+    x = leaf(tt, [0.5, -1.0, 2.0])
+    grads = _walk_grads(tt, mul(x, x), np.ones(3))
+    got = grads.get(id(x))
+    if got is None:
+        raise Fail("no gradient reached x in x * x: pass each input's gradient on into grads")
+    want = 2 * x.array
+    if close(got, x.array):
+        raise Fail("x * x gave half the gradient (x instead of 2x): both of mul's inputs are x, "
+                   "and the second gradient overwrote the first; a tensor reached twice gets "
+                   "the sum (grads[key] + pg)")
+    if not close(got, want):
+        raise Fail(f"x * x: d/dx must be 2x = {want.tolist()}, got {np.asarray(got).tolist()}")
+    c = leaf(tt, [1.0, 2.0, 3.0], grad=False)
+    w = leaf(tt, [0.1, 0.2, 0.3])
+    y = exp(w)
+    root = add(mul(y, c), y)  # a diamond: y reached from two sides; c needs no grad
+    grads = _walk_grads(tt, root, np.ones(3))
+    if not close(grads.get(id(w)), np.exp(w.array) * (c.array + 1)):
+        raise Fail("through a diamond (y used by mul and by add) the gradient of w is wrong: "
+                   "the two paths into y must add up before y's rule runs")
+
+
+def check_2_3(m):
+    tt = m['tinytorch']
+    t = leaf(tt, [1.0, 2.0])
+    g1 = np.array([1.0, 1.0])
+    try:
+        tt._accumulate(t, g1)
+    except TypeError as e:
+        if 'grad' in str(e):
+            raise Fail(".grad must be a Tensor: wrap the array with _constant(array) "
+                       f"(t._grad = ...); got: {e}") from None
+        raise
+    if not isinstance(t.grad, tt.Tensor):
+        raise Fail(f".grad must be a Tensor (t._grad = _constant(array)), got "
+                   f"{type(t.grad).__name__}")
+    g2 = np.array([10.0, 20.0])
+    tt._accumulate(t, g2)
+    if close(t.grad.array, g2):
+        raise Fail("the second backward overwrote .grad: gradients must accumulate across "
+                   "backward calls (add into t._grad.array), until zero_grad clears them")
+    if not close(g1, [1.0, 1.0]):
+        raise Fail("your .grad is the caller's array itself: the second call's += changed the "
+                   "first gradient array; store a copy (g.astype(t.dtype, copy=True))")
+    if not close(t.grad.array, g1 + g2):
+        raise Fail(f"after gradients {g1.tolist()} and {g2.tolist()} .grad must be "
+                   f"{(g1 + g2).tolist()}, got {t.grad.array.tolist()}")
+
+
+# -- step 3: new ops --------------------------------------------------------------------
+def check_3_1(m):
+    tt = m['tinytorch']
+    r = rng(3)
+    cases = [((3, 3), (3, 3)), ((2, 3), (3, 4)), ((2, 3, 4), (4, 2)), ((4,), (4, 2)),
+             ((3, 4), (4,))]
+    for sa, sb in cases:
+        a, b = r.standard_normal(sa), r.standard_normal(sb)
+        A, B = leaf(tt, a), leaf(tt, b)
+        out = tt.matmul(A, B)
+        g = r.standard_normal(out.shape)
+        try:
+            ga, gb = rule_grads(out, g, 2)
+        except ValueError as e:
+            if len(sa) > 2:
+                raise Fail(f"a {sb} matrix used by every item of a {sa} batch: its gradient must "
+                           f"be summed over the batch dims (unbroadcast); your rule raised: "
+                           f"{e}") from None
+            raise Fail(f"matmul's rule fails for shapes {sa} @ {sb} ({e}): check which "
+                       "operand to transpose; dA = g @ B^T, dB = A^T @ g") from None
+        wa = numeric(np.matmul, [a.copy(), b.copy()], 0, g)
+        wb = numeric(np.matmul, [a.copy(), b.copy()], 1, g)
+        mist_a = [(lambda got: sa == sb and close(got, g @ b), "transposed matmul rule: dA = g @ "
+                   "B^T (you used g @ B); check the shapes: (n, m) @ (m, k) gives (n, k)")]
+        mist_b = [(lambda got: sa == sb and close(got, g @ a) or sa == sb and close(got, a @ g),
+                   "transposed matmul rule: dB = A^T @ g (A transposed, on the left)"),
+                  (lambda got: len(sa) > 2 and got.shape == sa[:-2] + sb,
+                   f"a {sb} matrix used by every item of a {sa} batch: sum its gradient over "
+                   "the batch dims (unbroadcast)")]
+        check_input_grad(f'a {sa}', ga, wa, sa, mist_a, "dA = g @ B^T")
+        check_input_grad(f'b {sb}', gb, wb, sb, mist_b, "dB = A^T @ g")
+
+
+def check_3_2(m):
+    tt = m['tinytorch']
+    r = rng(4)
+    x = r.standard_normal((3, 4))
+    for dim, keep in ((1, False), (0, False), (1, True), (None, False)):
+        for op, npf in (('sum', np.sum), ('mean', np.mean)):
+            X = leaf(tt, x)
+            out = getattr(tt, op)(X, dim, keep)
+            g = r.standard_normal(out.shape)
+            try:
+                got, = rule_grads(out, g, 1)
+            except ValueError as e:
+                raise Fail(f"{op}(dim={dim}, keepdim={keep}): g {g.shape} cannot be spread "
+                           f"over {x.shape}: put the reduced dims back as size 1 first "
+                           f"(np.expand_dims) when keepdim is False ({e})") from None
+            want = numeric(lambda v: npf(v, axis=dim, keepdims=keep), [x.copy()], 0, g)
+            check_input_grad(f'x in {op}(dim={dim}, keepdim={keep})', got, want, x.shape, (),
+                             "every element of a reduced slice gets g (mean: g / n)")
+
+
+def _unary(m, op, npf, xs, math_, mistakes=lambda x, g: ()):
+    tt = m['tinytorch']
+    g = rng(5).standard_normal(xs.shape)
+    out = getattr(tt, op)(leaf(tt, xs))
+    got, = rule_grads(out, g, 1)
+    want = numeric(npf, [xs.copy()], 0, g)
+    check_input_grad('x', got, want, xs.shape, mistakes(xs, g), math_)
+
+
+def check_3_3(m):
+    _unary(m, 'exp', np.exp, rng(6).standard_normal((2, 3)), "d e^x/dx = e^x",
+           lambda x, g: [(lambda got: close(got, g), "exp's rule passed g through unchanged: "
+                          "d e^x/dx = e^x, so multiply g by the output (out)"),
+                         (lambda got: close(got, g * x), "exp's rule multiplied g by x: "
+                          "the derivative of e^x is e^x itself (out), not x")])
+
+
+def check_3_4(m):
+    _unary(m, 'log', np.log, rng(7).uniform(0.5, 3.0, (2, 3)), "d log(x)/dx = 1/x",
+           lambda x, g: [(lambda got: close(got, g * x), "log's rule multiplied g by x: "
+                          "d log(x)/dx = 1/x, so divide g by x"),
+                         (lambda got: close(got, g * np.log(x)), "log's rule used log(x): "
+                          "its derivative is 1/x")])
+
+
+def check_3_5(m):
+    tt = m['tinytorch']
+    r = rng(8)
+    x = r.uniform(0.5, 2.0, (2, 3))
+    for p in (3, 2.5, -1, 0):
+        g = r.standard_normal(x.shape)
+        out = tt.pow(leaf(tt, x), p)
+        got, = rule_grads(out, g, 1)
+        want = numeric(lambda v: v ** p, [x.copy()], 0, g)
+        check_input_grad(f'x in x ** {p}', got, want, x.shape,
+                         [(lambda got: close(got, g * p * x ** p), "pow's exponent is off by one: "
+                           "d(x^p)/dx = p x^(p-1)"),
+                          (lambda got: close(got, g * x ** (p - 1)), "pow's rule forgot the "
+                           "factor p: d(x^p)/dx = p x^(p-1)")], "d(x^p)/dx = p x^(p-1)")
+
+
+# -- step 4: parameters, Linear, SGD -------------------------------------------------------
+def check_4_1(m):
+    tt, nn = m['tinytorch'], m['nn']
+
+    class Inner(nn.Module):
+        def __init__(self):
+            self.lin = nn.Linear(2, 3)
+            self.scale = nn.Parameter(tt.ones(3))
+
+    class Outer(nn.Module):
+        def __init__(self):
+            self.first = nn.Linear(3, 2)
+            self.inner = Inner()
+            self.tied = Inner()
+            self.tied.lin.weight = self.inner.lin.weight  # weight tying
+
+    model = Outer()
+    got = list(model.named_parameters())
+    names = [n for n, _ in got]
+    want = ['first.weight', 'first.bias', 'inner.scale', 'inner.lin.weight', 'inner.lin.bias',
+            'tied.scale', 'tied.lin.bias']
+    if not all(isinstance(p, tt.Tensor) for _, p in got):
+        raise Fail("named_parameters must yield (name, tensor) pairs")
+    if len(names) < len(want) and set(names) <= {'first.weight', 'first.bias'}:
+        raise Fail(f"parameters() missed the parameters of nested modules: found {len(names)} "
+                   f"of {len(want)} ({', '.join(names) or 'none'}); walk the whole tree "
+                   "(self.named_modules), not only this module's own attributes")
+    ids = [id(p) for _, p in got]
+    if len(set(ids)) != len(ids):
+        raise Fail("a parameter shared by two modules (weight tying) was listed twice: an "
+                   "optimizer would then update it twice per step; remember the ids you yielded")
+    if sorted(names) != sorted(want):
+        raise Fail(f"the names are {names}, expected {want}: module name, a dot, then the "
+                   "parameter name ('inner.lin.weight')")
+    if len(list(model.parameters())) != len(want):
+        raise Fail("parameters() must give the same tensors as named_parameters()")
+
+
+def check_4_2(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(9)
+    for xs, (o, i), bias in (((5, 3), (3, 3), True), ((5, 3), (4, 3), True),
+                             ((2, 3, 3), (2, 3), True), ((4, 3), (2, 3), False)):
+        x, w, b = r.standard_normal(xs), r.standard_normal((o, i)), r.standard_normal(o)
+        X, W = leaf(tt, x), leaf(tt, w)
+        B = leaf(tt, b) if bias else None
+        out = nn.linear(X, W, B)
+        g = r.standard_normal(out.shape)
+        grads = rule_grads(out, g, 3 if bias else 2)
+        f = (lambda x_, w_, b_: x_ @ w_.T + b_) if bias else (lambda x_, w_: x_ @ w_.T)
+        arrays = [x, w, b] if bias else [x, w]
+        rows_g, rows_x = g.reshape(-1, o), x.reshape(-1, i)
+        mist = {
+            'x': [],
+            'weight': [(lambda got: got.shape == (i, o) and i != o
+                        or i == o and close(got, rows_x.T @ rows_g),
+                        "transposed matmul rule for the weight: W is (out, in), so dW = g^T @ x "
+                        "(you gave x^T @ g, shape (in, out))")],
+            'bias': [(lambda got: got.shape == rows_g.shape or got.shape == g.shape,
+                      "the bias was added to every row, so its gradient is g summed over the "
+                      "rows: did you sum the gradient back to the shape of the bias?")]}
+        for k, name in enumerate(('x', 'weight', 'bias')[:len(arrays)]):
+            want = numeric(f, [a.copy() for a in arrays], k, g)
+            check_input_grad(name, grads[k], want, arrays[k].shape,
+                             [mm for mm in mist[name] if mm[1]], "y = x W^T + b: dx = g @ W, "
+                             "dW = g^T @ x, db = g summed over the rows")
+
+
+def check_4_3(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p = leaf(tt, [1.0, -2.0])
+    p.grad = tt.tensor(np.array([0.5, 0.25]))
+    opt = optim.SGD([p], lr=0.1)
+    opt.step()
+    want = np.array([1.0 - 0.05, -2.0 - 0.025])
+    if close(p.array, [1.05, -1.975]):
+        raise Fail("SGD went uphill: the gradient points to where the loss grows, so step "
+                   "against it: p -= lr * g")
+    if close(p.array, [0.5, -2.25]):
+        raise Fail("the step ignores the learning rate: p -= lr * g (group['lr'])")
+    if close(p.array, [1.0, -2.0]):
+        raise Fail("step() did not change the parameter: change p.array in place")
+    if not close(p.array, want):
+        raise Fail(f"p = [1, -2], grad = [0.5, 0.25], lr = 0.1 must give {want.tolist()}, got "
+                   f"{p.array.tolist()}")
+
+
+def check_4_4(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p = leaf(tt, [1.0, 2.0])
+    q = leaf(tt, [3.0])
+    opt = optim.SGD([p, q], lr=0.1)
+    p.grad = tt.tensor(np.array([1.0, 1.0]))
+    opt.zero_grad()
+    if p.grad is not None:
+        raise Fail("zero_grad() left the old gradients: the next backward adds onto them, so "
+                   "every step would use the sum of all past gradients; set p.grad = None")
+    if q.grad is not None:
+        raise Fail("zero_grad() must leave a parameter without gradient alone (grad None)")
+    p.grad = tt.tensor(np.array([1.0, 1.0]))
+    g = p.grad
+    opt.zero_grad(set_to_none=False)
+    if p.grad is not g:
+        raise Fail("zero_grad(set_to_none=False) must keep the existing .grad tensor and write "
+                   "zeros into its array (p.grad.array[...] = 0), not replace it or set None")
+    if not close(g.array, [0.0, 0.0]):
+        raise Fail("zero_grad(set_to_none=False) must write zeros into .grad's array")
+    if q.grad is not None:
+        raise Fail("zero_grad(set_to_none=False) must leave a parameter whose grad is None alone")
+
+
+def check_5_1(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(10)
+    x, y = r.standard_normal((3, 2)), r.standard_normal((3, 2))
+    out = nn.mse_loss(leaf(tt, x), leaf(tt, y), reduction='none')
+    g = r.standard_normal(out.shape)
+    gi, gt = rule_grads(out, g, 2)
+    d = x - y
+    check_input_grad('input', gi, numeric(lambda a, b: (a - b) ** 2, [x.copy(), y.copy()], 0, g),
+                     x.shape, [(lambda got: close(got, g * d), "the factor 2 is missing: "
+                                "d (x - y)^2/dx = 2 (x - y)")], "d (x-y)^2/dx = 2 (x - y)")
+    check_input_grad('target', gt, numeric(lambda a, b: (a - b) ** 2, [x.copy(), y.copy()], 1, g),
+                     y.shape, [(lambda got: close(got, -g * d), "the factor 2 is missing: "
+                                "d (x - y)^2/dy = -2 (x - y)")], "d (x-y)^2/dy = -2 (x - y)")
+
+
+# -- step 6: softmax, normalisation, cross-entropy ---------------------------------------------
+def _ce_reference(z, t):
+    s = z - z.max(axis=1, keepdims=True)
+    return np.mean(np.log(np.exp(s).sum(1)) - s[np.arange(len(t)), t])
+
+
+def check_6_1(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(11)
+    z, t = r.standard_normal((4, 3)), np.array([0, 2, 1, 2])
+    cases = [('logits of size 1', z), ('logits of 1000', z * 10 + 1000),
+             ('rows of very different sizes', np.array([[1000.0, 999, 998], [0, -1, -2],
+                                                         [-1000, -1001, -999], [5, 5, 5]]))]
+    for what, logits in cases:
+        L = leaf(tt, logits)
+        with np.errstate(all='ignore'):
+            try:
+                loss = nn.cross_entropy(L, t)
+            except ValueError as e:
+                raise Fail(f"(4, 3) logits: {e}; subtract each row's own max with "
+                           "keepdims=True so that it lines up with the rows") from None
+        v = float(loss.array)
+        want = _ce_reference(logits, t)
+        if not np.isfinite(v):
+            if what == 'logits of 1000':
+                raise Fail("the softmax overflowed on logits of 1000 (exp(1000) is inf, the "
+                           "loss nan): subtract each row's max before exp; softmax(z - c) = "
+                           "softmax(z)")
+            raise Fail(f"{what}: the loss is {v}: subtract each row's OWN max (axis=1, "
+                       "keepdims=True), not one max for the whole batch (a row far below it "
+                       "underflows to exp = 0, log 0 = -inf)")
+        if not abs(v - want) < 1e-6 * max(1, abs(want)):
+            raise Fail(f"{what}: cross-entropy {v:.6g}, expected {want:.6g}: check logp = "
+                       "shifted - lse (log-softmax) and lse = log of the row sums of e")
+        with np.errstate(all='ignore'):
+            grad, = rule_grads(loss, np.ones(()), 1)
+        s = np.exp(logits - logits.max(1, keepdims=True))
+        want_g = (s / s.sum(1, keepdims=True) - np.eye(3)[t]) / len(t)
+        if not close(grad, want_g):
+            raise Fail(f"{what}: the backward (which reads e and sumexp) is wrong: e must be "
+                       "exp(shifted) (N, C) and sumexp its row sums (N, 1)")
+
+
+def check_6_2(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(12)
+    x = r.standard_normal((3, 5)) * 3 + 1
+    x[1] = 2.0  # a constant row: variance 0
+    with np.errstate(all='ignore'):
+        out = nn.layer_norm(leaf(tt, x), (5,))
+    y = out.array
+    mu = x.mean(1, keepdims=True)
+    want = (x - mu) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    if not np.all(np.isfinite(y)):
+        raise Fail("a constant row came out as nan or inf: its variance is 0, so add eps inside "
+                   "the square root: 1 / sqrt(var + eps)")
+    if close(y[[0, 2]], ((x - mu) / np.sqrt(x.var(1, ddof=1, keepdims=True) + 1e-5))[[0, 2]]):
+        raise Fail("LayerNorm divides the squared deviations by n (the biased variance), not "
+                   "n - 1")
+    if close(y[[0, 2]], ((x - mu) / (np.sqrt(x.var(1, keepdims=True)) + 1e-5))[[0, 2]], 1e-9) \
+            and not close(y, want, 1e-9):
+        raise Fail("eps goes inside the square root: 1 / sqrt(var + eps)")
+    if not close(y, want, 1e-7):
+        raise Fail(f"layer_norm's output is wrong: row 0 gives {np.round(y[0], 4).tolist()}, "
+                   f"expected {np.round(want[0], 4).tolist()} ((x - mean) / sqrt(var + eps))")
+    g = r.standard_normal(x.shape)
+    X = leaf(tt, x)
+    with np.errstate(all='ignore'):
+        got, = rule_grads(nn.layer_norm(X, (5,)), g, 1)
+
+    def f(v):
+        return (v - v.mean(1, keepdims=True)) / np.sqrt(v.var(1, keepdims=True) + 1e-5)
+    if not close(got, numeric(f, [x.copy()], 0, g), 1e-4):
+        raise Fail("the backward (which reads xhat and rstd) is wrong: xhat must be the "
+                   "normalised rows and rstd = 1 / sqrt(var + eps), shape (R, 1)")
+
+
+# -- step 7: attention -----------------------------------------------------------------------
+def _softmax(s, axis=-1):
+    with np.errstate(invalid='ignore'):
+        e = np.exp(s - s.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+
+def check_7_1(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    r = rng(13)
+    q, k = r.standard_normal((2, 4, 8)) * 2, r.standard_normal((2, 5, 8)) * 2
+    try:
+        w = tr.attention_weights(leaf(tt, q), leaf(tt, k)).array
+    except ValueError as e:
+        raise Fail(f"(2, 4, 8) queries with (2, 5, 8) keys: {e}; the scores are q @ k^T "
+                   "(k.transpose(-2, -1)), shape (..., Tq, Tk)") from None
+    raw = q @ k.transpose(0, 2, 1)
+    want = _softmax(raw / math.sqrt(8))
+    if w.shape != want.shape:
+        raise Fail(f"the weights have shape {w.shape}, expected {want.shape} = (..., Tq, Tk)")
+    if close(w, _softmax(raw)):
+        raise Fail("the scores are not scaled by 1/sqrt(d): without it, large dot products make "
+                   "the softmax nearly one-hot and its gradient vanishes")
+    if close(w, _softmax(raw / 8)):
+        raise Fail("the scores are divided by d; divide by sqrt(d) (math.sqrt(q.shape[-1]))")
+    if close(w, _softmax(raw / math.sqrt(8), axis=-2)):
+        raise Fail("the softmax runs over the queries (dim -2): each query's weights over the "
+                   "keys (the last dim) must sum to 1")
+    if not close(w, want):
+        raise Fail("the weights differ from softmax(q @ k^T / sqrt(d)) over the last dim")
+    q2, k2 = q[:, :4], k[:, :4]
+    w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), is_causal=True).array
+    allowed = np.tril(np.ones((4, 4), dtype=bool))
+    s = np.where(allowed, q2 @ k2.transpose(0, 2, 1) / math.sqrt(8), -np.inf)
+    want = _softmax(s)
+    if np.any(w[..., ~allowed] != 0):
+        raise Fail("is_causal=True: a query gave weight to a later key; set the scores of "
+                   "disallowed positions to -inf before the softmax")
+    if not close(w.sum(-1), np.ones((2, 4))):
+        raise Fail("the mask is applied after the softmax: the kept weights no longer sum to 1; "
+                   "mask the scores (-inf) first, then take the softmax")
+    if not close(w, want):
+        raise Fail("is_causal=True: the weights differ from the softmax of the masked scores")
+    mask = r.random((4, 4)) < 0.6
+    mask[:, 0] = True
+    w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), mask=mask).array
+    s = np.where(mask, q2 @ k2.transpose(0, 2, 1) / math.sqrt(8), -np.inf)
+    if not close(w, _softmax(s)):
+        raise Fail("a boolean mask (True = may attend) is not applied as -inf where it is False")
+
+
+def _heads_np(qkv, H, split_ok=True, merge_ok=True):
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    D = C // H
+    parts = [qkv[..., i * C:(i + 1) * C] for i in range(3)]
+    if split_ok:
+        q, k, v = (p.reshape(B, T, H, D).transpose(0, 2, 1, 3) for p in parts)
+    else:
+        q, k, v = (p.reshape(B, H, T, D) for p in parts)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    s = np.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(D), -np.inf)
+    y = _softmax(s) @ v
+    return y.transpose(0, 2, 1, 3).reshape(B, T, C) if merge_ok else y.reshape(B, T, C)
+
+
+def _attn_module(m, n_embd=8, n_head=2):
+    tr = m['transformer']
+    cfg = tr.GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=n_head, n_embd=n_embd,
+                       dropout=0.0, bias=True)
+    return tr.CausalSelfAttention(cfg)
+
+
+def check_7_2(m):
+    tt = m['tinytorch']
+    qkv = rng(14).standard_normal((2, 5, 24))
+    attn = _attn_module(m)
+    y = attn.attend(leaf(tt, qkv)).array
+    want = _heads_np(qkv, 2)
+    if y.shape != want.shape:
+        raise Fail(f"attend must return (B, T, C) = {want.shape}, got {y.shape}")
+    if close(y, want):
+        return
+    if close(y, _heads_np(qkv, 2, split_ok=False)):
+        raise Fail("the heads are mixed up: (B, T, C).reshape(B, H, T, D) takes the numbers in "
+                   "memory order, so a 'head' gets pieces of several positions; reshape to "
+                   "(B, T, H, D), then transpose(1, 2)")
+    if close(y, _heads_np(qkv, 2, merge_ok=False)):
+        raise Fail("putting the heads back: (B, H, T, D).reshape(B, T, C) mixes positions; "
+                   "transpose(1, 2) to (B, T, H, D) first, then reshape")
+    raise Fail("the multi-head output differs from each head's causal attention put side by "
+               "side (check the split and the merge)")
+
+
+def check_8_1(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    rt, _, rtr = reference()
+    cfg = dict(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8, dropout=0.0, bias=True)
+    tt.manual_seed(0)
+    mine = tr.Block(tr.GPTConfig(**cfg))
+    rt.manual_seed(0)
+    ref = rtr.Block(rtr.GPTConfig(**cfg))
+    for name in ('ln_1', 'ln_2'):  # LayerNorms start as 1 and 0: make them matter
+        for part in ('weight', 'bias'):
+            a = rng(15).standard_normal(getattr(getattr(ref, name), part).shape)
+            getattr(getattr(ref, name), part).array[...] = a
+            getattr(getattr(mine, name), part).array[...] = a
+    x = rng(16).standard_normal((2, 5, 8)).astype(np.float32)  # the model's dtype
+    y = mine(tt.tensor(x)).array
+    with rt.no_grad():
+        X = rt.tensor(x)
+        h = ref.attn(ref.ln_1(X))
+        want = (X + h + ref.mlp(ref.ln_2(X + h))).array
+        no_residual = [h + ref.mlp(ref.ln_2(h)), ref.mlp(ref.ln_2(h)),  # the first one missing
+                       ref.mlp(ref.ln_2(X + h)), X + h]  # the second one missing
+        post = ref.ln_1(X + ref.attn(X))
+        post = ref.ln_2(post + ref.mlp(post)).array
+    if any(np.allclose(y, v.array, atol=1e-5) for v in no_residual):
+        raise Fail("the residual is missing: each sub-layer adds to its input (x = x + "
+                   "attn(ln_1(x)), then x + mlp(ln_2(x))); without it the gradient has no "
+                   "direct path back")
+    if np.allclose(y, post, atol=1e-5):
+        raise Fail("that is a post-LN block (normalise after the residual sum); this model is "
+                   "pre-LN: x + attn(ln_1(x)), then x + mlp(ln_2(x))")
+    if not np.allclose(y, want, atol=1e-5):
+        raise Fail("the block's output differs from x + attn(ln_1(x)) followed by "
+                   "x + mlp(ln_2(x))")
+
+
+CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
+
+
+# ---------------------------------------------------------------------------
+# The runs at the end of a step, on the learner's whole engine
+# ---------------------------------------------------------------------------
+def run_2(m):
+    tt = m['tinytorch']
+    r = rng(19)
+    a, b = r.uniform(0.5, 2, (3, 1)), r.uniform(0.5, 2, (4,))
+
+    def f_np(a_, b_):
+        return a_ * b_ - a_ / b_ + a_ * a_
+
+    g = r.standard_normal((3, 4))
+    A, B = leaf(tt, a), leaf(tt, b)
+    for _ in range(2):  # twice: the second backward adds to .grad
+        out = A * B - A / B + A * A
+        out.backward(tt.tensor(g))
+    for name, t, k in (('a', A, 0), ('b', B, 1)):
+        want = 2 * numeric(f_np, [a.copy(), b.copy()], k, g)
+        if t.grad is None or not close(t.grad.array, want):
+            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
+            raise Fail(f"after two backward calls, {name}.grad differs from twice the finite "
+                       f"differences: {why}")
+    return ("a * b - a / b + a * a with a (3, 1) and b (4,), backward twice: .grad agrees "
+            "with finite differences")
+
+
+def run_3(m):
+    tt = m['tinytorch']
+    r = rng(20)
+    x, w, b = r.standard_normal((4, 3)), r.standard_normal((3, 2)), r.uniform(0.5, 1, (2,))
+
+    def f_np(x_, w_, b_):
+        h = x_ @ w_ + b_
+        return np.mean(np.exp(h / 4) * h - np.log(b_ * b_) / (h * h + 1)
+                       + (h ** 3).sum(0, keepdims=True))
+
+    X, W, B = leaf(tt, x), leaf(tt, w), leaf(tt, b)
+    h = X @ W + B
+    loss = ((h / 4).exp() * h - (B * B).log() / (h * h + 1)
+            + (h ** 3).sum(0, keepdim=True)).mean()
+    if not close(loss.array, f_np(x, w, b)):
+        raise Fail(f"the loss is {float(loss.array):.6g}, expected {f_np(x, w, b):.6g}")
+    loss.backward()
+    for name, t, k in (('x', X, 0), ('W', W, 1), ('b', B, 2)):
+        want = numeric(lambda *a: f_np(*a), [x.copy(), w.copy(), b.copy()], k, np.ones(()))
+        if t.grad is None or not close(t.grad.array, want, 1e-4):
+            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
+            raise Fail(f"d loss/d {name} through your whole engine differs from finite "
+                       f"differences: {why}")
+    return ("loss = mean(exp(h/4) h - log(b^2) / (h^2 + 1) + sum(h^3)) with h = x @ W + b: "
+            "all gradients agree")
+
+
+def run_5(m):
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    r = rng(21)
+    x = r.uniform(-1, 1, (64, 1))
+    y = 2 * x + 1
+    tt.manual_seed(0)
+    model = nn.Linear(1, 1)
+    model.weight.array[...] = 0.0
+    model.bias.array[...] = 0.0
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    X, Y = tt.tensor(x.astype(np.float32)), tt.tensor(y.astype(np.float32))
+    for step in range(300):
+        opt.zero_grad()
+        loss = nn.mse_loss(model(X), Y)
+        loss.backward()
+        opt.step()
+    w, b = float(model.weight.array[0, 0]), float(model.bias.array[0])
+    if not (abs(w - 2) < 0.02 and abs(b - 1) < 0.02):
+        raise Fail(f"after 300 SGD steps (lr 0.1) on y = 2x + 1 the model has w = {w:.4f}, "
+                   f"b = {b:.4f} (loss {float(loss.array):.4g}); expected w = 2, b = 1")
+    return f"300 steps: w = {w:.4f}, b = {b:.4f}, loss {float(loss.array):.2e}"
+
+
+def spiral(n=60, classes=3, seed=22):
+    r = rng(seed)
+    xs, ys = [], []
+    for c in range(classes):
+        t = np.linspace(0.0, 1, n)
+        angle = c * 2 * np.pi / classes + 4 * t + r.normal(0, 0.2, n)
+        xs.append(np.stack([t * np.sin(angle), t * np.cos(angle)], 1))
+        ys.append(np.full(n, c))
+    return np.concatenate(xs).astype(np.float32), np.concatenate(ys)
+
+
+def run_6(m):
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    x, y = spiral()
+    tt.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 3))
+    opt = optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+    X = tt.tensor(x)
+    for step in range(400):
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+    acc = float((model(X).array.argmax(1) == y).mean())
+    if acc < 0.95:
+        raise Fail(f"the spiral classifier reached only {acc:.0%} training accuracy (loss "
+                   f"{float(loss.array):.3f}) after 400 steps; expected at least 95%")
+    big = leaf(tt, np.array([[1000.0, 0.0, -1000.0], [1000.0, 1000.0, 0.0]]))
+    with np.errstate(all='ignore'):
+        ce = nn.cross_entropy(big, np.array([0, 2]))
+        ce.backward()
+    if not (np.isfinite(ce.array) and np.all(np.isfinite(big.grad.array))):
+        raise Fail("cross-entropy on logits of 1000 is not finite: the softmax overflowed")
+    return (f"spiral (3 classes): {acc:.0%} after 400 steps; logits of 1000: loss "
+            f"{float(ce.array):.4g}, finite gradient")
+
+
+def run_7(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    rt, _, rtr = reference()
+    r = rng(23)
+    q, k, v = (r.standard_normal((2, 2, 5, 4)) for _ in range(3))
+    g = r.standard_normal((2, 2, 5, 4))
+    mine = [leaf(tt, a) for a in (q, k, v)]
+    ref = [rt.tensor(a, requires_grad=True) for a in (q, k, v)]
+    out = tr.scaled_dot_product_attention(*mine, is_causal=True)
+    want = rtr.scaled_dot_product_attention(*ref, is_causal=True)
+    if not close(out.array, want.array):
+        raise Fail("causal attention's output differs from the shipped implementation")
+    out.backward(tt.tensor(g))
+    want.backward(rt.tensor(g))
+    for name, a, b in zip('qkv', mine, ref):
+        if a.grad is None or not close(a.grad.array, b.grad.array):
+            raise Fail(f"d out/d {name} through your engine differs from the shipped "
+                       "implementation's")
+    cfg = dict(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8, dropout=0.0, bias=True)
+    tt.manual_seed(1)
+    a1 = tr.CausalSelfAttention(tr.GPTConfig(**cfg))
+    rt.manual_seed(1)
+    a2 = rtr.CausalSelfAttention(rtr.GPTConfig(**cfg))
+    x = r.standard_normal((2, 6, 8)).astype(np.float32)  # the model's dtype
+    X1, X2 = tt.tensor(x, requires_grad=True), rt.tensor(x, requires_grad=True)
+    y1, y2 = a1(X1), a2(X2)
+    if not close(y1.array, y2.array, 1e-4):
+        raise Fail("multi-head causal self-attention differs from the shipped one")
+    y1.sum().backward()
+    y2.sum().backward()
+    if not close(X1.grad.array, X2.grad.array, 1e-4):
+        raise Fail("multi-head attention's input gradient differs from the shipped one")
+    return "single- and multi-head causal attention: outputs and gradients match the shipped ones"
+
+
+TEXT = "the cat sat on the mat. the dog sat on the log. "
+
+
+def run_8(m, steps=150, target=0.3):
+    tt, tr, optim = m['tinytorch'], m['transformer'], m['optim']
+    chars = sorted(set(TEXT))
+    ids = np.array([chars.index(c) for c in TEXT * 4])
+    cfg = tr.GPTConfig(block_size=16, vocab_size=len(chars), n_layer=1, n_head=2, n_embd=32,
+                       dropout=0.0, bias=True)
+    tt.manual_seed(0)
+    model = tr.GPT(cfg)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    r = rng(24)
+    t0 = time.perf_counter()
+    for step in range(steps):
+        starts = r.integers(0, len(ids) - 17, 16)
+        xb = np.stack([ids[s:s + 16] for s in starts])
+        yb = np.stack([ids[s + 1:s + 17] for s in starts])
+        opt.zero_grad()
+        _, loss = model(tt.tensor(xb), tt.tensor(yb))
+        loss.backward()
+        opt.step()
+        if float(loss.array) < target:
+            break
+    secs = time.perf_counter() - t0
+    final = float(loss.array)
+    if not final < target:
+        raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
+                   f"{math.log(len(chars)):.2f}); expected below {target}")
+    return (f"a 1-layer GPT learned {len(TEXT)} characters of text: loss {final:.3f} after "
+            f"{step + 1} steps ({secs:.0f} s)")
+
+
+RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
+
+
+# ---------------------------------------------------------------------------
+# Running checks
+# ---------------------------------------------------------------------------
+def needs(ex):
+    """The modules an exercise's check uses."""
+    step = EXERCISES[ex]['step']
+    return (('tinytorch',) + (('nn', 'optim') if step >= 4 else ())
+            + (('transformer',) if step >= 7 else ()))
+
+
+def attempt(fn, mods, mod_names, ex, ws):
+    """(passed, message) of one check or run."""
+    for name in mod_names:
+        if isinstance(mods[name], str):
+            return False, mods[name]
+    try:
+        with np.errstate(all='ignore'):
+            msg = fn(mods)
+        return True, msg or ''
+    except Fail as e:
+        return False, str(e)
+    except NotImplementedError as e:
+        text = str(e)
+        got = re.match(r'exercise (\d+\.\d+): not implemented yet', text)
+        if got and ex is not None and got.group(1) != ex:
+            return False, f"needs exercise {got.group(1)} first (it is not implemented yet)"
+        if got:
+            f, line = locate(ws, got.group(1))
+            return False, f"not implemented yet: write it in {f}, line {line}"
+        return False, _where(e, ws)
+    except RecursionError:
+        return False, "RecursionError: your code recursed too deep (a loop in the graph walk?)"
+    except Exception as e:  # noqa: BLE001 (the learner's code: explain, do not crash)
+        return False, f"your code raised {_where(e, ws)}"
+
+
+def select(arg):
+    if arg is None:
+        return list(ORDER), sorted(RUN_FNS)
+    if re.fullmatch(r'\d+', arg) and int(arg) in STEPS:
+        s = int(arg)
+        return [ex for ex in ORDER if EXERCISES[ex]['step'] == s], [s] if s in RUN_FNS else []
+    if arg in EXERCISES:
+        return [arg], []
+    raise Usage(f"unknown exercise or step {arg!r}: the steps are 1-{len(STEPS)}, the exercises "
+                f"{ORDER[0]} .. {ORDER[-1]} (python learn.py lists them)")
+
+
+def check(ws, arg, out=print):
+    exercises, runs = select(arg)
+    read_stamp(ws)
+    mods = load(ws)
+    results = {}
+    ok = True
+    for ex in exercises:
+        passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+        results[ex] = passed
+        ok &= passed
+        title = EXERCISES[ex]['title']
+        out(f"✓ {ex} {title}" if passed else f"✗ {ex} {title}: {msg}")
+        step = EXERCISES[ex]['step']
+        if step in runs and ex == [e for e in ORDER if EXERCISES[e]['step'] == step][-1]:
+            ok &= do_run(step, mods, ws, out)
+    for step in runs:  # runs of steps none of whose exercises were chosen
+        if not any(EXERCISES[e]['step'] == step for e in exercises):
+            ok &= do_run(step, mods, ws, out)
+    if ok or len(exercises) > 1:
+        out(next_step(ws, results))
+    else:
+        out(f"(stuck? python learn.py hint {exercises[0]}{_dir_arg(ws)})")
+    return ok, results
+
+
+def do_run(step, mods, ws, out):
+    mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+    blocked = [e for e in mine if not attempt(CHECKS[e], mods, needs(e), e, ws)[0]]
+    if blocked:
+        out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
+            f"{' ...' if len(blocked) > 4 else ''}")
+        return False
+    passed, msg = attempt(RUN_FNS[step], mods, needs(mine[-1]), None, ws)
+    out(f"✓ step {step} run: {msg}" if passed else f"✗ step {step} run ({RUNS[step]}): {msg}")
+    return passed
+
+
+def status(ws):
+    print("Build tinytorch yourself: the seed article's checklist, as exercises that "
+          "tinytorch checks.\n")
+    have = ws.is_dir()
+    states = {}
+    if have:
+        read_stamp(ws)
+        mods = load(ws)
+        for ex in ORDER:
+            if is_stub(ws, ex):
+                states[ex] = None
+            else:
+                states[ex] = attempt(CHECKS[ex], mods, needs(ex), ex, ws)[0]
+    for step, what in STEPS.items():
+        print(f"Step {step}. {what}")
+        for ex in ORDER:
+            if EXERCISES[ex]['step'] != step:
+                continue
+            mark = {True: '✓', False: '✗', None: '·'}[states.get(ex)] if have else ' '
+            print(f"   {mark} {ex} {EXERCISES[ex]['title']}  ({EXERCISES[ex]['file']})")
+        if step in RUNS:
+            print(f"     then a run: {RUNS[step]}")
+    print()
+    if not have:
+        print(f"No workspace yet. Start with:  python learn.py start   (makes {DEFAULT_DIR}/: "
+              "your copies of tinytorch.py, nn.py, optim.py, transformer.py with the exercises "
+              "cut out)")
+        print("Then:  python learn.py check 1.1    python learn.py hint 1.1    "
+              "python learn.py diff 1.1")
+    else:
+        done = sum(1 for v in states.values() if v)
+        print(f"{ws}/: {done} of {len(ORDER)} exercises pass (✓ passes, ✗ written but failing, "
+              "· not started).")
+        print(next_step(ws, states))
+
+
+def hint(ws, ex):
+    if ex not in EXERCISES:
+        raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]} "
+                    "(python learn.py lists them)")
+    stamp = read_stamp(ws)
+    level = min(stamp.setdefault('hints', {}).get(ex, 0) + 1, 3)
+    stamp['hints'][ex] = level
+    write_stamp(ws, stamp)
+    e = EXERCISES[ex]
+    print(f"Hint {level} of 3 for exercise {ex} ({e['title']}, {e['file']}):")
+    if level == 1:
+        print(e['think'])
+    elif level == 2:
+        print(e['math'])
+    else:
+        print("The shipped answer (this is what tinytorch's own file says):")
+        for block in shipped_code(ex):
+            print(block)
+    if level < 3:
+        print(f"(python learn.py hint {ex} again for more)")
+
+
+def diff(ws, ex):
+    if ex not in EXERCISES:
+        raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]}")
+    read_stamp(ws)
+    mods = load(ws)
+    passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+    if not passed:
+        print(f"✗ {ex} {EXERCISES[ex]['title']}: {msg}")
+        print(f"diff shows the shipped answer once your check passes (python learn.py check {ex}).")
+        return False
+    f = EXERCISES[ex]['file']
+    lines = (ws / f).read_text().split('\n')
+    yours = ['\n'.join(_without_todo(lines[a:b]))
+             for e, _, _, a, b in regions('\n'.join(lines)) if e == ex]
+    width = max(40, (shutil.get_terminal_size((120, 24)).columns - 3) // 2)
+    print(f"✓ {ex} passes. Yours ({ws}/{f}) | shipped ({f} of tinytorch):")
+    for mine, theirs in zip(yours, shipped_code(ex)):
+        left, right = _dedent(mine.split('\n')), _dedent(theirs.split('\n'))
+        for a, b in _pairs(left, right):
+            mark = ' ' if a == b else '|'
+            wa, wb = textwrap.wrap(a, width) or [''], textwrap.wrap(b, width) or ['']
+            for k in range(max(len(wa), len(wb))):
+                pa, pb = (wa[k] if k < len(wa) else ''), (wb[k] if k < len(wb) else '')
+                print(f"{pa:<{width}} {mark} {pb}".rstrip())
+        print('-' * (2 * width + 3))
+    return True
+
+
+def _without_todo(lines):
+    """The learner's lines without the stub's TODO comment (if they kept it)."""
+    out, skip = [], False
+    for ln in lines:
+        if ln.strip().startswith('# TODO exercise'):
+            skip = True
+        elif not (skip and ln.strip().startswith('#')):
+            skip = False
+            out.append(ln)
+    return out
+
+
+def _dedent(lines):
+    lines = [ln for ln in lines if ln.strip()]
+    pad = min((len(ln) - len(ln.lstrip()) for ln in lines), default=0)
+    return [ln[pad:] for ln in lines]
+
+
+def _pairs(a, b):
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b).get_opcodes():
+        left, right = a[i1:i2], b[j1:j2]
+        for k in range(max(len(left), len(right))):
+            out.append((left[k] if k < len(left) else '', right[k] if k < len(right) else ''))
+    return out
+
+
+USAGE = ("usage: python learn.py [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "
+         "diff EXERCISE] [--dir DIR]")
+
+
+def main(argv):
+    try:
+        sys.stdout.reconfigure(errors='replace')
+    except (AttributeError, ValueError):
+        pass
+    args = list(argv)
+    ws = None
+    if '--dir' in args:
+        i = args.index('--dir')
+        if i + 1 >= len(args):
+            raise Usage("--dir needs a folder: --dir mytorch")
+        ws = args[i + 1]
+        del args[i:i + 2]
+    bad = [a for a in args if a.startswith('-')]
+    if bad:
+        raise Usage(f"unknown option {bad[0]!r}; {USAGE}")
+    _index_exercises()
+    cmd, rest = (args[0], args[1:]) if args else ('status', [])
+    if cmd not in ('status', 'start', 'check', 'hint', 'diff'):
+        raise Usage(f"unknown command {cmd!r}; {USAGE}")
+    if len(rest) > 1 or cmd in ('hint', 'diff') and len(rest) != 1:
+        what = 'one exercise, as in 2.1' if cmd in ('hint', 'diff') else 'too many arguments'
+        raise Usage(f"{cmd}: {what}; {USAGE}")
+    if cmd == 'start':
+        if ws is not None and rest:
+            raise Usage("start takes the folder once: python learn.py start DIR")
+        start(Path(rest[0] if rest else ws or DEFAULT_DIR))
+        return 0
+    if ws is None:  # run from inside a workspace: that one
+        ws = '.' if Path(STAMP).is_file() and not Path(DEFAULT_DIR).is_dir() else DEFAULT_DIR
+    ws = Path(ws)
+    if cmd == 'status':
+        status(ws)
+        return 0
+    if cmd == 'check':
+        return 0 if check(ws, rest[0] if rest else None)[0] else 1
+    if cmd == 'hint':
+        hint(ws, rest[0])
+        return 0
+    return 0 if diff(ws, rest[0]) else 1
+
+
+if __name__ == '__main__':
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Usage as e:
+        print(f"learn.py: {e}", file=sys.stderr)
+        sys.exit(2)
+    except BrokenPipeError:  # python learn.py hint 1.1 | head
+        sys.exit(0)
