@@ -4932,6 +4932,9 @@ def _check_member(info, size):
         raise _BadFile(f"declares a member {info.filename} of {info.compress_size:,} bytes, more "
                        f"than the file's {size:,}: it is truncated, or damaged or made to attack; do not "
                        "use it")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise _BadFile(f"has a member {info.filename} stored as {info.compress_size:,} bytes but "
+                       f"declared as {info.file_size:,}; {_HOSTILE}")
     if info.compress_type != zipfile.ZIP_STORED and \
             info.file_size > 64 * builtins.max(info.compress_size, 1 << 20):
         raise _BadFile(f"has a member {info.filename} that inflates from {info.compress_size:,} "
