@@ -704,7 +704,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     shift = sum_last(xhat) / n
     xhat -= shift
     mean = first + shift
-    rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
+    with np.errstate(over='ignore'):  # a variance too large for the dtype: NaN, as PyTorch's
+        var = sum_last(xhat * xhat) / n
+    rstd = 1.0 / np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)
     out += 0 if bias is None else bias.array.reshape(n)  # + 0: a -0.0 is +0.0, as PyTorch's

@@ -689,7 +689,9 @@ def _walk(root, g_root, retain_graph=False):
     returned for each of its inputs) for every tensor the gradient reaches, outputs
     before inputs. A leaf has no rule: its third item is None."""
     grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
-    for node in reversed(_topological_order(root)):
+    order = _topological_order(root)  # no rule saved a tensor (x + 1): nothing to free, and
+    retain_graph = retain_graph or not builtins.any(n._saved for n in order)  # a 2nd walk runs
+    for node in reversed(order):
         key = id(node)
         if key not in grads:
             continue  # no gradient reached it
