@@ -11274,7 +11274,7 @@ def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
     assert not (alone / 'imported_data').exists()
 
 
-def test_optimizers_and_schedulers_refuse_what_pytorch_refuses():
+def test_optimizers_and_schedulers_refuse_nonsense_settings():
     w = tt.zeros(2, requires_grad=True)
     for make, msg in [(lambda: optim.SGD([w], lr=-1.0), "Invalid learning rate: -1.0"),
                       (lambda: optim.SGD([w], lr=0.1, momentum=-0.5), "Invalid momentum value: -0.5"),
