@@ -11094,7 +11094,7 @@ def test_load_refuses_sizes_before_reading_them(tmp_path):
         tracemalloc.stop()
     big_pickle = _torch_zip(tmp_path / 'big_pickle.pt', _pickled(b'N'))
     _patch_zip_sizes(big_pickle, 'archive/data.pkl', size=0xF0000000)
-    _refused(big_pickle, r"has a archive/data\.pkl of 4,026,531,840 bytes, more than the 256 MiB")
+    _refused(big_pickle, r"has a member archive/data\.pkl of 4,026,531,840 bytes, more than the 256 MiB")
     lying = _torch_zip(tmp_path / 'lying.pt', _pickled(_tensor_op(_storage_ref('0', 1 << 28), 0,
                                                                   (4,), (1,))), {'0': _F4})
     _patch_zip_sizes(lying, 'archive/data/0', size=1 << 30)

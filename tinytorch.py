@@ -4847,7 +4847,8 @@ class _PyTorchUnpickler(_WeightsUnpickler):
 
     def __init__(self, file, archive, folder, size, weights_only):
         super().__init__(file)
-        self.archive, self.folder, self.size, self.weights_only = archive, folder, size, weights_only
+        self.archive, self.folder, self.size = archive, folder, size
+        self.weights_only = weights_only
         self.storages = {}  # key -> the storage's array, read once
         big = archive.NameToInfo.get(folder + 'byteorder')
         self.order = '>' if big is not None and big.file_size < 16 and \
@@ -4932,8 +4933,8 @@ def _check_member(info, size):
     member that would inflate to a huge one (PyTorch stores its members uncompressed)."""
     if info.header_offset + info.compress_size > size:
         raise _BadFile(f"declares a member {info.filename} of {info.compress_size:,} bytes, more "
-                       f"than the file's {size:,}: it is truncated, or damaged or made to attack; do not "
-                       "use it")
+                       f"than the file's {size:,}: it is truncated, damaged or was made to attack: do "
+                       "not use it")
     if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
         raise _BadFile(f"has a member {info.filename} stored as {info.compress_size:,} bytes but "
                        f"declared as {info.file_size:,}; {_HOSTILE}")
@@ -4954,7 +4955,7 @@ def _load_pytorch_file(f, weights_only):
                            "read that with nn.load)")
         info = archive.getinfo(pickles[0])
         if info.file_size > _PICKLE_CEILING:
-            raise _BadFile(f"has a {info.filename} of {info.file_size:,} bytes, more than the "
+            raise _BadFile(f"has a member {info.filename} of {info.file_size:,} bytes, more than the "
                            f"{_PICKLE_CEILING >> 20} MiB a checkpoint's structure takes; {_HOSTILE}")
         _check_member(info, size)
         folder = info.filename[:-len('data.pkl')]
