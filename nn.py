@@ -719,7 +719,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     shift = sum_last(xhat) / n
     xhat -= shift
     mean = first + shift
-    rstd = 1.0 / np.sqrt(sum_last(xhat * xhat) / n + eps)  # 1 / sqrt(var + eps)
+    with np.errstate(over='ignore'):  # a variance too large for the dtype: NaN, as PyTorch's
+        var = sum_last(xhat * xhat) / n
+    rstd = 1.0 / np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)  # 1 / sqrt(var + eps)
     xhat *= rstd
     out = xhat.copy() if weight is None else xhat * weight.array.reshape(n)
     out += 0 if bias is None else bias.array.reshape(n)  # + 0: a -0.0 is +0.0, as PyTorch's
@@ -2670,23 +2672,8 @@ def save(obj, path):
     _atomic_write(path, lambda f: np.savez(f, **entries))
 
 
-def _atomic_write(path, write):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp', dir=folder)
-    # mkstemp makes the file private (0600); give it the mode open() would: 0666 less the umask
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, 'wb') as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+# a temporary file beside path, flushed, renamed over it; stale temporaries of path removed
+_atomic_write = tt._atomic_write
 
 
 def _unique(names):
@@ -2715,22 +2702,25 @@ def load(path):
         try:
             names = json.loads(metadata['names'])
             return _decode(json.loads(metadata[_META]), {i: tensors[n] for i, n in enumerate(names)})
-        except (KeyError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{path}: its tinytorch description does not match its "
-                                  f"tensors ({type(e).__name__}: {e})") from None
+        except (KeyError, ValueError, TypeError, IndexError, RecursionError) as e:
+            raise _bad_description(path, e) from None
     with open(path, 'rb') as f:
         magic = f.read(4)
     if magic != b'PK\x03\x04':  # every .npz is a zip archive, which starts so
         raise CheckpointError(f"{path} is not a tinytorch checkpoint (neither a .npz archive "
                               "nor a .safetensors file)")
     try:
+        _check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if _META not in z.files:
                 raise CheckpointError(f"{path} is not a tinytorch checkpoint (no {_META} entry)")
-            meta = json.loads(bytes(z[_META]).decode('utf-8'))
+            meta = bytes(z[_META]).decode('utf-8')
             arrays = {int(k[1:]): z[k] for k in z.files if k != _META}
     except CheckpointError:
         raise
+    except MemoryError:
+        raise CheckpointError(f"{path} declares an array larger than the memory: it is damaged "
+                              "or was made to attack; do not use it") from None
     except ValueError as e:
         if 'allow_pickle' in str(e):  # an object array: NumPy would have to unpickle it
             raise CheckpointError(f"{path} holds pickled Python objects, which could run code: "
@@ -2738,10 +2728,46 @@ def load(path):
                                   "them") from None
         raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
                               f"({type(e).__name__}: {e})") from None
-    except (zipfile.BadZipFile, OSError, EOFError, KeyError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
                               f"({type(e).__name__}: {e})") from None
-    return _decode(meta, arrays)
+    try:
+        return _decode(json.loads(meta), arrays)
+    except (KeyError, ValueError, TypeError, IndexError, RecursionError) as e:
+        raise _bad_description(path, e) from None
+
+
+def _bad_description(path, e):
+    what = {RecursionError: "it is nested deeper than Python can follow",
+            KeyError: f"it refers to array {e}, which the file lacks"}.get(type(e), f"{e}")
+    return CheckpointError(f"{path}: its tinytorch description does not match its arrays "
+                           f"({type(e).__name__}: {what}); the file is damaged or was made "
+                           "to attack: do not use it")
+
+
+def _check_npz(path):
+    """Refuse an .npz before NumPy reads it: a member that inflates far beyond its stored
+    bytes (np.savez stores them uncompressed), or an array header declaring more bytes than
+    its member holds (NumPy would allocate them first)."""
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if info.file_size > 64 * max(info.compress_size, 1 << 20):
+                raise CheckpointError(f"{path}: its member {info.filename} inflates from "
+                                      f"{info.compress_size:,} to {info.file_size:,} bytes; the "
+                                      "file is damaged or was made to attack: do not use it")
+            if not info.filename.endswith('.npy'):
+                continue
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(f)
+                need = math.prod(shape) * dtype.itemsize
+                if not dtype.hasobject and f.tell() + need != info.file_size:
+                    raise CheckpointError(
+                        f"{path}: its array {info.filename} declares {shape} of {dtype} "
+                        f"({need:,} bytes) in a member of {info.file_size - f.tell():,}; the "
+                        "file is damaged or was made to attack: do not use it")
 
 
 # safetensors (Hugging Face's format): an 8-byte little-endian length N, N bytes of JSON

@@ -43,6 +43,12 @@ class Optimizer:
         group = dict(param_group)
         params = group['params']
         group['params'] = [params] if isinstance(params, tt.Tensor) else list(params)
+        for p in group['params']:  # PyTorch's checks and messages
+            if not isinstance(p, tt.Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is "
+                                f"{type(p).__module__}.{type(p).__name__}")
+            if not (p.is_leaf or p._retains_grad):  # step() would change a copy, not a weight
+                raise ValueError("can't optimize a non-leaf Tensor")
         for k, v in self.defaults.items():
             group.setdefault(k, v)
         seen = {id(p) for p in self._params()}
@@ -109,6 +115,24 @@ class Optimizer:
                              for k, v in s.items()}
 
 
+def _at_least_0(**values):
+    """PyTorch's checks of an optimizer's settings: each must be >= 0."""
+    for name, v in values.items():
+        if isinstance(v, tt.Tensor) and v.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        if not 0.0 <= v:
+            raise ValueError(f"Invalid {_NAMES.get(name, name + ' value')}: {v}")
+
+
+_NAMES = {'lr': 'learning rate', 'eps': 'epsilon value'}
+
+
+def _betas(betas):
+    for i in (0, 1):
+        if not 0.0 <= betas[i] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+
+
 class SGD(Optimizer):
     """p -= lr * g, with optional momentum (buf = momentum * buf + (1 - dampening) * g),
     Nesterov momentum (g + momentum * buf) and L2 weight decay (g += wd * p)."""
@@ -116,6 +140,7 @@ class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False,
                  fused=None):
+        _at_least_0(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening = 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
@@ -148,6 +173,9 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False):
+        _at_least_0(lr=lr, eps=eps)
+        _betas(betas)
+        _at_least_0(weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize, foreach=foreach, capturable=capturable,
@@ -216,6 +244,7 @@ class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
                  centered=False, capturable=False, foreach=None, maximize=False,
                  differentiable=False):
+        _at_least_0(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha)
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
                                       capturable=capturable, foreach=foreach,
@@ -257,6 +286,8 @@ class Adagrad(Optimizer):
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0,
                  initial_accumulator_value=0.0, eps=1e-10, foreach=None, *, maximize=False,
                  differentiable=False, fused=None):
+        _at_least_0(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                    initial_accumulator_value=initial_accumulator_value, eps=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
@@ -283,6 +314,10 @@ class Adadelta(Optimizer):
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None, *,
                  capturable=False, maximize=False, differentiable=False):
+        _at_least_0(lr=lr)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        _at_least_0(eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
                                       maximize=maximize, capturable=capturable,
                                       foreach=foreach, differentiable=differentiable))
@@ -306,6 +341,11 @@ class Adadelta(Optimizer):
 # ---------------------------------------------------------------------------
 # Learning-rate schedules: call scheduler.step() once per optimizer step (or epoch)
 # ---------------------------------------------------------------------------
+def _check_optimizer(optimizer):
+    if not isinstance(optimizer, Optimizer):  # PyTorch's check and message
+        raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+
+
 class LRScheduler:
     """Sets each param group's lr from its initial lr (base_lr) and the step count t
     (last_epoch). As in PyTorch, creating a scheduler already sets the lr for t = 0;
@@ -313,6 +353,7 @@ class LRScheduler:
     must then have 'initial_lr', which a first scheduler stores in them)."""
 
     def __init__(self, optimizer, last_epoch=-1):
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         for i, group in enumerate(optimizer.param_groups):
             if last_epoch == -1:
@@ -353,6 +394,7 @@ class LambdaLR(LRScheduler):
     """lr = base_lr * lr_lambda(t); lr_lambda is one function or one per param group."""
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        _check_optimizer(optimizer)
         n = len(optimizer.param_groups)
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
@@ -436,6 +478,7 @@ class OneCycleLR(LRScheduler):
                  pct_start=0.3, anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85,
                  max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
                  last_epoch=-1):
+        _check_optimizer(optimizer)
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("OneCycleLR: You must define either total_steps OR "

@@ -1482,8 +1482,9 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     r = subprocess.run([sys.executable, '-c', alone], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
     assert r.stdout.strip() == '2.0'
-    assert r.stderr.strip().splitlines()[-1] == ("ImportError: tinytorch: this path needs nn.py, "
-                                                 "the file beside tinytorch.py in the tinytorch project")
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"ImportError: tinytorch: this path needs nn.py, and there is none beside tinytorch.py "
+        f"(in {tmp_path}); copy nn.py from the tinytorch project into that folder")
 
 
 def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
@@ -1542,7 +1543,7 @@ def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
         tt.load(path, map_location='cuda')
     nn.save({'w': tt.ones(2)}, str(tmp_path / 'c.npz'))
-    with pytest.raises(pickle.UnpicklingError, match="zip archive is not a PyTorch file .*nn.load"):
+    with pytest.raises(pickle.UnpicklingError, match="is a zip archive but not a PyTorch file .*nn.load"):
         tt.load(str(tmp_path / 'c.npz'))
 
 
@@ -11743,3 +11744,527 @@ def test_learn_bad_arguments_are_one_line_and_exit_2(_learn_filled, tmp_path):
                            capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 2 and r.stdout == '' and says in r.stderr, r
         assert len(r.stderr.strip().split('\n')) == 1, r.stderr
+
+
+# ---- issue 33: checkpoints no file can subvert: a safe tt.load, atomic saves, files that agree ----
+# The hostile files are built here, opcode by opcode (pickle) and member by member (zip).
+import signal as _signal  # noqa: E402
+import struct as _struct  # noqa: E402
+import zipfile as _zipfile  # noqa: E402
+
+
+def _op_int(n):
+    """The pickle opcode that pushes the int n: BININT, or LONG1 beyond 32 bits."""
+    if -2 ** 31 <= n < 2 ** 31:
+        return b'J' + _struct.pack('<i', n)
+    raw = n.to_bytes(9, 'little', signed=True)
+    return b'\x8a' + bytes([len(raw)]) + raw
+
+
+def _op_str(s):
+    raw = s.encode()
+    return b'X' + _struct.pack('<I', len(raw)) + raw  # BINUNICODE
+
+
+def _op_global(module, name):
+    return b'c' + module.encode() + b'\n' + name.encode() + b'\n'  # GLOBAL
+
+
+def _op_tuple(*items):
+    return b'(' + b''.join(items) + b't'  # MARK ... TUPLE
+
+
+def _op_dict(**items):
+    return b'}(' + b''.join(_op_str(k) + v for k, v in items.items()) + b'u'
+
+
+def _pickled(body, proto=2):
+    return bytes([0x80, proto]) + body + b'.'
+
+
+def _storage_ref(key, numel, kind='FloatStorage'):
+    """PyTorch's reference to a storage: BINPERSID of ('storage', torch.<kind>, key, 'cpu', numel)."""
+    return _op_tuple(_op_str('storage'), _op_global('torch', kind), _op_str(key), _op_str('cpu'),
+                     _op_int(numel)) + b'Q'
+
+
+def _tensor_op(storage, offset, size, stride):
+    """torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())."""
+    return (_op_global('torch._utils', '_rebuild_tensor_v2')
+            + _op_tuple(storage, _op_int(offset), _op_tuple(*map(_op_int, size)),
+                        _op_tuple(*map(_op_int, stride)), b'\x89',
+                        _op_global('collections', 'OrderedDict') + b')R') + b'R')
+
+
+def _torch_zip(path, pkl, storages=None, compress=_zipfile.ZIP_STORED):
+    """A file laid out as torch.save lays it out: archive/data.pkl, archive/data/<key>."""
+    with _zipfile.ZipFile(path, 'w') as z:
+        z.writestr('archive/data.pkl', pkl)
+        z.writestr('archive/byteorder', 'little')
+        z.writestr('archive/version', '3\n')
+        for key, raw in (storages or {}).items():
+            z.writestr(f'archive/data/{key}', raw, compress_type=compress)
+    return str(path)
+
+
+def _patch_zip_sizes(path, member, compressed=None, size=None):
+    """Rewrite a member's sizes in the zip's central directory (what zipfile believes)."""
+    raw = bytearray(open(path, 'rb').read())
+    at = raw.index(b'PK\x01\x02')
+    while raw[at + 46:at + 46 + len(member)] != member.encode():
+        at = raw.index(b'PK\x01\x02', at + 4)
+    if compressed is not None:
+        raw[at + 20:at + 24] = _struct.pack('<I', compressed)
+    if size is not None:
+        raw[at + 24:at + 28] = _struct.pack('<I', size)
+    open(path, 'wb').write(bytes(raw))
+
+
+def _refused(path, match, **kwargs):
+    """tt.load(path) fails with one line that names the file and matches `match`."""
+    with pytest.raises(pickle.UnpicklingError) as e:
+        tt.load(path, **kwargs)
+    msg = str(e.value)
+    assert '\n' not in msg and msg.startswith(f"load: {path} "), msg
+    assert re.search(match, msg), msg
+    return msg
+
+
+_F4 = np.array([1, 2, 3, 4], dtype='<f4').tobytes()  # a storage of four float32s
+
+
+def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
+    marker = tmp_path / 'ran'
+    code = f"__import__('os').mkdir({str(marker)!r})"  # what the attacker's file runs
+    run = lambda: _op_tuple(_op_str('eval')) + b'R' + _op_tuple(_op_str(code)) + b'R'  # noqa: E731
+    code_msg = r"holds a pickled {} \(a whole model .*pass weights_only=False$"
+    files = {  # name -> (pickle, what the message names)
+        # protocol 4 resolves a dotted name: numpy.dtypes.__builtins__.get fetches eval
+        'dotted_global': (_pickled(_op_global('numpy.dtypes', '__builtins__.get') + run(), 4),
+                          r'numpy\.dtypes\.__builtins__\.get'),
+        'dotted_stack_global': (_pickled(_op_str('numpy.dtypes') + _op_str('__builtins__.get')
+                                         + b'\x93' + run(), 4), r'numpy\.dtypes\.__builtins__\.get'),
+        'attribute_walk': (_pickled(_op_global('collections', 'OrderedDict.fromkeys')
+                                    + _op_tuple(_op_tuple()) + b'R', 4),
+                           r'collections\.OrderedDict\.fromkeys'),
+        'through_allowed': (_pickled(_op_global('tinytorch', '_rebuild_tensor.__globals__'), 4),
+                            r'tinytorch\._rebuild_tensor\.__globals__'),
+        'plain_global': (_pickled(_op_global('builtins', 'eval') + _op_tuple(_op_str(code)) + b'R'),
+                         r'builtins\.eval'),
+        'inst': (_pickled(b'(' + _op_str(code) + b'ibuiltins\neval\n', 0), r'builtins\.eval'),
+        'whole_module': (_pickled(_op_global('numpy.dtypes', 'StringDType') + b')R', 4),
+                         r'numpy\.dtypes\.StringDType'),
+        'os_system': (_pickled(_op_global('os', 'system') + _op_tuple(_op_str('true')) + b'R'),
+                      r'os\.system'),
+    }
+    for name, (raw, named) in files.items():
+        path = str(tmp_path / f'{name}.pt')
+        open(path, 'wb').write(raw)
+        _refused(path, code_msg.format(named))
+        inside = _torch_zip(tmp_path / f'{name}_zip.pt', raw)  # the same as a PyTorch file's data.pkl
+        _refused(inside, code_msg.format(named))
+        assert not marker.exists(), name
+    # every other road to code or to a forged object: one line each
+    others = {
+        'extension': (b'\x82\x01', r"ValueError: unregistered extension code 1"),
+        'persistent_id': (b'P0\n', r"refers to data outside its pickle"),
+        'array_header': (_op_global('numpy.core.multiarray', '_reconstruct')
+                         + _op_tuple(_op_global('numpy', 'ndarray'), _op_tuple(_op_int(10 ** 10)),
+                                     b'C\x01b') + b'R', r"an array header NumPy never writes"),
+        'array_too_short': (_op_global('numpy.core.multiarray', '_reconstruct')
+                            + _op_tuple(_op_global('numpy', 'ndarray'), _op_tuple(_op_int(0)),
+                                        b'C\x01b') + b'R'
+                            + _op_tuple(_op_int(1), _op_tuple(_op_int(10 ** 6)),
+                                        _op_global('numpy', 'dtype')
+                                        + _op_tuple(_op_str('f4'), b'\x89\x88') + b'R',
+                                        b'\x89', b'C\x04abcd') + b'b', r"ValueError"),
+        'tensor_of_a_dict': (_op_global('tinytorch', '_rebuild_tensor')
+                             + _op_tuple(_op_global('collections', 'OrderedDict'), b'N', b'\x89')
+                             + b'R', r"not a tensor class, an array of numbers"),
+    }
+    for name, (body, match) in others.items():
+        path = str(tmp_path / f'{name}.pt')
+        open(path, 'wb').write(_pickled(body, 4))
+        _refused(path, match)
+    # a tensor's fields set by BUILD (its rule, its array) are refused too
+    path = str(tmp_path / 'build.pt')
+    open(path, 'wb').write(pickle.dumps(tt.ones(2), 4)[:-1]
+                           + _op_tuple(b'N', _op_dict(requires_grad=_op_int(5))) + b'b.')
+    _refused(path, r"sets a tensor's fields directly")
+    # what the allow-list admits still loads: NumPy's dtype classes, arrays, tensors
+    path = str(tmp_path / 'fine.pt')
+    tt.save({'kind': type(np.dtype('f4')), 'a': np.arange(3.0), 't': tt.arange(3)}, path)
+    back = tt.load(path)
+    assert back['kind'] is type(np.dtype('f4')) and back['t'].tolist() == [0, 1, 2]
+
+
+def test_load_checks_every_tensor_against_its_storage(tmp_path):
+    s = _storage_ref('0', 4)
+
+    def file(name, body, storages=None):
+        return _torch_zip(tmp_path / f'{name}.pt', _pickled(body), {'0': _F4} if storages is None
+                          else storages)
+    ok = file('views', _op_dict(a=_tensor_op(s, 0, (4,), (1,)), b=_tensor_op(s, 1, (2,), (1,)),
+                                t=_tensor_op(s, 0, (2, 2), (1, 2)), e=_tensor_op(s, 4, (0,), (1,)),
+                                z=_tensor_op(s, 3, (), ()), x=_tensor_op(s, 1, (3, 2), (0, 1))))
+    back = tt.load(ok)
+    assert back['a'].tolist() == [1, 2, 3, 4] and back['b'].tolist() == [2, 3]
+    assert back['t'].tolist() == [[1, 3], [2, 4]] and back['e'].shape == (0,) and back['z'].item() == 4
+    assert back['x'].tolist() == [[2, 3]] * 3
+    back['a'][2] = 100.0  # one storage: a view of it sees the change (item 10)
+    assert back['b'].tolist() == [2, 100]
+    bad = {  # name -> (data.pkl, what the message says)
+        'numel_lies': (_tensor_op(_storage_ref('0', 1000), 0, (1000,), (1,)),
+                       r"storage archive/data/0 of 16 bytes, declared as 1,000 elements of float32"),
+        'size_past_end': (_tensor_op(s, 0, (1000,), (1,)), r"reaches element 999 of a storage of 4;"),
+        'huge_size': (_tensor_op(s, 0, (10 ** 8,), (1,)), r"reaches element 99,999,999 of"),
+        'huge_stride': (_tensor_op(s, 0, (2,), (2 ** 40,)), r"reaches element 1,099,511,627,776"),
+        'offset_past_end': (_tensor_op(s, 5, (0,), (1,)), r"at offset 5 that reaches"),
+        'negative_stride': (_tensor_op(s, 3, (4,), (-1,)), r"stride \(-1,\) at offset 3 \(each must"),
+        'negative_offset': (_tensor_op(s, -1, (2,), (1,)), r"at offset -1 \(each must be counts"),
+        'ranks_differ': (_tensor_op(s, 0, (2, 2), (1,)), r"size \(2, 2\), stride \(1,\)"),
+        'too_many_dims': (_tensor_op(s, 0, (1,) * 65, (1,) * 65), r"each must be counts"),
+        'missing_storage': (_tensor_op(_storage_ref('7', 4), 0, (4,), (1,)),
+                            r"lacks archive/data/7, which its data\.pkl refers to"),
+        'storage_twice': (_op_tuple(_tensor_op(s, 0, (4,), (1,)),
+                                    _tensor_op(_storage_ref('0', 2, 'DoubleStorage'), 0, (2,), (1,))),
+                          r"declares its storage archive/data/0 twice"),
+        'not_a_storage': (_op_global('torch._utils', '_rebuild_tensor_v2')
+                          + _op_tuple(_op_str('x'), _op_int(0), _op_tuple(), _op_tuple(), b'\x89',
+                                      b'N') + b'R', r"not one of its storages"),
+        'odd_reference': (_op_tuple(_op_str('storage'), _op_global('builtins', 'set'), _op_str('0'),
+                                    _op_str('cpu'), _op_int(4)) + b'Q',
+                          r"storage reference that is not \(type, key, location, size\)"),
+        'odd_persistent_id': (_op_str('hello') + b'Q', r"refers to its data in a way PyTorch never"),
+    }
+    for name, (body, match) in bad.items():
+        path = file(name, body)
+        msg = _refused(path, match)
+        assert msg.endswith("; the file is damaged or was made to attack: do not use it") or \
+            'again' in msg, msg
+
+
+def test_load_refuses_sizes_before_reading_them(tmp_path):
+    import tracemalloc
+    bomb = str(tmp_path / 'bomb.pt')  # 128 MiB of zeros, deflated to about 130 KB
+    numel = 32 << 20
+    with _zipfile.ZipFile(bomb, 'w') as z:
+        z.writestr('archive/data.pkl', _pickled(_tensor_op(_storage_ref('0', numel), 0, (numel,), (1,))))
+        member = _zipfile.ZipInfo('archive/data/0')
+        member.compress_type = _zipfile.ZIP_DEFLATED
+        with z.open(member, 'w', force_zip64=True) as f:
+            for _ in range(128):
+                f.write(bytes(1 << 20))
+    with _zipfile.ZipFile(bomb) as z:
+        info = z.getinfo('archive/data/0')
+        assert info.file_size == 128 << 20 and info.compress_size < 1 << 20
+    tracemalloc.start()
+    try:
+        _refused(bomb, r"has a member archive/data/0 that inflates from [\d,]+ to 134,217,728 bytes")
+        assert tracemalloc.get_traced_memory()[1] < 8 << 20  # refused before reading it
+    finally:
+        tracemalloc.stop()
+    big_pickle = _torch_zip(tmp_path / 'big_pickle.pt', _pickled(b'N'))
+    _patch_zip_sizes(big_pickle, 'archive/data.pkl', size=0xF0000000)
+    _refused(big_pickle, r"has a member archive/data\.pkl of 4,026,531,840 bytes, more than the 256 MiB")
+    lying = _torch_zip(tmp_path / 'lying.pt', _pickled(_tensor_op(_storage_ref('0', 1 << 28), 0,
+                                                                  (4,), (1,))), {'0': _F4})
+    _patch_zip_sizes(lying, 'archive/data/0', size=1 << 30)
+    _refused(lying, r"member archive/data/0 stored as 16 bytes but declared as 1,073,741,824")
+    past_end = _torch_zip(tmp_path / 'past_end.pt', _pickled(_tensor_op(_storage_ref('0', 1 << 28), 0,
+                                                                        (4,), (1,))), {'0': _F4})
+    _patch_zip_sizes(past_end, 'archive/data/0', compressed=1 << 30, size=1 << 30)
+    _refused(past_end, r"declares a member archive/data/0 of 1,073,741,824 bytes, more than the")
+    huge_bytes = str(tmp_path / 'huge_bytes.pt')  # BINBYTES8 declaring 2**50 bytes
+    open(huge_bytes, 'wb').write(b'\x80\x04\x8e' + _struct.pack('<Q', 2 ** 50) + b'abc')
+    _refused(huge_bytes, r"is not a checkpoint that save\(\) wrote, or it is truncated or damaged")
+
+
+def test_load_says_in_one_line_what_is_wrong_with_a_plain_bad_file(tmp_path):
+    good = str(tmp_path / 'good.pt')
+    tt.save({'w': tt.ones(1000)}, good)
+    whole = open(good, 'rb').read()
+    theirs = _torch_zip(tmp_path / 'theirs.pt', _pickled(_tensor_op(_storage_ref('0', 4), 0, (4,),
+                                                                    (1,))), {'0': _F4})
+    files = {'empty.pt': (b'', r"is empty \(0 bytes\): it holds no checkpoint; save or download it"),
+             'junk.pt': (b'\x02junk', r"invalid load key, '\\x02'.*save or download it again$"),
+             'one_byte.pt': (b'\x80', r"pickle data was truncated\); save or download it again$"),
+             'cut.pt': (whole[:len(whole) // 2], r"truncated or damaged .*again$"),
+             'text.pt': (b'hello, world\n', r"truncated or damaged .*again$"),
+             'cut_zip.pt': (open(theirs, 'rb').read()[:60], r"BadZipFile.*again$")}
+    for name, (raw, match) in files.items():
+        path = str(tmp_path / name)
+        open(path, 'wb').write(raw)
+        _refused(path, match)
+    no_member = _torch_zip(tmp_path / 'no_member.pt', _pickled(_tensor_op(_storage_ref('3', 4), 0,
+                                                                          (4,), (1,))))
+    _refused(no_member, r"lacks archive/data/3, which its data\.pkl refers to: the file is incomplete")
+    buf = io.BytesIO(b'')  # a file object without a name
+    with pytest.raises(pickle.UnpicklingError, match=r"^load: the file is empty \(0 bytes\)"):
+        tt.load(buf)
+    assert tt.load(good)['w'].tolist() == [1.0] * 1000
+
+
+def _npy_bytes(a):
+    f = io.BytesIO()
+    np.save(f, a)
+    return f.getvalue()
+
+
+def test_nn_load_says_in_one_line_what_is_wrong_with_a_bad_file(tmp_path):
+    def npz(name, meta, **arrays):
+        path = str(tmp_path / name)
+        np.savez(path, __tinytorch_meta__=np.frombuffer(meta.encode(), np.uint8), **arrays)
+        return path
+    cases = {npz('deep.npz', '[' * 100_000 + ']' * 100_000):
+             r"\(RecursionError: it is nested deeper than Python can follow\)",
+             npz('dangling.npz', '{"__tensor__": 5}', a0=np.ones(2)):
+             r"\(KeyError: it refers to array 5, which the file lacks\)"}
+    header = io.BytesIO()  # an array header declaring 8 TB over 8 bytes of data
+    np.lib.format.write_array_header_1_0(header, {'descr': '<f8', 'fortran_order': False,
+                                                  'shape': (10 ** 12,)})
+    lying = str(tmp_path / 'lying.npz')
+    with _zipfile.ZipFile(lying, 'w') as z:
+        z.writestr('__tinytorch_meta__.npy', _npy_bytes(np.frombuffer(b'{"__array__": 0}', np.uint8)))
+        z.writestr('a0.npy', header.getvalue() + bytes(8))
+    cases[lying] = r"its array a0\.npy declares \(1000000000000,\) of float64 \(8,000,000,000,000"
+    for path, match in cases.items():
+        with pytest.raises(nn.CheckpointError) as e:
+            nn.load(path)
+        msg = str(e.value)
+        assert '\n' not in msg and msg.startswith(path) and re.search(match, msg), msg
+        assert msg.endswith("do not use it"), msg
+
+
+_SAVER = """
+import sys
+sys.path.insert(0, {here!r})
+import numpy as np
+import tinytorch as tt, nn
+path, i = sys.argv[1], 0
+while True:
+    i += 1
+    w = np.full(1 << 20, i, dtype=np.float64)  # 8 MB
+    if {kind!r} == 'tt':
+        tt.save({{'i': i, 'w': tt.tensor(w)}}, path)
+    else:
+        nn.save({{'i': i, 'w': w}}, path)
+    if i == 1:
+        print('saved', flush=True)
+"""
+
+
+@pytest.mark.skipif(os.name == 'nt', reason="SIGKILL")
+@pytest.mark.parametrize("kind", ['tt', 'nn'])
+def test_a_save_killed_midway_leaves_the_old_file_or_the_new_one(kind, tmp_path):
+    path = str(tmp_path / ('ck.pt' if kind == 'tt' else 'ck.npz'))
+    save = (lambda obj: tt.save(obj, path)) if kind == 'tt' else (lambda obj: nn.save(obj, path))
+    load = tt.load if kind == 'tt' else nn.load
+    save({'i': 0, 'w': np.zeros(3)} if kind == 'nn' else {'i': 0, 'w': tt.zeros(3)})
+    for delay in (0.0, 0.03, 0.07, 0.12, 0.2):  # staggered: the kill lands mid-save
+        child = subprocess.Popen([sys.executable, '-c', _SAVER.format(here=HERE, kind=kind), path],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == 'saved'
+        _time.sleep(delay)
+        os.kill(child.pid, _signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        back = load(path)  # the old file or a new one, whole
+        w = back['w'].array if kind == 'tt' else back['w']
+        assert w.shape == (1 << 20,) and (w == back['i']).all()
+    save({'i': 99, 'w': np.ones(2)} if kind == 'nn' else {'i': 99, 'w': tt.ones(2)})
+    assert os.listdir(tmp_path) == [os.path.basename(path)]  # stale temporaries went
+
+
+def _metric_steps(out):
+    with open(os.path.join(out, 'metrics.csv'), newline='') as f:
+        return [int(r[0]) for r in list(csv.reader(f))[1:]]
+
+
+@pytest.mark.skipif(os.name == 'nt', reason="SIGKILL")
+def test_charlm_killed_midway_keeps_checkpoint_and_metrics_agreeing(corpus, tmp_path):
+    out = str(tmp_path / 'run')
+    ckpt = os.path.join(out, 'ckpt.npz')
+    args = [sys.executable, os.path.join(HERE, 'train_charlm.py'), corpus, *TINY, '--steps', '100000',
+            '--eval-interval', '1', '--out-dir', out]
+    for round_, delay in enumerate((0.0, 0.05, 0.1, 0.15, 0.25)):
+        before = os.path.getmtime(ckpt) if os.path.exists(ckpt) else 0
+        child = subprocess.Popen(args + ['--resume'] * (round_ > 0), cwd=HERE,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = _time.time() + 60
+        while not (os.path.exists(ckpt) and os.path.getmtime(ckpt) > before):
+            assert child.poll() is None and _time.time() < deadline
+            _time.sleep(0.01)
+        _time.sleep(delay)
+        os.kill(child.pid, _signal.SIGKILL)
+        child.wait()
+        step = nn.load(ckpt)['step']  # the checkpoint loads
+        steps = _metric_steps(out)
+        # never ahead of the checkpoint, never a step twice
+        assert steps == sorted(set(steps)) and steps[-1] <= step, (steps[-3:], step)
+    r = subprocess.run(args + ['--resume', '--stop-after', '2'], cwd=HERE, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    step = nn.load(ckpt)['step']
+    assert _metric_steps(out) == list(range(1, step + 1))  # every step once, up to the checkpoint's
+    assert not [n for n in os.listdir(out) if n.endswith('.tmp')]
+
+
+def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
+    for name in ('data', 'nn', 'optim'):  # a learner's own files in the working folder
+        (tmp_path / f'{name}.py').write_text(f"MINE = True\nopen('imported_{name}', 'w').close()\n")
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(1, {HERE!r})  # the working folder ('') comes first
+        import tinytorch.utils.data as d, tinytorch.nn as tnn, tinytorch.optim as topt
+        import tinytorch
+        ours = lambda m, f: os.path.samefile(m.__file__, os.path.join({HERE!r}, f))
+        print(ours(d, 'data.py'), ours(tnn, 'nn.py'), ours(topt, 'optim.py'))
+        print(hasattr(tnn, 'Linear'), tinytorch.nn is tnn, sorted(os.listdir('.')))
+        import data
+        print(data.MINE)  # the learner's own import still finds their file
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == 'True True True'
+    assert lines[1] == "True True ['data.py', 'nn.py', 'optim.py']"  # no decoy was imported
+    assert lines[2] == 'True'
+    alone = tmp_path / 'alone'
+    alone.mkdir()
+    shutil.copy(os.path.join(HERE, 'tinytorch.py'), alone)
+    shutil.copy(tmp_path / 'data.py', alone / 'elsewhere_data.py')
+    r = subprocess.run([sys.executable, '-c', 'import tinytorch.utils.data'], cwd=alone,
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, 'PYTHONPATH': str(tmp_path)})  # a decoy data.py on the path
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"ImportError: tinytorch: this path needs data.py, and there is none beside tinytorch.py "
+        f"(in {alone}); copy data.py from the tinytorch project into that folder")
+    assert not (alone / 'imported_data').exists()
+
+
+def test_optimizers_and_schedulers_refuse_nonsense_settings():
+    w = tt.zeros(2, requires_grad=True)
+    for make, msg in [(lambda: optim.SGD([w], lr=-1.0), "Invalid learning rate: -1.0"),
+                      (lambda: optim.SGD([w], lr=0.1, momentum=-0.5), "Invalid momentum value: -0.5"),
+                      (lambda: optim.SGD([w], weight_decay=-1), "Invalid weight_decay value: -1"),
+                      (lambda: optim.Adam([w], lr=-1), "Invalid learning rate: -1"),
+                      (lambda: optim.Adam([w], betas=(1.5, 0.9)), "Invalid beta parameter at index 0: 1.5"),
+                      (lambda: optim.Adam([w], betas=(0.9, 1.0)), "Invalid beta parameter at index 1: 1.0"),
+                      (lambda: optim.Adam([w], eps=-1), "Invalid epsilon value: -1"),
+                      (lambda: optim.AdamW([w], weight_decay=-0.1), "Invalid weight_decay value: -0.1"),
+                      (lambda: optim.RMSprop([w], alpha=-1), "Invalid alpha value: -1"),
+                      (lambda: optim.Adagrad([w], lr_decay=-1), "Invalid lr_decay value: -1"),
+                      (lambda: optim.Adagrad([w], initial_accumulator_value=-1),
+                       "Invalid initial_accumulator_value value: -1"),
+                      (lambda: optim.Adadelta([w], rho=1.5), "Invalid rho value: 1.5"),
+                      (lambda: optim.SGD([w * 2], lr=0.1), "can't optimize a non-leaf Tensor")]:
+        with pytest.raises(ValueError) as e:
+            make()
+        assert str(e.value) == msg
+    with pytest.raises(TypeError, match=r"^optimizer can only optimize Tensors, but one of the "
+                                        r"params is numpy\.ndarray$"):
+        optim.SGD([np.zeros(2)], lr=0.1)
+    for make in (lambda: optim.StepLR(3, 1), lambda: optim.LambdaLR('sgd', lambda t: 1.0),
+                 lambda: optim.OneCycleLR(None, 0.1, total_steps=5)):
+        with pytest.raises(TypeError, match=r"^(int|str|NoneType) is not an Optimizer$"):
+            make()
+    kept = w * 2
+    kept.retain_grad()  # a non-leaf that keeps its .grad can be optimized, as in PyTorch
+    optim.SGD([kept], lr=0.0)
+    (kept * kept).sum().backward()
+    assert kept.grad.tolist() == [0.0, 0.0]
+
+
+def test_layer_norm_overflow_is_nan_and_a_graph_that_saved_nothing_runs_twice():
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('error')  # no overflow warning either
+        y = nn.layer_norm(tt.tensor([[1e30, 0.0, -1e30], [1.0, 2.0, 3.0]]), (3,))
+    assert np.isnan(y.array[0]).all()
+    np.testing.assert_allclose(y.array[1], np.array([-1, 0, 1]) / np.sqrt(2 / 3 + 1e-5), rtol=1e-6)
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    once = (x + 1).sum()  # add and sum save no tensors: nothing to free
+    once.backward()
+    once.backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+    saved = (x * x).sum()  # mul saved its factors, freed by the first backward
+    saved.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        saved.backward()
+
+
+def test_optimizer_and_load_refusals_match_pytorch(tmp_path):
+    torch = need_torch()
+    w, tw = tt.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
+    for name, kw in [('SGD', dict(lr=-1.0)), ('SGD', dict(lr=0.1, momentum=-1)),
+                     ('Adam', dict(betas=(1.5, 0.9))), ('Adam', dict(eps=-1.0)),
+                     ('AdamW', dict(betas=(0.9, 1.0))), ('RMSprop', dict(alpha=-0.5)),
+                     ('Adagrad', dict(lr_decay=-1)), ('Adadelta', dict(rho=2.0))]:
+        with pytest.raises(ValueError) as ours:
+            getattr(optim, name)([w], **kw)
+        with pytest.raises(ValueError) as theirs:
+            getattr(torch.optim, name)([tw], **kw)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(ValueError, match="can't optimize a non-leaf Tensor"):
+        torch.optim.SGD([tw * 2], lr=0.1)
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = (x + 1).sum()
+    y.backward()
+    y.backward()  # PyTorch too walks a graph that saved nothing twice
+    assert torch.isnan(torch.nn.functional.layer_norm(torch.tensor([1e30, 0.0, -1e30]), (3,))).all()
+    # PyTorch reads the hand-built file as tinytorch does, and refuses the dotted global
+    s = _storage_ref('0', 4)
+    ok = _torch_zip(tmp_path / 'ok.pt', _pickled(_op_dict(a=_tensor_op(s, 0, (4,), (1,)),
+                                                          b=_tensor_op(s, 1, (2,), (1,)))), {'0': _F4})
+    theirs = torch.load(ok, weights_only=True)
+    assert theirs['a'].tolist() == tt.load(ok)['a'].tolist() == [1, 2, 3, 4]
+    attack = str(tmp_path / 'attack.pt')
+    open(attack, 'wb').write(_pickled(_op_global('numpy.dtypes', '__builtins__.get')
+                                      + _op_tuple(_op_str('eval')) + b'R', 4))
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(attack, weights_only=True)
+    _refused(attack, r"numpy\.dtypes\.__builtins__\.get")
+
+
+def test_real_pytorch_checkpoints_load_with_identical_values(tmp_path):
+    torch = need_torch()
+    torch.manual_seed(0)
+    linear, lstm = torch.nn.Linear(5, 3), torch.nn.LSTM(4, 6, num_layers=2)
+    d, vocab = 768, 50257  # GPT-2's widths and vocabulary, two blocks of it
+    gpt = {'transformer.wte.weight': torch.randn(vocab, d), 'transformer.wpe.weight': torch.randn(1024, d)}
+    for i in range(2):
+        for part, shape in [('ln_1.weight', (d,)), ('ln_1.bias', (d,)), ('attn.c_attn.weight', (d, 3 * d)),
+                            ('attn.c_attn.bias', (3 * d,)), ('attn.c_proj.weight', (d, d)),
+                            ('mlp.c_fc.weight', (d, 4 * d)), ('mlp.c_proj.weight', (4 * d, d))]:
+            gpt[f'transformer.h.{i}.{part}'] = torch.randn(shape)
+    gpt['lm_head.weight'] = gpt['transformer.wte.weight']  # tied: one storage
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16,
+              torch.int8, torch.uint8, torch.bool]
+    obj = {'linear': linear.state_dict(), 'lstm': lstm.state_dict(), 'gpt': gpt,
+           'views': {'a': base, 'row': base[1], 'cols': base[:, 2:5], 't': base.t(), 'step': base[::2, ::3],
+                     'expanded': torch.ones(3)[:1].expand(4, 3), 'scalar': base[2, 3], 'empty': base[:0]},
+           'dtypes': [torch.arange(-3, 4).to(dt) for dt in dtypes]}
+    path = str(tmp_path / 'theirs.pt')
+    torch.save(obj, path)
+    ours = tt.load(path)
+    for group in ('linear', 'lstm', 'gpt', 'views'):
+        assert list(ours[group]) == list(obj[group])
+        for k, v in obj[group].items():
+            assert ours[group][k].shape == tuple(v.shape), k
+            np.testing.assert_array_equal(ours[group][k].array, v.numpy(), err_msg=k)
+            assert ours[group][k].dtype == v.numpy().dtype, k
+    for o, v in zip(ours['dtypes'], obj['dtypes']):
+        assert o.dtype == v.numpy().dtype and o.tolist() == v.tolist()
+    assert np.shares_memory(ours['gpt']['lm_head.weight'].array, ours['gpt']['transformer.wte.weight'].array)
+    assert np.shares_memory(ours['views']['cols'].array, ours['views']['a'].array)
+    ours['views']['a'][1, 3] = 100.0  # as in PyTorch: a view of a storage sees a change to it
+    obj['views']['a'][1, 3] = 100.0
+    assert ours['views']['cols'].tolist() == obj['views']['cols'].tolist()
+    assert ours['views']['row'].tolist() == obj['views']['row'].tolist()
+    model = nn.Linear(5, 3)
+    model.load_state_dict(ours['linear'])
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_allclose(model(tt.tensor(x)).detach().array,
+                               linear(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)

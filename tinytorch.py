@@ -689,7 +689,9 @@ def _walk(root, g_root, retain_graph=False):
     returned for each of its inputs) for every tensor the gradient reaches, outputs
     before inputs. A leaf has no rule: its third item is None."""
     grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
-    for node in reversed(_topological_order(root)):
+    order = _topological_order(root)  # no rule saved a tensor (x + 1): nothing to free, and
+    retain_graph = retain_graph or not builtins.any(n._saved for n in order)  # a 2nd walk runs
+    for node in reversed(order):
         key = id(node)
         if key not in grads:
             continue  # no gradient reached it
@@ -4542,14 +4544,43 @@ def _module(name, doc, **attrs):
 
 
 def _companion(file):
-    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported."""
-    try:
-        return importlib.import_module(file)
-    except ModuleNotFoundError as e:
-        if e.name != file:
+    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported from that
+    folder and never from elsewhere on sys.path: a learner's own data.py must not become
+    tinytorch.utils.data. It is the module `import nn` gives where that finds the same file;
+    else it is imported under a name of its own (tinytorch._nn)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(folder, file + '.py')
+    if not os.path.isfile(path):
+        raise ImportError(f"{__name__}: this path needs {file}.py, and there is none beside "
+                          f"tinytorch.py (in {folder}); copy {file}.py from the tinytorch project "
+                          "into that folder")
+    mod = sys.modules.get(file)
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec(file)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and _same_file(spec.origin, path):
+            return importlib.import_module(file)
+    elif _same_file(getattr(mod, '__file__', None), path):
+        return mod
+    own = f'{__name__}._{file}'
+    if own not in sys.modules:
+        spec = importlib.util.spec_from_file_location(own, path)
+        sys.modules[own] = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(sys.modules[own])
+        except BaseException:
+            del sys.modules[own]
             raise
-        raise ImportError(f"{__name__}: this path needs {file}.py, the file beside "
-                          "tinytorch.py in the tinytorch project") from None
+    return sys.modules[own]
+
+
+def _same_file(a, b):
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _nn_utils():
@@ -4746,118 +4777,299 @@ Tensor.histc = histc
 
 # torch.save / torch.load: pickle, as PyTorch. A tensor is pickled as its array and its
 # requires_grad (never its graph). load() unpickles only tensors, arrays, numbers, strings
-# and containers unless weights_only=False: unpickling anything else can run code.
+# and containers unless weights_only=False: unpickling anything else can run code. A file
+# from someone else is hostile until checked: every global it names must be one of the
+# exact (module, name) pairs below, every tensor must lie inside its storage, and every
+# size is checked before anything that big is read; a bad file is refused in one line.
+import re  # noqa: E402
+import tempfile  # noqa: E402
+
+
+class _BadFile(pickle.UnpicklingError):
+    """What is wrong with a file load() reads; load() adds the file's name in front."""
+
+
+_HOSTILE = "the file is damaged or was made to attack: do not use it"
+
+
 def _rebuild_tensor(cls, array, requires_grad):
+    if not (isinstance(cls, type) and issubclass(cls, Tensor) and isinstance(array, np.ndarray)
+            and array.dtype.kind in 'biufc' and isinstance(requires_grad, (bool, np.bool_))):
+        raise _BadFile(f"holds a tensor that is not a tensor class, an array of numbers and a "
+                       f"requires_grad flag; {_HOSTILE}")
     t = cls.__new__(cls)
     _init_result(t, array)
-    t.requires_grad = requires_grad
+    t.requires_grad = bool(requires_grad)
     return t
 
 
+def _no_setstate(self, state):
+    raise _BadFile(f"sets a tensor's fields directly (save() never writes that); {_HOSTILE}")
+
+
 Tensor.__reduce__ = lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad))
+Tensor.__setstate__ = _no_setstate  # pickle's BUILD on a tensor
 
 
 def save(obj, f, pickle_protocol=4):
     """torch.save: obj (a tensor, a state_dict, a dict of tensors and plain values, a
-    whole model) to a path or a binary file."""
+    whole model) to a path or a binary file. To a path atomically: a kill or a crash in
+    the middle leaves the old file or the new one, never half of one."""
     if isinstance(f, (str, os.PathLike)):
-        with open(f, 'wb') as fh:
-            return save(obj, fh, pickle_protocol)
+        return _atomic_write(f, lambda fh: pickle.dump(obj, fh, protocol=pickle_protocol))
     pickle.dump(obj, f, protocol=pickle_protocol)
 
 
-_WEIGHTS = {('collections', 'OrderedDict'), (__name__, '_rebuild_tensor'), (__name__, 'Tensor'),
-            (__name__, 'Size'),
-            ('nn', 'Parameter'), (__name__, 'device'), ('builtins', 'set'),
-            ('builtins', 'frozenset'), ('builtins', 'slice'), ('builtins', 'complex'),
-            ('numpy', 'dtype'), ('numpy', 'ndarray')}
-_WEIGHTS |= {(f'numpy.{core}.multiarray', name) for core in ('core', '_core')
-             for name in ('_reconstruct', 'scalar')}
+def _atomic_write(path, write):
+    """write(file) into a temporary file beside path, flushed to the disk, then renamed over
+    path (a rename within one folder is atomic). Temporaries that killed saves of the same
+    path left behind are removed (two processes saving one path at once are not supported)."""
+    folder, base = os.path.split(os.path.abspath(os.fspath(path)))
+    fd, tmp = tempfile.mkstemp(prefix=f'.{base}.', suffix='.tmp', dir=folder)
+    umask = os.umask(0)  # mkstemp makes the file private (0600); give it open()'s mode
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, 'wb') as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    ours = re.compile(re.escape(f'.{base}.') + r'[a-z0-9_]{8}\.tmp')  # mkstemp's names
+    for name in os.listdir(folder):
+        if ours.fullmatch(name):
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def _array_header(subtype, shape, dtype):
+    """NumPy's _reconstruct as the pickle of an array calls it: an empty array that the
+    pickle's next opcode (BUILD) fills; any other use is refused."""
+    if subtype is not np.ndarray or shape != (0,):
+        raise _BadFile(f"holds an array header NumPy never writes; {_HOSTILE}")
+    return np.ndarray.__new__(np.ndarray, (0,), np.dtype(dtype))
+
+
+def _companion_parameter():
+    return _companion('nn').Parameter
+
+
+# The globals weights_only=True allows: exact (module, name) pairs, nothing reached through
+# a dotted name or an attribute. A value is what the pair gives (None: the object itself).
+_WEIGHTS = {('collections', 'OrderedDict'): None, (__name__, '_rebuild_tensor'): None,
+            (__name__, 'Tensor'): None, (__name__, 'Size'): None, (__name__, 'device'): None,
+            ('nn', 'Parameter'): _companion_parameter,
+            (f'{__name__}._nn', 'Parameter'): _companion_parameter,
+            ('builtins', 'set'): None, ('builtins', 'frozenset'): None,
+            ('builtins', 'slice'): None, ('builtins', 'complex'): None,
+            ('numpy', 'dtype'): None, ('numpy', 'ndarray'): None}
+for _core in ('numpy.core.multiarray', 'numpy._core.multiarray'):
+    _WEIGHTS[(_core, '_reconstruct')] = lambda: _array_header
+    _WEIGHTS[(_core, 'scalar')] = None
+for _code in '?bhilqBHILQefdFD':  # NumPy's dtype classes (numpy.dtypes.Float32DType, ...)
+    _WEIGHTS[(type(np.dtype(_code)).__module__, type(np.dtype(_code)).__name__)] = None
 
 
 class _WeightsUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
-        if (module, name) in _WEIGHTS or module == 'numpy.dtypes':
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"load: the file holds a pickled {module}.{name} (a whole model saved with "
-            "save(model), or other code), and weights_only=True loads only tensors, numbers, "
-            "strings and containers; if you trust the file, pass weights_only=False")
+        if (module, name) not in _WEIGHTS:
+            raise _BadFile(
+                f"holds a pickled {module}.{name} (a whole model saved with save(model), or other "
+                "code), and weights_only=True loads only tensors, numbers, strings and "
+                "containers; if you trust the file, pass weights_only=False")
+        give = _WEIGHTS[(module, name)]
+        return give() if give is not None else super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        raise _BadFile(f"refers to data outside its pickle (a persistent id), which only a "
+                       f"PyTorch zip file does; {_HOSTILE}")
 
 
 def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, **kwargs):
     """torch.load: what save() wrote. weights_only=True (the default, as PyTorch 2.6+)
-    refuses anything but tensors, numbers, strings and containers."""
+    refuses anything but tensors, numbers, strings and containers. A file that is not a
+    checkpoint, or is damaged or hostile, is refused with one line (pickle.UnpicklingError)."""
     if isinstance(map_location, (str, device)):
         _cpu_only(map_location, 'load')
     if isinstance(f, (str, os.PathLike)):
         with open(f, 'rb') as fh:
             return load(fh, map_location, weights_only=weights_only)
-    start = f.read(2)
-    f.seek(-len(start), 1)
+    name = getattr(f, 'name', None)
+    name = name if isinstance(name, str) else 'the file'
     try:
+        start = f.read(2)
+        f.seek(-len(start), 1)
+        if not start:
+            raise _BadFile("is empty (0 bytes): it holds no checkpoint; save or download it again")
         if start == b'PK':  # a zip archive: PyTorch's own format (or nn.save's)
             return _load_pytorch_file(f, weights_only is not False)
         unpickler = pickle.Unpickler(f) if weights_only is False else _WeightsUnpickler(f)
         return unpickler.load()
-    except pickle.UnpicklingError as e:
-        raise pickle.UnpicklingError(str(e)) from None
+    except _BadFile as e:
+        raise pickle.UnpicklingError(f"load: {name} {e}") from None
+    except Exception as e:  # noqa: BLE001 (pickle, zipfile and NumPy fail many ways)
+        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if isinstance(e, MemoryError):
+            what = "MemoryError: it declares a size larger than the memory"
+        if weights_only is False and isinstance(e, (AttributeError, ImportError)):
+            raise pickle.UnpicklingError(
+                f"load: {name} could not be unpickled ({what}); a whole model needs its class "
+                "defined or imported where you load it") from None
+        raise pickle.UnpicklingError(
+            f"load: {name} is not a checkpoint that save() wrote, or it is truncated or damaged "
+            f"({what}); save or download it again") from None
 
 
 # A file PyTorch's torch.save wrote is a zip archive: data.pkl, a pickle whose tensors
 # refer by key to raw little-endian arrays stored beside it (data/0, data/1, ...); each
 # tensor is rebuilt by torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...).
+# Each storage is read once, so tensors that share one (a and a[2:5]) come back as views of
+# one array, as in PyTorch; nothing is read before its size is checked.
 _TORCH_STORAGES = {'FloatStorage': float32, 'DoubleStorage': float64, 'HalfStorage': float16,
                    'LongStorage': int64, 'IntStorage': int32, 'ShortStorage': np.dtype(np.int16),
                    'CharStorage': np.dtype(np.int8), 'ByteStorage': np.dtype(np.uint8),
                    'BoolStorage': bool_}
+_PICKLE_CEILING = 1 << 28  # 256 MiB: data.pkl holds a checkpoint's structure, not its numbers
 
 
-def _rebuild_from_storage(storage, offset, size, stride, requires_grad, *hooks_and_metadata):
-    item = storage.itemsize
-    view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size), [n * item for n in stride])
-    return _rebuild_tensor(Tensor, view.copy(), requires_grad)
+def _rebuild_parameter(data, requires_grad, backward_hooks, *rest):
+    if not isinstance(data, Tensor):
+        raise _BadFile(f"holds a parameter that is not a tensor; {_HOSTILE}")
+    return data.requires_grad_(bool(requires_grad))
+
+
+def _counts(v):
+    """v is a tuple of non-negative ints (a size or a stride), at most NumPy's 64 dims."""
+    return (isinstance(v, (tuple, list)) and len(v) <= 64
+            and builtins.all(type(n) is int and n >= 0 for n in v))
 
 
 class _PyTorchUnpickler(_WeightsUnpickler):
     """Reads data.pkl of a PyTorch file: PyTorch's rebuild functions become tinytorch's;
     with weights_only, anything else is refused as _WeightsUnpickler refuses it."""
 
-    def __init__(self, file, archive, folder, weights_only):
+    def __init__(self, file, archive, folder, size, weights_only):
         super().__init__(file)
-        self.archive, self.folder, self.weights_only = archive, folder, weights_only
+        self.archive, self.folder, self.size = archive, folder, size
+        self.weights_only = weights_only
+        self.storages = {}  # key -> the storage's array, read once
+        big = archive.NameToInfo.get(folder + 'byteorder')
+        self.order = '>' if big is not None and big.file_size < 16 and \
+            archive.read(big).strip() == b'big' else '<'
 
     def find_class(self, module, name):
-        if module == 'torch._utils' and name == '_rebuild_tensor_v2':
-            return _rebuild_from_storage
-        if module == 'torch._utils' and name == '_rebuild_parameter':
-            return lambda data, requires_grad, hooks: data.requires_grad_(requires_grad)
+        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
+            return self.rebuild_tensor
+        if (module, name) == ('torch._utils', '_rebuild_parameter'):
+            return _rebuild_parameter
         if module == 'torch' and name in _TORCH_STORAGES:
             return _TORCH_STORAGES[name]
         if module == 'torch' and name in ('Size', 'device'):
             return globals()[name]
-        if module == 'torch' and name.endswith('Storage'):
-            raise pickle.UnpicklingError(f"load: the file holds a torch.{name}; tinytorch has "
-                                         "no such dtype (NumPy lacks it): convert it in PyTorch")
+        if module == 'torch' and name.endswith('Storage') and name.isidentifier():
+            raise _BadFile(f"holds a torch.{name}; tinytorch has no such dtype (NumPy lacks "
+                           "it): convert it in PyTorch")
         if self.weights_only:
             return super().find_class(module, name)
         return pickle.Unpickler.find_class(self, module, name)
 
     def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == 'storage'):
+            raise _BadFile(f"refers to its data in a way PyTorch never writes; {_HOSTILE}")
         _, dtype, key, location, numel = pid
-        raw = self.archive.read(f'{self.folder}data/{key}')
-        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder('<'))
+        if not (builtins.any(dtype is d for d in _TORCH_STORAGES.values()) and isinstance(key, str)
+                and type(numel) is int and numel >= 0):
+            raise _BadFile(f"has a storage reference that is not (type, key, location, size); "
+                           f"{_HOSTILE}")
+        member = f'{self.folder}data/{key}'
+        if key in self.storages:
+            if self.storages[key].dtype != dtype or self.storages[key].size != numel:
+                raise _BadFile(f"declares its storage {member} twice, with different types or "
+                               f"sizes; {_HOSTILE}")
+            return self.storages[key]
+        info = self.archive.NameToInfo.get(member)
+        if info is None:
+            raise _BadFile(f"lacks {member}, which its data.pkl refers to: the file is "
+                           "incomplete; save or download it again")
+        if info.file_size != numel * dtype.itemsize:
+            raise _BadFile(f"has a storage {member} of {info.file_size:,} bytes, declared as "
+                           f"{numel:,} elements of {dtype} ({numel * dtype.itemsize:,} bytes); "
+                           f"{_HOSTILE}")
+        _check_member(info, self.size)
+        array = np.empty(numel, np.dtype(dtype).newbyteorder(self.order))
+        with self.archive.open(info) as src:
+            into, got = memoryview(array.view(np.uint8)), 0
+            while got < info.file_size:
+                n = src.readinto(into[got:])
+                if not n:
+                    raise _BadFile(f"has a storage {member} shorter than declared: the file is "
+                                   "truncated; save or download it again")
+                got += n
+        if not array.dtype.isnative:  # a file from a big-endian machine
+            array = array.byteswap().view(array.dtype.newbyteorder('='))
+        self.storages[key] = array
+        return array
+
+    def rebuild_tensor(self, storage, offset, size, stride, requires_grad=False, *rest):
+        """torch._utils._rebuild_tensor_v2: a view of the storage, after checking that every
+        element it reaches lies inside the storage."""
+        if not builtins.any(storage is s for s in self.storages.values()):
+            raise _BadFile(f"builds a tensor on something that is not one of its storages; "
+                           f"{_HOSTILE}")
+        if not (type(offset) is int and offset >= 0 and _counts(size) and _counts(stride)
+                and len(size) == len(stride)):
+            raise _BadFile(f"has a tensor of size {size!r}, stride {stride!r} at offset "
+                           f"{offset!r} (each must be counts of 0 or more); {_HOSTILE}")
+        last = offset + builtins.sum((n - 1) * s for n, s in zip(size, stride)) \
+            if builtins.all(size) else offset - 1  # the last element it reaches
+        if last >= storage.size or offset > storage.size:
+            raise _BadFile(f"has a tensor of size {tuple(size)}, stride {tuple(stride)} at offset "
+                           f"{offset} that reaches element {last:,} of a storage of "
+                           f"{storage.size:,}; {_HOSTILE}")
+        view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
+                                               tuple(s * storage.itemsize for s in stride))
+        return _rebuild_tensor(Tensor, view, bool(requires_grad))
+
+
+def _check_member(info, size):
+    """Refuse a zip member before reading it: more bytes than the file has, or a small
+    member that would inflate to a huge one (PyTorch stores its members uncompressed)."""
+    if info.header_offset + info.compress_size > size:
+        raise _BadFile(f"declares a member {info.filename} of {info.compress_size:,} bytes, more "
+                       f"than the file's {size:,}: it is truncated, damaged or was made to attack: do "
+                       "not use it")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise _BadFile(f"has a member {info.filename} stored as {info.compress_size:,} bytes but "
+                       f"declared as {info.file_size:,}; {_HOSTILE}")
+    if info.compress_type != zipfile.ZIP_STORED and \
+            info.file_size > 64 * builtins.max(info.compress_size, 1 << 20):
+        raise _BadFile(f"has a member {info.filename} that inflates from {info.compress_size:,} "
+                       f"to {info.file_size:,} bytes (PyTorch stores its members "
+                       f"uncompressed); {_HOSTILE}")
 
 
 def _load_pytorch_file(f, weights_only):
+    size = f.seek(0, 2)
+    f.seek(0)
     with zipfile.ZipFile(f) as archive:
         pickles = [n for n in archive.namelist() if n.endswith('data.pkl')]
         if not pickles:
-            raise pickle.UnpicklingError("load: this zip archive is not a PyTorch file (an "
-                                         "nn.save checkpoint? read that with nn.load)")
-        folder = pickles[0][:-len('data.pkl')]
-        with archive.open(pickles[0]) as data:
-            return _PyTorchUnpickler(io.BytesIO(data.read()), archive, folder, weights_only).load()
+            raise _BadFile("is a zip archive but not a PyTorch file (an nn.save checkpoint? "
+                           "read that with nn.load)")
+        info = archive.getinfo(pickles[0])
+        if info.file_size > _PICKLE_CEILING:
+            raise _BadFile(f"has a member {info.filename} of {info.file_size:,} bytes, more than the "
+                           f"{_PICKLE_CEILING >> 20} MiB a checkpoint's structure takes; {_HOSTILE}")
+        _check_member(info, size)
+        folder = info.filename[:-len('data.pkl')]
+        data = io.BytesIO(archive.read(info))
+        return _PyTorchUnpickler(data, archive, folder, size, weights_only).load()
 
 
 # ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ Ctrl-C stops after the current step and saves a checkpoint (--resume continues i
 """
 import argparse
 import csv
+import io
 import math
 import os
 import signal
@@ -618,12 +619,36 @@ def upgrade_metrics(path):
         w.writerows(r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in rows[1:])
 
 
+def agree_metrics(path, ck):
+    """After a kill, make metrics.csv tell the story of the checkpoint --resume continues:
+    rows past its step and a half-written last line go, and the rows it holds that the
+    kill kept from reaching metrics.csv are written."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline='') as f:
+        lines = f.read().splitlines(keepends=True)
+    torn = bool(lines) and not lines[-1].endswith('\n')
+    if torn:
+        lines.pop()  # the kill came while this line was written
+    rows = list(csv.reader(lines))
+    step = int(ck['step'])
+    keep = rows[:1] + [r for r in rows[1:] if r and r[0].isdigit() and int(r[0]) <= step]
+    last = int(keep[-1][0]) if len(keep) > 1 else 0
+    keep += [[str(v) for v in r] for r in ck.get('metrics_rows', []) if int(r[0]) > last]
+    if keep != rows or torn:
+        text = io.StringIO(newline='')
+        csv.writer(text).writerows(keep)
+        tt._atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
+
+
 class RunFiles:
     """What a run writes into OUT_DIR: metrics.csv, ckpt.npz, best.npz. The metrics rows
     wait in memory and are written with each checkpoint, so the two always tell the same
-    story. A new run writes nothing before its first checkpoint; then it replaces the
-    files of any run that was there (--force), so a new run stopped before that leaves
-    the old one whole."""
+    story: the checkpoint first (each file written whole or not at all), holding the rows
+    since the last one, then the rows in metrics.csv; after a kill between the two, --resume
+    writes the rows the checkpoint holds (agree_metrics). A new run writes nothing before
+    its first checkpoint; then it replaces the files of any run that was there (--force),
+    so a new run stopped before that leaves the old one whole."""
 
     def __init__(self, out_dir, new_run):
         self.out_dir, self.new_run = out_dir, new_run
@@ -636,15 +661,18 @@ class RunFiles:
                 if os.path.exists(os.path.join(self.out_dir, name)):
                     os.remove(os.path.join(self.out_dir, name))
             self.new_run = False
+        checkpoint['metrics_rows'] = self.rows
+        if best:
+            nn.save(checkpoint, checkpoint_path(self.out_dir, BEST_NAME))
+        nn.save(checkpoint, checkpoint_path(self.out_dir))
         if not os.path.exists(self.metrics_file):  # a new run's, or imported weights' first rows
             with open(self.metrics_file, 'w', newline='') as f:
                 csv.writer(f).writerow(METRICS_COLUMNS)
         with open(self.metrics_file, 'a', newline='') as f:
             csv.writer(f).writerows(self.rows)
+            f.flush()
+            os.fsync(f.fileno())
         self.rows = []
-        if best:
-            nn.save(checkpoint, checkpoint_path(self.out_dir, BEST_NAME))
-        nn.save(checkpoint, checkpoint_path(self.out_dir))
 
 
 def update_ratio(before, params):
@@ -913,6 +941,7 @@ def train(args):
 
     files = RunFiles(args.out_dir, new_run=ck is None)
     if ck is not None:
+        agree_metrics(files.metrics_file, ck)
         upgrade_metrics(files.metrics_file)
 
     def checkpoint(at_step):
