@@ -11795,3 +11795,14 @@ def test_summary_writers_sharing_one_log_keep_whole_rows(tmp_path):
     assert sorted(float(r[3]) for r in body if r[1] == 'loss/a_fairly_long_tag_name') == \
         [1.5 + s for s in range(400)]
     assert all(float(r[3]) == 2.5 for r in body if r[1] == 'loss/b')
+
+
+def test_softmax_and_log_softmax_of_an_all_minus_inf_slice_warn_of_nothing():
+    """nan as PyTorch, without NumPy's 'invalid value' warning (-inf - -inf)."""
+    x = tt.tensor([[-math.inf, -math.inf], [0.0, math.log(3.0)]], dtype=tt.float64)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('error')
+        sm, lsm = x.softmax(1).array, x.log_softmax(1).array
+    assert np.isnan(sm[0]).all() and np.isnan(lsm[0]).all()
+    np.testing.assert_allclose(sm[1], [0.25, 0.75])
+    np.testing.assert_allclose(lsm[1], np.log([0.25, 0.75]))
