@@ -11159,10 +11159,11 @@ def test_transformer_layers_equal_their_residual_formulas_in_eval(norm_first):
                                      norm_first=norm_first, dtype=tt.float64).eval()
     dec = nn.TransformerDecoderLayer(4, 2, dim_feedforward=6, dropout=0.3,
                                      norm_first=norm_first, dtype=tt.float64).eval()
+    rng = np.random.default_rng(7)
     for layer in (enc, dec):
         for p in layer.parameters():
-            if p.ndim == 1:  # biases and the norms' weights away from their defaults
-                _set(p, np.random.default_rng(p.numel()).uniform(0.5, 1.5, p.shape))
+            if p.ndim == 1:  # biases and the norms' weights away from their defaults, each its own
+                _set(p, rng.uniform(0.5, 1.5, p.shape))
     x, mem = t64(3, 2, 4, seed=1, requires_grad=False), t64(5, 2, 4, seed=2, requires_grad=False)
     np.testing.assert_allclose(enc(x).array, _layer_by_formula(enc, x).array, rtol=1e-12)
     np.testing.assert_allclose(dec(x, mem).array, _layer_by_formula(dec, x, mem).array, rtol=1e-12)
@@ -11293,6 +11294,7 @@ def test_nll_l1_huber_smooth_l1_kl_and_bce_every_argument_by_hand():
                    [0.25 * (math.log(0.25) + 0.5), 0.75 * (math.log(0.75) + 3)]])
     np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='none').array, pw)
     np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='batchmean').array, pw.sum() / 2)
+    np.testing.assert_allclose(nn.kl_div(inp[:1], tgt[:1], reduction='batchmean').array, pw[0].sum())
     np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='sum').array, pw.sum())
     lt = tt.tensor([[0.0, -1.0]], dtype=tt.float64)
     np.testing.assert_allclose(nn.kl_div(inp[:1], lt, reduction='none', log_target=True).array,
@@ -11475,7 +11477,7 @@ def _write_pytorch_zip(path, obj_builder, monkeypatch):
             z.writestr(f'archive/data/{key}', s.array.astype('<f4').tobytes())
 
 
-def test_load_a_pytorch_zip_whose_tensors_share_one_storage_at_offsets(tmp_path, monkeypatch):
+def test_load_a_torch_save_zip_whose_tensors_share_one_storage_at_offsets(tmp_path, monkeypatch):
     base = np.arange(8, dtype=np.float32)
 
     def build(storage, T):
@@ -11754,6 +11756,8 @@ def test_samplers_by_their_definitions():
     assert list(data.BatchSampler(seq, 3, drop_last=True)) == [[0, 1, 2], [3, 4, 5]]
     assert len(data.BatchSampler(seq, 3, drop_last=True)) == 2
     assert len(data.BatchSampler(seq, 7, drop_last=True)) == 1
+    six = data.SequentialSampler(range(6))  # divides evenly: no short batch
+    assert len(data.BatchSampler(six, 3, drop_last=False)) == len(list(data.BatchSampler(six, 3, False))) == 2
     ds = data.TensorDataset(tt.arange(10))
     batches = [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, drop_last=True)]
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -11806,3 +11810,31 @@ def test_softmax_and_log_softmax_of_an_all_minus_inf_slice_warn_of_nothing():
     assert np.isnan(sm[0]).all() and np.isnan(lsm[0]).all()
     np.testing.assert_allclose(sm[1], [0.25, 0.75])
     np.testing.assert_allclose(lsm[1], np.log([0.25, 0.75]))
+
+
+def test_multihead_attention_equals_its_formula_written_in_numpy():
+    """Random projections (q, k, v rows of in_proj_weight in that order, their biases,
+    out_proj), two heads, a float mask: the module against the formula in NumPy."""
+    rng = np.random.default_rng(4)
+    E, H, L, S, N = 4, 2, 3, 5, 2
+    mha = nn.MultiheadAttention(E, H, dtype=tt.float64)
+    Wi, bi = rng.standard_normal((3 * E, E)), rng.standard_normal(3 * E)
+    Wo, bo = rng.standard_normal((E, E)), rng.standard_normal(E)
+    for p, v in ((mha.in_proj_weight, Wi), (mha.in_proj_bias, bi), (mha.out_proj.weight, Wo),
+                 (mha.out_proj.bias, bo)):
+        _set(p, v)
+    q, k, v = rng.standard_normal((L, N, E)), rng.standard_normal((S, N, E)), rng.standard_normal((S, N, E))
+    mask = rng.standard_normal((L, S))
+    out, w = mha(tt.tensor(q), tt.tensor(k), tt.tensor(v), attn_mask=tt.tensor(mask),
+                 average_attn_weights=False)
+    Q, K, V = (x @ Wi[i * E:(i + 1) * E].T + bi[i * E:(i + 1) * E] for i, x in enumerate((q, k, v)))
+    d = E // H
+    for n in range(N):
+        heads = []
+        for h in range(H):
+            s = Q[:, n, h * d:(h + 1) * d] @ K[:, n, h * d:(h + 1) * d].T / math.sqrt(d) + mask
+            a = np.exp(s - s.max(1, keepdims=True))
+            a /= a.sum(1, keepdims=True)
+            np.testing.assert_allclose(w.array[n, h], a, rtol=1e-12)
+            heads.append(a @ V[:, n, h * d:(h + 1) * d])
+        np.testing.assert_allclose(out.array[:, n], np.concatenate(heads, 1) @ Wo.T + bo, rtol=1e-12)
