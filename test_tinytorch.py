@@ -11672,7 +11672,7 @@ def test_gradient_clipping_by_hand():
     np.testing.assert_array_equal(q.grad.array, [3.5])
 
 
-def _lrs(make, steps, lr=1.0, optimizer=optim.SGD, **opt_kw):
+def _lrs_per_step(make, steps, lr=1.0, optimizer=optim.SGD, **opt_kw):
     opt = optimizer([tt.zeros(1, requires_grad=True)], lr=lr, **opt_kw)
     sched = make(opt)
     out = [opt.param_groups[0]['lr']]
@@ -11685,18 +11685,18 @@ def _lrs(make, steps, lr=1.0, optimizer=optim.SGD, **opt_kw):
 
 def test_schedulers_at_their_phase_boundaries_by_hand():
     close = lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)  # noqa: E731
-    close(_lrs(lambda o: optim.StepLR(o, 3, gamma=0.1), 7)[0], [1, 1, 1, .1, .1, .1, .01, .01])
-    close(_lrs(lambda o: optim.MultiStepLR(o, [4, 2], gamma=0.5), 5)[0], [1, 1, .5, .5, .25, .25])
-    close(_lrs(lambda o: optim.ExponentialLR(o, 0.5), 3)[0], [1, .5, .25, .125])
-    close(_lrs(lambda o: optim.LinearLR(o, start_factor=0.5, end_factor=1.0, total_iters=4), 6)[0],
+    close(_lrs_per_step(lambda o: optim.StepLR(o, 3, gamma=0.1), 7)[0], [1, 1, 1, .1, .1, .1, .01, .01])
+    close(_lrs_per_step(lambda o: optim.MultiStepLR(o, [4, 2], gamma=0.5), 5)[0], [1, 1, .5, .5, .25, .25])
+    close(_lrs_per_step(lambda o: optim.ExponentialLR(o, 0.5), 3)[0], [1, .5, .25, .125])
+    close(_lrs_per_step(lambda o: optim.LinearLR(o, start_factor=0.5, end_factor=1.0, total_iters=4), 6)[0],
           [.5, .625, .75, .875, 1, 1, 1])
-    close(_lrs(lambda o: optim.LinearLR(o, start_factor=1.0, end_factor=0.0, total_iters=2), 3)[0],
+    close(_lrs_per_step(lambda o: optim.LinearLR(o, start_factor=1.0, end_factor=0.0, total_iters=2), 3)[0],
           [1, .5, 0, 0])
-    close(_lrs(lambda o: optim.CosineAnnealingLR(o, T_max=4, eta_min=0.1), 4)[0],
+    close(_lrs_per_step(lambda o: optim.CosineAnnealingLR(o, T_max=4, eta_min=0.1), 4)[0],
           [1, .1 + .9 * (1 + math.cos(math.pi / 4)) / 2, .55, .1 + .9 * (1 + math.cos(3 * math.pi / 4)) / 2, .1])
-    close(_lrs(lambda o: optim.LambdaLR(o, lambda t: 1 / (t + 1)), 3, lr=2.0)[0], [2, 1, 2 / 3, .5])
+    close(_lrs_per_step(lambda o: optim.LambdaLR(o, lambda t: 1 / (t + 1)), 3, lr=2.0)[0], [2, 1, 2 / 3, .5])
     # warmup 4 (lr (t + 1) / 5), then cosine from 1 to 0.1 at step 10, then 0.1
-    close(_lrs(lambda o: optim.WarmupCosineLR(o, 4, 10, min_lr=0.1), 11)[0],
+    close(_lrs_per_step(lambda o: optim.WarmupCosineLR(o, 4, 10, min_lr=0.1), 11)[0],
           [.2, .4, .6, .8, 1, .1 + .45 * (1 + math.cos(math.pi / 6)), .1 + .45 * (1 + math.cos(math.pi / 3)),
            .55, .1 + .45 * (1 + math.cos(2 * math.pi / 3)), .1 + .45 * (1 + math.cos(5 * math.pi / 6)), .1, .1])
 
@@ -11706,7 +11706,7 @@ def test_one_cycle_lr_and_momentum_at_their_phase_boundaries_by_hand():
     # 10 steps, pct_start 0.3: up from 1/25 to 1 over steps 0..2, down to 1/25/1e4 at 9
     lo, top, end = 0.04, 1.0, 0.04 / 1e4
     cos_at = lambda a, b, pct: b + (a - b) / 2 * (math.cos(math.pi * pct) + 1)  # noqa: E731
-    lrs, opt, sched = _lrs(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10), 9, momentum=0.9)
+    lrs, opt, sched = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10), 9, momentum=0.9)
     close(lrs, [lo, cos_at(lo, top, .5), top] + [cos_at(top, end, k / 7) for k in range(1, 8)])
     assert lrs[-1] == pytest.approx(end)
     moms = []
@@ -11723,12 +11723,12 @@ def test_one_cycle_lr_and_momentum_at_their_phase_boundaries_by_hand():
             s2.step()
     # linear annealing; Adam's beta1 cycles
     lin = lambda a, b, pct: a + (b - a) * pct  # noqa: E731
-    lrs, opt, _ = _lrs(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10,
+    lrs, opt, _ = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10,
                                                   anneal_strategy='linear'), 9, optimizer=optim.Adam)
     close(lrs, [lo, lin(lo, top, .5), top] + [lin(top, end, k / 7) for k in range(1, 8)])
     assert opt.param_groups[0]['betas'] == (pytest.approx(.95), 0.999)
     # three phases: up over 0..2, back down to the initial lr over 2..4, to the end at 9
-    lrs, _, _ = _lrs(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10, three_phase=True), 9)
+    lrs, _, _ = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10, three_phase=True), 9)
     close(lrs, [lo, cos_at(lo, top, .5), top, cos_at(top, lo, .5), lo]
           + [cos_at(lo, end, k / 5) for k in range(1, 6)])
 
