@@ -12268,3 +12268,970 @@ def test_real_pytorch_checkpoints_load_with_identical_values(tmp_path):
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
     np.testing.assert_allclose(model(tt.tensor(x)).detach().array,
                                linear(torch.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+# ---- issue 39: tests that stand on their own (values pinned by hand, no PyTorch) ----
+# Each test below pins the *values* of code added in the last two waves with closed forms
+# or hand-computed steps, so that a learner without PyTorch is told when a formula breaks.
+_LOG3, _ATANH_HALF = math.log(3.0), math.atanh(0.5)
+
+
+def _sig(x):
+    return 1 / (1 + math.exp(-x))
+
+
+def _set(param, values):
+    with tt.no_grad():
+        param.array[...] = np.asarray(values, dtype=param.array.dtype)
+
+
+def _zero_all(module):
+    for p in module.parameters():
+        _set(p, 0.0)
+
+
+def test_recurrent_cells_closed_forms_with_zero_weights():
+    """Zero weights: each gate is sigmoid or tanh of its biases, in PyTorch's gate order
+    (LSTM i, f, g, o; GRU r, z, n), b_ih and b_hh both counted."""
+    rnn = nn.RNNCell(2, 2, dtype=tt.float64)
+    _zero_all(rnn)
+    _set(rnn.bias_ih, [0.5, -1.0])
+    _set(rnn.bias_hh, [0.25, 0.5])
+    np.testing.assert_allclose(rnn(tt.ones(2, dtype=tt.float64)).array, np.tanh([0.75, -0.5]))
+    relu = nn.RNNCell(2, 2, nonlinearity='relu', dtype=tt.float64)
+    _zero_all(relu)
+    _set(relu.bias_ih, [0.5, -1.0])
+    _set(relu.bias_hh, [0.25, 0.5])
+    np.testing.assert_array_equal(relu(tt.ones(1, 2, dtype=tt.float64)).array, [[0.75, 0.0]])
+    # LSTM, hidden 1: i = sigmoid(0) = 1/2, f = sigmoid(log 3) = 3/4, g = tanh(atanh 1/2) = 1/2
+    # (its bias on the hidden side), o = sigmoid(-log 3) = 1/4; c0 = 2
+    lstm = nn.LSTMCell(3, 1, dtype=tt.float64)
+    _zero_all(lstm)
+    _set(lstm.bias_ih, [0.0, _LOG3, 0.0, -_LOG3])
+    _set(lstm.bias_hh, [0.0, 0.0, _ATANH_HALF, 0.0])
+    h, c = lstm(tt.ones(1, 3, dtype=tt.float64),
+                (tt.full((1, 1), 5.0, dtype=tt.float64), tt.full((1, 1), 2.0, dtype=tt.float64)))
+    np.testing.assert_allclose(c.array, [[0.75 * 2 + 0.5 * 0.5]])  # f c + i g = 1.75
+    np.testing.assert_allclose(h.array, [[0.25 * math.tanh(1.75)]])  # o tanh(c)
+    h, c = lstm(tt.ones(3, dtype=tt.float64))  # no state: zeros; unbatched
+    assert h.shape == (1,) and c.shape == (1,)
+    np.testing.assert_allclose(c.array, [0.25])
+    np.testing.assert_allclose(h.array, [0.25 * math.tanh(0.25)])
+    # GRU, hidden 1: r = sigmoid(0) = 1/2, z = sigmoid(log 3) = 3/4, n = tanh(0.1 + r * 0.8)
+    # (r multiplies h's part *with* its bias), h' = (1 - z) n + z h with h = 2
+    gru = nn.GRUCell(3, 1, dtype=tt.float64)
+    _zero_all(gru)
+    _set(gru.bias_ih, [0.0, _LOG3, 0.1])
+    _set(gru.bias_hh, [0.0, 0.0, 0.8])
+    out = gru(tt.ones(1, 3, dtype=tt.float64), tt.full((1, 1), 2.0, dtype=tt.float64))
+    np.testing.assert_allclose(out.array, [[0.25 * math.tanh(0.5) + 0.75 * 2]])
+
+
+def test_recurrent_cells_equal_their_formulas_written_in_numpy():
+    """Random weights: each cell against its formula written out here in NumPy."""
+    rng = np.random.default_rng(0)
+    x, h, c = rng.standard_normal((2, 3)), rng.standard_normal((2, 2)), rng.standard_normal((2, 2))
+    sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
+    for cls, gates in ((nn.RNNCell, 1), (nn.LSTMCell, 4), (nn.GRUCell, 3)):
+        cell = cls(3, 2, dtype=tt.float64)
+        W, U = rng.standard_normal((gates * 2, 3)), rng.standard_normal((gates * 2, 2))
+        b, d = rng.standard_normal(gates * 2), rng.standard_normal(gates * 2)
+        for p, v in zip((cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh), (W, U, b, d)):
+            _set(p, v)
+        xi, hh = x @ W.T + b, h @ U.T + d
+        if cls is nn.RNNCell:
+            np.testing.assert_allclose(cell(tt.tensor(x), tt.tensor(h)).array, np.tanh(xi + hh))
+        elif cls is nn.LSTMCell:
+            a = xi + hh
+            i, f, g, o = sig(a[:, :2]), sig(a[:, 2:4]), np.tanh(a[:, 4:6]), sig(a[:, 6:])
+            c1 = f * c + i * g
+            h1, c1_ = cell(tt.tensor(x), (tt.tensor(h), tt.tensor(c)))
+            np.testing.assert_allclose(c1_.array, c1)
+            np.testing.assert_allclose(h1.array, o * np.tanh(c1))
+        else:
+            r, z = sig(xi[:, :2] + hh[:, :2]), sig(xi[:, 2:4] + hh[:, 2:4])
+            n = np.tanh(xi[:, 4:] + r * hh[:, 4:])
+            np.testing.assert_allclose(cell(tt.tensor(x), tt.tensor(h)).array, (1 - z) * n + z * h)
+
+
+def test_recurrent_stacked_bidirectional_layer_order_and_initial_state_slots():
+    """A 2-layer bidirectional relu RNN with hidden 1, recurrent weight 1 and no biases:
+    each direction is a running sum (from the start, or from the end for the reverse
+    one) of its input plus its own initial state h0[layer * 2 + direction]; layer 1 reads
+    [forward, reverse] side by side."""
+    net = nn.RNN(1, 1, num_layers=2, nonlinearity='relu', bidirectional=True, dtype=tt.float64)
+    _zero_all(net)
+    for name in ('weight_hh_l0', 'weight_hh_l0_reverse', 'weight_hh_l1', 'weight_hh_l1_reverse'):
+        _set(getattr(net, name), [[1.0]])
+    _set(net.weight_ih_l0, [[1.0]])
+    _set(net.weight_ih_l0_reverse, [[2.0]])
+    _set(net.weight_ih_l1, [[1.0, 10.0]])
+    _set(net.weight_ih_l1_reverse, [[100.0, 1000.0]])
+    x = np.array([1.0, 2.0, 3.0])
+    h0 = np.array([0.1, 0.2, 0.3, 0.4])
+    run = lambda v, h: h + np.cumsum(v)  # noqa: E731
+    back = lambda v, h: h + np.cumsum(v[::-1])[::-1]  # noqa: E731
+    f0, r0 = run(x, h0[0]), back(2 * x, h0[1])
+    f1, r1 = run(f0 + 10 * r0, h0[2]), back(100 * f0 + 1000 * r0, h0[3])
+    out, hn = net(tt.tensor(x.reshape(3, 1, 1)), tt.tensor(h0.reshape(4, 1, 1)))
+    np.testing.assert_allclose(out.array[:, 0, 0], f1)
+    np.testing.assert_allclose(out.array[:, 0, 1], r1)
+    np.testing.assert_allclose(hn.array[:, 0, 0], [f0[-1], r0[0], f1[-1], r1[0]])
+    out2, hn2 = net(tt.tensor(x.reshape(3, 1)), tt.tensor(h0.reshape(4, 1)))  # unbatched
+    np.testing.assert_allclose(out2.array, out.array[:, 0])
+    np.testing.assert_allclose(hn2.array, hn.array[:, 0])
+    bf = nn.RNN(1, 1, num_layers=2, nonlinearity='relu', bidirectional=True, batch_first=True,
+                dtype=tt.float64)
+    bf.load_state_dict(net.state_dict())
+    out3, _ = bf(tt.tensor(np.stack([x, 2 * x]).reshape(2, 3, 1)), tt.tensor(np.repeat(h0, 2).reshape(4, 2, 1)))
+    np.testing.assert_allclose(out3.array[0], out.array[:, 0])
+
+
+def test_lstm_and_gru_layers_closed_forms_with_their_state_slots():
+    """Zero weights: an LSTM's cell follows c_t = f c_{t-1} + i g from its own c0 slot
+    (forward from the start, reverse from the end); a GRU's h_t = (1 - z) n + z h_{t-1}."""
+    lstm = nn.LSTM(2, 1, num_layers=2, bidirectional=True, dtype=tt.float64)
+    _zero_all(lstm)
+    for suffix in ('l0', 'l0_reverse', 'l1', 'l1_reverse'):
+        _set(getattr(lstm, 'bias_ih_' + suffix), [0.0, _LOG3, 0.0, -_LOG3])
+        _set(getattr(lstm, 'bias_hh_' + suffix), [0.0, 0.0, _ATANH_HALF, 0.0])
+    c0 = np.array([1.0, 2.0, 3.0, 4.0])
+    step = lambda c: 0.75 * c + 0.25  # noqa: E731
+    out, (hn, cn) = lstm(tt.zeros(2, 1, 2, dtype=tt.float64),
+                         (tt.zeros(4, 1, 1, dtype=tt.float64), tt.tensor(c0.reshape(4, 1, 1))))
+    np.testing.assert_allclose(cn.array.ravel(), step(step(c0)))
+    np.testing.assert_allclose(hn.array.ravel(), 0.25 * np.tanh(step(step(c0))))
+    # the last layer's output: forward at t = 0 is one step from c0[2]; reverse at t = 0 is
+    # its second step (it started at t = 1) from c0[3]
+    np.testing.assert_allclose(out.array[:, 0, 0], 0.25 * np.tanh([step(3.0), step(step(3.0))]))
+    np.testing.assert_allclose(out.array[:, 0, 1], 0.25 * np.tanh([step(step(4.0)), step(4.0)]))
+    proj = nn.LSTM(1, 2, proj_size=1, dtype=tt.float64)  # h = W_hr (o tanh c)
+    _zero_all(proj)
+    _set(proj.bias_ih_l0, [0.0, 0.0, _LOG3, 0.0, 0.0, 0.0, -_LOG3, -_LOG3])
+    _set(proj.bias_hh_l0, [0.0, 0.0, 0.0, 0.0, _ATANH_HALF, _ATANH_HALF, 0.0, 0.0])
+    _set(proj.weight_hr_l0, [[1.0, 2.0]])
+    out, (hn, cn) = proj(tt.zeros(1, 1, 1, dtype=tt.float64))
+    np.testing.assert_allclose(cn.array.ravel(), [0.25, 0.25])
+    np.testing.assert_allclose(out.array.ravel(), [3 * 0.25 * math.tanh(0.25)])
+    gru = nn.GRU(1, 1, dtype=tt.float64)
+    _zero_all(gru)
+    _set(gru.bias_ih_l0, [0.0, _LOG3, 0.1])
+    _set(gru.bias_hh_l0, [0.0, 0.0, 0.8])
+    h, n = 2.0, math.tanh(0.5)
+    expect = []
+    for _ in range(3):
+        h = 0.25 * n + 0.75 * h
+        expect.append(h)
+    out, hn = gru(tt.zeros(3, 1, 1, dtype=tt.float64), tt.full((1, 1, 1), 2.0, dtype=tt.float64))
+    np.testing.assert_allclose(out.array.ravel(), expect)
+    np.testing.assert_allclose(hn.array.ravel(), expect[-1:])
+
+
+def _identity_mha(embed, heads, **kw):
+    mha = nn.MultiheadAttention(embed, heads, dtype=tt.float64, **kw)
+    _zero_all(mha)
+    _set(mha.in_proj_weight, np.concatenate([np.eye(embed)] * 3))
+    _set(mha.out_proj.weight, np.eye(embed))
+    return mha
+
+
+def test_multihead_attention_with_identity_projections_is_a_softmax_by_hand():
+    mha = _identity_mha(2, 1)
+    q = tt.tensor([[[1.0, 0.0]]], dtype=tt.float64)            # (L=1, N=1, E=2)
+    k = tt.tensor([[[1.0, 0.0]], [[0.0, 1.0]]], dtype=tt.float64)  # (S=2, N=1, E=2)
+    v = tt.tensor([[[1.0, 2.0]], [[3.0, 4.0]]], dtype=tt.float64)
+    w1 = 1 / (1 + math.exp(-1 / math.sqrt(2)))  # softmax([1/sqrt(2), 0])[0]
+    out, w = mha(q, k, v)
+    np.testing.assert_allclose(w.array, [[[w1, 1 - w1]]])
+    np.testing.assert_allclose(out.array, [[[w1 * 1 + (1 - w1) * 3, w1 * 2 + (1 - w1) * 4]]])
+    # biases: v's bias and out_proj's bias add to the output (the weights sum to 1);
+    # out_proj's weight swaps the two features
+    _set(mha.in_proj_bias, [0.0, 0.0, 0.0, 0.0, 10.0, 20.0])
+    _set(mha.out_proj.bias, [100.0, 200.0])
+    _set(mha.out_proj.weight, [[0.0, 1.0], [1.0, 0.0]])
+    out, _ = mha(q, k, v)
+    np.testing.assert_allclose(out.array, [[[w1 * 2 + (1 - w1) * 4 + 20 + 100,
+                                             w1 * 1 + (1 - w1) * 3 + 10 + 200]]])
+    # masks: key_padding_mask True = ignore that key; a bool attn_mask True = may not attend;
+    # a float attn_mask is added to the scores
+    mha = _identity_mha(2, 1)
+    out, w = mha(q, k, v, key_padding_mask=tt.tensor([[False, True]]))
+    np.testing.assert_allclose(w.array, [[[1.0, 0.0]]])
+    np.testing.assert_allclose(out.array, [[[1.0, 2.0]]])
+    out, w = mha(q, k, v, attn_mask=tt.tensor([[True, False]]))
+    np.testing.assert_allclose(w.array, [[[0.0, 1.0]]])
+    out, w = mha(q, k, v, attn_mask=tt.tensor([[0.0, 1 / math.sqrt(2)]], dtype=tt.float64))
+    np.testing.assert_allclose(w.array, [[[0.5, 0.5]]])
+    # batch_first and unbatched give the same numbers
+    bf = _identity_mha(2, 1, batch_first=True)
+    out_bf, _ = bf(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
+    np.testing.assert_allclose(out_bf.array[0, 0], [w1 * 1 + (1 - w1) * 3, w1 * 2 + (1 - w1) * 4])
+    out_u, w_u = mha(q[:, 0], k[:, 0], v[:, 0])
+    np.testing.assert_allclose(out_u.array, [[w1 * 1 + (1 - w1) * 3, w1 * 2 + (1 - w1) * 4]])
+    np.testing.assert_allclose(w_u.array, [[w1, 1 - w1]])
+
+
+def test_multihead_attention_two_heads_split_features_and_average_weights():
+    """Two heads of one feature each (scale 1): head 0 attends with feature 0, head 1 with
+    feature 1; each head's output is its own feature; the returned weights are their mean."""
+    mha = _identity_mha(2, 2)
+    q = tt.tensor([[[1.0, 2.0]]], dtype=tt.float64)
+    k = tt.tensor([[[1.0, 0.0]], [[0.0, 1.0]]], dtype=tt.float64)
+    v = tt.tensor([[[1.0, 2.0]], [[3.0, 4.0]]], dtype=tt.float64)
+    a = _sig(1.0)      # head 0: softmax([1, 0])
+    b = 1 - _sig(2.0)  # head 1: softmax([0, 2])[0]
+    out, w = mha(q, k, v)
+    np.testing.assert_allclose(out.array, [[[a * 1 + (1 - a) * 3, b * 2 + (1 - b) * 4]]])
+    np.testing.assert_allclose(w.array, [[[(a + b) / 2, 1 - (a + b) / 2]]])
+    _, w = mha(q, k, v, average_attn_weights=False)
+    np.testing.assert_allclose(w.array, [[[[a, 1 - a]], [[b, 1 - b]]]])
+    out, w = mha(q, k, v, need_weights=False)
+    assert w is None
+
+
+def test_attention_dropout_is_off_in_eval_and_on_in_training():
+    mha = _identity_mha(4, 2, dropout=0.5)
+    ref = _identity_mha(4, 2)
+    x = t64(3, 2, 4, requires_grad=False)
+    mha.eval()
+    o1, w1 = mha(x, x, x)
+    o2, w2 = ref(x, x, x)
+    np.testing.assert_array_equal(o1.array, o2.array)
+    np.testing.assert_array_equal(w1.array, w2.array)
+    mha.train()
+    tt.manual_seed(0)
+    _, w = mha(x, x, x, average_attn_weights=False)
+    assert (w.array == 0).any()  # dropped weights, the rest scaled by 2
+    kept = w.array != 0
+    np.testing.assert_allclose(w.array[kept], 2 * ref(x, x, x, average_attn_weights=False)[1].array[kept])
+
+
+def test_scaled_dot_product_attention_by_hand():
+    q = tt.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=tt.float64)
+    k = tt.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=tt.float64)
+    v = tt.tensor([[1.0, 10.0], [2.0, 20.0]], dtype=tt.float64)
+    a = _sig(1 / math.sqrt(2))  # softmax([1/sqrt(2), 0])[0]
+    np.testing.assert_allclose(nn.scaled_dot_product_attention(q, k, v).array,
+                               [[a + 2 * (1 - a), 10 * a + 20 * (1 - a)],
+                                [(1 - a) + 2 * a, 10 * (1 - a) + 20 * a]])
+    s = _sig(3.0)  # scale=3: softmax([3, 0])
+    np.testing.assert_allclose(nn.scaled_dot_product_attention(q, k, v, scale=3.0).array[0],
+                               [s + 2 * (1 - s), 10 * s + 20 * (1 - s)])
+    causal = nn.scaled_dot_product_attention(q, k, v, is_causal=True).array
+    np.testing.assert_allclose(causal[0], [1.0, 10.0])  # query 0 sees key 0 only
+    mask = tt.tensor([[False, True], [False, False]])  # bool: True = may attend
+    out = nn.scaled_dot_product_attention(q, k, v, attn_mask=mask).array
+    np.testing.assert_allclose(out[0], [2.0, 20.0])
+    np.testing.assert_array_equal(out[1], [0.0, 0.0])  # no key at all: zeros, not nan
+
+
+def _layer_by_formula(layer, x, decoder_memory=None):
+    """A Transformer layer's output from its own submodules, by the two formulas."""
+    sa = lambda y: layer.self_attn(y, y, y, need_weights=False)[0]  # noqa: E731
+    ff = lambda y: layer.linear2(layer.activation(layer.linear1(y)))  # noqa: E731
+    if decoder_memory is None:
+        if layer.norm_first:
+            y = x + sa(layer.norm1(x))
+            return y + ff(layer.norm2(y))
+        y = layer.norm1(x + sa(x))
+        return layer.norm2(y + ff(y))
+    m = decoder_memory
+    ca = lambda y: layer.multihead_attn(y, m, m, need_weights=False)[0]  # noqa: E731
+    if layer.norm_first:
+        y = x + sa(layer.norm1(x))
+        y = y + ca(layer.norm2(y))
+        return y + ff(layer.norm3(y))
+    y = layer.norm1(x + sa(x))
+    y = layer.norm2(y + ca(y))
+    return layer.norm3(y + ff(y))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_layers_equal_their_residual_formulas_in_eval(norm_first):
+    """dropout=0.3 but eval(): no dropout anywhere; the layer is its residual formulas
+    (pre-norm: x + f(norm(x)); post-norm: norm(x + f(x))), with its norms' affine weights
+    and the activation (gelu here) in place."""
+    tt.manual_seed(1)
+    enc = nn.TransformerEncoderLayer(4, 2, dim_feedforward=6, dropout=0.3, activation='gelu',
+                                     norm_first=norm_first, dtype=tt.float64).eval()
+    dec = nn.TransformerDecoderLayer(4, 2, dim_feedforward=6, dropout=0.3,
+                                     norm_first=norm_first, dtype=tt.float64).eval()
+    rng = np.random.default_rng(7)
+    for layer in (enc, dec):
+        for p in layer.parameters():
+            if p.ndim == 1:  # biases and the norms' weights away from their defaults, each its own
+                _set(p, rng.uniform(0.5, 1.5, p.shape))
+    x, mem = t64(3, 2, 4, seed=1, requires_grad=False), t64(5, 2, 4, seed=2, requires_grad=False)
+    np.testing.assert_allclose(enc(x).array, _layer_by_formula(enc, x).array, rtol=1e-12)
+    np.testing.assert_allclose(dec(x, mem).array, _layer_by_formula(dec, x, mem).array, rtol=1e-12)
+    stack = nn.TransformerEncoder(enc, 2, norm=nn.LayerNorm(4, dtype=tt.float64)).eval()
+    y = stack.layers[1](stack.layers[0](x))
+    np.testing.assert_allclose(stack(x).array, stack.norm(y).array, rtol=1e-12)
+    dstack = nn.TransformerDecoder(dec, 2).eval()
+    y = dstack.layers[1](dstack.layers[0](x, mem), mem)
+    np.testing.assert_allclose(dstack(x, mem).array, y.array, rtol=1e-12)
+    enc.train()
+    tt.manual_seed(0)
+    assert not np.allclose(enc(x).array, _layer_by_formula(enc, x).array)  # training: dropout
+
+
+def test_transformer_encoder_layer_masks_reach_attention():
+    tt.manual_seed(2)
+    layer = nn.TransformerEncoderLayer(4, 1, dim_feedforward=4, dropout=0.0, dtype=tt.float64)
+    x = t64(3, 1, 4, seed=3, requires_grad=False)
+    mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=tt.float64)
+    np.testing.assert_array_equal(mask.array, [[0, -np.inf, -np.inf], [0, 0, -np.inf], [0, 0, 0]])
+    full = layer(x, src_mask=mask)
+    # with the causal mask, position 0 sees only itself: its output is the layer's on x[:1]
+    np.testing.assert_allclose(full.array[:1], layer(x[:1]).array, rtol=1e-12)
+    pad = layer(x, src_key_padding_mask=tt.tensor([[False, False, True]]))
+    np.testing.assert_allclose(pad.array[:2], layer(x[:2]).array, rtol=1e-12)
+
+
+def _ce_logits():
+    # softmax rows [1/4, 1/2, 1/4], [1/4, 1/4, 1/2], [1/2, 1/4, 1/4]
+    return tt.tensor(np.log([[1.0, 2.0, 1.0], [1.0, 1.0, 2.0], [2.0, 1.0, 1.0]]), requires_grad=True)
+
+
+def test_cross_entropy_every_argument_by_hand():
+    L2, L4 = math.log(2), math.log(4)
+    t = tt.tensor([1, 0, 2])  # -log p: log 2, log 4, log 4
+    ce = lambda **kw: nn.cross_entropy(_ce_logits(), t, **kw).array  # noqa: E731
+    np.testing.assert_allclose(ce(), (L2 + 2 * L4) / 3)
+    np.testing.assert_allclose(ce(reduction='sum'), L2 + 2 * L4)
+    np.testing.assert_allclose(ce(reduction='none'), [L2, L4, L4])
+    np.testing.assert_allclose(ce(ignore_index=0), (L2 + L4) / 2)  # row 1's target is 0
+    np.testing.assert_allclose(ce(ignore_index=0, reduction='none'), [L2, 0.0, L4])
+    np.testing.assert_allclose(ce(ignore_index=0, reduction='sum'), L2 + L4)
+    w = tt.tensor([1.0, 2.0, 3.0], dtype=tt.float64)
+    np.testing.assert_allclose(ce(weight=w, reduction='none'), [2 * L2, L4, 3 * L4])
+    np.testing.assert_allclose(ce(weight=w), (2 * L2 + L4 + 3 * L4) / 6)
+    np.testing.assert_allclose(ce(weight=w, ignore_index=1), (L4 + 3 * L4) / 4)
+    # label smoothing e: (1 - e) nll + e / C sum_c (-log p_c); row 0: sum = 5 log 2, ...
+    e = 0.3
+    smooth = np.array([5 * L2, 5 * L2, 5 * L2])
+    np.testing.assert_allclose(ce(label_smoothing=e, reduction='none'),
+                               (1 - e) * np.array([L2, L4, L4]) + e / 3 * smooth)
+    # with weights: the uniform part sums w_c (-log p_c); 'mean' divides by sum of w_t
+    wsmooth = np.array([1 * L4 + 2 * L2 + 3 * L4, 1 * L4 + 2 * L4 + 3 * L2, 1 * L2 + 2 * L4 + 3 * L4])
+    per_row = (1 - e) * np.array([2 * L2, 1 * L4, 3 * L4]) + e / 3 * wsmooth
+    np.testing.assert_allclose(ce(weight=w, label_smoothing=e, reduction='none'), per_row)
+    np.testing.assert_allclose(ce(weight=w, label_smoothing=e), per_row.sum() / 6)
+    # legacy spellings
+    np.testing.assert_allclose(ce(reduce=False), [L2, L4, L4])
+    np.testing.assert_allclose(ce(size_average=False), L2 + 2 * L4)
+    # gradient of the weighted mean: w_t (softmax - onehot) / sum w_t; an ignored row gets 0
+    z = _ce_logits()
+    nn.cross_entropy(z, t, weight=w, ignore_index=2).backward()
+    p = np.array([[0.25, 0.5, 0.25], [0.25, 0.25, 0.5], [0.5, 0.25, 0.25]])
+    onehot = np.eye(3)[[1, 0, 2]]
+    np.testing.assert_allclose(z.grad.array, (np.array([[2.0], [1.0], [0.0]]) * (p - onehot)) / 3)
+    # all rows ignored: nan loss, zero gradient
+    z = _ce_logits()
+    loss = nn.cross_entropy(z, tt.tensor([5, 5, 5]), ignore_index=5)
+    loss.backward()
+    assert np.isnan(loss.item()) and (z.grad.array == 0).all()
+
+
+def test_cross_entropy_probability_targets_and_image_shapes_by_hand():
+    L2, L4 = math.log(2), math.log(4)
+    z = _ce_logits()
+    probs = tt.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]], dtype=tt.float64)
+    np.testing.assert_allclose(nn.cross_entropy(z, probs, reduction='none').array,
+                               [L2, L4, L4])
+    w = tt.tensor([1.0, 2.0, 3.0], dtype=tt.float64)
+    np.testing.assert_allclose(nn.cross_entropy(z, probs, weight=w, reduction='none').array,
+                               [2 * L2, 0.5 * L4 + L4, 3 * L4])
+    e = 0.3  # smoothed target (1 - e) y + e / C
+    np.testing.assert_allclose(nn.cross_entropy(z, probs, label_smoothing=e, reduction='sum').array,
+                               (1 - e) * (L2 + 2 * L4) + e / 3 * 15 * L2)
+    # (N, C, d) logits with (N, d) targets: one row per position
+    img = tt.tensor(np.log([[[1.0, 2.0], [2.0, 1.0], [1.0, 1.0]]]))  # N=1, C=3, d=2
+    # position 0: p = [1/4, 1/2, 1/4]; position 1: p = [1/2, 1/4, 1/4]
+    np.testing.assert_allclose(nn.cross_entropy(img, tt.tensor([[1, 2]]), reduction='none').array,
+                               [[L2, L4]])
+    np.testing.assert_allclose(nn.cross_entropy(img[:, :, 0], tt.tensor([0])).array, L4)
+
+
+def test_nll_l1_huber_smooth_l1_kl_and_bce_every_argument_by_hand():
+    logp = tt.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]], dtype=tt.float64)
+    t, w = tt.tensor([2, 0]), tt.tensor([1.0, 2.0, 3.0], dtype=tt.float64)
+    np.testing.assert_allclose(nn.nll_loss(logp, t).array, 3.5)
+    np.testing.assert_allclose(nn.nll_loss(logp, t, weight=w, reduction='none').array, [9.0, 4.0])
+    np.testing.assert_allclose(nn.nll_loss(logp, t, weight=w).array, 13 / 4)
+    np.testing.assert_allclose(nn.nll_loss(logp, t, weight=w, reduction='sum').array, 13.0)
+    np.testing.assert_allclose(nn.nll_loss(logp, t, ignore_index=2, reduction='none').array, [0, 4])
+    np.testing.assert_allclose(nn.nll_loss(logp, t, weight=w, ignore_index=2).array, 4.0)
+    np.testing.assert_allclose(nn.nll_loss(logp[1], tt.tensor(1)).array, 5.0)
+    np.testing.assert_allclose(nn.NLLLoss(weight=w, ignore_index=0)(logp, t).array, 9 / 3)
+    x = tt.tensor([0.0, 1.0, 3.0], dtype=tt.float64)
+    y = tt.tensor([0.5, 1.0, 0.0], dtype=tt.float64)  # d = -0.5, 0, 3
+    wt = tt.tensor([2.0, 1.0, 1.0], dtype=tt.float64)
+    np.testing.assert_allclose(nn.l1_loss(x, y).array, 3.5 / 3)
+    np.testing.assert_allclose(nn.l1_loss(x, y, weight=wt).array, (1.0 + 3.0) / 4)  # by sum w
+    np.testing.assert_allclose(nn.l1_loss(x, y, weight=wt, reduction='none').array, [1.0, 0.0, 3.0])
+    np.testing.assert_allclose(nn.l1_loss(x, y, reduction='sum').array, 3.5)
+    # huber, delta 2: 0.5 d^2 where |d| < 2, else 2 (|d| - 1)
+    np.testing.assert_allclose(nn.huber_loss(x, y, delta=2.0, reduction='none').array,
+                               [0.125, 0.0, 4.0])
+    np.testing.assert_allclose(nn.huber_loss(x, y, delta=2.0, weight=wt).array, (0.25 + 4.0) / 3)
+    np.testing.assert_allclose(nn.huber_loss(x, y).array, (0.125 + 2.5) / 3)  # delta 1
+    # smooth_l1, beta 2: 0.5 d^2 / 2 where |d| < 2, else |d| - 1; beta 0 is l1
+    np.testing.assert_allclose(nn.smooth_l1_loss(x, y, beta=2.0, reduction='none').array,
+                               [0.0625, 0.0, 2.0])
+    np.testing.assert_allclose(nn.smooth_l1_loss(x, y, beta=0.0, reduction='sum').array, 3.5)
+    np.testing.assert_allclose(nn.SmoothL1Loss(reduction='sum', beta=2.0)(x, y).array, 2.0625)
+    np.testing.assert_allclose(nn.HuberLoss(reduction='sum', delta=2.0)(x, y).array, 4.125)
+    np.testing.assert_allclose(nn.mse_loss(x, y, reduction='none').array, [0.25, 0.0, 9.0])
+    np.testing.assert_allclose(nn.mse_loss(x, y, reduction='sum').array, 9.25)
+    # kl_div: y (log y - x), 0 at y = 0; log_target: exp(y) (y - x); batchmean: sum / N
+    inp = tt.tensor([[-1.0, -2.0], [-0.5, -3.0]], dtype=tt.float64)
+    tgt = tt.tensor([[0.5, 0.0], [0.25, 0.75]], dtype=tt.float64)
+    pw = np.array([[0.5 * (math.log(0.5) + 1), 0.0],
+                   [0.25 * (math.log(0.25) + 0.5), 0.75 * (math.log(0.75) + 3)]])
+    np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='none').array, pw)
+    np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='batchmean').array, pw.sum() / 2)
+    np.testing.assert_allclose(nn.kl_div(inp[:1], tgt[:1], reduction='batchmean').array, pw[0].sum())
+    np.testing.assert_allclose(nn.kl_div(inp, tgt, reduction='sum').array, pw.sum())
+    lt = tt.tensor([[0.0, -1.0]], dtype=tt.float64)
+    np.testing.assert_allclose(nn.kl_div(inp[:1], lt, reduction='none', log_target=True).array,
+                               [[1.0 * (0 + 1), math.exp(-1) * (-1 + 2)]])
+    # bce with logits: at x = 0 it is log 2 whatever y; x = log 3 with y = 1: log(4/3)
+    bx = tt.tensor([0.0, _LOG3, _LOG3], dtype=tt.float64)
+    by = tt.tensor([0.3, 1.0, 0.0], dtype=tt.float64)
+    per = [math.log(2), math.log(4 / 3), math.log(4)]
+    np.testing.assert_allclose(nn.binary_cross_entropy_with_logits(bx, by, reduction='none').array, per)
+    np.testing.assert_allclose(nn.binary_cross_entropy_with_logits(bx, by, reduction='sum').array, sum(per))
+    np.testing.assert_allclose(nn.BCEWithLogitsLoss()(bx, by).array, sum(per) / 3)
+
+
+def test_autograd_function_values_integer_outputs_and_non_differentiable():
+    class Cube(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.save_for_backward(x)
+            ctx.k = k
+            return x * x * x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * ctx.k * x * x * g, None
+
+    x = tt.tensor([1.0, -2.0], dtype=tt.float64, requires_grad=True)
+    y = Cube.apply(x, 2.0)
+    np.testing.assert_array_equal(y.array, [2.0, -16.0])
+    y.backward(tt.tensor([1.0, 0.5], dtype=tt.float64))
+    np.testing.assert_array_equal(x.grad.array, [6.0, 12.0])
+
+    class SortWithIndex(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            idx = np.argsort(x.array)
+            ctx.idx = idx
+            return tt.tensor(x.array[idx]), tt.tensor(idx)
+
+        @staticmethod
+        def backward(ctx, g, g_idx):
+            out = np.zeros_like(g.array)
+            out[ctx.idx] = g.array
+            return tt.tensor(out)
+
+    x = tt.tensor([3.0, 1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    values, index = SortWithIndex.apply(x)
+    assert index.dtype == tt.int64 and not index.requires_grad  # an integer output: no graph
+    np.testing.assert_array_equal(index.array, [1, 2, 0])
+    assert values.requires_grad
+    (values * tt.tensor([1.0, 10.0, 100.0], dtype=tt.float64)).sum().backward()
+    np.testing.assert_array_equal(x.grad.array, [100.0, 1.0, 10.0])
+
+    class Argmax(tt.autograd.Function):  # the only output is an integer tensor
+        @staticmethod
+        def forward(ctx, x):
+            return tt.tensor(np.argmax(x.array))
+
+    r = Argmax.apply(tt.tensor([1.0, 5.0, 2.0], requires_grad=True))
+    assert r.item() == 1 and not r.requires_grad
+
+    class Pair(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            a, b = x * 2, x * 3
+            ctx.mark_non_differentiable(b)
+            return a, b
+
+        @staticmethod
+        def backward(ctx, ga, gb):
+            return ga * 2
+
+    x = tt.tensor([1.0], dtype=tt.float64, requires_grad=True)
+    a, b = Pair.apply(x)
+    assert a.requires_grad and not b.requires_grad
+    a.sum().backward()
+    np.testing.assert_array_equal(x.grad.array, [2.0])
+
+
+def test_autograd_backward_grad_tensors_and_inputs_by_hand():
+    x = tt.tensor([1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    w = tt.tensor([3.0, 4.0], dtype=tt.float64, requires_grad=True)
+    y1, y2 = 2 * x, x * w
+    g1 = tt.tensor([1.0, 10.0], dtype=tt.float64)
+    g2 = tt.tensor([100.0, 1000.0], dtype=tt.float64)
+    tt.autograd.backward([y1, y2], grad_tensors=[g1, g2], inputs=[x], retain_graph=True)
+    np.testing.assert_array_equal(x.grad.array, [2 + 300.0, 20 + 4000.0])  # 2 g1 + w g2
+    assert w.grad is None  # inputs=: only x's .grad is written
+    tt.autograd.backward([y1, y2], grad_tensors=[g1, g2], inputs=x, retain_graph=True)
+    np.testing.assert_array_equal(x.grad.array, [2 * 302.0, 2 * 4020.0])  # accumulates
+    x.grad = None
+    tt.autograd.backward([y1, y2], grad_tensors=[g1, g2])
+    np.testing.assert_array_equal(x.grad.array, [302.0, 4020.0])
+    np.testing.assert_array_equal(w.grad.array, [100.0, 2000.0])  # x g2
+    x2 = tt.tensor([1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    gx, = tt.autograd.grad((x2 * x2).sum(), x2)
+    np.testing.assert_array_equal(gx.array, [2.0, 4.0])
+    assert x2.grad is None
+    gx, = tt.autograd.grad(3 * x2, [x2], grad_outputs=[tt.tensor([1.0, -1.0], dtype=tt.float64)])
+    np.testing.assert_array_equal(gx.array, [3.0, -3.0])
+
+
+def test_the_import_rule_answers_only_for_tinytorch_paths():
+    import importlib.util
+    assert tt._PathFinder.find_spec('tinytorch.nn') is not None
+    assert tt._PathFinder.find_spec('tinytorch.optim.lr_scheduler') is not None
+    for name in ('mypackage.nn', 'abcdefghij.nn', 'tinytorchx.nn', 'nn', 'tinytorch.nosuch',
+                 'tinytorch', 'torch.nn'):
+        assert tt._PathFinder.find_spec(name) is None, name
+    assert importlib.util.find_spec('json') is not None  # other imports untouched
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module('abcdefghij.nn')
+    import tinytorch.optim.lr_scheduler as sched
+    assert sched.StepLR is optim.StepLR
+    import tinytorch.utils.data as tud
+    assert tud.DataLoader is data.DataLoader
+
+
+def test_load_refuses_a_numpy_global_that_is_not_a_dtype(tmp_path):
+    """weights_only loads let numpy.dtypes' classes through; anything else of NumPy's (a
+    function, a module's loader) is code and must be refused."""
+    for module, name in (('numpy.dtypes', '_add_dtype_helper'), ('numpy', 'load'),
+                         ('numpy.dtypes', '__loader__.get_data'),
+                         ('numpy.dtypes', '__builtins__.get')):
+        payload = (b'\x80\x04\x8c' + bytes([len(module)]) + module.encode()
+                   + b'\x8c' + bytes([len(name)]) + name.encode() + b'\x93.')
+        with pytest.raises(pickle.UnpicklingError):
+            tt.load(io.BytesIO(payload))
+    # a dtype class still loads
+    back = tt.load(io.BytesIO(pickle.dumps(np.dtype(np.float32), protocol=4)))
+    assert back == np.float32
+
+
+def _write_pytorch_zip(path, obj_builder, monkeypatch):
+    """A file laid out as torch.save writes it (archive/data.pkl + archive/data/<key>),
+    made without PyTorch: stand-in modules torch and torch._utils hold the two globals
+    the pickle names."""
+    import collections
+    import zipfile
+    torch_mod, utils_mod = types.ModuleType('torch'), types.ModuleType('torch._utils')
+
+    class FloatStorage:
+        pass
+    FloatStorage.__module__, FloatStorage.__qualname__ = 'torch', 'FloatStorage'
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called here")
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = 'torch._utils', '_rebuild_tensor_v2'
+    torch_mod.FloatStorage, torch_mod._utils = FloatStorage, utils_mod
+    utils_mod._rebuild_tensor_v2 = _rebuild_tensor_v2
+    monkeypatch.setitem(sys.modules, 'torch', torch_mod)
+    monkeypatch.setitem(sys.modules, 'torch._utils', utils_mod)
+
+    class Storage:
+        def __init__(self, key, array):
+            self.key, self.array = key, array
+
+    class T:
+        def __init__(self, storage, offset, size, stride):
+            self.args = (storage, offset, size, stride, False, collections.OrderedDict())
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ('storage', FloatStorage, obj.key, 'cpu', obj.array.size)
+            return None
+
+        def reducer_override(self, obj):
+            if isinstance(obj, T):
+                return (_rebuild_tensor_v2, obj.args)
+            return NotImplemented
+
+    storages = {}
+    obj = obj_builder(lambda key, a: storages.setdefault(key, Storage(key, a)), T)
+    buf = io.BytesIO()
+    P(buf, protocol=2).dump(obj)
+    with zipfile.ZipFile(path, 'w') as z:
+        z.writestr('archive/data.pkl', buf.getvalue())
+        for key, s in storages.items():
+            z.writestr(f'archive/data/{key}', s.array.astype('<f4').tobytes())
+
+
+def test_load_a_torch_save_zip_whose_tensors_share_one_storage_at_offsets(tmp_path, monkeypatch):
+    base = np.arange(8, dtype=np.float32)
+
+    def build(storage, T):
+        s = storage('0', base)
+        return {'a': T(s, 0, (2,), (1,)), 'b': T(s, 2, (2, 3), (3, 1)),
+                'c': T(s, 1, (3,), (2,)), 'd': T(s, 4, (2, 2), (1, 2))}
+    path = tmp_path / 'shared.pt'
+    with monkeypatch.context() as m:
+        _write_pytorch_zip(path, build, m)
+    sd = tt.load(path)
+    np.testing.assert_array_equal(sd['a'].array, [0, 1])
+    np.testing.assert_array_equal(sd['b'].array, [[2, 3, 4], [5, 6, 7]])
+    np.testing.assert_array_equal(sd['c'].array, [1, 3, 5])
+    np.testing.assert_array_equal(sd['d'].array, [[4, 6], [5, 7]])  # a transposed layout
+    assert sd['a'].dtype == tt.float32
+    sd['a'].array[1] = 100  # each tensor its own memory here
+    assert sd['c'].array[0] == 1
+
+
+def test_reductions_at_all_minus_inf_and_plus_inf_slices():
+    inf = math.inf
+    x = tt.tensor([[-inf, -inf], [inf, 1.0], [inf, inf], [0.0, math.log(3.0)]], dtype=tt.float64)
+    np.testing.assert_array_equal(tt.logsumexp(x, 1).array[:3], [-inf, inf, inf])
+    np.testing.assert_allclose(tt.logsumexp(x, 1).array[3], math.log(4.0))
+    np.testing.assert_array_equal(tt.logsumexp(x, 1, keepdim=True).array[:3, 0], [-inf, inf, inf])
+    np.testing.assert_array_equal(x.amax(1).array[:3], [-inf, inf, inf])
+    np.testing.assert_array_equal(x.amin(1).array[:3], [-inf, 1.0, inf])
+    v, i = x.max(1)
+    np.testing.assert_array_equal(v.array[:3], [-inf, inf, inf])
+    np.testing.assert_array_equal(i.array[:3], [0, 0, 0])  # the first of equal extremes
+    sm = x.softmax(1).array
+    assert np.isnan(sm[0]).all()  # all -inf: nan, as PyTorch
+    np.testing.assert_allclose(sm[3], [0.25, 0.75])
+    lsm = tt.tensor([[-inf, 0.0], [-inf, math.log(3.0)]], dtype=tt.float64).log_softmax(1).array
+    np.testing.assert_allclose(lsm, [[-inf, 0.0], [-inf, 0.0]])
+    np.testing.assert_array_equal(tt.tensor([-inf, -inf]).softmax(0).isnan().array, [True, True])
+    np.testing.assert_array_equal(tt.logsumexp(tt.tensor([[-inf, -inf, -inf]]), (0, 1)).array, -inf)
+
+
+def _opt_step(opt_cls, grads, p0=(1.0, -2.0), **kw):
+    """The parameter after one optimizer step per gradient in grads."""
+    p = tt.tensor(list(p0), dtype=tt.float64, requires_grad=True)
+    opt = opt_cls([p], **kw)
+    out = []
+    for g in grads:
+        p.grad = tt.tensor(list(g), dtype=tt.float64)
+        opt.step()
+        out.append(p.array.copy())
+    return out
+
+
+def test_sgd_every_branch_by_hand():
+    p0 = np.array([1.0, -2.0])
+    g1, g2 = np.array([0.5, 1.0]), np.array([-1.0, 2.0])
+    a, = _opt_step(optim.SGD, [g1], lr=0.1)
+    np.testing.assert_allclose(a, p0 - 0.1 * g1)
+    a, = _opt_step(optim.SGD, [g1], lr=0.1, weight_decay=0.5)
+    np.testing.assert_allclose(a, p0 - 0.1 * (g1 + 0.5 * p0))
+    a, = _opt_step(optim.SGD, [g1], lr=0.1, maximize=True)
+    np.testing.assert_allclose(a, p0 + 0.1 * g1)
+    # momentum 0.9 with dampening 0.5: buf1 = g1 (no dampening at the first step);
+    # buf2 = 0.9 buf1 + 0.5 g2
+    a, b = _opt_step(optim.SGD, [g1, g2], lr=0.1, momentum=0.9, dampening=0.5)
+    np.testing.assert_allclose(a, p0 - 0.1 * g1)
+    np.testing.assert_allclose(b, a - 0.1 * (0.9 * g1 + 0.5 * g2))
+    # nesterov: step with g + momentum * buf
+    a, b = _opt_step(optim.SGD, [g1, g2], lr=0.1, momentum=0.9, nesterov=True)
+    np.testing.assert_allclose(a, p0 - 0.1 * (g1 + 0.9 * g1))
+    buf2 = 0.9 * g1 + g2
+    np.testing.assert_allclose(b, a - 0.1 * (g2 + 0.9 * buf2))
+    # momentum with weight decay: the decayed gradient goes into the buffer
+    a, b = _opt_step(optim.SGD, [g1, g2], lr=0.1, momentum=0.5, weight_decay=0.1)
+    d1 = g1 + 0.1 * p0
+    np.testing.assert_allclose(a, p0 - 0.1 * d1)
+    np.testing.assert_allclose(b, a - 0.1 * (0.5 * d1 + g2 + 0.1 * a))
+
+
+def _adam_by_hand(p, grads, lr, b1, b2, eps, wd=0.0, decoupled=False, amsgrad=False):
+    m = v = vmax = 0.0
+    out = []
+    for t, g in enumerate(grads, 1):
+        g = np.asarray(g, dtype=float)
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        vmax = np.maximum(vmax, v)
+        vv = vmax if amsgrad else v
+        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(vv / (1 - b2 ** t)) + eps)
+        out.append(p)
+    return out
+
+
+def test_adam_adamw_amsgrad_by_hand():
+    p0 = np.array([1.0, -2.0])
+    grads = [[10.0, -1.0], [0.1, -0.5], [0.2, 3.0]]  # v shrinks after the first step
+    # the first step of Adam is lr * g / (|g| + eps): lr * sign(g)
+    a = _opt_step(optim.Adam, grads[:1], lr=0.1, eps=0.0)[0]
+    np.testing.assert_allclose(a, p0 - 0.1 * np.sign(grads[0]))
+    for kw, hand in [
+            (dict(), dict()),
+            (dict(weight_decay=0.3), dict(wd=0.3)),
+            (dict(amsgrad=True), dict(amsgrad=True)),
+            (dict(amsgrad=True, weight_decay=0.3), dict(amsgrad=True, wd=0.3))]:
+        got = _opt_step(optim.Adam, grads, lr=0.1, betas=(0.8, 0.9), eps=1e-3, **kw)
+        want = _adam_by_hand(p0, grads, 0.1, 0.8, 0.9, 1e-3, **hand)
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=str(kw))
+    for kw, hand in [(dict(), dict()), (dict(amsgrad=True), dict(amsgrad=True))]:
+        got = _opt_step(optim.AdamW, grads, lr=0.1, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.5, **kw)
+        want = _adam_by_hand(p0, grads, 0.1, 0.8, 0.9, 1e-3, wd=0.5, decoupled=True, **hand)
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=str(kw))
+    # AdamW's first step by hand: p (1 - lr wd) - lr sign(g)
+    a = _opt_step(optim.AdamW, grads[:1], lr=0.1, eps=0.0, weight_decay=0.5)[0]
+    np.testing.assert_allclose(a, p0 * 0.95 - 0.1 * np.sign(grads[0]))
+    # amsgrad differs from Adam once v shrinks
+    plain = _opt_step(optim.Adam, grads, lr=0.1)
+    ams = _opt_step(optim.Adam, grads, lr=0.1, amsgrad=True)
+    np.testing.assert_array_equal(plain[0], ams[0])
+    assert not np.allclose(plain[1], ams[1])
+
+
+def test_rmsprop_adagrad_adadelta_every_branch_by_hand():
+    p0 = np.array([1.0, -2.0])
+    g1, g2 = np.array([0.5, 1.0]), np.array([-1.0, 2.0])
+    lr, al, eps = 0.1, 0.9, 1e-3
+    a, b = _opt_step(optim.RMSprop, [g1, g2], lr=lr, alpha=al, eps=eps)
+    v1 = 0.1 * g1 ** 2
+    v2 = al * v1 + 0.1 * g2 ** 2
+    np.testing.assert_allclose(a, p0 - lr * g1 / (np.sqrt(v1) + eps))
+    np.testing.assert_allclose(b, a - lr * g2 / (np.sqrt(v2) + eps))
+    # centered: v - mean^2 under the root
+    a, b = _opt_step(optim.RMSprop, [g1, g2], lr=lr, alpha=al, eps=eps, centered=True)
+    m1 = 0.1 * g1
+    m2 = al * m1 + 0.1 * g2
+    np.testing.assert_allclose(a, p0 - lr * g1 / (np.sqrt(v1 - m1 ** 2) + eps))
+    np.testing.assert_allclose(b, a - lr * g2 / (np.sqrt(v2 - m2 ** 2) + eps))
+    # momentum: buf = momentum buf + g / avg, step lr * buf
+    a, b = _opt_step(optim.RMSprop, [g1, g2], lr=lr, alpha=al, eps=eps, momentum=0.5)
+    buf1 = g1 / (np.sqrt(v1) + eps)
+    buf2 = 0.5 * buf1 + g2 / (np.sqrt(v2) + eps)
+    np.testing.assert_allclose(a, p0 - lr * buf1)
+    np.testing.assert_allclose(b, a - lr * buf2)
+    # centered and momentum, with weight decay
+    a, b = _opt_step(optim.RMSprop, [g1, g2], lr=lr, alpha=al, eps=eps, momentum=0.5,
+                     centered=True, weight_decay=0.2)
+    d1 = g1 + 0.2 * p0
+    w1, n1 = 0.1 * d1 ** 2, 0.1 * d1
+    buf1 = d1 / (np.sqrt(w1 - n1 ** 2) + eps)
+    np.testing.assert_allclose(a, p0 - lr * buf1)
+    d2 = g2 + 0.2 * a
+    w2, n2 = al * w1 + 0.1 * d2 ** 2, al * n1 + 0.1 * d2
+    np.testing.assert_allclose(b, a - lr * (0.5 * buf1 + d2 / (np.sqrt(w2 - n2 ** 2) + eps)))
+    # Adagrad: sum from initial_accumulator_value; lr / (1 + (t - 1) lr_decay)
+    a, b = _opt_step(optim.Adagrad, [g1, g2], lr=lr, lr_decay=0.5, initial_accumulator_value=0.25,
+                     eps=0.0)
+    s1 = 0.25 + g1 ** 2
+    s2 = s1 + g2 ** 2
+    np.testing.assert_allclose(a, p0 - lr * g1 / np.sqrt(s1))
+    np.testing.assert_allclose(b, a - lr / 1.5 * g2 / np.sqrt(s2))
+    a, = _opt_step(optim.Adagrad, [g1], lr=lr, weight_decay=0.25, eps=0.0)
+    d1 = g1 + 0.25 * p0
+    np.testing.assert_allclose(a, p0 - lr * np.sign(d1))
+    # Adadelta, rho 0.5, eps 1e-2, lr 2
+    a, b = _opt_step(optim.Adadelta, [g1, g2], lr=2.0, rho=0.5, eps=1e-2)
+    v1 = 0.5 * g1 ** 2
+    dl1 = np.sqrt(1e-2) / np.sqrt(v1 + 1e-2) * g1
+    u1 = 0.5 * dl1 ** 2
+    v2 = 0.5 * v1 + 0.5 * g2 ** 2
+    dl2 = np.sqrt(u1 + 1e-2) / np.sqrt(v2 + 1e-2) * g2
+    np.testing.assert_allclose(a, p0 - 2 * dl1)
+    np.testing.assert_allclose(b, a - 2 * dl2)
+    a, = _opt_step(optim.Adadelta, [g1], lr=1.0, rho=0.5, eps=1e-2, weight_decay=1.0)
+    d1 = g1 + p0
+    np.testing.assert_allclose(a, p0 - np.sqrt(1e-2) / np.sqrt(0.5 * d1 ** 2 + 1e-2) * d1)
+
+
+def test_gradient_clipping_by_hand():
+    p, q = tt.zeros(2, requires_grad=True), tt.zeros(1, requires_grad=True)
+    p.grad, q.grad = tt.tensor([3.0, 0.0]), tt.tensor([4.0])
+    total = optim.clip_grad_norm_([p, q], 1.0)
+    assert total.item() == pytest.approx(5.0)
+    np.testing.assert_allclose(p.grad.array, [3 / (5 + 1e-6), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(q.grad.array, [4 / (5 + 1e-6)], rtol=1e-6)
+    p.grad, q.grad = tt.tensor([3.0, -7.0]), tt.tensor([4.0])
+    assert optim.clip_grad_norm_([p, q], 100.0, norm_type=math.inf).item() == 7.0
+    np.testing.assert_array_equal(p.grad.array, [3.0, -7.0])  # under the limit: unchanged
+    assert optim.clip_grad_norm_(p, 100.0, norm_type=1).item() == 10.0
+    optim.clip_grad_value_([p, q], 3.5)
+    np.testing.assert_array_equal(p.grad.array, [3.0, -3.5])
+    np.testing.assert_array_equal(q.grad.array, [3.5])
+
+
+def _lrs_per_step(make, steps, lr=1.0, optimizer=optim.SGD, **opt_kw):
+    opt = optimizer([tt.zeros(1, requires_grad=True)], lr=lr, **opt_kw)
+    sched = make(opt)
+    out = [opt.param_groups[0]['lr']]
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        out.append(opt.param_groups[0]['lr'])
+    return out, opt, sched
+
+
+def test_schedulers_at_their_phase_boundaries_by_hand():
+    close = lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)  # noqa: E731
+    close(_lrs_per_step(lambda o: optim.StepLR(o, 3, gamma=0.1), 7)[0], [1, 1, 1, .1, .1, .1, .01, .01])
+    close(_lrs_per_step(lambda o: optim.MultiStepLR(o, [4, 2], gamma=0.5), 5)[0], [1, 1, .5, .5, .25, .25])
+    close(_lrs_per_step(lambda o: optim.ExponentialLR(o, 0.5), 3)[0], [1, .5, .25, .125])
+    close(_lrs_per_step(lambda o: optim.LinearLR(o, start_factor=0.5, end_factor=1.0, total_iters=4), 6)[0],
+          [.5, .625, .75, .875, 1, 1, 1])
+    close(_lrs_per_step(lambda o: optim.LinearLR(o, start_factor=1.0, end_factor=0.0, total_iters=2), 3)[0],
+          [1, .5, 0, 0])
+    close(_lrs_per_step(lambda o: optim.CosineAnnealingLR(o, T_max=4, eta_min=0.1), 4)[0],
+          [1, .1 + .9 * (1 + math.cos(math.pi / 4)) / 2, .55, .1 + .9 * (1 + math.cos(3 * math.pi / 4)) / 2, .1])
+    close(_lrs_per_step(lambda o: optim.LambdaLR(o, lambda t: 1 / (t + 1)), 3, lr=2.0)[0], [2, 1, 2 / 3, .5])
+    # warmup 4 (lr (t + 1) / 5), then cosine from 1 to 0.1 at step 10, then 0.1
+    close(_lrs_per_step(lambda o: optim.WarmupCosineLR(o, 4, 10, min_lr=0.1), 11)[0],
+          [.2, .4, .6, .8, 1, .1 + .45 * (1 + math.cos(math.pi / 6)), .1 + .45 * (1 + math.cos(math.pi / 3)),
+           .55, .1 + .45 * (1 + math.cos(2 * math.pi / 3)), .1 + .45 * (1 + math.cos(5 * math.pi / 6)), .1, .1])
+
+
+def test_one_cycle_lr_and_momentum_at_their_phase_boundaries_by_hand():
+    close = lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)  # noqa: E731
+    # 10 steps, pct_start 0.3: up from 1/25 to 1 over steps 0..2, down to 1/25/1e4 at 9
+    lo, top, end = 0.04, 1.0, 0.04 / 1e4
+    cos_at = lambda a, b, pct: b + (a - b) / 2 * (math.cos(math.pi * pct) + 1)  # noqa: E731
+    lrs, opt, sched = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10), 9, momentum=0.9)
+    close(lrs, [lo, cos_at(lo, top, .5), top] + [cos_at(top, end, k / 7) for k in range(1, 8)])
+    assert lrs[-1] == pytest.approx(end)
+    moms = []
+    opt2 = optim.SGD([tt.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
+    s2 = optim.OneCycleLR(opt2, max_lr=1.0, total_steps=10)
+    for _ in range(10):
+        moms.append(opt2.param_groups[0]['momentum'])
+        if len(moms) < 10:
+            opt2.step()
+            s2.step()
+    close(moms, [.95, cos_at(.95, .85, .5), .85] + [cos_at(.85, .95, k / 7) for k in range(1, 8)])
+    with pytest.raises(ValueError):
+        for _ in range(3):
+            s2.step()
+    # linear annealing; Adam's beta1 cycles
+    lin = lambda a, b, pct: a + (b - a) * pct  # noqa: E731
+    lrs, opt, _ = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10,
+                                                  anneal_strategy='linear'), 9, optimizer=optim.Adam)
+    close(lrs, [lo, lin(lo, top, .5), top] + [lin(top, end, k / 7) for k in range(1, 8)])
+    assert opt.param_groups[0]['betas'] == (pytest.approx(.95), 0.999)
+    # three phases: up over 0..2, back down to the initial lr over 2..4, to the end at 9
+    lrs, _, _ = _lrs_per_step(lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10, three_phase=True), 9)
+    close(lrs, [lo, cos_at(lo, top, .5), top, cos_at(top, lo, .5), lo]
+          + [cos_at(lo, end, k / 5) for k in range(1, 6)])
+
+
+def test_samplers_by_their_definitions():
+    r = list(data.RandomSampler(range(3), num_samples=7, generator=tt.Generator().manual_seed(1)))
+    assert len(r) == 7 and sorted(r[:3]) == [0, 1, 2] and sorted(r[3:6]) == [0, 1, 2]
+    assert r[6] in (0, 1, 2)
+    assert len(data.RandomSampler(range(3), num_samples=7)) == 7
+    assert sorted(data.RandomSampler(range(5))) == [0, 1, 2, 3, 4]
+    rep = list(data.RandomSampler(range(3), replacement=True, num_samples=3000))
+    assert len(rep) == 3000 and set(rep) == {0, 1, 2}
+    assert 800 < rep.count(0) < 1200
+    g1, g2 = tt.Generator().manual_seed(5), tt.Generator().manual_seed(5)
+    assert list(data.RandomSampler(range(20), generator=g1)) == list(data.RandomSampler(range(20), generator=g2))
+    w = list(data.WeightedRandomSampler([0.0, 1.0, 0.0, 3.0], 4000))
+    assert set(w) == {1, 3} and 2800 < w.count(3) < 3200  # 3/4 of the draws
+    nr = list(data.WeightedRandomSampler([0.0, 1.0, 0.0, 1.0], 2, replacement=False))
+    assert sorted(nr) == [1, 3]
+    sub = list(data.SubsetRandomSampler([10, 20, 30, 40]))
+    assert sorted(sub) == [10, 20, 30, 40]
+    seq = data.SequentialSampler(range(7))
+    assert list(data.BatchSampler(seq, 3, drop_last=False)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert len(data.BatchSampler(seq, 3, drop_last=False)) == 3
+    assert list(data.BatchSampler(seq, 3, drop_last=True)) == [[0, 1, 2], [3, 4, 5]]
+    assert len(data.BatchSampler(seq, 3, drop_last=True)) == 2
+    assert len(data.BatchSampler(seq, 7, drop_last=True)) == 1
+    six = data.SequentialSampler(range(6))  # divides evenly: no short batch
+    assert len(data.BatchSampler(six, 3, drop_last=False)) == len(list(data.BatchSampler(six, 3, False))) == 2
+    ds = data.TensorDataset(tt.arange(10))
+    batches = [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, drop_last=True)]
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_grad_path_norms_and_profile_flops_by_hand():
+    w = tt.tensor([1.0, 1.0], dtype=tt.float64, requires_grad=True)
+    loss = (w * 2 + w * 3).sum()
+    text = lookinside.grad_path(loss, w, names={'w': w}, file=io.StringIO())
+    assert "path 1 of 2" in text and "path 2 of 2" in text
+    assert f"= contribution {2 * math.sqrt(2):.4g}" in text
+    assert f"= contribution {3 * math.sqrt(2):.4g}" in text
+    assert f"|grad of w| = {5 * math.sqrt(2):.4g}" in text
+    a = tt.ones(4, 5, requires_grad=True)
+    b = tt.ones(5, 3, requires_grad=True)
+    with lookinside.profile() as prof:
+        (a @ b).sum().backward()
+    assert prof.rows['matmul']['flops'] == 3 * 2 * 4 * 3 * 5  # forward and two products back
+    lin = nn.Linear(5, 3)
+    with lookinside.profile() as prof:
+        lin(tt.ones(4, 5)).sum().backward()  # x needs no gradient: one product back
+    assert prof.rows['linear']['flops'] == 2 * 2 * 4 * 3 * 5
+
+
+def test_summary_writers_sharing_one_log_keep_whole_rows(tmp_path):
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        a, b = lookinside.SummaryWriter(tmp_path), lookinside.SummaryWriter(tmp_path)
+    for step in range(400):
+        a.add_scalar('loss/a_fairly_long_tag_name', 1.5 + step, step)
+        b.add_scalar('loss/b', tt.tensor(2.5), step)
+    a.close()
+    b.close()
+    with open(tmp_path / 'scalars.csv', newline='') as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ['wall_time', 'tag', 'step', 'value']
+    body = rows[1:]
+    assert len(body) == 800 and all(len(r) == 4 for r in body)
+    assert sorted(float(r[3]) for r in body if r[1] == 'loss/a_fairly_long_tag_name') == \
+        [1.5 + s for s in range(400)]
+    assert all(float(r[3]) == 2.5 for r in body if r[1] == 'loss/b')
+
+
+def test_softmax_and_log_softmax_of_an_all_minus_inf_slice_warn_of_nothing():
+    """nan as PyTorch, without NumPy's 'invalid value' warning (-inf - -inf)."""
+    x = tt.tensor([[-math.inf, -math.inf], [0.0, math.log(3.0)]], dtype=tt.float64)
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('error')
+        sm, lsm = x.softmax(1).array, x.log_softmax(1).array
+    assert np.isnan(sm[0]).all() and np.isnan(lsm[0]).all()
+    np.testing.assert_allclose(sm[1], [0.25, 0.75])
+    np.testing.assert_allclose(lsm[1], np.log([0.25, 0.75]))
+
+
+def test_multihead_attention_equals_its_formula_written_in_numpy():
+    """Random projections (q, k, v rows of in_proj_weight in that order, their biases,
+    out_proj), two heads, a float mask: the module against the formula in NumPy."""
+    rng = np.random.default_rng(4)
+    E, H, L, S, N = 4, 2, 3, 5, 2
+    mha = nn.MultiheadAttention(E, H, dtype=tt.float64)
+    Wi, bi = rng.standard_normal((3 * E, E)), rng.standard_normal(3 * E)
+    Wo, bo = rng.standard_normal((E, E)), rng.standard_normal(E)
+    for p, v in ((mha.in_proj_weight, Wi), (mha.in_proj_bias, bi), (mha.out_proj.weight, Wo),
+                 (mha.out_proj.bias, bo)):
+        _set(p, v)
+    q, k, v = rng.standard_normal((L, N, E)), rng.standard_normal((S, N, E)), rng.standard_normal((S, N, E))
+    mask = rng.standard_normal((L, S))
+    out, w = mha(tt.tensor(q), tt.tensor(k), tt.tensor(v), attn_mask=tt.tensor(mask),
+                 average_attn_weights=False)
+    Q, K, V = (x @ Wi[i * E:(i + 1) * E].T + bi[i * E:(i + 1) * E] for i, x in enumerate((q, k, v)))
+    d = E // H
+    for n in range(N):
+        heads = []
+        for h in range(H):
+            s = Q[:, n, h * d:(h + 1) * d] @ K[:, n, h * d:(h + 1) * d].T / math.sqrt(d) + mask
+            a = np.exp(s - s.max(1, keepdims=True))
+            a /= a.sum(1, keepdims=True)
+            np.testing.assert_allclose(w.array[n, h], a, rtol=1e-12)
+            heads.append(a @ V[:, n, h * d:(h + 1) * d])
+        np.testing.assert_allclose(out.array[:, n], np.concatenate(heads, 1) @ Wo.T + bo, rtol=1e-12)

@@ -3193,8 +3193,9 @@ def softmax(x, dim, dtype=None):
     d = _dim(dim, x.ndim, 'softmax')
     if x.ndim == 0:
         return _on_0d(softmax, x)
-    e = np.exp(x.array - _max_or_0(x.array, d))
-    out = e / np.sum(e, axis=d, keepdims=True)
+    with np.errstate(invalid='ignore'):  # an all -inf slice: -inf - -inf, nan as PyTorch
+        e = np.exp(x.array - _max_or_0(x.array, d))
+        out = e / np.sum(e, axis=d, keepdims=True)
 
     def backward(g):
         """d softmax/dx: p * (g - sum(p * g))  (the Jacobian diag(p) - p p^T applied to g)"""
@@ -3209,8 +3210,8 @@ def log_softmax(x, dim, dtype=None):
     d = _dim(dim, x.ndim, 'log_softmax')
     if x.ndim == 0:
         return _on_0d(log_softmax, x)
-    shifted = x.array - _max_or_0(x.array, d)
-    with np.errstate(divide='ignore'):  # an empty dim: log(0) = -inf, as PyTorch
+    with np.errstate(divide='ignore', invalid='ignore'):  # an empty dim: log(0) = -inf, as
+        shifted = x.array - _max_or_0(x.array, d)        # PyTorch; an all -inf slice: nan
         out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
 
     def backward(g):
