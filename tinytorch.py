@@ -369,6 +369,38 @@ def _dims(dim, ndim, op):
     return (_dim(dim, ndim, op),) if ndim > 0 else ()
 
 
+def _overlaps(a):
+    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
+    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
+    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
+
+
+def to(self, dtype):
+    """Cast to a dtype; between float dtypes the gradient is cast back."""
+    dtype = np.dtype(dtype)
+    if dtype == self.dtype:
+        return self
+    src = self.dtype
+
+    def backward(g):
+        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
+        return (g.astype(src),)
+    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
+    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
+        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
+    if dtype.kind not in 'fc':
+        out = out.detach()
+    return out
+
+
+def detach(x):
+    """Same data (shared, as in PyTorch), outside the graph."""
+    out = Tensor.__new__(Tensor)
+    _init_result(out, x.array, x._vc)
+    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
+    return out
+
+
 # ---------------------------------------------------------------------------
 # 3. Arithmetic with broadcasting
 # ---------------------------------------------------------------------------
@@ -509,6 +541,14 @@ def pow(a, b):
 _power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
 
 
+def _power_of(x, p):
+    """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
+    that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
+    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
+    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
+        return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
+
+
 def _no_bool_subtraction(a, b):
     """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
     for x in (a, b):
@@ -615,6 +655,18 @@ def _expand_back(g, shape, axes, keepdim):
     if not keepdim and axes:
         g = np.expand_dims(g, axes)
     return np.broadcast_to(g, shape)
+
+
+def _numpy_keywords(fn):
+    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
+    @functools.wraps(fn)
+    def reduction(*args, **kwargs):
+        if 'keepdims' in kwargs:
+            kwargs['keepdim'] = kwargs.pop('keepdims')
+        if 'axis' in kwargs:
+            kwargs['dim'] = kwargs.pop('axis')
+        return fn(*args, **kwargs)
+    return reduction
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
@@ -922,14 +974,6 @@ def _power(a, b):
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
 
 
-def _power_of(x, p):
-    """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
-    that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
-    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
-    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
-        return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
-
-
 _pow_of_part_1 = pow
 
 
@@ -963,30 +1007,6 @@ Tensor.__pow__ = Tensor.pow = pow
 
 def is_floating_point(x):
     return x.dtype.kind == 'f'
-
-
-def _overlaps(a):
-    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
-    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
-    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
-
-
-def to(self, dtype):
-    """Cast to a dtype; between float dtypes the gradient is cast back."""
-    dtype = np.dtype(dtype)
-    if dtype == self.dtype:
-        return self
-    src = self.dtype
-
-    def backward(g):
-        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
-        return (g.astype(src),)
-    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
-    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
-        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
-    if dtype.kind not in 'fc':
-        out = out.detach()
-    return out
 
 
 Tensor.to, Tensor.is_floating_point = to, is_floating_point
@@ -2098,14 +2118,6 @@ for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cum
 # ---------------------------------------------------------------------------
 # A view shares its base's memory: x.T, x[0], x.reshape(...) where NumPy can, detach().
 # A change through one is seen through the other, and they share the version counter.
-def detach(x):
-    """Same data (shared, as in PyTorch), outside the graph."""
-    out = Tensor.__new__(Tensor)
-    _init_result(out, x.array, x._vc)
-    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
-    return out
-
-
 def clone(x):
     """A copy with x's layout (a transposed x gives a transposed copy), as PyTorch's."""
     def backward(g):
@@ -4594,18 +4606,6 @@ class Size(tuple):
 
 
 Tensor.shape = property(lambda self: Size(self.array.shape))  # Part I's shape, as a Size
-
-
-def _numpy_keywords(fn):
-    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
-    @functools.wraps(fn)
-    def reduction(*args, **kwargs):
-        if 'keepdims' in kwargs:
-            kwargs['keepdim'] = kwargs.pop('keepdims')
-        if 'axis' in kwargs:
-            kwargs['dim'] = kwargs.pop('axis')
-        return fn(*args, **kwargs)
-    return reduction
 
 
 for _name, _f in list(globals().items()):  # every public function with a keepdim= argument
