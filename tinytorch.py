@@ -1,7 +1,7 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
 Read this file top to bottom. Part I is a complete engine on its own: a reader who
-stops at the line "END OF PART I" (about line 800) has seen everything a gradient
+stops at the line "END OF PART I" (about line 900) has seen everything a gradient
 needs, from the Tensor to backward.
 
 Part I: the engine
@@ -576,7 +576,7 @@ Tensor.__mul__ = Tensor.mul = mul
 Tensor.__rmul__ = lambda self, other: mul(other, self)
 Tensor.__truediv__ = Tensor.div = div
 Tensor.__rtruediv__ = lambda self, other: div(other, self)
-Tensor.__pow__ = Tensor.pow = pow
+Tensor.__pow__ = Tensor.pow = lambda self, exponent: pow(self, exponent)  # (pow by name)
 Tensor.__rpow__ = lambda self, other: pow(*_operands(other, self))
 Tensor.__neg__ = Tensor.neg = neg
 
@@ -669,9 +669,10 @@ def _numpy_keywords(fn):
     return reduction
 
 
+@_numpy_keywords  # x.sum(axis=, keepdims=) too, as PyTorch
 def sum(x, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = x.to(dtype)  # sum in that dtype (a cast, section 7)
+        x = to(x, dtype)  # sum in that dtype (a cast)
     axes = _dims(dim, x.ndim, 'sum')
 
     def backward(g, xs=x.array.shape):
@@ -680,9 +681,10 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
 
 
+@_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = x.to(dtype)  # (section 7)
+        x = to(x, dtype)
     if x.dtype.kind not in 'fc':
         raise TypeError(f"mean: the mean of a {x.dtype} tensor needs a float dtype; pass "
                         "dtype=tt.float32 or convert it with .float()")
@@ -922,7 +924,7 @@ def _as(x, dtype):
     raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
 
 
-def _operands(a, b, floating=False):
+def _promoting_operands(a, b, floating=False):
     """Both operands of a binary op as tensors of the promoted dtype (a float one
     if floating: int / int is float32)."""
     # the common cases first: two tensors of one dtype, a float tensor with a Python number
@@ -941,9 +943,10 @@ def _operands(a, b, floating=False):
     return _as(a, dtype), _as(b, dtype)
 
 
+_operands = _promoting_operands  # replaces Part I's rule (a number takes the tensor's dtype)
 
 
-def _scaled(a, b, alpha):
+def _promoting_scaled(a, b, alpha):
     """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
     (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
     a bool one; for bools, alpha * b is b and bool(alpha)."""
@@ -960,7 +963,10 @@ def _scaled(a, b, alpha):
     return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
 
-def _power(a, b):
+_scaled = _promoting_scaled  # replaces Part I's _scaled
+
+
+def _integer_power(a, b):
     """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
     truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
     A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
@@ -974,10 +980,13 @@ def _power(a, b):
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
 
 
+_power = _integer_power  # replaces Part I's np.power
+
+
 _pow_of_part_1 = pow
 
 
-def pow(a, b):
+def _promoting_pow(a, b):
     """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
     b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
     is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
@@ -1002,14 +1011,14 @@ def pow(a, b):
     return from_op(out, 'pow', (a,), backward, saved=(a, b))
 
 
-Tensor.__pow__ = Tensor.pow = pow
+pow = _promoting_pow  # replaces Part I's pow (Tensor's ** and .pow call pow by name)
 
 
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
-Tensor.to, Tensor.is_floating_point = to, is_floating_point
+Tensor.is_floating_point = is_floating_point
 Tensor.float = lambda self: to(self, float32)
 Tensor.double = lambda self: to(self, float64)
 Tensor.long = lambda self: to(self, int64)
@@ -1026,7 +1035,7 @@ Tensor.long = lambda self: to(self, int64)
 # (section 13). from_op records (counter, version now, shape) of each array the rule
 # reads in the output's `_saved`, and backward compares before it runs the rule.
 # This section replaces Part I's placeholders _guard_saved and _check_saved.
-def _guard_saved(out, saved, saves_output):
+def _guard_saved_versions(out, saved, saves_output):
     """Record the version of each array out's rule reads."""
     # the counter, not the tensor, so that an output saving itself makes no reference cycle
     out._saved = tuple((t._vc, t._vc[0], t.array.shape) for t in saved)
@@ -1034,7 +1043,7 @@ def _guard_saved(out, saved, saves_output):
         out._saved += ((out._vc, out._vc[0], out.array.shape),)
 
 
-def _check_saved(node):
+def _check_saved_versions(node):
     """Refuse to run a rule whose saved arrays were changed in place after the forward pass
     (it would return a wrong gradient without a word)."""
     for counter, version, shape in node._saved:
@@ -1043,6 +1052,10 @@ def _check_saved(node):
                 f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
                 f"saved for backward was modified in place (it is at version {counter[0]}, "
                 f"expected version {version}); use an out-of-place op or .clone() first")
+
+
+_guard_saved = _guard_saved_versions  # replaces Part I's placeholder
+_check_saved = _check_saved_versions  # replaces Part I's placeholder
 
 
 Tensor._version = property(lambda self: self._vc[0])
@@ -1624,12 +1637,14 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(isclose(a, b, rtol, atol, equal_nan).array.all())
 
 
+@_numpy_keywords  # x.any(axis=, keepdims=) too, as PyTorch
 def any(x, dim=None, keepdim=False):
     """Whether any element (along dim) is non-zero: a bool tensor."""
     return _constant(np.any(x.array, axis=_dims(dim, x.ndim, 'any') if dim is not None else None,
                             keepdims=keepdim))
 
 
+@_numpy_keywords  # x.all(axis=, keepdims=) too, as PyTorch
 def all(x, dim=None, keepdim=False):
     return _constant(np.all(x.array, axis=_dims(dim, x.ndim, 'all') if dim is not None else None,
                             keepdims=keepdim))
@@ -1665,6 +1680,7 @@ def _centered(x, dim, correction, unbiased, op):
         return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
 
 
+@_numpy_keywords  # x.var(axis=, keepdims=) too, as PyTorch
 def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default).
     With N <= correction the divisor is 0, as in PyTorch: the variance is inf (nan if all
@@ -1684,6 +1700,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     return from_op(out, 'var', (x,), backward)
 
 
+@_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
 def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     """sqrt(var), one op, so that its gradient at zero spread is 0 (as PyTorch), not 0/0."""
     axes, centered, dof = _centered(x, dim, correction, unbiased, 'std')
@@ -1725,10 +1742,12 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
     return from_op(res, op, (x,), backward)
 
 
+@_numpy_keywords  # x.amax(axis=, keepdims=) too, as PyTorch
 def amax(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, 'amax', np.max)
 
 
+@_numpy_keywords  # x.amin(axis=, keepdims=) too, as PyTorch
 def amin(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, 'amin', np.min)
 
@@ -1766,6 +1785,7 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
 
 
+@_numpy_keywords  # x.max(axis=, keepdims=) too, as PyTorch
 def max(x, dim=None, keepdim=False):
     """max() -> the largest value; max(dim) -> (values, indices); max(other) -> maximum."""
     if isinstance(dim, Tensor):
@@ -1775,6 +1795,7 @@ def max(x, dim=None, keepdim=False):
     return _extreme_dim(x, dim, keepdim, 'max', np.argmax, MaxResult)
 
 
+@_numpy_keywords  # x.min(axis=, keepdims=) too, as PyTorch
 def min(x, dim=None, keepdim=False):
     if isinstance(dim, Tensor):
         return minimum(x, dim)
@@ -1783,6 +1804,7 @@ def min(x, dim=None, keepdim=False):
     return _extreme_dim(x, dim, keepdim, 'min', np.argmin, MinResult)
 
 
+@_numpy_keywords  # x.logsumexp(axis=, keepdims=) too, as PyTorch
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     x = _floating(x)
@@ -1803,6 +1825,7 @@ def logsumexp(x, dim, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+@_numpy_keywords  # x.norm(axis=, keepdims=) too, as PyTorch
 def norm(x, p='fro', dim=None, keepdim=False):
     """The vector p-norm over dim (all elements by default): (sum |x|^p)^(1/p);
     'fro' and 2 are the Euclidean norm, inf the largest |x|, -inf the smallest,
@@ -1849,6 +1872,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+@_numpy_keywords  # x.prod(axis=, keepdims=) too, as PyTorch
 def prod(x, dim=None, keepdim=False):
     """The product of the elements (over one dim, or all of them)."""
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
@@ -1988,6 +2012,7 @@ def cummin(x, dim):
 MedianResult = namedtuple('median', ['values', 'indices'])
 
 
+@_numpy_keywords  # x.median(axis=, keepdims=) too, as PyTorch
 def median(x, dim=None, keepdim=False):
     """The lower median (the smaller of the two middle values, as PyTorch); with dim, the
     pair (values, indices)."""
@@ -2087,6 +2112,7 @@ def _no_bool_arg(x, op):
         raise TypeError(f"{op}(): does not support bool input (as in PyTorch); use .long()")
 
 
+@_numpy_keywords  # x.argmax(axis=, keepdims=) too, as PyTorch
 def argmax(x, dim=None, keepdim=False):
     _no_bool_arg(x, 'argmax')
     if dim is None:
@@ -2097,6 +2123,7 @@ def argmax(x, dim=None, keepdim=False):
     return Tensor(np.argmax(x.array, axis=d, keepdims=keepdim))
 
 
+@_numpy_keywords  # x.argmin(axis=, keepdims=) too, as PyTorch
 def argmin(x, dim=None, keepdim=False):
     _no_bool_arg(x, 'argmin')
     if dim is None:
@@ -2615,6 +2642,7 @@ def index_fill(input, dim, index, value):
 ModeResult = namedtuple('mode', ['values', 'indices'])
 
 
+@_numpy_keywords  # x.mode(axis=, keepdims=) too, as PyTorch
 def mode(x, dim=-1, keepdim=False):
     """The most frequent value along dim (the smallest of those tied; nans count as one
     value, after every number) and the index of its last occurrence; outside the graph's
@@ -2918,6 +2946,7 @@ def diff(x, n=1, dim=-1):
     return x
 
 
+@_numpy_keywords  # x.nansum(axis=, keepdims=) too, as PyTorch
 def nansum(x, dim=None, keepdim=False):
     """The sum with nan counted as 0."""
     if x.dtype.kind not in 'fc':
@@ -2930,6 +2959,7 @@ def nansum(x, dim=None, keepdim=False):
     return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
 
 
+@_numpy_keywords  # x.nanmean(axis=, keepdims=) too, as PyTorch
 def nanmean(x, dim=None, keepdim=False):
     """The mean of the elements that are not nan."""
     if x.dtype.kind not in 'fc':
@@ -3265,7 +3295,7 @@ Tensor.log_softmax = log_softmax
 #
 # This section replaces Part I's placeholder _inputs: backward, and the tools, ask it
 # for the inputs of a node as its op read them.
-def _inputs(node):
+def _inputs_as_read(node):
     """node's inputs as node read them: an input changed in place after node's op ran is
     represented by its older self. Usually just node._parents."""
     parents = node._parents
@@ -3273,6 +3303,9 @@ def _inputs(node):
         if p._seq >= node._seq:
             return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
     return parents
+
+
+_inputs = _inputs_as_read  # replaces Part I's _inputs (node._parents)
 
 
 def _as_read_by(node, p):
@@ -3726,10 +3759,13 @@ def set_rng_state(state):
     default_generator.set_state(state)
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def _tensor_on_cpu(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """torch.tensor: Part I's tensor(), with PyTorch's device= (the CPU) and pin_memory=."""
     _cpu_only(device, 'tensor')
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+tensor = _tensor_on_cpu  # replaces Part I's tensor()
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -4577,7 +4613,7 @@ if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys
     sys.meta_path.append(_PathFinder)
 
 
-def _array_text(a):
+def _array_text_as_pytorch(a):
     """A tensor's values as PyTorch prints them (Part I's repr calls this): 4 decimals, or
     e-notation where the magnitudes span more than 1000x (or pass 1e8, or go under 1e-4);
     floats that are whole numbers as "2."; lines of at most 80 characters; an empty
@@ -4594,6 +4630,9 @@ def _array_text(a):
                            suppress_small=not (wide or small))
 
 
+_array_text = _array_text_as_pytorch  # replaces Part I's _array_text
+
+
 class Size(tuple):
     """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
     __slots__ = ()
@@ -4608,12 +4647,6 @@ class Size(tuple):
 Tensor.shape = property(lambda self: Size(self.array.shape))  # Part I's shape, as a Size
 
 
-for _name, _f in list(globals().items()):  # every public function with a keepdim= argument
-    if (not _name.startswith('_') and isinstance(_f, types.FunctionType)
-            and 'keepdim' in inspect.signature(_f).parameters):
-        globals()[_name] = _numpy_keywords(_f)
-        if getattr(Tensor, _name, None) is _f:
-            setattr(Tensor, _name, globals()[_name])
 
 HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
 
@@ -5164,4 +5197,5 @@ _UNSHARED_REFS = _refs_through_two_calls()
 
 # The one switch for the plain path: every fast kernel above is used only while fast is
 # True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
-fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
+_FAST_UNLESS_PLAIN = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
+fast = _FAST_UNLESS_PLAIN  # replaces Part I's fast = False
