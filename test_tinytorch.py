@@ -10981,6 +10981,10 @@ def _tensor_bindings(tree):
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == 'Tensor':
             for item in node.body:
+                if isinstance(item, ast.FunctionDef) and builtins_module().any(
+                        isinstance(d, ast.Attribute) and d.attr in ('setter', 'deleter')
+                        for d in item.decorator_list):
+                    continue  # a property's setter: the same attribute
                 for name, _ in _top_level_bindings(ast.Module(body=[item], type_ignores=[])):
                     names.append((name, item.lineno))
         elif isinstance(node, ast.Call) and getattr(node.func, 'id', None) == '_methods':

@@ -119,6 +119,17 @@ class enable_grad(_GradMode):
 # ---------------------------------------------------------------------------
 # 2. The Tensor and how an op enters the graph
 # ---------------------------------------------------------------------------
+class Size(tuple):
+    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f'torch.Size({list(self)})'
+
+    def numel(self):
+        return math.prod(self)
+
+
 class Tensor:
     """An n-dimensional array (`.array`) that can remember how it was computed.
 
@@ -162,7 +173,7 @@ class Tensor:
                             f"got a {type(value).__name__} of shape {tuple(np.shape(value))}")
         self._grad = value
 
-    shape = property(lambda self: self.array.shape)
+    shape = property(lambda self: Size(self.array.shape))
     ndim = property(lambda self: self.array.ndim)
     dtype = property(lambda self: self.array.dtype)
     is_leaf = property(lambda self: self._backward is None)
@@ -253,6 +264,13 @@ def _init_result(out, data, vc=None):
     out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
     out._view = None  # section 11
     out._seq = 0  # section 13
+
+
+def _methods(**fns):
+    """Make functions Tensor's methods: _methods(add=add) makes x.add(y) add(x, y). Each
+    section ends with one such line, listing what it adds to Tensor (each name once)."""
+    for name, fn in fns.items():
+        setattr(Tensor, name, fn)
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
@@ -549,6 +567,11 @@ def _power_of(x, p):
         return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
+def _rtruediv(self, other):
+    """number / tensor."""
+    return div(other, self)
+
+
 def _no_bool_subtraction(a, b):
     """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
     for x in (a, b):
@@ -568,17 +591,13 @@ def neg(a):
     return from_op(-a.array, 'neg', (a,), backward)
 
 
-Tensor.__add__ = Tensor.add = add
-Tensor.__radd__ = lambda self, other: add(other, self)
-Tensor.__sub__ = Tensor.sub = sub
-Tensor.__rsub__ = lambda self, other: sub(other, self)
-Tensor.__mul__ = Tensor.mul = mul
-Tensor.__rmul__ = lambda self, other: mul(other, self)
-Tensor.__truediv__ = Tensor.div = div
-Tensor.__rtruediv__ = lambda self, other: div(other, self)
-Tensor.__pow__ = Tensor.pow = lambda self, exponent: pow(self, exponent)  # (pow by name)
-Tensor.__rpow__ = lambda self, other: pow(*_operands(other, self))
-Tensor.__neg__ = Tensor.neg = neg
+_methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
+         __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
+         __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
+         __rtruediv__=lambda self, other: _rtruediv(self, other),  # section 9 refines it
+         __pow__=lambda self, exponent: pow(self, exponent),
+         pow=lambda self, exponent: pow(self, exponent),  # pow by name: section 7 refines it
+         __rpow__=lambda self, other: pow(*_operands(other, self)), __neg__=neg, neg=neg)
 
 
 # ---------------------------------------------------------------------------
@@ -642,8 +661,8 @@ def matmul(a, b):
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
 
-Tensor.__matmul__ = Tensor.matmul = matmul
-Tensor.__rmatmul__ = lambda self, other: matmul(_operands(other, self)[0], self)
+_methods(__matmul__=matmul, matmul=matmul,
+         __rmatmul__=lambda self, other: matmul(_operands(other, self)[0], self))
 
 
 # ---------------------------------------------------------------------------
@@ -716,7 +735,7 @@ def log(x):
     return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
 
 
-Tensor.sum, Tensor.mean, Tensor.exp, Tensor.log = sum, mean, exp, log
+_methods(sum=sum, mean=mean, exp=exp, log=log)
 
 
 # ---------------------------------------------------------------------------
@@ -733,9 +752,6 @@ def backward(tensor, gradient=None, retain_graph=False):
     for node, g, _ in _walk(tensor, _initial_gradient(tensor, gradient), retain_graph):
         if node._backward is None or node._retains_grad:  # a leaf, or asked for
             _accumulate(node, g)
-
-
-Tensor.backward = backward
 
 
 def _walk(root, g_root, retain_graph=False):
@@ -847,6 +863,9 @@ def _free(node):
     node._backward = _freed_graph
     node._parents = ()
     node._saved = ()
+
+
+_methods(backward=backward)
 
 # END OF PART I: a working engine. Everything below adds to it.
 
@@ -1018,11 +1037,8 @@ def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
-Tensor.is_floating_point = is_floating_point
-Tensor.float = lambda self: to(self, float32)
-Tensor.double = lambda self: to(self, float64)
-Tensor.long = lambda self: to(self, int64)
-
+_methods(is_floating_point=is_floating_point, float=lambda self: to(self, float32),
+         double=lambda self: to(self, float64), long=lambda self: to(self, int64))
 
 
 # ---------------------------------------------------------------------------
@@ -1058,12 +1074,12 @@ _guard_saved = _guard_saved_versions  # replaces Part I's placeholder
 _check_saved = _check_saved_versions  # replaces Part I's placeholder
 
 
-Tensor._version = property(lambda self: self._vc[0])
-
-
 def _tensors_in(idx):
     """The tensors in an index, mask or condition (an op's backward reads them)."""
     return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
+
+
+_methods(_version=property(lambda self: self._vc[0]))
 
 
 # ---------------------------------------------------------------------------
@@ -1402,13 +1418,8 @@ def masked_fill(x, mask, value):
     return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
 
 
-for _f in (sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp,
-           maximum, minimum, masked_fill):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.__abs__ = abs
-Tensor.clip = clamp
-Tensor.clamp_min = clamp_min = lambda x, min: clamp(x, min=min)
-Tensor.clamp_max = clamp_max = lambda x, max: clamp(x, max=max)
+clamp_min = lambda x, min: clamp(x, min=min)
+clamp_max = lambda x, max: clamp(x, max=max)
 
 
 # The smaller elementwise functions, one table: each row is the function on arrays, its
@@ -1492,13 +1503,9 @@ def atan2(input, other):
 
 
 arctan2 = atan2
-for _f in (square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac,
-           sign, floor, ceil, round, trunc, atan2):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.arcsin, Tensor.arccos, Tensor.arctan, Tensor.arctan2, Tensor.fix = asin, acos, atan, atan2, trunc
 
 
-def _rtruediv(self, other):
+def _rtruediv_as_pytorch(self, other):
     """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
     two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
     int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
@@ -1508,9 +1515,7 @@ def _rtruediv(self, other):
     return div(other, self)
 
 
-Tensor.__rtruediv__ = _rtruediv
-
-
+_rtruediv = _rtruediv_as_pytorch  # replaces Part I's _rtruediv (div(other, self))
 
 
 # Comparisons, tests and logic give boolean tensors outside the graph (they have no
@@ -1533,9 +1538,6 @@ def _constant_op(fn, name):
 
 eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
                                                 np.greater, np.greater_equal))
-Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = \
-    eq, ne, lt, le, gt, ge
-Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
     return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
@@ -1595,13 +1597,6 @@ bitwise_and, bitwise_or, bitwise_xor = (_constant_op(f, n) for f, n in (
     (np.bitwise_and, 'bitwise_and'), (np.bitwise_or, 'bitwise_or'), (np.bitwise_xor, 'bitwise_xor')))
 logical_and, logical_or, logical_xor = (_constant_op(f, n) for f, n in (
     (np.logical_and, 'logical_and'), (np.logical_or, 'logical_or'), (np.logical_xor, 'logical_xor')))
-Tensor.__floordiv__, Tensor.__mod__ = floor_divide, remainder
-Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
-Tensor.__rmod__ = lambda self, other: remainder(other, self)
-Tensor.__and__, Tensor.__or__, Tensor.__xor__ = bitwise_and, bitwise_or, bitwise_xor
-Tensor.__rand__, Tensor.__ror__, Tensor.__rxor__ = bitwise_and, bitwise_or, bitwise_xor
-Tensor.floor_divide, Tensor.remainder, Tensor.fmod = floor_divide, remainder, fmod
-Tensor.logical_and, Tensor.logical_or, Tensor.logical_xor = logical_and, logical_or, logical_xor
 
 
 def _bitwise_not(x):
@@ -1650,10 +1645,22 @@ def all(x, dim=None, keepdim=False):
                             keepdims=keepdim))
 
 
-Tensor.__invert__, Tensor.bitwise_not, Tensor.logical_not = _bitwise_not, _bitwise_not, logical_not
-Tensor.isnan, Tensor.isinf, Tensor.isfinite, Tensor.isclose, Tensor.allclose = \
-    isnan, isinf, isfinite, isclose, allclose
-Tensor.any, Tensor.all = any, all
+_methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=relu, log1p=log1p,
+         expm1=expm1, erf=erf, gelu=gelu, clamp=clamp, maximum=maximum, minimum=minimum,
+         masked_fill=masked_fill, __abs__=abs, clip=clamp, clamp_min=clamp_min,
+         clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
+         log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
+         sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, __eq__=eq,
+         __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
+         ge=ge, __floordiv__=floor_divide, __mod__=remainder,
+         __rfloordiv__=lambda self, other: floor_divide(other, self),
+         __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
+         __or__=bitwise_or, __xor__=bitwise_xor, __rand__=bitwise_and, __ror__=bitwise_or,
+         __rxor__=bitwise_xor, floor_divide=floor_divide, remainder=remainder, fmod=fmod,
+         logical_and=logical_and, logical_or=logical_or, logical_xor=logical_xor,
+         __invert__=_bitwise_not, bitwise_not=_bitwise_not, logical_not=logical_not, isnan=isnan,
+         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all)
 
 
 # ---------------------------------------------------------------------------
@@ -2051,10 +2058,6 @@ def median(x, dim=None, keepdim=False):
     return MedianResult(pick, where_)
 
 
-for _f in (cumprod, cummax, cummin, median):
-    setattr(Tensor, _f.__name__, _f)
-
-
 SortResult = namedtuple('sort', ['values', 'indices'])
 TopkResult = namedtuple('topk', ['values', 'indices'])
 
@@ -2134,10 +2137,10 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x.array, axis=d, keepdims=keepdim))
 
 
-for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cumsum, argsort,
-           sort, topk, argmax, argmin):
-    setattr(Tensor, _f.__name__, _f)
-
+_methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
+         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
+         prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
+         argmin=argmin)
 
 
 # ---------------------------------------------------------------------------
@@ -2193,10 +2196,6 @@ def is_contiguous(x):
     return bool(x.array.flags.c_contiguous)
 
 
-Tensor.detach, Tensor.clone, Tensor.contiguous = detach, clone, contiguous
-Tensor.stride, Tensor.is_contiguous = stride, is_contiguous
-
-
 def _get_data(x):
     """x.data, as PyTorch's: a tensor outside the graph that shares x's memory (a change
     made through it is not seen by the version counter, as in PyTorch)."""
@@ -2210,16 +2209,10 @@ def _set_data(x, value):
     x.array = value.array
 
 
-Tensor.data = property(_get_data, _set_data)
-
-
 def _as_numpy(x, dtype=None, copy=None):
     """np.asarray(tensor): its values as a NumPy array, as tensor.numpy() gives them."""
     arr = x.numpy()
     return arr if dtype is None else arr.astype(dtype, copy=False)
-
-
-Tensor.__array__ = _as_numpy
 
 
 def _sizes(args):
@@ -2665,10 +2658,6 @@ def mode(x, dim=-1, keepdim=False):
                       _constant(np.expand_dims(idx, d) if keepdim else idx))
 
 
-for _f in (index_add, index_fill, mode):
-    setattr(Tensor, _f.__name__, _f)
-
-
 def take_along_dim(input, indices, dim=None):
     """gather with broadcasting (NumPy's take_along_axis); dim=None works on the
     flattened input."""
@@ -2887,14 +2876,6 @@ def triu(x, diagonal=0):
     return from_op(np.ascontiguousarray(np.triu(x.array, diagonal)), 'triu', (x,), backward)
 
 
-for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, select,
-           unbind, unflatten, diagonal, split,
-           chunk, tril, triu, gather, scatter, scatter_add, index_select, take_along_dim, flip,
-           roll, repeat):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.view = view
-Tensor.__getitem__ = getitem
-Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
 def _mT(x):
     """The last two dims swapped (a batch of matrices transposed); a 0-d tensor is itself."""
     if x.ndim == 1:
@@ -2903,19 +2884,11 @@ def _mT(x):
     return transpose(x, -2, -1) if x.ndim else x
 
 
-Tensor.mT = property(_mT)
-Tensor.swapaxes = Tensor.swapdims = transpose
 def _t(x):
     """x.t(): a 2-d tensor transposed, a 0-d or 1-d one as it is (more dims: refused, as PyTorch)."""
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dims, got {x.ndim}; use transpose or .mT")
     return view(x, x.shape) if x.ndim < 2 else transpose(x, 0, 1)
-
-
-Tensor.t = _t
-Tensor.expand_as = lambda self, other: expand(self, other.shape)
-Tensor.view_as = lambda self, other: view(self, other.shape)
-Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 
 # More of PyTorch's names, composed from the ops above (their gradients come from those).
@@ -3138,17 +3111,26 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
 
 
 concat = concatenate = cat
-for _f in (masked_select, repeat_interleave, diff, nansum, nanmean, outer, unique):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.ger = outer
-Tensor.nelement = Tensor.numel
-Tensor.element_size = lambda self: self.array.itemsize
-Tensor.int = lambda self: to(self, int32)
-Tensor.bool = lambda self: to(self, bool_)
-Tensor.half = lambda self: to(self, float16)
-Tensor.type_as = lambda self, other: to(self, other.dtype)
 
 
+_methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
+         is_contiguous=is_contiguous, data=property(_get_data, _set_data), __array__=_as_numpy,
+         index_add=index_add, index_fill=index_fill, mode=mode, reshape=reshape, permute=permute,
+         transpose=transpose, unsqueeze=unsqueeze, squeeze=squeeze, flatten=flatten, expand=expand,
+         narrow=narrow, select=select, unbind=unbind, unflatten=unflatten, diagonal=diagonal,
+         split=split, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
+         scatter_add=scatter_add, index_select=index_select, take_along_dim=take_along_dim,
+         flip=flip, roll=roll, repeat=repeat, view=view, __getitem__=getitem,
+         T=property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1)))),
+         mT=property(_mT), swapaxes=transpose, swapdims=transpose, t=_t,
+         expand_as=lambda self, other: expand(self, other.shape),
+         view_as=lambda self, other: view(self, other.shape),
+         reshape_as=lambda self, other: reshape(self, other.shape), masked_select=masked_select,
+         repeat_interleave=repeat_interleave, diff=diff, nansum=nansum, nanmean=nanmean,
+         outer=outer, unique=unique, ger=outer, nelement=Tensor.numel,
+         element_size=lambda self: self.array.itemsize, int=lambda self: to(self, int32),
+         bool=lambda self: to(self, bool_), half=lambda self: to(self, float16),
+         type_as=lambda self, other: to(self, other.dtype))
 
 
 # ---------------------------------------------------------------------------
@@ -3259,9 +3241,7 @@ def log_softmax(x, dim, dtype=None):
     return from_op(out, 'log_softmax', (x,), backward, saves_output=True)
 
 
-Tensor.softmax = softmax
-Tensor.log_softmax = log_softmax
-
+_methods(softmax=softmax, log_softmax=log_softmax)
 
 
 # ---------------------------------------------------------------------------
@@ -3612,14 +3592,6 @@ def _in_place_form(name, fn):
     return op
 
 
-for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh),
-                     ('sigmoid_', sigmoid), ('sqrt_', sqrt), ('neg_', neg), ('floor_', floor),
-                     ('ceil_', ceil), ('round_', round), ('trunc_', trunc), ('sin_', sin),
-                     ('cos_', cos), ('square_', square), ('reciprocal_', reciprocal),
-                     ('clamp_min_', clamp_min), ('clamp_max_', clamp_max),
-                     ('scatter_', scatter), ('scatter_add_', scatter_add),
-                     ('index_add_', index_add), ('index_fill_', index_fill)):
-    setattr(Tensor, _name, _in_place_form(_name, _twin))
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
     becomes that view of its old self."""
@@ -3640,19 +3612,28 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
-Tensor.unsqueeze_ = lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim))
-Tensor.squeeze_ = lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim))
-Tensor.t_ = lambda self: _new_shape_in_place(self, 't_', lambda t: t.t())
-for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.clip_ = clamp_
-Tensor.__setitem__ = setitem
-Tensor.__iadd__ = lambda self, o: add_(self, o)
-Tensor.__isub__ = lambda self, o: sub_(self, o)
-Tensor.__imul__ = lambda self, o: mul_(self, o)
-Tensor.__itruediv__ = lambda self, o: div_(self, o)
-Tensor.__ipow__ = lambda self, o: pow_(self, o)
-
+_methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
+         log_=_in_place_form('log_', log), tanh_=_in_place_form('tanh_', tanh),
+         sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
+         neg_=_in_place_form('neg_', neg), floor_=_in_place_form('floor_', floor),
+         ceil_=_in_place_form('ceil_', ceil), round_=_in_place_form('round_', round),
+         trunc_=_in_place_form('trunc_', trunc), sin_=_in_place_form('sin_', sin),
+         cos_=_in_place_form('cos_', cos), square_=_in_place_form('square_', square),
+         reciprocal_=_in_place_form('reciprocal_', reciprocal),
+         clamp_min_=_in_place_form('clamp_min_', clamp_min),
+         clamp_max_=_in_place_form('clamp_max_', clamp_max),
+         scatter_=_in_place_form('scatter_', scatter),
+         scatter_add_=_in_place_form('scatter_add_', scatter_add),
+         index_add_=_in_place_form('index_add_', index_add),
+         index_fill_=_in_place_form('index_fill_', index_fill),
+         unsqueeze_=lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim)),
+         squeeze_=lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim)),
+         t_=lambda self: _new_shape_in_place(self, 't_', lambda t: t.t()), add_=add_, sub_=sub_,
+         mul_=mul_, div_=div_, pow_=pow_, clamp_=clamp_, relu_=relu_, masked_fill_=masked_fill_,
+         fill_=fill_, zero_=zero_, copy_=copy_, clip_=clamp_, __setitem__=setitem,
+         __iadd__=lambda self, o: add_(self, o), __isub__=lambda self, o: sub_(self, o),
+         __imul__=lambda self, o: mul_(self, o), __itruediv__=lambda self, o: div_(self, o),
+         __ipow__=lambda self, o: pow_(self, o))
 
 
 # ---------------------------------------------------------------------------
@@ -3954,20 +3935,22 @@ def meshgrid(*tensors, indexing='ij'):
     return tuple(grids)
 
 
-Tensor.new_zeros = lambda self, *size, dtype=None, requires_grad=False: zeros(
-    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_ones = lambda self, *size, dtype=None, requires_grad=False: ones(
-    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_full = lambda self, size, fill_value, dtype=None, requires_grad=False: full(
-    size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_empty = Tensor.new_zeros
-Tensor.new_tensor = lambda self, data, dtype=None, requires_grad=False: tensor(
-    data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+def _new_zeros(self, *size, dtype=None, requires_grad=False):
+    """x.new_zeros(size): zeros of x's dtype (or dtype); x.new_empty is the same."""
+    return zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+
+_methods(new_zeros=_new_zeros, new_empty=_new_zeros,
+         new_ones=lambda self, *size, dtype=None, requires_grad=False: ones(
+             *size, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         new_full=lambda self, size, fill_value, dtype=None, requires_grad=False: full(
+             size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         new_tensor=lambda self, data, dtype=None, requires_grad=False: tensor(
+             data, dtype=dtype or self.dtype, requires_grad=requires_grad))
 
 
 # Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
 # (sum, max, min and abs shadow Python's builtins inside this module only.)
-
 
 
 # ---------------------------------------------------------------------------
@@ -4084,7 +4067,6 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
                                  f"numeric {numeric:.8g} (allowed: {tolerance:.3g}); run without "
                                  "fast_mode to find the element")
     return True
-
 
 
 # ---------------------------------------------------------------------------
@@ -4360,23 +4342,11 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **
     return clone(out) if copy and out is self else out
 
 
-Tensor.to = _to
-Tensor.device = property(lambda self: _CPU)
-Tensor.is_cuda = property(lambda self: False)
-Tensor.cpu = lambda self: self
-Tensor.cuda = lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()')
-Tensor.pin_memory = lambda self: self
-Tensor.__index__ = lambda self: operator.index(self.item())  # a 0-d int tensor slices a list
-
-
 def _format(self, spec):
     """f'{loss:.4f}': a one-element tensor formats as its number, as in PyTorch."""
     if spec and self.numel() == 1:
         return format(self.item(), spec)
     return format(repr(self), spec)
-
-
-Tensor.__format__ = _format
 
 
 class inference_mode(no_grad):
@@ -4633,21 +4603,6 @@ def _array_text_as_pytorch(a):
 _array_text = _array_text_as_pytorch  # replaces Part I's _array_text
 
 
-class Size(tuple):
-    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f'torch.Size({list(self)})'
-
-    def numel(self):
-        return math.prod(self)
-
-
-Tensor.shape = property(lambda self: Size(self.array.shape))  # Part I's shape, as a Size
-
-
-
 HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
 
 
@@ -4665,9 +4620,6 @@ def histc(input, bins=100, min=0, max=0):
     return histogram(input, bins, range=(float(lo), float(hi))).hist
 
 
-Tensor.histc = histc
-
-
 # torch.save / torch.load: pickle, as PyTorch. A tensor is pickled as its array and its
 # requires_grad (never its graph). load() unpickles only tensors, arrays, numbers, strings
 # and containers unless weights_only=False: unpickling anything else can run code.
@@ -4676,9 +4628,6 @@ def _rebuild_tensor(cls, array, requires_grad):
     _init_result(t, array)
     t.requires_grad = requires_grad
     return t
-
-
-Tensor.__reduce__ = lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad))
 
 
 def save(obj, f, pickle_protocol=4):
@@ -4782,6 +4731,14 @@ def _load_pytorch_file(f, weights_only):
         folder = pickles[0][:-len('data.pkl')]
         with archive.open(pickles[0]) as data:
             return _PyTorchUnpickler(io.BytesIO(data.read()), archive, folder, weights_only).load()
+
+
+_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
+         cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
+         pin_memory=lambda self: self,
+         __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
+         __format__=_format, histc=histc,
+         __reduce__=lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad)))
 
 
 # ---------------------------------------------------------------------------
