@@ -19,6 +19,7 @@ import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see
 import numpy as np
 
 import nn
+from nn import _causal_mask, attention_weights  # attention's weights live in nn.py (section 4)
 from tinytorch import no_grad
 
 # CausalSelfAttention uses fused_causal_attention (one op, hand-derived backward) when it
@@ -29,33 +30,6 @@ FUSED_ATTENTION = True
 # ---------------------------------------------------------------------------
 # 1. Scaled dot-product attention
 # ---------------------------------------------------------------------------
-def _causal_mask(tq, tk, past=0):
-    """Boolean (tq, tk) mask, True where a query may look: query i sits at position
-    past + i and sees keys 0 .. past + i. past=0 is PyTorch's is_causal (the lower
-    triangle from the top-left corner); the KV cache passes the number of cached keys."""
-    return np.tril(np.ones((tq, tk), dtype=bool), k=past)
-
-
-def attention_weights(q, k, mask=None, is_causal=False):
-    """softmax(q @ k^T / sqrt(d)) over the keys, with disallowed positions at -inf
-    before the softmax (so they get weight exactly 0).
-
-    mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
-    (PyTorch's convention), or a float mask that is added to the scores.
-    """
-    d = q.shape[-1]
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-    if is_causal:
-        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
-    if mask is not None:
-        m = mask.array if isinstance(mask, tt.Tensor) else mask
-        if m.dtype == bool:
-            scores = scores.masked_fill(~m, -np.inf)
-        else:
-            scores = scores + tt.tensor(m.astype(scores.dtype))
-    return scores.softmax(-1)
-
-
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
     """q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) -> (..., Tq, dv)."""
     return attention_weights(q, k, mask, is_causal) @ v
