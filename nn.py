@@ -16,8 +16,7 @@
      written atomically
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
 
-Needs only NumPy and tinytorch.py (and transformer.py's attention_weights, which
-MultiheadAttention imports when it runs).
+Needs only NumPy and tinytorch.py.
 """
 import copy
 import json
@@ -1649,8 +1648,9 @@ class GRU(_RNNBase):
 # ---------------------------------------------------------------------------
 # transformer.py builds attention step by step for its GPT (read it first). These are
 # PyTorch's general-purpose modules, with its names, arguments and state_dict keys, so
-# PyTorch code and checkpoints run here. They use the same attention: transformer.py's
-# attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v. Query,
+# PyTorch code and checkpoints run here. They use the same attention as transformer.py's
+# modules: attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v
+# (its one home is here; transformer.py's fused kernel is its Speed twin). Query,
 # key and value are each projected and split into heads, and an output projection
 # joins the heads again. A layer is attention and a two-layer MLP, each added to its
 # input and layer-normed (after the sum, or before the sublayer with norm_first).
@@ -1661,30 +1661,39 @@ def _causal_mask(tq, tk, past=0):
     return np.tril(np.ones((tq, tk), dtype=bool), k=past)
 
 
-def attention_weights(q, k, mask=None, is_causal=False):
-    """softmax(q @ k^T / sqrt(d)) over the keys, with disallowed positions at -inf
-    before the softmax (so they get weight exactly 0).
+def attention_weights(q, k, mask=None, is_causal=False, scale=None):
+    """softmax(q @ k^T * scale) over the keys (scale: 1/sqrt(d) unless given), with
+    disallowed positions at -inf before the softmax (so they get weight exactly 0).
 
     mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
-    (PyTorch's convention), or a float mask that is added to the scores.
+    (PyTorch's convention), or a float mask that is added to the scores (a float tensor
+    gets its gradient). A query that may attend to nothing gets weight 0 (PyTorch's
+    answer) and no gradient, not nan.
     """
-    d = q.shape[-1]
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
     if is_causal:
-        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
+        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -math.inf)
     if mask is not None:
-        m = mask.array if isinstance(mask, tt.Tensor) else mask
+        m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
         if m.dtype == bool:
-            scores = scores.masked_fill(~m, -np.inf)
+            scores = scores.masked_fill(~m, -math.inf)
         else:
-            scores = scores + tt.tensor(m.astype(scores.dtype))
-    return scores.softmax(-1)
+            scores = scores + (mask if isinstance(mask, Tensor)
+                               else tt.tensor(m.astype(scores.dtype)))
+    dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
+    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
+        scores = tt.where(dead, 0.0, scores)
+    weights = scores.softmax(-1)
+    if dead.any():
+        weights = tt.where(dead, 0.0, weights)
+    return weights
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
-    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, written
-    here from tensor ops (transformer.py keeps its own, simpler one to read first).
+    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
+    attention_weights (transformer.py's is the short one to read first).
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); scale defaults
     to 1/sqrt(E). attn_mask broadcasts to (..., L, S): a bool mask says True = may attend
     (the opposite of MultiheadAttention's), a float one is added to the scores (and gets
@@ -1704,24 +1713,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             x = x.unsqueeze(-3)
             return x.expand(*x.shape[:-3], group, *x.shape[-2:]).flatten(-4, -3)
         key, value = repeat(key), repeat(value)
-    L, S = query.shape[-2], key.shape[-2]
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = (query @ key.transpose(-2, -1)) * scale
-    if is_causal:
-        scores = scores.masked_fill(~np.tril(np.ones((L, S), dtype=bool)), -math.inf)
-    if attn_mask is not None:
-        m = attn_mask.array if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
-        if m.dtype == bool:
-            scores = scores.masked_fill(~m, -math.inf)
-        else:
-            scores = scores + (attn_mask if isinstance(attn_mask, Tensor)
-                               else tt.tensor(m.astype(scores.dtype)))
-    dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
-    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
-        scores = tt.where(dead, 0.0, scores)
-    weights = scores.softmax(-1)
-    if dead.any():
-        weights = tt.where(dead, 0.0, weights)
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
     if dropout_p > 0:
         weights = dropout(weights, dropout_p)
     return weights @ value
@@ -1777,7 +1769,6 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        from transformer import attention_weights  # here: transformer.py imports nn
         if is_causal and attn_mask is None:
             raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the "
                                "causal mask; pass attn_mask too (nn.Transformer."
