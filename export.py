@@ -23,7 +23,7 @@ import os
 import pickle
 import sys
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 import nn

@@ -30,7 +30,7 @@ import zipfile
 from collections import OrderedDict, namedtuple
 from statistics import NormalDist
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 from tinytorch import Tensor, from_op, no_grad, sum_last, sum_leading

@@ -7,7 +7,7 @@ is PyTorch's, written out on NumPy arrays. Needs only NumPy and tinytorch.py.
 import bisect
 import math
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 from tinytorch import no_grad

@@ -10766,6 +10766,7 @@ def test_others_running_and_the_openblas_count_are_found():
 def test_plain_env_turns_sharing_off():
     """TINYTORCH_PLAIN=1: share_cores leaves OpenBLAS's count alone, even on a busy machine."""
     code = ("import tinytorch as tt\n"
+            "tt.tune()\n"
             "tt.share_cores(now=1.0, others=5)\n"
             "print(tt.fast, tt._cores_free == tt._machine_cores)\n")
     env = dict(os.environ, TINYTORCH_PLAIN='1')

@@ -50,10 +50,7 @@ import time
 import weakref
 from collections import namedtuple
 
-# One speed setting must come before NumPy loads OpenBLAS (section 19 explains it).
-if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
-    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 # ===========================================================================
@@ -4752,8 +4749,8 @@ def tune_malloc():
     the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
     each step pays for fresh zeroed pages again (page faults cost as much as the
     arithmetic here). Raising both thresholds keeps those pages for reuse: about
-    25% faster steps, while the peak memory stays the same. Called when tinytorch is
-    imported on Linux; set TINYTORCH_TUNE_MALLOC=0 to leave the allocator alone.
+    25% faster steps, while the peak memory stays the same. tune() calls it (on Linux);
+    TINYTORCH_TUNE_MALLOC=0 leaves the allocator alone even then.
     Returns True if the settings were applied.
     """
     import ctypes
@@ -4768,7 +4765,7 @@ def tune_malloc():
         return False
 
 
-malloc_tuned = tune_malloc()
+malloc_tuned = False  # tune() sets it
 
 
 def _threads_from_env():
@@ -4859,7 +4856,8 @@ def parallel_for(fn, n, size, threads=None):
 # (a spell that comes and goes would otherwise flip it back and forth). Looking costs
 # about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
 # the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
-# TINYTORCH_TUNE_THREADS=0 turns it off, and so do the plain path and set_num_threads(n).
+# tune() turns it on (TINYTORCH_TUNE_THREADS=0 keeps it off); the plain path and
+# set_num_threads(n) turn it off.
 SHARE_LOOK_EVERY = 0.25  # seconds between two looks at the machine
 SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go up again
 _machine_cores = os.cpu_count() or 1
@@ -4867,7 +4865,7 @@ _cores_free = _machine_cores  # what the threads may use now
 _next_look, _room_since = 0.0, None
 _last_want = _machine_cores  # what the previous look left free: one look alone (a process
 # that woke for a moment, as one look in 200 sees on a quiet machine) lowers nothing
-_share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
+_share_on = False  # tune() turns it on
 _openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
 
 
@@ -4968,6 +4966,30 @@ def _openblas():
                     _openblas_found.append((setter, getter()))
                     break
     return _openblas_found
+
+
+_tuned = False
+
+
+def tune():
+    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
+    thing. Importing tinytorch changes nothing in the process; this call does two things
+    for the whole process: tune_malloc() (glibc keeps freed memory for reuse) and
+    share_cores (tinytorch's threads and OpenBLAS's follow the cores other programs leave
+    free; TINYTORCH_TUNE_THREADS=0 keeps that off). A third setting can't be made here:
+    OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (how long its idle threads spin) only when NumPy
+    loads it, so the scripts set it to 16 (2^16 cycles, about 20 us) in the environment
+    before they import NumPy. Returns the names of the settings made."""
+    global _tuned, malloc_tuned, _share_on
+    done = []
+    malloc_tuned = tune_malloc()
+    if malloc_tuned:
+        done.append('malloc')
+    _share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
+    if _share_on:
+        done.append('share_cores')
+    _tuned = True
+    return done
 
 
 _ones_cache = {}
@@ -5156,3 +5178,9 @@ _UNSHARED_REFS = _refs_through_two_calls()
 # True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
 _FAST_UNLESS_PLAIN = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 fast = _FAST_UNLESS_PLAIN  # replaces Part I's fast = False
+
+# `from tinytorch import *` gives every public name but the modules this file uses and the
+# ones that would hide Python's builtins (sum, max, abs, round, pow, ...): after it,
+# sum([1, 2]) is still Python's; tt.sum(x) and x.sum() are tinytorch's.
+__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
+           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]

@@ -19,7 +19,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+if __name__ == '__main__':  # OpenBLAS reads it once, as NumPy loads it (see tt.tune)
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')
+import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import lookinside
@@ -1001,4 +1003,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    tt.tune()  # this process is a training run: tune it
     sys.exit(main())

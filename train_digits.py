@@ -21,7 +21,9 @@ import signal
 import sys
 import time
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+if __name__ == '__main__':  # OpenBLAS reads it once, as NumPy loads it (see tt.tune)
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')
+import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import data
@@ -311,4 +313,5 @@ def run(args):
 
 
 if __name__ == '__main__':
+    tt.tune()  # this process is a training run: tune it
     sys.exit(main())

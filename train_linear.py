@@ -7,7 +7,7 @@ Run: python train_linear.py (it takes no options; about a second)
 """
 import argparse
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 import nn

@@ -15,7 +15,7 @@ Needs only NumPy, tinytorch.py and nn.py.
 import math
 from dataclasses import asdict, dataclass
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 import nn
