@@ -2472,12 +2472,13 @@ def getitem(x, idx):
         if nothing is None:
             raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
         idx, out = nothing
-    rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
+    rows = (first is None and isinstance(idx, tuple) and len(idx) == 1 and x.ndim > 0
+            and isinstance(idx[0], np.ndarray) and idx[0].dtype.kind in 'iu')  # x[int array]
 
     def backward(g, xs=x.shape):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
         if fast and rows:  # x[int array]: np.add.at below, faster (section 19)
-            return (_scatter_add_rows(xs, idx, g),)
+            return (_scatter_add_rows(xs, idx[0], g),)
         gx = np.zeros_like(g, shape=xs)
         if basic:
             gx[idx] = g  # a view picks each element at most once: just place g there
