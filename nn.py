@@ -1140,7 +1140,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if tt.fast and FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
+    if tt.fast and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -1173,7 +1173,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if tt.fast and FUSED_VISION:  # the same numbers as one op (section 8, Speed)
+    if tt.fast:  # the same numbers as one op (section 8, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -2830,8 +2830,7 @@ def load_safetensors(path):
 # flattened with its padded width: kernel element (i, j) then reads one contiguous run
 # of the flat image, starting i*Wp + j further on, instead of H short rows. Output
 # positions that fall in the padding columns are computed too, and dropped.
-# Set FUSED_VISION = False to run the compositions instead.
-FUSED_VISION = True
+# tt.fast = False (the one speed switch; TINYTORCH_PLAIN=1) runs the compositions instead.
 
 
 def conv2d_fused(input, weight, bias, win):

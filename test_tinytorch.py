@@ -5418,7 +5418,7 @@ def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch, fast_paths):
         ties = case.pop('ties', 0)
         results = []
         for fused in (True, False):
-            monkeypatch.setattr(nn, 'FUSED_VISION', fused)
+            monkeypatch.setattr(tt, 'fast', fused)
             x = t64(2, 3, 7, 6, seed=5)
             if ties:
                 x = tt.tensor(np.floor(x.array), requires_grad=True)  # many tied maxima
@@ -5439,7 +5439,6 @@ def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkey
     x = tt.zeros(1, 1, 12, 12, requires_grad=True)
     with tt.no_grad():
         x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
-    monkeypatch.setattr(nn, 'FUSED_VISION', True)
     nn.max_pool2d(x, 12).sum().backward()
     assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
 
@@ -6467,7 +6466,7 @@ def test_threaded_kernels_equal_one_thread(threads_everywhere, threads):
 def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout, fast_paths):
     results = []
     for fused in (True, False):
-        monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+        monkeypatch.setattr(tt, 'fast', fused)
         tt.manual_seed(0)
         model = tf.GPT(tiny_config(dropout=dropout))  # the same seed draws the same masks
         _, loss = model(np.array([[1, 2, 3, 4, 5]]), np.array([[2, 3, 4, 5, 6]]))
@@ -7978,7 +7977,7 @@ def test_grad_path_shows_each_path_and_adds_them():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch, fast_paths):
-    monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+    monkeypatch.setattr(tt, 'fast', fused)
     tt.manual_seed(0)
     model = tf.GPT(tiny_config())
     _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
@@ -8033,13 +8032,13 @@ def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 5
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
-    fused = tf.FUSED_ATTENTION
+    fast = tt.fast
     try:
         for k, code in enumerate(blocks):
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
     finally:
-        tf.FUSED_ATTENTION = fused
+        tt.fast = fast
     shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
     assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
 
@@ -8106,11 +8105,12 @@ def test_readme_gradient_walkthrough():
     code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
+    fast = tt.fast
     try:
         with contextlib.redirect_stdout(buf):
             exec(code, {})
     finally:
-        tf.FUSED_ATTENTION = True
+        tt.fast = fast
     now = buf.getvalue()
     number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
     assert re.sub(number, '#', now) == re.sub(number, '#', shown)
@@ -11234,6 +11234,79 @@ def test_importing_tinytorch_changes_nothing_in_the_process_until_tune():
                        timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith('True')
+
+
+def _attention_of(qkv):
+    tt.manual_seed(0)
+    m = tf.CausalSelfAttention(tf.GPTConfig(vocab_size=5, block_size=8, n_layer=1, n_head=2,
+                                            n_embd=8, dropout=0.0))
+    return m(qkv)
+
+
+def _adam_steps(w):
+    import optim
+    opt = optim.Adam([w], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+    return w * 1.0
+
+
+# The plain -> fast twins, one row each: an op whose code calls a Speed kernel in one line
+# while tt.fast is on (the one speed switch; TINYTORCH_PLAIN=1 turns it off), the kernel
+# (its module and name), the op, and the shapes and dtype of its leaves.
+_FAST_TWINS = [
+    ('a weight shared by a batched matmul (dW)', 'tinytorch', 'shared_matrix_grad',
+     lambda x, w: x @ w, [(3, 4, 5), (5, 2)], np.float64),
+    ('gelu of float32', 'tinytorch', 'gelu_float32', lambda x: tt.gelu(x), [(4, 7)], np.float32),
+    ('erf', 'tinytorch', '_erf_np', lambda x: tt.erf(x), [(4, 7)], np.float64),
+    ('x[int array] (an embedding lookup)', 'tinytorch', '_scatter_add_rows',
+     lambda x: x[tt.tensor([0, 0, 2, 4])], [(5, 3)], np.float64),
+    ('conv2d, stride 1', 'nn', 'conv2d_fused', lambda x, w, b: nn.conv2d(x, w, b, padding=1),
+     [(2, 3, 6, 5), (4, 3, 3, 3), (4,)], np.float64),
+    ('max_pool2d', 'nn', 'max_pool2d_fused', lambda x: nn.max_pool2d(x, 2, 1), [(2, 3, 6, 5)],
+     np.float64),
+    ('causal self-attention', 'transformer', 'fused_causal_attention', _attention_of,
+     [(2, 5, 8)], np.float32),
+    ('an Adam step', 'optim', 'adam_step_', _adam_steps, [(3, 4)], np.float32),
+]
+
+
+@pytest.mark.parametrize("row", _FAST_TWINS, ids=[row[0] for row in _FAST_TWINS])
+def test_each_fast_twin_gives_its_plain_forms_value_and_gradient(row, monkeypatch):
+    """Walks the table of twins: with tt.fast on, the kernel runs; with it off, the kernel
+    does not run; the two give the same value and the same gradients."""
+    _, module, kernel, op, shapes, dtype = row
+    mod = sys.modules[module]
+    real, calls = getattr(mod, kernel), []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{kernel} ran with tt.fast = False")
+
+    results = []
+    for fast, stand_in in ((True, spy), (False, refuse)):
+        monkeypatch.setattr(tt, 'fast', fast)
+        monkeypatch.setattr(mod, kernel, stand_in)
+        rng = np.random.default_rng(3)
+        leaves = [tt.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
+        out = op(*leaves)
+        out.backward(tt.tensor(rng.standard_normal(out.shape).astype(out.dtype)))
+        results.append([out.array] + [leaf.grad.array for leaf in leaves])
+    assert calls, f"{kernel} did not run with tt.fast on"
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for fast_value, plain_value in zip(*results):
+        np.testing.assert_allclose(fast_value, plain_value, rtol=tol, atol=tol)
+
+
+def test_one_speed_switch():
+    """tt.fast is the one switch: no FUSED_ATTENTION / FUSED_VISION flags beside it."""
+    for mod in (tt, nn, tf):
+        assert not [name for name in vars(mod) if name.startswith('FUSED')], mod.__name__
 
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:

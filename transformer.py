@@ -9,7 +9,8 @@
 scaled_dot_product_attention is matmul, masked_fill and softmax from tinytorch.py,
 so its gradient comes from theirs. fused_causal_attention (section 4) computes the
 same thing as one op with a hand-derived backward rule (faster; a test proves they
-agree), and it is what CausalSelfAttention uses unless FUSED_ATTENTION is False.
+agree), and it is what CausalSelfAttention uses unless tt.fast is False (the one speed
+switch: TINYTORCH_PLAIN=1).
 Needs only NumPy, tinytorch.py and nn.py.
 """
 import math
@@ -21,11 +22,6 @@ import numpy as np
 import nn
 from nn import _causal_mask, attention_weights  # attention's weights live in nn.py (section 4)
 from tinytorch import no_grad
-
-# CausalSelfAttention uses fused_causal_attention (one op, hand-derived backward) when it
-# can; set this to False to run the composed ops instead (same results, slower).
-FUSED_ATTENTION = True
-
 
 # ---------------------------------------------------------------------------
 # 1. Scaled dot-product attention
@@ -82,7 +78,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None, layer=0):
         qkv = self.c_attn(x)
-        if tt.fast and FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 4)
+        if tt.fast and cache is None:  # attend()'s numbers as one op (section 4)
             p = self.attn_dropout.p if self.training else 0.0
             y = fused_causal_attention(qkv, self.n_head, p)
         else:
