@@ -10932,44 +10932,42 @@ def _is_replacement(node, src_lines, defined):
             and node.value.id in defined and '# replaces ' in src_lines[node.lineno - 1])
 
 
+def _rebindings(path):
+    """(name, node, is a replacement line) for each top-level binding of a name that the
+    file bound before, and the file's lines."""
+    import ast
+    with open(os.path.join(HERE, path)) as f:
+        lines = f.read().split('\n')
+    bindings = _top_level_bindings(ast.parse('\n'.join(lines)))
+    names = [name for name, _ in bindings]
+    once = {name for name in names if names.count(name) == 1}
+    seen = set()
+    found = []
+    for name, node in bindings:
+        if name in seen:
+            found.append((name, node, _is_replacement(node, lines, once)))
+        seen.add(name)
+    return found, lines
+
+
 @pytest.mark.parametrize("path", _PROJECT_FILES)
 def test_no_top_level_name_is_bound_twice(path):
     """One definition per name: a reader (or a debugger) stepping into a name lands in the
     code that runs. The one exception is a replacement line, `_operands = _promoting_operands
     # replaces Part I's rule, section 7`, where the later rule is installed in view, under its
     own name."""
-    import ast
-    with open(os.path.join(HERE, path)) as f:
-        src = f.read()
-    bindings = _top_level_bindings(ast.parse(src))
-    names = [name for name, _ in bindings]
-    defined = {name for name in names if names.count(name) == 1}
-    lines = src.split('\n')
-    seen = {}
-    for name, node in bindings:
-        if name in seen and not _is_replacement(node, lines, defined):
-            raise AssertionError(f"{path}: {name} is bound at line {seen[name]} and again at "
-                                 f"line {node.lineno}")
-        seen.setdefault(name, node.lineno)
+    rebound, _ = _rebindings(path)
+    wrong = [f"{name} (again at line {node.lineno})" for name, node, ok in rebound if not ok]
+    assert not wrong, f"{path}: bound twice: {', '.join(wrong)}"
 
 
 def test_a_replacement_line_installs_a_name_bound_once_in_place_of_an_earlier_one():
-    import ast
-    with open(os.path.join(HERE, 'tinytorch.py')) as f:
-        src = f.read()
-    bindings = _top_level_bindings(ast.parse(src))
-    names = [name for name, _ in bindings]
-    defined = {name for name in names if names.count(name) == 1}
-    lines = src.split('\n')
-    first = {}
-    replacements = 0
-    for name, node in bindings:
-        if name in first:
-            assert _is_replacement(node, lines, defined)
-            new = node.value.id
-            assert getattr(tt, name) is getattr(tt, new), f"{name} is not {new} after the import"
-            replacements += 1
-        first.setdefault(name, node.lineno)
+    rebound, lines = _rebindings('tinytorch.py')
+    for name, node, ok in rebound:
+        assert ok, f"line {node.lineno}: {name} is bound again, not by a replacement line"
+        new = node.value.id
+        assert getattr(tt, name) is getattr(tt, new), f"{name} is not {new} after the import"
+    replacements = len(rebound)
     assert replacements == sum('# replaces ' in line for line in lines)
 
 
