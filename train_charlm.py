@@ -340,13 +340,19 @@ def load_checkpoint(out_dir, name=CKPT_NAME):
     path = checkpoint_path(out_dir, name)
     if not os.path.exists(path):
         raise UserError(f"no checkpoint at {path}; train first (or give --out-dir)")
+    return read_checkpoint(path)
+
+
+def read_checkpoint(path, keys=('model', 'config', 'vocab', 'step')):
+    """The checkpoint at path (it exists), with the keys asked for; anything else is one
+    UserError line. export.py reads checkpoints with it too."""
     try:
         ck = nn.load(path)
     except nn.CheckpointError as e:
         raise UserError(str(e)) from None
-    for key in ('model', 'config', 'vocab', 'step'):
-        if key not in ck:
-            raise UserError(f"{path} is not a train_charlm.py checkpoint (no '{key}')")
+    missing = [k for k in keys if k not in ck]
+    if missing:
+        raise UserError(f"{path} is not a train_charlm.py checkpoint (no {', '.join(missing)})")
     return ck
 
 
