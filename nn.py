@@ -860,7 +860,7 @@ leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.soft
 # -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
 # Each selects its branch with np.where, in the forward pass and in the rule, so an
 # infinity in the branch not taken never turns into nan (0 * inf would).
-def _floating(x, op):
+def _float_only(x, op):
     if x.dtype.kind != 'f':
         raise TypeError(f"{op}: expects a floating point tensor, got {x.dtype}")
 
@@ -872,7 +872,7 @@ def _activation_result(input, out, op, inplace):
 
 def _elu(x, alpha, scale, op):
     """scale * x where x > 0, else scale * alpha * (exp(x) - 1): ELU (scale 1) and SELU."""
-    _floating(x, op)
+    _float_only(x, op)
     neg = x.array <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
     xneg = np.where(neg, x.array, 0)  # exp only of what is used: no overflow for large x
     out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.array)

@@ -14,7 +14,6 @@ import argparse
 import csv
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -482,22 +481,6 @@ def silence_stdout():
     os.close(devnull)
 
 
-class StopRequest:
-    """First Ctrl-C: finish the current step, save, exit. Second: stop at once."""
-
-    def __init__(self):
-        self.requested = False
-        self.previous = signal.signal(signal.SIGINT, self.handler)
-
-    def handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def restore(self):
-        signal.signal(signal.SIGINT, self.previous)
-
-
 def need_matplotlib(metrics_file):
     """--plot is checked before any training: a missing matplotlib is one line, exit 2."""
     try:
@@ -905,7 +888,7 @@ def train(args):
     # -- the training loop ------------------------------------------------------------
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
     log = TrainingLog(files, args.steps, step, stop_at, args.batch_size * config.block_size)
-    stop = StopRequest()
+    stop = lookinside.StopRequest()  # first Ctrl-C: finish the step, save, exit
     busy = BusyWatch(args.batch_size * config.block_size, step, time.time(), time.process_time())
     last_val = float('nan')
     # NumPy's overflow warnings are off: every loss and gradient norm is checked below,
