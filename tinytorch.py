@@ -26,7 +26,8 @@ Part II: the rest, each section saying what it adds to Part I
      detect_anomaly) watch the ops and the rules
  18. running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
      import rule (`import tinytorch.nn.functional as F` works)
- 19. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+ 19. speed: tune() (the allocator and thread settings, for the scripts to ask for:
+     importing tinytorch changes nothing in the process), parallel_for, and the fast kernels that
      some ops call in one line (each computes what the op's plain code says, faster; a
      test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
      one of them off, so the plain code is what runs. Nothing before it needs it.
@@ -69,8 +70,10 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# Part I runs the plain code. Section 17 (Speed) sets fast = True, unless the environment
-# says TINYTORCH_PLAIN=1; set tt.fast = False yourself to step through the plain code.
+# The one speed switch. Part I runs the plain code; the file's last lines (section 19)
+# replace this with True unless the environment says TINYTORCH_PLAIN=1. Every fast twin
+# (a Speed kernel, nn.py's fused conv and pool, transformer.py's fused attention, optim.py's
+# adam_step_) runs only while it is True: set tt.fast = False to step through the plain code.
 fast = False
 
 _grad_enabled = True
