@@ -1661,14 +1661,15 @@ def _causal_mask(tq, tk, past=0):
     return np.tril(np.ones((tq, tk), dtype=bool), k=past)
 
 
-def attention_weights(q, k, mask=None, is_causal=False, scale=None):
+def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_rows=False):
     """softmax(q @ k^T * scale) over the keys (scale: 1/sqrt(d) unless given), with
     disallowed positions at -inf before the softmax (so they get weight exactly 0).
 
     mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
     (PyTorch's convention), or a float mask that is added to the scores (a float tensor
-    gets its gradient). A query that may attend to nothing gets weight 0 (PyTorch's
-    answer) and no gradient, not nan.
+    gets its gradient). A query that may attend to nothing gets nan weights (a softmax of
+    nothing, as PyTorch's MultiheadAttention gives), or with zero_empty_rows weight 0 and
+    no gradient (PyTorch's scaled_dot_product_attention).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale
@@ -1681,6 +1682,8 @@ def attention_weights(q, k, mask=None, is_causal=False, scale=None):
         else:
             scores = scores + (mask if isinstance(mask, Tensor)
                                else tt.tensor(m.astype(scores.dtype)))
+    if not zero_empty_rows:
+        return scores.softmax(-1)
     dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
     if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
         scores = tt.where(dead, 0.0, scores)
@@ -1713,7 +1716,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             x = x.unsqueeze(-3)
             return x.expand(*x.shape[:-3], group, *x.shape[-2:]).flatten(-4, -3)
         key, value = repeat(key), repeat(value)
-    weights = attention_weights(query, key, attn_mask, is_causal, scale)
+    weights = attention_weights(query, key, attn_mask, is_causal, scale, zero_empty_rows=True)
     if dropout_p > 0:
         weights = dropout(weights, dropout_p)
     return weights @ value
