@@ -23,7 +23,6 @@ import os
 import pickle
 import sys
 
-import tinytorch as tt
 import numpy as np
 
 import nn

@@ -4319,7 +4319,6 @@ class record_function:
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
 import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
 import importlib.util  # noqa: E402
-import inspect  # noqa: E402
 import io  # noqa: E402
 import operator  # noqa: E402
 import pickle  # noqa: E402
