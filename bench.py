@@ -79,17 +79,18 @@ ARGS = parse_args() if __name__ == '__main__' else None
 if ARGS is not None:  # BLAS reads its thread count when NumPy is first imported
     for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
         os.environ[var] = str(ARGS.threads)
-    if ARGS.worker == 'torch':  # PyTorch as a user gets it: tinytorch's process tuning off
-        os.environ['TINYTORCH_TUNE_MALLOC'] = '0'
-        os.environ['TINYTORCH_TUNE_THREADS'] = '0'
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # read as NumPy loads OpenBLAS (tt.tune)
 
-import tinytorch as tt  # noqa: E402  (before NumPy: it tunes OpenBLAS's threads as NumPy loads)
+import tinytorch as tt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import nn  # noqa: E402
 import optim  # noqa: E402
 from train_digits import make_model  # noqa: E402
 from transformer import GPT, GPTConfig  # noqa: E402
+
+if ARGS is not None and ARGS.worker != 'torch':  # PyTorch runs as a user gets it: untuned
+    tt.tune()
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import collections.abc
 import math
 import warnings
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 

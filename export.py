@@ -23,18 +23,14 @@ import os
 import pickle
 import sys
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
 import numpy as np
 
 import nn
+import train_charlm
+from train_charlm import BEST_NAME, CKPT_NAME, UserError  # its checkpoints, its errors
 from transformer import GPTConfig
 
 CONV1D = ('attn.c_attn.weight', 'attn.c_proj.weight', 'mlp.c_fc.weight', 'mlp.c_proj.weight')
-CKPT_NAME, BEST_NAME = 'ckpt.npz', 'best.npz'  # what train_charlm.py reads
-
-
-class UserError(Exception):
-    """Bad input: printed as one clear line, exit status 2, no traceback."""
 
 
 # ---------------------------------------------------------------------------
@@ -47,13 +43,7 @@ def read_checkpoint(path):
                      if os.path.exists(os.path.join(path, n))), os.path.join(path, BEST_NAME))
     if not os.path.exists(path):
         raise UserError(f"checkpoint not found: {path}")
-    try:
-        ck = nn.load(path)
-    except nn.CheckpointError as e:
-        raise UserError(str(e)) from None
-    missing = [k for k in ('model', 'config', 'vocab') if k not in ck]
-    if missing:
-        raise UserError(f"{path} is not a train_charlm.py checkpoint (no {', '.join(missing)})")
+    ck = train_charlm.read_checkpoint(path, keys=('model', 'config', 'vocab'))
     kind = ck['config'].get('kind', 'gpt')  # train_charlm.py --model lstm or gru
     if kind != 'gpt':
         raise UserError(f"{path} holds a recurrent model (train_charlm.py --model {kind}); "

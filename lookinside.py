@@ -10,7 +10,8 @@
 
   1. seeing the graph: draw_graph and grad_path
   2. looking inside a run: profile and detect_anomaly
-  3. logging a run: SummaryWriter (tinytorch.utils.tensorboard's, for PyTorch programs)
+  3. logging a run: SummaryWriter (tinytorch.utils.tensorboard's, for PyTorch programs);
+     StopRequest (Ctrl-C ends a training loop after its step)
   4. a model's size: summary (the parameter counts that print(model) leaves out, as PyTorch)
 
 tinytorch.py keeps only the hook these need (its section 17); this file reads the graph
@@ -20,6 +21,7 @@ import csv
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -566,6 +568,24 @@ class SummaryWriter:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class StopRequest:
+    """Ctrl-C in a training loop: the first asks the loop to stop after the current step
+    (it checks .requested, then saves and reports); a second stops at once. restore()
+    gives SIGINT back its previous handler (train_charlm.py and train_digits.py use it)."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = signal.signal(signal.SIGINT, self.handler)
+
+    def handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self):
+        signal.signal(signal.SIGINT, self.previous)
 
 
 # ---------------------------------------------------------------------------

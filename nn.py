@@ -18,8 +18,7 @@
      AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
 
-Needs only NumPy and tinytorch.py (and transformer.py's attention_weights, which
-MultiheadAttention imports when it runs).
+Needs only NumPy and tinytorch.py.
 """
 import copy
 import json
@@ -33,7 +32,7 @@ import zipfile
 from collections import OrderedDict, namedtuple
 from statistics import NormalDist
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 from tinytorch import Tensor, from_op, no_grad, sum_last, sum_leading
@@ -878,7 +877,7 @@ leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.soft
 # -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
 # Each selects its branch with np.where, in the forward pass and in the rule, so an
 # infinity in the branch not taken never turns into nan (0 * inf would).
-def _floating(x, op):
+def _float_only(x, op):
     if x.dtype.kind != 'f':
         raise TypeError(f"{op}: expects a floating point tensor, got {x.dtype}")
 
@@ -890,7 +889,7 @@ def _activation_result(input, out, op, inplace):
 
 def _elu(x, alpha, scale, op):
     """scale * x where x > 0, else scale * alpha * (exp(x) - 1): ELU (scale 1) and SELU."""
-    _floating(x, op)
+    _float_only(x, op)
     neg = x.array <= 0  # nan is not <= 0: it takes the x branch, as in PyTorch
     xneg = np.where(neg, x.array, 0)  # exp only of what is used: no overflow for large x
     out = np.where(neg, (scale * alpha) * np.expm1(xneg), scale * x.array)
@@ -1158,7 +1157,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     n, o = input.shape[0], weight.shape[0]
     kernel = weight.shape[2:]
     win = tt.window(input.shape, kernel, dilation, padding, stride, 'conv2d')
-    if tt.fast and FUSED_VISION and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
+    if tt.fast and win.stride == (1, 1):  # the same numbers as one op (section 8, Speed)
         return conv2d_fused(input, weight, bias, win)
     oh, ow = win.out
     cols = tt.unfold(input, kernel, dilation, padding, stride)  # (N, C*kh*kw, oh*ow)
@@ -1191,7 +1190,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
     """The largest value of each window. Its gradient goes to that one element (the first
     one on ties, as PyTorch); padding never wins."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
-    if tt.fast and FUSED_VISION:  # the same numbers as one op (section 8, Speed)
+    if tt.fast:  # the same numbers as one op (section 8, Speed)
         return max_pool2d_fused(input, win)
     cols, shape = _pool_windows(input, win)
     if padding:  # unfold pads with 0; a max pool's padding is -inf
@@ -1666,15 +1665,55 @@ class GRU(_RNNBase):
 # ---------------------------------------------------------------------------
 # transformer.py builds attention step by step for its GPT (read it first). These are
 # PyTorch's general-purpose modules, with its names, arguments and state_dict keys, so
-# PyTorch code and checkpoints run here. They use the same attention: transformer.py's
-# attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v. Query,
+# PyTorch code and checkpoints run here. They use the same attention as transformer.py's
+# modules: attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v
+# (its one home is here; transformer.py's fused kernel is its Speed twin). Query,
 # key and value are each projected and split into heads, and an output projection
 # joins the heads again. A layer is attention and a two-layer MLP, each added to its
 # input and layer-normed (after the sum, or before the sublayer with norm_first).
+def _causal_mask(tq, tk, past=0):
+    """Boolean (tq, tk) mask, True where a query may look: query i sits at position
+    past + i and sees keys 0 .. past + i. past=0 is PyTorch's is_causal (the lower
+    triangle from the top-left corner); the KV cache passes the number of cached keys."""
+    return np.tril(np.ones((tq, tk), dtype=bool), k=past)
+
+
+def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_rows=False):
+    """softmax(q @ k^T * scale) over the keys (scale: 1/sqrt(d) unless given), with
+    disallowed positions at -inf before the softmax (so they get weight exactly 0).
+
+    mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
+    (PyTorch's convention), or a float mask that is added to the scores (a float tensor
+    gets its gradient). A query that may attend to nothing gets nan weights (a softmax of
+    nothing, as PyTorch's MultiheadAttention gives), or with zero_empty_rows weight 0 and
+    no gradient (PyTorch's scaled_dot_product_attention).
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -math.inf)
+    if mask is not None:
+        m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
+        if m.dtype == bool:
+            scores = scores.masked_fill(~m, -math.inf)
+        else:
+            scores = scores + (mask if isinstance(mask, Tensor)
+                               else tt.tensor(m.astype(scores.dtype)))
+    if not zero_empty_rows:
+        return scores.softmax(-1)
+    dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
+    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
+        scores = tt.where(dead, 0.0, scores)
+    weights = scores.softmax(-1)
+    if dead.any():
+        weights = tt.where(dead, 0.0, weights)
+    return weights
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
-    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, written
-    here from tensor ops (transformer.py keeps its own, simpler one to read first).
+    """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
+    attention_weights (transformer.py's is the short one to read first).
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); scale defaults
     to 1/sqrt(E). attn_mask broadcasts to (..., L, S): a bool mask says True = may attend
     (the opposite of MultiheadAttention's), a float one is added to the scores (and gets
@@ -1694,24 +1733,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             x = x.unsqueeze(-3)
             return x.expand(*x.shape[:-3], group, *x.shape[-2:]).flatten(-4, -3)
         key, value = repeat(key), repeat(value)
-    L, S = query.shape[-2], key.shape[-2]
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = (query @ key.transpose(-2, -1)) * scale
-    if is_causal:
-        scores = scores.masked_fill(~np.tril(np.ones((L, S), dtype=bool)), -math.inf)
-    if attn_mask is not None:
-        m = attn_mask.array if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
-        if m.dtype == bool:
-            scores = scores.masked_fill(~m, -math.inf)
-        else:
-            scores = scores + (attn_mask if isinstance(attn_mask, Tensor)
-                               else tt.tensor(m.astype(scores.dtype)))
-    dead = np.all(scores.array == -math.inf, axis=-1, keepdims=True)  # rows with no key
-    if dead.any():  # softmax would give nan: give those rows weight 0 (and no gradient)
-        scores = tt.where(dead, 0.0, scores)
-    weights = scores.softmax(-1)
-    if dead.any():
-        weights = tt.where(dead, 0.0, weights)
+    weights = attention_weights(query, key, attn_mask, is_causal, scale, zero_empty_rows=True)
     if dropout_p > 0:
         weights = dropout(weights, dropout_p)
     return weights @ value
@@ -1767,7 +1789,6 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        from transformer import attention_weights  # here: transformer.py imports nn
         if is_causal and attn_mask is None:
             raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the "
                                "causal mask; pass attn_mask too (nn.Transformer."
@@ -3133,8 +3154,7 @@ def _no_packed_sequences(name):
 # flattened with its padded width: kernel element (i, j) then reads one contiguous run
 # of the flat image, starting i*Wp + j further on, instead of H short rows. Output
 # positions that fall in the padding columns are computed too, and dropped.
-# Set FUSED_VISION = False to run the compositions instead.
-FUSED_VISION = True
+# tt.fast = False (the one speed switch; TINYTORCH_PLAIN=1) runs the compositions instead.
 
 
 def conv2d_fused(input, weight, bias, win):

@@ -7,7 +7,7 @@ is PyTorch's, written out on NumPy arrays. Needs only NumPy and tinytorch.py.
 import bisect
 import math
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 from tinytorch import no_grad
@@ -196,30 +196,26 @@ class Adam(Optimizer):
                 state['max_exp_avg_sq'] = np.zeros_like(p.array)
         state['step'] += 1
         if group['amsgrad']:
-            amsgrad_step(p.array, g, state['exp_avg'], state['exp_avg_sq'],
-                         state['max_exp_avg_sq'], state['step'], lr, b1, b2, eps)
+            adam_step(p.array, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1,
+                      b2, eps, v_max=state['max_exp_avg_sq'])
             return
         step = adam_step_ if tt.fast else adam_step  # the same numbers, faster (Speed section)
         step(p.array, g, state['exp_avg'], state['exp_avg_sq'], state['step'], lr, b1, b2, eps)
 
 
-def adam_step(p, g, m, v, t, lr, b1, b2, eps):
-    """One Adam update of the arrays p, m, v (step number t, counted from 1), plainly."""
+def adam_step(p, g, m, v, t, lr, b1, b2, eps, v_max=None):
+    """One Adam update of the arrays p, m, v (step number t, counted from 1), plainly.
+    With v_max (AMSGrad) the step divides by the largest v so far, so it never grows
+    because v shrank."""
     # moving averages of the gradient and of its square, both corrected for starting at 0
     m[...] = b1 * m + (1 - b1) * g
     v[...] = b2 * v + (1 - b2) * g * g
+    if v_max is not None:
+        np.maximum(v_max, v, out=v_max)
+        v = v_max
     m_hat = m / (1 - b1 ** t)
     v_hat = v / (1 - b2 ** t)
     p -= lr * m_hat / (np.sqrt(v_hat) + eps)
-
-
-def amsgrad_step(p, g, m, v, v_max, t, lr, b1, b2, eps):
-    """Adam with AMSGrad: the step divides by the largest v so far, so it never grows
-    because v shrank."""
-    m[...] = b1 * m + (1 - b1) * g
-    v[...] = b2 * v + (1 - b2) * g * g
-    np.maximum(v_max, v, out=v_max)
-    p -= lr * (m / (1 - b1 ** t)) / (np.sqrt(v_max / (1 - b2 ** t)) + eps)
 
 
 class AdamW(Adam):

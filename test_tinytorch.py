@@ -237,12 +237,12 @@ def test_tinytorch_py_copied_alone_works(tmp_path):
     assert r.stdout.strip() == "torch.Size([2, 3]) True"
 
 
-def test_backward_comes_before_line_800_and_part_one_has_no_later_names():
+def test_backward_comes_before_line_900_and_part_one_has_no_later_names():
     with open(os.path.join(HERE, 'tinytorch.py')) as f:
         src = f.read().split('\n')
     line_of = {line.split('(')[0][4:]: i + 1 for i, line in enumerate(src) if line.startswith('def ')}
     end = next(i + 1 for i, line in enumerate(src) if line.startswith(PART_I_END))
-    assert line_of['backward'] < 800 and line_of['backward'] < end < 800
+    assert line_of['backward'] < 900 and line_of['backward'] < end < 900
     assert "Part I: the engine" in "\n".join(src[:40]) and "END OF PART I" in "\n".join(src[:40])
     for later in ('profile', 'draw_graph', 'grad_path', 'detect_anomaly', 'result_type'):
         assert later not in line_of or line_of[later] > end
@@ -5419,7 +5419,7 @@ def test_fused_vision_ops_equal_the_compositions(kind, monkeypatch, fast_paths):
         ties = case.pop('ties', 0)
         results = []
         for fused in (True, False):
-            monkeypatch.setattr(nn, 'FUSED_VISION', fused)
+            monkeypatch.setattr(tt, 'fast', fused)
             x = t64(2, 3, 7, 6, seed=5)
             if ties:
                 x = tt.tensor(np.floor(x.array), requires_grad=True)  # many tied maxima
@@ -5440,7 +5440,6 @@ def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkey
     x = tt.zeros(1, 1, 12, 12, requires_grad=True)
     with tt.no_grad():
         x[0, 0, 11, 11] = 1.0  # element 143 of the 12x12 window wins
-    monkeypatch.setattr(nn, 'FUSED_VISION', True)
     nn.max_pool2d(x, 12).sum().backward()
     assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
 
@@ -6468,7 +6467,7 @@ def test_threaded_kernels_equal_one_thread(threads_everywhere, threads):
 def test_gpt_is_the_same_with_fused_or_composed_attention(monkeypatch, dropout, fast_paths):
     results = []
     for fused in (True, False):
-        monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+        monkeypatch.setattr(tt, 'fast', fused)
         tt.manual_seed(0)
         model = tf.GPT(tiny_config(dropout=dropout))  # the same seed draws the same masks
         _, loss = model(np.array([[1, 2, 3, 4, 5]]), np.array([[2, 3, 4, 5, 6]]))
@@ -7980,7 +7979,7 @@ def test_grad_path_shows_each_path_and_adds_them():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch, fast_paths):
-    monkeypatch.setattr(tf, 'FUSED_ATTENTION', fused)
+    monkeypatch.setattr(tt, 'fast', fused)
     tt.manual_seed(0)
     model = tf.GPT(tiny_config())
     _, loss = model(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))
@@ -8035,13 +8034,13 @@ def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 5
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
-    fused = tf.FUSED_ATTENTION
+    fast = tt.fast
     try:
         for k, code in enumerate(blocks):
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
     finally:
-        tf.FUSED_ATTENTION = fused
+        tt.fast = fast
     shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
     assert shown_tanh in open(os.path.join(HERE, 'tinytorch.py')).read()
 
@@ -8108,11 +8107,12 @@ def test_readme_gradient_walkthrough():
     code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
+    fast = tt.fast
     try:
         with contextlib.redirect_stdout(buf):
             exec(code, {})
     finally:
-        tf.FUSED_ATTENTION = True
+        tt.fast = fast
     now = buf.getvalue()
     number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
     assert re.sub(number, '#', now) == re.sub(number, '#', shown)
@@ -10768,6 +10768,7 @@ def test_others_running_and_the_openblas_count_are_found():
 def test_plain_env_turns_sharing_off():
     """TINYTORCH_PLAIN=1: share_cores leaves OpenBLAS's count alone, even on a busy machine."""
     code = ("import tinytorch as tt\n"
+            "tt.tune()\n"
             "tt.share_cores(now=1.0, others=5)\n"
             "print(tt.fast, tt._cores_free == tt._machine_cores)\n")
     env = dict(os.environ, TINYTORCH_PLAIN='1')
@@ -11052,10 +11053,9 @@ def test_census_tensor_names_values_by_hand():
     assert a.type() == 'torch.FloatTensor' and a.type(tt.LongTensor).dtype == tt.int64
     assert a.type('torch.DoubleTensor').dtype == tt.float64 and a.long().type() == 'torch.LongTensor'
     assert tt.LongTensor([1, 2]).tolist() == [1, 2] and tt.FloatTensor(2, 3).shape == (2, 3)
-    # torch.Tensor(...) as a constructor is the legacy FloatTensor: float32 from Python data
-    assert tt.Tensor([1, 2]).dtype == tt.float32 and tt.tensor([1, 2]).dtype == tt.int64
-    assert tt.Tensor(2, 3).shape == (2, 3) and tt.Tensor().shape == (0,)
-    assert tt.Tensor(np.array([1, 2])).dtype == tt.int64  # NumPy data keeps Part I's rule
+    # torch.Tensor(data) is Part I's constructor, torch.tensor's rule (README: what still
+    # differs); FloatTensor(data) is PyTorch's legacy float32 one
+    assert tt.Tensor([1, 2]).dtype == tt.int64 and tt.FloatTensor([1, 2]).dtype == tt.float32
     assert isinstance(a, tt.FloatTensor) and not isinstance(a, tt.LongTensor)
     assert a.new(2, 1).shape == (2, 1) and a.new([1, 2]).dtype == tt.float32
     assert a.byte().dtype == np.uint8 and a.data_ptr() == a.array.ctypes.data
@@ -11239,6 +11239,443 @@ def test_census_layers_match_pytorch():
             except AssertionError:
                 ok[k] = False
         assert ok[0] == ok[1]
+
+
+# ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
+_PROJECT_FILES = ('tinytorch.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py', 'transformer.py',
+                  'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
+# The companion files in the README's order: each may import only NumPy and the files before it.
+_LIBRARY_ORDER = ('tinytorch', 'lookinside', 'nn', 'optim', 'data', 'transformer')
+
+
+def _top_level_bindings(tree):
+    """(name, node) for every name a module binds at its top level (def, class, assignment,
+    import; inside a top-level if / try / with / for too). `import a.b` re-binds no new name
+    and `x |= ...` updates x: neither counts."""
+    import ast
+
+    def targets(t):
+        if isinstance(t, ast.Name):
+            yield t.id
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                yield from targets(e)
+        elif isinstance(t, ast.Starred):
+            yield from targets(t.value)
+
+    def walk(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield node.name, node
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    for name in targets(t):
+                        yield name, node
+            elif isinstance(node, ast.AnnAssign):
+                for name in targets(node.target):
+                    yield name, node
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for a in node.names:
+                    if a.asname or '.' not in a.name:
+                        yield a.asname or a.name, node
+            elif isinstance(node, ast.For):
+                for name in targets(node.target):
+                    yield name, node
+                yield from walk(node.body)
+            elif isinstance(node, (ast.If, ast.While)):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.With):
+                yield from walk(node.body)
+            elif isinstance(node, ast.Try):
+                for part in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                    yield from walk(part)
+    return list(walk(tree.body))
+
+
+def _is_replacement(node, src_lines, defined):
+    """`name = new_name  # replaces ...`: one visible line that installs a refined rule
+    (new_name, a name this file binds once) in place of an earlier one."""
+    import ast
+    return (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name)
+            and node.value.id in defined and '# replaces ' in src_lines[node.lineno - 1])
+
+
+def _rebindings(path):
+    """(name, node, is a replacement line) for each top-level binding of a name that the
+    file bound before, and the file's lines."""
+    import ast
+    with open(os.path.join(HERE, path)) as f:
+        lines = f.read().split('\n')
+    bindings = _top_level_bindings(ast.parse('\n'.join(lines)))
+    names = [name for name, _ in bindings]
+    once = {name for name in names if names.count(name) == 1}
+    seen = set()
+    found = []
+    for name, node in bindings:
+        if name in seen:
+            found.append((name, node, _is_replacement(node, lines, once)))
+        seen.add(name)
+    return found, lines
+
+
+@pytest.mark.parametrize("path", _PROJECT_FILES)
+def test_no_top_level_name_is_bound_twice(path):
+    """One definition per name: a reader (or a debugger) stepping into a name lands in the
+    code that runs. The one exception is a replacement line, `_operands = _promoting_operands
+    # replaces Part I's rule, section 7`, where the later rule is installed in view, under its
+    own name."""
+    rebound, _ = _rebindings(path)
+    wrong = [f"{name} (again at line {node.lineno})" for name, node, ok in rebound if not ok]
+    assert not wrong, f"{path}: bound twice: {', '.join(wrong)}"
+
+
+def test_a_replacement_line_installs_a_name_bound_once_in_place_of_an_earlier_one():
+    rebound, lines = _rebindings('tinytorch.py')
+    for name, node, ok in rebound:
+        assert ok, f"line {node.lineno}: {name} is bound again, not by a replacement line"
+        new = node.value.id
+        assert getattr(tt, name) is getattr(tt, new), f"{name} is not {new} after the import"
+    replacements = len(rebound)
+    assert replacements == sum('# replaces ' in line for line in lines)
+
+
+def _tensor_bindings(tree):
+    """Every Tensor attribute the file binds: the class body's names and the keywords of each
+    `_methods(...)` call, with their lines; and the lines that bind one any other way
+    (`Tensor.x = ...`, a setattr(Tensor, ...) outside _methods)."""
+    import ast
+    names, stray = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == 'Tensor':
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and builtins_module().any(
+                        isinstance(d, ast.Attribute) and d.attr in ('setter', 'deleter')
+                        for d in item.decorator_list):
+                    continue  # a property's setter: the same attribute
+                for name, _ in _top_level_bindings(ast.Module(body=[item], type_ignores=[])):
+                    names.append((name, item.lineno))
+        elif isinstance(node, ast.Call) and getattr(node.func, 'id', None) == '_methods':
+            names += [(k.arg, node.lineno) for k in node.keywords]
+            assert not node.args and all(k.arg for k in node.keywords)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Attribute) and getattr(sub.value, 'id', None) == 'Tensor':
+                        stray.append(node.lineno)
+        elif isinstance(node, ast.FunctionDef) and node.name != '_methods':
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and getattr(call.func, 'id', None) == 'setattr' \
+                        and getattr(call.args[0], 'id', None) in ('Tensor', 'tt.Tensor'):
+                    stray.append(call.lineno)
+    for node in tree.body:  # setattr at the top level (a loop)
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and getattr(call.func, 'id', None) == 'setattr' \
+                    and not isinstance(node, ast.FunctionDef) \
+                    and isinstance(call.args[0], ast.Name) and call.args[0].id == 'Tensor':
+                stray.append(call.lineno)
+    return names, stray
+
+
+@pytest.mark.parametrize("path", _PROJECT_FILES)
+def test_each_tensor_attribute_is_bound_once_in_one_place(path):
+    """Tensor's attributes come from its class body and from one `_methods(...)` line per
+    section (what that section adds to Tensor); no name twice, no `Tensor.x = ...` elsewhere."""
+    import ast
+    with open(os.path.join(HERE, path)) as f:
+        tree = ast.parse(f.read())
+    names, stray = _tensor_bindings(tree)
+    assert not stray, f"{path}: Tensor attributes bound outside _methods(...) at lines {sorted(set(stray))}"
+    seen = {}
+    for name, line in names:
+        assert name not in seen, f"{path}: Tensor.{name} is bound at line {seen[name]} and at {line}"
+        seen[name] = line
+    if path == 'tinytorch.py':
+        assert len(seen) > 250
+        for name in seen:  # every name bound is what Tensor has
+            assert name in vars(tt.Tensor), name
+
+
+def _part_one_namespace():
+    ns = {'__name__': 'tinytorch_part_one'}
+    exec(compile(_part_one_source(), 'tinytorch.py (Part I)', 'exec'), ns)
+    return ns
+
+
+def _part_one_gradcheck(T, fn, *arrays, eps=1e-6, tol=1e-6):
+    """Central differences against Part I's own backward, on float64 inputs (Part I has no
+    gradcheck of its own: that is section 15)."""
+    xs = [T.tensor(np.array(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    out = fn(*xs)
+    ops = _ops_in_graph(out)  # before backward frees the graph
+    seed = np.random.default_rng(1).standard_normal(out.shape)
+    T.backward(out, T.tensor(seed))
+    for x in xs:
+        num = np.zeros_like(x.array)
+        for i in np.ndindex(*x.shape):
+            old = x.array[i]
+            x.array[i] = old + eps
+            up = (fn(*xs).array * seed).sum()
+            x.array[i] = old - eps
+            down = (fn(*xs).array * seed).sum()
+            x.array[i] = old
+            num[i] = (up - down) / (2 * eps)
+        np.testing.assert_allclose(x.grad.array, num, rtol=tol, atol=tol)
+    return out, ops
+
+
+def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
+    """Part I, cut at its end marker and run alone, computes every op whose rule it registers
+    (each from_op in it) with the full engine's values and a finite-difference check of its
+    gradient: `**` both ways, sum(dtype=), mean(dtype=), the reflected operators. (The cases
+    call methods, so that each runs on Part I's tensors and on the full engine's.)"""
+    import ast
+    ns = _part_one_namespace()
+    T = types.SimpleNamespace(**ns)
+    tree = ast.parse(_part_one_source())
+    registered = {call.args[1].value for call in ast.walk(tree)
+                  if isinstance(call, ast.Call) and getattr(call.func, 'id', None) == 'from_op'
+                  and isinstance(call.args[1], ast.Constant)}
+    assert registered >= {'add', 'sub', 'mul', 'div', 'pow', 'neg', 'matmul', 'sum', 'mean',
+                          'exp', 'log'}
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(0.5, 2, (3, 4)), rng.uniform(0.5, 2, (4,))
+    m = rng.standard_normal((4, 2))
+    ran = set()
+    cases = [
+        (lambda x, y: x + y, a, b), (lambda x, y: x.add(y, alpha=2), a, b),
+        (lambda x, y: x - y, a, b), (lambda x, y: x.sub(y, alpha=3), a, b),
+        (lambda x, y: x * y, a, b), (lambda x, y: x / y, a, b), (lambda x: 2.0 / x, a),
+        (lambda x: 1 + x, a), (lambda x: 1 - x, a), (lambda x: 3 * x, a),
+        (lambda x: x ** 2, a), (lambda x: x ** 0.5, a), (lambda x: x ** -0.5, a),
+        (lambda x: x ** 0, a), (lambda x: 2.0 ** x, a), (lambda x, y: x ** y, a, b),
+        (lambda x: -x, a), (lambda x, y: x @ y, a, m), (lambda x, y: x.matmul(y), b, m),
+        (lambda x: x.sum(), a), (lambda x: x.sum(1, keepdim=True), a),
+        (lambda x: x.sum(0, dtype=np.float64), a), (lambda x: x.mean(dtype=np.float64), a),
+        (lambda x: x.mean(0), a), (lambda x: x.exp(), a), (lambda x: x.log(), a),
+    ]
+    for fn, *arrays in cases:
+        out, ops = _part_one_gradcheck(T, fn, *arrays)
+        full = fn(*(tt.tensor(np.array(x, dtype=np.float64)) for x in arrays))
+        np.testing.assert_allclose(out.array, full.array, rtol=1e-12, atol=1e-15)
+        assert out.dtype == full.dtype
+        ran |= ops
+    x = T.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    y = x.sum(1, dtype=np.float32)  # sum(dtype=) casts first: d/dx = 1, back in float64
+    ran |= _ops_in_graph(y)
+    T.backward(y, T.tensor(np.array([1.0, 2.0], dtype=np.float32)))
+    assert y.dtype == np.float32 and y.array.tolist() == [3.0, 12.0] and x.grad.dtype == np.float64
+    np.testing.assert_array_equal(x.grad.array, [[1, 1, 1], [2, 2, 2]])
+    assert registered <= ran, f"Part I ops never run alone: {registered - ran}"
+    x = T.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    T.backward((x ** 2).sum())  # the issue's example
+    np.testing.assert_array_equal(x.grad.array, 2 * np.arange(6.0).reshape(2, 3))
+
+
+def _ops_in_graph(out):
+    ops, seen, todo = set(), set(), [out]
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            ops.add(node._op)
+            todo += list(node._parents)
+    return ops
+
+
+def _imports_of(path):
+    """The project modules a file imports, anywhere in it (a function's lazy import too)."""
+    import ast
+    with open(os.path.join(HERE, path)) as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split('.')[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split('.')[0])
+    return found & set(_LIBRARY_ORDER + ('train_digits', 'train_charlm', 'export', 'bench'))
+
+
+def test_the_import_graph_has_no_circle_and_each_file_imports_only_the_files_before_it():
+    """The README: each file imports only NumPy and the files above it (so nn.py never
+    imports transformer.py, which imports nn.py)."""
+    for i, mod in enumerate(_LIBRARY_ORDER):
+        later = _imports_of(mod + '.py') - set(_LIBRARY_ORDER[:i])
+        assert not later, f"{mod}.py imports {sorted(later)}, which the README lists after it"
+    assert 'transformer' not in _imports_of('nn.py')
+
+
+_COPY_USES = {
+    'lookinside': "import lookinside, tinytorch as tt\n"
+                  "x = tt.tensor([1.0, 2.0], requires_grad=True)\n"
+                  "lookinside.draw_graph((x * x).sum())\n"
+                  "print(x.grad is None)\n",
+    'nn': "import numpy as np, nn, tinytorch as tt\n"
+          "x = tt.randn(2, 3, 8)\n"
+          "y, w = nn.MultiheadAttention(8, 2, batch_first=True)(x, x, x)\n"
+          "y.sum().backward()\n"
+          "z = nn.scaled_dot_product_attention(x, x, x, is_causal=True)\n"
+          "print(tuple(y.shape) == (2, 3, 8) and tuple(w.shape) == (2, 3, 3) and z.shape == x.shape)\n",
+    'optim': "import nn, optim, tinytorch as tt\n"
+             "m = nn.Linear(3, 1)\n"
+             "o = optim.Adam(m.parameters(), lr=0.1)\n"
+             "before = m.weight.detach().clone()\n"
+             "nn.mse_loss(m(tt.ones(4, 3)), tt.zeros(4, 1)).backward()\n"
+             "o.step()\n"
+             "print(bool((m.weight != before).all()))\n",
+    'data': "import data, tinytorch as tt\n"
+            "ds = data.TensorDataset(tt.arange(10.0), tt.arange(10))\n"
+            "print([tuple(x.shape) for x, y in data.DataLoader(ds, batch_size=4)] == [(4,), (4,), (2,)])\n",
+    'transformer': "import numpy as np, tinytorch as tt, transformer as tf\n"
+                   "m = tf.GPT(tf.GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8))\n"
+                   "idx = tt.tensor(np.arange(6).reshape(1, 6) % 11)\n"
+                   "logits, loss = m(idx, idx)\n"
+                   "loss.backward()\n"
+                   "print(tuple(logits.shape) == (1, 6, 11))\n",
+}
+
+
+@pytest.mark.parametrize("mod", _LIBRARY_ORDER[1:])
+def test_each_companion_file_works_copied_with_the_files_before_it(mod, tmp_path):
+    """A fresh folder with only the file and the ones the README lists before it (the files
+    it may import), used in a new process: nothing reaches for a file that was not copied."""
+    for other in _LIBRARY_ORDER[:_LIBRARY_ORDER.index(mod) + 1]:
+        shutil.copy(os.path.join(HERE, other + '.py'), tmp_path)
+    r = subprocess.run([sys.executable, '-c', _COPY_USES[mod]], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == 'True'
+
+
+def test_star_import_leaves_python_builtins_working_on_plain_values():
+    """`from tinytorch import *` brings the public names (__all__), not sum / max / abs /
+    round / pow / min / any / all over Python's own."""
+    code = ("from tinytorch import *\n"
+            "assert sum([1, 2, 3]) == 6 and max(1, 5) == 5 and min([3, 4]) == 3\n"
+            "assert abs(-2) == 2 and round(2.567, 1) == 2.6 and pow(2, 10) == 1024\n"
+            "assert any([0, 1]) and not all([0, 1])\n"
+            "x = tensor([1.0, 2.0], requires_grad=True)\n"
+            "(x * x).sum().backward()\n"
+            "print(x.grad.tolist(), Tensor is type(x), float32, callable(no_grad))\n")
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[2.0, 4.0] True float32 True"
+    assert 'sum' not in tt.__all__ and 'tensor' in tt.__all__ and 'Tensor' in tt.__all__
+    for name in tt.__all__:
+        assert hasattr(tt, name), name
+        assert not hasattr(builtins_module(), name), f"__all__ shadows the builtin {name}"
+
+
+def builtins_module():
+    import builtins
+    return builtins
+
+
+def test_importing_tinytorch_changes_nothing_in_the_process_until_tune():
+    """import tinytorch sets no environment variable and calls nothing in the C library (the
+    allocator stays as it was) and leaves OpenBLAS's threads alone; tt.tune() is the one call
+    that does those things, and says what it did."""
+    code = textwrap.dedent("""
+        import ctypes, os, sys
+        env = dict(os.environ)
+        loaded = []
+        real = ctypes.CDLL
+        class Watch(real):
+            def __init__(self, name, *a, **k):
+                loaded.append(name)
+                super().__init__(name, *a, **k)
+        ctypes.CDLL = Watch
+        import tinytorch as tt, nn, optim, data, transformer, lookinside
+        x = tt.randn(64, 64, requires_grad=True)
+        (x @ x).gelu().sum().backward()
+        assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
+        assert loaded == [], loaded
+        assert not tt._tuned
+        done = tt.tune()
+        print(sorted(done), tt._tuned)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith('TINYTORCH')}
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith('True')
+
+
+def _attention_of(qkv):
+    tt.manual_seed(0)
+    m = tf.CausalSelfAttention(tf.GPTConfig(vocab_size=5, block_size=8, n_layer=1, n_head=2,
+                                            n_embd=8, dropout=0.0))
+    return m(qkv)
+
+
+def _adam_steps(w):
+    import optim
+    opt = optim.Adam([w], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+    return w * 1.0
+
+
+# The plain -> fast twins, one row each: an op whose code calls a Speed kernel in one line
+# while tt.fast is on (the one speed switch; TINYTORCH_PLAIN=1 turns it off), the kernel
+# (its module and name), the op, and the shapes and dtype of its leaves.
+_FAST_TWINS = [
+    ('a weight shared by a batched matmul (dW)', 'tinytorch', 'shared_matrix_grad',
+     lambda x, w: x @ w, [(3, 4, 5), (5, 2)], np.float64),
+    ('gelu of float32', 'tinytorch', 'gelu_float32', lambda x: tt.gelu(x), [(4, 7)], np.float32),
+    ('erf', 'tinytorch', '_erf_np', lambda x: tt.erf(x), [(4, 7)], np.float64),
+    ('x[int array] (an embedding lookup)', 'tinytorch', '_scatter_add_rows',
+     lambda x: x[tt.tensor([0, 0, 2, 4])], [(5, 3)], np.float64),
+    ('conv2d, stride 1', 'nn', 'conv2d_fused', lambda x, w, b: nn.conv2d(x, w, b, padding=1),
+     [(2, 3, 6, 5), (4, 3, 3, 3), (4,)], np.float64),
+    ('max_pool2d', 'nn', 'max_pool2d_fused', lambda x: nn.max_pool2d(x, 2, 1), [(2, 3, 6, 5)],
+     np.float64),
+    ('causal self-attention', 'transformer', 'fused_causal_attention', _attention_of,
+     [(2, 5, 8)], np.float32),
+    ('an Adam step', 'optim', 'adam_step_', _adam_steps, [(3, 4)], np.float32),
+]
+
+
+@pytest.mark.parametrize("row", _FAST_TWINS, ids=[row[0] for row in _FAST_TWINS])
+def test_each_fast_twin_gives_its_plain_forms_value_and_gradient(row, monkeypatch):
+    """Walks the table of twins: with tt.fast on, the kernel runs; with it off, the kernel
+    does not run; the two give the same value and the same gradients."""
+    _, module, kernel, op, shapes, dtype = row
+    mod = sys.modules[module]
+    real, calls = getattr(mod, kernel), []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{kernel} ran with tt.fast = False")
+
+    results = []
+    for fast, stand_in in ((True, spy), (False, refuse)):
+        monkeypatch.setattr(tt, 'fast', fast)
+        monkeypatch.setattr(mod, kernel, stand_in)
+        rng = np.random.default_rng(3)
+        leaves = [tt.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
+        out = op(*leaves)
+        out.backward(tt.tensor(rng.standard_normal(out.shape).astype(out.dtype)))
+        results.append([out.array] + [leaf.grad.array for leaf in leaves])
+    assert calls, f"{kernel} did not run with tt.fast on"
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for fast_value, plain_value in zip(*results):
+        np.testing.assert_allclose(fast_value, plain_value, rtol=tol, atol=tol)
+
+
+def test_one_speed_switch():
+    """tt.fast is the one switch: no FUSED_ATTENTION / FUSED_VISION flags beside it."""
+    for mod in (tt, nn, tf):
+        assert not [name for name in vars(mod) if name.startswith('FUSED')], mod.__name__
+
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

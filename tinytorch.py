@@ -1,7 +1,7 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
 Read this file top to bottom. Part I is a complete engine on its own: a reader who
-stops at the line "END OF PART I" (about line 800) has seen everything a gradient
+stops at the line "END OF PART I" (about line 900) has seen everything a gradient
 needs, from the Tensor to backward.
 
 Part I: the engine
@@ -26,7 +26,8 @@ Part II: the rest, each section saying what it adds to Part I
      detect_anomaly) watch the ops and the rules
  18. running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
      import rule (`import tinytorch.nn.functional as F` works)
- 19. speed: the allocator and thread settings, parallel_for, and the fast kernels that
+ 19. speed: tune() (the allocator and thread settings, for the scripts to ask for:
+     importing tinytorch changes nothing in the process), parallel_for, and the fast kernels that
      some ops call in one line (each computes what the op's plain code says, faster; a
      test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
      one of them off, so the plain code is what runs. Nothing before it needs it.
@@ -50,10 +51,7 @@ import time
 import weakref
 from collections import namedtuple
 
-# One speed setting must come before NumPy loads OpenBLAS, its matrix product library (section 19).
-if os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0' and 'numpy' not in sys.modules:
-    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')  # 2^16 cycles: ~20 us
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 # ===========================================================================
@@ -72,8 +70,10 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# Part I runs the plain code. Section 19 (Speed) sets fast = True, unless the environment
-# says TINYTORCH_PLAIN=1; set tt.fast = False yourself to step through the plain code.
+# The one speed switch. Part I runs the plain code; the file's last lines (section 19)
+# replace this with True unless the environment says TINYTORCH_PLAIN=1. Every fast twin
+# (a Speed kernel, nn.py's fused conv and pool, transformer.py's fused attention, optim.py's
+# adam_step_) runs only while it is True: set tt.fast = False to step through the plain code.
 fast = False
 
 _grad_enabled = True
@@ -119,6 +119,17 @@ class enable_grad(_GradMode):
 # ---------------------------------------------------------------------------
 # 2. The Tensor and how an op enters the graph
 # ---------------------------------------------------------------------------
+class Size(tuple):
+    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f'torch.Size({list(self)})'
+
+    def numel(self):
+        return math.prod(self)
+
+
 class Tensor:
     """An n-dimensional array (`.array`) that can remember how it was computed.
 
@@ -162,7 +173,7 @@ class Tensor:
                             f"got a {type(value).__name__} of shape {tuple(np.shape(value))}")
         self._grad = value
 
-    shape = property(lambda self: self.array.shape)
+    shape = property(lambda self: Size(self.array.shape))
     ndim = property(lambda self: self.array.ndim)
     dtype = property(lambda self: self.array.dtype)
     is_leaf = property(lambda self: self._backward is None)
@@ -253,6 +264,13 @@ def _init_result(out, data, vc=None):
     out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
     out._view = None  # section 11
     out._seq = 0  # section 13
+
+
+def _methods(**fns):
+    """Make functions Tensor's methods: _methods(add=add) makes x.add(y) add(x, y). Each
+    section ends with one such line, listing what it adds to Tensor (each name once)."""
+    for name, fn in fns.items():
+        setattr(Tensor, name, fn)
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
@@ -367,6 +385,38 @@ def _dims(dim, ndim, op):
             raise ValueError(f"{op}: dim {tuple(dim)} repeats a dimension")
         return axes if ndim > 0 else ()  # a 0-d tensor's dim 0 is no axis of its array
     return (_dim(dim, ndim, op),) if ndim > 0 else ()
+
+
+def _overlaps(a):
+    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
+    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
+    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
+
+
+def to(self, dtype):
+    """Cast to a dtype; between float dtypes the gradient is cast back."""
+    dtype = np.dtype(dtype)
+    if dtype == self.dtype:
+        return self
+    src = self.dtype
+
+    def backward(g):
+        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
+        return (g.astype(src),)
+    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
+    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
+        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
+    if dtype.kind not in 'fc':
+        out = out.detach()
+    return out
+
+
+def detach(x):
+    """Same data (shared, as in PyTorch), outside the graph."""
+    out = Tensor.__new__(Tensor)
+    _init_result(out, x.array, x._vc)
+    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -509,6 +559,19 @@ def pow(a, b):
 _power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
 
 
+def _power_of(x, p):
+    """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
+    that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
+    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
+    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
+        return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
+
+
+def _rtruediv(self, other):
+    """number / tensor."""
+    return div(other, self)
+
+
 def _no_bool_subtraction(a, b):
     """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
     for x in (a, b):
@@ -528,17 +591,13 @@ def neg(a):
     return from_op(-a.array, 'neg', (a,), backward)
 
 
-Tensor.__add__ = Tensor.add = add
-Tensor.__radd__ = lambda self, other: add(other, self)
-Tensor.__sub__ = Tensor.sub = sub
-Tensor.__rsub__ = lambda self, other: sub(other, self)
-Tensor.__mul__ = Tensor.mul = mul
-Tensor.__rmul__ = lambda self, other: mul(other, self)
-Tensor.__truediv__ = Tensor.div = div
-Tensor.__rtruediv__ = lambda self, other: div(other, self)
-Tensor.__pow__ = Tensor.pow = pow
-Tensor.__rpow__ = lambda self, other: pow(*_operands(other, self))
-Tensor.__neg__ = Tensor.neg = neg
+_methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
+         __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
+         __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
+         __rtruediv__=lambda self, other: _rtruediv(self, other),  # section 9 refines it
+         __pow__=lambda self, exponent: pow(self, exponent),
+         pow=lambda self, exponent: pow(self, exponent),  # pow by name: section 7 refines it
+         __rpow__=lambda self, other: pow(*_operands(other, self)), __neg__=neg, neg=neg)
 
 
 # ---------------------------------------------------------------------------
@@ -602,8 +661,8 @@ def matmul(a, b):
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
 
-Tensor.__matmul__ = Tensor.matmul = matmul
-Tensor.__rmatmul__ = lambda self, other: matmul(_operands(other, self)[0], self)
+_methods(__matmul__=matmul, matmul=matmul,
+         __rmatmul__=lambda self, other: matmul(_operands(other, self)[0], self))
 
 
 # ---------------------------------------------------------------------------
@@ -617,9 +676,22 @@ def _expand_back(g, shape, axes, keepdim):
     return np.broadcast_to(g, shape)
 
 
+def _numpy_keywords(fn):
+    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
+    @functools.wraps(fn)
+    def reduction(*args, **kwargs):
+        if 'keepdims' in kwargs:
+            kwargs['keepdim'] = kwargs.pop('keepdims')
+        if 'axis' in kwargs:
+            kwargs['dim'] = kwargs.pop('axis')
+        return fn(*args, **kwargs)
+    return reduction
+
+
+@_numpy_keywords  # x.sum(axis=, keepdims=) too, as PyTorch
 def sum(x, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = x.to(dtype)  # sum in that dtype (a cast, section 7)
+        x = to(x, dtype)  # sum in that dtype (a cast)
     axes = _dims(dim, x.ndim, 'sum')
 
     def backward(g, xs=x.array.shape):
@@ -628,9 +700,10 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
 
 
+@_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
-        x = x.to(dtype)  # (section 7)
+        x = to(x, dtype)
     if x.dtype.kind not in 'fc':
         raise TypeError(f"mean: the mean of a {x.dtype} tensor needs a float dtype; pass "
                         "dtype=tt.float32 or convert it with .float()")
@@ -662,7 +735,7 @@ def log(x):
     return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
 
 
-Tensor.sum, Tensor.mean, Tensor.exp, Tensor.log = sum, mean, exp, log
+_methods(sum=sum, mean=mean, exp=exp, log=log)
 
 
 # ---------------------------------------------------------------------------
@@ -679,9 +752,6 @@ def backward(tensor, gradient=None, retain_graph=False):
     for node, g, _ in _walk(tensor, _initial_gradient(tensor, gradient), retain_graph):
         if node._backward is None or node._retains_grad:  # a leaf, or asked for
             _accumulate(node, g)
-
-
-Tensor.backward = backward
 
 
 def _walk(root, g_root, retain_graph=False):
@@ -796,6 +866,9 @@ def _free(node):
     node._parents = ()
     node._saved = ()
 
+
+_methods(backward=backward)
+
 # END OF PART I: a working engine. Everything below adds to it.
 
 
@@ -872,7 +945,7 @@ def _as(x, dtype):
     raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
 
 
-def _operands(a, b, floating=False):
+def _promoting_operands(a, b, floating=False):
     """Both operands of a binary op as tensors of the promoted dtype (a float one
     if floating: int / int is float32)."""
     # the common cases first: two tensors of one dtype, a float tensor with a Python number
@@ -891,9 +964,10 @@ def _operands(a, b, floating=False):
     return _as(a, dtype), _as(b, dtype)
 
 
+_operands = _promoting_operands  # replaces Part I's rule (a number takes the tensor's dtype)
 
 
-def _scaled(a, b, alpha):
+def _promoting_scaled(a, b, alpha):
     """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
     (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
     a bool one; for bools, alpha * b is b and bool(alpha)."""
@@ -910,7 +984,10 @@ def _scaled(a, b, alpha):
     return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
 
-def _power(a, b):
+_scaled = _promoting_scaled  # replaces Part I's _scaled
+
+
+def _integer_power(a, b):
     """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
     truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
     A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
@@ -924,18 +1001,13 @@ def _power(a, b):
     return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
 
 
-def _power_of(x, p):
-    """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
-    that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
-    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
-    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
-        return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
+_power = _integer_power  # replaces Part I's np.power
 
 
 _pow_of_part_1 = pow
 
 
-def pow(a, b):
+def _promoting_pow(a, b):
     """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
     b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
     is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
@@ -960,42 +1032,15 @@ def pow(a, b):
     return from_op(out, 'pow', (a,), backward, saved=(a, b))
 
 
-Tensor.__pow__ = Tensor.pow = pow
+pow = _promoting_pow  # replaces Part I's pow (Tensor's ** and .pow call pow by name)
 
 
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
-def _overlaps(a):
-    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
-    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
-    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
-
-
-def to(self, dtype):
-    """Cast to a dtype; between float dtypes the gradient is cast back."""
-    dtype = np.dtype(dtype)
-    if dtype == self.dtype:
-        return self
-    src = self.dtype
-
-    def backward(g):
-        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
-        return (g.astype(src),)
-    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
-    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
-        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
-    if dtype.kind not in 'fc':
-        out = out.detach()
-    return out
-
-
-Tensor.to, Tensor.is_floating_point = to, is_floating_point
-Tensor.float = lambda self: to(self, float32)
-Tensor.double = lambda self: to(self, float64)
-Tensor.long = lambda self: to(self, int64)
-
+_methods(is_floating_point=is_floating_point, float=lambda self: to(self, float32),
+         double=lambda self: to(self, float64), long=lambda self: to(self, int64))
 
 
 # ---------------------------------------------------------------------------
@@ -1008,7 +1053,7 @@ Tensor.long = lambda self: to(self, int64)
 # (section 13). from_op records (counter, version now, shape) of each array the rule
 # reads in the output's `_saved`, and backward compares before it runs the rule.
 # This section replaces Part I's placeholders _guard_saved and _check_saved.
-def _guard_saved(out, saved, saves_output):
+def _guard_saved_versions(out, saved, saves_output):
     """Record the version of each array out's rule reads."""
     # the counter, not the tensor, so that an output saving itself makes no reference cycle
     out._saved = tuple((t._vc, t._vc[0], t.array.shape) for t in saved)
@@ -1016,7 +1061,7 @@ def _guard_saved(out, saved, saves_output):
         out._saved += ((out._vc, out._vc[0], out.array.shape),)
 
 
-def _check_saved(node):
+def _check_saved_versions(node):
     """Refuse to run a rule whose saved arrays were changed in place after the forward pass
     (it would return a wrong gradient without a word)."""
     for counter, version, shape in node._saved:
@@ -1027,12 +1072,16 @@ def _check_saved(node):
                 f"expected version {version}); use an out-of-place op or .clone() first")
 
 
-Tensor._version = property(lambda self: self._vc[0])
+_guard_saved = _guard_saved_versions  # replaces Part I's placeholder
+_check_saved = _check_saved_versions  # replaces Part I's placeholder
 
 
 def _tensors_in(idx):
     """The tensors in an index, mask or condition (an op's backward reads them)."""
     return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
+
+
+_methods(_version=property(lambda self: self._vc[0]))
 
 
 # ---------------------------------------------------------------------------
@@ -1371,13 +1420,8 @@ def masked_fill(x, mask, value):
     return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
 
 
-for _f in (sqrt, abs, sin, cos, tanh, sigmoid, relu, log1p, expm1, erf, gelu, clamp,
-           maximum, minimum, masked_fill):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.__abs__ = abs
-Tensor.clip = clamp
-Tensor.clamp_min = clamp_min = lambda x, min: clamp(x, min=min)
-Tensor.clamp_max = clamp_max = lambda x, max: clamp(x, max=max)
+clamp_min = lambda x, min: clamp(x, min=min)
+clamp_max = lambda x, max: clamp(x, max=max)
 
 
 # The smaller elementwise functions, one table: each row is the function on arrays, its
@@ -1461,13 +1505,9 @@ def atan2(input, other):
 
 
 arctan2 = atan2
-for _f in (square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac,
-           sign, floor, ceil, round, trunc, atan2):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.arcsin, Tensor.arccos, Tensor.arctan, Tensor.arctan2, Tensor.fix = asin, acos, atan, atan2, trunc
 
 
-def _rtruediv(self, other):
+def _rtruediv_as_pytorch(self, other):
     """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
     two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
     int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
@@ -1477,9 +1517,7 @@ def _rtruediv(self, other):
     return div(other, self)
 
 
-Tensor.__rtruediv__ = _rtruediv
-
-
+_rtruediv = _rtruediv_as_pytorch  # replaces Part I's _rtruediv (div(other, self))
 
 
 # Comparisons, tests and logic give boolean tensors outside the graph (they have no
@@ -1502,9 +1540,6 @@ def _constant_op(fn, name):
 
 eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
                                                 np.greater, np.greater_equal))
-Tensor.__eq__, Tensor.__ne__, Tensor.__lt__, Tensor.__le__, Tensor.__gt__, Tensor.__ge__ = \
-    eq, ne, lt, le, gt, ge
-Tensor.eq, Tensor.ne, Tensor.lt, Tensor.le, Tensor.gt, Tensor.ge = eq, ne, lt, le, gt, ge
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
     return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
@@ -1564,13 +1599,6 @@ bitwise_and, bitwise_or, bitwise_xor = (_constant_op(f, n) for f, n in (
     (np.bitwise_and, 'bitwise_and'), (np.bitwise_or, 'bitwise_or'), (np.bitwise_xor, 'bitwise_xor')))
 logical_and, logical_or, logical_xor = (_constant_op(f, n) for f, n in (
     (np.logical_and, 'logical_and'), (np.logical_or, 'logical_or'), (np.logical_xor, 'logical_xor')))
-Tensor.__floordiv__, Tensor.__mod__ = floor_divide, remainder
-Tensor.__rfloordiv__ = lambda self, other: floor_divide(other, self)
-Tensor.__rmod__ = lambda self, other: remainder(other, self)
-Tensor.__and__, Tensor.__or__, Tensor.__xor__ = bitwise_and, bitwise_or, bitwise_xor
-Tensor.__rand__, Tensor.__ror__, Tensor.__rxor__ = bitwise_and, bitwise_or, bitwise_xor
-Tensor.floor_divide, Tensor.remainder, Tensor.fmod = floor_divide, remainder, fmod
-Tensor.logical_and, Tensor.logical_or, Tensor.logical_xor = logical_and, logical_or, logical_xor
 
 
 def _bitwise_not(x):
@@ -1606,21 +1634,35 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(isclose(a, b, rtol, atol, equal_nan).array.all())
 
 
+@_numpy_keywords  # x.any(axis=, keepdims=) too, as PyTorch
 def any(x, dim=None, keepdim=False):
     """Whether any element (along dim) is non-zero: a bool tensor."""
     return _constant(np.any(x.array, axis=_dims(dim, x.ndim, 'any') if dim is not None else None,
                             keepdims=keepdim))
 
 
+@_numpy_keywords  # x.all(axis=, keepdims=) too, as PyTorch
 def all(x, dim=None, keepdim=False):
     return _constant(np.all(x.array, axis=_dims(dim, x.ndim, 'all') if dim is not None else None,
                             keepdims=keepdim))
 
 
-Tensor.__invert__, Tensor.bitwise_not, Tensor.logical_not = _bitwise_not, _bitwise_not, logical_not
-Tensor.isnan, Tensor.isinf, Tensor.isfinite, Tensor.isclose, Tensor.allclose = \
-    isnan, isinf, isfinite, isclose, allclose
-Tensor.any, Tensor.all = any, all
+_methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=relu, log1p=log1p,
+         expm1=expm1, erf=erf, gelu=gelu, clamp=clamp, maximum=maximum, minimum=minimum,
+         masked_fill=masked_fill, __abs__=abs, clip=clamp, clamp_min=clamp_min,
+         clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
+         log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
+         sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, __eq__=eq,
+         __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
+         ge=ge, __floordiv__=floor_divide, __mod__=remainder,
+         __rfloordiv__=lambda self, other: floor_divide(other, self),
+         __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
+         __or__=bitwise_or, __xor__=bitwise_xor, __rand__=bitwise_and, __ror__=bitwise_or,
+         __rxor__=bitwise_xor, floor_divide=floor_divide, remainder=remainder, fmod=fmod,
+         logical_and=logical_and, logical_or=logical_or, logical_xor=logical_xor,
+         __invert__=_bitwise_not, bitwise_not=_bitwise_not, logical_not=logical_not, isnan=isnan,
+         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all)
 
 
 # ---------------------------------------------------------------------------
@@ -1647,6 +1689,7 @@ def _centered(x, dim, correction, unbiased, op):
         return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
 
 
+@_numpy_keywords  # x.var(axis=, keepdims=) too, as PyTorch
 def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default).
     With N <= correction the divisor is 0, as in PyTorch: the variance is inf (nan if all
@@ -1666,6 +1709,7 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     return from_op(out, 'var', (x,), backward)
 
 
+@_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
 def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
     """sqrt(var), one op, so that its gradient at zero spread is 0 (as PyTorch), not 0/0."""
     axes, centered, dof = _centered(x, dim, correction, unbiased, 'std')
@@ -1707,10 +1751,12 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
     return from_op(res, op, (x,), backward)
 
 
+@_numpy_keywords  # x.amax(axis=, keepdims=) too, as PyTorch
 def amax(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, 'amax', np.max)
 
 
+@_numpy_keywords  # x.amin(axis=, keepdims=) too, as PyTorch
 def amin(x, dim=None, keepdim=False):
     return _extreme(x, dim, keepdim, 'amin', np.min)
 
@@ -1748,6 +1794,7 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
     return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
 
 
+@_numpy_keywords  # x.max(axis=, keepdims=) too, as PyTorch
 def max(x, dim=None, keepdim=False):
     """max() -> the largest value; max(dim) -> (values, indices); max(other) -> maximum."""
     if isinstance(dim, Tensor):
@@ -1757,6 +1804,7 @@ def max(x, dim=None, keepdim=False):
     return _extreme_dim(x, dim, keepdim, 'max', np.argmax, MaxResult)
 
 
+@_numpy_keywords  # x.min(axis=, keepdims=) too, as PyTorch
 def min(x, dim=None, keepdim=False):
     if isinstance(dim, Tensor):
         return minimum(x, dim)
@@ -1765,6 +1813,7 @@ def min(x, dim=None, keepdim=False):
     return _extreme_dim(x, dim, keepdim, 'min', np.argmin, MinResult)
 
 
+@_numpy_keywords  # x.logsumexp(axis=, keepdims=) too, as PyTorch
 def logsumexp(x, dim, keepdim=False):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
     x = _floating(x)
@@ -1785,6 +1834,7 @@ def logsumexp(x, dim, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+@_numpy_keywords  # x.norm(axis=, keepdims=) too, as PyTorch
 def norm(x, p='fro', dim=None, keepdim=False):
     """The vector p-norm over dim (all elements by default): (sum |x|^p)^(1/p);
     'fro' and 2 are the Euclidean norm, inf the largest |x|, -inf the smallest,
@@ -1831,6 +1881,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+@_numpy_keywords  # x.prod(axis=, keepdims=) too, as PyTorch
 def prod(x, dim=None, keepdim=False):
     """The product of the elements (over one dim, or all of them)."""
     axes = _dims(dim, x.ndim, 'prod') if dim is None else (_dim(dim, x.ndim, 'prod'),)
@@ -1970,6 +2021,7 @@ def cummin(x, dim):
 MedianResult = namedtuple('median', ['values', 'indices'])
 
 
+@_numpy_keywords  # x.median(axis=, keepdims=) too, as PyTorch
 def median(x, dim=None, keepdim=False):
     """The lower median (the smaller of the two middle values, as PyTorch); with dim, the
     pair (values, indices)."""
@@ -2006,10 +2058,6 @@ def median(x, dim=None, keepdim=False):
     if keepdim and x.ndim:
         pick, where_ = unsqueeze(pick, d), unsqueeze(where_, d)
     return MedianResult(pick, where_)
-
-
-for _f in (cumprod, cummax, cummin, median):
-    setattr(Tensor, _f.__name__, _f)
 
 
 SortResult = namedtuple('sort', ['values', 'indices'])
@@ -2069,6 +2117,7 @@ def _no_bool_arg(x, op):
         raise TypeError(f"{op}(): does not support bool input (as in PyTorch); use .long()")
 
 
+@_numpy_keywords  # x.argmax(axis=, keepdims=) too, as PyTorch
 def argmax(x, dim=None, keepdim=False):
     _no_bool_arg(x, 'argmax')
     if dim is None:
@@ -2079,6 +2128,7 @@ def argmax(x, dim=None, keepdim=False):
     return Tensor(np.argmax(x.array, axis=d, keepdims=keepdim))
 
 
+@_numpy_keywords  # x.argmin(axis=, keepdims=) too, as PyTorch
 def argmin(x, dim=None, keepdim=False):
     _no_bool_arg(x, 'argmin')
     if dim is None:
@@ -2089,10 +2139,10 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x.array, axis=d, keepdims=keepdim))
 
 
-for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cumsum, argsort,
-           sort, topk, argmax, argmin):
-    setattr(Tensor, _f.__name__, _f)
-
+_methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
+         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
+         prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
+         argmin=argmin)
 
 
 # ---------------------------------------------------------------------------
@@ -2100,14 +2150,6 @@ for _f in (sum, mean, var, std, amax, amin, max, min, logsumexp, norm, prod, cum
 # ---------------------------------------------------------------------------
 # A view shares its base's memory: x.T, x[0], x.reshape(...) where NumPy can, detach().
 # A change through one is seen through the other, and they share the version counter.
-def detach(x):
-    """Same data (shared, as in PyTorch), outside the graph."""
-    out = Tensor.__new__(Tensor)
-    _init_result(out, x.array, x._vc)
-    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
-    return out
-
-
 def clone(x):
     """A copy with x's layout (a transposed x gives a transposed copy), as PyTorch's."""
     def backward(g):
@@ -2156,10 +2198,6 @@ def is_contiguous(x):
     return bool(x.array.flags.c_contiguous)
 
 
-Tensor.detach, Tensor.clone, Tensor.contiguous = detach, clone, contiguous
-Tensor.stride, Tensor.is_contiguous = stride, is_contiguous
-
-
 def _get_data(x):
     """x.data, as PyTorch's: a tensor outside the graph that shares x's memory (a change
     made through it is not seen by the version counter, as in PyTorch)."""
@@ -2173,16 +2211,10 @@ def _set_data(x, value):
     x.array = value.array
 
 
-Tensor.data = property(_get_data, _set_data)
-
-
 def _as_numpy(x, dtype=None, copy=None):
     """np.asarray(tensor): its values as a NumPy array, as tensor.numpy() gives them."""
     arr = x.numpy()
     return arr if dtype is None else arr.astype(dtype, copy=False)
-
-
-Tensor.__array__ = _as_numpy
 
 
 def _sizes(args):
@@ -2445,12 +2477,13 @@ def getitem(x, idx):
         if nothing is None:
             raise IndexError(f"index: {e} (tensor of shape {tuple(x.shape)})") from None
         idx, out = nothing
-    rows = isinstance(idx, np.ndarray) and idx.dtype.kind in 'iu' and x.ndim > 0
+    rows = (first is None and isinstance(idx, tuple) and len(idx) == 1 and x.ndim > 0
+            and isinstance(idx[0], np.ndarray) and idx[0].dtype.kind in 'iu')  # x[int array]
 
     def backward(g, xs=x.shape):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
         if fast and rows:  # x[int array]: np.add.at below, faster (section 19)
-            return (_scatter_add_rows(xs, idx, g),)
+            return (_scatter_add_rows(xs, idx[0], g),)
         gx = np.zeros_like(g, shape=xs)
         if basic:
             gx[idx] = g  # a view picks each element at most once: just place g there
@@ -2605,6 +2638,7 @@ def index_fill(input, dim, index, value):
 ModeResult = namedtuple('mode', ['values', 'indices'])
 
 
+@_numpy_keywords  # x.mode(axis=, keepdims=) too, as PyTorch
 def mode(x, dim=-1, keepdim=False):
     """The most frequent value along dim (the smallest of those tied; nans count as one
     value, after every number) and the index of its last occurrence; outside the graph's
@@ -2625,10 +2659,6 @@ def mode(x, dim=-1, keepdim=False):
     picked = take_along_dim(x, _constant(np.expand_dims(idx, d)), d)
     return ModeResult(picked if keepdim else squeeze(picked, d),
                       _constant(np.expand_dims(idx, d) if keepdim else idx))
-
-
-for _f in (index_add, index_fill, mode):
-    setattr(Tensor, _f.__name__, _f)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -2849,14 +2879,6 @@ def triu(x, diagonal=0):
     return from_op(np.ascontiguousarray(np.triu(x.array, diagonal)), 'triu', (x,), backward)
 
 
-for _f in (reshape, permute, transpose, unsqueeze, squeeze, flatten, expand, narrow, select,
-           unbind, unflatten, diagonal, split,
-           chunk, tril, triu, gather, scatter, scatter_add, index_select, take_along_dim, flip,
-           roll, repeat):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.view = view
-Tensor.__getitem__ = getitem
-Tensor.T = property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1))))
 def _mT(x):
     """The last two dims swapped (a batch of matrices transposed); a 0-d tensor is itself."""
     if x.ndim == 1:
@@ -2865,19 +2887,11 @@ def _mT(x):
     return transpose(x, -2, -1) if x.ndim else x
 
 
-Tensor.mT = property(_mT)
-Tensor.swapaxes = Tensor.swapdims = transpose
 def _t(x):
     """x.t(): a 2-d tensor transposed, a 0-d or 1-d one as it is (more dims: refused, as PyTorch)."""
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dims, got {x.ndim}; use transpose or .mT")
     return view(x, x.shape) if x.ndim < 2 else transpose(x, 0, 1)
-
-
-Tensor.t = _t
-Tensor.expand_as = lambda self, other: expand(self, other.shape)
-Tensor.view_as = lambda self, other: view(self, other.shape)
-Tensor.reshape_as = lambda self, other: reshape(self, other.shape)
 
 
 # More of PyTorch's names, composed from the ops above (their gradients come from those).
@@ -2908,6 +2922,7 @@ def diff(x, n=1, dim=-1):
     return x
 
 
+@_numpy_keywords  # x.nansum(axis=, keepdims=) too, as PyTorch
 def nansum(x, dim=None, keepdim=False):
     """The sum with nan counted as 0."""
     if x.dtype.kind not in 'fc':
@@ -2920,6 +2935,7 @@ def nansum(x, dim=None, keepdim=False):
     return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
 
 
+@_numpy_keywords  # x.nanmean(axis=, keepdims=) too, as PyTorch
 def nanmean(x, dim=None, keepdim=False):
     """The mean of the elements that are not nan."""
     if x.dtype.kind not in 'fc':
@@ -3098,17 +3114,26 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
 
 
 concat = concatenate = cat
-for _f in (masked_select, repeat_interleave, diff, nansum, nanmean, outer, unique):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.ger = outer
-Tensor.nelement = Tensor.numel
-Tensor.element_size = lambda self: self.array.itemsize
-Tensor.int = lambda self: to(self, int32)
-Tensor.bool = lambda self: to(self, bool_)
-Tensor.half = lambda self: to(self, float16)
-Tensor.type_as = lambda self, other: to(self, other.dtype)
 
 
+_methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
+         is_contiguous=is_contiguous, data=property(_get_data, _set_data), __array__=_as_numpy,
+         index_add=index_add, index_fill=index_fill, mode=mode, reshape=reshape, permute=permute,
+         transpose=transpose, unsqueeze=unsqueeze, squeeze=squeeze, flatten=flatten, expand=expand,
+         narrow=narrow, select=select, unbind=unbind, unflatten=unflatten, diagonal=diagonal,
+         split=split, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
+         scatter_add=scatter_add, index_select=index_select, take_along_dim=take_along_dim,
+         flip=flip, roll=roll, repeat=repeat, view=view, __getitem__=getitem,
+         T=property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1)))),
+         mT=property(_mT), swapaxes=transpose, swapdims=transpose, t=_t,
+         expand_as=lambda self, other: expand(self, other.shape),
+         view_as=lambda self, other: view(self, other.shape),
+         reshape_as=lambda self, other: reshape(self, other.shape), masked_select=masked_select,
+         repeat_interleave=repeat_interleave, diff=diff, nansum=nansum, nanmean=nanmean,
+         outer=outer, unique=unique, ger=outer, nelement=Tensor.numel,
+         element_size=lambda self: self.array.itemsize, int=lambda self: to(self, int32),
+         bool=lambda self: to(self, bool_), half=lambda self: to(self, float16),
+         type_as=lambda self, other: to(self, other.dtype))
 
 
 # ---------------------------------------------------------------------------
@@ -3220,9 +3245,7 @@ def log_softmax(x, dim, dtype=None):
     return from_op(out, 'log_softmax', (x,), backward, saves_output=True)
 
 
-Tensor.softmax = softmax
-Tensor.log_softmax = log_softmax
-
+_methods(softmax=softmax, log_softmax=log_softmax)
 
 
 # ---------------------------------------------------------------------------
@@ -3256,7 +3279,7 @@ Tensor.log_softmax = log_softmax
 #
 # This section replaces Part I's placeholder _inputs: backward, and the tools, ask it
 # for the inputs of a node as its op read them.
-def _inputs(node):
+def _inputs_as_read(node):
     """node's inputs as node read them: an input changed in place after node's op ran is
     represented by its older self. Usually just node._parents."""
     parents = node._parents
@@ -3264,6 +3287,9 @@ def _inputs(node):
         if p._seq >= node._seq:
             return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
     return parents
+
+
+_inputs = _inputs_as_read  # replaces Part I's _inputs (node._parents)
 
 
 def _as_read_by(node, p):
@@ -3570,14 +3596,6 @@ def _in_place_form(name, fn):
     return op
 
 
-for _name, _twin in (('abs_', abs), ('exp_', exp), ('log_', log), ('tanh_', tanh),
-                     ('sigmoid_', sigmoid), ('sqrt_', sqrt), ('neg_', neg), ('floor_', floor),
-                     ('ceil_', ceil), ('round_', round), ('trunc_', trunc), ('sin_', sin),
-                     ('cos_', cos), ('square_', square), ('reciprocal_', reciprocal),
-                     ('clamp_min_', clamp_min), ('clamp_max_', clamp_max),
-                     ('scatter_', scatter), ('scatter_add_', scatter_add),
-                     ('index_add_', index_add), ('index_fill_', index_fill)):
-    setattr(Tensor, _name, _in_place_form(_name, _twin))
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
     becomes that view of its old self."""
@@ -3598,19 +3616,28 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
-Tensor.unsqueeze_ = lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim))
-Tensor.squeeze_ = lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim))
-Tensor.t_ = lambda self: _new_shape_in_place(self, 't_', lambda t: t.t())
-for _f in (add_, sub_, mul_, div_, pow_, clamp_, relu_, masked_fill_, fill_, zero_, copy_):
-    setattr(Tensor, _f.__name__, _f)
-Tensor.clip_ = clamp_
-Tensor.__setitem__ = setitem
-Tensor.__iadd__ = lambda self, o: add_(self, o)
-Tensor.__isub__ = lambda self, o: sub_(self, o)
-Tensor.__imul__ = lambda self, o: mul_(self, o)
-Tensor.__itruediv__ = lambda self, o: div_(self, o)
-Tensor.__ipow__ = lambda self, o: pow_(self, o)
-
+_methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
+         log_=_in_place_form('log_', log), tanh_=_in_place_form('tanh_', tanh),
+         sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
+         neg_=_in_place_form('neg_', neg), floor_=_in_place_form('floor_', floor),
+         ceil_=_in_place_form('ceil_', ceil), round_=_in_place_form('round_', round),
+         trunc_=_in_place_form('trunc_', trunc), sin_=_in_place_form('sin_', sin),
+         cos_=_in_place_form('cos_', cos), square_=_in_place_form('square_', square),
+         reciprocal_=_in_place_form('reciprocal_', reciprocal),
+         clamp_min_=_in_place_form('clamp_min_', clamp_min),
+         clamp_max_=_in_place_form('clamp_max_', clamp_max),
+         scatter_=_in_place_form('scatter_', scatter),
+         scatter_add_=_in_place_form('scatter_add_', scatter_add),
+         index_add_=_in_place_form('index_add_', index_add),
+         index_fill_=_in_place_form('index_fill_', index_fill),
+         unsqueeze_=lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim)),
+         squeeze_=lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim)),
+         t_=lambda self: _new_shape_in_place(self, 't_', lambda t: t.t()), add_=add_, sub_=sub_,
+         mul_=mul_, div_=div_, pow_=pow_, clamp_=clamp_, relu_=relu_, masked_fill_=masked_fill_,
+         fill_=fill_, zero_=zero_, copy_=copy_, clip_=clamp_, __setitem__=setitem,
+         __iadd__=lambda self, o: add_(self, o), __isub__=lambda self, o: sub_(self, o),
+         __imul__=lambda self, o: mul_(self, o), __itruediv__=lambda self, o: div_(self, o),
+         __ipow__=lambda self, o: pow_(self, o))
 
 
 # ---------------------------------------------------------------------------
@@ -3717,10 +3744,13 @@ def set_rng_state(state):
     default_generator.set_state(state)
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+def _tensor_on_cpu(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """torch.tensor: Part I's tensor(), with PyTorch's device= (the CPU) and pin_memory=."""
     _cpu_only(device, 'tensor')
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+tensor = _tensor_on_cpu  # replaces Part I's tensor()
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -3909,20 +3939,22 @@ def meshgrid(*tensors, indexing='ij'):
     return tuple(grids)
 
 
-Tensor.new_zeros = lambda self, *size, dtype=None, requires_grad=False: zeros(
-    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_ones = lambda self, *size, dtype=None, requires_grad=False: ones(
-    *size, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_full = lambda self, size, fill_value, dtype=None, requires_grad=False: full(
-    size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad)
-Tensor.new_empty = Tensor.new_zeros
-Tensor.new_tensor = lambda self, data, dtype=None, requires_grad=False: tensor(
-    data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+def _new_zeros(self, *size, dtype=None, requires_grad=False):
+    """x.new_zeros(size): zeros of x's dtype (or dtype); x.new_empty is the same."""
+    return zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+
+_methods(new_zeros=_new_zeros, new_empty=_new_zeros,
+         new_ones=lambda self, *size, dtype=None, requires_grad=False: ones(
+             *size, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         new_full=lambda self, size, fill_value, dtype=None, requires_grad=False: full(
+             size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         new_tensor=lambda self, data, dtype=None, requires_grad=False: tensor(
+             data, dtype=dtype or self.dtype, requires_grad=requires_grad))
 
 
 # Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
 # (sum, max, min and abs shadow Python's builtins inside this module only.)
-
 
 
 # ---------------------------------------------------------------------------
@@ -4039,7 +4071,6 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
                                  f"numeric {numeric:.8g} (allowed: {tolerance:.3g}); run without "
                                  "fast_mode to find the element")
     return True
-
 
 
 # ---------------------------------------------------------------------------
@@ -4349,7 +4380,7 @@ def _grad_fn_name(t):
     return ''.join(w[:1].upper() + w[1:] for w in op.replace(' ', '_').split('_')) + 'Backward0'
 
 
-Tensor.grad_fn = property(_grad_fn)
+_methods(grad_fn=property(_grad_fn))
 
 
 # ---------------------------------------------------------------------------
@@ -4400,7 +4431,6 @@ class record_function:
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
 import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
 import importlib.util  # noqa: E402
-import inspect  # noqa: E402
 import io  # noqa: E402
 import operator  # noqa: E402
 import pickle  # noqa: E402
@@ -4424,23 +4454,11 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **
     return clone(out) if copy and out is self else out
 
 
-Tensor.to = _to
-Tensor.device = property(lambda self: _CPU)
-Tensor.is_cuda = property(lambda self: False)
-Tensor.cpu = lambda self: self
-Tensor.cuda = lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()')
-Tensor.pin_memory = lambda self: self
-Tensor.__index__ = lambda self: operator.index(self.item())  # a 0-d int tensor slices a list
-
-
 def _format(self, spec):
     """f'{loss:.4f}': a one-element tensor formats as its number, as in PyTorch."""
     if spec and self.numel() == 1:
         return format(self.item(), spec)
     return format(repr(self), spec)
-
-
-Tensor.__format__ = _format
 
 
 class inference_mode(no_grad):
@@ -4706,7 +4724,7 @@ if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys
     sys.meta_path.append(_PathFinder)
 
 
-def _array_text(a):
+def _array_text_as_pytorch(a):
     """A tensor's values as PyTorch prints them (Part I's repr calls this): 4 decimals, or
     e-notation where the magnitudes span more than 1000x (or pass 1e8, or go under 1e-4);
     floats that are whole numbers as "2."; lines of at most 80 characters; an empty
@@ -4723,38 +4741,48 @@ def _array_text(a):
                            suppress_small=not (wide or small))
 
 
-class Size(tuple):
-    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f'torch.Size({list(self)})'
-
-    def numel(self):
-        return math.prod(self)
+# torch.set_printoptions: the options tensors print with (repr and print)
+_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
+_print_options = dict(_PRINT_DEFAULTS)
 
 
-Tensor.shape = property(lambda self: Size(self.array.shape))  # Part I's shape, as a Size
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None):
+    """torch.set_printoptions: digits after the point, how many elements before a tensor is
+    summarized with '...', the line width, and e-notation always (sci_mode=True), never
+    (False) or where the magnitudes need it (None). profile: 'default', 'short', 'full'."""
+    if profile is not None:
+        _print_options.update(_PRINT_DEFAULTS)
+        _print_options.update({'short': dict(precision=2, threshold=1000, edgeitems=2),
+                               'full': dict(threshold=math.inf)}.get(profile, {}))
+    for k, v in (('precision', precision), ('threshold', threshold),
+                 ('edgeitems', edgeitems), ('linewidth', linewidth)):
+        if v is not None:
+            _print_options[k] = v
+    _print_options['sci_mode'] = sci_mode
 
 
-def _numpy_keywords(fn):
-    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
-    @functools.wraps(fn)
-    def reduction(*args, **kwargs):
-        if 'keepdims' in kwargs:
-            kwargs['keepdim'] = kwargs.pop('keepdims')
-        if 'axis' in kwargs:
-            kwargs['dim'] = kwargs.pop('axis')
-        return fn(*args, **kwargs)
-    return reduction
+def _array_text_with_options(a):
+    """_array_text_as_pytorch with set_printoptions' options."""
+    o = _print_options
+    if o == _PRINT_DEFAULTS:
+        return _array_text_as_pytorch(a)
+    with np.printoptions(threshold=sys.maxsize if o['threshold'] == math.inf else o['threshold'],
+                         edgeitems=o['edgeitems']):
+        if o['sci_mode'] is None and (o['precision'], o['linewidth']) == (4, 80):
+            return _array_text_as_pytorch(a)
+        if a.size == 0 and a.ndim > 1:
+            return f'[], size={a.shape}'
+        sci = o['sci_mode']
+        return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                               max_line_width=o['linewidth'], floatmode='fixed',
+                               suppress_small=not sci,
+                               formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
+                               if sci else None)
 
 
-for _name, _f in list(globals().items()):  # every public function with a keepdim= argument
-    if (not _name.startswith('_') and isinstance(_f, types.FunctionType)
-            and 'keepdim' in inspect.signature(_f).parameters):
-        globals()[_name] = _numpy_keywords(_f)
-        if getattr(Tensor, _name, None) is _f:
-            setattr(Tensor, _name, globals()[_name])
+_array_text = _array_text_with_options  # replaces Part I's _array_text
+
 
 HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
 
@@ -4771,9 +4799,6 @@ def histc(input, bins=100, min=0, max=0):
     """torch.histc: histogram's counts; min = max = 0 takes the data's own range."""
     lo, hi = (min, max) if (min, max) != (0, 0) else (input.array.min(), input.array.max())
     return histogram(input, bins, range=(float(lo), float(hi))).hist
-
-
-Tensor.histc = histc
 
 
 # torch.save / torch.load: pickle, as PyTorch. A tensor is pickled as its array and its
@@ -4806,10 +4831,6 @@ def _rebuild_tensor(cls, array, requires_grad):
 
 def _no_setstate(self, state):
     raise _BadFile(f"sets a tensor's fields directly (save() never writes that); {_HOSTILE}")
-
-
-Tensor.__reduce__ = lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad))
-Tensor.__setstate__ = _no_setstate  # pickle's BUILD on a tensor
 
 
 def save(obj, f, pickle_protocol=4):
@@ -5230,27 +5251,6 @@ def _detach_(x):
     return x
 
 
-_plain_init = Tensor.__init__
-
-
-def _legacy_init(self, *args, **kwargs):
-    """torch.Tensor(...) called as a constructor is PyTorch's legacy one, as FloatTensor:
-    Tensor([1, 2]) is float32 (tensor([1, 2]) is int64) and Tensor(2, 3) a float32 tensor of
-    that shape (PyTorch leaves it uninitialized, tinytorch fills zeros). A tensor, a NumPy
-    array or a dtype= argument (tensor() passes one, even None) keeps Part I's rule."""
-    if 'dtype' not in kwargs and not (
-            args and isinstance(args[0], (Tensor, np.ndarray, np.generic))):
-        if builtins.all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-            _plain_init(self, np.zeros(args or (0,), dtype=default_dtype), **kwargs)  # sizes
-            return
-        if len(args) == 1:  # Python numbers, lists
-            _plain_init(self, _dtype_of_python_data(args[0]).astype(default_dtype), **kwargs)
-            return
-    _plain_init(self, *args, **kwargs)
-
-
-Tensor.__init__ = _legacy_init
-
 # legacy names: torch.FloatTensor, x.type(), x.new(...)
 _TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
                int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
@@ -5319,17 +5319,13 @@ def _bfloat16(x, *args, **kwargs):
                     "use .float() (float32)")
 
 
-for _name, _f in (('ravel', ravel), ('equal', equal), ('mm', mm), ('bmm', bmm),
-                  ('dot', dot), ('multiply', multiply), ('tan', tan), ('nonzero', nonzero),
-                  ('bincount', bincount), ('multinomial', multinomial),
-                  ('normal_', _normal_), ('uniform_', _uniform_), ('random_', _random_),
-                  ('addcmul_', _addcmul_), ('addcdiv_', _addcdiv_), ('detach_', _detach_),
-                  ('type', _type), ('new', _new), ('bfloat16', _bfloat16), ('resize_', _resize_),
-                  ('tan_', _in_place_form('tan_', tan)),
-                  ('byte', lambda x: to(x, np.dtype(np.uint8))),
-                  ('where', lambda x, condition, other: where(condition, x, other)),
-                  ('data_ptr', lambda x: x.array.__array_interface__['data'][0])):
-    setattr(Tensor, _name, _f)
+_methods(ravel=ravel, equal=equal, mm=mm, bmm=bmm, dot=dot, multiply=multiply, tan=tan,
+         nonzero=nonzero, bincount=bincount, multinomial=multinomial, normal_=_normal_,
+         uniform_=_uniform_, random_=_random_, addcmul_=_addcmul_, addcdiv_=_addcdiv_,
+         detach_=_detach_, type=_type, new=_new, bfloat16=_bfloat16, resize_=_resize_,
+         tan_=_in_place_form('tan_', tan), byte=lambda x: to(x, np.dtype(np.uint8)),
+         where=lambda x, condition, other: where(condition, x, other),
+         data_ptr=lambda x: x.array.__array_interface__['data'][0])
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 
@@ -5340,48 +5336,6 @@ def _variable(data, requires_grad=False, volatile=False):
 
 
 autograd.Variable = staticmethod(_variable)
-
-# torch.set_printoptions: the options tensors print with (repr and print)
-_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
-_print_options = dict(_PRINT_DEFAULTS)
-
-
-def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
-                     profile=None, sci_mode=None):
-    """torch.set_printoptions: digits after the point, how many elements before a tensor is
-    summarized with '...', the line width, and e-notation always (sci_mode=True), never
-    (False) or where the magnitudes need it (None). profile: 'default', 'short', 'full'."""
-    if profile is not None:
-        _print_options.update(_PRINT_DEFAULTS)
-        _print_options.update({'short': dict(precision=2, threshold=1000, edgeitems=2),
-                               'full': dict(threshold=math.inf)}.get(profile, {}))
-    for k, v in (('precision', precision), ('threshold', threshold),
-                 ('edgeitems', edgeitems), ('linewidth', linewidth)):
-        if v is not None:
-            _print_options[k] = v
-    _print_options['sci_mode'] = sci_mode
-
-
-_plain_array_text = _array_text
-
-
-def _array_text(a):
-    """Section 18's _array_text with set_printoptions' options."""
-    o = _print_options
-    if o == _PRINT_DEFAULTS:
-        return _plain_array_text(a)
-    with np.printoptions(threshold=sys.maxsize if o['threshold'] == math.inf else o['threshold'],
-                         edgeitems=o['edgeitems']):
-        if o['sci_mode'] is None and (o['precision'], o['linewidth']) == (4, 80):
-            return _plain_array_text(a)
-        if a.size == 0 and a.ndim > 1:
-            return f'[], size={a.shape}'
-        sci = o['sci_mode']
-        return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
-                               max_line_width=o['linewidth'], floatmode='fixed',
-                               suppress_small=not sci,
-                               formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
-                               if sci else None)
 
 
 def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
@@ -5468,6 +5422,15 @@ _PATHS.update({
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
+_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
+         cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
+         pin_memory=lambda self: self,
+         __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
+         __format__=_format, histc=histc,
+         __reduce__=lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad)),
+         __setstate__=_no_setstate)  # pickle's BUILD on a tensor: refused (load's safety)
+
+
 # ---------------------------------------------------------------------------
 # 19. Speed
 # ---------------------------------------------------------------------------
@@ -5479,8 +5442,8 @@ def tune_malloc():
     the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
     each step pays for fresh zeroed pages again (page faults cost as much as the
     arithmetic here). Raising both thresholds keeps those pages for reuse: about
-    25% faster steps, while the peak memory stays the same. Called when tinytorch is
-    imported on Linux; set TINYTORCH_TUNE_MALLOC=0 to leave the allocator alone.
+    25% faster steps, while the peak memory stays the same. tune() calls it (on Linux);
+    TINYTORCH_TUNE_MALLOC=0 leaves the allocator alone even then.
     Returns True if the settings were applied.
     """
     import ctypes
@@ -5495,7 +5458,7 @@ def tune_malloc():
         return False
 
 
-malloc_tuned = tune_malloc()
+malloc_tuned = False  # tune() sets it
 
 
 def _threads_from_env():
@@ -5586,7 +5549,8 @@ def parallel_for(fn, n, size, threads=None):
 # (a spell that comes and goes would otherwise flip it back and forth). Looking costs
 # about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
 # the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
-# TINYTORCH_TUNE_THREADS=0 turns it off, and so do the plain path and set_num_threads(n).
+# tune() turns it on (TINYTORCH_TUNE_THREADS=0 keeps it off); the plain path and
+# set_num_threads(n) turn it off.
 SHARE_LOOK_EVERY = 0.25  # seconds between two looks at the machine
 SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go up again
 _machine_cores = os.cpu_count() or 1
@@ -5594,7 +5558,7 @@ _cores_free = _machine_cores  # what the threads may use now
 _next_look, _room_since = 0.0, None
 _last_want = _machine_cores  # what the previous look left free: one look alone (a process
 # that woke for a moment, as one look in 200 sees on a quiet machine) lowers nothing
-_share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
+_share_on = False  # tune() turns it on
 _openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
 
 
@@ -5695,6 +5659,30 @@ def _openblas():
                     _openblas_found.append((setter, getter()))
                     break
     return _openblas_found
+
+
+_tuned = False
+
+
+def tune():
+    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
+    thing. Importing tinytorch changes nothing in the process; this call does two things
+    for the whole process: tune_malloc() (glibc keeps freed memory for reuse) and
+    share_cores (tinytorch's threads and OpenBLAS's follow the cores other programs leave
+    free; TINYTORCH_TUNE_THREADS=0 keeps that off). A third setting can't be made here:
+    OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (how long its idle threads spin) only when NumPy
+    loads it, so the scripts set it to 16 (2^16 cycles, about 20 us) in the environment
+    before they import NumPy. Returns the names of the settings made."""
+    global _tuned, malloc_tuned, _share_on
+    done = []
+    malloc_tuned = tune_malloc()
+    if malloc_tuned:
+        done.append('malloc')
+    _share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
+    if _share_on:
+        done.append('share_cores')
+    _tuned = True
+    return done
 
 
 _ones_cache = {}
@@ -5881,4 +5869,11 @@ _UNSHARED_REFS = _refs_through_two_calls()
 
 # The one switch for the plain path: every fast kernel above is used only while fast is
 # True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
-fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
+_FAST_UNLESS_PLAIN = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
+fast = _FAST_UNLESS_PLAIN  # replaces Part I's fast = False
+
+# `from tinytorch import *` gives every public name but the modules this file uses and the
+# ones that would hide Python's builtins (sum, max, abs, round, pow, ...): after it,
+# sum([1, 2]) is still Python's; tt.sum(x) and x.sum() are tinytorch's.
+__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
+           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]

@@ -16,12 +16,13 @@ import csv
 import io
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+if __name__ == '__main__':  # OpenBLAS reads it once, as NumPy loads it (see tt.tune)
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')
+import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import lookinside
@@ -371,13 +372,19 @@ def load_checkpoint(out_dir, name=CKPT_NAME):
     path = checkpoint_path(out_dir, name)
     if not os.path.exists(path):
         raise UserError(f"no checkpoint at {path}; train first (or give --out-dir)")
+    return read_checkpoint(path)
+
+
+def read_checkpoint(path, keys=('model', 'config', 'vocab', 'step')):
+    """The checkpoint at path (it exists), with the keys asked for; anything else is one
+    UserError line. export.py reads checkpoints with it too."""
     try:
         ck = nn.load(path)
     except nn.CheckpointError as e:
         raise UserError(str(e)) from None
-    for key in ('model', 'config', 'vocab', 'step'):
-        if key not in ck:
-            raise UserError(f"{path} is not a train_charlm.py checkpoint (no '{key}')")
+    missing = [k for k in keys if k not in ck]
+    if missing:
+        raise UserError(f"{path} is not a train_charlm.py checkpoint (no {', '.join(missing)})")
     return ck
 
 
@@ -505,22 +512,6 @@ def silence_stdout():
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-
-
-class StopRequest:
-    """First Ctrl-C: finish the current step, save, exit. Second: stop at once."""
-
-    def __init__(self):
-        self.requested = False
-        self.previous = signal.signal(signal.SIGINT, self.handler)
-
-    def handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def restore(self):
-        signal.signal(signal.SIGINT, self.previous)
 
 
 def need_matplotlib(metrics_file):
@@ -962,7 +953,7 @@ def train(args):
     # -- the training loop ------------------------------------------------------------
     stop_at = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
     log = TrainingLog(files, args.steps, step, stop_at, args.batch_size * config.block_size)
-    stop = StopRequest()
+    stop = lookinside.StopRequest()  # first Ctrl-C: finish the step, save, exit
     busy = BusyWatch(args.batch_size * config.block_size, step, time.time(), time.process_time())
     last_val = float('nan')
     # NumPy's overflow warnings are off: every loss and gradient norm is checked below,
@@ -1066,4 +1057,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    tt.tune()  # this process is a training run: tune it
     sys.exit(main())

@@ -17,14 +17,16 @@ are the test set.
 import argparse
 import gzip
 import os
-import signal
 import sys
 import time
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+if __name__ == '__main__':  # OpenBLAS reads it once, as NumPy loads it (see tt.tune)
+    os.environ.setdefault('OPENBLAS_THREAD_TIMEOUT', '16')
+import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import data
+import lookinside
 import nn
 import optim
 
@@ -216,22 +218,6 @@ def prepare_out_dir(out_dir):
                         f"{e.strerror or e}") from None
 
 
-class StopRequest:
-    """First Ctrl-C: finish the current step, then report and save. Second: stop at once."""
-
-    def __init__(self):
-        self.requested = False
-        self.previous = signal.signal(signal.SIGINT, self.handler)
-
-    def handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def restore(self):
-        signal.signal(signal.SIGINT, self.previous)
-
-
 def main(argv=None):
     try:
         return run(parse_args(argv))
@@ -267,7 +253,7 @@ def run(args):
           f"{args.model}, {model.num_parameters():,} parameters, {args.epochs} epochs of "
           f"{len(loader)} steps")
     start, steps, epochs_done = time.perf_counter(), 0, 0
-    stop = StopRequest()
+    stop = lookinside.StopRequest()  # first Ctrl-C: finish the step, report, save
     try:
         for epoch in range(1, args.epochs + 1):
             total, seen = 0.0, 0
@@ -311,4 +297,5 @@ def run(args):
 
 
 if __name__ == '__main__':
+    tt.tune()  # this process is a training run: tune it
     sys.exit(main())

@@ -9,7 +9,7 @@ seed, so the output is the same on every run; the losses print in scientific not
 """
 import argparse
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 import nn

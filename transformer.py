@@ -9,53 +9,23 @@
 scaled_dot_product_attention is matmul, masked_fill and softmax from tinytorch.py,
 so its gradient comes from theirs. fused_causal_attention (section 4) computes the
 same thing as one op with a hand-derived backward rule (faster; a test proves they
-agree), and it is what CausalSelfAttention uses unless FUSED_ATTENTION is False.
+agree), and it is what CausalSelfAttention uses unless tt.fast is False (the one speed
+switch: TINYTORCH_PLAIN=1).
 Needs only NumPy, tinytorch.py and nn.py.
 """
 import math
 from dataclasses import asdict, dataclass
 
-import tinytorch as tt  # before NumPy, so it can set up OpenBLAS's threads (see its top)
+import tinytorch as tt
 import numpy as np
 
 import nn
+from nn import _causal_mask, attention_weights  # attention's weights live in nn.py (section 4)
 from tinytorch import no_grad
-
-# CausalSelfAttention uses fused_causal_attention (one op, hand-derived backward) when it
-# can; set this to False to run the composed ops instead (same results, slower).
-FUSED_ATTENTION = True
-
 
 # ---------------------------------------------------------------------------
 # 1. Scaled dot-product attention
 # ---------------------------------------------------------------------------
-def _causal_mask(tq, tk, past=0):
-    """Boolean (tq, tk) mask, True where a query may look: query i sits at position
-    past + i and sees keys 0 .. past + i. past=0 is PyTorch's is_causal (the lower
-    triangle from the top-left corner); the KV cache passes the number of cached keys."""
-    return np.tril(np.ones((tq, tk), dtype=bool), k=past)
-
-
-def attention_weights(q, k, mask=None, is_causal=False):
-    """softmax(q @ k^T / sqrt(d)) over the keys, with disallowed positions at -inf
-    before the softmax (so they get weight exactly 0).
-
-    mask: a boolean tensor/array broadcastable to (..., Tq, Tk), True = may attend
-    (PyTorch's convention), or a float mask that is added to the scores.
-    """
-    d = q.shape[-1]
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-    if is_causal:
-        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), -np.inf)
-    if mask is not None:
-        m = mask.array if isinstance(mask, tt.Tensor) else mask
-        if m.dtype == bool:
-            scores = scores.masked_fill(~m, -np.inf)
-        else:
-            scores = scores + tt.tensor(m.astype(scores.dtype))
-    return scores.softmax(-1)
-
-
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False):
     """q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) -> (..., Tq, dv)."""
     return attention_weights(q, k, mask, is_causal) @ v
@@ -108,7 +78,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None, layer=0):
         qkv = self.c_attn(x)
-        if tt.fast and FUSED_ATTENTION and cache is None:  # attend()'s numbers as one op (section 4)
+        if tt.fast and cache is None:  # attend()'s numbers as one op (section 4)
             p = self.attn_dropout.p if self.training else 0.0
             y = fused_causal_attention(qkv, self.n_head, p)
         else:
