@@ -10871,3 +10871,111 @@ def test_charlm_prints_the_busy_note_in_its_run(corpus, tmp_path, monkeypatch, c
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
+
+
+# ---- issue 36: the recurrent layers' loop as one op ----
+
+def _recurrent_run(mode, fused, monkeypatch, dtype=tt.float64, **kw):
+    """Output, final states and every gradient of a recurrent layer, fused or plain."""
+    monkeypatch.setattr(nn, 'FUSED_RECURRENT', fused)
+    tt.manual_seed(3)
+    layer = {'LSTM': nn.LSTM, 'GRU': nn.GRU, 'RNN': nn.RNN}[mode](5, 4, dtype=dtype, **kw)
+    directions = 2 if kw.get('bidirectional') else 1
+    shape = (3, 6, 5) if kw.get('batch_first') else (6, 3, 5)
+    x = tt.randn(*shape, dtype=dtype, requires_grad=True)
+    h0 = tt.randn(kw.get('num_layers', 1) * directions, 3, 4, dtype=dtype, requires_grad=True)
+    c0 = tt.randn(kw.get('num_layers', 1) * directions, 3, 4, dtype=dtype, requires_grad=True)
+    y, state = layer(x, (h0, c0) if mode == 'LSTM' else h0)
+    states = state if isinstance(state, tuple) else (state,)
+    g = tt.tensor(np.random.default_rng(4).standard_normal(y.shape), dtype=dtype)
+    loss = (y * g).sum() + sum((s * s).sum() for s in states)  # every output gets a gradient
+    loss.backward()
+    grads = [x.grad, h0.grad] + ([c0.grad] if mode == 'LSTM' else []) + \
+        [p.grad for p in layer.parameters()]
+    return [y.array] + [s.array for s in states] + [g_.array for g_ in grads]
+
+
+@pytest.mark.parametrize("mode", ['LSTM', 'GRU', 'RNN'])
+@pytest.mark.parametrize("kw", [{}, {'bidirectional': True}, {'num_layers': 2, 'batch_first': True},
+                                {'bias': False}, {'nonlinearity': 'relu'}])
+def test_fused_recurrent_layers_equal_their_cells(mode, kw, monkeypatch, fast_paths):
+    """nn's speed section runs a whole direction of a layer as one op: the same output, final
+    states and gradients (x, h0, c0, every weight and bias) as the loop of section 3's cells."""
+    if 'nonlinearity' in kw and mode != 'RNN':
+        pytest.skip("nonlinearity is RNN's argument")
+    fused = _recurrent_run(mode, True, monkeypatch, **dict(kw))
+    plain = _recurrent_run(mode, False, monkeypatch, **dict(kw))
+    assert len(fused) == len(plain)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_recurrent_is_one_op_and_its_cells_are_many(monkeypatch, fast_paths):
+    """The fused path really runs (one 'lstm' node), and the plain one loops the cell."""
+    for fused in (True, False):
+        monkeypatch.setattr(nn, 'FUSED_RECURRENT', fused)
+        x = tt.randn(5, 2, 3, requires_grad=True)
+        y, _ = nn.LSTM(3, 4)(x)
+        ops, seen, todo = [], set(), [y]
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            ops.append(node._op)
+            todo.extend(node._parents)
+        assert ('lstm' in ops) == fused
+        assert (ops.count('sigmoid') >= 15) == (not fused)
+
+
+def test_fused_recurrent_float32_matches_and_refuses_a_changed_weight(monkeypatch, fast_paths):
+    fused = _recurrent_run('LSTM', True, monkeypatch, dtype=tt.float32)
+    plain = _recurrent_run('LSTM', False, monkeypatch, dtype=tt.float32)
+    for a, b in zip(fused, plain):
+        assert a.dtype == np.float32 and b.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(nn, 'FUSED_RECURRENT', True)
+    gru = nn.GRU(3, 4)
+    y, _ = gru(tt.randn(4, 2, 3))
+    with tt.no_grad():
+        gru.weight_hh_l0.mul_(2)  # the backward reads this weight
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+def test_fused_recurrent_gradcheck_and_a_hand_computed_step(monkeypatch, fast_paths):
+    """The fused rule against finite differences; and one LSTM step with zero weights by hand:
+    gates sigmoid(b), tanh(b), so c = sigmoid(b_f) c0 + sigmoid(b_i) tanh(b_g)."""
+    monkeypatch.setattr(nn, 'FUSED_RECURRENT', True)
+    for mode in ('LSTM', 'GRU', 'RNN_TANH'):
+        tt.manual_seed(1)
+        gates = {'LSTM': 4, 'GRU': 3}.get(mode, 1)
+        x = tt.randn(3, 2, 3, dtype=tt.float64, requires_grad=True)
+        h0 = tt.randn(2, 2, dtype=tt.float64, requires_grad=True)
+        c0 = tt.randn(2, 2, dtype=tt.float64, requires_grad=True)
+        w = [tt.randn(gates * 2, k, dtype=tt.float64, requires_grad=True) for k in (3, 2)]
+        b = [tt.randn(gates * 2, dtype=tt.float64, requires_grad=True) for _ in range(2)]
+
+        def f(x, h0, c0, *wb, mode=mode):
+            ys, last = nn.recurrent_fused(mode, x, (h0, c0) if mode == 'LSTM' else h0, *wb,
+                                          reverse=True)
+            return (ys * ys).sum() + sum((s * s).sum() for s in (last if mode == 'LSTM' else (last,)))
+        assert tt.gradcheck(f, (x, h0, c0, *w, *b))
+    z = lambda *s: tt.zeros(*s)  # noqa: E731
+    b_ih, b_hh = tt.tensor([1., -1., 0.5, 2.]), tt.tensor([0., 0.5, 0., 0.])
+    c0 = tt.tensor([[0.3]])
+    ys, (h, c) = nn.recurrent_fused('LSTM', z(1, 1, 2), (z(1, 1), c0), z(4, 2), z(4, 1), b_ih, b_hh)
+    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    c_hand = sig(-0.5) * 0.3 + sig(1.) * math.tanh(0.5)
+    assert c.item() == pytest.approx(c_hand, rel=1e-6)
+    assert h.item() == pytest.approx(sig(2.) * math.tanh(c_hand), rel=1e-6)
+    assert ys[0].item() == h.item()
+
+
+def test_the_plain_switch_turns_the_fused_recurrent_path_off(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a speed path ran with tt.fast = False")
+    monkeypatch.setattr(tt, 'fast', False)
+    monkeypatch.setattr(nn, 'recurrent_fused', refuse)
+    y, (h, c) = nn.LSTM(3, 4, num_layers=2)(tt.randn(5, 2, 3))
+    assert y.shape == (5, 2, 4) and c.shape == (2, 2, 4)
