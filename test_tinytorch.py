@@ -8122,10 +8122,10 @@ def test_readme_gradient_walkthrough():
 def test_bench_script_runs():
     """bench.py is not a timed test; this only checks that it still runs and reports."""
     r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
-                        'small,cnn', '--no-torch', '--threads', '1', '--rounds', '1'],
+                        'small,cnn,gru', '--no-torch', '--threads', '1', '--rounds', '1'],
                        capture_output=True, text=True, timeout=120, cwd=HERE)
     assert r.returncode == 0, r.stderr
-    for name in ('small', 'cnn'):
+    for name in ('small', 'cnn', 'gru'):
         assert re.search(rf"^{name}\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
     assert "autograd overhead" in r.stdout
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
