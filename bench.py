@@ -1,6 +1,6 @@
 """bench.py: how fast is a tinytorch training step, and how does it compare with PyTorch?
 
-    python bench.py              # small, default and large GPT configurations, and a CNN
+    python bench.py              # small, default and large GPT configurations, a CNN, an LSTM, a GRU
     python bench.py --quick      # fewer steps, under a minute
     python bench.py --threads 1  # threads for BLAS, tinytorch and PyTorch (default: all cores)
     python bench.py --busy 2     # also with 2 busy processes competing for the cores
@@ -12,7 +12,10 @@ same model in PyTorch (nanoGPT's layout, the same weights copied in, the same ba
 the same number of threads), checks that the first-step losses agree to 1e-4, times
 it the same way and prints the ratio tinytorch / PyTorch. The cnn configuration is
 train_digits.py's CNN (two 3x3 convolutions, a max pool, two linear layers) on a batch
-of 32 8x8 images, with Adam; its throughput column counts images, not tokens.
+of 32 8x8 images, with Adam; its throughput column counts images, not tokens. lstm and gru
+are a character model with 2 recurrent layers of 128 units (an embedding of 64 before, a
+linear head after; windows of 64 characters, batch 12, AdamW), PyTorch's nn.LSTM / nn.GRU
+the reference; lstm4 is train_charlm.py --model lstm's shape (4 layers of 128).
 
 --busy N measures a busy machine too (a laptop with a browser and a build running): each
 configuration is also timed while N other processes keep a core busy each, and the table
@@ -33,6 +36,10 @@ CONFIGS = {
     'default': dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
     'large': dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16),
     'cnn': dict(batch=32, block_size=1),  # train_digits.py's CNN, 32 images of 8x8 a step
+    # a character model with recurrent layers: embedding -> LSTM or GRU -> linear head
+    'lstm': dict(kind='lstm', layers=2, hidden=128, embd=64, block_size=64, batch=12),
+    'gru': dict(kind='gru', layers=2, hidden=128, embd=64, block_size=64, batch=12),
+    'lstm4': dict(kind='lstm', layers=4, hidden=128, embd=128, block_size=64, batch=12),  # train_charlm.py --model lstm
 }
 VOCAB = 65
 
@@ -42,8 +49,8 @@ def parse_args():
     p.add_argument('--quick', action='store_true', help="fewer steps: finishes in under a minute")
     p.add_argument('--threads', type=int, default=os.cpu_count(),
                    help="threads for BLAS, tinytorch's own kernels and PyTorch (default: all cores)")
-    p.add_argument('--configs', default='small,default,large,cnn',
-                   help="comma-separated subset of small,default,large,cnn")
+    p.add_argument('--configs', default='small,default,large,cnn,lstm,gru',
+                   help="comma-separated subset of " + ','.join(CONFIGS))
     p.add_argument('--no-torch', action='store_true', help="skip the PyTorch comparison")
     p.add_argument('--busy', type=int, default=0, metavar='N',
                    help="also time each configuration while N busy processes compete for the "
@@ -196,9 +203,44 @@ def torch_cnn_setup(cfg, ours, threads):
     return training_step(lambda: tnn.functional.cross_entropy(model(x), y), opt), model
 
 
+def recurrent_model(cfg, nn_):
+    """The lstm/gru configurations' model, built with either framework's nn (the same API)."""
+    layer = nn_.LSTM if cfg['kind'] == 'lstm' else nn_.GRU
+    return nn_.ModuleDict({'emb': nn_.Embedding(VOCAB, cfg['embd']),
+                           'rnn': layer(cfg['embd'], cfg['hidden'], num_layers=cfg['layers'],
+                                        batch_first=True),
+                           'head': nn_.Linear(cfg['hidden'], VOCAB)})
+
+
+def recurrent_loss(model, x, y, cross_entropy):
+    out, _ = model['rnn'](model['emb'](x))
+    return cross_entropy(model['head'](out).reshape(-1, VOCAB), y.reshape(-1))
+
+
+def tinytorch_recurrent_setup(cfg):
+    tt.manual_seed(0)
+    model = recurrent_model(cfg, nn)
+    opt = optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (tt.tensor(a) for a in make_batch(cfg))
+    return model, training_step(lambda: recurrent_loss(model, x, y, nn.cross_entropy), opt)
+
+
+def torch_recurrent_setup(cfg, ours, threads):
+    import torch
+    torch.set_num_threads(threads)
+    model = recurrent_model(cfg, torch.nn)
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in ours.state_dict().items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (torch.from_numpy(a) for a in make_batch(cfg))
+    return training_step(lambda: recurrent_loss(model, x, y, torch.nn.functional.cross_entropy),
+                         opt), model
+
+
 def tinytorch_setup(cfg):
     if cfg is CONFIGS['cnn']:
         return tinytorch_cnn_setup(cfg)
+    if 'kind' in cfg:
+        return tinytorch_recurrent_setup(cfg)
     model = tinytorch_model(cfg)
     opt = optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
     x, y = (tt.tensor(a) for a in make_batch(cfg))
@@ -316,6 +358,8 @@ def worker(args):
         step = tinytorch_setup(cfg)[1]
     elif args.configs == 'cnn':
         step = torch_cnn_setup(cfg, tinytorch_cnn_setup(cfg)[0], args.threads)[0]
+    elif 'kind' in cfg:
+        step = torch_recurrent_setup(cfg, tinytorch_recurrent_setup(cfg)[0], args.threads)[0]
     else:
         step = torch_setup(cfg, tinytorch_model(cfg), args.threads)[0]
     t0 = time.perf_counter()
@@ -382,7 +426,7 @@ def main():
             torch_version = torch.__version__
         except ImportError:
             print("PyTorch is not installed: printing tinytorch's own figures only.")
-    print(f"GPT training step (forward, backward, AdamW step; cnn: Adam): median of {steps} steps after "
+    print(f"training step (forward, backward, AdamW step; cnn: Adam): median of {steps} steps after "
           f"{warmup} warm-up{' (large: 3 after 2)' if args.quick else ''}, in each of "
           f"{rounds} runs per framework{'' if args.rounds else ' (large: 1)'}, alternating, "
           "each in a fresh process; the median run is shown; peak MB = the highest peak resident "

@@ -16,7 +16,8 @@
      written atomically
   7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
      AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence
-  8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's)
+  8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
+     one direction of a recurrent layer as one op (the same numbers as section 3's)
 
 Needs only NumPy and tinytorch.py.
 """
@@ -1556,6 +1557,8 @@ class _RNNBase(Module):
     def _run(self, x, state, weights, reverse):
         """One direction of one layer: the cell at each time step, carrying the state.
         x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
+        if tt.fast and weights[4:] in ((), (None,)):  # the same numbers as one op (section 8, Speed)
+            return recurrent_fused(self.mode, x, state, *weights[:4], reverse=reverse)
         cell = _CELLS[self.mode][0]
         xs = _unbind(x, 0)  # x[0], x[1], ... (one op, see _unbind)
         steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
@@ -3144,7 +3147,7 @@ def _no_packed_sequences(name):
 
 
 # ---------------------------------------------------------------------------
-# 8. Speed: conv2d and max_pool2d as single ops
+# 8. Speed: conv2d and max_pool2d as single ops; a recurrent layer's loop as one op
 # ---------------------------------------------------------------------------
 # nn.conv2d and nn.max_pool2d (section 2) are compositions a learner can follow:
 # unfold, matmul, reshape, max. The functions below give the same numbers (a test
@@ -3229,3 +3232,112 @@ def max_pool2d_fused(input, win):
         return (gx[:, :, ph:ph + h, pw:pw + w],)
     return from_op(out, 'max_pool2d', (input,), backward)
 
+
+
+# The recurrent layers (section 3) loop their cell over time: about ten small ops a step,
+# each paying the graph's per-op cost, so a sequence of 64 steps is 640 ops. The function
+# below runs one direction of one layer as one op: the input's part of every gate for all
+# steps in one matmul before the loop (it does not depend on h), then the loop in plain
+# NumPy, keeping each step's gates for a hand-written backpropagation through time.
+# Same numbers as the cells (a test proves it); a projection (proj_size) runs the cells.
+def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=False):
+    """One direction of RNN/LSTM/GRU as one op. x (L, N, I); state h0 (N, H), or (h0, c0)
+    for LSTM. Returns (all h (L, N, H), last state), as _RNNBase._run.
+    Backward, step by step from the last: dh_t = g_t + dh_{t+1} carried through the cell;
+    the gates' pre-activation gradients a_t give dx = a W_ih, dW_ih = a^T x, dW_hh = a^T h."""
+    lstm, gru = mode == 'LSTM', mode == 'GRU'
+    h0, c0 = state if lstm else (state, None)
+    L, n, hsize = x.shape[0], x.shape[1], w_hh.shape[1]
+    X, Wih, Whh = x.array, w_ih.array, w_hh.array
+    WhhT = np.ascontiguousarray(Whh.T)  # h @ WhhT: BLAS is much slower on a transposed view here
+    order = range(L - 1, -1, -1) if reverse else range(L)
+    xw = X.reshape(L * n, -1) @ Wih.T  # every step's input part of the gates, one matmul
+    if b_ih is not None:
+        xw += b_ih.array
+        if not gru:  # GRU keeps b_hh inside r * (h W_hn^T + b_hn)
+            xw += b_hh.array
+    xw = xw.reshape(L, n, -1)
+    bhh = b_hh.array if (gru and b_hh is not None) else 0
+    H = np.empty((L, n, hsize), dtype=X.dtype)    # h after each step
+    prev = np.empty((L, n, hsize), dtype=X.dtype)  # h before each step
+    keep = []  # what each step's backward reads, in the order the steps ran
+    h, c = h0.array, (c0.array.copy() if lstm else None)  # c0 is read again in backward
+    for t in order:
+        prev[t] = h
+        if lstm:
+            a = xw[t] + h @ WhhT
+            i, f = _sigmoid(a[:, :hsize]), _sigmoid(a[:, hsize:2 * hsize])
+            g, o = np.tanh(a[:, 2 * hsize:3 * hsize]), _sigmoid(a[:, 3 * hsize:])
+            c_prev, c = c, f * c + i * g
+            tc = np.tanh(c)
+            h = o * tc
+            keep.append((i, f, g, o, c_prev, tc))
+        elif gru:
+            hw = h @ WhhT + bhh
+            r = _sigmoid(xw[t, :, :hsize] + hw[:, :hsize])
+            z = _sigmoid(xw[t, :, hsize:2 * hsize] + hw[:, hsize:2 * hsize])
+            hn = hw[:, 2 * hsize:]
+            nn_ = np.tanh(xw[t, :, 2 * hsize:] + r * hn)
+            h = (1 - z) * nn_ + z * h
+            keep.append((r, z, hn, nn_))
+        else:
+            a = xw[t] + h @ WhhT
+            h = np.tanh(a) if mode == 'RNN_TANH' else np.maximum(a, 0)
+        H[t] = h
+    out = np.concatenate([H, c[None]]) if lstm else H  # LSTM: the last c rides as row L
+
+    def backward(g):
+        """d h_t: g_t + the next step's dh; through the cell's gates to their pre-activations
+        a_t; then dx = a W_ih, dW_ih = a^T x, dW_hh = a^T h_prev, db = sum of a"""
+        gH = g[:L]
+        dh = np.zeros((n, hsize), dtype=g.dtype)
+        dc = g[L] if lstm else None
+        A = np.empty_like(xw)  # the gradient of each step's input part of the gates
+        AH = np.empty_like(xw) if gru else A  # ... and of its h part (GRU's differ in n)
+        for t, kept in zip(reversed(order), reversed(keep) if keep else [None] * L):
+            dh = dh + gH[t]
+            if lstm:
+                i, f, gg, o, c_prev, tc = kept
+                dc = dc + dh * o * (1 - tc * tc)
+                A[t, :, :hsize] = dc * gg * i * (1 - i)
+                A[t, :, hsize:2 * hsize] = dc * c_prev * f * (1 - f)
+                A[t, :, 2 * hsize:3 * hsize] = dc * i * (1 - gg * gg)
+                A[t, :, 3 * hsize:] = dh * tc * o * (1 - o)
+                dc = dc * f
+                dh = A[t] @ Whh
+            elif gru:
+                r, z, hn, nn_ = kept
+                dn = dh * (1 - z) * (1 - nn_ * nn_)
+                A[t, :, :hsize] = AH[t, :, :hsize] = dn * hn * r * (1 - r)
+                A[t, :, hsize:2 * hsize] = AH[t, :, hsize:2 * hsize] = \
+                    dh * (prev[t] - nn_) * z * (1 - z)
+                A[t, :, 2 * hsize:] = dn
+                AH[t, :, 2 * hsize:] = dn * r
+                dh = dh * z + AH[t] @ Whh
+            else:
+                h = H[t]
+                A[t] = dh * (1 - h * h) if mode == 'RNN_TANH' else dh * (h > 0)
+                dh = A[t] @ Whh
+        flat, flat_h = A.reshape(L * n, -1), AH.reshape(L * n, -1)
+        grads = [(flat @ Wih).reshape(X.shape) if x.requires_grad else None,
+                 dh if h0.requires_grad else None]
+        if lstm:
+            grads.append(dc if c0.requires_grad else None)
+        grads.append(flat.T @ X.reshape(L * n, -1) if w_ih.requires_grad else None)
+        grads.append(flat_h.T @ prev.reshape(L * n, -1) if w_hh.requires_grad else None)
+        if b_ih is not None:
+            grads += [flat.sum(0) if b_ih.requires_grad else None,
+                      flat_h.sum(0) if b_hh.requires_grad else None]
+        return tuple(grads)
+    parents = (x, h0) + ((c0,) if lstm else ()) + (w_ih, w_hh) + \
+        ((b_ih, b_hh) if b_ih is not None else ())
+    y = from_op(out, mode.lower(), parents, backward, saved=(x, w_ih, w_hh))
+    ys = y[:L] if lstm else y
+    last_h = ys[0] if reverse else ys[L - 1]
+    return ys, ((last_h, y[L]) if lstm else last_h)
+
+
+def _sigmoid(a):
+    """1 / (1 + e^-a), without overflow for large negative a"""
+    e = np.exp(-np.abs(a))
+    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))

@@ -8124,10 +8124,10 @@ def test_readme_gradient_walkthrough():
 def test_bench_script_runs():
     """bench.py is not a timed test; this only checks that it still runs and reports."""
     r = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--quick', '--configs',
-                        'small,cnn', '--no-torch', '--threads', '1', '--rounds', '1'],
+                        'small,cnn,gru', '--no-torch', '--threads', '1', '--rounds', '1'],
                        capture_output=True, text=True, timeout=120, cwd=HERE)
     assert r.returncode == 0, r.stderr
-    for name in ('small', 'cnn'):
+    for name in ('small', 'cnn', 'gru'):
         assert re.search(rf"^{name}\s+[\d.]+\s+[\d,]+\s+\d+$", r.stdout, re.M), r.stdout
     assert "autograd overhead" in r.stdout
     h = subprocess.run([sys.executable, os.path.join(HERE, 'bench.py'), '--help'],
@@ -11624,6 +11624,11 @@ def _adam_steps(w):
 # The plain -> fast twins, one row each: an op whose code calls a Speed kernel in one line
 # while tt.fast is on (the one speed switch; TINYTORCH_PLAIN=1 turns it off), the kernel
 # (its module and name), the op, and the shapes and dtype of its leaves.
+def _lstm_of(x):
+    tt.manual_seed(0)  # the same weights in the fast and the plain run
+    return nn.LSTM(3, 4, num_layers=2, bidirectional=True, dtype=tt.float64)(x)[0]
+
+
 _FAST_TWINS = [
     ('a weight shared by a batched matmul (dW)', 'tinytorch', 'shared_matrix_grad',
      lambda x, w: x @ w, [(3, 4, 5), (5, 2)], np.float64),
@@ -11638,6 +11643,8 @@ _FAST_TWINS = [
     ('causal self-attention', 'transformer', 'fused_causal_attention', _attention_of,
      [(2, 5, 8)], np.float32),
     ('an Adam step', 'optim', 'adam_step_', _adam_steps, [(3, 4)], np.float32),
+    ('an LSTM layer (one direction as one op)', 'nn', 'recurrent_fused', _lstm_of, [(5, 2, 3)],
+     np.float64),
 ]
 
 
@@ -13679,3 +13686,111 @@ def test_multihead_attention_equals_its_formula_written_in_numpy():
             np.testing.assert_allclose(w.array[n, h], a, rtol=1e-12)
             heads.append(a @ V[:, n, h * d:(h + 1) * d])
         np.testing.assert_allclose(out.array[:, n], np.concatenate(heads, 1) @ Wo.T + bo, rtol=1e-12)
+
+
+# ---- issue 36: the recurrent layers' loop as one op ----
+
+def _recurrent_run(mode, fused, monkeypatch, dtype=tt.float64, **kw):
+    """Output, final states and every gradient of a recurrent layer, fused or plain."""
+    monkeypatch.setattr(tt, 'fast', fused)
+    tt.manual_seed(3)
+    layer = {'LSTM': nn.LSTM, 'GRU': nn.GRU, 'RNN': nn.RNN}[mode](5, 4, dtype=dtype, **kw)
+    directions = 2 if kw.get('bidirectional') else 1
+    shape = (3, 6, 5) if kw.get('batch_first') else (6, 3, 5)
+    x = tt.randn(*shape, dtype=dtype, requires_grad=True)
+    h0 = tt.randn(kw.get('num_layers', 1) * directions, 3, 4, dtype=dtype, requires_grad=True)
+    c0 = tt.randn(kw.get('num_layers', 1) * directions, 3, 4, dtype=dtype, requires_grad=True)
+    y, state = layer(x, (h0, c0) if mode == 'LSTM' else h0)
+    states = state if isinstance(state, tuple) else (state,)
+    g = tt.tensor(np.random.default_rng(4).standard_normal(y.shape), dtype=dtype)
+    loss = (y * g).sum() + sum((s * s).sum() for s in states)  # every output gets a gradient
+    loss.backward()
+    grads = [x.grad, h0.grad] + ([c0.grad] if mode == 'LSTM' else []) + \
+        [p.grad for p in layer.parameters()]
+    return [y.array] + [s.array for s in states] + [g_.array for g_ in grads]
+
+
+@pytest.mark.parametrize("mode", ['LSTM', 'GRU', 'RNN'])
+@pytest.mark.parametrize("kw", [{}, {'bidirectional': True}, {'num_layers': 2, 'batch_first': True},
+                                {'bias': False}, {'nonlinearity': 'relu'}])
+def test_fused_recurrent_layers_equal_their_cells(mode, kw, monkeypatch, fast_paths):
+    """nn's speed section runs a whole direction of a layer as one op: the same output, final
+    states and gradients (x, h0, c0, every weight and bias) as the loop of section 3's cells."""
+    if 'nonlinearity' in kw and mode != 'RNN':
+        pytest.skip("nonlinearity is RNN's argument")
+    fused = _recurrent_run(mode, True, monkeypatch, **dict(kw))
+    plain = _recurrent_run(mode, False, monkeypatch, **dict(kw))
+    assert len(fused) == len(plain)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_recurrent_is_one_op_and_its_cells_are_many(monkeypatch, fast_paths):
+    """The fused path really runs (one 'lstm' node), and the plain one loops the cell."""
+    for fused in (True, False):
+        monkeypatch.setattr(tt, 'fast', fused)
+        x = tt.randn(5, 2, 3, requires_grad=True)
+        y, _ = nn.LSTM(3, 4)(x)
+        ops, seen, todo = [], set(), [y]
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            ops.append(node._op)
+            todo.extend(node._parents)
+        assert ('lstm' in ops) == fused
+        assert (ops.count('sigmoid') >= 15) == (not fused)
+
+
+def test_fused_recurrent_float32_matches_and_refuses_a_changed_weight(monkeypatch, fast_paths):
+    fused = _recurrent_run('LSTM', True, monkeypatch, dtype=tt.float32)
+    plain = _recurrent_run('LSTM', False, monkeypatch, dtype=tt.float32)
+    for a, b in zip(fused, plain):
+        assert a.dtype == np.float32 and b.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(tt, 'fast', True)
+    gru = nn.GRU(3, 4)
+    y, _ = gru(tt.randn(4, 2, 3))
+    with tt.no_grad():
+        gru.weight_hh_l0.mul_(2)  # the backward reads this weight
+    with pytest.raises(RuntimeError, match="modified in place"):
+        y.sum().backward()
+
+
+def test_fused_recurrent_gradcheck_and_a_hand_computed_step(monkeypatch, fast_paths):
+    """The fused rule against finite differences; and one LSTM step with zero weights by hand:
+    gates sigmoid(b), tanh(b), so c = sigmoid(b_f) c0 + sigmoid(b_i) tanh(b_g)."""
+    monkeypatch.setattr(tt, 'fast', True)
+    for mode in ('LSTM', 'GRU', 'RNN_TANH'):
+        tt.manual_seed(1)
+        gates = {'LSTM': 4, 'GRU': 3}.get(mode, 1)
+        x = tt.randn(3, 2, 3, dtype=tt.float64, requires_grad=True)
+        h0 = tt.randn(2, 2, dtype=tt.float64, requires_grad=True)
+        c0 = tt.randn(2, 2, dtype=tt.float64, requires_grad=True)
+        w = [tt.randn(gates * 2, k, dtype=tt.float64, requires_grad=True) for k in (3, 2)]
+        b = [tt.randn(gates * 2, dtype=tt.float64, requires_grad=True) for _ in range(2)]
+
+        def f(x, h0, c0, *wb, mode=mode):
+            ys, last = nn.recurrent_fused(mode, x, (h0, c0) if mode == 'LSTM' else h0, *wb,
+                                          reverse=True)
+            return (ys * ys).sum() + sum((s * s).sum() for s in (last if mode == 'LSTM' else (last,)))
+        assert tt.gradcheck(f, (x, h0, c0, *w, *b))
+    z = lambda *s: tt.zeros(*s)  # noqa: E731
+    b_ih, b_hh = tt.tensor([1., -1., 0.5, 2.]), tt.tensor([0., 0.5, 0., 0.])
+    c0 = tt.tensor([[0.3]])
+    ys, (h, c) = nn.recurrent_fused('LSTM', z(1, 1, 2), (z(1, 1), c0), z(4, 2), z(4, 1), b_ih, b_hh)
+    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    c_hand = sig(-0.5) * 0.3 + sig(1.) * math.tanh(0.5)
+    assert c.item() == pytest.approx(c_hand, rel=1e-6)
+    assert h.item() == pytest.approx(sig(2.) * math.tanh(c_hand), rel=1e-6)
+    assert ys[0].item() == h.item()
+
+
+def test_the_plain_switch_turns_the_fused_recurrent_path_off(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a speed path ran with tt.fast = False")
+    monkeypatch.setattr(tt, 'fast', False)
+    monkeypatch.setattr(nn, 'recurrent_fused', refuse)
+    y, (h, c) = nn.LSTM(3, 4, num_layers=2)(tt.randn(5, 2, 3))
+    assert y.shape == (5, 2, 4) and c.shape == (2, 2, 4)
