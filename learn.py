@@ -215,11 +215,12 @@ EXERCISES = {
         math="mean = rows.mean(1, keepdims), var = ((rows - mean)^2).mean(1, keepdims) (the "
              "biased variance, / n), rstd = 1/sqrt(var + eps), xhat = (rows - mean) * rstd."),
     '7.1': dict(
-        what="q: (..., Tq, d), k: (..., Tk, d) tensors; mask: None, or a bool array/tensor "
-             "(True = may attend) or a float one\nto add to the scores; is_causal: query i sees "
-             "keys 0..i only (_causal_mask(Tq, Tk) is that bool mask).\nReturn the weights "
-             "(..., Tq, Tk): each row sums to 1 over its allowed keys and is exactly 0 "
-             "elsewhere.",
+        what="q: (..., Tq, d), k: (..., Tk, d) tensors; scale: None (then 1/sqrt(d)) or a "
+             "number; mask: None, or a bool array/tensor\n(True = may attend) or a float one "
+             "to add to the scores; is_causal: query i sees keys 0..i only (_causal_mask(Tq, "
+             "Tk)\nis that bool mask). Set scores (..., Tq, Tk), the masked scaled scores (the "
+             "lines after your code read it), and\nunless zero_empty_rows, return the weights: "
+             "each row sums to 1 over its allowed keys and is exactly 0 elsewhere.",
         think="Dot products of random d-dimensional vectors grow like sqrt(d): what does "
               "that do to a softmax? A masked key must get weight 0 and the rest must still "
               "sum to 1: before or after the softmax?",
@@ -294,7 +295,8 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
     '6.1': ('nn.py', "a stable log-softmax (inside cross_entropy)",
             [('cross_entropy', 'shifted = ', 'logp = ')]),
     '6.2': ('nn.py', "layer norm's normalisation", [('layer_norm', 'first = ', 'xhat *= rstd')]),
-    '7.1': ('transformer.py', "attention weights", [('attention_weights', None, None)]),
+    '7.1': ('nn.py', "attention weights",
+            [('attention_weights', 'scale = ', 'if not zero_empty_rows')]),
     '7.2': ('transformer.py', "multi-head", [('CausalSelfAttention.attend', 'q = q.reshape(',
                                               'v = v.reshape('),
                                              ('CausalSelfAttention.attend', 'return y.transpose(',

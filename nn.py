@@ -1557,7 +1557,7 @@ class _RNNBase(Module):
     def _run(self, x, state, weights, reverse):
         """One direction of one layer: the cell at each time step, carrying the state.
         x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
-        if tt.fast and weights[4:] in ((), (None,)):  # the same numbers as one op (section 8, Speed)
+        if tt.fast and (len(weights) < 5 or weights[4] is None):  # one op, the same numbers (section 8)
             return recurrent_fused(self.mode, x, state, *weights[:4], reverse=reverse)
         cell = _CELLS[self.mode][0]
         xs = _unbind(x, 0)  # x[0], x[1], ... (one op, see _unbind)
@@ -1716,7 +1716,7 @@ def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_r
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
-    attention_weights (transformer.py's is the short one to read first).
+    attention_weights (above).
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); scale defaults
     to 1/sqrt(E). attn_mask broadcasts to (..., L, S): a bool mask says True = may attend
     (the opposite of MultiheadAttention's), a float one is added to the scores (and gets
@@ -3287,8 +3287,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     out = np.concatenate([H, c[None]]) if lstm else H  # LSTM: the last c rides as row L
 
     def backward(g):
-        """d h_t: g_t + the next step's dh; through the cell's gates to their pre-activations
-        a_t; then dx = a W_ih, dW_ih = a^T x, dW_hh = a^T h_prev, db = sum of a"""
+        """d each input: steps back from the last; gates' a_t: dx = a W_ih, dW = a^T x (or h)"""
         gH = g[:L]
         dh = np.zeros((n, hsize), dtype=g.dtype)
         dc = g[L] if lstm else None

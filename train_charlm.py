@@ -692,10 +692,12 @@ def step_memory(config, batch_size):
     attention scores and probabilities kept for backward (n_head x block_size each, the
     term that grows with the square of the context) and the activations (about 24
     vectors of n_embd); the logits; the weights, gradients and AdamW's two moments. An
-    LSTM or GRU keeps about 32 vectors of n_embd per layer and step, and no scores."""
+    LSTM or GRU keeps about 32 vectors of n_embd per layer and step as a loop of cells, and
+    about 12 as nn's one-op layer (tt.fast, nn.py's Speed section); no scores."""
     B, T, C = batch_size, config.block_size, config.n_embd
     if isinstance(config, RNNConfig):
-        activations = 4 * B * T * (config.n_layer * 32 * C + 4 * config.vocab_size)
+        kept = 12 if tt.fast else 32
+        activations = 4 * B * T * (config.n_layer * kept * C + 4 * config.vocab_size)
         return activations + 16 * (config.n_layer * 8 * C * C + 2 * config.vocab_size * C)
     H = config.n_head
     activations = 4 * B * T * (config.n_layer * (4 * H * T + 24 * C) + 4 * config.vocab_size)
