@@ -10869,5 +10869,162 @@ def test_charlm_prints_the_busy_note_in_its_run(corpus, tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert code == 0 and out.count("the machine is busy: test") == 1
 
+
+# ---- issue 34: today's PyTorch, and the fuzzer's last causes ----
+def test_a_0d_integer_tensor_indexes_as_its_number():
+    """x[tt.tensor(1)] is x[1] (PyTorch): a view of shape x.shape[1:], not a (1, ...) copy;
+    and x[i] += 1 writes there."""
+    x = tt.arange(6.).reshape(2, 3)
+    i = tt.tensor(1)
+    y = x[i]
+    assert y.shape == (3,) and np.shares_memory(y.array, x.array)
+    assert x[tt.tensor(1), tt.tensor(2)].shape == () and x[tt.tensor(1), tt.tensor(2)].item() == 5.0
+    assert tt.arange(3.)[tt.tensor(-1)].shape == () and tt.arange(3.)[tt.tensor(-1)].item() == 2.0
+    assert x[:, i].tolist() == [1.0, 4.0] and x[i, [0, 2]].tolist() == [3.0, 5.0]
+    assert x[tt.tensor([1])].shape == (1, 3)  # a 1-D tensor stays advanced indexing
+    z = x.clone()
+    z[i] += 1.
+    assert z.tolist() == [[0., 1., 2.], [4., 5., 6.]]
+    w = tt.zeros(3, requires_grad=True)
+    (w[tt.tensor(2)] * 3).backward()
+    assert w.grad.tolist() == [0., 0., 3.]
+
+
+def test_masked_fill_broadcasts_its_result_to_the_masks_shape():
+    out = tt.masked_fill(tt.tensor(1.), tt.tensor([True, False]), 0.)
+    assert out.shape == (2,) and out.tolist() == [0., 1.]
+    x = tt.tensor([1., 2., 3.], requires_grad=True)
+    out = x.masked_fill(tt.tensor([[True], [False]]), tt.tensor(2.))
+    assert out.tolist() == [[2., 2., 2.], [1., 2., 3.]]
+    out.sum().backward()
+    assert x.grad.tolist() == [1., 1., 1.]  # one of the two rows kept x
+    with pytest.raises(RuntimeError, match="shape"):
+        tt.ones(3).masked_fill_(tt.tensor([[True], [False]]), 2.)  # in place: x's shape stays
+
+
+def test_cat_skips_an_empty_1d_tensor_as_pytorch():
+    a = tt.ones(2, 3, requires_grad=True)
+    e = tt.tensor([], requires_grad=True)
+    out = tt.cat([a, e])
+    assert out.shape == (2, 3) and out.dtype == np.float32
+    assert tt.cat([e, a], 1).shape == (2, 3)
+    assert tt.cat([tt.tensor([], dtype=tt.int64), tt.ones(2, 3, dtype=tt.float64)]).dtype == np.float64
+    (out * 2).sum().backward()
+    assert a.grad.tolist() == [[2.] * 3] * 2 and e.grad.shape == (0,)
+    assert tt.cat([tt.tensor([]), tt.tensor([])]).shape == (0,)
+    with pytest.raises(ValueError):
+        tt.cat([tt.ones(2, 3), tt.zeros(2, 0)])  # an empty 2-D tensor still must fit
+
+
+def test_flip_over_no_dims_is_a_copy():
+    x = tt.tensor([[1., 2.], [3., 4.]])
+    for out in (tt.flip(x, ()), x.flip(()), x.flip([])):
+        assert out.tolist() == [[1., 2.], [3., 4.]] and not np.shares_memory(out.array, x.array)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, i: tt.gather(x, 1, i.reshape(1, -1)),
+    lambda x, i: tt.index_select(x, 1, i),
+    lambda x, i: tt.scatter(x, 1, i.reshape(1, -1), tt.ones(1, 2)),
+    lambda x, i: tt.scatter(x, 1, i.reshape(1, -1), 2.0),
+    lambda x, i: tt.scatter_add(x, 1, i.reshape(1, -1), tt.ones(1, 2)),
+    lambda x, i: x.gather(1, i.reshape(1, -1)),
+    lambda x, i: x.clone().scatter_add_(1, i.reshape(1, -1), tt.ones(1, 2)),
+])
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_gather_and_scatter_refuse_an_index_out_of_range(call, bad):
+    """NumPy would wrap -1 to the last element; PyTorch refuses it (and 3) in one line."""
+    x = tt.arange(6.).reshape(2, 3)
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 1 with size 3"):
+        call(x, tt.tensor([0, bad]))
+
+
+def test_var_and_std_with_unbiased_and_keepdim_but_no_dim_are_refused():
+    x = tt.arange(6.).reshape(2, 3)
+    for f in (x.var, x.std):
+        with pytest.raises(TypeError, match="unbiased"):
+            f(unbiased=True, keepdim=True)
+        with pytest.raises(TypeError, match="unbiased"):
+            f(unbiased=False, keepdim=False)
+    assert x.var(unbiased=True).item() == 3.5 and x.var(unbiased=False).item() == pytest.approx(17.5 / 6)
+    assert x.var(0, unbiased=False, keepdim=True).tolist() == [[2.25, 2.25, 2.25]]
+    assert x.var(keepdim=True).shape == (1, 1) and x.std(0, keepdim=False).shape == (3,)
+
+
+def test_mse_loss_broadcasts_with_pytorchs_warning():
+    a = tt.tensor([1., 2., 3.], requires_grad=True)
+    b = tt.tensor([[1., 2., 3.], [0., 0., 0.]])
+    with pytest.warns(UserWarning, match=r"Using a target size \(2, 3\) that is different to "
+                                         r"the input size \(3,\)"):
+        loss = nn.mse_loss(a, b)
+    assert loss.item() == pytest.approx(14 / 6)  # (0 + 0 + 0 + 1 + 4 + 9) / 6
+    loss.backward()
+    np.testing.assert_allclose(a.grad.array, [2 / 6, 4 / 6, 6 / 6])  # sum of 2 (a - b) / 6
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        nn.mse_loss(tt.ones(3), tt.ones(2, 2))
+
+
+def test_expand_copy_is_a_copy_of_expand():
+    x = tt.tensor([[1.], [2.]], requires_grad=True)
+    out = tt.expand_copy(x, (2, 3))
+    assert out.tolist() == [[1., 1., 1.], [2., 2., 2.]] and out.array.flags.c_contiguous
+    out[0, 0] = 5.0  # its own memory: writable, x unchanged
+    assert x.tolist() == [[1.], [2.]]
+    tt.expand_copy(x, [-1, 4]).sum().backward()
+    assert x.grad.tolist() == [[4.], [4.]]
+
+
+def test_numpy_array_of_a_tensor_copies_unless_asked_not_to():
+    t = tt.tensor([1., 2., 3.])
+    a = np.array(t, copy=True)
+    a[0] = 99
+    b = np.array(t)  # NumPy's default is copy=True
+    b[1] = 99
+    assert t.tolist() == [1., 2., 3.]
+    c = np.asarray(t)  # asarray shares memory, as PyTorch's
+    c[2] = 7
+    assert t.tolist() == [1., 2., 7.]
+    assert np.array(t, dtype=np.float64, copy=True).dtype == np.float64
+    assert np.asarray(t, dtype=np.int64).tolist() == [1, 2, 7]
+    assert np.shares_memory(np.array(t, copy=False), t.array)
+    with pytest.raises(ValueError, match="copy"):
+        np.array(t, dtype=np.float64, copy=False)  # a cast can not share memory
+    with pytest.raises(RuntimeError, match="detach"):
+        np.array(tt.ones(2, requires_grad=True))
+
+
+def test_from_op_refuses_a_tensor_for_its_array():
+    a = tt.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match=r"from_op: .*\.array"):
+        tt.from_op(a.data * 2, 'double', (a,), lambda g: (2 * g,))
+    out = tt.from_op(a.array * 2, 'double', (a,), lambda g: (2 * g,))
+    out.sum().backward()
+    assert a.grad.tolist() == [2., 2.]
+
+
+def test_a_float_attention_mask_that_requires_grad_gets_its_gradient():
+    """The float mask is added to the scores: d out / d mask is d out / d scores."""
+    tt.manual_seed(0)
+    mha = nn.MultiheadAttention(4, 2, dtype=tt.float64)
+    x = tt.tensor(np.random.default_rng(0).standard_normal((3, 1, 4)))
+    mask = tt.zeros(3, 3, dtype=tt.float64, requires_grad=True)
+    check(lambda m: mha(x, x, x, attn_mask=m)[0], mask)
+    layer = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0, dtype=tt.float64)
+    src_mask = tt.zeros(3, 3, dtype=tt.float64, requires_grad=True)
+    check(lambda m: layer(x, src_mask=m), src_mask)
+    # by hand: one query, two keys, one head of one feature, q = k = v = identity maps
+    one = nn.MultiheadAttention(1, 1, bias=False, dtype=tt.float64)
+    with tt.no_grad():
+        one.in_proj_weight.copy_(tt.ones(3, 1, dtype=tt.float64))
+        one.out_proj.weight.copy_(tt.ones(1, 1, dtype=tt.float64))
+    q = tt.tensor([[[0.]]], dtype=tt.float64)
+    kv = tt.tensor([[[1.]], [[3.]]], dtype=tt.float64)
+    m = tt.zeros(1, 2, dtype=tt.float64, requires_grad=True)
+    out = one(q, kv, kv, attn_mask=m)[0]
+    assert out.item() == pytest.approx(2.0)  # scores 0, 0: weights 1/2 each
+    out.backward()
+    # d out / d m_j = w_j (v_j - out) = 1/2 (1 - 2), 1/2 (3 - 2)
+    np.testing.assert_allclose(m.grad.array, [[-0.5, 0.5]])
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

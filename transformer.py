@@ -51,6 +51,8 @@ def attention_weights(q, k, mask=None, is_causal=False):
         m = mask.array if isinstance(mask, tt.Tensor) else mask
         if m.dtype == bool:
             scores = scores.masked_fill(~m, -np.inf)
+        elif isinstance(mask, tt.Tensor):  # a float mask is added: it gets the scores' gradient
+            scores = scores + mask.to(scores.dtype)
         else:
             scores = scores + tt.tensor(m.astype(scores.dtype))
     return scores.softmax(-1)
