@@ -643,9 +643,12 @@ def test_gelu_values_match_math_erf():
 
 
 def test_clamp_with_tensor_bounds_matches_pytorch_at_nan_and_inf():
-    """Tensor bounds: x gets g where lo <= x <= hi (so 0 at a nan x, not nan), lo where
-    x < lo (and lo < hi), hi where x > hi (or hi < lo); selected, so an inf g gives no nan."""
+    """Tensor bounds (PyTorch 2.14 on): x gets g unless x < lo or x > hi (so g at a nan x),
+    half of it at a tie with a bound (lo < hi), lo where x < lo <= hi, hi where hi < lo or
+    x > hi >= lo; selected, so an inf g gives no nan. PyTorch 2.13's rule (no halves, 0 at
+    a nan) is held to _clamp_grads_before_2_14 instead."""
     torch = need_torch()
+    old = _torch_older_than(torch, '2.14')
     nan, inf = math.nan, math.inf
     xs = [nan, 1.0, -2.0, 0.5, 3.0, -0.8]
     for lo in ([-0.8, nan, 0.0, 0.5, 1.0, 2.0], [0.2], 0.1, None):
@@ -660,6 +663,8 @@ def test_clamp_with_tensor_bounds_matches_pytorch_at_nan_and_inf():
                     y = x.clamp(l, h)
                     y.backward(T.full(tuple(y.shape), upstream, dtype=T.float64))
                     got.append([np.array(y.tolist())] + [np.asarray(v.grad) for v in (x, l, h) if v is not None])
+                if old:  # the values against PyTorch; its gradients against its own rule
+                    got[0] = got[0][:1] + _clamp_grads_before_2_14(xs, lo, hi, upstream)
                 for a, b in zip(*got):
                     np.testing.assert_allclose(a, b, equal_nan=True, err_msg=f"{lo}, {hi}, {upstream}")
     x, lo, hi = t64(3, 4), tt.tensor([-1.5, -0.5, 0.1, -0.2], dtype=tt.float64, requires_grad=True), \
@@ -1699,8 +1704,8 @@ def test_defaults_and_one_sided_forms_match_torch():
     assert x.clamp(max=0.0).tolist() == [[-2.0, 0.0, 0.0]]
     assert x.clamp(min=0.0).tolist() == [[0.0, 0.0, 3.0]]
     x.grad = None
-    x.clamp(max=0.0).sum().backward()  # 1 up to and at the bound, 0 above it
-    assert x.grad.tolist() == [[1.0, 1.0, 0.0]]
+    x.clamp(max=0.0).sum().backward()  # 1 below the bound, 0 at it (PyTorch 2.14 on) and above
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0]]
     z = tt.zeros(1, 2, 1, 3)
     assert z.squeeze().shape == (2, 3) and z.squeeze(0).shape == (2, 1, 3)
     assert z.squeeze(1).shape == (1, 2, 1, 3)  # a dim that is not 1 stays, as PyTorch
@@ -8772,7 +8777,7 @@ def test_ops_match_pytorch():
 # ---------------------------------------------------------------------------
 # Conformance with PyTorch: every public op, its value, gradient and result dtype,
 # and the type promotion table. Skipped without PyTorch; .ci/run installs
-# torch==2.13.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
+# torch==2.15.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
 # which turns a missing PyTorch into a failure instead of a skip.
 # ---------------------------------------------------------------------------
 _KINDS = ('tensor', '0-d tensor', 'Python scalar', 'NumPy scalar')
@@ -9107,6 +9112,9 @@ def test_pytorch_edge_values():
             out.sum().backward()
             ref.sum().backward()
         np.testing.assert_allclose(out.array, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
+        if k == 17 and _torch_older_than(torch, '2.14'):  # clamp(0, 1) at 0, 1, 2: the rule
+            assert t.grad.tolist() == [1.0, 1.0, 0.0] and x.grad.tolist() == [0.0, 0.0, 0.0]
+            continue  # at a bound changed in 2.14 (README, "Older PyTorch releases")
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
     logits = np.random.default_rng(0).standard_normal((2, 3))
     x, t = tt.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
@@ -9169,7 +9177,34 @@ FUZZ_DIFFERENCES = {
     'retained-grads-after-in-place': ("the `.grad` that `retain_grad()` keeps on that",
                                       "a program with an in-place change compares the .grad of "
                                       "leaves only"),
+    'bool-base-powers': ("A Python bool as the base of a power",
+                         "no `False ** x` (PyTorch 2.14 on differentiates it as log(0) 0^x)"),
 }
+
+
+# Rules PyTorch changed between 2.13 (the oldest release the suite runs with) and 2.15 (the
+# one tinytorch follows), as README lists them ("Older PyTorch releases"): each names its
+# README phrase, the release that brought the rule, and what the fuzzer leaves out when the
+# installed PyTorch is older (_torch_older_than).
+FUZZ_RULE_CHANGES = {
+    'clamp-bounds': ("clamp's gradient at a bound", '2.14',
+                     "no clamp whose operand meets a bound or holds a nan (_clamp_rule_met)"),
+}
+
+
+def _clamp_rule_met(g, x, args):
+    """Whether `x.clamp(args)` meets the rule PyTorch changed in 2.14 (x at a bound; with
+    tensor bounds, a nan anywhere) while an older PyTorch is the oracle."""
+    if not _torch_older_than(g.torch, FUZZ_RULE_CHANGES['clamp-bounds'][1]):
+        return False
+    try:
+        lo_hi = eval(_render(f"(lambda min=None, max=None: (min, max))({args})", 'torch', 'float64'),
+                     dict(g.env))
+    except Exception:
+        return False  # PyTorch refuses it: nothing to compare
+    torch, v = g.torch, g.env[x].detach().double()
+    bounds = [torch.as_tensor(b).double() for b in lo_hi if b is not None]
+    return bool(v.isnan().any() or any((v == b).any() or b.isnan().any() for b in bounds))
 
 
 _FLOAT_DTYPES = ('float16', 'float32', 'float64')
@@ -9376,6 +9411,8 @@ def _g_binary(g):
     op = g.op(['+', '-', '*', '/', '**', '+', '*', '>', '==', '<=', '!=', '<'], ['//', '%', '&', '|', '^'])
     b = g.operand_like(g.env[a]) if g.chance(0.8) else g.pick() or g.scalar()
     left, right = (a, b) if g.chance(0.6) else (b, a)
+    if op == '**' and left == 'False':
+        return None  # FUZZ_DIFFERENCES['bool-base-powers']
     if op in ('&', '|', '^'):  # bitwise ops, on masks
         left, right = (f"({t} > 0)" if t.startswith('t') else 'True' for t in (left, right))
     return f"{g.name()} = {left} {op} {right}", op
@@ -9418,6 +9455,8 @@ def _g_clamp_where(g):
         args = g.choice([f"min={lo}", f"max={hi}", f"{lo}, {hi}"])
         if g.names:  # tensor bounds (issue 23)
             args = g.choice([f"min=T.tensor({lo}, dtype=T.DT)", f"{x}, {x} + 1"])
+        if _clamp_rule_met(g, x, args):
+            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
         return f"{g.name()} = {x}.clamp({args})", 'clamp'
     if form == 'where':
         c = g.pick(lambda o: o.dtype == g.torch.bool) if g.chance(0.3) else None
@@ -9691,6 +9730,8 @@ def _g_inplace(g):
         lo = round(float(g.rng.standard_normal()), 1)
         args = {'clamp_': g.choice([f"{lo}, {lo + 1}", f"min={lo}", f"max={lo}"]),
                 'clamp_min_': str(lo), 'clamp_max_': str(lo)}[f]
+        if _clamp_rule_met(g, x, args if f == 'clamp_' else f"{f[6:9]}={lo}"):
+            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
         return f"{guard}{x}.{f}({args})", f
     if f == 'masked_fill_':
         value = g.scalar('float')
@@ -11025,6 +11066,85 @@ def test_a_float_attention_mask_that_requires_grad_gets_its_gradient():
     out.backward()
     # d out / d m_j = w_j (v_j - out) = 1/2 (1 - 2), 1/2 (3 - 2)
     np.testing.assert_allclose(m.grad.array, [[-0.5, 0.5]])
+
+
+def _torch_older_than(torch, release):
+    """Whether the installed PyTorch is older than `release` ('2.14'). tinytorch follows
+    PyTorch 2.15; a comparison that meets a rule changed since 2.13 (README, "Older PyTorch
+    releases") asks this and holds an older PyTorch to its own rule."""
+    have = tuple(int(n) for n in re.findall(r'\d+', torch.__version__)[:2])
+    return have < tuple(int(n) for n in release.split('.'))
+
+
+def test_torch_older_than_reads_release_numbers():
+    fake = types.SimpleNamespace
+    assert _torch_older_than(fake(__version__='2.13.0+cpu'), '2.14')
+    assert not _torch_older_than(fake(__version__='2.15.0+cu132'), '2.14')
+    assert not _torch_older_than(fake(__version__='2.14.1'), '2.14')
+    assert _torch_older_than(fake(__version__='2.9.1'), '2.14')  # 9 < 14, as numbers
+
+
+def _clamp_grads_before_2_14(xs, lo, hi, upstream):
+    """PyTorch 2.13's clamp rule with tensor bounds, for comparisons with it: x gets g where
+    lo <= x <= hi (0 at a nan), lo where x < lo < hi, hi where x > hi or hi < lo."""
+    a = np.array(xs, dtype=np.float64)
+    bounds = [None if v is None else np.array(v, dtype=np.float64) for v in (lo, hi)]
+    l, h = (np.zeros_like(a) if b is None else b for b in bounds)  # (an absent one: unread)
+    with np.errstate(invalid='ignore'):
+        if lo is not None and hi is not None:
+            masks = [(a >= l) & (a <= h), (a < l) & (l < h), (a > h) | (h < l)]
+        elif hi is None:
+            masks = [a >= l, a < l]
+        else:
+            masks = [a <= h, a > h]
+    shapes = [a.shape] + [b.shape for b in bounds if b is not None]
+    return [tt.unbroadcast(np.where(m, upstream, 0.0), shape) for m, shape in zip(masks, shapes)]
+
+
+def test_clamp_gradients_follow_pytorch_2_15_by_hand():
+    """PyTorch 2.14 changed clamp's gradient at its bounds (its release notes: the minimum-norm
+    subgradient): a number bound gives 0 there (as relu at 0); a tensor bound splits a tie
+    in halves (as maximum), and a nan x passes g. Pinned here without PyTorch."""
+    x = tt.tensor([-1.0, 0.0, 0.5, 1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    for call, want in ((lambda v: v.clamp(0, 1), [0, 0, 1, 0, 0]),
+                       (lambda v: v.clamp(min=0), [0, 0, 1, 1, 1]),
+                       (lambda v: v.clamp_max(1), [1, 1, 1, 0, 0]),
+                       (lambda v: v.clone().clamp_(0, 1), [0, 0, 1, 0, 0]),
+                       (lambda v: v.clamp(1, 1), [0, 0, 0, 0, 0])):
+        x.grad = None
+        call(x).sum().backward()
+        assert x.grad.tolist() == want
+    nan = math.nan
+    rows = [  # x, lo, hi -> d/dx, d/dlo, d/dhi
+        ((0.0, 0.0, 1.0), (0.5, 0.5, 0.0)), ((1.0, 0.0, 1.0), (0.5, 0.0, 0.5)),
+        ((0.5, 0.0, 1.0), (1.0, 0.0, 0.0)), ((-1.0, 0.0, 1.0), (0.0, 1.0, 0.0)),
+        ((2.0, 0.0, 1.0), (0.0, 0.0, 1.0)), ((1.0, 1.0, 1.0), (1.0, 0.0, 0.0)),
+        ((-1.0, 1.0, 1.0), (0.0, 1.0, 0.0)), ((2.0, 1.0, 1.0), (0.0, 0.0, 1.0)),
+        ((0.5, 1.0, 0.0), (0.0, 0.0, 1.0)), ((nan, 1.0, 0.0), (1.0, 0.0, 1.0)),
+        ((nan, 0.0, 1.0), (1.0, 0.0, 0.0)), ((0.0, nan, -1.0), (0.0, 0.0, 0.0)),
+        ((0.0, nan, 1.0), (1.0, 0.0, 0.0)), ((0.0, -1.0, nan), (1.0, 0.0, 0.0))]
+    for values, want in rows:
+        x, lo, hi = (tt.tensor([v], dtype=tt.float64, requires_grad=True) for v in values)
+        x.clamp(lo, hi).sum().backward()
+        assert (x.grad.item(), lo.grad.item(), hi.grad.item()) == want, values
+    for values, want in (((0.0, 0.0), (0.5, 0.5)), ((nan, 0.0), (1.0, 1.0)), ((0.0, nan), (1.0, 1.0)),
+                         ((-1.0, 0.0), (0.0, 1.0))):
+        x, lo = (tt.tensor([v], dtype=tt.float64, requires_grad=True) for v in values)
+        x.clamp(min=lo).sum().backward()
+        assert (x.grad.item(), lo.grad.item()) == want, values
+
+
+def test_fuzz_rule_changes_are_the_readmes_older_releases():
+    """Each rule PyTorch changed since 2.13 names its line of README's "Older PyTorch
+    releases", and README and CI name the release tinytorch follows."""
+    with open(os.path.join(HERE, 'README.md')) as f:
+        readme = f.read()
+    older = readme.split('### Older PyTorch releases')[1].split('**The differential fuzzer**')[0]
+    for name, (phrase, release, _) in FUZZ_RULE_CHANGES.items():
+        assert phrase in older and f"({release})" in older, name
+    assert 'tinytorch follows PyTorch\n2.15' in readme and 'tinytorch follows PyTorch 2.15' in older
+    with open(os.path.join(HERE, '.ci', 'run')) as f:
+        assert 'pip install torch==2.15.0' in f.read()
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
