@@ -9179,6 +9179,9 @@ FUZZ_DIFFERENCES = {
                                       "leaves only"),
     'bool-base-powers': ("A Python bool as the base of a power",
                          "no `False ** x` (PyTorch 2.14 on differentiates it as log(0) 0^x)"),
+    'numpy-ufuncs': ("NumPy's ufuncs refuse a tensor", "no NumPy ufunc gets a tensor (_g_numpy)"),
+    'numpy-copy-false': ("`np.array(t, copy=False)` gives the tensor's memory",
+                         "np.array gets no copy=False (_g_numpy)"),
 }
 
 
@@ -9466,7 +9469,11 @@ def _g_clamp_where(g):
         value = g.scalar('float')
         if g.chance(0.4):  # a 0-d tensor value, maybe requiring grad
             value = g.pick_float(lambda o: o.ndim == 0) or f"T.tensor({value}, dtype=T.DT)"
-        return f"{g.name()} = {x}.masked_fill({x} > 0, {value})", 'masked_fill'
+        m = g.pick(lambda o: _broadcasts(o, v)) if g.chance(0.3) else None  # the result broadcasts
+        mask = f"{m} > 0" if m else f"{x} > 0"
+        if m and g.chance(0.5):
+            return f"{g.name()} = T.masked_fill({x}, {mask}, {value})", 'masked_fill'
+        return f"{g.name()} = {x}.masked_fill({mask}, {value})", 'masked_fill'
     return f"{g.name()} = F.leaky_relu({x}, 0.1)", 'leaky_relu'
 
 
@@ -9589,6 +9596,9 @@ def _g_view(g):
         return f"{out} = {x}.movedim({g.dim(v)}, {g.dim(v)})", f
     if f in ('cat', 'stack'):
         other = g.pick(lambda o: o.shape == v.shape) or x
+        if f == 'cat' and g.chance(0.2):  # an empty operand: (0,) is skipped (PyTorch's legacy rule)
+            other = g.choice(["T.tensor([], dtype=T.DT)", "T.zeros(0, dtype=T.int64)",
+                              f"{x}[:0]", "T.zeros(0, 3, dtype=T.DT)"])
         return f"{out} = T.{f}([{x}, {other}], {g.dim(v) if f == 'cat' else 0})", f
     if f == 'repeat':
         return f"{out} = {x}.repeat({', '.join(['2'] * max(n, 1))})", f
@@ -9624,7 +9634,8 @@ def _index(g, v, unique):
             continue
         size = v.shape[d]
         if r < 0.35 and size:
-            parts.append(str(int(g.rng.integers(-size, size))))
+            k = int(g.rng.integers(-size, size))
+            parts.append(f"T.tensor({k})" if g.chance(0.25) else str(k))  # a 0-d tensor: its number
         elif r < 0.6:
             start = int(g.rng.integers(-size - 1, size + 1)) if g.chance(0.5) else ''
             stop = int(g.rng.integers(-size - 1, size + 2)) if g.chance(0.5) else ''
@@ -9654,7 +9665,8 @@ def _index_kind(idx):
     kinds = []
     for p in _split_index(idx):
         p = p.strip()
-        kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.')
+        kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.tensor([')
+                     else '0-d tensor' if p.startswith('T.')
                      else 'slice' if ':' in p else p if p in ('None', '...', '()') else 'int' if p else '')
     return 'x[' + ', '.join(k for k in kinds if k) + ']'
 
@@ -9751,6 +9763,14 @@ def _g_inplace(g):
                'scatter_': f"0, {i}, T.ones(len({i}), dtype={x}.dtype)"}[f]
         return f"{guard}{x}.{f}({src})", f
     return f"{guard}{x}.{f}()", f
+
+
+def _broadcasts(o, v):
+    try:
+        np.broadcast_shapes(o.shape, v.shape)
+        return True
+    except ValueError:
+        return False
 
 
 def _fits(o, v):
@@ -9861,6 +9881,44 @@ def _g_functions(g):
     return f"{g.name()} = {f.format(x=x, o=other)}", f.split('(')[0].replace('{x}', '')
 
 
+def _g_numpy(g):
+    """NumPy interop: np.asarray / np.array (copy=, dtype=) of a tensor, the array written
+    (an alias changes the tensor, a copy does not), NumPy functions that take tensors as
+    arrays, and tensors made from arrays. FUZZ_DIFFERENCES['numpy-ufuncs'] and
+    ['numpy-copy-false']: no ufunc on a tensor, no copy=False."""
+    x = g.pick()
+    if x is None:
+        return None
+    v, out = g.env[x], g.name()
+    src = f"{x}.detach()" if g.chance(0.85) else x  # a tensor that requires grad: refused
+    dt = g.choice(['', '', ', dtype=np.float64', ', dtype=np.float32', ', dtype=np.int64'])
+    f = g.choice(['asarray', 'asarray', 'array', 'array copy', 'concatenate', 'stack', 'where',
+                  'tensor of', 'from_numpy', 'as_tensor', 'tolist'])
+    write = "; {a}[...] = 7" if v.ndim else ""
+    if f == 'asarray':  # written through only where no graph reads it (FUZZ_DIFFERENCES['data-attribute'])
+        if g.chance(0.5):
+            return f"{out} = np.asarray({src}{dt})", 'np.asarray'
+        return (f"{out} = {x}.detach().clone(); _a = np.asarray({out}{dt})" + write.format(a='_a'),
+                'np.asarray')
+    if f == 'array':
+        return f"{out} = np.array({src}{dt})" + write.format(a=out), 'np.array'
+    if f == 'array copy':
+        return f"{out} = np.array({src}{dt}, copy=True)" + write.format(a=out), 'np.array(copy=True)'
+    if f in ('concatenate', 'stack'):
+        if not v.ndim:
+            return None
+        return f"{out} = np.{f}([{src}, {src}])", 'np.' + f
+    if f == 'where':
+        return f"{out} = np.where({src} > 0, {src}, 0)", 'np.where'
+    if f == 'tensor of':
+        return f"{out} = T.tensor(np.asarray({src}{dt}) * 2)", 'T.tensor(np.asarray)'
+    if f == 'from_numpy':
+        return f"_a = np.array({src}{dt}); {out} = T.from_numpy(_a); _a[...] = 5", 'T.from_numpy'
+    if f == 'as_tensor':
+        return f"_a = np.array({src}); {out} = T.as_tensor(_a{dt.replace('np.', 'T.')}); _a[...] = 5", 'T.as_tensor'
+    return f"{out} = np.array({src}.tolist(){dt})", 'np.array(tolist)'
+
+
 # Op families: a run may select some (tests run one each). 'edges' draws 0-d, empty,
 # inf/nan, int and bool inputs and runs every family's generators on them.
 _FAMILIES = {
@@ -9870,7 +9928,7 @@ _FAMILIES = {
     'indexing': [_g_index, _g_index, _g_index, _g_setitem, _g_setitem, _g_inplace],
     'inplace': [_g_inplace, _g_inplace, _g_inplace, _g_view, _g_setitem, _g_binary],
     'nn': [_g_nn, _g_nn, _g_nn, _g_binary, _g_unary],
-    'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where],
+    'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where, _g_numpy, _g_numpy],  # NumPy interop too
 }
 
 
