@@ -11001,7 +11001,7 @@ def test_masked_fill_broadcasts_its_result_to_the_masks_shape():
         tt.ones(3).masked_fill_(tt.tensor([[True], [False]]), 2.)  # in place: x's shape stays
 
 
-def test_cat_skips_an_empty_1d_tensor_as_pytorch():
+def test_cat_skips_an_empty_1d_tensor_by_the_legacy_rule():
     a = tt.ones(2, 3, requires_grad=True)
     e = tt.tensor([], requires_grad=True)
     out = tt.cat([a, e])
@@ -11203,6 +11203,85 @@ def test_fuzz_rule_changes_are_the_readmes_older_releases():
     assert 'tinytorch follows PyTorch\n2.15' in readme and 'tinytorch follows PyTorch 2.15' in older
     with open(os.path.join(HERE, '.ci', 'run')) as f:
         assert 'pip install torch==2.15.0' in f.read()
+
+
+def test_a_view_made_under_no_grad_is_a_plain_result_on_purpose():
+    """README's deliberate differences: the view is a plain result of no_grad here; PyTorch
+    flags it requires_grad=True although no gradient goes through it to its base (below)."""
+    a = tt.ones(3, requires_grad=True)
+    with tt.no_grad():
+        v = a[1:]
+    assert not v.requires_grad and v.is_leaf
+
+
+def test_a_view_made_under_no_grad_is_flagged_by_pytorch_yet_passes_nothing_pytorch():
+    torch = need_torch()
+    a = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        v = a[1:]
+    assert v.requires_grad and v.grad_fn is None  # the flag tinytorch leaves off
+    (v * 2).sum().backward()
+    assert a.grad is None and v.grad is None  # and nothing flows
+
+
+def test_issue_34_causes_match_pytorch():
+    """Section 2's causes, each against PyTorch (each is pinned by hand above)."""
+    torch = need_torch()
+    for T in (tt, torch):
+        x = T.arange(6.).reshape(2, 3)
+        assert tuple(x[T.tensor(1)].shape) == (3,) and tuple(x[T.tensor(1), T.tensor(2)].shape) == ()
+        assert x[T.tensor(1), [0, 2]].tolist() == [3.0, 5.0] and x[:, T.tensor(-1)].tolist() == [2.0, 5.0]
+        assert T.masked_fill(T.tensor(1.), T.tensor([True, False]), 0.).tolist() == [0.0, 1.0]
+        assert tuple(T.cat([T.ones(2, 3), T.tensor([])]).shape) == (2, 3)
+        assert T.flip(x, ()).tolist() == x.tolist()
+        for bad in (-1, 3):
+            with pytest.raises((IndexError, RuntimeError), match=f"index {bad} is out of bounds"):
+                T.gather(x, 1, T.tensor([[0, bad]]))
+            with pytest.raises((IndexError, RuntimeError), match="out of"):
+                T.index_select(x, 1, T.tensor([0, bad]))
+        with pytest.raises(TypeError):
+            x.var(unbiased=True, keepdim=True)
+        assert T.expand_copy(T.tensor([[1.], [2.]]), (2, 3)).tolist() == [[1.] * 3, [2.] * 3]
+        t = T.tensor([1., 2.])
+        with _warnings.catch_warnings():  # PyTorch 2.15's __array__ takes no copy: NumPy warns
+            _warnings.simplefilter('ignore', DeprecationWarning)
+            np.array(t, copy=True)[0] = 9
+            np.array(t)[0] = 9
+        assert t.tolist() == [1., 2.]
+    F = (nn, torch.nn.functional)
+    got = []
+    for T, f in zip((tt, torch), F):
+        a = T.tensor([1., 2., 3.], dtype=T.float64, requires_grad=True)
+        with pytest.warns(UserWarning, match="Using a target size"):
+            loss = f.mse_loss(a, T.tensor([[1., 2., 3.], [0., 0., 0.]], dtype=T.float64))
+        loss.backward()
+        got.append((loss.item(), a.grad.tolist()))
+    np.testing.assert_allclose([got[0][0]] + got[0][1], [got[1][0]] + got[1][1], rtol=1e-15)
+
+
+def test_a_float_attention_mask_gets_pytorchs_gradient_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(34)
+    L, N, E = 4, 2, 6
+    q, m = rng.standard_normal((L, N, E)), rng.standard_normal((L, L))
+    for build, kw, tkw in ((lambda T, d: T.MultiheadAttention(E, 2, dtype=d), 'attn_mask', None),
+                           (lambda T, d: T.TransformerEncoderLayer(E, 2, 8, dropout=0.0, dtype=d),
+                            'src_mask', None)):
+        theirs = build(torch.nn, torch.float64)
+        with torch.no_grad():
+            for p in theirs.parameters():
+                p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+        ours = build(nn, tt.float64)
+        ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+        grads = []
+        for module, T in ((ours, tt), (theirs, torch)):
+            mask = T.tensor(m, requires_grad=True)
+            out = module(T.tensor(q, dtype=T.float64), *([T.tensor(q), T.tensor(q)] if kw == 'attn_mask'
+                                                          else []), **{kw: mask})
+            out = out[0] if isinstance(out, tuple) else out
+            (out * T.tensor(np.cos(np.arange(out.numel())).reshape(tuple(out.shape)))).sum().backward()
+            grads.append(np.asarray(mask.grad))
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-10, atol=1e-12)
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
