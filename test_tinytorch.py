@@ -11050,7 +11050,7 @@ def test_var_and_std_with_unbiased_and_keepdim_but_no_dim_are_refused():
     assert x.var(keepdim=True).shape == (1, 1) and x.std(0, keepdim=False).shape == (3,)
 
 
-def test_mse_loss_broadcasts_with_pytorchs_warning():
+def test_mse_loss_broadcasts_with_a_warning():
     a = tt.tensor([1., 2., 3.], requires_grad=True)
     b = tt.tensor([[1., 2., 3.], [0., 0., 0.]])
     with pytest.warns(UserWarning, match=r"Using a target size \(2, 3\) that is different to "
@@ -11159,7 +11159,7 @@ def _clamp_grads_before_2_14(xs, lo, hi, upstream):
     return [tt.unbroadcast(np.where(m, upstream, 0.0), shape) for m, shape in zip(masks, shapes)]
 
 
-def test_clamp_gradients_follow_pytorch_2_15_by_hand():
+def test_clamp_gradients_follow_release_2_15_by_hand():
     """PyTorch 2.14 changed clamp's gradient at its bounds (its release notes: the minimum-norm
     subgradient): a number bound gives 0 there (as relu at 0); a tensor bound splits a tie
     in halves (as maximum), and a nan x passes g. Pinned here without PyTorch."""
