@@ -271,9 +271,8 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     """
     if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
         data = np.asarray(data)
-    elif isinstance(data, Tensor):
-        raise TypeError(f"from_op: {op}'s result must be a NumPy array, got a Tensor; "
-                        "compute it from the inputs' .array")
+    elif isinstance(data, Tensor):  # (it would fail later, far from here)
+        raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
