@@ -9206,8 +9206,11 @@ def _clamp_rule_met(g, x, args):
     except Exception:
         return False  # PyTorch refuses it: nothing to compare
     torch, v = g.torch, g.env[x].detach().double()
-    bounds = [torch.as_tensor(b).double() for b in lo_hi if b is not None]
-    return bool(v.isnan().any() or any((v == b).any() or b.isnan().any() for b in bounds))
+    bounds = [b.detach().double() if isinstance(b, torch.Tensor) else
+              torch.tensor(float(b), dtype=torch.float64) for b in lo_hi if b is not None]
+    # a near tie too: the float32 run may round onto the bound where float64 does not
+    return bool(v.isnan().any() or any(torch.isclose(v, b, rtol=1e-6, atol=1e-7).any()
+                                       or b.isnan().any() for b in bounds))
 
 
 _FLOAT_DTYPES = ('float16', 'float32', 'float64')
@@ -9915,7 +9918,8 @@ def _g_numpy(g):
     if f == 'from_numpy':
         return f"_a = np.array({src}{dt}); {out} = T.from_numpy(_a); _a[...] = 5", 'T.from_numpy'
     if f == 'as_tensor':
-        return f"_a = np.array({src}); {out} = T.as_tensor(_a{dt.replace('np.', 'T.')}); _a[...] = 5", 'T.as_tensor'
+        dt = dt.replace('np.', 'T.')
+        return f"_a = np.array({src}); {out} = T.as_tensor(_a{dt}); _a[...] = 5", 'T.as_tensor'
     return f"{out} = np.array({src}.tolist(){dt})", 'np.array(tolist)'
 
 
