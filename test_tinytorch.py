@@ -11287,5 +11287,18 @@ def test_a_float_attention_mask_gets_pytorchs_gradient_pytorch():
             grads.append(np.asarray(mask.grad))
         np.testing.assert_allclose(grads[0], grads[1], rtol=1e-10, atol=1e-12)
 
+
+def test_fuzz_sees_numpy_copies_and_0d_index_tensors_pytorch(monkeypatch):
+    """Where it was blind (issue 34): an np.array that aliases, a 0-d index tensor taken as
+    a list of positions. Each planted bug is caught."""
+    need_torch()
+    monkeypatch.setattr(tt.Tensor, '__array__', lambda x, dtype=None, copy=None: x.numpy())
+    causes = fuzz(seed=77, count=120, families=['casts'], minimise=False)
+    assert any('np.array' in key or 'from_numpy' in key or 'as_tensor' in key for key in causes), causes
+    monkeypatch.undo()
+    monkeypatch.setattr(tt, '_index_number', lambda i: i)
+    causes = fuzz(seed=78, count=120, families=['indexing'], minimise=False)
+    assert any('0-d tensor' in key for key in causes), causes
+
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])
