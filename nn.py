@@ -1708,8 +1708,8 @@ def _mask_as_added(mask, shape, what, dtype):
         raise ValueError(f"MultiheadAttention: {what} has shape {tuple(m.shape)}, expected {shape}")
     if m.dtype == bool:
         return np.where(m, -np.inf, 0.0).astype(dtype)
-    if isinstance(mask, Tensor) and mask.requires_grad:  # added to the scores: it gets their gradient
-        return mask.to(dtype)
+    if isinstance(mask, Tensor) and mask.requires_grad:  # added to the scores:
+        return mask.to(dtype)  # it gets their gradient
     return m.astype(dtype)
 
 

@@ -1350,8 +1350,9 @@ def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
     tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
     _fits(value, x.dtype, 'masked_fill')
+    m_shape = np.shape(mask.array if isinstance(mask, Tensor) else mask)
     try:  # the result has the shape x and mask broadcast to (in place: x's own, checked below)
-        shape = np.broadcast_shapes(x.shape, np.shape(mask.array if isinstance(mask, Tensor) else mask))
+        shape = np.broadcast_shapes(x.shape, m_shape)
     except ValueError:
         shape = x.shape  # refused below, with the shapes named
     if shape != x.shape:
