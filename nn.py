@@ -1750,6 +1750,8 @@ def _mask_as_added(mask, shape, what, dtype):
         raise ValueError(f"MultiheadAttention: {what} has shape {tuple(m.shape)}, expected {shape}")
     if m.dtype == bool:
         return np.where(m, -np.inf, 0.0).astype(dtype)
+    if isinstance(mask, Tensor) and mask.requires_grad:  # added to the scores:
+        return mask.to(dtype)  # it gets their gradient
     return m.astype(dtype)
 
 
@@ -2047,9 +2049,17 @@ def _reduce(loss, reduction, op):
 
 def mse_loss(input, target, reduction='mean'):
     target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
-    if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input shape {tuple(input.shape)} and target shape "
-                         f"{tuple(target.shape)} differ")
+    if input.shape != target.shape:  # as PyTorch: a warning, then the two broadcast
+        try:
+            shape = np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise RuntimeError(f"mse_loss: the size of tensor a (input, shape {tuple(input.shape)}) "
+                               f"and of tensor b (target, shape {tuple(target.shape)}) do not "
+                               "broadcast") from None
+        warnings.warn(f"Using a target size {tuple(target.shape)} that is different to the input "
+                      f"size {tuple(input.shape)}. This will likely lead to incorrect results due "
+                      "to broadcasting. Please ensure they have the same size.", stacklevel=2)
+        input, target = input.expand(shape), target.expand(shape)
     input, target = tt._operands(input, target)
     d = input.array - target.array
 

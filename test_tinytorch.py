@@ -643,9 +643,12 @@ def test_gelu_values_match_math_erf():
 
 
 def test_clamp_with_tensor_bounds_matches_pytorch_at_nan_and_inf():
-    """Tensor bounds: x gets g where lo <= x <= hi (so 0 at a nan x, not nan), lo where
-    x < lo (and lo < hi), hi where x > hi (or hi < lo); selected, so an inf g gives no nan."""
+    """Tensor bounds (PyTorch 2.14 on): x gets g unless x < lo or x > hi (so g at a nan x),
+    half of it at a tie with a bound (lo < hi), lo where x < lo <= hi, hi where hi < lo or
+    x > hi >= lo; selected, so an inf g gives no nan. PyTorch 2.13's rule (no halves, 0 at
+    a nan) is held to _clamp_grads_before_2_14 instead."""
     torch = need_torch()
+    old = _torch_older_than(torch, '2.14')
     nan, inf = math.nan, math.inf
     xs = [nan, 1.0, -2.0, 0.5, 3.0, -0.8]
     for lo in ([-0.8, nan, 0.0, 0.5, 1.0, 2.0], [0.2], 0.1, None):
@@ -660,6 +663,8 @@ def test_clamp_with_tensor_bounds_matches_pytorch_at_nan_and_inf():
                     y = x.clamp(l, h)
                     y.backward(T.full(tuple(y.shape), upstream, dtype=T.float64))
                     got.append([np.array(y.tolist())] + [np.asarray(v.grad) for v in (x, l, h) if v is not None])
+                if old:  # the values against PyTorch; its gradients against its own rule
+                    got[0] = got[0][:1] + _clamp_grads_before_2_14(xs, lo, hi, upstream)
                 for a, b in zip(*got):
                     np.testing.assert_allclose(a, b, equal_nan=True, err_msg=f"{lo}, {hi}, {upstream}")
     x, lo, hi = t64(3, 4), tt.tensor([-1.5, -0.5, 0.1, -0.2], dtype=tt.float64, requires_grad=True), \
@@ -1700,8 +1705,8 @@ def test_defaults_and_one_sided_forms_match_torch():
     assert x.clamp(max=0.0).tolist() == [[-2.0, 0.0, 0.0]]
     assert x.clamp(min=0.0).tolist() == [[0.0, 0.0, 3.0]]
     x.grad = None
-    x.clamp(max=0.0).sum().backward()  # 1 up to and at the bound, 0 above it
-    assert x.grad.tolist() == [[1.0, 1.0, 0.0]]
+    x.clamp(max=0.0).sum().backward()  # 1 below the bound, 0 at it (PyTorch 2.14 on) and above
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0]]
     z = tt.zeros(1, 2, 1, 3)
     assert z.squeeze().shape == (2, 3) and z.squeeze(0).shape == (2, 1, 3)
     assert z.squeeze(1).shape == (1, 2, 1, 3)  # a dim that is not 1 stays, as PyTorch
@@ -8774,7 +8779,7 @@ def test_ops_match_pytorch():
 # ---------------------------------------------------------------------------
 # Conformance with PyTorch: every public op, its value, gradient and result dtype,
 # and the type promotion table. Skipped without PyTorch; .ci/run installs
-# torch==2.13.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
+# torch==2.15.0 and runs them (`pytest -k pytorch`) with TINYTORCH_REQUIRE_TORCH=1,
 # which turns a missing PyTorch into a failure instead of a skip.
 # ---------------------------------------------------------------------------
 _KINDS = ('tensor', '0-d tensor', 'Python scalar', 'NumPy scalar')
@@ -9109,6 +9114,9 @@ def test_pytorch_edge_values():
             out.sum().backward()
             ref.sum().backward()
         np.testing.assert_allclose(out.array, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
+        if k == 17 and _torch_older_than(torch, '2.14'):  # clamp(0, 1) at 0, 1, 2: the rule
+            assert t.grad.tolist() == [1.0, 1.0, 0.0] and x.grad.tolist() == [0.0, 0.0, 0.0]
+            continue  # at a bound changed in 2.14 (README, "Older PyTorch releases")
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
     logits = np.random.default_rng(0).standard_normal((2, 3))
     x, t = tt.tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
@@ -9171,7 +9179,40 @@ FUZZ_DIFFERENCES = {
     'retained-grads-after-in-place': ("the `.grad` that `retain_grad()` keeps on that",
                                       "a program with an in-place change compares the .grad of "
                                       "leaves only"),
+    'bool-base-powers': ("A Python bool as the base of a power",
+                         "no `False ** x` (PyTorch 2.14 on differentiates it as log(0) 0^x)"),
+    'numpy-ufuncs': ("NumPy's ufuncs refuse a tensor", "no NumPy ufunc gets a tensor (_g_numpy)"),
+    'numpy-copy-false': ("`np.array(t, copy=False)` gives the tensor's memory",
+                         "np.array gets no copy=False (_g_numpy)"),
 }
+
+
+# Rules PyTorch changed between 2.13 (the oldest release the suite runs with) and 2.15 (the
+# one tinytorch follows), as README lists them ("Older PyTorch releases"): each names its
+# README phrase, the release that brought the rule, and what the fuzzer leaves out when the
+# installed PyTorch is older (_torch_older_than).
+FUZZ_RULE_CHANGES = {
+    'clamp-bounds': ("clamp's gradient at a bound", '2.14',
+                     "no clamp whose operand meets a bound or holds a nan (_clamp_rule_met)"),
+}
+
+
+def _clamp_rule_met(g, x, args):
+    """Whether `x.clamp(args)` meets the rule PyTorch changed in 2.14 (x at a bound; with
+    tensor bounds, a nan anywhere) while an older PyTorch is the oracle."""
+    if not _torch_older_than(g.torch, FUZZ_RULE_CHANGES['clamp-bounds'][1]):
+        return False
+    try:
+        lo_hi = eval(_render(f"(lambda min=None, max=None: (min, max))({args})", 'torch', 'float64'),
+                     dict(g.env))
+    except Exception:
+        return False  # PyTorch refuses it: nothing to compare
+    torch, v = g.torch, g.env[x].detach().double()
+    bounds = [b.detach().double() if isinstance(b, torch.Tensor) else
+              torch.tensor(float(b), dtype=torch.float64) for b in lo_hi if b is not None]
+    # a near tie too: the float32 run may round onto the bound where float64 does not
+    return bool(v.isnan().any() or any(torch.isclose(v, b, rtol=1e-6, atol=1e-7).any()
+                                       or b.isnan().any() for b in bounds))
 
 
 _FLOAT_DTYPES = ('float16', 'float32', 'float64')
@@ -9378,6 +9419,8 @@ def _g_binary(g):
     op = g.op(['+', '-', '*', '/', '**', '+', '*', '>', '==', '<=', '!=', '<'], ['//', '%', '&', '|', '^'])
     b = g.operand_like(g.env[a]) if g.chance(0.8) else g.pick() or g.scalar()
     left, right = (a, b) if g.chance(0.6) else (b, a)
+    if op == '**' and left == 'False':
+        return None  # FUZZ_DIFFERENCES['bool-base-powers']
     if op in ('&', '|', '^'):  # bitwise ops, on masks
         left, right = (f"({t} > 0)" if t.startswith('t') else 'True' for t in (left, right))
     return f"{g.name()} = {left} {op} {right}", op
@@ -9420,6 +9463,8 @@ def _g_clamp_where(g):
         args = g.choice([f"min={lo}", f"max={hi}", f"{lo}, {hi}"])
         if g.names:  # tensor bounds (issue 23)
             args = g.choice([f"min=T.tensor({lo}, dtype=T.DT)", f"{x}, {x} + 1"])
+        if _clamp_rule_met(g, x, args):
+            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
         return f"{g.name()} = {x}.clamp({args})", 'clamp'
     if form == 'where':
         c = g.pick(lambda o: o.dtype == g.torch.bool) if g.chance(0.3) else None
@@ -9429,7 +9474,11 @@ def _g_clamp_where(g):
         value = g.scalar('float')
         if g.chance(0.4):  # a 0-d tensor value, maybe requiring grad
             value = g.pick_float(lambda o: o.ndim == 0) or f"T.tensor({value}, dtype=T.DT)"
-        return f"{g.name()} = {x}.masked_fill({x} > 0, {value})", 'masked_fill'
+        m = g.pick(lambda o: _broadcasts(o, v)) if g.chance(0.3) else None  # the result broadcasts
+        mask = f"{m} > 0" if m else f"{x} > 0"
+        if m and g.chance(0.5):
+            return f"{g.name()} = T.masked_fill({x}, {mask}, {value})", 'masked_fill'
+        return f"{g.name()} = {x}.masked_fill({mask}, {value})", 'masked_fill'
     return f"{g.name()} = F.leaky_relu({x}, 0.1)", 'leaky_relu'
 
 
@@ -9552,6 +9601,9 @@ def _g_view(g):
         return f"{out} = {x}.movedim({g.dim(v)}, {g.dim(v)})", f
     if f in ('cat', 'stack'):
         other = g.pick(lambda o: o.shape == v.shape) or x
+        if f == 'cat' and g.chance(0.2):  # an empty operand: (0,) is skipped (PyTorch's legacy rule)
+            other = g.choice(["T.tensor([], dtype=T.DT)", "T.zeros(0, dtype=T.int64)",
+                              f"{x}[:0]", "T.zeros(0, 3, dtype=T.DT)"])
         return f"{out} = T.{f}([{x}, {other}], {g.dim(v) if f == 'cat' else 0})", f
     if f == 'repeat':
         return f"{out} = {x}.repeat({', '.join(['2'] * max(n, 1))})", f
@@ -9587,7 +9639,8 @@ def _index(g, v, unique):
             continue
         size = v.shape[d]
         if r < 0.35 and size:
-            parts.append(str(int(g.rng.integers(-size, size))))
+            k = int(g.rng.integers(-size, size))
+            parts.append(f"T.tensor({k})" if g.chance(0.25) else str(k))  # a 0-d tensor: its number
         elif r < 0.6:
             start = int(g.rng.integers(-size - 1, size + 1)) if g.chance(0.5) else ''
             stop = int(g.rng.integers(-size - 1, size + 2)) if g.chance(0.5) else ''
@@ -9617,7 +9670,8 @@ def _index_kind(idx):
     kinds = []
     for p in _split_index(idx):
         p = p.strip()
-        kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.')
+        kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.tensor([')
+                     else '0-d tensor' if p.startswith('T.')
                      else 'slice' if ':' in p else p if p in ('None', '...', '()') else 'int' if p else '')
     return 'x[' + ', '.join(k for k in kinds if k) + ']'
 
@@ -9693,6 +9747,8 @@ def _g_inplace(g):
         lo = round(float(g.rng.standard_normal()), 1)
         args = {'clamp_': g.choice([f"{lo}, {lo + 1}", f"min={lo}", f"max={lo}"]),
                 'clamp_min_': str(lo), 'clamp_max_': str(lo)}[f]
+        if _clamp_rule_met(g, x, args if f == 'clamp_' else f"{f[6:9]}={lo}"):
+            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
         return f"{guard}{x}.{f}({args})", f
     if f == 'masked_fill_':
         value = g.scalar('float')
@@ -9712,6 +9768,14 @@ def _g_inplace(g):
                'scatter_': f"0, {i}, T.ones(len({i}), dtype={x}.dtype)"}[f]
         return f"{guard}{x}.{f}({src})", f
     return f"{guard}{x}.{f}()", f
+
+
+def _broadcasts(o, v):
+    try:
+        np.broadcast_shapes(o.shape, v.shape)
+        return True
+    except ValueError:
+        return False
 
 
 def _fits(o, v):
@@ -9822,6 +9886,45 @@ def _g_functions(g):
     return f"{g.name()} = {f.format(x=x, o=other)}", f.split('(')[0].replace('{x}', '')
 
 
+def _g_numpy(g):
+    """NumPy interop: np.asarray / np.array (copy=, dtype=) of a tensor, the array written
+    (an alias changes the tensor, a copy does not), NumPy functions that take tensors as
+    arrays, and tensors made from arrays. FUZZ_DIFFERENCES['numpy-ufuncs'] and
+    ['numpy-copy-false']: no ufunc on a tensor, no copy=False."""
+    x = g.pick()
+    if x is None:
+        return None
+    v, out = g.env[x], g.name()
+    src = f"{x}.detach()" if g.chance(0.85) else x  # a tensor that requires grad: refused
+    dt = g.choice(['', '', ', dtype=np.float64', ', dtype=np.float32', ', dtype=np.int64'])
+    f = g.choice(['asarray', 'asarray', 'array', 'array copy', 'concatenate', 'stack', 'where',
+                  'tensor of', 'from_numpy', 'as_tensor', 'tolist'])
+    write = "; {a}[...] = 7" if v.ndim else ""
+    if f == 'asarray':  # written through only where no graph reads it (FUZZ_DIFFERENCES['data-attribute'])
+        if g.chance(0.5):
+            return f"{out} = np.asarray({src}{dt})", 'np.asarray'
+        return (f"{out} = {x}.detach().clone(); _a = np.asarray({out}{dt})" + write.format(a='_a'),
+                'np.asarray')
+    if f == 'array':
+        return f"{out} = np.array({src}{dt})" + write.format(a=out), 'np.array'
+    if f == 'array copy':
+        return f"{out} = np.array({src}{dt}, copy=True)" + write.format(a=out), 'np.array(copy=True)'
+    if f in ('concatenate', 'stack'):
+        if not v.ndim:
+            return None
+        return f"{out} = np.{f}([{src}, {src}])", 'np.' + f
+    if f == 'where':
+        return f"{out} = np.where({src} > 0, {src}, 0)", 'np.where'
+    if f == 'tensor of':
+        return f"{out} = T.tensor(np.asarray({src}{dt}) * 2)", 'T.tensor(np.asarray)'
+    if f == 'from_numpy':
+        return f"_a = np.array({src}{dt}); {out} = T.from_numpy(_a); _a[...] = 5", 'T.from_numpy'
+    if f == 'as_tensor':
+        dt = dt.replace('np.', 'T.')
+        return f"_a = np.array({src}); {out} = T.as_tensor(_a{dt}); _a[...] = 5", 'T.as_tensor'
+    return f"{out} = np.array({src}.tolist(){dt})", 'np.array(tolist)'
+
+
 # Op families: a run may select some (tests run one each). 'edges' draws 0-d, empty,
 # inf/nan, int and bool inputs and runs every family's generators on them.
 _FAMILIES = {
@@ -9831,7 +9934,7 @@ _FAMILIES = {
     'indexing': [_g_index, _g_index, _g_index, _g_setitem, _g_setitem, _g_inplace],
     'inplace': [_g_inplace, _g_inplace, _g_inplace, _g_view, _g_setitem, _g_binary],
     'nn': [_g_nn, _g_nn, _g_nn, _g_binary, _g_unary],
-    'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where],
+    'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where, _g_numpy, _g_numpy],  # NumPy interop too
 }
 
 
@@ -11683,6 +11786,333 @@ def test_one_speed_switch():
     for mod in (tt, nn, tf):
         assert not [name for name in vars(mod) if name.startswith('FUSED')], mod.__name__
 
+
+# ---- issue 34: today's PyTorch, and the fuzzer's last causes ----
+def test_a_0d_integer_tensor_indexes_as_its_number():
+    """x[tt.tensor(1)] is x[1] (PyTorch): a view of shape x.shape[1:], not a (1, ...) copy;
+    and x[i] += 1 writes there."""
+    x = tt.arange(6.).reshape(2, 3)
+    i = tt.tensor(1)
+    y = x[i]
+    assert y.shape == (3,) and np.shares_memory(y.array, x.array)
+    assert x[tt.tensor(1), tt.tensor(2)].shape == () and x[tt.tensor(1), tt.tensor(2)].item() == 5.0
+    assert tt.arange(3.)[tt.tensor(-1)].shape == () and tt.arange(3.)[tt.tensor(-1)].item() == 2.0
+    assert x[:, i].tolist() == [1.0, 4.0] and x[i, [0, 2]].tolist() == [3.0, 5.0]
+    assert x[tt.tensor([1])].shape == (1, 3)  # a 1-D tensor stays advanced indexing
+    z = x.clone()
+    z[i] += 1.
+    assert z.tolist() == [[0., 1., 2.], [4., 5., 6.]]
+    w = tt.zeros(3, requires_grad=True)
+    (w[tt.tensor(2)] * 3).backward()
+    assert w.grad.tolist() == [0., 0., 3.]
+
+
+def test_masked_fill_broadcasts_its_result_to_the_masks_shape():
+    out = tt.masked_fill(tt.tensor(1.), tt.tensor([True, False]), 0.)
+    assert out.shape == (2,) and out.tolist() == [0., 1.]
+    x = tt.tensor([1., 2., 3.], requires_grad=True)
+    out = x.masked_fill(tt.tensor([[True], [False]]), tt.tensor(2.))
+    assert out.tolist() == [[2., 2., 2.], [1., 2., 3.]]
+    out.sum().backward()
+    assert x.grad.tolist() == [1., 1., 1.]  # one of the two rows kept x
+    with pytest.raises(RuntimeError, match="shape"):
+        tt.ones(3).masked_fill_(tt.tensor([[True], [False]]), 2.)  # in place: x's shape stays
+
+
+def test_cat_skips_an_empty_1d_tensor_by_the_legacy_rule():
+    a = tt.ones(2, 3, requires_grad=True)
+    e = tt.tensor([], requires_grad=True)
+    out = tt.cat([a, e])
+    assert out.shape == (2, 3) and out.dtype == np.float32
+    assert tt.cat([e, a], 1).shape == (2, 3)
+    assert tt.cat([tt.tensor([], dtype=tt.int64), tt.ones(2, 3, dtype=tt.float64)]).dtype == np.float64
+    (out * 2).sum().backward()
+    assert a.grad.tolist() == [[2.] * 3] * 2 and e.grad.shape == (0,)
+    assert tt.cat([tt.tensor([]), tt.tensor([])]).shape == (0,)
+    with pytest.raises(ValueError):
+        tt.cat([tt.ones(2, 3), tt.zeros(2, 0)])  # an empty 2-D tensor still must fit
+
+
+def test_flip_over_no_dims_is_a_copy():
+    x = tt.tensor([[1., 2.], [3., 4.]])
+    for out in (tt.flip(x, ()), x.flip(()), x.flip([])):
+        assert out.tolist() == [[1., 2.], [3., 4.]] and not np.shares_memory(out.array, x.array)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, i: tt.gather(x, 1, i.reshape(1, -1)),
+    lambda x, i: tt.index_select(x, 1, i),
+    lambda x, i: tt.scatter(x, 1, i.reshape(1, -1), tt.ones(1, 2)),
+    lambda x, i: tt.scatter(x, 1, i.reshape(1, -1), 2.0),
+    lambda x, i: tt.scatter_add(x, 1, i.reshape(1, -1), tt.ones(1, 2)),
+    lambda x, i: x.gather(1, i.reshape(1, -1)),
+    lambda x, i: x.clone().scatter_add_(1, i.reshape(1, -1), tt.ones(1, 2)),
+])
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_gather_and_scatter_refuse_an_index_out_of_range(call, bad):
+    """NumPy would wrap -1 to the last element; PyTorch refuses it (and 3) in one line."""
+    x = tt.arange(6.).reshape(2, 3)
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 1 with size 3"):
+        call(x, tt.tensor([0, bad]))
+
+
+def test_var_and_std_with_unbiased_and_keepdim_but_no_dim_are_refused():
+    x = tt.arange(6.).reshape(2, 3)
+    for f in (x.var, x.std):
+        with pytest.raises(TypeError, match="unbiased"):
+            f(unbiased=True, keepdim=True)
+        with pytest.raises(TypeError, match="unbiased"):
+            f(unbiased=False, keepdim=False)
+    assert x.var(unbiased=True).item() == 3.5 and x.var(unbiased=False).item() == pytest.approx(17.5 / 6)
+    assert x.var(0, unbiased=False, keepdim=True).tolist() == [[2.25, 2.25, 2.25]]
+    assert x.var(keepdim=True).shape == (1, 1) and x.std(0, keepdim=False).shape == (3,)
+
+
+def test_mse_loss_broadcasts_with_a_warning():
+    a = tt.tensor([1., 2., 3.], requires_grad=True)
+    b = tt.tensor([[1., 2., 3.], [0., 0., 0.]])
+    with pytest.warns(UserWarning, match=r"Using a target size \(2, 3\) that is different to "
+                                         r"the input size \(3,\)"):
+        loss = nn.mse_loss(a, b)
+    assert loss.item() == pytest.approx(14 / 6)  # (0 + 0 + 0 + 1 + 4 + 9) / 6
+    loss.backward()
+    np.testing.assert_allclose(a.grad.array, [2 / 6, 4 / 6, 6 / 6])  # sum of 2 (a - b) / 6
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        nn.mse_loss(tt.ones(3), tt.ones(2, 2))
+
+
+def test_expand_copy_is_a_copy_of_expand():
+    x = tt.tensor([[1.], [2.]], requires_grad=True)
+    out = tt.expand_copy(x, (2, 3))
+    assert out.tolist() == [[1., 1., 1.], [2., 2., 2.]] and out.array.flags.c_contiguous
+    out[0, 0] = 5.0  # its own memory: writable, x unchanged
+    assert x.tolist() == [[1.], [2.]]
+    tt.expand_copy(x, [-1, 4]).sum().backward()
+    assert x.grad.tolist() == [[4.], [4.]]
+
+
+def test_numpy_array_of_a_tensor_copies_unless_asked_not_to():
+    t = tt.tensor([1., 2., 3.])
+    a = np.array(t, copy=True)
+    a[0] = 99
+    b = np.array(t)  # NumPy's default is copy=True
+    b[1] = 99
+    assert t.tolist() == [1., 2., 3.]
+    c = np.asarray(t)  # asarray shares memory, as PyTorch's
+    c[2] = 7
+    assert t.tolist() == [1., 2., 7.]
+    assert np.array(t, dtype=np.float64, copy=True).dtype == np.float64
+    assert np.asarray(t, dtype=np.int64).tolist() == [1, 2, 7]
+    assert np.shares_memory(np.array(t, copy=False), t.array)
+    with pytest.raises(ValueError, match="copy"):
+        np.array(t, dtype=np.float64, copy=False)  # a cast can not share memory
+    with pytest.raises(RuntimeError, match="detach"):
+        np.array(tt.ones(2, requires_grad=True))
+
+
+def test_from_op_refuses_a_tensor_for_its_array():
+    a = tt.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match=r"from_op: .*\.array"):
+        tt.from_op(a.data * 2, 'double', (a,), lambda g: (2 * g,))
+    out = tt.from_op(a.array * 2, 'double', (a,), lambda g: (2 * g,))
+    out.sum().backward()
+    assert a.grad.tolist() == [2., 2.]
+
+
+def test_a_float_attention_mask_that_requires_grad_gets_its_gradient():
+    """The float mask is added to the scores: d out / d mask is d out / d scores."""
+    tt.manual_seed(0)
+    mha = nn.MultiheadAttention(4, 2, dtype=tt.float64)
+    x = tt.tensor(np.random.default_rng(0).standard_normal((3, 1, 4)))
+    mask = tt.zeros(3, 3, dtype=tt.float64, requires_grad=True)
+    check(lambda m: mha(x, x, x, attn_mask=m)[0], mask)
+    layer = nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dropout=0.0, dtype=tt.float64)
+    src_mask = tt.zeros(3, 3, dtype=tt.float64, requires_grad=True)
+    check(lambda m: layer(x, src_mask=m), src_mask)
+    # by hand: one query, two keys, one head of one feature, q = k = v = identity maps
+    one = nn.MultiheadAttention(1, 1, bias=False, dtype=tt.float64)
+    with tt.no_grad():
+        one.in_proj_weight.copy_(tt.ones(3, 1, dtype=tt.float64))
+        one.out_proj.weight.copy_(tt.ones(1, 1, dtype=tt.float64))
+    q = tt.tensor([[[0.]]], dtype=tt.float64)
+    kv = tt.tensor([[[1.]], [[3.]]], dtype=tt.float64)
+    m = tt.zeros(1, 2, dtype=tt.float64, requires_grad=True)
+    out = one(q, kv, kv, attn_mask=m)[0]
+    assert out.item() == pytest.approx(2.0)  # scores 0, 0: weights 1/2 each
+    out.backward()
+    # d out / d m_j = w_j (v_j - out) = 1/2 (1 - 2), 1/2 (3 - 2)
+    np.testing.assert_allclose(m.grad.array, [[-0.5, 0.5]])
+
+
+def _torch_older_than(torch, release):
+    """Whether the installed PyTorch is older than `release` ('2.14'). tinytorch follows
+    PyTorch 2.15; a comparison that meets a rule changed since 2.13 (README, "Older PyTorch
+    releases") asks this and holds an older PyTorch to its own rule."""
+    have = tuple(int(n) for n in re.findall(r'\d+', torch.__version__)[:2])
+    return have < tuple(int(n) for n in release.split('.'))
+
+
+def test_torch_older_than_reads_release_numbers():
+    fake = types.SimpleNamespace
+    assert _torch_older_than(fake(__version__='2.13.0+cpu'), '2.14')
+    assert not _torch_older_than(fake(__version__='2.15.0+cu132'), '2.14')
+    assert not _torch_older_than(fake(__version__='2.14.1'), '2.14')
+    assert _torch_older_than(fake(__version__='2.9.1'), '2.14')  # 9 < 14, as numbers
+
+
+def _clamp_grads_before_2_14(xs, lo, hi, upstream):
+    """PyTorch 2.13's clamp rule with tensor bounds, for comparisons with it: x gets g where
+    lo <= x <= hi (0 at a nan), lo where x < lo < hi, hi where x > hi or hi < lo."""
+    a = np.array(xs, dtype=np.float64)
+    bounds = [None if v is None else np.array(v, dtype=np.float64) for v in (lo, hi)]
+    l, h = (np.zeros_like(a) if b is None else b for b in bounds)  # (an absent one: unread)
+    with np.errstate(invalid='ignore'):
+        if lo is not None and hi is not None:
+            masks = [(a >= l) & (a <= h), (a < l) & (l < h), (a > h) | (h < l)]
+        elif hi is None:
+            masks = [a >= l, a < l]
+        else:
+            masks = [a <= h, a > h]
+    shapes = [a.shape] + [b.shape for b in bounds if b is not None]
+    return [tt.unbroadcast(np.where(m, upstream, 0.0), shape) for m, shape in zip(masks, shapes)]
+
+
+def test_clamp_gradients_follow_release_2_15_by_hand():
+    """PyTorch 2.14 changed clamp's gradient at its bounds (its release notes: the minimum-norm
+    subgradient): a number bound gives 0 there (as relu at 0); a tensor bound splits a tie
+    in halves (as maximum), and a nan x passes g. Pinned here without PyTorch."""
+    x = tt.tensor([-1.0, 0.0, 0.5, 1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    for call, want in ((lambda v: v.clamp(0, 1), [0, 0, 1, 0, 0]),
+                       (lambda v: v.clamp(min=0), [0, 0, 1, 1, 1]),
+                       (lambda v: v.clamp_max(1), [1, 1, 1, 0, 0]),
+                       (lambda v: v.clone().clamp_(0, 1), [0, 0, 1, 0, 0]),
+                       (lambda v: v.clamp(1, 1), [0, 0, 0, 0, 0])):
+        x.grad = None
+        call(x).sum().backward()
+        assert x.grad.tolist() == want
+    nan = math.nan
+    rows = [  # x, lo, hi -> d/dx, d/dlo, d/dhi
+        ((0.0, 0.0, 1.0), (0.5, 0.5, 0.0)), ((1.0, 0.0, 1.0), (0.5, 0.0, 0.5)),
+        ((0.5, 0.0, 1.0), (1.0, 0.0, 0.0)), ((-1.0, 0.0, 1.0), (0.0, 1.0, 0.0)),
+        ((2.0, 0.0, 1.0), (0.0, 0.0, 1.0)), ((1.0, 1.0, 1.0), (1.0, 0.0, 0.0)),
+        ((-1.0, 1.0, 1.0), (0.0, 1.0, 0.0)), ((2.0, 1.0, 1.0), (0.0, 0.0, 1.0)),
+        ((0.5, 1.0, 0.0), (0.0, 0.0, 1.0)), ((nan, 1.0, 0.0), (1.0, 0.0, 1.0)),
+        ((nan, 0.0, 1.0), (1.0, 0.0, 0.0)), ((0.0, nan, -1.0), (0.0, 0.0, 0.0)),
+        ((0.0, nan, 1.0), (1.0, 0.0, 0.0)), ((0.0, -1.0, nan), (1.0, 0.0, 0.0))]
+    for values, want in rows:
+        x, lo, hi = (tt.tensor([v], dtype=tt.float64, requires_grad=True) for v in values)
+        x.clamp(lo, hi).sum().backward()
+        assert (x.grad.item(), lo.grad.item(), hi.grad.item()) == want, values
+    for values, want in (((0.0, 0.0), (0.5, 0.5)), ((nan, 0.0), (1.0, 1.0)), ((0.0, nan), (1.0, 1.0)),
+                         ((-1.0, 0.0), (0.0, 1.0))):
+        x, lo = (tt.tensor([v], dtype=tt.float64, requires_grad=True) for v in values)
+        x.clamp(min=lo).sum().backward()
+        assert (x.grad.item(), lo.grad.item()) == want, values
+
+
+def test_fuzz_rule_changes_are_the_readmes_older_releases():
+    """Each rule PyTorch changed since 2.13 names its line of README's "Older PyTorch
+    releases", and README and CI name the release tinytorch follows."""
+    with open(os.path.join(HERE, 'README.md')) as f:
+        readme = f.read()
+    older = readme.split('### Older PyTorch releases')[1].split('**The differential fuzzer**')[0]
+    for name, (phrase, release, _) in FUZZ_RULE_CHANGES.items():
+        assert phrase in older and f"({release})" in older, name
+    assert 'tinytorch follows PyTorch\n2.15' in readme and 'tinytorch follows PyTorch 2.15' in older
+    with open(os.path.join(HERE, '.ci', 'run')) as f:
+        assert 'pip install torch==2.15.0' in f.read()
+
+
+def test_a_view_made_under_no_grad_is_a_plain_result_on_purpose():
+    """README's deliberate differences: the view is a plain result of no_grad here; PyTorch
+    flags it requires_grad=True although no gradient goes through it to its base (below)."""
+    a = tt.ones(3, requires_grad=True)
+    with tt.no_grad():
+        v = a[1:]
+    assert not v.requires_grad and v.is_leaf
+
+
+def test_a_view_made_under_no_grad_is_flagged_by_pytorch_yet_passes_nothing_pytorch():
+    torch = need_torch()
+    a = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        v = a[1:]
+    assert v.requires_grad and v.grad_fn is None  # the flag tinytorch leaves off
+    (v * 2).sum().backward()
+    assert a.grad is None and v.grad is None  # and nothing flows
+
+
+def test_issue_34_causes_match_pytorch():
+    """Section 2's causes, each against PyTorch (each is pinned by hand above)."""
+    torch = need_torch()
+    for T in (tt, torch):
+        x = T.arange(6.).reshape(2, 3)
+        assert tuple(x[T.tensor(1)].shape) == (3,) and tuple(x[T.tensor(1), T.tensor(2)].shape) == ()
+        assert x[T.tensor(1), [0, 2]].tolist() == [3.0, 5.0] and x[:, T.tensor(-1)].tolist() == [2.0, 5.0]
+        assert T.masked_fill(T.tensor(1.), T.tensor([True, False]), 0.).tolist() == [0.0, 1.0]
+        assert tuple(T.cat([T.ones(2, 3), T.tensor([])]).shape) == (2, 3)
+        assert T.flip(x, ()).tolist() == x.tolist()
+        for bad in (-1, 3):
+            with pytest.raises((IndexError, RuntimeError), match=f"index {bad} is out of bounds"):
+                T.gather(x, 1, T.tensor([[0, bad]]))
+            with pytest.raises((IndexError, RuntimeError), match="out of"):
+                T.index_select(x, 1, T.tensor([0, bad]))
+        with pytest.raises(TypeError):
+            x.var(unbiased=True, keepdim=True)
+        assert T.expand_copy(T.tensor([[1.], [2.]]), (2, 3)).tolist() == [[1.] * 3, [2.] * 3]
+        t = T.tensor([1., 2.])
+        with _warnings.catch_warnings():  # PyTorch 2.15's __array__ takes no copy: NumPy warns
+            _warnings.simplefilter('ignore', DeprecationWarning)
+            np.array(t, copy=True)[0] = 9
+            np.array(t)[0] = 9
+        assert t.tolist() == [1., 2.]
+    F = (nn, torch.nn.functional)
+    got = []
+    for T, f in zip((tt, torch), F):
+        a = T.tensor([1., 2., 3.], dtype=T.float64, requires_grad=True)
+        with pytest.warns(UserWarning, match="Using a target size"):
+            loss = f.mse_loss(a, T.tensor([[1., 2., 3.], [0., 0., 0.]], dtype=T.float64))
+        loss.backward()
+        got.append((loss.item(), a.grad.tolist()))
+    np.testing.assert_allclose([got[0][0]] + got[0][1], [got[1][0]] + got[1][1], rtol=1e-15)
+
+
+def test_a_float_attention_mask_gets_pytorchs_gradient_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(34)
+    L, N, E = 4, 2, 6
+    q, m = rng.standard_normal((L, N, E)), rng.standard_normal((L, L))
+    for build, kw, tkw in ((lambda T, d: T.MultiheadAttention(E, 2, dtype=d), 'attn_mask', None),
+                           (lambda T, d: T.TransformerEncoderLayer(E, 2, 8, dropout=0.0, dtype=d),
+                            'src_mask', None)):
+        theirs = build(torch.nn, torch.float64)
+        with torch.no_grad():
+            for p in theirs.parameters():
+                p.copy_(torch.tensor(rng.uniform(-0.5, 0.5, p.shape)))
+        ours = build(nn, tt.float64)
+        ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+        grads = []
+        for module, T in ((ours, tt), (theirs, torch)):
+            mask = T.tensor(m, requires_grad=True)
+            out = module(T.tensor(q, dtype=T.float64), *([T.tensor(q), T.tensor(q)] if kw == 'attn_mask'
+                                                          else []), **{kw: mask})
+            out = out[0] if isinstance(out, tuple) else out
+            (out * T.tensor(np.cos(np.arange(out.numel())).reshape(tuple(out.shape)))).sum().backward()
+            grads.append(np.asarray(mask.grad))
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+
+
+def test_fuzz_sees_numpy_copies_and_0d_index_tensors_pytorch(monkeypatch):
+    """Where it was blind (issue 34): an np.array that aliases, a 0-d index tensor taken as
+    a list of positions. Each planted bug is caught."""
+    need_torch()
+    monkeypatch.setattr(tt.Tensor, '__array__', lambda x, dtype=None, copy=None: x.numpy())
+    causes = fuzz(seed=77, count=120, families=['casts'], minimise=False)
+    assert any('np.array' in key or 'from_numpy' in key or 'as_tensor' in key for key in causes), causes
+    monkeypatch.undo()
+    monkeypatch.setattr(tt, '_index_number', lambda i: i)
+    causes = fuzz(seed=78, count=120, families=['indexing'], minimise=False)
+    assert any('0-d tensor' in key for key in causes), causes
 
 if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
     _fuzz_main(sys.argv[2:])

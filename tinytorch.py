@@ -289,6 +289,8 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     """
     if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
         data = np.asarray(data)
+    elif isinstance(data, Tensor):  # (it would fail later, far from here)
+        raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
@@ -1285,12 +1287,12 @@ def clamp(x, min=None, max=None):
     if dtype != x.dtype:  # an int tensor with a float bound: a float result, as PyTorch
         x = _as(x, dtype)
     out = _clip(x.array, min, max)
-    inside = np.ones_like(x.array, dtype=bool) if min is None else x.array >= min
-    if max is not None:
-        inside &= x.array <= max
+    inside = np.ones_like(x.array, dtype=bool) if min is None else x.array > min
+    if max is not None:  # (PyTorch 2.14 on: 0 at a bound, as relu at 0; before, 1)
+        inside &= x.array < max
 
     def backward(g):
-        """d clamp(x)/dx = 1 where min <= x <= max, else 0"""
+        """d clamp(x)/dx = 1 where min < x < max, else 0 (at a bound too)"""
         return (np.where(inside, g, 0),)
     return from_op(out, 'clamp', (x,), backward)
 
@@ -1307,24 +1309,28 @@ def _clip(a, lo, hi):
 
 
 def _clamp_per_element(x, lo, hi):
-    """clamp with tensor bounds: max(x, lo), then min(., hi); a nan anywhere gives nan."""
+    """clamp with tensor bounds: max(x, lo), then min(., hi); a nan anywhere gives nan.
+    One bound: maximum's (minimum's) rule. Two: PyTorch 2.14's rule (below)."""
     dtype = result_type(*(v for v in (x, lo, hi) if v is not None))
     x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
     out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
 
     def backward(g):
-        """d clamp/dx = 1 where lo <= x <= hi, else 0 (0 at a nan, as PyTorch)
-        d clamp/dlo = 1 where x < lo (and lo < hi); d clamp/dhi = 1 where x > hi (or hi < lo)"""
-        a = x.array
+        """d clamp/dx = 1 unless x < lo or x > hi (so 1 at a nan); 1/2 at x = lo < hi or lo < hi = x
+        d clamp/dlo = 1 where x < lo <= hi, 1/2 where x = lo < hi
+        d clamp/dhi = 1 where hi < lo or x > hi >= lo, 1/2 where lo < hi = x"""
+        if hi is None or lo is None:  # max(x, lo) or min(x, hi): their rule (ties halved)
+            return _extreme_pair_grads(g, x, lo if hi is None else hi,
+                                       np.greater if hi is None else np.less)
+        a, l, h = x.array, lo.array, hi.array
         with np.errstate(invalid='ignore'):
-            if lo is not None and hi is not None:
-                masks = ((a >= lo.array) & (a <= hi.array), (a < lo.array) & (lo.array < hi.array),
-                         (a > hi.array) | (hi.array < lo.array))
-            else:
-                masks = (a >= lo.array, a < lo.array) if hi is None else (a <= hi.array, a > hi.array)
-        return tuple(unbroadcast(np.where(m, g, 0), v.shape) if v.requires_grad else None
-                     for m, v in zip(masks, inputs))  # selected, never g * mask (0 * inf)
+            half, apart = g * 0.5, l < h
+            gx = np.where((a < l) | (a > h), 0, np.where(((a == l) | (a == h)) & apart, half, g))
+            gl = np.where((a < l) & (l <= h), g, np.where((a == l) & apart, half, 0))
+            gh = np.where((h < l) | (a > h) & (l <= h), g, np.where((a == h) & apart, half, 0))
+        return tuple(unbroadcast(d, v.shape) if v.requires_grad else None
+                     for d, v in zip((gx, gl, gh), inputs))  # selected, never g * mask (0 * inf)
     return from_op(out, 'clamp', inputs, backward, saved=inputs)  # the masks read all three
 
 
@@ -1395,6 +1401,13 @@ def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
     tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
     _fits(value, x.dtype, 'masked_fill')
+    m_shape = np.shape(mask.array if isinstance(mask, Tensor) else mask)
+    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked below)
+        shape = np.broadcast_shapes(x.shape, m_shape)
+    except ValueError:
+        shape = x.shape  # refused below, with the shapes named
+    if shape != x.shape:
+        x = expand(x, shape)
     if isinstance(value, Tensor):
         if value.ndim != 0:
             raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
@@ -1673,8 +1686,11 @@ def _no_dim(dim):
     return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
 
 
-def _centered(x, dim, correction, unbiased, op):
+def _centered(x, dim, correction, unbiased, op, keepdim):
     """What var and std share: the axes, x - mean, the divisor N - correction."""
+    if unbiased is not None and dim is None and keepdim is not None:  # keepdim None: not given
+        raise TypeError(f"{op}: unbiased= with keepdim= needs a dim (PyTorch's {op}(unbiased) "
+                        f"takes no keepdim): give dim, or use correction= instead of unbiased")
     if x.dtype.kind not in 'fc':
         raise TypeError(f"{op}: only a float tensor has a {op}, got {x.dtype}; convert it with .float()")
     if unbiased is not None:
@@ -1690,11 +1706,12 @@ def _centered(x, dim, correction, unbiased, op):
 
 
 @_numpy_keywords  # x.var(axis=, keepdims=) too, as PyTorch
-def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+def var(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
     """Variance sum((x - mean)^2) / (N - correction); correction=1 is Bessel's (the default).
     With N <= correction the divisor is 0, as in PyTorch: the variance is inf (nan if all
     the values are equal)."""
-    axes, centered, dof = _centered(x, dim, correction, unbiased, 'var')
+    axes, centered, dof = _centered(x, dim, correction, unbiased, 'var', keepdim)
+    keepdim = bool(keepdim)
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sum(centered * centered, axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
 
@@ -1710,9 +1727,10 @@ def var(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
 
 
 @_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
-def std(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+def std(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
     """sqrt(var), one op, so that its gradient at zero spread is 0 (as PyTorch), not 0/0."""
-    axes, centered, dof = _centered(x, dim, correction, unbiased, 'std')
+    axes, centered, dof = _centered(x, dim, correction, unbiased, 'std', keepdim)
+    keepdim = bool(keepdim)
     with np.errstate(divide='ignore', invalid='ignore'):
         out = np.sqrt(np.sum(centered * centered, axis=axes, keepdims=True) / builtins.max(dof, 0))
 
@@ -2212,8 +2230,14 @@ def _set_data(x, value):
 
 
 def _as_numpy(x, dtype=None, copy=None):
-    """np.asarray(tensor): its values as a NumPy array, as tensor.numpy() gives them."""
+    """np.asarray(tensor): its values as a NumPy array, as tensor.numpy() gives them (the
+    same memory); np.array(tensor) asks for copy=True: a copy. copy=False: never a copy."""
     arr = x.numpy()
+    if copy is False and dtype is not None and np.dtype(dtype) != arr.dtype:
+        raise ValueError(f"np.array(tensor, copy=False): a {arr.dtype} tensor cannot be read as "
+                         f"{np.dtype(dtype)} without a copy")
+    if copy:
+        return np.array(arr, dtype=dtype, copy=True)
     return arr if dtype is None else arr.astype(dtype, copy=False)
 
 
@@ -2380,6 +2404,16 @@ def expand(x, *sizes):
                  x, lambda t: expand(t, target))
 
 
+def expand_copy(x, *sizes):
+    """expand(x, sizes) in memory of its own, row-major, as PyTorch's expand_copy."""
+    e = expand(x, *sizes)
+
+    def backward(g):
+        """d expand_copy(x)/d expand(x) = 1  (expand's rule then sums the copies)"""
+        return (g,)
+    return from_op(np.array(e.array, order='C'), 'expand_copy', (e,), backward)
+
+
 def _is_basic_index(idx):
     """ints, slices, None and ... select a view; anything else is advanced indexing."""
     items = idx if isinstance(idx, tuple) else (idx,)
@@ -2391,6 +2425,10 @@ def _index_data(idx):
     for i in (idx if isinstance(idx, tuple) else (idx,)):
         if isinstance(i, slice) and i.step is not None and i.step <= 0:
             raise ValueError("step must be greater than zero (x.flip(dim) reverses a dim)")
+    if isinstance(idx, tuple):  # a 0-d integer tensor is its number (x[t] is x[1], a view)
+        idx = tuple(_index_number(i) for i in idx)
+    else:
+        idx = _index_number(idx)
     if isinstance(idx, Tensor):
         idx = idx.array
     if isinstance(idx, np.ndarray) and idx.dtype == bool:
@@ -2400,6 +2438,13 @@ def _index_data(idx):
     if isinstance(idx, tuple):
         return tuple(i.array if isinstance(i, Tensor) else i for i in idx)
     return idx
+
+
+def _index_number(i):
+    """A 0-d integer tensor in an index as the int it holds, as PyTorch reads it."""
+    if isinstance(i, Tensor) and i.ndim == 0 and i.dtype.kind in 'iu':
+        return int(i.array)
+    return i
 
 
 def _without_ellipsis(items, ndim):
@@ -2504,22 +2549,33 @@ def _along(index, dim):
     return tuple(ix)
 
 
-def _index_tensor(index, op, ndim=None):
-    """An index argument (a tensor or array of integers) as an int array."""
+def _index_tensor(index, op, ndim=None, size=None, dim=None, shape=None):
+    """An index argument (a tensor or array of integers) as an int array; with size, each
+    index must lie in [0, size) of dim (NumPy would wrap -1 round, PyTorch refuses it)."""
     idx = index.array if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"{op}: index must hold integers, got {idx.dtype}")
     if ndim is not None and idx.ndim != ndim:
         raise ValueError(f"{op}: index must have {ndim} dims (as the input), got shape "
                          f"{tuple(idx.shape)}")
+    if size is not None and idx.size:
+        bad = (idx < 0) | (idx >= size)
+        if bad.any():
+            raise IndexError(f"{op}: index {idx[bad].flat[0]} is out of bounds for dimension "
+                             f"{dim} with size {size} (input of shape {shape}, index of shape "
+                             f"{tuple(idx.shape)})")
     return idx
+
+
+def _size_of(x, d):
+    return x.shape[d] if x.ndim else 1  # a 0-d tensor: one element along its dim 0
 
 
 def gather(input, dim, index):
     """Pick along dim: out[i][j][k] = input[index[i][j][k]][j][k] (dim 0);
     out has index's shape."""
     d = _dim(dim, input.ndim, 'gather')
-    idx = _index_tensor(index, 'gather', input.ndim)
+    idx = _index_tensor(index, 'gather', input.ndim, _size_of(input, d), d, tuple(input.shape))
     where_ = _along(idx, d)
     try:
         out = input.array[where_]
@@ -2540,7 +2596,7 @@ def _scatter(input, dim, index, src, op, add):
     the positions _along(index, dim) picks; src is a tensor (its first index.shape
     block is used) or a number."""
     d = _dim(dim, input.ndim, op)
-    idx = _index_tensor(index, op, input.ndim)
+    idx = _index_tensor(index, op, input.ndim, _size_of(input, d), d, tuple(input.shape))
     where_ = _along(idx, d)
     block = tuple(slice(0, n) for n in idx.shape)
     is_tensor = isinstance(src, Tensor)
@@ -2591,7 +2647,7 @@ def scatter_add(input, dim, index, src):
 def index_select(input, dim, index):
     """The slices number index[0], index[1], ... along dim (index is 1-D)."""
     d = _dim(dim, input.ndim, 'index_select')
-    idx = _index_tensor(index, 'index_select')
+    idx = _index_tensor(index, 'index_select', None, _size_of(input, d), d, tuple(input.shape))
     if idx.ndim > 1:
         raise ValueError(f"index_select: index must be 1-D, got shape {tuple(idx.shape)}")
     try:
@@ -2683,6 +2739,11 @@ def cat(tensors, dim=0):
         raise ValueError("cat: expected a non-empty list of tensors")
     dtype = result_type(*tensors)  # the promotion rule over all of them (section 7)
     tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
+    parents = tuple(tensors)
+    # PyTorch's legacy rule: a tensor of shape (0,) is skipped, whatever the others' shape
+    kept = [t for t in tensors if t.shape != (0,)] or tensors
+    skipped = [t.shape == (0,) and kept is not tensors for t in tensors]
+    tensors = kept
     first = tensors[0]
     d = _dim(dim, first.ndim, 'cat')
     for t in tensors[1:]:
@@ -2694,9 +2755,10 @@ def cat(tensors, dim=0):
 
     def backward(g):
         """d cat/d(each input) = 1 on its own slice  (each input gets back its slice of g)"""
-        return tuple(np.split(g, ends, axis=d))
+        pieces = iter(np.split(g, ends, axis=d))
+        return tuple(np.zeros_like(g, shape=(0,)) if skip else next(pieces) for skip in skipped)
     out = np.ascontiguousarray(np.concatenate([t.array for t in tensors], axis=d))  # row-major
-    return from_op(out, 'cat', tuple(tensors), backward)
+    return from_op(out, 'cat', parents, backward)
 
 
 def stack(tensors, dim=0):
@@ -2812,8 +2874,9 @@ def chunk(x, chunks, dim=0):
 
 
 def flip(x, *dims):
-    """Reverse the order of the elements along the given dims."""
-    axes = _dims(_sizes(dims), x.ndim, 'flip')
+    """Reverse the order of the elements along the given dims (none: a copy)."""
+    dims = _sizes(dims)
+    axes = _dims(dims, x.ndim, 'flip') if len(dims) else ()  # (): no dim, not every dim
 
     def backward(g):
         """d flip(x)/dx = 1  (g flipped back)"""
