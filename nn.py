@@ -1233,6 +1233,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 running_var.mul_(1 - momentum).add_(var.reshape(c) * (momentum * count / (count - 1)))
     else:
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    return _normalize(input, mean, var, eps, weight, bias, shape)
+
+
+def _normalize(input, mean, var, eps, weight, bias, shape):
+    """(input - mean) / sqrt(var + eps) * weight + bias, weight and bias viewed as shape
+    (batch_norm's and instance_norm's last step)."""
     out = (input - mean) / (var + eps).sqrt()
     if weight is not None:
         out = out * weight.reshape(shape)
@@ -3042,13 +3048,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     dims = tuple(range(2, input.ndim))
     mean = input.mean(dims, keepdim=True)
     var = ((input - mean) ** 2).mean(dims, keepdim=True)
-    out = (input - mean) / (var + eps).sqrt()
-    shape = (1, -1) + (1,) * len(dims)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out
+    return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
 
 
 class InstanceNorm2d(Module):
