@@ -14227,3 +14227,21 @@ def test_the_plain_switch_turns_the_fused_recurrent_path_off(monkeypatch):
     monkeypatch.setattr(nn, 'recurrent_fused', refuse)
     y, (h, c) = nn.LSTM(3, 4, num_layers=2)(tt.randn(5, 2, 3))
     assert y.shape == (5, 2, 4) and c.shape == (2, 2, 4)
+
+
+def test_agree_metrics_writes_the_checkpoints_rows_when_the_kill_came_before_metrics_csv(tmp_path):
+    """A kill between a new run's first checkpoint and its first metrics rows leaves no
+    metrics.csv (or a torn header): --resume writes the header and the checkpoint's rows."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    ck = {'step': 2, 'metrics_rows': [[1, 4.1, '', 0.001, 10, 1.0], [2, 3.9, 3.95, 0.001, 10, 1.0]]}
+    for before in (None, 'ste', ','.join(train_charlm.METRICS_COLUMNS) + '\n'):
+        path = tmp_path / 'metrics.csv'
+        if path.exists():
+            path.unlink()
+        if before is not None:
+            path.write_text(before)
+        train_charlm.agree_metrics(str(path), ck)
+        rows = list(csv.reader(io.StringIO(path.read_text())))
+        assert rows[0] == train_charlm.METRICS_COLUMNS, before
+        assert [r[0] for r in rows[1:]] == ['1', '2'], before

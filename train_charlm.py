@@ -613,17 +613,19 @@ def upgrade_metrics(path):
 def agree_metrics(path, ck):
     """After a kill, make metrics.csv tell the story of the checkpoint --resume continues:
     rows past its step and a half-written last line go, and the rows it holds that the
-    kill kept from reaching metrics.csv are written."""
-    if not os.path.exists(path):
-        return
-    with open(path, newline='') as f:
-        lines = f.read().splitlines(keepends=True)
+    kill kept from reaching metrics.csv are written (with the header, when the kill came
+    before the first rows: no metrics.csv, or a torn header)."""
+    lines = []
+    if os.path.exists(path):
+        with open(path, newline='') as f:
+            lines = f.read().splitlines(keepends=True)
     torn = bool(lines) and not lines[-1].endswith('\n')
     if torn:
         lines.pop()  # the kill came while this line was written
     rows = list(csv.reader(lines))
+    header = rows[:1] if rows else [METRICS_COLUMNS]
     step = int(ck['step'])
-    keep = rows[:1] + [r for r in rows[1:] if r and r[0].isdigit() and int(r[0]) <= step]
+    keep = header + [r for r in rows[1:] if r and r[0].isdigit() and int(r[0]) <= step]
     last = int(keep[-1][0]) if len(keep) > 1 else 0
     keep += [[str(v) for v in r] for r in ck.get('metrics_rows', []) if int(r[0]) > last]
     if keep != rows or torn:
