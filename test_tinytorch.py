@@ -11574,6 +11574,11 @@ def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
     x = T.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
     T.backward((x ** 2).sum())  # the example
     np.testing.assert_array_equal(x.grad.array, 2 * np.arange(6.0).reshape(2, 3))
+    # a cast to an integer or bool dtype leaves the graph (detach), in Part I alone too
+    z = T.tensor([1.5, -2.5], requires_grad=True)
+    for i in (z.sum(dtype=np.int64), T.to(z, np.int64), T.to(z, np.bool_)):
+        assert not i.requires_grad and i.dtype.kind in 'ib'
+    assert z.sum(dtype=np.int64).item() == -1
 
 
 def _ops_in_graph(out):

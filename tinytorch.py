@@ -409,7 +409,7 @@ def to(self, dtype):
     with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
         out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
     if dtype.kind not in 'fc':
-        out = out.detach()
+        out = detach(out)
     return out
 
 
