@@ -1563,7 +1563,9 @@ class _RNNBase(Module):
     def _run(self, x, state, weights, reverse):
         """One direction of one layer: the cell at each time step, carrying the state.
         x: (L, N, features) -> the hidden state at every step (L, N, out), the last state."""
-        if tt.fast and (len(weights) < 5 or weights[4] is None):  # one op, the same numbers (section 8)
+        states = state if isinstance(state, tuple) else (state,)
+        if tt.fast and (len(weights) < 5 or weights[4] is None) and all(  # one op, the
+                t.dtype == weights[0].dtype for t in (x,) + states):  # same numbers (section 8)
             return recurrent_fused(self.mode, x, state, *weights[:4], reverse=reverse)
         cell = _CELLS[self.mode][0]
         xs = _unbind(x, 0)  # x[0], x[1], ... (one op, see _unbind)

@@ -11737,6 +11737,11 @@ def _lstm_of(x):
     return nn.LSTM(3, 4, num_layers=2, bidirectional=True, dtype=tt.float64)(x)[0]
 
 
+def _recurrent_of(cls, x, **kwargs):
+    tt.manual_seed(0)
+    return cls(3, 4, bidirectional=True, dtype=tt.float64, **kwargs)(x)[0]
+
+
 _FAST_TWINS = [
     ('a weight shared by a batched matmul (dW)', 'tinytorch', 'shared_matrix_grad',
      lambda x, w: x @ w, [(3, 4, 5), (5, 2)], np.float64),
@@ -11753,6 +11758,10 @@ _FAST_TWINS = [
     ('an Adam step', 'optim', 'adam_step_', _adam_steps, [(3, 4)], np.float32),
     ('an LSTM layer (one direction as one op)', 'nn', 'recurrent_fused', _lstm_of, [(5, 2, 3)],
      np.float64),
+    ('a GRU layer', 'nn', 'recurrent_fused', lambda x: _recurrent_of(nn.GRU, x), [(5, 2, 3)],
+     np.float64),
+    ('an RNN layer (relu, no bias)', 'nn', 'recurrent_fused',
+     lambda x: _recurrent_of(nn.RNN, x, nonlinearity='relu', bias=False), [(5, 2, 3)], np.float64),
 ]
 
 
@@ -14223,6 +14232,15 @@ def test_fused_recurrent_gradcheck_and_a_hand_computed_step(monkeypatch, fast_pa
     assert c.item() == pytest.approx(c_hand, rel=1e-6)
     assert h.item() == pytest.approx(sig(2.) * math.tanh(c_hand), rel=1e-6)
     assert ys[0].item() == h.item()
+
+
+def test_fused_recurrent_refuses_mixed_dtypes_as_the_cells_do(monkeypatch, fast_paths):
+    """A float64 input to float32 weights is refused in one line, as the plain path (and
+    PyTorch) refuse it, not computed in float64."""
+    for fast in (True, False):
+        monkeypatch.setattr(tt, 'fast', fast)
+        with pytest.raises(RuntimeError, match="linear: input is float64 but weight is float32"):
+            nn.GRU(3, 4)(tt.randn(5, 2, 3, dtype=tt.float64))
 
 
 def test_the_plain_switch_turns_the_fused_recurrent_path_off(monkeypatch):
