@@ -2901,7 +2901,10 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if ((input.array < 0) | (input.array > 1)).any():
         raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
                            "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
-    p, y = input.array, target.array.astype(input.dtype, copy=False)
+    if target.dtype != input.dtype:
+        raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
+                           f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
+    p, y = input.array, target.array
     with np.errstate(divide='ignore'):
         log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
     loss = -(y * log_p + (1 - y) * log_q)
@@ -3129,7 +3132,8 @@ def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corne
         out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
         scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
     for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
-        idx = np.minimum(np.floor(np.arange(n_out) * np.float32(s)).astype(np.int64), n_in - 1)
+        idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in float32,
+                         .astype(np.int64), n_in - 1)  # as PyTorch's kernel
         input = input.index_select(d, tt.tensor(idx))
     return input
 

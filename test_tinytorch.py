@@ -14268,3 +14268,28 @@ def test_agree_metrics_writes_the_checkpoints_rows_when_the_kill_came_before_met
         rows = list(csv.reader(io.StringIO(path.read_text())))
         assert rows[0] == train_charlm.METRICS_COLUMNS, before
         assert [r[0] for r in rows[1:]] == ['1', '2'], before
+
+
+# ---- the lead's review fixes (a fresh read of the merged change) ----
+def test_review_fixes_assert_close_interpolate_bce_new_random_printoptions():
+    x = tt.tensor([1.0, 2.0])
+    tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-2)  # the tolerances given are used
+    with pytest.raises(AssertionError):
+        tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-4)
+    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'"):
+        tt.testing.assert_close(x, x, atol=1e-2)
+    # nearest interpolation picks floor(i * (in / out)) computed in float32, as PyTorch's kernel
+    up = nn.interpolate(tt.arange(2.).reshape(1, 1, 2), size=50).array[0, 0]
+    assert up[24] == 0 and up[25] == 1  # float64 arithmetic put 25 on 0
+    with pytest.raises(RuntimeError, match="target is float64 but input is float32"):
+        nn.binary_cross_entropy(tt.tensor([0.5]), tt.tensor([1.0], dtype=tt.float64))
+    assert nn.binary_cross_entropy(tt.tensor([0.5]), tt.tensor([1.0])).item() == \
+        pytest.approx(math.log(2))
+    assert tt.zeros(2, dtype=tt.float64).new().shape == (0,)
+    assert tt.zeros(2, dtype=tt.float64).new().dtype == tt.float64
+    tt.manual_seed(0)
+    r = tt.zeros(1000).random_()
+    assert r.array.min() >= 0 and r.array.max() <= 2 ** 24 and r.array.max() > 2 ** 20
+    assert tt.zeros(5, dtype=tt.int64).random_(3).array.max() < 3
+    with pytest.raises(ValueError, match="unknown profile 'shrot'"):
+        tt.set_printoptions(profile='shrot')

@@ -4814,6 +4814,9 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
     """torch.set_printoptions: digits after the point, how many elements before a tensor is
     summarized with '...', the line width, and e-notation always (sci_mode=True), never
     (False) or where the magnitudes need it (None). profile: 'default', 'short', 'full'."""
+    if profile not in (None, 'default', 'short', 'full'):
+        raise ValueError(f"set_printoptions: unknown profile {profile!r}; use 'default', "
+                         "'short' or 'full'")
     if profile is not None:
         _print_options.update(_PRINT_DEFAULTS)
         _print_options.update({'short': dict(precision=2, threshold=1000, edgeitems=2),
@@ -5291,9 +5294,13 @@ def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
     return copy_(x, _constant(draw.astype(x.dtype)))
 
 
-def _random_(x, from_=0, to=None, *, generator=None):
-    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to))."""
-    if to is None:
+def _random_(x, from_=None, to=None, *, generator=None):
+    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
+    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
+    if from_ is None:  # the range the dtype holds exactly
+        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
+                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
+    elif to is None:
         from_, to = 0, from_
     return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
 
@@ -5359,6 +5366,8 @@ def _type(x, dtype=None, non_blocking=False, **kwargs):
 def _new(x, *args):
     """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
     x's dtype."""
+    if not args:
+        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
     if builtins.all(isinstance(a, int) for a in args):
         return zeros(*args, dtype=x.dtype)
     return tensor(args[0], dtype=x.dtype)
@@ -5414,7 +5423,10 @@ def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, che
     if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
         raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
                              f"{a.dtype} != {b.dtype}.")
-    if rtol is None or atol is None:
+    if (rtol is None) != (atol is None):
+        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
+                         f"no {'rtol' if rtol is None else 'atol'}.")
+    if rtol is None:
         rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
                       float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
     close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
