@@ -1674,11 +1674,11 @@ class GRU(_RNNBase):
 # ---------------------------------------------------------------------------
 # 4. Attention and the Transformer, as PyTorch's modules
 # ---------------------------------------------------------------------------
-# transformer.py builds attention step by step for its GPT (read it first). These are
-# PyTorch's general-purpose modules, with its names, arguments and state_dict keys, so
-# PyTorch code and checkpoints run here. They use the same attention as transformer.py's
-# modules: attention_weights, softmax(q k^T / sqrt(d) + mask), then the weights times v
-# (its one home is here; transformer.py's fused kernel is its Speed twin). Query,
+# attention_weights, below, is attention's one home: softmax(q k^T / sqrt(d) + mask), step
+# by step; transformer.py's GPT imports it. The modules after it are PyTorch's general-
+# purpose ones, with its names, arguments and state_dict keys, so PyTorch code and
+# checkpoints run here: attention_weights, then the weights times v
+# (transformer.py's fused kernel is its Speed twin). Query,
 # key and value are each projected and split into heads, and an output projection
 # joins the heads again. A layer is attention and a two-layer MLP, each added to its
 # input and layer-normed (after the sum, or before the sublayer with norm_first).
@@ -3080,13 +3080,17 @@ class InstanceNorm2d(Module):
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
     """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
-    1/(1-p). An input of 3 dims is one unbatched image (C, H, W)."""
+    1/(1-p). An input of 3 dims is read as (N, C, L), with PyTorch's warning (PyTorch 2.15
+    does so, though a later release may read it as one image (C, H, W))."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-"
+                      "wise 1D dropout behavior is desired - input is interpreted as shape (N, "
+                      "C, L), where C is the channel dim (use dropout1d for that)")
     if not training or p == 0:
         return input
-    lead = 1 if input.ndim == 3 else 2
-    mask = dropout_mask(input.shape[:lead] + (1,) * (input.ndim - lead), p, input.dtype)
+    mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
     return input * tt.tensor(mask)
 
 

@@ -14293,3 +14293,14 @@ def test_review_fixes_assert_close_interpolate_bce_new_random_printoptions():
     assert tt.zeros(5, dtype=tt.int64).random_(3).array.max() < 3
     with pytest.raises(ValueError, match="unknown profile 'shrot'"):
         tt.set_printoptions(profile='shrot')
+
+
+def test_dropout2d_reads_a_3d_input_as_n_c_l_with_pytorchs_warning():
+    """PyTorch 2.15 reads a 3-D input as (N, C, L): one mask per (n, c) row, and warns."""
+    tt.manual_seed(0)
+    with pytest.warns(UserWarning, match="interpreted as shape \\(N, C, L\\)"):
+        y = nn.dropout2d(tt.ones(30, 4, 5), 0.5).array
+    rows = y.reshape(120, 5)
+    assert all(len(set(r.tolist())) == 1 for r in rows)  # each (n, c) row kept or dropped whole
+    assert 0 < (rows[:, 0] == 0).sum() < 120 and set(rows[:, 0].tolist()) == {0.0, 2.0}
+    assert any(len(set(y[n, :, 0].tolist())) > 1 for n in range(30))  # not one mask per n

@@ -72,8 +72,9 @@ default_dtype = float32  # PyTorch's default for Python floats
 
 # The one speed switch. Part I runs the plain code; the file's last lines (section 19)
 # replace this with True unless the environment says TINYTORCH_PLAIN=1. Every fast twin
-# (a Speed kernel, nn.py's fused conv and pool, transformer.py's fused attention, optim.py's
-# adam_step_) runs only while it is True: set tt.fast = False to step through the plain code.
+# (a Speed kernel, nn.py's fused conv, pool and recurrent direction, transformer.py's fused
+# attention, optim.py's adam_step_) runs only while it is True: set tt.fast = False to step
+# through the plain code.
 fast = False
 
 _grad_enabled = True
@@ -537,7 +538,7 @@ def pow(a, b):
         def backward_scalar(g):
             """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
             return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-        out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (section 7)
+        out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (_power_of, above)
         return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
     a, b = _operands(a, b)
     out = _broadcast_op('pow', _power, a, b)
@@ -4504,7 +4505,7 @@ import zipfile  # noqa: E402
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
     """x.to(dtype), x.to(device), x.to(device, dtype), x.to(other_tensor): PyTorch's forms
-    (this extends section 7's to(dtype); the one device is the CPU)."""
+    (this extends Part I's to(dtype), section 2; the one device is the CPU)."""
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
@@ -5164,7 +5165,7 @@ def _load_pytorch_file(f, weights_only):
 # 18b. The names teaching code reaches for
 # ---------------------------------------------------------------------------
 # CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
-# use. Those that two or more use are here (or in nn.py's section 9), or refused below in
+# use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
 # one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
 def _bare_decorator(cls, *args, **kwargs):
     """@no_grad without parentheses: no_grad(fn) decorates fn, as PyTorch allows."""
@@ -5173,7 +5174,7 @@ def _bare_decorator(cls, *args, **kwargs):
     return object.__new__(cls)
 
 
-_GradMode.__new__ = _bare_decorator  # no_grad, enable_grad, inference_mode
+_GradMode.__new__ = _bare_decorator  # adds to Part I's class (bound nowhere else): @no_grad bare
 
 
 class set_grad_enabled(_GradMode):
@@ -5407,7 +5408,7 @@ def _variable(data, requires_grad=False, volatile=False):
     return data.requires_grad_(True) if requires_grad else data
 
 
-autograd.Variable = staticmethod(_variable)
+autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
 
 
 def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
