@@ -14295,7 +14295,7 @@ def test_review_fixes_assert_close_interpolate_bce_new_random_printoptions():
         tt.set_printoptions(profile='shrot')
 
 
-def test_dropout2d_reads_a_3d_input_as_n_c_l_with_pytorchs_warning():
+def test_dropout2d_reads_a_3d_input_as_n_c_l_and_warns_as_torch_does():
     """PyTorch 2.15 reads a 3-D input as (N, C, L): one mask per (n, c) row, and warns."""
     tt.manual_seed(0)
     with pytest.warns(UserWarning, match="interpreted as shape \\(N, C, L\\)"):
