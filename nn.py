@@ -2546,13 +2546,12 @@ def _empty_is_no_op(tensor):
 
 @no_grad()
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
-    return tensor.copy_(_rng(generator).uniform(a, b, tensor.shape).astype(tensor.dtype))
+    return tensor.uniform_(a, b, generator=_rng(generator))  # Tensor.uniform_'s draw
 
 
 @no_grad()
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
-    draw = _rng(generator).standard_normal(tensor.shape) * std + mean
-    return tensor.copy_(draw.astype(tensor.dtype))
+    return tensor.normal_(mean, std, generator=_rng(generator))  # Tensor.normal_'s draw
 
 
 @no_grad()
