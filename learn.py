@@ -1328,6 +1328,16 @@ CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
 # ---------------------------------------------------------------------------
 # The runs at the end of a step, on the learner's whole engine
 # ---------------------------------------------------------------------------
+def _check_leaf_grads(leaves, f_np, arrays, g, says, scale=1, tol=1e-5):
+    """Each (name, leaf)'s .grad against scale * the finite differences of f_np at arrays
+    (upstream gradient g); the first that differs fails with says(name, why)."""
+    for k, (name, t) in enumerate(leaves):
+        want = scale * numeric(f_np, [a.copy() for a in arrays], k, g)
+        if t.grad is None or not close(t.grad.array, want, tol):
+            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
+            raise Fail(says(name, why))
+
+
 def run_2(m):
     tt = m['tinytorch']
     r = rng(19)
@@ -1341,12 +1351,8 @@ def run_2(m):
     for _ in range(2):  # twice: the second backward adds to .grad
         out = A * B - A / B + A * A
         out.backward(tt.tensor(g))
-    for name, t, k in (('a', A, 0), ('b', B, 1)):
-        want = 2 * numeric(f_np, [a.copy(), b.copy()], k, g)
-        if t.grad is None or not close(t.grad.array, want):
-            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
-            raise Fail(f"after two backward calls, {name}.grad differs from twice the finite "
-                       f"differences: {why}")
+    _check_leaf_grads((('a', A), ('b', B)), f_np, (a, b), g, scale=2, says=lambda name, why: (
+        f"after two backward calls, {name}.grad differs from twice the finite differences: {why}"))
     return ("a * b - a / b + a * a with a (3, 1) and b (4,), backward twice: .grad agrees "
             "with finite differences")
 
@@ -1368,12 +1374,9 @@ def run_3(m):
     if not close(loss.array, f_np(x, w, b)):
         raise Fail(f"the loss is {float(loss.array):.6g}, expected {f_np(x, w, b):.6g}")
     loss.backward()
-    for name, t, k in (('x', X, 0), ('W', W, 1), ('b', B, 2)):
-        want = numeric(lambda *a: f_np(*a), [x.copy(), w.copy(), b.copy()], k, np.ones(()))
-        if t.grad is None or not close(t.grad.array, want, 1e-4):
-            why = worst(t.grad.array, want) if t.grad is not None else 'no .grad'
-            raise Fail(f"d loss/d {name} through your whole engine differs from finite "
-                       f"differences: {why}")
+    _check_leaf_grads((('x', X), ('W', W), ('b', B)), f_np, (x, w, b), np.ones(()), tol=1e-4,
+                      says=lambda name, why: f"d loss/d {name} through your whole engine "
+                                             f"differs from finite differences: {why}")
     return ("loss = mean(exp(h/4) h - log(b^2) / (h^2 + 1) + sum(h^3)) with h = x @ W + b: "
             "all gradients agree")
 
