@@ -5558,16 +5558,9 @@ def test_sgd_momentum_nesterov_weight_decay_by_hand():
 def test_adam_and_adamw_by_hand(cls, decoupled):
     lr, b1, b2, eps, wd = 0.01, 0.9, 0.99, 1e-8, 0.1
     got = _run(cls, GRADS, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-    p, m, v = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
-    for t, (g, step) in enumerate(zip(GRADS, got), start=1):
-        g = np.array(g)
-        if decoupled:
-            p = p * (1 - lr * wd)
-        else:
-            g = g + wd * p
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+    want = _adam_by_hand(np.array([1.0, -2.0, 3.0]), GRADS, lr, b1, b2, eps, wd, decoupled)
+    assert len(got) == len(want) == len(GRADS)
+    for step, p in zip(got, want):
         np.testing.assert_allclose(step, p, rtol=1e-12)
 
 
