@@ -3277,7 +3277,8 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
             xw += b_hh.array
     xw = xw.reshape(L, n, -1)
     bhh = b_hh.array if (gru and b_hh is not None) else 0
-    H = np.empty((L, n, hsize), dtype=X.dtype)    # h after each step
+    out = np.empty((L + lstm, n, hsize), dtype=X.dtype)  # LSTM: the last c rides as row L
+    H = out[:L]  # h after each step
     prev = np.empty((L, n, hsize), dtype=X.dtype)  # h before each step
     keep = []  # what each step's backward reads, in the order the steps ran
     h, c = h0.array, (c0.array.copy() if lstm else None)  # c0 is read again in backward
@@ -3285,16 +3286,16 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         prev[t] = h
         if lstm:
             a = xw[t] + h @ WhhT
-            i, f = _sigmoid(a[:, :hsize]), _sigmoid(a[:, hsize:2 * hsize])
-            g, o = np.tanh(a[:, 2 * hsize:3 * hsize]), _sigmoid(a[:, 3 * hsize:])
+            i, f = tt._sigmoid_of(a[:, :hsize]), tt._sigmoid_of(a[:, hsize:2 * hsize])
+            g, o = np.tanh(a[:, 2 * hsize:3 * hsize]), tt._sigmoid_of(a[:, 3 * hsize:])
             c_prev, c = c, f * c + i * g
             tc = np.tanh(c)
             h = o * tc
             keep.append((i, f, g, o, c_prev, tc))
         elif gru:
             hw = h @ WhhT + bhh
-            r = _sigmoid(xw[t, :, :hsize] + hw[:, :hsize])
-            z = _sigmoid(xw[t, :, hsize:2 * hsize] + hw[:, hsize:2 * hsize])
+            r = tt._sigmoid_of(xw[t, :, :hsize] + hw[:, :hsize])
+            z = tt._sigmoid_of(xw[t, :, hsize:2 * hsize] + hw[:, hsize:2 * hsize])
             hn = hw[:, 2 * hsize:]
             nn_ = np.tanh(xw[t, :, 2 * hsize:] + r * hn)
             h = (1 - z) * nn_ + z * h
@@ -3302,8 +3303,10 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         else:
             a = xw[t] + h @ WhhT
             h = np.tanh(a) if mode == 'RNN_TANH' else np.maximum(a, 0)
+            keep.append(h)  # its own array: the output's memory may be changed in place
         H[t] = h
-    out = np.concatenate([H, c[None]]) if lstm else H  # LSTM: the last c rides as row L
+    if lstm:
+        out[L] = c
 
     def backward(g):
         """d each input: steps back from the last; gates' a_t: dx = a W_ih, dW = a^T x (or h)"""
@@ -3312,7 +3315,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         dc = g[L] if lstm else None
         A = np.empty_like(xw)  # the gradient of each step's input part of the gates
         AH = np.empty_like(xw) if gru else A  # ... and of its h part (GRU's differ in n)
-        for t, kept in zip(reversed(order), reversed(keep) if keep else [None] * L):
+        for t, kept in zip(reversed(order), reversed(keep)):
             dh = dh + gH[t]
             if lstm:
                 i, f, gg, o, c_prev, tc = kept
@@ -3333,7 +3336,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
                 AH[t, :, 2 * hsize:] = dn * r
                 dh = dh * z + AH[t] @ Whh
             else:
-                h = H[t]
+                h = kept
                 A[t] = dh * (1 - h * h) if mode == 'RNN_TANH' else dh * (h > 0)
                 dh = A[t] @ Whh
         flat, flat_h = A.reshape(L * n, -1), AH.reshape(L * n, -1)
@@ -3353,9 +3356,3 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     ys = y[:L] if lstm else y
     last_h = ys[0] if reverse else ys[L - 1]
     return ys, ((last_h, y[L]) if lstm else last_h)
-
-
-def _sigmoid(a):
-    """1 / (1 + e^-a), without overflow for large negative a"""
-    e = np.exp(-np.abs(a))
-    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))

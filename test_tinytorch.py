@@ -14297,3 +14297,21 @@ def test_dropout2d_reads_a_3d_input_as_n_c_l_and_warns_as_torch_does():
     assert all(len(set(r.tolist())) == 1 for r in rows)  # each (n, c) row kept or dropped whole
     assert 0 < (rows[:, 0] == 0).sum() < 120 and set(rows[:, 0].tolist()) == {0.0, 2.0}
     assert any(len(set(y[n, :, 0].tolist())) > 1 for n in range(30))  # not one mask per n
+
+
+@pytest.mark.parametrize("mode", ['RNN', 'GRU', 'LSTM'])
+def test_fused_recurrent_reads_no_output_changed_in_place(mode, monkeypatch, fast_paths):
+    """The one-op direction's rule keeps copies of what it reads: an in-place change of the
+    output after the forward pass gives the gradient the loop of cells gives."""
+    grads = []
+    for fast in (True, False):
+        monkeypatch.setattr(tt, 'fast', fast)
+        tt.manual_seed(5)
+        layer = {'LSTM': nn.LSTM, 'GRU': nn.GRU, 'RNN': nn.RNN}[mode](3, 4, dtype=tt.float64)
+        x = tt.randn(5, 2, 3, dtype=tt.float64, requires_grad=True)
+        y, _ = layer(x)
+        y.mul_(3.0)
+        (y * y).sum().backward()
+        grads.append([x.grad.array] + [p.grad.array for p in layer.parameters()])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

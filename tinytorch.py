@@ -1142,12 +1142,16 @@ def tanh(x):
     return from_op(out, 'tanh', (x,), backward, saves_output=True)
 
 
-def sigmoid(x):
-    # sigma(x) = 1 / (1 + e^-x), and e^x / (1 + e^x) for x < 0: e^-|x| never overflows, and
+def _sigmoid_of(a):
+    # sigma(a) = 1 / (1 + e^-a), and e^a / (1 + e^a) for a < 0: e^-|a| never overflows, and
     # the tail keeps its precision (sigma(-20) = 2e-9 in float32, not 0)
+    e = np.exp(-np.abs(a))
+    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def sigmoid(x):
     x = _floating(x)
-    e = np.exp(-np.abs(x.array))
-    out = np.where(x.array >= 0, 1 / (1 + e), e / (1 + e))
+    out = _sigmoid_of(x.array)
 
     def backward(g):
         """d sigma(x)/dx = sigma(x) (1 - sigma(x))"""
