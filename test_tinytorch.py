@@ -5449,6 +5449,27 @@ def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkey
     assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
 
 
+def test_fused_max_pool_lets_a_nan_win_its_window_as_the_plain_pool(monkeypatch):
+    """A window holding a nan pools to nan, wherever the nan is, and its gradient goes to
+    that nan (the first one), in the fast op as in the plain composition."""
+    x0 = np.arange(32, dtype=np.float64).reshape(1, 2, 4, 4)
+    x0[0, 0, 0, 1] = x0[0, 0, 3, 2] = x0[0, 0, 3, 3] = x0[0, 1, 2, 2] = np.nan
+    results = []
+    for fast in (True, False):
+        monkeypatch.setattr(tt, 'fast', fast)
+        x = tt.tensor(x0, requires_grad=True)
+        out = nn.max_pool2d(x, 2)
+        out.sum().backward()
+        results.append((out.array, x.grad.array))
+    (fast_out, fast_grad), (plain_out, plain_grad) = results
+    np.testing.assert_array_equal(fast_out, plain_out)
+    np.testing.assert_array_equal(fast_grad, plain_grad)
+    assert np.isnan(fast_out[0, 0, 0, 0]) and np.isnan(fast_out[0, 0, 1, 1])
+    assert fast_out[0, 0, 1, 0] == 13 and np.isnan(fast_out[0, 1, 1, 1])
+    assert fast_grad[0, 0, 0, 1] == 1 and fast_grad[0, 0, 3, 2] == 1 and fast_grad[0, 0, 3, 3] == 0
+    assert fast_grad.sum() == 8
+
+
 # ---------------------------------------------------------------------------
 # safetensors
 # ---------------------------------------------------------------------------
