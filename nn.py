@@ -3194,11 +3194,11 @@ def conv2d_fused(input, weight, bias, win):
         input.array.transpose(1, 0, 2, 3)
     # kernel element (i, j) reads the flat image from i*dh rows and j*dw columns on
     starts = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
-    cols = np.empty((c, kh * kw, n, run), dtype=input.dtype)
+    cols = np.empty((kh * kw, c, n, run), dtype=input.dtype)  # rows: kernel element, channel
     for k, start in enumerate(starts):
-        cols[:, k] = xp[:, :, start:start + run]
-    cols = cols.reshape(c * kh * kw, n * run)
-    w2 = weight.array.reshape(o, -1)  # (O, C*kh*kw): the same order as cols' rows
+        cols[k] = xp[:, :, start:start + run]  # (one contiguous block a kernel element)
+    cols = cols.reshape(kh * kw * c, n * run)
+    w2 = weight.array.transpose(0, 2, 3, 1).reshape(o, -1)  # (O, kh*kw*C): cols' row order
     out = (w2 @ cols).reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
     if bias is not None:
         out += bias.array[:, None, None, None]
@@ -3212,14 +3212,14 @@ def conv2d_fused(input, weight, bias, win):
         gw = gw.reshape(o, n * run)
         gx = gweight = gb = None
         if input.requires_grad:
-            gcols = (w2.T @ gw).reshape(c, kh * kw, n, run)
+            gcols = (w2.T @ gw).reshape(kh * kw, c, n, run)
             gp = np.zeros_like(xp)
             for k, start in enumerate(starts):  # each column back where it was read
-                gp[:, :, start:start + run] += gcols[:, k]
+                gp[:, :, start:start + run] += gcols[k]
             gp = gp[:, :, :hp * wp].reshape(c, n, hp, wp)[:, :, ph:ph + h, pw:pw + w]
             gx = np.ascontiguousarray(gp.transpose(1, 0, 2, 3))
         if weight.requires_grad:
-            gweight = (gw @ cols.T).reshape(weight.shape)
+            gweight = (gw @ cols.T).reshape(o, kh, kw, c).transpose(0, 3, 1, 2).copy()
         if bias is not None and bias.requires_grad:
             gb = g.sum(axis=(0, 2, 3))
         return gx, gweight, gb
