@@ -3291,14 +3291,17 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     h, c = h0.array, (c0.array.copy() if lstm else None)  # c0 is read again in backward
     for t in order:
         prev[t] = h
-        if lstm:
+        if lstm:  # the four gates side by side: one sigmoid over all of them, tanh for g
             a = xw[t] + h @ WhhT
-            i, f = tt._sigmoid_of(a[:, :hsize]), tt._sigmoid_of(a[:, hsize:2 * hsize])
-            g, o = np.tanh(a[:, 2 * hsize:3 * hsize]), tt._sigmoid_of(a[:, 3 * hsize:])
+            s = tt._sigmoid_of(a)
+            s[:, 2 * hsize:3 * hsize] = np.tanh(a[:, 2 * hsize:3 * hsize])
+            i, f, g, o = (s[:, k * hsize:(k + 1) * hsize] for k in range(4))
+            d = s * (1 - s)  # each gate's derivative: sigma' = s (1 - s), and tanh' = 1 - g^2
+            d[:, 2 * hsize:3 * hsize] = 1 - g * g
             c_prev, c = c, f * c + i * g
             tc = np.tanh(c)
             h = o * tc
-            keep.append((i, f, g, o, c_prev, tc))
+            keep.append((s, d, c_prev, tc))
         elif gru:
             hw = h @ WhhT + bhh
             r = tt._sigmoid_of(xw[t, :, :hsize] + hw[:, :hsize])
@@ -3325,12 +3328,14 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         for t, kept in zip(reversed(order), reversed(keep)):
             dh = dh + gH[t]
             if lstm:
-                i, f, gg, o, c_prev, tc = kept
+                s, d, c_prev, tc = kept
+                i, f, gg, o = (s[:, k * hsize:(k + 1) * hsize] for k in range(4))
                 dc = dc + dh * o * (1 - tc * tc)
-                A[t, :, :hsize] = dc * gg * i * (1 - i)
-                A[t, :, hsize:2 * hsize] = dc * c_prev * f * (1 - f)
-                A[t, :, 2 * hsize:3 * hsize] = dc * i * (1 - gg * gg)
-                A[t, :, 3 * hsize:] = dh * tc * o * (1 - o)
+                A[t, :, :hsize] = dc * gg  # d c / d gate, then times the gate's derivative
+                A[t, :, hsize:2 * hsize] = dc * c_prev
+                A[t, :, 2 * hsize:3 * hsize] = dc * i
+                A[t, :, 3 * hsize:] = dh * tc  # (h = o tanh(c))
+                A[t] *= d
                 dc = dc * f
                 dh = A[t] @ Whh
             elif gru:

@@ -1143,10 +1143,11 @@ def tanh(x):
 
 
 def _sigmoid_of(a):
-    # sigma(a) = 1 / (1 + e^-a), and e^a / (1 + e^a) for a < 0: e^-|a| never overflows, and
-    # the tail keeps its precision (sigma(-20) = 2e-9 in float32, not 0)
-    e = np.exp(-np.abs(a))
-    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
+    # sigma(a) = 1 / (1 + e^-a), as PyTorch computes it. Its tail keeps its precision
+    # (sigma(-20) = 2e-9 in float32, not 0). Below a = -88.7 (float32) e^-a overflows to inf
+    # and the result is 0, as PyTorch's: the true value is below float32's normal numbers
+    with np.errstate(over='ignore'):
+        return 1 / (1 + np.exp(-a))
 
 
 def sigmoid(x):
