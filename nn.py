@@ -2231,7 +2231,7 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     with np.errstate(invalid='ignore'):  # 0 * inf and inf - inf: nan, as in PyTorch
         loss = ((1 - y) * x).astype(y.dtype, copy=False)
         loss = (loss - log_sigmoid).astype(y.dtype, copy=False)
-    sig = np.where(x >= 0, 1 / (1 + e), e / (1 + e))  # as tt.sigmoid computes it
+    sig = tt._sigmoid_of(x)  # as tt.sigmoid computes it
 
     def backward(g):
         """d bce/dx = sigmoid(x) - y
