@@ -3295,13 +3295,11 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
             a = xw[t] + h @ WhhT
             s = tt._sigmoid_of(a)
             s[:, 2 * hsize:3 * hsize] = np.tanh(a[:, 2 * hsize:3 * hsize])
-            i, f, g, o = (s[:, k * hsize:(k + 1) * hsize] for k in range(4))
-            d = s * (1 - s)  # each gate's derivative: sigma' = s (1 - s), and tanh' = 1 - g^2
-            d[:, 2 * hsize:3 * hsize] = 1 - g * g
+            i, f, g, o = s[:, :hsize], s[:, hsize:2 * hsize], s[:, 2 * hsize:3 * hsize], s[:, 3 * hsize:]
             c_prev, c = c, f * c + i * g
             tc = np.tanh(c)
             h = o * tc
-            keep.append((s, d, c_prev, tc))
+            keep.append((s, c_prev, tc))
         elif gru:
             hw = h @ WhhT + bhh
             r = tt._sigmoid_of(xw[t, :, :hsize] + hw[:, :hsize])
@@ -3325,20 +3323,22 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         dc = g[L] if lstm else None
         A = np.empty_like(xw)  # the gradient of each step's input part of the gates
         AH = np.empty_like(xw) if gru else A  # ... and of its h part (GRU's differ in n)
-        for t, kept in zip(reversed(order), reversed(keep)):
+        if lstm:  # what does not depend on dh and dc, for all steps at once (in step order)
+            S, CP, TC = (np.stack(kept) for kept in zip(*keep))
+            P, Q = _lstm_step_factors(S, CP, TC, hsize)
+            Q4 = Q.reshape(L, n, 4, hsize)
+            F = S[:, :, hsize:2 * hsize]
+        for k, t in zip(range(L - 1, -1, -1), reversed(order)):  # step k ran at time t
             dh = dh + gH[t]
             if lstm:
-                s, d, c_prev, tc = kept
-                i, f, gg, o = (s[:, k * hsize:(k + 1) * hsize] for k in range(4))
-                dc = dc + dh * o * (1 - tc * tc)
-                A[t, :, :hsize] = dc * gg  # d c / d gate, then times the gate's derivative
-                A[t, :, hsize:2 * hsize] = dc * c_prev
-                A[t, :, 2 * hsize:3 * hsize] = dc * i
-                A[t, :, 3 * hsize:] = dh * tc  # (h = o tanh(c))
-                A[t] *= d
-                dc = dc * f
+                dc = dc + dh * P[k]
+                A4 = A[t].reshape(n, 4, hsize)  # a's gradient: i, f, g from dc, o from dh
+                np.multiply(Q4[k, :, :3], dc[:, None], out=A4[:, :3])
+                np.multiply(Q4[k, :, 3], dh, out=A4[:, 3])
+                dc = dc * F[k]
                 dh = A[t] @ Whh
             elif gru:
+                kept = keep[k]
                 r, z, hn, nn_ = kept
                 dn = dh * (1 - z) * (1 - nn_ * nn_)
                 A[t, :, :hsize] = AH[t, :, :hsize] = dn * hn * r * (1 - r)
@@ -3348,7 +3348,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
                 AH[t, :, 2 * hsize:] = dn * r
                 dh = dh * z + AH[t] @ Whh
             else:
-                h = kept
+                h = keep[k]
                 A[t] = dh * (1 - h * h) if mode == 'RNN_TANH' else dh * (h > 0)
                 dh = A[t] @ Whh
         flat, flat_h = A.reshape(L * n, -1), AH.reshape(L * n, -1)
@@ -3368,3 +3368,19 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     ys = y[:L] if lstm else y
     last_h = ys[0] if reverse else ys[L - 1]
     return ys, ((last_h, y[L]) if lstm else last_h)
+
+
+def _lstm_step_factors(S, CP, TC, hsize):
+    """The LSTM's backward through time, the parts that do not depend on dh and dc: for
+    every step at once (one op over all steps instead of one per step). With gates
+    s = (i, f, g, o), c = f c_prev + i g and h = o tanh(c):
+    dc += dh P, P = o (1 - tanh(c)^2);  a's gradient = (dc, dc, dc, dh) Q, where Q holds
+    dc/di sigma'(a_i) = g i (1 - i), c_prev f (1 - f), i (1 - g^2) and tanh(c) o (1 - o)."""
+    I, F, G, O = (S[..., k * hsize:(k + 1) * hsize] for k in range(4))
+    P = O * (1 - TC * TC)
+    Q = np.empty_like(S)
+    Q[..., :hsize] = G * I * (1 - I)
+    Q[..., hsize:2 * hsize] = CP * F * (1 - F)
+    Q[..., 2 * hsize:3 * hsize] = I * (1 - G * G)
+    Q[..., 3 * hsize:] = TC * O * (1 - O)
+    return P, Q
