@@ -318,7 +318,7 @@ def torch_setup(cfg, ours, threads):
 # ---------------------------------------------------------------------------
 # Autograd overhead: a chain of small ops, through tinytorch and as bare NumPy calls
 # ---------------------------------------------------------------------------
-def autograd_overhead(n_ops=300, repeats=20):
+def autograd_overhead(n_ops=300, repeats=30):
     x0 = np.random.default_rng(0).standard_normal(16).astype(np.float32)
 
     def with_tinytorch():
@@ -337,11 +337,14 @@ def autograd_overhead(n_ops=300, repeats=20):
         for out in reversed(outs):
             g = g * (1 - out * out) * 0.9
 
-    def best(fn):
-        fn()
-        return min(_timed(fn) for _ in range(repeats))
-    t_tt, t_np = best(with_tinytorch), best(with_numpy)
-    return t_tt / n_ops * 1e6, t_np / n_ops * 1e6
+    # the two run in turn, so that a spell of a busy machine slows both; each keeps its best
+    times = {with_tinytorch: [], with_numpy: []}
+    for fn in times:
+        fn()  # warm up
+    for _ in range(repeats):
+        for fn in times:
+            times[fn].append(_timed(fn))
+    return min(times[with_tinytorch]) / n_ops * 1e6, min(times[with_numpy]) / n_ops * 1e6
 
 
 def _timed(fn):

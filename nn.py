@@ -3288,18 +3288,22 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     H = out[:L]  # h after each step
     prev = np.empty((L, n, hsize), dtype=X.dtype)  # h before each step
     keep = []  # what each step's backward reads, in the order the steps ran
-    h, c = h0.array, (c0.array.copy() if lstm else None)  # c0 is read again in backward
-    for t in order:
+    if lstm:  # what its backward reads, written in place by each step k (in the order run)
+        S = np.empty((L, n, 4 * hsize), dtype=X.dtype)  # the gates i, f, g, o of step k
+        C = np.empty((L + 1, n, hsize), dtype=X.dtype)  # the cell before step k (C[L]: after)
+        TC = np.empty((L, n, hsize), dtype=X.dtype)  # tanh of the cell after step k
+        C[0] = c0.array
+    h = h0.array
+    for k, t in enumerate(order):
         prev[t] = h
         if lstm:  # the four gates side by side: one sigmoid over all of them, tanh for g
             a = xw[t] + h @ WhhT
-            s = tt._sigmoid_of(a)
-            s[:, 2 * hsize:3 * hsize] = np.tanh(a[:, 2 * hsize:3 * hsize])
+            s = tt._sigmoid_of(a, out=S[k])
+            np.tanh(a[:, 2 * hsize:3 * hsize], out=s[:, 2 * hsize:3 * hsize])
             i, f, g, o = s[:, :hsize], s[:, hsize:2 * hsize], s[:, 2 * hsize:3 * hsize], s[:, 3 * hsize:]
-            c_prev, c = c, f * c + i * g
-            tc = np.tanh(c)
-            h = o * tc
-            keep.append((s, c_prev, tc))
+            c = np.multiply(f, C[k], out=C[k + 1])
+            c += i * g  # c = f c_prev + i g
+            h = o * np.tanh(c, out=TC[k])
         elif gru:
             hw = h @ WhhT + bhh
             r = tt._sigmoid_of(xw[t, :, :hsize] + hw[:, :hsize])
@@ -3314,7 +3318,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
             keep.append(h)  # its own array: the output's memory may be changed in place
         H[t] = h
     if lstm:
-        out[L] = c
+        out[L] = C[L]
 
     def backward(g):
         """d each input: steps back from the last; gates' a_t: dx = a W_ih, dW = a^T x (or h)"""
@@ -3324,8 +3328,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
         A = np.empty_like(xw)  # the gradient of each step's input part of the gates
         AH = np.empty_like(xw) if gru else A  # ... and of its h part (GRU's differ in n)
         if lstm:  # what does not depend on dh and dc, for all steps at once (in step order)
-            S, CP, TC = (np.stack(kept) for kept in zip(*keep))
-            P, Q = _lstm_step_factors(S, CP, TC, hsize)
+            P, Q = _lstm_step_factors(S, C[:L], TC, hsize)
             Q4 = Q.reshape(L, n, 4, hsize)
             F = S[:, :, hsize:2 * hsize]
         for k, t in zip(range(L - 1, -1, -1), reversed(order)):  # step k ran at time t

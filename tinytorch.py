@@ -1142,12 +1142,14 @@ def tanh(x):
     return from_op(out, 'tanh', (x,), backward, saves_output=True)
 
 
-def _sigmoid_of(a):
+def _sigmoid_of(a, out=None):
     # sigma(a) = 1 / (1 + e^-a), as PyTorch computes it. Its tail keeps its precision
     # (sigma(-20) = 2e-9 in float32, not 0). Below a = -88.7 (float32) e^-a overflows to inf
-    # and the result is 0, as PyTorch's: the true value is below float32's normal numbers
+    # and the result is 0, as PyTorch's: the true value is below float32's normal numbers.
+    # out: an array to write the result into (the fused LSTM's), else a new one
     with np.errstate(over='ignore'):
-        return 1 / (1 + np.exp(-a))
+        e = np.exp(np.negative(a, out=out), out=out)  # e^-a
+        return np.divide(1, np.add(e, 1, out=out), out=out)
 
 
 def sigmoid(x):
