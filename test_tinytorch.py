@@ -5449,6 +5449,27 @@ def test_fused_max_pool_remembers_the_winner_of_a_window_of_more_than_127(monkey
     assert x.grad[0, 0, 11, 11] == 1.0 and x.grad.sum() == 1.0
 
 
+@pytest.mark.parametrize("kernel,stride,padding,dilation", [
+    (2, 2, 0, 1), (2, 3, 1, 1), (3, 3, 1, 1), (3, 2, 1, 1), (3, 1, 0, 1), (2, 1, 0, 2),
+    (2, 2, 0, 2), (2, 3, 0, 2), (3, 4, 1, 1), (1, 2, 0, 1)])
+def test_fused_max_pool_agrees_with_the_plain_pool_for_apart_and_overlapping_windows(
+        monkeypatch, kernel, stride, padding, dilation):
+    """Windows that do not overlap have their gradient written, the others added: the fast
+    op gives the plain composition's value and gradient in both cases (ties included)."""
+    rng = np.random.default_rng(kernel * 100 + stride * 10 + dilation)
+    x0 = rng.integers(-3, 4, (2, 3, 9, 7)).astype(np.float64)  # small integers: many ties
+    g0 = rng.standard_normal((2, 3) + (9, 7))
+    results = []
+    for fast in (True, False):
+        monkeypatch.setattr(tt, 'fast', fast)
+        x = tt.tensor(x0, requires_grad=True)
+        out = nn.max_pool2d(x, kernel, stride, padding, dilation)
+        out.backward(tt.tensor(g0[:, :, :out.shape[2], :out.shape[3]].copy()))
+        results.append((out.array, x.grad.array))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12, atol=1e-12)
+
+
 def test_fused_max_pool_lets_a_nan_win_its_window_as_the_plain_pool(monkeypatch):
     """A window holding a nan pools to nan, wherever the nan is, and its gradient goes to
     that nan (the first one), in the fast op as in the plain composition."""
