@@ -623,6 +623,21 @@ def test_erf_of_a_0d_tensor_on_both_paths(monkeypatch, fast):
     assert out.shape == () and out.dtype == tt.float64 and out.item() == pytest.approx(math.erf(0.5))
 
 
+def test_gelu_float32_in_cache_pieces_gives_the_one_piece_values(monkeypatch):
+    """gelu_float32 works through each thread's range in pieces of CACHE_BLOCK: pieces of 7
+    (the last one short) give the values and derivatives of one call over the whole array,
+    and of the math's erf."""
+    x = (np.random.default_rng(2).standard_normal((5, 11)) * 3).astype(np.float32)
+    whole_out, whole_d = np.empty_like(x), np.empty_like(x)
+    tt._gelu_float32(x, whole_out, whole_d)
+    monkeypatch.setattr(tt, 'CACHE_BLOCK', 7)
+    out, d = tt.gelu_float32(x)
+    np.testing.assert_array_equal(out, whole_out)
+    np.testing.assert_array_equal(d, whole_d)
+    ref = [v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x.ravel().astype(float)]
+    np.testing.assert_allclose(out.ravel(), ref, rtol=3e-7, atol=3e-7)
+
+
 def test_gelu_values_match_math_erf():
     xs = np.linspace(-8, 8, 401)
     out = tt.gelu(tt.tensor(xs)).array

@@ -5861,12 +5861,25 @@ _ZS_B = (0.319381530, -0.356563782, 1.781477937, -1.821255978, 1.330274429)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
+# The pieces a thread works through one by one: _gelu_float32 makes 20 passes over its
+# arrays, and 2^15 floats (128 KiB an array) stay in the core's cache from the first pass to
+# the last, where a thread's whole range would be read from memory 20 times (GELU of
+# 4096 x 1536 floats on one thread: 30 ms in one piece, 19 in pieces).
+CACHE_BLOCK = 2 ** 15
+
+
 def gelu_float32(x):
     """GELU of a float32 array and its derivative Phi(x) + x phi(x), the arrays gelu's plain
-    code computes, cut into one piece per thread (flat views: contiguous pieces)."""
+    code computes, cut into one range per thread, each in pieces of CACHE_BLOCK (flat views:
+    contiguous pieces)."""
     out, dgelu = np.empty_like(x, order='C'), np.empty_like(x, order='C')
     xf, of, df = (a.reshape(-1) for a in (x, out, dgelu))  # xf: a copy if x is strided
-    parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]), x.size, x.size)
+
+    def pieces(lo, hi):
+        for a in range(lo, hi, CACHE_BLOCK):
+            b = builtins.min(a + CACHE_BLOCK, hi)
+            _gelu_float32(xf[a:b], of[a:b], df[a:b])
+    parallel_for(pieces, x.size, x.size)
     return out, dgelu
 
 
