@@ -5862,7 +5862,7 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 # The pieces a thread works through one by one: _gelu_float32 makes 20 passes over its
-# arrays, and pieces of 2^18 floats (1 MiB an array) stay in the core's 2 MiB cache from
+# arrays, and pieces of 2^18 floats (1 MiB an array) stay in the processor's caches from
 # the first pass to the last, where a whole range is read from memory 20 times (GELU of
 # 4096 x 1536 floats: 22 ms in one piece, 11 in pieces). Smaller pieces lose more to
 # NumPy's cost per call than they gain (pieces of 2^15: 1024 x 256 floats took 1.0 ms, 0.55
