@@ -11769,6 +11769,25 @@ def _attention_of(qkv):
     return m(qkv)
 
 
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_fused_attention_in_pieces_of_batch_items_gives_the_whole_batch_values(monkeypatch, dropout_p):
+    """fused_causal_attention takes its batch items tt.CACHE_BLOCK scores at a time: pieces
+    of 2 items, the last one short (5 items), give the values and the gradient of one piece,
+    with dropout too (the same mask: the same seed)."""
+    rng = np.random.default_rng(4)
+    qkv0, g0 = rng.standard_normal((5, 6, 12)), rng.standard_normal((5, 6, 4))
+    results = []
+    for block in (tt.CACHE_BLOCK, 2 * 2 * 6 * 6):  # 2 heads of 6 x 6 scores: 2 items a piece
+        monkeypatch.setattr(tt, 'CACHE_BLOCK', block)
+        tt.manual_seed(1)
+        qkv = tt.tensor(qkv0, requires_grad=True)
+        out = tf.fused_causal_attention(qkv, 2, dropout_p=dropout_p)
+        out.backward(tt.tensor(g0))
+        results.append((out.array, qkv.grad.array))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
 def _adam_steps(w):
     import optim
     opt = optim.Adam([w], lr=0.1)
