@@ -5022,6 +5022,50 @@ def test_autograd_function_matches_its_closure_twin():
     assert not _ScaledTanh.apply(t64(2, requires_grad=False), 1.0).requires_grad
 
 
+def test_autograd_function_returning_a_one_tuple_gives_a_one_tuple():
+    """forward returning (y,) gives (y,) from apply, as PyTorch, with or without a graph;
+    a bare y gives y."""
+    class Twice(tt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return (x * 2,)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    class TwiceBare(Twice):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+    for requires_grad in (True, False):
+        x = tt.tensor([1.0, 2.0], requires_grad=requires_grad)
+        out = Twice.apply(x)
+        assert isinstance(out, tuple) and len(out) == 1 and out[0].tolist() == [2.0, 4.0]
+        assert isinstance(TwiceBare.apply(x), tt.Tensor)
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    Twice.apply(x)[0].sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_lstm_over_one_time_step_reads_each_batch_items_own_input(monkeypatch, fast):
+    """A sequence of length 1 through a 2-layer LSTM with proj_size (the loop of cells, also
+    with tt.fast on) gives each batch item what it gives alone: the time steps are read
+    through _unbind, which must give a tuple of one step, not the step's batch rows."""
+    monkeypatch.setattr(tt, 'fast', fast)
+    tt.manual_seed(0)
+    m = nn.LSTM(3, 4, num_layers=2, proj_size=2, dtype=tt.float64)
+    x = tt.tensor(np.random.default_rng(1).standard_normal((1, 3, 3)), requires_grad=True)
+    together = m(x)[0].array
+    alone = np.concatenate([m(x[:, i:i + 1])[0].array for i in range(3)], axis=1)
+    np.testing.assert_allclose(together, alone, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(together[0, 0], together[0, 1])
+    steps = nn._unbind(x, 0)
+    assert isinstance(steps, tuple) and len(steps) == 1 and tuple(steps[0].shape) == (3, 3)
+
+
 def test_autograd_function_saved_tensors_are_version_checked():
     class Exp(tt.autograd.Function):  # saves its own output, as tt.exp does
         @staticmethod

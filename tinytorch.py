@@ -4233,7 +4233,8 @@ class Function:
                 return result
             # the node shares o's memory and version counter (view_of): a Function may
             # save its own output, as exp and tanh do, and an in-place change is caught
-            return from_op(o.array, name, inputs, rule, saved=saved, view_of=o)
+            node = from_op(o.array, name, inputs, rule, saved=saved, view_of=o)
+            return (node,) if isinstance(result, tuple) else node  # (y,) stays a tuple
         # Several outputs hang off one hidden node: its "gradient" holds one gradient per
         # output (an object array: 0 where none arrived), so backward runs once, with all.
         def joint_rule(gs):
