@@ -2214,6 +2214,16 @@ def test_sigmoid_keeps_its_tails_and_erf_its_nans():
     assert tt.tensor(np.array([-20.0], dtype=np.float32)).sigmoid().item() == pytest.approx(2.0611537e-09, rel=1e-6)
     assert tt.tensor(np.array([-40.0])).sigmoid().item() == pytest.approx(4.248354255291589e-18, rel=1e-12)
     assert tt.tensor(np.array([40.0])).sigmoid().item() == 1.0
+    # float16's e^-a overflows below a = -11, yet sigma(-12) = 6.1e-6 is a float16: computed
+    # in float32 and rounded, as PyTorch's (its values: 6.1393e-06, 8.3447e-07, 6.6910e-03)
+    h = tt.tensor(np.array([-12.0, -14.0, -5.0], dtype=np.float16), requires_grad=True)
+    y = h.sigmoid()
+    assert y.dtype == np.float16 and y.tolist() == pytest.approx([6.1393e-06, 8.3447e-07, 6.691e-03], rel=1e-3)
+    y.sum().backward()
+    assert h.grad.tolist() == pytest.approx([6.1393e-06, 8.3447e-07, 6.646e-03], rel=2e-3)
+    h2 = tt.tensor(h.array, requires_grad=True)  # d bce/dx = sigma(x) - y, here sigma(x)
+    nn.binary_cross_entropy_with_logits(h2, tt.zeros(3, dtype=tt.float16), reduction='sum').backward()
+    assert h2.grad.tolist() == pytest.approx([6.1393e-06, 8.3447e-07, 6.691e-03], rel=1e-3)
     out = tt.tensor(np.array([np.nan, 0.3, -np.inf], dtype=np.float32)).erf().tolist()
     assert np.isnan(out[0]) and out[1:] == pytest.approx([0.32862678, -1.0])
     check(tt.sigmoid, t64(3, 4))

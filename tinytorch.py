@@ -1147,6 +1147,13 @@ def _sigmoid_of(a, out=None):
     # (sigma(-20) = 2e-9 in float32, not 0). Below a = -88.7 (float32) e^-a overflows to inf
     # and the result is 0, as PyTorch's: the true value is below float32's normal numbers.
     # out: an array to write the result into (the fused LSTM's), else a new one
+    if a.dtype == np.float16:  # e^-a overflows float16 below a = -11, yet sigma(-12) = 6e-6
+        # is a float16: float32 inside, then rounded, as PyTorch computes half precision
+        r = _sigmoid_of(a.astype(np.float32)).astype(np.float16)
+        if out is None:
+            return r
+        out[...] = r
+        return out
     with np.errstate(over='ignore'):
         e = np.exp(np.negative(a, out=out), out=out)  # e^-a
         return np.divide(1, np.add(e, 1, out=out), out=out)
