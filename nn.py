@@ -3199,9 +3199,10 @@ def conv2d_fused(input, weight, bias, win):
         cols[k] = xp[:, :, start:start + run]  # (one contiguous block a kernel element)
     cols = cols.reshape(kh * kw * c, n * run)
     w2 = weight.array.transpose(0, 2, 3, 1).reshape(o, -1)  # (O, kh*kw*C): cols' row order
-    out = (w2 @ cols).reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
-    if bias is not None:
-        out += bias.array[:, None, None, None]
+    out = w2 @ cols
+    if bias is not None:  # (added to the padding columns too: one contiguous pass, 5x faster
+        out += bias.array[:, None]  # than on the strided view without them)
+    out = out.reshape(o, n, oh, wp)[..., :ow]  # drop the padding columns
 
     def backward(g):
         """d conv2d/d input: W^T g, each column folded back where it was read
