@@ -5588,9 +5588,11 @@ def set_num_threads(n):
     _threads_pinned = True  # n, also on a busy machine (share_cores leaves it alone)
 
 
-def parallel_for(fn, n, size, threads=None):
+def parallel_for(fn, n, size, threads=None, piece=None):
     """Call fn(lo, hi) on [0, n) cut into get_num_threads() contiguous ranges, all at
-    once; fn must write its results into arrays it was given, range by range.
+    once; fn must write its results into arrays it was given, range by range. With
+    piece, each range is worked through in pieces of at most piece, one after another
+    (pieces whose arrays stay in the cache across fn's passes: CACHE_BLOCK).
 
     Why threads help in Python: every NumPy ufunc and matmul lets go of the GIL while
     it computes, so two threads working on different rows of the same arrays really
@@ -5601,6 +5603,12 @@ def parallel_for(fn, n, size, threads=None):
     (at most get_num_threads()) lets a caller ask for fewer.
     """
     global _pool, _pool_pid
+    if piece:
+        whole = fn
+
+        def fn(lo, hi):
+            for a in range(lo, hi, piece):
+                whole(a, builtins.min(a + piece, hi))
     # A job started on one of the pool's threads stays on it: the pool could otherwise end
     # up waiting on itself.
     on_a_worker = threading.current_thread().name.startswith('tinytorch')
@@ -5884,12 +5892,8 @@ def gelu_float32(x):
     contiguous pieces)."""
     out, dgelu = np.empty_like(x, order='C'), np.empty_like(x, order='C')
     xf, of, df = (a.reshape(-1) for a in (x, out, dgelu))  # xf: a copy if x is strided
-
-    def pieces(lo, hi):
-        for a in range(lo, hi, CACHE_BLOCK):
-            b = builtins.min(a + CACHE_BLOCK, hi)
-            _gelu_float32(xf[a:b], of[a:b], df[a:b])
-    parallel_for(pieces, x.size, x.size)
+    parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]), x.size, x.size,
+                 piece=CACHE_BLOCK)
     return out, dgelu
 
 

@@ -294,19 +294,18 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     per_piece = max(1, tt.CACHE_BLOCK // (H * T * T))
 
     def forward_rows(lo, hi):  # batch items lo..hi-1
-        for first in range(lo, hi, per_piece):
-            s = slice(first, min(first + per_piece, hi))
-            st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
-            st *= scale
-            st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
-            # softmax over the keys, in place: subtract each query's max, exponentiate, normalise
-            st -= st.max(axis=-2, keepdims=True)
-            np.exp(st, out=st)
-            st /= tt.sum_second_last(st)
-            if mask_t is not None:
-                np.multiply(st, mask_t[s], out=pdt[s])
-            np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
-    tt.parallel_for(forward_rows, B, pt.size, threads)
+        s = slice(lo, hi)
+        st = np.matmul(k[s], q[s].swapaxes(-1, -2), out=pt[s])  # scores, transposed: k q^T
+        st *= scale
+        st += _causal_bias_keys_first(T, st)  # masked scores become -inf: probability 0
+        # softmax over the keys, in place: subtract each query's max, exponentiate, normalise
+        st -= st.max(axis=-2, keepdims=True)
+        np.exp(st, out=st)
+        st /= tt.sum_second_last(st)
+        if mask_t is not None:
+            np.multiply(st, mask_t[s], out=pdt[s])
+        np.matmul(pdt[s].swapaxes(-1, -2), v[s], out=y[s].transpose(0, 2, 1, 3))  # P v
+    tt.parallel_for(forward_rows, B, pt.size, threads, piece=per_piece)
 
     def backward(g):
         """d attention/d qkv: dv = P^T g, dS = P * (g v^T - sum(P * g v^T)), dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)"""
@@ -317,20 +316,19 @@ def fused_causal_attention(qkv, n_head, dropout_p=0.0):
         dst = np.empty_like(pt)  # dP^T, then dS^T
 
         def backward_rows(lo, hi):
-            for first in range(lo, hi, per_piece):  # (a few at a time, as forward_rows)
-                s = slice(first, min(first + per_piece, hi))
-                np.matmul(pdt[s], g[s], out=dv[s])  # dv = P^T g
-                ds = np.matmul(v[s], g[s].swapaxes(-1, -2), out=dst[s])  # dP^T = v g^T
-                if mask_t is not None:
-                    ds *= mask_t[s]  # through the dropout: dP = (g v^T) * M
-                # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
-                # a sum over D (the output) instead of over T (FlashAttention's trick).
-                ds -= tt.sum_last(g[s] * yh[s]).swapaxes(-1, -2)  # one value per query (column)
-                ds *= pt[s]
-                ds *= scale
-                np.matmul(ds.swapaxes(-1, -2), k[s], out=dq[s])  # dq = dS k / sqrt(D)
-                np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
-        tt.parallel_for(backward_rows, B, pt.size, threads)
+            s = slice(lo, hi)
+            np.matmul(pdt[s], g[s], out=dv[s])  # dv = P^T g
+            ds = np.matmul(v[s], g[s].swapaxes(-1, -2), out=dst[s])  # dP^T = v g^T
+            if mask_t is not None:
+                ds *= mask_t[s]  # through the dropout: dP = (g v^T) * M
+            # dS = P * (dP - sum_j P_ij dP_ij), and sum_j P_ij (g_i . v_j) = g_i . y_i:
+            # a sum over D (the output) instead of over T (FlashAttention's trick).
+            ds -= tt.sum_last(g[s] * yh[s]).swapaxes(-1, -2)  # one value per query (column)
+            ds *= pt[s]
+            ds *= scale
+            np.matmul(ds.swapaxes(-1, -2), k[s], out=dq[s])  # dq = dS k / sqrt(D)
+            np.matmul(ds, q[s], out=dk[s])  # dk = dS^T q / sqrt(D)
+        tt.parallel_for(backward_rows, B, pt.size, threads, piece=per_piece)
         return (grad.reshape(B, T, C3),)
     return tt.from_op(y.reshape(B, T, C), 'causal_attention', (qkv,), backward, saved=(qkv,),
                       saves_output=True)  # backward reads y
