@@ -2961,10 +2961,7 @@ class Conv1d(Module):
     def forward(self, x):
         return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
 
-    def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
-                f"bias={self.bias is not None}")
+    extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
@@ -3348,8 +3345,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
                 dc = dc * F[k]
                 dh = A[t] @ Whh
             elif gru:
-                kept = keep[k]
-                r, z, hn, nn_ = kept
+                r, z, hn, nn_ = keep[k]
                 dn = dh * (1 - z) * (1 - nn_ * nn_)
                 A[t, :, :hsize] = AH[t, :, :hsize] = dn * hn * r * (1 - r)
                 A[t, :, hsize:2 * hsize] = AH[t, :, hsize:2 * hsize] = \
