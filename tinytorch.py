@@ -288,10 +288,11 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     section 8 guards them against later in-place changes. `view_of`: the output is a
     view of that input's memory (section 11).
     """
-    if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
-        data = np.asarray(data)
-    elif isinstance(data, Tensor):  # (it would fail later, far from here)
-        raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
+    if type(data) is not np.ndarray:
+        if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
+            data = np.asarray(data)
+        elif isinstance(data, Tensor):  # (it would fail later, far from here)
+            raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
     out = Tensor.__new__(Tensor)
     _init_result(out, data, None if view_of is None else view_of._vc)
     out._op = op
@@ -954,13 +955,14 @@ def _promoting_operands(a, b, floating=False):
     # the common cases first: two tensors of one dtype, a float tensor with a Python number
     # (rule 4: a number never changes a float tensor's dtype)
     if isinstance(a, Tensor):
+        dtype = a.array.dtype
         if isinstance(b, Tensor):
-            if a.dtype == b.dtype and (not floating or a.dtype.kind == 'f'):
+            if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):
                 return a, b
-        elif type(b) in (float, int) and a.dtype.kind == 'f':
-            return a, _constant(np.array(b, dtype=a.dtype))
-    elif type(a) in (float, int) and isinstance(b, Tensor) and b.dtype.kind == 'f':
-        return _constant(np.array(a, dtype=b.dtype)), b
+        elif type(b) in (float, int) and dtype.kind == 'f':
+            return a, _constant(np.array(b, dtype=dtype))
+    elif type(a) in (float, int) and isinstance(b, Tensor) and b.array.dtype.kind == 'f':
+        return _constant(np.array(a, dtype=b.array.dtype)), b
     dtype = result_type(a, b)
     if floating and dtype.kind not in 'fc':
         dtype = default_dtype
@@ -1059,9 +1061,10 @@ _methods(is_floating_point=is_floating_point, float=lambda self: to(self, float3
 def _guard_saved_versions(out, saved, saves_output):
     """Record the version of each array out's rule reads."""
     # the counter, not the tensor, so that an output saving itself makes no reference cycle
-    out._saved = tuple((t._vc, t._vc[0], t.array.shape) for t in saved)
+    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
     if saves_output:
-        out._saved += ((out._vc, out._vc[0], out.array.shape),)
+        records.append((out._vc, out._vc[0], out.array.shape))
+    out._saved = records
 
 
 def _check_saved_versions(node):
