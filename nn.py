@@ -3288,18 +3288,16 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
             xw += b_hh.array
     xw = xw.reshape(L, n, -1)
     bhh = b_hh.array if (gru and b_hh is not None) else 0
-    out = np.empty((L + lstm, n, hsize), dtype=X.dtype)  # LSTM: the last c rides as row L
-    H = out[:L]  # h after each step
-    prev = np.empty((L, n, hsize), dtype=X.dtype)  # h before each step
+    hs = np.empty((L + 1, n, hsize), dtype=X.dtype)  # h0, then h after each step, in the
+    hs[0] = h0.array  # order run (each step writes its h there: the output is a copy of it)
     keep = []  # what each step's backward reads, in the order the steps ran
     if lstm:  # what its backward reads, written in place by each step k (in the order run)
         S = np.empty((L, n, 4 * hsize), dtype=X.dtype)  # the gates i, f, g, o of step k
         C = np.empty((L + 1, n, hsize), dtype=X.dtype)  # the cell before step k (C[L]: after)
         TC = np.empty((L, n, hsize), dtype=X.dtype)  # tanh of the cell after step k
         C[0] = c0.array
-    h = h0.array
+    h = hs[0]
     for k, t in enumerate(order):
-        prev[t] = h
         if lstm:  # the four gates side by side: one sigmoid over all of them, tanh for g
             a = xw[t] + h @ WhhT
             s = tt._sigmoid_of(a, out=S[k])
@@ -3307,20 +3305,22 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
             i, f, g, o = s[:, :hsize], s[:, hsize:2 * hsize], s[:, 2 * hsize:3 * hsize], s[:, 3 * hsize:]
             c = np.multiply(f, C[k], out=C[k + 1])
             c += i * g  # c = f c_prev + i g
-            h = o * np.tanh(c, out=TC[k])
+            h = np.multiply(o, np.tanh(c, out=TC[k]), out=hs[k + 1])
         elif gru:
             hw = h @ WhhT + bhh
             r = tt._sigmoid_of(xw[t, :, :hsize] + hw[:, :hsize])
             z = tt._sigmoid_of(xw[t, :, hsize:2 * hsize] + hw[:, hsize:2 * hsize])
             hn = hw[:, 2 * hsize:]
             nn_ = np.tanh(xw[t, :, 2 * hsize:] + r * hn)
-            h = (1 - z) * nn_ + z * h
+            h = np.add((1 - z) * nn_, z * h, out=hs[k + 1])
             keep.append((r, z, hn, nn_))
         else:
             a = xw[t] + h @ WhhT
-            h = np.tanh(a) if mode == 'RNN_TANH' else np.maximum(a, 0)
-            keep.append(h)  # its own array: the output's memory may be changed in place
-        H[t] = h
+            h = np.tanh(a, out=hs[k + 1]) if mode == 'RNN_TANH' else np.maximum(a, 0, out=hs[k + 1])
+    # in time order: the output h (a copy: it may be changed in place) and h before each step
+    out = np.empty((L + lstm, n, hsize), dtype=X.dtype)  # LSTM: the last c rides as row L
+    out[:L] = hs[L:0:-1] if reverse else hs[1:]
+    prev = hs[L - 1::-1] if reverse else hs[:L]
     if lstm:
         out[L] = C[L]
 
@@ -3354,7 +3354,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
                 AH[t, :, 2 * hsize:] = dn * r
                 dh = dh * z + AH[t] @ Whh
             else:
-                h = keep[k]
+                h = hs[k + 1]
                 A[t] = dh * (1 - h * h) if mode == 'RNN_TANH' else dh * (h > 0)
                 dh = A[t] @ Whh
         flat, flat_h = A.reshape(L * n, -1), AH.reshape(L * n, -1)
