@@ -733,10 +733,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         d layer_norm/d weight: g * x_hat  (summed over rows)
         d layer_norm/d bias = 1  (g summed over rows)"""
         g = g.reshape(-1, n)
-        gw = g.copy() if weight is None else g * weight.array.reshape(n)  # d loss / d xhat
+        gw = g if weight is None else g * weight.array.reshape(n)  # d loss / d xhat
         with np.errstate(invalid='ignore'):  # inf - inf and 0 * inf give nan, as PyTorch's
             sum_gw, sum_gwx = sum_last(gw), sum_last(gw * xhat)
-            dx = (gw - (sum_gw + xhat * sum_gwx) / n) * rstd  # the docstring's form
+            dx = gw - xhat * (sum_gwx / n)  # the docstring's form: (gw - mean(gw) - ...
+            dx -= sum_gw / n
+            dx *= rstd  # ... - xhat mean(gw xhat)) rstd, one new array
             bad = ~np.isfinite(sum_gw + sum_gwx)  # rows where an inf or nan arrived:
             if bad.any():  # PyTorch's arrangement there, for its nan and inf (a whole row of
                 # nan where a weight is inf): rstd gw + b x + c with, per row,
