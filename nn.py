@@ -736,9 +736,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         gw = g if weight is None else g * weight.array.reshape(n)  # d loss / d xhat
         with np.errstate(invalid='ignore'):  # inf - inf and 0 * inf give nan, as PyTorch's
             sum_gw, sum_gwx = sum_last(gw), sum_last(gw * xhat)
-            dx = gw - xhat * (sum_gwx / n)  # the docstring's form: (gw - mean(gw) - ...
+            # the docstring's form, on one new array: (gw - xhat mean(gw xhat) - mean(gw)) rstd
+            dx = gw - xhat * (sum_gwx / n)
             dx -= sum_gw / n
-            dx *= rstd  # ... - xhat mean(gw xhat)) rstd, one new array
+            dx *= rstd
             bad = ~np.isfinite(sum_gw + sum_gwx)  # rows where an inf or nan arrived:
             if bad.any():  # PyTorch's arrangement there, for its nan and inf (a whole row of
                 # nan where a weight is inf): rstd gw + b x + c with, per row,
@@ -3292,7 +3293,7 @@ def recurrent_fused(mode, x, state, w_ih, w_hh, b_ih=None, b_hh=None, reverse=Fa
     bhh = b_hh.array if (gru and b_hh is not None) else 0
     hs = np.empty((L + 1, n, hsize), dtype=X.dtype)  # h0, then h after each step, in the
     hs[0] = h0.array  # order run (each step writes its h there: the output is a copy of it)
-    keep = []  # what each step's backward reads, in the order the steps ran
+    keep = []  # GRU: what each step's backward reads, in the order the steps ran
     if lstm:  # what its backward reads, written in place by each step k (in the order run)
         S = np.empty((L, n, 4 * hsize), dtype=X.dtype)  # the gates i, f, g, o of step k
         C = np.empty((L + 1, n, hsize), dtype=X.dtype)  # the cell before step k (C[L]: after)

@@ -288,7 +288,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     section 8 guards them against later in-place changes. `view_of`: the output is a
     view of that input's memory (section 11).
     """
-    if type(data) is not np.ndarray:
+    if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
         if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
             data = np.asarray(data)
         elif isinstance(data, Tensor):  # (it would fail later, far from here)
