@@ -203,7 +203,7 @@ def test_part_one_is_a_working_engine_on_its_own():
         return float(loss.array), x.grad.array, w.grad.array, b.grad.array
 
     part_one, full = loss_and_grads(types.SimpleNamespace(**ns)), loss_and_grads(tt)
-    assert ns['fast'] is False and 'result_type' not in ns and 'getitem' not in ns
+    assert 'getitem' not in ns  # Part I ends before indexing (section 11)
     assert part_one[0] == pytest.approx(full[0], rel=1e-12)
     for a, b in zip(part_one[1:], full[1:]):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
@@ -237,15 +237,167 @@ def test_tinytorch_py_copied_alone_works(tmp_path):
     assert r.stdout.strip() == "torch.Size([2, 3]) True"
 
 
-def test_backward_comes_before_line_900_and_part_one_has_no_later_names():
-    with open(os.path.join(HERE, 'tinytorch.py')) as f:
-        src = f.read().split('\n')
-    line_of = {line.split('(')[0][4:]: i + 1 for i, line in enumerate(src) if line.startswith('def ')}
-    end = next(i + 1 for i, line in enumerate(src) if line.startswith(PART_I_END))
-    assert line_of['backward'] < 900 and line_of['backward'] < end < 900
-    assert "Part I: the engine" in "\n".join(src[:40]) and "END OF PART I" in "\n".join(src[:40])
-    for later in ('profile', 'draw_graph', 'grad_path', 'detect_anomaly', 'result_type'):
-        assert later not in line_of or line_of[later] > end
+def test_part_one_calls_nothing_defined_below_it():
+    """Part I is the engine as it runs: every global name a line of it reads (in a function
+    body too, where Python looks it up only when the line runs) is defined in Part I itself
+    or is a builtin. (Part I once called four functions of Part II and had placeholders
+    that Part II replaced.)"""
+    import symtable
+    src = _part_one_source()
+    ns = {'__name__': 'tinytorch_part_one'}
+    exec(compile(src, 'tinytorch.py (Part I)', 'exec'), ns)
+    missing = set()
+
+    def walk(table):
+        for sym in table.get_symbols():
+            reads_a_global = sym.is_referenced() and (sym.is_global() or table.get_type() == 'module')
+            if reads_a_global and sym.get_name() not in ns and not hasattr(builtins_module(), sym.get_name()):
+                missing.add(f"{table.get_name()}: {sym.get_name()}")
+        for child in table.get_children():
+            walk(child)
+    walk(symtable.symtable(src, 'tinytorch.py', 'exec'))
+    assert not missing, f"Part I reads names defined only below it: {sorted(missing)}"
+    for later in ('profile', 'draw_graph', 'grad_path', 'detect_anomaly', 'getitem', 'where'):
+        assert later not in ns
+
+
+def _shared_programs():
+    """Programs in the engine's own words (T is the library), each returning what it
+    computed: tensors (their values and dtypes are compared) or gradients."""
+    f32 = lambda v: np.array(v, dtype=np.float32)  # noqa: E731
+
+    def mixed_float_widths(T):
+        a = T.tensor(f32([1.5, 2.0]), requires_grad=True)
+        b = T.tensor(np.array([0.5, 4.0]), requires_grad=True)  # float64
+        y = a * b + a  # float32 * float64 is float64 (two tensors: the wider)
+        T.backward(T.sum(y))
+        return [y, a.grad, b.grad]  # each gradient in its own input's dtype
+
+    def ints_bools_and_python_numbers(T):
+        i, b = T.tensor([1, 2]), T.tensor([True, False])
+        x = T.tensor(f32([1.0, 2.0]))
+        return [i * 2.5, i + 1, i * True, b + True, b * 2, b + i, x * 2, x + i, 3 - i, 2.0 - x,
+                T.tensor(np.array([1, 2], dtype=np.int32)) + T.tensor([1, 2])]
+
+    def integer_division(T):
+        i, j = T.tensor([1, 7]), T.tensor([2, 2])
+        return [i / j, i / 2, 6 / i, 0.6 / T.tensor([-0.2])]
+
+    def comparisons(T):
+        x, y = T.tensor([1.0, 2.0, 3.0]), T.tensor([1, 5, 0])
+        return [x == y, x != y, x < 2, x >= y, 2 > x, x <= 2.5]
+
+    def broadcasting(T):
+        a = T.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+        b = T.tensor(np.array([1.0, -1.0, 2.0]), requires_grad=True)
+        c = T.tensor(np.array([[2.0], [3.0], [4.0], [5.0]]), requires_grad=True)
+        y = (a + b) * c - b / c
+        T.backward(T.mean(y))
+        return [y, a.grad, b.grad, c.grad]
+
+    def powers(T):
+        x = T.tensor(np.array([0.0, 0.5, 2.0]), requires_grad=True)
+        e = T.tensor(np.array([2.0, 3.0, 0.5]), requires_grad=True)
+        y = x ** 2 + x ** 0.5 + 2.0 ** x + (x + 1) ** e + x ** 0 + x ** T.tensor([2, 0, 1])
+        T.backward(T.sum(y))
+        return [y, x.grad, e.grad, T.tensor([2, 3]) ** 2, T.tensor([-1, 1, 2]) ** T.tensor([-1, -2, 0]),
+                T.tensor([True, False]) ** 2]
+
+    def sums_and_means(T):
+        x = T.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+        s1, s2 = x.sum(1, keepdim=True), x.sum(0, dtype=np.float32)
+        m = x.mean((0, 1))
+        T.backward(T.sum(s1 * 2) + T.sum(s2) + m)
+        i = T.tensor([[1, 2], [3, 4]])
+        return [s1, s2, m, x.grad, i.sum(), i.sum(0, keepdim=True), T.tensor([True, True]).sum()]
+
+    def batched_matmul(T):
+        a = T.tensor(np.arange(24.0).reshape(2, 3, 4) / 10, requires_grad=True)
+        w = T.tensor(np.arange(8.0).reshape(4, 2) - 3, requires_grad=True)
+        v = T.tensor(np.ones((1, 2, 5)), requires_grad=True)
+        y = (a @ w) @ v  # (2, 3, 2) @ (1, 2, 5): the batch dim broadcasts
+        T.backward(T.sum(T.exp(y / 100)))
+        return [y, a.grad, w.grad, v.grad, T.tensor([1.0, 2.0]) @ T.tensor([3.0, 4.0])]
+
+    def backward_twice(T):
+        x = T.tensor([1.0, 2.0], requires_grad=True)
+        y = T.sum(x * x)
+        T.backward(y, retain_graph=True)
+        T.backward(y)  # the gradients add up: 2 * 2x
+        z = T.sum(x * x)
+        T.backward(z)
+        T.backward(z)  # the graph was freed by the first: RuntimeError
+        return [x.grad]
+
+    def a_saved_input_changed_in_place(T):
+        # What every in-place op does (section 13), by hand: new values, and the version
+        # counter told. mul's rule reads w; backward must refuse, not use the new values.
+        x, w = T.tensor([1.0, 2.0], requires_grad=True), T.tensor([3.0, 4.0])
+        y = T.sum(x * w)
+        w.array += 1
+        w._vc[0] += 1
+        T.backward(y)
+        return [x.grad]
+
+    def errors(T):
+        x = T.tensor([[1.0, 2.0]])
+        return [x + T.tensor([1.0, 2.0, 3.0])]  # shapes that do not broadcast: ValueError
+
+    def mixed_matmul(T):
+        return [T.tensor(f32([[1.0]])) @ T.tensor(np.array([[2.0]]))]  # refused: RuntimeError
+
+    return [mixed_float_widths, ints_bools_and_python_numbers, integer_division, comparisons,
+            broadcasting, powers, sums_and_means, batched_matmul, backward_twice,
+            a_saved_input_changed_in_place, errors, mixed_matmul]
+
+
+def _outcome(program, T):
+    """What a program gives: its values with their dtypes, or the type of error it raised."""
+    try:
+        results = program(T)
+    except Exception as e:  # noqa: BLE001 (the type is what is compared)
+        return type(e)
+    return [(r.array if hasattr(r, 'array') else np.asarray(r)) for r in results]
+
+
+@pytest.mark.parametrize("program", _shared_programs(), ids=lambda p: p.__name__)
+def test_part_one_alone_and_the_whole_file_run_the_same_programs_alike(program):
+    """The same program on Part I cut at its marker and on the whole tinytorch.py: the same
+    values, dtypes, gradients and error types (Part I is the engine that runs, not a draft:
+    an int tensor times 2.5 is float32 in both, int / int a float, x == y a bool tensor, a
+    second backward through a freed graph an error)."""
+    part_one = _outcome(program, types.SimpleNamespace(**_part_one_namespace()))
+    full = _outcome(program, tt)
+    if isinstance(full, type):
+        assert part_one is full, f"Part I gave {part_one}, the whole file raised {full.__name__}"
+        return
+    assert not isinstance(part_one, type), f"Part I raised {part_one.__name__}"
+    assert len(part_one) == len(full)
+    for k, (a, b) in enumerate(zip(part_one, full)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (k, a, b)
+        np.testing.assert_array_equal(a, b, err_msg=f"result {k}")
+
+
+def test_the_shared_programs_answers_worked_out_by_hand():
+    """A few of the shared programs' results, pinned by hand, so that both engines agreeing
+    on a wrong answer fails too."""
+    progs = {p.__name__: p for p in _shared_programs()}
+    ints = _outcome(progs['ints_bools_and_python_numbers'], tt)
+    assert ints[0].dtype == np.float32 and ints[0].tolist() == [2.5, 5.0]  # int * 2.5
+    assert ints[1].dtype == np.int64 and ints[3].dtype == np.bool_ and ints[3].tolist() == [True, True]
+    assert ints[4].dtype == np.int64 and ints[4].tolist() == [2, 0]  # bool * 2
+    assert ints[10].dtype == np.int64  # int32 + int64 tensors: the wider
+    div = _outcome(progs['integer_division'], tt)
+    assert div[0].dtype == np.float32 and div[0].tolist() == [0.5, 3.5]
+    assert div[3].tolist() == [np.float32(1 / np.float32(-0.2)) * np.float32(0.6)]
+    cmp = _outcome(progs['comparisons'], tt)
+    assert cmp[0].dtype == np.bool_ and cmp[0].tolist() == [True, False, False]
+    mixed = _outcome(progs['mixed_float_widths'], tt)
+    assert mixed[0].dtype == np.float64 and mixed[1].dtype == np.float32
+    assert mixed[1].tolist() == [1.5, 5.0] and mixed[2].tolist() == [1.5, 2.0]  # b + 1, a
+    assert _outcome(progs['backward_twice'], tt) is RuntimeError
+    assert _outcome(progs['a_saved_input_changed_in_place'], tt) is RuntimeError
+    assert _outcome(progs['errors'], tt) is ValueError
 
 
 def test_tensor_declares_every_attribute_in_slots():
@@ -368,8 +520,7 @@ def test_the_plain_switch_turns_every_speed_path_off(monkeypatch):
 
     fast = run()
     monkeypatch.setattr(tt, 'fast', False)
-    for name in ('shared_matrix_grad', 'gelu_float32', '_erf_np', '_scatter_add_rows', 'unshared',
-                 '_sole_owner', '_ones'):
+    for name in ('gelu_float32', '_erf_np', '_scatter_add_rows', '_sole_owner', '_ones'):
         monkeypatch.setattr(tt, name, refuse)
     monkeypatch.setattr(nn, 'conv2d_fused', refuse)
     monkeypatch.setattr(nn, 'max_pool2d_fused', refuse)
@@ -1768,9 +1919,6 @@ def fast_paths(monkeypatch):
 def test_speed_kernels_equal_the_plain_forms(fast_paths):
     """Each kernel in tinytorch's Speed section computes what the op's plain code says."""
     rng = np.random.default_rng(0)
-    A, G = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 2))
-    plain = tt.unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), (5, 2))  # matmul's dB
-    np.testing.assert_allclose(tt.shared_matrix_grad(A, G), plain, rtol=1e-12)
     x = rng.standard_normal((7, 33)).astype(np.float32)
     out, dgelu = tt.gelu_float32(x)
     xd = x.astype(np.float64)
@@ -1787,37 +1935,27 @@ def test_speed_kernels_equal_the_plain_forms(fast_paths):
     assert b[0].tolist() == [[3.0]] and b[1].tolist() == [2.0] * 3 and b[2].tolist() == [[2.0] * 3]
 
 
-def test_a_leaf_takes_the_gradient_array_its_rule_made(fast_paths):
-    """backward stores the array a rule returned as the leaf's .grad, without a copy, when
-    nothing else holds it (as PyTorch's AccumulateGrad); a copy when something does."""
-    made = []
-
-    def double(x, keep):
-        def backward(g):
-            """d(2x)/dx = 2"""
-            out = g * 2
-            made.append(out.__array_interface__['data'][0])  # its address, not the array
-            if keep:
-                made.append(out)
-            return (out,)
-        return tt.from_op(x.array * 2, 'double', (x,), backward)
-
-    x = tt.tensor(np.ones(1000), requires_grad=True)
-    double(x, keep=False).sum().backward()
-    assert x.grad.array.__array_interface__['data'][0] == made[0]
-    y = tt.tensor(np.ones(1000), requires_grad=True)
-    double(y, keep=True).sum().backward()
-    assert y.grad.array.__array_interface__['data'][0] != made[1] and made[2] is not y.grad
+def test_each_leaf_gets_a_gradient_array_of_its_own():
+    """add's rule hands its one g to both inputs; the two .grads must still be two arrays:
+    a later in-place change of one (an optimizer's clipping, the next backward's +=) must
+    not reach the other, and neither may be read-only (sum's rule returns a broadcast view)."""
+    x, y = tt.tensor([1.0, 2.0], requires_grad=True), tt.tensor([3.0, 4.0], requires_grad=True)
+    (x + y).sum().backward()  # d/dx = d/dy = [1, 1], from one array
+    x.grad.array *= 10
+    assert y.grad.tolist() == [1.0, 1.0] and x.grad.tolist() == [10.0, 10.0]
+    assert not np.shares_memory(x.grad.array, y.grad.array)
+    assert x.grad.array.flags.writeable and y.grad.array.flags.writeable
 
 
-def test_unshared_counts_the_references_backward_holds():
-    def accumulate(g):  # as _accumulate calls it, with the caller holding the array too
-        return tt.unshared(g)
-    g = np.ones(3)
-    assert accumulate(g)
-    also = g  # a second holder: .grad must get its own copy
-    assert not accumulate(g) and also is g
-    assert not accumulate(np.ones(4)[1:])  # a view of another array
+def test_a_shared_weight_gets_the_sum_of_every_batch_items_gradient():
+    """x @ w with x batched (2, 3, 4) and w a matrix (4, 2): dL/dw = sum over the batch of
+    x_i^T g_i. With x all ones and g all ones (L = sum), every element of dw is the number
+    of rows that used it: 2 batch items x 3 rows = 6."""
+    x = tt.tensor(np.ones((2, 3, 4)), requires_grad=True)
+    w = tt.tensor(np.arange(8.0).reshape(4, 2), requires_grad=True)
+    (x @ w).sum().backward()
+    assert w.grad.tolist() == [[6.0, 6.0]] * 4
+    assert x.grad.tolist() == [[[1.0, 5.0, 9.0, 13.0]] * 3] * 2  # each row of w summed
 
 
 def test_retain_grad_keeps_a_non_leaf_gradient():
@@ -11500,52 +11638,26 @@ def _top_level_bindings(tree):
     return list(walk(tree.body))
 
 
-def _is_replacement(node, src_lines, defined):
-    """`name = new_name  # replaces ...`: one visible line that installs a refined rule
-    (new_name, a name this file binds once) in place of an earlier one."""
-    import ast
-    return (isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name)
-            and node.value.id in defined and '# replaces ' in src_lines[node.lineno - 1])
-
-
 def _rebindings(path):
-    """(name, node, is a replacement line) for each top-level binding of a name that the
-    file bound before, and the file's lines."""
+    """(name, node) for each top-level binding of a name that the file bound before."""
     import ast
     with open(os.path.join(HERE, path)) as f:
-        lines = f.read().split('\n')
-    bindings = _top_level_bindings(ast.parse('\n'.join(lines)))
-    names = [name for name, _ in bindings]
-    once = {name for name in names if names.count(name) == 1}
-    seen = set()
-    found = []
+        bindings = _top_level_bindings(ast.parse(f.read()))
+    seen, found = set(), []
     for name, node in bindings:
         if name in seen:
-            found.append((name, node, _is_replacement(node, lines, once)))
+            found.append((name, node))
         seen.add(name)
-    return found, lines
+    return found
 
 
 @pytest.mark.parametrize("path", _PROJECT_FILES)
 def test_no_top_level_name_is_bound_twice(path):
-    """One definition per name: a reader (or a debugger) stepping into a name lands in the
-    code that runs. The one exception is a replacement line, `_operands = _promoting_operands
-    # replaces Part I's rule, section 7`, where the later rule is installed in view, under its
-    own name."""
-    rebound, _ = _rebindings(path)
-    wrong = [f"{name} (again at line {node.lineno})" for name, node, ok in rebound if not ok]
+    """One definition per name, in its final form: a reader (or a debugger) stepping into a
+    name lands in the code that runs. An assignment counts (`_operands = _better_operands`
+    would install a second rule under a name Part I already defined)."""
+    wrong = [f"{name} (again at line {node.lineno})" for name, node in _rebindings(path)]
     assert not wrong, f"{path}: bound twice: {', '.join(wrong)}"
-
-
-def test_a_replacement_line_installs_a_name_bound_once_in_place_of_an_earlier_one():
-    rebound, lines = _rebindings('tinytorch.py')
-    for name, node, ok in rebound:
-        assert ok, f"line {node.lineno}: {name} is bound again, not by a replacement line"
-        new = node.value.id
-        assert getattr(tt, name) is getattr(tt, new), f"{name} is not {new} after the import"
-    replacements = len(rebound)
-    assert replacements == sum('# replaces ' in line for line in lines)
 
 
 def _tensor_bindings(tree):
@@ -11866,8 +11978,6 @@ def _recurrent_of(cls, x, **kwargs):
 
 
 _FAST_TWINS = [
-    ('a weight shared by a batched matmul (dW)', 'tinytorch', 'shared_matrix_grad',
-     lambda x, w: x @ w, [(3, 4, 5), (5, 2)], np.float64),
     ('gelu of float32', 'tinytorch', 'gelu_float32', lambda x: tt.gelu(x), [(4, 7)], np.float32),
     ('erf', 'tinytorch', '_erf_np', lambda x: tt.erf(x), [(4, 7)], np.float64),
     ('x[int array] (an embedding lookup)', 'tinytorch', '_scatter_add_rows',
@@ -12552,7 +12662,7 @@ _LEARN_OTHER_ANSWERS = [
             stack.pop()
             order.append(node)
     return order"""),
-    ('3.5', """            return (g * p * a.array ** (p - 1),)"""),
+    ('3.5', """        return (g * p * a.array ** (p - 1),)"""),
     ('4.1', """        seen = set()
         for mp, mod in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
             for name, value in mod._own(kind):

@@ -70,12 +70,12 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# The one speed switch. Part I runs the plain code; the file's last lines (section 19)
-# replace this with True unless the environment says TINYTORCH_PLAIN=1. Every fast twin
-# (a Speed kernel, nn.py's fused conv, pool and recurrent direction, transformer.py's fused
-# attention, optim.py's adam_step_) runs only while it is True: set tt.fast = False to step
-# through the plain code.
-fast = False
+# The one speed switch. Part I has no fast code: every op in it is the plain code. Later
+# ops may have a fast twin (a Speed kernel in section 19, nn.py's fused conv, pool and
+# recurrent direction, transformer.py's fused attention, optim.py's adam_step_), which
+# computes the same numbers and runs only while this is True: TINYTORCH_PLAIN=1 in the
+# environment, or tt.fast = False, runs the plain code everywhere.
+fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 
 _grad_enabled = True
 
@@ -85,8 +85,14 @@ def is_grad_enabled():
 
 
 class _GradMode:
-    """Base of no_grad / enable_grad: a context manager and a decorator."""
+    """Base of no_grad / enable_grad: a context manager and a decorator, with or without
+    parentheses (@no_grad() and @no_grad both decorate, as in PyTorch)."""
     enabled = True
+
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):  # @no_grad, bare: args[0] is fn
+            return cls()(args[0])
+        return object.__new__(cls)
 
     def __enter__(self):
         global _grad_enabled
@@ -143,9 +149,10 @@ class Tensor:
     `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
     the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
     `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
-    `name` (optional, for draw_graph). A Part I reader can skip the others, explained later:
-    `_saved` and `_vc` in section 8 (the version counter), `_view` and `_views` in
-    section 11 (views), `_seq`, `_older` and `_shared` in section 13 (in-place ops).
+    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter, after
+    from_op below) and `_seq` and `_older` (the order ops ran, and what an in-place op
+    rewrote: _inputs, section 6). A Part I reader can skip the others, explained later:
+    `_view` and `_views` in section 11 (views), `_shared` in section 13 (in-place ops).
     """
     __slots__ = ('array', '_grad', 'requires_grad', '_parents', '_backward', '_op',
                  '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
@@ -261,8 +268,8 @@ def _init_result(out, data, vc=None):
     out._op = None
     out._retains_grad = False
     out.name = None
-    out._saved = ()  # section 8
-    out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
+    out._saved = ()  # the version counter (_guard_saved, below)
+    out._vc = [0] if vc is None else vc  # the version counter, shared with views
     out._view = None  # section 11
     out._seq = 0  # section 13
 
@@ -276,7 +283,6 @@ def _methods(**fns):
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
 _hooks = []  # tools watching every op and rule (lookinside.py, section 17): usually none
-_array_text = functools.partial(np.array2string, separator=', ', prefix='tensor(', precision=4)
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -285,7 +291,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
 
     `saved` lists the tensors whose values the backward rule reads (inputs, masks,
     indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    section 8 guards them against later in-place changes. `view_of`: the output is a
+    _guard_saved (below) guards them against later in-place changes. `view_of`: the output is a
     view of that input's memory (section 11).
     """
     if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
@@ -319,19 +325,112 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
     return out
 
 
-# Part II makes the engine safe and complete by replacing these placeholders; each
-# names the section that does. In Part I they do nothing.
+# The version counter. A rule often reads arrays from the forward pass: mul's rule reads
+# both factors, exp's its own output. If one of them is changed in place before backward
+# (x += 1), the rule would return a wrong gradient without a word. So every tensor has a
+# version counter, `_vc`: a one-element list, shared with its views and bumped by every
+# in-place change (section 13). from_op records (counter, version now, shape) of each
+# array the rule reads in the output's `_saved`, and backward compares before it runs the
+# rule (_check_saved, in section 6).
 def _guard_saved(out, saved, saves_output):
-    """Section 8 records the version of each array the rule reads."""
+    """Record the version of each array out's rule reads."""
+    # the counter, not the tensor, so that an output saving itself makes no reference cycle
+    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
+    if saves_output:
+        records.append((out._vc, out._vc[0], out.array.shape))
+    out._saved = records
 
 
-def _check_saved(node):
-    """Section 8 refuses to run a rule whose saved arrays were changed in place."""
+_methods(_version=property(lambda self: self._vc[0]))  # x._version: how often x was changed
 
 
-def _inputs(node):
-    """node's inputs as its op read them. Section 13 (in-place ops) refines this."""
-    return node._parents
+# The tools in lookinside.py (profile, detect_anomaly) watch every op and every backward
+# rule: `with` puts them in the list _hooks, and then from_op and backward call these two.
+# When no tool is on, that costs one check of an empty list per op.
+def _watch_op(out, op, parents):
+    """Tell the tools that watch that op made out."""
+    for hook in _hooks:
+        hook.op(out, op, parents)
+
+
+def _run_rule(node, g):
+    """Run node's backward rule; the tools that watch see it start and end."""
+    for hook in _hooks:
+        hook.rule_start(node)
+    grads = node._backward(g)
+    for hook in _hooks:
+        hook.rule_end(node, grads)
+    return grads
+
+
+# How a tensor prints: as PyTorch prints it, with set_printoptions' options (section 18).
+_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
+_print_options = dict(_PRINT_DEFAULTS)
+
+
+def _array_text(a):
+    """A tensor's values as PyTorch prints them: 4 decimals, or e-notation where the
+    magnitudes span more than 1000x (or pass 1e8, or go under 1e-4); floats that are whole
+    numbers as "2."; lines of at most 80 characters; an empty tensor with more than one dim
+    says its size. Other digits, widths or sci_mode, once set_printoptions set them."""
+    if a.size == 0 and a.ndim > 1:
+        return f'[], size={a.shape}'
+    o = _print_options
+    threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
+    with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
+        if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
+            sci = o['sci_mode']
+            return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                                   max_line_width=o['linewidth'], floatmode='fixed',
+                                   suppress_small=not sci,
+                                   formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
+                                   if sci else None)
+        finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
+        nonzero = finite[finite != 0]
+        wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
+        whole = np.all(finite == np.floor(finite)) and not wide
+        small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
+        return np.array2string(a, separator=', ', prefix='tensor(', precision=4,
+                               max_line_width=80,
+                               floatmode='maxprec_equal' if whole else 'fixed',
+                               suppress_small=not (wide or small))
+
+
+class device:
+    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
+    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        type, _, number = str(type).partition(':')
+        self.type, self.index = type, int(number) if number else index
+
+    def __repr__(self):
+        more = '' if self.index is None else f', index={self.index}'
+        return f"device(type='{self.type}'{more})"
+
+    def __str__(self):
+        return self.type if self.index is None else f'{self.type}:{self.index}'
+
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+_CPU = device('cpu')
+
+
+def _cpu_only(where, what):
+    """device=... arguments: None or the CPU; any other device gets one clear line."""
+    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
+                                          device(where).type == 'cpu'):
+        return _CPU
+    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
+                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
+                       "PyTorch with export.py)")
 
 
 def _dtype_of_python_data(data):
@@ -352,9 +451,11 @@ def _dtype_of_python_data(data):
     return arr
 
 
-def tensor(data, dtype=None, requires_grad=False):
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
-    keeps its dtype (float64 stays float64)."""
+    keeps its dtype (float64 stays float64). device: the CPU (None, 'cpu'); pin_memory is
+    accepted and changes nothing (it speeds copies to a GPU)."""
+    _cpu_only(device, 'tensor')
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
@@ -426,15 +527,87 @@ def detach(x):
 # ---------------------------------------------------------------------------
 # 3. Arithmetic with broadcasting
 # ---------------------------------------------------------------------------
+# Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
+#   1. Categories rank bool < integer < floating.
+#   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
+#      (Python or NumPy numbers; a scalar counts as bool, int64 or the default float32,
+#      whatever its NumPy width).
+#   3. Within a tier, the higher category wins and keeps its own width (int64 with
+#      float32 is float32, where NumPy says float64); within a category the wider wins.
+#   4. A lower tier changes the result only when its category is higher than the
+#      tiers above it:
+#        float32 tensor * 2.5 -> float32            int64 tensor * 2.5 -> float32
+#        float32 tensor * float64 0-d -> float32    int32 tensor * float64 0-d -> float64
+#        int32 tensor + int64 tensor -> int64       int tensor / int tensor -> float32
+_CATEGORY = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
+
+
+def promote_types(type1, type2):
+    """The dtype that holds both (rule 3 above), as torch.promote_types."""
+    type1, type2 = np.dtype(type1), np.dtype(type2)
+    c1, c2 = _CATEGORY[type1.kind], _CATEGORY[type2.kind]
+    if c1 != c2:
+        return type1 if c1 > c2 else type2
+    return np.promote_types(type1, type2)
+
+
+def _scalar_dtype(x):
+    """A Python or NumPy number as an operand: bool, int64 or the default float (a NumPy
+    bool scalar too: PyTorch reads np.bool_(True) as 1.0)."""
+    if isinstance(x, bool):
+        return bool_
+    if isinstance(x, (int, np.integer)):
+        return int64
+    if isinstance(x, (float, np.floating, np.bool_)):
+        return default_dtype
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
+def result_type(*operands):
+    """The dtype of an op's result on these operands (tensors, arrays or numbers),
+    by the promotion rule above; as torch.result_type."""
+    tiers = [None, None, None]  # tensors with dims, 0-d tensors, scalars
+    for x in operands:
+        if isinstance(x, (Tensor, np.ndarray)):
+            tier, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            tier, dt = 2, _scalar_dtype(x)
+        tiers[tier] = dt if tiers[tier] is None else promote_types(tiers[tier], dt)
+    result = None
+    for dt in tiers:  # from the highest tier down: a lower one needs a higher category
+        if dt is not None and (result is None or _CATEGORY[dt.kind] > _CATEGORY[result.kind]):
+            result = dt
+    return result
+
+
+def _as(x, dtype):
+    """x as a tensor of dtype: a cast in the graph for a tensor (its gradient comes
+    back in its own dtype), a constant for a number or an array."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == dtype else to(x, dtype)
+    if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
+        return _constant(np.array(x, dtype=dtype))  # a copy: later changes to x can't leak in
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
 def _operands(a, b, floating=False):
-    """Both operands of a binary op as tensors of one dtype. Part I's rule: a number
-    takes the tensor's dtype (x * 2 stays float32). Section 7 replaces this with
-    PyTorch's full rule for mixed dtypes (and floating: int / int is a float)."""
-    if not isinstance(a, Tensor):
-        a = _constant(np.array(a, dtype=b.dtype))
-    if not isinstance(b, Tensor):
-        b = _constant(np.array(b, dtype=a.dtype))
-    return a, b
+    """Both operands of a binary op as tensors of the promoted dtype (a float one
+    if floating: int / int is float32)."""
+    # the common cases first: two tensors of one dtype, a float tensor with a Python number
+    # (rule 4: a number never changes a float tensor's dtype)
+    if isinstance(a, Tensor):
+        dtype = a.array.dtype
+        if isinstance(b, Tensor):
+            if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):
+                return a, b
+        elif type(b) in (float, int) and dtype.kind == 'f':
+            return a, _constant(np.array(b, dtype=dtype))
+    elif type(a) in (float, int) and isinstance(b, Tensor) and b.array.dtype.kind == 'f':
+        return _constant(np.array(a, dtype=b.array.dtype)), b
+    dtype = result_type(a, b)
+    if floating and dtype.kind not in 'fc':
+        dtype = default_dtype
+    return _as(a, dtype), _as(b, dtype)
 
 
 def _floating(x):
@@ -476,8 +649,21 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
-def _scaled(a, b, alpha):  # add's and sub's operands a and alpha b (section 7: a + b's dtype)
-    return _operands(a, b if alpha == 1 else b * alpha)
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
+    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
+    a bool one; for bools, alpha * b is b and bool(alpha)."""
+    if type(alpha) is int and alpha == 1:
+        return _operands(a, b)
+    dtype = result_type(a, b)
+    if isinstance(alpha, bool) and dtype != bool_:
+        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
+    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
+        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
+                        f"a float, got {alpha!r}")
+    if dtype == bool_:
+        return _as(a, dtype), _as(b if alpha else b * False, dtype)
+    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
 
 def add(a, b, alpha=1):
@@ -532,15 +718,11 @@ def div(a, b):
 
 def pow(a, b):
     """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):  # tensor ** number
-        a = _operands(a, b)[0]
-        p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
-
-        def backward_scalar(g):
-            """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
-            return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-        out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (_power_of, above)
-        return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):
+        return _pow_number(a, b)
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
+            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
+        return _pow_integer_exponent(a, b)
     a, b = _operands(a, b)
     out = _broadcast_op('pow', _power, a, b)
 
@@ -560,7 +742,52 @@ def pow(a, b):
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
 
 
-_power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
+def _pow_number(a, p):
+    """tensor ** number."""
+    if a.dtype.kind in 'iub' and isinstance(p, (int, np.integer)) and not isinstance(p, bool) \
+            and p < 0:  # (an empty tensor too, as PyTorch)
+        raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
+                           f"({a.dtype} ** {p}); use a float exponent ({p}.0) or .float()")
+    a = _operands(a, p)[0]
+    p = p.item() if isinstance(p, np.generic) else p  # a NumPy scalar acts as a Python one
+
+    def backward(g):
+        """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
+        return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
+    out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (_power_of, below)
+    return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward, saved=(a,))
+
+
+def _pow_integer_exponent(a, b):
+    """float tensor ** integer tensor: the rule takes b - 1 in b's integer dtype, as PyTorch
+    (INT64_MIN - 1 wraps to INT64_MAX, whose float is even: (-inf)^(b-1) = +inf), and only
+    then the base's float dtype."""
+    e = _as(b, a.dtype)  # the exponent in the base's dtype
+    out = _broadcast_op('pow', _power, a, e)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
+        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
+            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
+                               "tensor is not supported (the rule computes exponent - 1)")
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            below = (b.array - 1).astype(a.dtype)
+            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
+    return from_op(out, 'pow', (a,), backward, saved=(a, b))
+
+
+def _power(a, b):
+    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
+    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
+    A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
+    if a.dtype == bool_ and np.asarray(b).dtype == bool_:
+        raise RuntimeError("pow: a bool to the power of a bool tensor is not supported, as in "
+                           "PyTorch; cast one of them with .int() or .float()")
+    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
 
 
 def _power_of(x, p):
@@ -571,9 +798,22 @@ def _power_of(x, p):
         return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
-def _rtruediv(self, other):
-    """number / tensor."""
-    return div(other, self)
+def _rtruediv(x, other):
+    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: (1 / x) * number, two
+    roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an int
+    tensor's 1 / x is float32). Anything else (an array) divides."""
+    if not isinstance(other, (bool, int, float, np.number)):
+        return div(other, x)
+    x = _floating(x)
+    c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+        r = 1 / x.array  # (r is the rule's own: no later change of x can reach it)
+
+    def backward(g):
+        """d(c/x)/dx = -c/x^2  (as PyTorch: (g c) times d(1/x)/dx = -(1/x)^2)"""
+        with np.errstate(over='ignore', invalid='ignore'):
+            return (-(g * c) * (r * r),)
+    return from_op(r * c, 'div', (x,), backward)
 
 
 def _no_bool_subtraction(a, b):
@@ -595,12 +835,24 @@ def neg(a):
     return from_op(-a.array, 'neg', (a,), backward)
 
 
+# Comparisons give boolean tensors outside the graph: a step has no gradient (as PyTorch).
+def _compare(fn):
+    def compare(self, other):
+        a, b = _operands(self, other)
+        return _constant(_broadcast_op(fn.__name__, fn, a, b))
+    return compare
+
+
+eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
+                                                np.greater, np.greater_equal))
+
+
+_methods(__eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt,
+         le=le, gt=gt, ge=ge)
 _methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
          __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
          __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
-         __rtruediv__=lambda self, other: _rtruediv(self, other),  # section 9 refines it
-         __pow__=lambda self, exponent: pow(self, exponent),
-         pow=lambda self, exponent: pow(self, exponent),  # pow by name: section 7 refines it
+         __rtruediv__=_rtruediv, __pow__=pow, pow=pow,
          __rpow__=lambda self, other: pow(*_operands(other, self)), __neg__=neg, neg=neg)
 
 
@@ -656,11 +908,7 @@ def matmul(a, b):
         if a.requires_grad:
             ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
         if b.requires_grad:
-            if fast and B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:
-                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 19)
-            else:
-                gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
-            gb = gb.reshape(b.shape)
+            gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(b.shape)
         return ga, gb
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
@@ -776,7 +1024,7 @@ def _walk(root, g_root, retain_graph=False):
             continue
         g = grads.pop(key)
         if node._saved:
-            _check_saved(node)  # section 8
+            _check_saved(node)  # the version counter (section 2)
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
@@ -789,7 +1037,25 @@ def _walk(root, g_root, retain_graph=False):
             grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
         if not retain_graph:
             _free(node)
-        g = rule_out = pg = None  # the walk holds no gradient: a leaf's .grad can take it
+
+
+def _inputs(node):
+    """node's inputs as node's op read them. Usually just node._parents; but an input
+    changed in place after node's op ran (h += 1, section 13) has a new history since, and
+    its value as node read it is an older self: h._older, numbered by the order ops ran
+    (_seq). Without in-place ops, every input ran before node and this returns _parents."""
+    parents = node._parents
+    for p in parents:
+        if p._seq >= node._seq:
+            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
+    return parents
+
+
+def _as_read_by(node, p):
+    """The version of p that node's op read (p's history was rewritten since)."""
+    while p._seq >= node._seq:
+        p = p._older
+    return p
 
 
 def _topological_order(root):
@@ -835,9 +1101,7 @@ def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
     if t._grad is not None:
         t._grad.array += g
-    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 19)
-        t._grad = _constant(g)
-    else:
+    else:  # (add's rule gives its one g to both inputs)
         t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
 
 
@@ -856,6 +1120,17 @@ def _wrong_gradient(node, x, pg):
         problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
                    "input's dtype (cast with .astype(x.dtype))")
     raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
+
+
+def _check_saved(node):
+    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
+    (it would return a wrong gradient without a word)."""
+    for counter, version, shape in node._saved:
+        if counter[0] != version:
+            raise RuntimeError(
+                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                f"saved for backward was modified in place (it is at version {counter[0]}, "
+                f"expected version {version}); use an out-of-place op or .clone() first")
 
 
 def _freed_graph(g):
@@ -881,165 +1156,10 @@ _methods(backward=backward)
 # ===========================================================================
 
 # ---------------------------------------------------------------------------
-# 7. Type promotion: PyTorch's rule for operands of different dtypes
+# 7. Casts by name
 # ---------------------------------------------------------------------------
-# Part I's _operands gave a number the tensor's dtype. This section replaces it with
-# PyTorch's whole rule, and adds casts (x.to(dtype), x.float(), ...).
-#
-# Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
-#   1. Categories rank bool < integer < floating.
-#   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
-#      (Python or NumPy numbers; a scalar counts as bool, int64 or the default float32,
-#      whatever its NumPy width).
-#   3. Within a tier, the higher category wins and keeps its own width (int64 with
-#      float32 is float32, where NumPy says float64); within a category the wider wins.
-#   4. A lower tier changes the result only when its category is higher than the
-#      tiers above it:
-#        float32 tensor * 2.5 -> float32            int64 tensor * 2.5 -> float32
-#        float32 tensor * float64 0-d -> float32    int32 tensor * float64 0-d -> float64
-#        int32 tensor + int64 tensor -> int64       int tensor / int tensor -> float32
-_CATEGORY = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
-
-
-def promote_types(type1, type2):
-    """The dtype that holds both (rule 3 above), as torch.promote_types."""
-    type1, type2 = np.dtype(type1), np.dtype(type2)
-    c1, c2 = _CATEGORY[type1.kind], _CATEGORY[type2.kind]
-    if c1 != c2:
-        return type1 if c1 > c2 else type2
-    return np.promote_types(type1, type2)
-
-
-def _scalar_dtype(x):
-    """A Python or NumPy number as an operand: bool, int64 or the default float (a NumPy
-    bool scalar too: PyTorch reads np.bool_(True) as 1.0)."""
-    if isinstance(x, bool):
-        return bool_
-    if isinstance(x, (int, np.integer)):
-        return int64
-    if isinstance(x, (float, np.floating, np.bool_)):
-        return default_dtype
-    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
-
-
-def result_type(*operands):
-    """The dtype of an op's result on these operands (tensors, arrays or numbers),
-    by the promotion rule above; as torch.result_type."""
-    tiers = [None, None, None]  # tensors with dims, 0-d tensors, scalars
-    for x in operands:
-        if isinstance(x, (Tensor, np.ndarray)):
-            tier, dt = (0 if x.ndim else 1), x.dtype
-        else:
-            tier, dt = 2, _scalar_dtype(x)
-        tiers[tier] = dt if tiers[tier] is None else promote_types(tiers[tier], dt)
-    result = None
-    for dt in tiers:  # from the highest tier down: a lower one needs a higher category
-        if dt is not None and (result is None or _CATEGORY[dt.kind] > _CATEGORY[result.kind]):
-            result = dt
-    return result
-
-
-def _as(x, dtype):
-    """x as a tensor of dtype: a cast in the graph for a tensor (its gradient comes
-    back in its own dtype), a constant for a number or an array."""
-    if isinstance(x, Tensor):
-        return x if x.dtype == dtype else x.to(dtype)
-    if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
-        return _constant(np.array(x, dtype=dtype))  # a copy: later changes to x can't leak in
-    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
-
-
-def _promoting_operands(a, b, floating=False):
-    """Both operands of a binary op as tensors of the promoted dtype (a float one
-    if floating: int / int is float32)."""
-    # the common cases first: two tensors of one dtype, a float tensor with a Python number
-    # (rule 4: a number never changes a float tensor's dtype)
-    if isinstance(a, Tensor):
-        dtype = a.array.dtype
-        if isinstance(b, Tensor):
-            if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):
-                return a, b
-        elif type(b) in (float, int) and dtype.kind == 'f':
-            return a, _constant(np.array(b, dtype=dtype))
-    elif type(a) in (float, int) and isinstance(b, Tensor) and b.array.dtype.kind == 'f':
-        return _constant(np.array(a, dtype=b.array.dtype)), b
-    dtype = result_type(a, b)
-    if floating and dtype.kind not in 'fc':
-        dtype = default_dtype
-    return _as(a, dtype), _as(b, dtype)
-
-
-_operands = _promoting_operands  # replaces Part I's rule (a number takes the tensor's dtype)
-
-
-def _promoting_scaled(a, b, alpha):
-    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
-    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
-    a bool one; for bools, alpha * b is b and bool(alpha)."""
-    if type(alpha) is int and alpha == 1:
-        return _operands(a, b)
-    dtype = result_type(a, b)
-    if isinstance(alpha, bool) and dtype != bool_:
-        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
-    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
-        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
-                        f"a float, got {alpha!r}")
-    if dtype == bool_:
-        return _as(a, dtype), _as(b if alpha else b * False, dtype)
-    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
-
-
-_scaled = _promoting_scaled  # replaces Part I's _scaled
-
-
-def _integer_power(a, b):
-    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
-    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
-    A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
-    if a.dtype == bool_ and np.asarray(b).dtype == bool_:
-        raise RuntimeError("pow: a bool to the power of a bool tensor is not supported, as in "
-                           "PyTorch; cast one of them with .int() or .float()")
-    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
-        return np.power(a, b)
-    a, b = np.broadcast_arrays(a, b)
-    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
-    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
-
-
-_power = _integer_power  # replaces Part I's np.power
-
-
-_pow_of_part_1 = pow
-
-
-def _promoting_pow(a, b):
-    """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
-    b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
-    is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
-    if isinstance(a, Tensor) and a.dtype.kind in 'iub' and isinstance(b, (int, np.integer)) \
-            and not isinstance(b, bool) and b < 0:  # (an empty tensor too, as PyTorch)
-        raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
-                           f"({a.dtype} ** {b}); use a float exponent ({b}.0) or .float()")
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
-            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
-        return _pow_of_part_1(a, b)
-    e = _as(b, a.dtype)  # the exponent in the base's dtype
-    out = _broadcast_op('pow', _power, a, e)
-
-    def backward(g):
-        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
-        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
-            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
-                               "tensor is not supported (the rule computes exponent - 1)")
-        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            below = (b.array - 1).astype(a.dtype)
-            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
-    return from_op(out, 'pow', (a,), backward, saved=(a, b))
-
-
-pow = _promoting_pow  # replaces Part I's pow (Tensor's ** and .pow call pow by name)
-
-
+# Part I (section 3) has PyTorch's rule for operands of different dtypes and to(dtype);
+# here are the casts by name (x.float(), ...) and the test for a float dtype.
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
@@ -1049,45 +1169,13 @@ _methods(is_floating_point=is_floating_point, float=lambda self: to(self, float3
 
 
 # ---------------------------------------------------------------------------
-# 8. The version counter: backward refuses a rule whose saved arrays were changed
+# 8. Indices, masks and conditions: what a rule reads besides its inputs
 # ---------------------------------------------------------------------------
-# A rule often reads arrays from the forward pass: mul's rule reads both factors, exp's
-# its own output. If one of them is changed in place before backward (x += 1), the rule
-# would return a wrong gradient without a word. So every tensor has a version counter,
-# `_vc`: a one-element list, shared with its views and bumped by every in-place change
-# (section 13). from_op records (counter, version now, shape) of each array the rule
-# reads in the output's `_saved`, and backward compares before it runs the rule.
-# This section replaces Part I's placeholders _guard_saved and _check_saved.
-def _guard_saved_versions(out, saved, saves_output):
-    """Record the version of each array out's rule reads."""
-    # the counter, not the tensor, so that an output saving itself makes no reference cycle
-    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
-    if saves_output:
-        records.append((out._vc, out._vc[0], out.array.shape))
-    out._saved = records
-
-
-def _check_saved_versions(node):
-    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
-    (it would return a wrong gradient without a word)."""
-    for counter, version, shape in node._saved:
-        if counter[0] != version:
-            raise RuntimeError(
-                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
-                f"saved for backward was modified in place (it is at version {counter[0]}, "
-                f"expected version {version}); use an out-of-place op or .clone() first")
-
-
-_guard_saved = _guard_saved_versions  # replaces Part I's placeholder
-_check_saved = _check_saved_versions  # replaces Part I's placeholder
-
-
+# where, masked_fill, indexing, gather and scatter read tensors that are not inputs of the
+# graph (an index has no gradient); the version counter guards them like saved inputs.
 def _tensors_in(idx):
     """The tensors in an index, mask or condition (an op's backward reads them)."""
     return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
-
-
-_methods(_version=property(lambda self: self._vc[0]))
 
 
 # ---------------------------------------------------------------------------
@@ -1538,28 +1626,8 @@ def atan2(input, other):
 arctan2 = atan2
 
 
-def _rtruediv_as_pytorch(self, other):
-    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
-    two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
-    int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
-    Anything else (an array) divides, as in Part I."""
-    if isinstance(other, (bool, int, float, np.number)):
-        return mul(reciprocal(self), other)
-    return div(other, self)
-
-
-_rtruediv = _rtruediv_as_pytorch  # replaces Part I's _rtruediv (div(other, self))
-
-
-# Comparisons, tests and logic give boolean tensors outside the graph (they have no
-# gradient); so do the bitwise ops, and // and % give no gradient either (as PyTorch).
-def _compare(fn):
-    def compare(self, other):
-        a, b = _operands(self, other)
-        return _constant(_broadcast_op(fn.__name__, fn, a, b))
-    return compare
-
-
+# Tests and logic give boolean tensors outside the graph (no gradient), as the comparisons
+# do (section 3); so do the bitwise ops, and // and % give no gradient either (as PyTorch).
 def _constant_op(fn, name):
     """An op outside the graph: a constant result from the tensors' values."""
     def op(a, b):
@@ -1569,8 +1637,6 @@ def _constant_op(fn, name):
     return op
 
 
-eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
-                                                np.greater, np.greater_equal))
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
     return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
@@ -1684,9 +1750,8 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
          clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
          log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
          sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
-         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, __eq__=eq,
-         __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
-         ge=ge, __floordiv__=floor_divide, __mod__=remainder,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc,
+         __floordiv__=floor_divide, __mod__=remainder,
          __rfloordiv__=lambda self, other: floor_divide(other, self),
          __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
          __or__=bitwise_or, __xor__=bitwise_xor, __rand__=bitwise_and, __ror__=bitwise_or,
@@ -2755,7 +2820,7 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
-    dtype = result_type(*tensors)  # the promotion rule over all of them (section 7)
+    dtype = result_type(*tensors)  # the promotion rule over all of them (section 3)
     tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
     parents = tuple(tensors)
     # PyTorch's legacy rule: a tensor of shape (0,) is skipped, whatever the others' shape
@@ -3358,26 +3423,8 @@ _methods(softmax=softmax, log_softmax=log_softmax)
 # CopySlices(old h, y) (PyTorch's node: y's region from y, the rest from the old h), and every other
 # live view of h is made again from the new h, so that its history matches its values.
 #
-# This section replaces Part I's placeholder _inputs: backward, and the tools, ask it
-# for the inputs of a node as its op read them.
-def _inputs_as_read(node):
-    """node's inputs as node read them: an input changed in place after node's op ran is
-    represented by its older self. Usually just node._parents."""
-    parents = node._parents
-    for p in parents:
-        if p._seq >= node._seq:
-            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
-    return parents
-
-
-_inputs = _inputs_as_read  # replaces Part I's _inputs (node._parents)
-
-
-def _as_read_by(node, p):
-    """The version of p that node's op read (p's history was rewritten since)."""
-    while p._seq >= node._seq:
-        p = p._older
-    return p
+# Backward, and the tools, ask _inputs (section 6) for the inputs of a node as its op
+# read them.
 
 
 def _check_inplace(x, op):
@@ -3724,43 +3771,6 @@ _methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
 # ---------------------------------------------------------------------------
 # 14. Creation functions and the random generator
 # ---------------------------------------------------------------------------
-class device:
-    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
-    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
-
-    def __init__(self, type, index=None):
-        if isinstance(type, device):
-            type, index = type.type, type.index
-        type, _, number = str(type).partition(':')
-        self.type, self.index = type, int(number) if number else index
-
-    def __repr__(self):
-        more = '' if self.index is None else f', index={self.index}'
-        return f"device(type='{self.type}'{more})"
-
-    def __str__(self):
-        return self.type if self.index is None else f'{self.type}:{self.index}'
-
-    def __eq__(self, other):
-        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
-
-    def __hash__(self):
-        return hash((self.type, self.index))
-
-
-_CPU = device('cpu')
-
-
-def _cpu_only(where, what):
-    """device=... arguments: None or the CPU; any other device gets one clear line."""
-    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
-                                          device(where).type == 'cpu'):
-        return _CPU
-    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
-                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
-                       "PyTorch with export.py)")
-
-
 # Every random op (randn, dropout, sampling, shuffling) draws from a Generator: the one
 # you pass as generator=..., else the library's default_generator, which manual_seed(s)
 # reseeds. A Generator wraps a NumPy one.
@@ -3823,15 +3833,6 @@ def get_rng_state():
 
 def set_rng_state(state):
     default_generator.set_state(state)
-
-
-def _tensor_on_cpu(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """torch.tensor: Part I's tensor(), with PyTorch's device= (the CPU) and pin_memory=."""
-    _cpu_only(device, 'tensor')
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
-
-
-tensor = _tensor_on_cpu  # replaces Part I's tensor()
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -4468,25 +4469,7 @@ _methods(grad_fn=property(_grad_fn))
 # ---------------------------------------------------------------------------
 # 17. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
-# lookinside.py's profile and detect_anomaly watch every op and every backward rule:
-# `with` puts them in Part I's list _hooks, and then from_op and backward call these two.
-# When no tool is on, that costs one check of an empty list per op.
-def _watch_op(out, op, parents):
-    """Tell the tools that watch that op made out."""
-    for hook in _hooks:
-        hook.op(out, op, parents)
-
-
-def _run_rule(node, g):
-    """Run node's backward rule; the tools that watch see it start and end."""
-    for hook in _hooks:
-        hook.rule_start(node)
-    grads = node._backward(g)
-    for hook in _hooks:
-        hook.rule_end(node, grads)
-    return grads
-
-
+# record_function: a named row in lookinside's profile (the hooks are in section 2).
 class record_function:
     """A named row in an active profile for a block that is not an op (the optimizer's
     step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
@@ -4806,28 +4789,6 @@ if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys
     sys.meta_path.append(_PathFinder)
 
 
-def _array_text_as_pytorch(a):
-    """A tensor's values as PyTorch prints them (Part I's repr calls this): 4 decimals, or
-    e-notation where the magnitudes span more than 1000x (or pass 1e8, or go under 1e-4);
-    floats that are whole numbers as "2."; lines of at most 80 characters; an empty
-    tensor with more than one dim says its size."""
-    if a.size == 0 and a.ndim > 1:
-        return f'[], size={a.shape}'
-    finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
-    nonzero = finite[finite != 0]
-    wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
-    whole = np.all(finite == np.floor(finite)) and not wide
-    small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
-    return np.array2string(a, separator=', ', prefix='tensor(', precision=4, max_line_width=80,
-                           floatmode='maxprec_equal' if whole else 'fixed',
-                           suppress_small=not (wide or small))
-
-
-# torch.set_printoptions: the options tensors print with (repr and print)
-_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
-_print_options = dict(_PRINT_DEFAULTS)
-
-
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
                      profile=None, sci_mode=None):
     """torch.set_printoptions: digits after the point, how many elements before a tensor is
@@ -4845,28 +4806,6 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
         if v is not None:
             _print_options[k] = v
     _print_options['sci_mode'] = sci_mode
-
-
-def _array_text_with_options(a):
-    """_array_text_as_pytorch with set_printoptions' options."""
-    o = _print_options
-    if o == _PRINT_DEFAULTS:
-        return _array_text_as_pytorch(a)
-    with np.printoptions(threshold=sys.maxsize if o['threshold'] == math.inf else o['threshold'],
-                         edgeitems=o['edgeitems']):
-        if o['sci_mode'] is None and (o['precision'], o['linewidth']) == (4, 80):
-            return _array_text_as_pytorch(a)
-        if a.size == 0 and a.ndim > 1:
-            return f'[], size={a.shape}'
-        sci = o['sci_mode']
-        return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
-                               max_line_width=o['linewidth'], floatmode='fixed',
-                               suppress_small=not sci,
-                               formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
-                               if sci else None)
-
-
-_array_text = _array_text_with_options  # replaces Part I's _array_text
 
 
 HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
@@ -5185,16 +5124,6 @@ def _load_pytorch_file(f, weights_only):
 # CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
 # use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
 # one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
-def _bare_decorator(cls, *args, **kwargs):
-    """@no_grad without parentheses: no_grad(fn) decorates fn, as PyTorch allows."""
-    if len(args) == 1 and not kwargs and callable(args[0]):
-        return cls()(args[0])
-    return object.__new__(cls)
-
-
-_GradMode.__new__ = _bare_decorator  # adds to Part I's class (bound nowhere else): @no_grad bare
-
-
 class set_grad_enabled(_GradMode):
     """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
     manager it restores the previous mode at the end, as a decorator it sets the mode for
@@ -5945,45 +5874,6 @@ def _scatter_add_rows(shape, idx, g):
     gx[sorted_idx[starts]] = np.add.reduceat(rows[order], starts, axis=0)
     return gx
 
-
-def shared_matrix_grad(A, G):
-    """matmul's dB = sum over the batch of A^T G, for a matrix B (a weight) that every
-    batch item shared: the batch folded into the rows makes it one 2-D product, with
-    the sum inside BLAS, instead of a batched product and then a sum."""
-    share_cores()
-    rows = math.prod(A.shape[:-1])  # (not -1: a size-0 dim is allowed)
-    return np.matmul(A.reshape(rows, A.shape[-1]).T, G.reshape(rows, G.shape[-1]))
-
-
-def unshared(a):
-    """True when nothing but backward's own variable holds gradient array a (and a is not
-    a view of another array): backward then stores a as a leaf's .grad instead of a copy,
-    as PyTorch's AccumulateGrad does. The references counted: backward's variable g,
-    _accumulate's argument, this function's argument and getrefcount's own."""
-    return sys.getrefcount(a) <= _UNSHARED_REFS and a.base is None
-
-
-def _count_refs(a):
-    return sys.getrefcount(a)
-
-
-def _refs_through_two_calls():
-    """What unshared() counts for an array only backward holds: 4 on CPython 3.11 and
-    later, 6 on 3.9 and 3.10 (whose calls hold their arguments twice). Measured once,
-    through the same two calls as backward -> _accumulate -> unshared."""
-    def accumulate(g):  # as _accumulate, passing its argument on
-        return _count_refs(g)
-    g = np.ones(1)
-    return accumulate(g)
-
-
-_UNSHARED_REFS = _refs_through_two_calls()
-
-
-# The one switch for the plain path: every fast kernel above is used only while fast is
-# True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
-_FAST_UNLESS_PLAIN = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
-fast = _FAST_UNLESS_PLAIN  # replaces Part I's fast = False
 
 # `from tinytorch import *` gives every public name but the modules this file uses and the
 # ones that would hide Python's builtins (sum, max, abs, round, pow, ...): after it,
