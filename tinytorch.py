@@ -1041,9 +1041,10 @@ def _walk(root, g_root, retain_graph=False):
 
 def _inputs(node):
     """node's inputs as node's op read them. Usually just node._parents; but an input
-    changed in place after node's op ran (h += 1, section 13) has a new history since, and
-    its value as node read it is an older self: h._older, numbered by the order ops ran
-    (_seq). Without in-place ops, every input ran before node and this returns _parents."""
+    changed in place after node's op ran (h += 1: section 13 (in-place ops)) has a new
+    history since, and its value as node read it is an older self: h._older, numbered by
+    the order ops ran (_seq). Without in-place ops, every input ran before node and this
+    returns _parents."""
     parents = node._parents
     for p in parents:
         if p._seq >= node._seq:
