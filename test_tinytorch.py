@@ -1654,6 +1654,12 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
                        timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
     assert r.stdout.strip() == '2.0'
     assert r.stderr.strip().splitlines()[-1] == (
+        f"ImportError: tinytorch: this path needs compat.py, and there is none beside "
+        f"tinytorch.py (in {tmp_path}); copy compat.py from the tinytorch project into that folder")
+    shutil.copy(os.path.join(HERE, 'compat.py'), tmp_path)  # the import rule, and no nn.py
+    r = subprocess.run([sys.executable, '-c', alone], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    assert r.stderr.strip().splitlines()[-1] == (
         f"ImportError: tinytorch: this path needs nn.py, and there is none beside tinytorch.py "
         f"(in {tmp_path}); copy nn.py from the tinytorch project into that folder")
 
@@ -11587,10 +11593,10 @@ def test_census_layers_match_pytorch():
 
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
-_PROJECT_FILES = ('tinytorch.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py', 'transformer.py',
-                  'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
+_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py',
+                  'transformer.py', 'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'lookinside', 'nn', 'optim', 'data', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'data', 'transformer')
 
 
 def _top_level_bindings(tree):
@@ -11832,6 +11838,9 @@ def test_the_import_graph_has_no_circle_and_each_file_imports_only_the_files_bef
 
 
 _COPY_USES = {
+    'compat': "import tinytorch as torch\n"
+              "from tinytorch.backends import cudnn\n"
+              "print(torch.cuda.is_available() is False and torch.float is torch.float32)\n",
     'lookinside': "import lookinside, tinytorch as tt\n"
                   "x = tt.tensor([1.0, 2.0], requires_grad=True)\n"
                   "lookinside.draw_graph((x * x).sum())\n"
@@ -13242,7 +13251,7 @@ def test_charlm_killed_midway_keeps_checkpoint_and_metrics_agreeing(corpus, tmp_
 
 
 def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
-    for name in ('data', 'nn', 'optim'):  # a learner's own files in the working folder
+    for name in ('data', 'nn', 'optim', 'compat'):  # a learner's own files in the working folder
         (tmp_path / f'{name}.py').write_text(f"MINE = True\nopen('imported_{name}', 'w').close()\n")
     code = textwrap.dedent(f"""
         import os, sys
@@ -13260,11 +13269,12 @@ def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == 'True True True'
-    assert lines[1] == "True True ['data.py', 'nn.py', 'optim.py']"  # no decoy was imported
+    assert lines[1] == "True True ['compat.py', 'data.py', 'nn.py', 'optim.py']"  # no decoy imported
     assert lines[2] == 'True'
     alone = tmp_path / 'alone'
     alone.mkdir()
     shutil.copy(os.path.join(HERE, 'tinytorch.py'), alone)
+    shutil.copy(os.path.join(HERE, 'compat.py'), alone)
     shutil.copy(tmp_path / 'data.py', alone / 'elsewhere_data.py')
     r = subprocess.run([sys.executable, '-c', 'import tinytorch.utils.data'], cwd=alone,
                        capture_output=True, text=True, timeout=60,
@@ -13927,11 +13937,12 @@ def test_autograd_backward_grad_tensors_and_inputs_by_hand():
 
 def test_the_import_rule_answers_only_for_tinytorch_paths():
     import importlib.util
-    assert tt._PathFinder.find_spec('tinytorch.nn') is not None
-    assert tt._PathFinder.find_spec('tinytorch.optim.lr_scheduler') is not None
+    import compat
+    assert compat._PathFinder.find_spec('tinytorch.nn') is not None
+    assert compat._PathFinder.find_spec('tinytorch.optim.lr_scheduler') is not None
     for name in ('mypackage.nn', 'abcdefghij.nn', 'tinytorchx.nn', 'nn', 'tinytorch.nosuch',
                  'tinytorch', 'torch.nn'):
-        assert tt._PathFinder.find_spec(name) is None, name
+        assert compat._PathFinder.find_spec(name) is None, name
     assert importlib.util.find_spec('json') is not None  # other imports untouched
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module('abcdefghij.nn')

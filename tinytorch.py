@@ -4495,13 +4495,10 @@ class record_function:
 # a device (always the CPU), what a GPU program asks of torch.cuda / torch.backends /
 # torch.amp (answered for a machine without one), torch.save / torch.load, and PyTorch's
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
-import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
-import importlib.util  # noqa: E402
-import io  # noqa: E402
+import io  # noqa: E402 (this section's own tools; nothing above needs them)
 import operator  # noqa: E402
 import pickle  # noqa: E402
 import types  # noqa: E402
-import warnings  # noqa: E402
 import zipfile  # noqa: E402
 
 
@@ -4534,260 +4531,7 @@ class inference_mode(no_grad):
         self.enabled = not mode
 
 
-class _NoSuchDtype:
-    """torch.bfloat16 and the like: a name a program may mention but tinytorch (NumPy)
-    cannot compute in; np.dtype() of it fails."""
 
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"tinytorch.{self.name} (not supported: NumPy has no {self.name})"
-
-
-# Module attributes PyTorch has and tinytorch gives only when asked for (float and int are
-# also Python's own names, which the code above keeps using). Section 1 has float32 and co.
-_DTYPE_NAMES = {'float': float32, 'double': float64, 'half': float16, 'long': int64,
-                'int': int32, 'short': np.dtype(np.int16), 'bool': bool_,
-                'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
-                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16')}
-
-
-def _refuse(what, why):
-    def refused(*args, **kwargs):
-        raise RuntimeError(f"{what}: {why}")
-    refused.__name__ = what.rsplit('.', 1)[-1]
-    return refused
-
-
-_ONE_PROCESS = "tinytorch trains in one process on the CPU (run the program without torchrun)"
-_NO_GPU = ("tinytorch computes with NumPy on the CPU: there is no GPU here (to run a model "
-           "on a GPU, export it to PyTorch with export.py)")
-
-
-class _GradScaler:
-    """torch.amp.GradScaler on a machine without a GPU: PyTorch disables it (a warning if
-    enabled=True was asked for), so scale() returns the loss as it is and step() steps."""
-
-    def __init__(self, device='cuda', init_scale=65536.0, growth_factor=2.0,
-                 backoff_factor=0.5, growth_interval=2000, enabled=True):
-        if enabled:
-            warnings.warn("GradScaler is enabled, but there is no GPU (tinytorch computes in "
-                          "float32 or float64 on the CPU). Disabling.")
-        self._enabled = False
-
-    def scale(self, outputs):
-        return outputs
-
-    def unscale_(self, optimizer):
-        pass
-
-    def step(self, optimizer, *args, **kwargs):
-        return optimizer.step(*args, **kwargs)
-
-    def update(self, new_scale=None):
-        pass
-
-    def is_enabled(self):
-        return self._enabled
-
-    def get_scale(self):
-        return 1.0
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
-
-
-class _autocast:
-    """torch.autocast on the CPU: tinytorch has no lower-precision kernels, so the block
-    runs in the tensors' own dtype (a warning says so once); on 'cuda', the one clear line."""
-
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
-        _cpu_only(device_type, 'autocast')
-        if enabled:
-            warnings.warn("autocast: tinytorch computes in each tensor's own dtype (no "
-                          "float16 or bfloat16 kernels); the block runs as it is")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __call__(self, fn):
-        return fn
-
-
-def _module(name, doc, **attrs):
-    """A stand-in module for one of PyTorch's module paths (tinytorch.cuda, ...)."""
-    m = types.ModuleType(f'{__name__}.{name}', doc)
-    m.__dict__.update(attrs, __path__=[])
-    return m
-
-
-def _companion(file):
-    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported from that
-    folder and never from elsewhere on sys.path: a learner's own data.py must not become
-    tinytorch.utils.data. It is the module `import nn` gives where that finds the same file;
-    else it is imported under a name of its own (tinytorch._nn)."""
-    folder = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(folder, file + '.py')
-    if not os.path.isfile(path):
-        raise ImportError(f"{__name__}: this path needs {file}.py, and there is none beside "
-                          f"tinytorch.py (in {folder}); copy {file}.py from the tinytorch project "
-                          "into that folder")
-    mod = sys.modules.get(file)
-    if mod is None:
-        try:
-            spec = importlib.util.find_spec(file)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and _same_file(spec.origin, path):
-            return importlib.import_module(file)
-    elif _same_file(getattr(mod, '__file__', None), path):
-        return mod
-    own = f'{__name__}._{file}'
-    if own not in sys.modules:
-        spec = importlib.util.spec_from_file_location(own, path)
-        sys.modules[own] = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(sys.modules[own])
-        except BaseException:
-            del sys.modules[own]
-            raise
-    return sys.modules[own]
-
-
-def _same_file(a, b):
-    try:
-        return a is not None and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _nn_utils():
-    optim_ = _companion('optim')
-    return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
-                   clip_grad_norm_=optim_.clip_grad_norm_,
-                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None))
-
-
-def _as_module(name, obj):
-    """A module holding obj's public names (nn.init, autograd)."""
-    if isinstance(obj, types.ModuleType):
-        return obj
-    return _module(name, obj.__doc__, **{k: getattr(obj, k) for k in dir(obj)
-                                         if not k.startswith('_')})
-
-
-# PyTorch's module path -> what it is here. `import tinytorch.X` and `tinytorch.X` (no
-# import) both reach these; `torch` in a program's import lines becomes `tinytorch`.
-_PATHS = {
-    'nn': lambda: _companion('nn'),
-    'nn.functional': lambda: _companion('nn'),
-    'nn.init': lambda: _as_module('nn.init', _companion('nn').init),
-    'nn.utils': _nn_utils,
-    'nn.parallel': lambda: _module(
-        'nn.parallel', "torch.nn.parallel: one process here",
-        DistributedDataParallel=_refuse('DistributedDataParallel', _ONE_PROCESS),
-        DataParallel=_refuse('DataParallel', _NO_GPU)),
-    'optim': lambda: _companion('optim'),
-    'optim.lr_scheduler': lambda: _companion('optim'),
-    'utils': lambda: _module('utils', "torch.utils"),
-    'utils.data': lambda: _companion('data'),
-    'utils.data.dataloader': lambda: _companion('data'),
-    'utils.data.dataset': lambda: _companion('data'),
-    'utils.data.sampler': lambda: _companion('data'),
-    'utils.tensorboard': lambda: _companion('lookinside'),
-    'autograd': lambda: _as_module('autograd', autograd),
-    'distributed': lambda: _module(
-        'distributed', "torch.distributed: one process here",
-        is_available=lambda: False, is_initialized=lambda: False,
-        **{n: _refuse(f'torch.distributed.{n}', _ONE_PROCESS) for n in (
-            'init_process_group', 'destroy_process_group', 'barrier', 'all_reduce',
-            'broadcast', 'get_rank', 'get_world_size')}),
-    'cuda': lambda: _module(
-        'cuda', "torch.cuda on a machine without a GPU",
-        is_available=lambda: False, device_count=lambda: 0, is_bf16_supported=lambda: False,
-        manual_seed=lambda seed: None, manual_seed_all=lambda seed: None,
-        synchronize=lambda device=None: None, empty_cache=lambda: None,
-        amp=_module('cuda.amp', "torch.cuda.amp", GradScaler=_GradScaler,
-                    autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
-        current_device=_refuse('torch.cuda.current_device', _NO_GPU),
-        get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU)),
-    'backends': lambda: _module(
-        'backends', "torch.backends: the flags a GPU program sets, accepted",
-        cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
-                                   is_built=lambda: False),
-        cudnn=types.SimpleNamespace(allow_tf32=False, benchmark=False, deterministic=False,
-                                    enabled=False, is_available=lambda: False),
-        mps=types.SimpleNamespace(is_available=lambda: False, is_built=lambda: False)),
-    'accelerator': lambda: _module(
-        'accelerator', "torch.accelerator: there is none",
-        is_available=lambda: False, current_accelerator=lambda: None,
-        device_count=lambda: 0),
-    'amp': lambda: _module('amp', "torch.amp on the CPU", GradScaler=_GradScaler,
-                           autocast=_autocast),
-}
-autocast = _autocast
-compile = _refuse('compile', "tinytorch has no compiler; run the model as it is "
-                             "(nanoGPT: --compile=False)")
-
-
-def set_float32_matmul_precision(precision):
-    """Accepted: NumPy's float32 matmul has one precision."""
-
-
-def get_float32_matmul_precision():
-    return 'highest'
-
-
-def __getattr__(name):
-    """tinytorch.float, tinytorch.nn, ...: the names in _DTYPE_NAMES and _PATHS, made on
-    first use (PEP 562: Python calls this only for a name the module does not have)."""
-    if name in _DTYPE_NAMES:
-        return _DTYPE_NAMES[name]
-    if name in _PATHS:
-        return importlib.import_module(f'{__name__}.{name}')
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _PathFinder:
-    """Python's import system asks each finder on sys.meta_path for a module by name;
-    this one answers for tinytorch.<a path in _PATHS> with the module _PATHS makes."""
-
-    @staticmethod
-    def find_spec(fullname, path=None, target=None):
-        sub = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + '.') else None
-        return importlib.util.spec_from_loader(fullname, _PathFinder) if sub in _PATHS else None
-
-    @staticmethod
-    def create_module(spec):
-        module = _PATHS[spec.name[len(__name__) + 1:]]()
-        if not hasattr(module, '__path__'):
-            module.__path__ = []  # so that its own children (nn.functional) can be imported
-        sub = spec.name[len(__name__) + 1:]
-        if '__getattr__' not in module.__dict__:  # tinytorch.nn.utils without an import
-            module.__getattr__ = functools.partial(_child, sub)
-        return module
-
-    @staticmethod
-    def exec_module(module):
-        pass
-
-
-def _child(parent, name):
-    if f'{parent}.{name}' in _PATHS:
-        return importlib.import_module(f'{__name__}.{parent}.{name}')
-    raise AttributeError(f"module '{__name__}.{parent}' has no attribute {name!r}")
-
-
-__path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
-if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys.meta_path):
-    sys.meta_path.append(_PathFinder)
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
@@ -5387,62 +5131,6 @@ def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, che
                              f"{atol} allowed)")
 
 
-def _refusing_module(name, why):
-    """A module path tinytorch deliberately lacks: importing works, using any name in it
-    says why in one line."""
-    m = _module(name, f"torch.{name}: {why}")
-
-    def refuse(attr):
-        if attr.startswith('__'):
-            raise AttributeError(attr)
-        raise RuntimeError(f"torch.{name}.{attr}: {why}")
-    m.__getattr__ = refuse
-    return m
-
-
-def _with(path, **attrs):
-    """_PATHS[path] with more names (those it already has stay)."""
-    make = _PATHS[path]
-
-    def made():
-        m = make()
-        for k, v in attrs.items():
-            if k not in m.__dict__:
-                setattr(m, k, v)
-        return m
-    _PATHS[path] = made
-
-
-_with('cuda', **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
-    'set_device', 'get_device_capability', 'get_device_properties', 'memory_allocated',
-    'memory_reserved', 'max_memory_allocated', 'reset_peak_memory_stats', 'Event', 'Stream')})
-_PATHS.update({
-    'testing': lambda: _module('testing', "torch.testing", assert_close=assert_close),
-    'random': lambda: _module('random', "torch.random: the default generator's seed",
-                              manual_seed=manual_seed, seed=seed, initial_seed=initial_seed,
-                              get_rng_state=get_rng_state, set_rng_state=set_rng_state),
-    'version': lambda: _module('version', "torch.version", __version__=__version__,
-                               cuda=None, hip=None, git_version='tinytorch'),
-    'multiprocessing': lambda: _refusing_module('multiprocessing', _ONE_PROCESS),
-    'utils.data.distributed': lambda: _refusing_module('utils.data.distributed', _ONE_PROCESS),
-    'profiler': lambda: _refusing_module(
-        'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
-                    "(README, 'Look inside a run')"),
-    'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
-        'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
-        **{f: _companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
-                                         'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
-                                         'normalization', 'container', 'flatten')},
-        Module=_companion('nn').Module),
-    'nn.utils.rnn': lambda: _module(
-        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
-        pad_sequence=_companion('nn').pad_sequence,
-        **{n: _companion('nn')._no_packed_sequences(n) for n in (
-            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
-    'distributions': lambda: _refusing_module(
-        'distributions', "tinytorch has no probability distributions; sample with "
-                         "torch.multinomial, torch.normal or torch.rand"),
-})
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
@@ -5881,3 +5569,86 @@ def _scatter_add_rows(shape, idx, g):
 # sum([1, 2]) is still Python's; tt.sum(x) and x.sum() are tinytorch's.
 __all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
            and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]
+
+
+# ---------------------------------------------------------------------------
+# 20. Running PyTorch programs: compat.py takes over
+# ---------------------------------------------------------------------------
+# A PyTorch program with `import tinytorch as torch` goes on to import torch.nn.functional
+# and to ask torch.cuda.is_available(). compat.py, beside this file, answers: PyTorch's
+# module paths (tinytorch.nn is nn.py, tinytorch.utils.data is data.py) and the stand-ins
+# of a machine without a GPU. This file loads it last, when it is there; copied alone,
+# tinytorch.py computes all the same, and only those names are missing.
+import importlib  # noqa: E402 (this section's own tools)
+import importlib.util  # noqa: E402
+
+__path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
+
+
+def _companion(file):
+    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported from that
+    folder and never from elsewhere on sys.path: a learner's own data.py must not become
+    tinytorch.utils.data. It is the module `import nn` gives where that finds the same file;
+    else it is imported under a name of its own (tinytorch._nn)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(folder, file + '.py')
+    if not os.path.isfile(path):
+        raise ImportError(f"{__name__}: this path needs {file}.py, and there is none beside "
+                          f"tinytorch.py (in {folder}); copy {file}.py from the tinytorch project "
+                          "into that folder")
+    mod = sys.modules.get(file)
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec(file)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and _same_file(spec.origin, path):
+            return importlib.import_module(file)
+    elif _same_file(getattr(mod, '__file__', None), path):
+        return mod
+    own = f'{__name__}._{file}'
+    if own not in sys.modules:
+        spec = importlib.util.spec_from_file_location(own, path)
+        sys.modules[own] = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(sys.modules[own])
+        except BaseException:
+            del sys.modules[own]
+            raise
+    return sys.modules[own]
+
+
+def _same_file(a, b):
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def __getattr__(name):
+    """tinytorch.float, tinytorch.nn, tinytorch.cuda, ...: compat.py's, made on first use
+    (PEP 562: Python calls this only for a name the module does not have)."""
+    if name.startswith('__'):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        compat = _companion('compat')
+    except ImportError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (PyTorch's "
+                             "module paths and stand-ins are in compat.py, which is not "
+                             "beside tinytorch.py)") from None
+    return compat.attribute(name)
+
+
+class _CompatMissing:
+    """Without compat.py, `import tinytorch.nn` says what to copy, in one line."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname.startswith(__name__ + '.'):
+            _companion('compat')  # raises: "this path needs compat.py, and there is none ..."
+
+
+if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'compat.py')):
+    _companion('compat')  # its import installs the import rule
+elif not builtins.any(getattr(f, '__qualname__', '') == '_CompatMissing' for f in sys.meta_path):
+    sys.meta_path.append(_CompatMissing)
