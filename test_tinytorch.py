@@ -11001,14 +11001,15 @@ def test_fuzz_exclusions_are_the_readme_differences():
 def sharing(monkeypatch):
     """share_cores with a fake OpenBLAS (it records the counts it is given) and a clock that
     the test sets; the real settings come back afterwards."""
+    import tuning
     calls = []
-    monkeypatch.setattr(tt, '_openblas_found', [(calls.append, 2)])
-    monkeypatch.setattr(tt, '_machine_cores', 2)
-    monkeypatch.setattr(tt, '_cores_free', 2)
-    monkeypatch.setattr(tt, '_next_look', 0.0)
-    monkeypatch.setattr(tt, '_room_since', None)
-    monkeypatch.setattr(tt, '_last_want', 2)
-    monkeypatch.setattr(tt, '_share_on', True)
+    monkeypatch.setattr(tuning, '_openblas_found', [(calls.append, 2)])
+    monkeypatch.setattr(tuning, '_machine_cores', 2)
+    monkeypatch.setattr(tuning, '_cores_free', 2)
+    monkeypatch.setattr(tuning, '_next_look', 0.0)
+    monkeypatch.setattr(tuning, '_room_since', None)
+    monkeypatch.setattr(tuning, '_last_want', 2)
+    monkeypatch.setattr(tt, '_sharing', tuning)  # as tt.tune() leaves it
     monkeypatch.setattr(tt, '_threads_pinned', False)
     monkeypatch.setattr(tt, 'fast', True)
     monkeypatch.setattr(tt, '_num_threads', 2)
@@ -11016,44 +11017,43 @@ def sharing(monkeypatch):
 
 
 def test_cores_to_use_leaves_at_least_one():
-    assert [tt.cores_to_use(others, 2) for others in (0, 1, 2, 5)] == [2, 1, 1, 1]
-    assert tt.cores_to_use(3, 8) == 5
+    import tuning
+    assert [tuning.cores_to_use(others, 2) for others in (0, 1, 2, 5)] == [2, 1, 1, 1]
+    assert tuning.cores_to_use(3, 8) == 5
 
 
 def test_share_cores_drops_at_once_and_rises_after_lasting_room(sharing):
-    tt.share_cores(now=10.0, others=0)
+    import tuning
+    tuning.share_cores(now=10.0, others=0)
     assert sharing == [] and tt._threads_now() == 2  # quiet: nothing changes
-    tt.share_cores(now=10.1, others=2)
+    tuning.share_cores(now=10.1, others=2)
     assert sharing == [], "looked again before SHARE_LOOK_EVERY"
-    tt.share_cores(now=10.3, others=2)  # one look that sees others: it may be a blip
-    tt.share_cores(now=10.6, others=0)
+    tuning.share_cores(now=10.3, others=2)  # one look that sees others: it may be a blip
+    tuning.share_cores(now=10.6, others=0)
     assert sharing == [] and tt._threads_now() == 2
-    tt.share_cores(now=10.9, others=2)
-    tt.share_cores(now=11.2, others=2)  # two looks in a row: one thread, at once
+    tuning.share_cores(now=10.9, others=2)
+    tuning.share_cores(now=11.2, others=2)  # two looks in a row: one thread, at once
     assert sharing == [1] and tt._threads_now() == 1
-    tt.share_cores(now=11.6, others=0)  # room: wait to see that it lasts
-    tt.share_cores(now=12.0, others=1)  # a blip: the wait starts again
-    tt.share_cores(now=12.5, others=0)
-    tt.share_cores(now=12.5 + tt.SHARE_RISE_AFTER - 0.1, others=0)
+    tuning.share_cores(now=11.6, others=0)  # room: wait to see that it lasts
+    tuning.share_cores(now=12.0, others=1)  # a blip: the wait starts again
+    tuning.share_cores(now=12.5, others=0)
+    tuning.share_cores(now=12.5 + tuning.SHARE_RISE_AFTER - 0.1, others=0)
     assert sharing == [1] and tt._threads_now() == 1
-    tt.share_cores(now=12.5 + tt.SHARE_RISE_AFTER + 0.3, others=0)
+    tuning.share_cores(now=12.5 + tuning.SHARE_RISE_AFTER + 0.3, others=0)
     assert sharing == [1, 2] and tt._threads_now() == 2
 
 
 def test_share_cores_is_off_on_the_plain_path_and_when_pinned(sharing, monkeypatch):
-    tt.share_cores(now=0.5, others=2)
-    tt.share_cores(now=1.0, others=2)
-    assert tt._cores_free == 1
+    import tuning
+    tuning.share_cores(now=0.5, others=2)
+    tuning.share_cores(now=1.0, others=2)
+    assert tuning.cores_free() == 1
     monkeypatch.setattr(tt, 'fast', False)  # TINYTORCH_PLAIN=1: all the cores again, at once
-    tt.share_cores(now=2.0, others=2)
-    assert sharing == [1, 2] and tt._cores_free == 2
+    tuning.share_cores(now=2.0, others=2)
+    assert sharing == [1, 2] and tuning.cores_free() == 2
     monkeypatch.setattr(tt, 'fast', True)
-    monkeypatch.setattr(tt, '_share_on', False)  # TINYTORCH_TUNE_THREADS=0
-    tt.share_cores(now=3.0, others=2)
-    assert sharing == [1, 2]
-    monkeypatch.setattr(tt, '_share_on', True)
-    tt.share_cores(now=3.5, others=2)
-    tt.share_cores(now=4.0, others=2)
+    tuning.share_cores(now=3.5, others=2)
+    tuning.share_cores(now=4.0, others=2)
     assert tt._threads_now() == 1
     monkeypatch.setattr(tt, '_threads_pinned', True)  # set_num_threads(n): n it is
     assert tt._threads_now() == 2
@@ -11062,14 +11062,15 @@ def test_share_cores_is_off_on_the_plain_path_and_when_pinned(sharing, monkeypat
 def test_parallel_for_on_a_busy_machine_gives_the_plain_result(sharing, monkeypatch):
     """Busy: one range on the caller's thread; quiet: split; plain: one range. The same
     numbers every way (fast and plain agree)."""
+    import tuning
     monkeypatch.setattr(tt, 'PARALLEL_MIN_SIZE', 0)
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
 
     def run(others):
-        monkeypatch.setattr(tt, '_next_look', 0.0)
-        monkeypatch.setattr(tt, 'others_running', lambda: others)
-        monkeypatch.setattr(tt, '_room_since', -100.0)  # room has lasted: a rise is allowed
-        monkeypatch.setattr(tt, '_last_want', 2 if others == 0 else 1)  # the look before
+        monkeypatch.setattr(tuning, '_next_look', 0.0)
+        monkeypatch.setattr(tuning, 'others_running', lambda: others)
+        monkeypatch.setattr(tuning, '_room_since', -100.0)  # room has lasted: a rise is allowed
+        monkeypatch.setattr(tuning, '_last_want', 2 if others == 0 else 1)  # the look before
         ranges, out = [], np.empty_like(x)
 
         def fn(lo, hi):
@@ -11090,12 +11091,13 @@ def test_parallel_for_on_a_busy_machine_gives_the_plain_result(sharing, monkeypa
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason="reads /proc")
 def test_others_running_and_the_openblas_count_are_found():
-    others = tt.others_running()
+    import tuning
+    others = tuning.others_running()
     assert isinstance(others, int) and others >= 0
     blas = np.show_config(mode='dicts')['Build Dependencies']['blas'].get('name', '')
     if 'openblas' not in blas.lower():
         pytest.skip(f"NumPy's BLAS is {blas!r}, not OpenBLAS")
-    found = tt._openblas()
+    found = tuning._openblas()
     assert found, "NumPy's OpenBLAS was not found among the loaded libraries"
     import ctypes
     lib_paths = [line.split()[-1] for line in open('/proc/self/maps') if 'openblas' in line.lower()]
@@ -11116,12 +11118,23 @@ def test_others_running_and_the_openblas_count_are_found():
         set_threads(before)
 
 
+def test_tune_threads_0_leaves_the_cores_unshared(monkeypatch):
+    """TINYTORCH_TUNE_THREADS=0: tune() makes no 'share_cores' and the threads keep every
+    core (tt._sharing stays None)."""
+    monkeypatch.setattr(tt, '_sharing', None)
+    monkeypatch.setenv('TINYTORCH_TUNE_THREADS', '0')
+    monkeypatch.setenv('TINYTORCH_TUNE_MALLOC', '0')  # (and leave this process's allocator)
+    assert tt.tune() == [] and tt._sharing is None
+    monkeypatch.setenv('TINYTORCH_TUNE_THREADS', '1')
+    assert tt.tune() == ['share_cores'] and tt._sharing is not None
+
+
 def test_plain_env_turns_sharing_off():
     """TINYTORCH_PLAIN=1: share_cores leaves OpenBLAS's count alone, even on a busy machine."""
-    code = ("import tinytorch as tt\n"
+    code = ("import tinytorch as tt, tuning\n"
             "tt.tune()\n"
-            "tt.share_cores(now=1.0, others=5)\n"
-            "print(tt.fast, tt._cores_free == tt._machine_cores)\n")
+            "tuning.share_cores(now=1.0, others=5)\n"
+            "print(tt.fast, tuning.cores_free() == tuning._machine_cores)\n")
     env = dict(os.environ, TINYTORCH_PLAIN='1')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
                          cwd=HERE)
@@ -11593,10 +11606,11 @@ def test_census_layers_match_pytorch():
 
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
-_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py',
-                  'transformer.py', 'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
+_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'tuning.py', 'lookinside.py', 'nn.py', 'optim.py',
+                  'data.py', 'transformer.py', 'train_linear.py', 'train_charlm.py',
+                  'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'data', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'compat', 'tuning', 'lookinside', 'nn', 'optim', 'data', 'transformer')
 
 
 def _top_level_bindings(tree):
@@ -11838,6 +11852,8 @@ def test_the_import_graph_has_no_circle_and_each_file_imports_only_the_files_bef
 
 
 _COPY_USES = {
+    'tuning': "import tinytorch as tt\n"
+              "print(set(tt.tune()) <= {'malloc', 'share_cores'} and tt.get_num_threads() >= 1)\n",
     'compat': "import tinytorch as torch\n"
               "from tinytorch.backends import cudnn\n"
               "print(torch.cuda.is_available() is False and torch.float is torch.float32)\n",
@@ -11926,9 +11942,9 @@ def test_importing_tinytorch_changes_nothing_in_the_process_until_tune():
         (x @ x).gelu().sum().backward()
         assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
         assert loaded == [], loaded
-        assert not tt._tuned
+        assert tt._sharing is None and 'tuning' not in sys.modules
         done = tt.tune()
-        print(sorted(done), tt._tuned)
+        print(sorted(done), tt._sharing is not None)
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith('TINYTORCH')}
     r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,

@@ -5146,33 +5146,6 @@ _methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda sel
 # ---------------------------------------------------------------------------
 # 19. Speed
 # ---------------------------------------------------------------------------
-def tune_malloc():
-    """Keep freed memory in the process instead of handing it back to the OS.
-
-    A training step allocates and frees the same large arrays every time. glibc's
-    malloc serves blocks over a (dynamic) threshold with mmap and returns them to
-    the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
-    each step pays for fresh zeroed pages again (page faults cost as much as the
-    arithmetic here). Raising both thresholds keeps those pages for reuse: about
-    25% faster steps, while the peak memory stays the same. tune() calls it (on Linux);
-    TINYTORCH_TUNE_MALLOC=0 leaves the allocator alone even then.
-    Returns True if the settings were applied.
-    """
-    import ctypes
-    if os.environ.get('TINYTORCH_TUNE_MALLOC', '1') == '0' or not sys.platform.startswith('linux'):
-        return False
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2 ** 20)  # glibc's maximum
-                    and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 30))
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
-        return False
-
-
-malloc_tuned = False  # tune() sets it
-
-
 def _threads_from_env():
     for var in ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
         if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:
@@ -5183,6 +5156,33 @@ def _threads_from_env():
 _num_threads = _threads_from_env()
 _threads_pinned = False  # set_num_threads(n) pins the number
 _pool, _pool_pid = None, None
+_sharing = None  # tuning.py, once tune() turned on sharing the cores with other programs
+
+
+def tune():
+    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
+    thing. Importing tinytorch changes nothing in the process; this call does, for the whole
+    process: glibc keeps freed memory for reuse, and tinytorch's threads and OpenBLAS's
+    follow the cores other programs leave free. tuning.py, beside this file, holds both
+    (and says why). Returns the names of the settings made."""
+    global _sharing
+    tuning = _companion('tuning')
+    done = tuning.tune()
+    _sharing = tuning if 'share_cores' in done else None
+    return done
+
+
+def _share_cores():
+    """Once tune() turned sharing on: look at the machine if it is time (tuning.share_cores)."""
+    if _sharing is not None:
+        _sharing.share_cores()
+
+
+def _threads_now():
+    """The threads parallel_for uses: the setting, less what other programs take."""
+    if _threads_pinned or _sharing is None:
+        return _num_threads
+    return builtins.min(_num_threads, _sharing.cores_free())
 # Below this many elements a job stays on one thread (waking a thread costs 20-60 us here:
 # GELU on 2^17 floats took 268 us on 2 threads, 232 on one).
 PARALLEL_MIN_SIZE = 2 ** 17
@@ -5234,7 +5234,7 @@ def parallel_for(fn, n, size, threads=None, piece=None):
     # up waiting on itself.
     on_a_worker = threading.current_thread().name.startswith('tinytorch')
     if not on_a_worker:
-        share_cores()  # fewer threads while other programs take the cores (below)
+        _share_cores()  # fewer threads while other programs take the cores (tune())
     k = builtins.min(_threads_now(), n, threads or _num_threads)
     if not fast or k < 2 or size < PARALLEL_MIN_SIZE or on_a_worker:
         fn(0, n)
@@ -5250,159 +5250,6 @@ def parallel_for(fn, n, size, threads=None, piece=None):
     finally:
         for f in futures:
             f.result()  # waits, and re-raises an error from a worker
-
-
-# ---------------------------------------------------------------------------
-# Sharing the cores with other programs
-# ---------------------------------------------------------------------------
-# Threads pay only while each has a core. When other programs keep the cores busy (a
-# browser, a build, another training run), threads that wait for each other (the two
-# halves of a split matmul in OpenBLAS, the ranges of a parallel_for) are descheduled in
-# turn, and each wait lasts one of the scheduler's time slices (milliseconds) instead of
-# microseconds. On the 2-core dev VM with two busy processes a GPT step took 10-30x its
-# quiet time with 2 threads, and 2-3x with 1 (README, Performance). So, four times a
-# second, share_cores looks at the machine: /proc/stat's procs_running counts the threads
-# that run or wait for a core, machine-wide; less this process's own, that leaves the
-# others. The cores they leave (at least one) are what tinytorch's parallel_for and
-# OpenBLAS may use: fewer as soon as two looks in a row see the others (one look alone
-# can catch a process that woke for a moment), more again only after 2 seconds of room
-# (a spell that comes and goes would otherwise flip it back and forth). Looking costs
-# about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
-# the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
-# tune() turns it on (TINYTORCH_TUNE_THREADS=0 keeps it off); the plain path and
-# set_num_threads(n) turn it off.
-SHARE_LOOK_EVERY = 0.25  # seconds between two looks at the machine
-SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go up again
-_machine_cores = os.cpu_count() or 1
-_cores_free = _machine_cores  # what the threads may use now
-_next_look, _room_since = 0.0, None
-_last_want = _machine_cores  # what the previous look left free: one look alone (a process
-# that woke for a moment, as one look in 200 sees on a quiet machine) lowers nothing
-_share_on = False  # tune() turns it on
-_openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
-
-
-def cores_to_use(others, cores):
-    """The cores that others (threads of other programs that run or wait) leave free: at
-    least one."""
-    return builtins.max(1, cores - others)
-
-
-def others_running():
-    """Threads of other processes that run or wait for a core right now: /proc/stat's
-    procs_running (the whole machine), less this process's threads in state R. None
-    where there is no /proc (not Linux)."""
-    try:
-        with open('/proc/stat') as f:
-            running = next(int(line.split()[1]) for line in f if line.startswith('procs_running'))
-        mine = 0
-        for tid in os.listdir('/proc/self/task'):
-            try:
-                with open(f'/proc/self/task/{tid}/stat') as f:
-                    stat = f.read()
-            except OSError:  # the thread has just ended
-                continue
-            mine += stat[stat.rindex(')') + 2] == 'R'  # the state follows the name: "(...) R"
-        return builtins.max(0, running - mine)
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def share_cores(now=None, others=None):
-    """If it is time (SHARE_LOOK_EVERY), look at the machine and set the threads parallel_for
-    and OpenBLAS use: fewer at once when other programs take cores, more again after
-    SHARE_RISE_AFTER seconds of room. Called on the caller's thread where threaded work
-    starts (parallel_for, the weight gradients), never from a worker: OpenBLAS's count
-    must not change during a product. now and others let a test inject them."""
-    global _next_look, _room_since, _last_want
-    now = time.monotonic() if now is None else now
-    if now < _next_look:
-        return
-    _next_look = now + SHARE_LOOK_EVERY
-    if not (fast and _share_on):  # switched off: all the cores, at once
-        if _cores_free != _machine_cores:
-            _use_cores(_machine_cores)
-        return
-    others = others_running() if others is None else others
-    if others is None:
-        return
-    want, seen = cores_to_use(others, _machine_cores), _last_want
-    _last_want = want
-    if builtins.max(want, seen) < _cores_free:  # others came, two looks in a row: fewer now
-        _room_since = None
-        _use_cores(builtins.max(want, seen))
-    elif want == _cores_free:
-        _room_since = None
-    elif _room_since is None:  # room: wait to see that it lasts
-        _room_since = now
-    elif now - _room_since >= SHARE_RISE_AFTER:
-        _room_since = None
-        _use_cores(want)
-
-
-def _use_cores(n):
-    global _cores_free
-    _cores_free = n
-    for set_threads, most in _openblas():
-        set_threads(builtins.min(n, most))
-
-
-def _threads_now():
-    """The threads parallel_for uses: the setting, less what other programs take."""
-    return _num_threads if _threads_pinned else builtins.min(_num_threads, _cores_free)
-
-
-def _openblas():
-    """[(openblas_set_num_threads, its thread count at start)] for each OpenBLAS this process
-    loaded, found as threadpoolctl finds them: the shared libraries mapped in
-    /proc/self/maps. NumPy's wheels name the functions scipy_openblas_..._64_. Empty when
-    there is none (another BLAS, or not Linux): then only tinytorch's own threads adapt."""
-    global _openblas_found
-    if _openblas_found is None:
-        _openblas_found = []
-        try:
-            with open('/proc/self/maps') as f:
-                paths = sorted({line.split()[-1] for line in f
-                                if 'openblas' in line.lower() and '/' in line})
-        except OSError:
-            paths = []
-        import ctypes
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)  # already loaded: the same library, not a second copy
-            except OSError:
-                continue
-            for prefix, suffix in itertools.product(('', 'scipy_'), ('', '64_')):
-                setter = getattr(lib, f'{prefix}openblas_set_num_threads{suffix}', None)
-                getter = getattr(lib, f'{prefix}openblas_get_num_threads{suffix}', None)
-                if setter is not None and getter is not None:
-                    _openblas_found.append((setter, getter()))
-                    break
-    return _openblas_found
-
-
-_tuned = False
-
-
-def tune():
-    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
-    thing. Importing tinytorch changes nothing in the process; this call does two things
-    for the whole process: tune_malloc() (glibc keeps freed memory for reuse) and
-    share_cores (tinytorch's threads and OpenBLAS's follow the cores other programs leave
-    free; TINYTORCH_TUNE_THREADS=0 keeps that off). A third setting can't be made here:
-    OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (how long its idle threads spin) only when NumPy
-    loads it, so the scripts set it to 16 (2^16 cycles, about 20 us) in the environment
-    before they import NumPy. Returns the names of the settings made."""
-    global _tuned, malloc_tuned, _share_on
-    done = []
-    malloc_tuned = tune_malloc()
-    if malloc_tuned:
-        done.append('malloc')
-    _share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
-    if _share_on:
-        done.append('share_cores')
-    _tuned = True
-    return done
 
 
 _ones_cache = {}
@@ -5436,7 +5283,7 @@ def sum_second_last(a):
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
-    share_cores()  # (here too: models without parallel_for, an LSTM's, call it every step)
+    _share_cores()  # (here too: models without parallel_for, an LSTM's, call it every step)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (not -1: 0 features are allowed)
     if not fast:
         return np.sum(a2, axis=0)
