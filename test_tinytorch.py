@@ -11913,6 +11913,11 @@ def test_star_import_leaves_python_builtins_working_on_plain_values():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[2.0, 4.0] True float32 True"
     assert 'sum' not in tt.__all__ and 'tensor' in tt.__all__ and 'Tensor' in tt.__all__
+    # what a user may call: the Speed section's kernels and the process tuning are not
+    for inner in ('parallel_for', 'sum_last', 'gelu_float32', 'CACHE_BLOCK', 'others_running',
+                  'malloc_tuned', 'unshared', 'share_cores'):
+        assert inner not in tt.__all__, inner
+    assert {'tune', 'set_num_threads', 'from_op', 'no_grad', 'gradcheck'} <= set(tt.__all__)
     for name in tt.__all__:
         assert hasattr(tt, name), name
         assert not hasattr(builtins_module(), name), f"__all__ shadows the builtin {name}"

@@ -5146,6 +5146,15 @@ _methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda sel
 # ---------------------------------------------------------------------------
 # 19. Speed
 # ---------------------------------------------------------------------------
+# What a user may call is everything public above this line (`from tinytorch import *`
+# gives it, but the modules this file uses and the names that would hide Python's builtins:
+# sum, max, abs, round, pow, ...; after it sum([1, 2]) is still Python's), and of this
+# section tune() and the thread count. The kernels below are the ops' business.
+__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
+           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]
+__all__ += ['tune', 'get_num_threads', 'set_num_threads']
+
+
 def _threads_from_env():
     for var in ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS'):
         if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:
@@ -5410,12 +5419,6 @@ def _scatter_add_rows(shape, idx, g):
     gx[sorted_idx[starts]] = np.add.reduceat(rows[order], starts, axis=0)
     return gx
 
-
-# `from tinytorch import *` gives every public name but the modules this file uses and the
-# ones that would hide Python's builtins (sum, max, abs, round, pow, ...): after it,
-# sum([1, 2]) is still Python's; tt.sum(x) and x.sum() are tinytorch's.
-__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
-           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]
 
 
 # ---------------------------------------------------------------------------
