@@ -271,7 +271,7 @@ def _init_result(out, data, vc=None):
     out._saved = ()  # the version counter (_guard_saved, below)
     out._vc = [0] if vc is None else vc  # the version counter, shared with views
     out._view = None  # section 11
-    out._seq = 0  # section 13
+    out._seq = 0  # the order its op ran (from_op; _inputs, section 6)
 
 
 def _methods(**fns):
@@ -282,7 +282,7 @@ def _methods(**fns):
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # tools watching every op and rule (lookinside.py, section 17): usually none
+_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, below): usually none
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -291,8 +291,8 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
 
     `saved` lists the tensors whose values the backward rule reads (inputs, masks,
     indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    _guard_saved (below) guards them against later in-place changes. `view_of`: the output is a
-    view of that input's memory (section 11).
+    _guard_saved (below) guards them against later in-place changes. `view_of`: the
+    output is a view of that input's memory (section 11).
     """
     if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
         if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
@@ -317,11 +317,11 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             out.requires_grad = True
             out._parents = parents
             out._backward = backward
-            out._seq = next(_clock)  # the order ops ran (section 13 needs it)
+            out._seq = next(_clock)  # the order ops ran (_inputs, section 6, reads it)
             if saved or saves_output:
                 _guard_saved(out, saved, saves_output)
     if _hooks:
-        _watch_op(out, op, parents)  # section 17
+        _watch_op(out, op, parents)  # (below)
     return out
 
 
