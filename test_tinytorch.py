@@ -7032,6 +7032,168 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     fails(['--sample', '--out-dir', run], "is truncated or corrupt")
 
 
+def _settings(**changed):
+    return lambda ck: ck['settings'].update(changed)
+
+
+def _config(**changed):
+    return lambda ck: ck['config'].update(changed)
+
+
+def _put(key, value):
+    return lambda ck: ck.update({key: value})
+
+
+def _betas(ck):
+    ck['optimizer']['param_groups'][0]['betas'] = [0.9, 1.5]
+
+
+def _moment_shape(ck):
+    ck['optimizer']['state'][0]['exp_avg'] = np.zeros(3, dtype=np.float32)
+
+
+NOT_OURS = "; the file is damaged or was not written by train_charlm.py"
+HOSTILE_CHECKPOINTS = [  # (edit of ckpt.npz, --resume or --sample, the line after "error: CKPT")
+    (_settings(eval_interval=0), 'resume',
+     ": its setting --eval-interval 0 is out of range: it must be at least 1" + NOT_OURS),
+    (_settings(lr=-1), 'resume', ": its setting --lr -1 is out of range: it must be more than 0"
+     + NOT_OURS),
+    (_settings(steps='100'), 'resume', ": its setting --steps '100' is not a whole number"
+     + NOT_OURS),
+    (_settings(seed=-3), 'resume', ": its setting --seed -3 is out of range: it must be 0 or more"
+     + NOT_OURS),
+    (_config(n_embd=8192), 'resume', ": its config says vocab_size 15 and n_embd 8192, but its "
+     "weights wte.weight have shape (15, 16)" + NOT_OURS),
+    (_config(n_embd=8192), 'sample', ": its config says vocab_size 15 and n_embd 8192, but its "
+     "weights wte.weight have shape (15, 16)" + NOT_OURS),
+    (_config(n_head=0), 'sample', ": its config's --n-head 0 is out of range: it must be at "
+     "least 1" + NOT_OURS),
+    (_config(n_head=3), 'resume', ": its config's --n-embd 16 is not a multiple of --n-head 3: "
+     "each head gets n_embd / n_head channels (try --n-embd 15)" + NOT_OURS),
+    (_config(n_layer=2), 'sample', ": its config says n_layer 2, its weights hold 1 layer"
+     + NOT_OURS),
+    (_config(dropout=True), 'resume', ": its config's --dropout True is not a number" + NOT_OURS),
+    (_put('settings', [1, 2]), 'resume', ": its 'settings' is [1, 2], not a dict of training "
+     "settings" + NOT_OURS),
+    (_put('config', [16, 2]), 'sample', ": its 'config' is [16, 2], not a dict of model settings"
+     + NOT_OURS),
+    (_put('best', [3]), 'sample', ": its 'best' is [3], not a dict" + NOT_OURS),
+    (_put('vocab', list(range(15))), 'sample', ": its 'vocab' is [0, 1, 2, 3, 4, 5, ...], not a "
+     "string of characters" + NOT_OURS),
+    (_put('vocab', "zyxwvutsrqponml"), 'resume', ": its vocab 'zyxwvutsrqponml' is not its "
+     "characters in sorted order, each once" + NOT_OURS),
+    (_put('step', 'x'), 'sample', ": its step is 'x', not a whole number 0 or more" + NOT_OURS),
+    (_put('step', -1), 'resume', ": its step is -1, not a whole number 0 or more" + NOT_OURS),
+    (_put('schedule_steps', 0), 'resume', ": its schedule_steps is 0, not a whole number 1 or more"
+     + NOT_OURS),
+    (_put('rng', {'bit_generator': 'MT19937'}), 'resume', ": its rng {'bit_generator': "
+     "'MT19937'} is not a NumPy PCG64 random state" + NOT_OURS),
+    (_put('metrics_rows', [['x', 1.0]]), 'resume', ": its metrics row ['x', 1.0] is not a row of "
+     "metrics.csv (a step from 1 to its step, then 6 numbers or empty fields)" + NOT_OURS),
+    (_betas, 'resume', ": its optimizer state is not AdamW's (Invalid beta parameter at index 1: "
+     "1.5)" + NOT_OURS),
+    (_moment_shape, 'resume', ": its optimizer state of parameter 0 has exp_avg an array (3,) of "
+     "float32, not finite floats of the parameter's shape (15, 16)" + NOT_OURS),
+]
+
+
+@pytest.mark.parametrize("edit,mode,message", HOSTILE_CHECKPOINTS,
+                         ids=[f"{mode}-{m.split(' ')[2]}-{i}"
+                              for i, (_, mode, m) in enumerate(HOSTILE_CHECKPOINTS)])
+def test_charlm_checks_every_value_a_checkpoint_brings_back(edit, mode, message, trained_run,
+                                                            tmp_path):
+    """Each value read back from a checkpoint is checked as its flag is (the same words),
+    before any work: one line, exit 2, the run's files untouched. A checkpoint made by the
+    script's own save, then edited."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    ckpt = run / ('best.npz' if mode == 'sample' else 'ckpt.npz')
+    ck = nn.load(ckpt)
+    edit(ck)
+    nn.save(ck, ckpt)
+    kept = {p.name: p.read_bytes() for p in run.iterdir()}
+    args = ([str(trained_run / 'c.txt'), '--resume'] if mode == 'resume' else ['--sample'])
+    r = run_charlm(*args, '--out-dir', str(run), '--length', '0', timeout=60)
+    assert r.returncode == 2 and r.stderr == f"error: {ckpt}{message}\n", r.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == kept
+
+
+def test_charlm_refuses_validation_batches_beyond_the_memory(trained_run, tmp_path):
+    """--eval-iters 10**9 (from the command line or a checkpoint): the fixed validation
+    batches (2 x 8 bytes x batch 4 x block 16 each: 1024 bytes, so 953.7 GiB) are refused before
+    any is made, not built until the memory runs out."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    ck = nn.load(run / 'ckpt.npz')
+    ck['settings']['eval_iters'] = 10 ** 9
+    nn.save(ck, run / 'ckpt.npz')
+    for args in (['--resume'], ['--eval-iters', str(10 ** 9), '--force']):
+        r = run_charlm(str(trained_run / 'c.txt'), *args, '--out-dir', str(run), timeout=60)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("error: the 1,000,000,000 validation batches of --eval-iters "
+                                   "are kept in memory: about 953.7 GiB, more than the "), r.stderr
+
+
+@pytest.mark.parametrize("bad,message", [
+    (b"step,train_loss\n1," + b"9" * 200000 + b"\n", ": line 2 is not CSV (field larger than field "
+     "limit (131072))"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n1,2.5,\xff\xfe,0.001,10\n",
+     " is not UTF-8 text (byte 0xff at offset 49)"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n1,2.5,,0.001\n", ": row 2 '1,2.5,,0.001' is "
+     "not a row of metrics (a step, then numbers)"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n\xd9\xa3,2.5,,0.001,10\n",
+     ": row 2 '\u0663,2.5,,0.001,10' is not a row of metrics (a step, then numbers)"),
+    (b"when,what\n1,2\n", ": its first line 'when,what' is not metrics.csv's header (step,"
+     "train_loss,val_loss,lr,tokens_per_sec,grad_norm,update_ratio)"),
+], ids=['huge-field', 'not-utf8', 'short-row', 'arabic-digit', 'header'])
+def test_charlm_resume_refuses_a_metrics_file_it_cannot_read(bad, message, trained_run, tmp_path):
+    """metrics.csv is read strictly on --resume (a field larger than csv's limit, bytes that
+    are not UTF-8, a row that is no metrics, an Arabic-Indic digit that str.isdigit takes):
+    one line, and the file left as it is, not rewritten without its rows."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    (run / 'metrics.csv').write_bytes(bad)
+    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--out-dir', str(run), timeout=60)
+    metrics = run / 'metrics.csv'
+    assert r.returncode == 2 and r.stderr == (
+        f"error: {metrics}{message}; it is left as it is: move it aside to continue the run "
+        "without it\n"), r.stderr
+    assert metrics.read_bytes() == bad
+
+
+def test_charlm_resume_drops_a_torn_last_line_of_metrics_csv(trained_run, tmp_path):
+    """A kill while metrics.csv's last row was written leaves it without its newline:
+    --resume drops it and writes the checkpoint's rows in its place (a save holds the rows
+    since the one before), so every step is in metrics.csv once and whole."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    whole = (run / 'metrics.csv').read_bytes()  # 30 rows, saved at steps 15 and 30
+    lines = whole.splitlines(keepends=True)
+    assert len(lines) == 31 and lines[-1].startswith(b'30,')
+    ck = nn.load(run / 'ckpt.npz')
+    rows = list(csv.reader(io.StringIO(whole.decode())))[1:]
+    ck['metrics_rows'] = [[int(r[0]), *r[1:]] for r in rows[15:]]  # as the save at step 30 held
+    nn.save(ck, run / 'ckpt.npz')
+    metrics = run / 'metrics.csv'
+    for torn in (lines[-1][:9], lines[-1][:1]):  # '30,2.4123' and '3' (a whole row of step 3)
+        metrics.write_bytes(b''.join(lines[:-1]) + torn)
+        train_charlm.agree_metrics(str(metrics), ck)
+        assert metrics.read_bytes() == whole  # row 30 whole again, from the checkpoint
+    # a checkpoint without the rows (imported weights): the torn line goes all the same
+    metrics.write_bytes(b''.join(lines[:-1]) + lines[-1][:9])
+    train_charlm.agree_metrics(str(metrics), dict(ck, metrics_rows=[]))
+    assert metrics.read_bytes() == b''.join(lines[:-1])
+    # end to end: --resume after the kill continues with every step once
+    metrics.write_bytes(b''.join(lines[:-1]) + lines[-1][:9])
+    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--steps', '32', '--out-dir', str(run),
+                   '--length', '0', timeout=60)
+    assert r.returncode == 0, r.stderr
+    after = metrics.read_bytes().splitlines(keepends=True)
+    assert after[:31] == lines and [line.split(b',')[0] for line in after[31:]] == [b'31', b'32']
+
+
 def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
     run = str(tmp_path / "run")
     assert run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--out-dir', run
