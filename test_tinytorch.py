@@ -7127,7 +7127,7 @@ def test_charlm_refuses_validation_batches_beyond_the_memory(trained_run, tmp_pa
     ck = nn.load(run / 'ckpt.npz')
     ck['settings']['eval_iters'] = 10 ** 9
     nn.save(ck, run / 'ckpt.npz')
-    for args in (['--resume'], ['--eval-iters', str(10 ** 9), '--force']):
+    for args in (['--resume'], [*TINY, '--eval-iters', str(10 ** 9), '--force']):
         r = run_charlm(str(trained_run / 'c.txt'), *args, '--out-dir', str(run), timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("error: the 1,000,000,000 validation batches of --eval-iters "
