@@ -7645,6 +7645,70 @@ def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
+def _digits_rows(n):
+    return "".join(",".join(["0"] * 64 + [str(k % 10)]) + "\n" for k in range(n))
+
+
+def _gz(path, text):
+    import gzip
+    with gzip.open(path, 'wt') as f:
+        f.write(text)
+    return ['--data', str(path)], str(path)
+
+
+def _bomb(folder):  # 65 members of 1 MiB of '0': 68 KB on disk
+    import gzip
+    (folder / 'bomb.csv.gz').write_bytes(gzip.compress(b'0' * 2 ** 20) * 65)
+    return ['--data', str(folder / 'bomb.csv.gz')], str(folder / 'bomb.csv.gz')
+
+
+def _mnist(folder, test_images=np.zeros((20, 8, 8)), train_header=None):
+    labels = np.arange(20) % 10
+    _write_idx(folder / 'train-images-idx3-ubyte', np.zeros((20, 8, 8)))
+    _write_idx(folder / 'train-labels-idx1-ubyte', labels)
+    _write_idx(folder / 't10k-images-idx3-ubyte', test_images)
+    _write_idx(folder / 't10k-labels-idx1-ubyte', labels[:len(test_images)])
+    if train_header:
+        (folder / 'train-images-idx3-ubyte').write_bytes(train_header)
+    return ['--mnist', str(folder)], str(folder / 'train-images-idx3-ubyte')
+
+
+@pytest.mark.parametrize("build,message", [
+    (_bomb, "{} inflates to more than 64 MiB of text, far more than a digits file (the 1,797 "
+     "digits take 270 KB): it is damaged or was made to attack; nothing was trained"),
+    (lambda d: _gz(d / 'few.csv.gz', _digits_rows(10)), "{} holds 10 digits; the last 360 of "
+     "them (in a fixed shuffled order) are the test set, so it needs more than 360"),
+    (lambda d: _gz(d / 'nan.csv.gz', _digits_rows(400) + ",".join(["nan"] * 64 + ["3"]) + "\n"),
+     "{}: pixel values must be numbers from 0 to 16, row 401 has nan"),
+    (lambda d: _gz(d / 'inf.csv.gz', _digits_rows(400).replace("0,0,0", "0,inf,0", 1)),
+     "{}: pixel values must be numbers from 0 to 16, row 1 has inf"),
+    (lambda d: _gz(d / '17.csv.gz', _digits_rows(400).replace("0,0,0", "0,17,0", 1)),
+     "{}: pixel values must be numbers from 0 to 16, row 1 has 17.0"),
+    (lambda d: _gz(d / 'short.csv.gz', _digits_rows(3) + "1,2,3\n"),
+     "{}: each row must hold 64 pixel values and a label, got 3 values in row 4"),
+    (lambda d: _mnist(d, train_header=b'\x00\x00\x08\x03' + (2 ** 31).to_bytes(4, 'big') * 2
+                      + (4).to_bytes(4, 'big')),
+     "{}: its header declares 2147483648 x 2147483648 x 4 = 18,446,744,073,709,551,616 values, "
+     "more than the 1,073,741,824 an idx file may hold here; it is damaged or was made to "
+     "attack"),
+    (lambda d: _mnist(d, test_images=np.zeros((20, 6, 6))), "MNIST: the training images are "
+     "8x8, the test images 6x6; both sets must have one size"),
+    (lambda d: _mnist(d, test_images=np.zeros((0, 8, 8))), "MNIST test: 0 images of 8x8; it "
+     "needs at least one image, of at least 2x2 pixels"),
+], ids=['gzip-bomb', '10-rows', 'nan', 'inf', '17', 'short-row', 'dims-wrap', 'two-sizes',
+        'no-images'])
+def test_train_digits_refuses_hostile_files_in_one_line(build, message, tmp_path):
+    """Files from others: a gzip bomb stops at the 64 MiB the reader allows; 10 rows cannot
+    give the 360 of the test set and a training set; NaN or inf pixels (which trained to a
+    NaN loss that exited 0) or 17 (the format's are 0-16); an idx header whose dimensions
+    multiply to 2**64 (NumPy's int64 product wrapped to 0 and matched an empty file); a
+    test set of another image size; no images. One line each, exit 2, nothing written."""
+    args, path = build(tmp_path)
+    r = run_digits(*args, '--out-dir', str(tmp_path / 'out'), timeout=60)
+    assert r.returncode == 2 and r.stderr == f"error: {message.format(path)}\n", r.stderr
+    assert not (tmp_path / 'out').exists()
+
+
 def test_train_digits_plot_needs_matplotlib(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1',
                         '--plot', '--out-dir', str(tmp_path / 'out')], capture_output=True,
