@@ -8107,6 +8107,65 @@ def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
     assert not (tmp_path / 'back').exists()
 
 
+@pytest.fixture(scope='module')
+def hf_export(trained_run):
+    """trained_run's checkpoint as export.py --to hf writes it (config.json, vocab.json,
+    model.safetensors), made once; a test edits a copy."""
+    r = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', trained_run / 'hf_base')
+    assert r.returncode == 0, r.stderr
+    return trained_run / 'hf_base'
+
+
+def _json_edit(name, change):
+    def edit(folder):
+        path = folder / name
+        path.write_text(json.dumps(change(json.loads(path.read_text(encoding='utf-8')))),
+                        encoding='utf-8')
+        return path
+    return edit
+
+
+THEIRS = "; the file is damaged, or not a model tinytorch's GPT can read"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (_json_edit('config.json', lambda c: [c]), "{} holds [{{...}}], not a dict of settings"),
+    (_json_edit('vocab.json', lambda v: list(v.values())),
+     "{} holds ['\\n', ' ', 'a', 'c', 'd', 'e', ...], not a dict of id -> character"),
+    (_json_edit('config.json', lambda c: dict(c, n_head=0)),
+     "{}: n_head 0 is out of range: it must be at least 1"),
+    (_json_edit('config.json', lambda c: dict(c, n_head=3)),
+     "{}: n_embd 16 is not a multiple of n_head 3 (each head gets n_embd / n_head channels)"),
+    (_json_edit('config.json', lambda c: dict(c, n_positions='16')),
+     "{}: n_positions '16' is not a whole number"),
+    (_json_edit('config.json', lambda c: dict(c, resid_pdrop=1.0)),
+     "{}: resid_pdrop 1.0 is out of range: it must be in [0, 1)"),
+    (_json_edit('config.json', lambda c: {k: v for k, v in c.items() if k != 'n_layer'}),
+     "{} has no n_layer"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'3': 7})), "{}: id 3 is 7, not one character"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'3': 'ab'})),
+     "{}: id 3 is 'ab', not one character"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'0': v['1'], '1': v['0']})),
+     "{}: its characters are not distinct and in sorted order, as train_charlm.py numbers them"),
+    (_json_edit('config.json', lambda c: dict(c, n_embd=8192, n_head=2)),
+     "{}: its config says vocab_size 15 and n_embd 8192, but its weights wte.weight have shape "
+     "(15, 16)"),
+], ids=['config-list', 'vocab-list', 'n_head-0', 'heads', 'n_positions-str', 'dropout-1',
+        'no-n_layer', 'id-int', 'id-two-chars', 'unsorted', 'n_embd-8192'])
+def test_from_hf_checks_every_setting_as_its_flag_in_one_line(edit, message, hf_export, tmp_path):
+    """Settings read from config.json and vocab.json are checked as train_charlm.py checks
+    its flags (the same rule, the same words), before anything is written: one line, exit
+    2. A config that disagrees with the weights names the folder (the config and weights
+    meet there)."""
+    hf = tmp_path / 'hf'
+    shutil.copytree(hf_export, hf)
+    edited = edit(hf)
+    r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+    named = hf if 'n_embd 8192' in message else edited
+    assert r.returncode == 2 and r.stderr == f"error: {message.format(named)}{THEIRS}\n", r.stderr
+    assert not (tmp_path / 'back').exists()
+
+
 def test_export_refuses_a_file_where_a_folder_goes_and_a_file_that_is_no_checkpoint(
         trained_run, tmp_path):
     blocker = tmp_path / 'a-file'

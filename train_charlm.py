@@ -137,6 +137,7 @@ SETTING_RULES = {  # name: (int or float, (test, what the test asks))
     'eval_interval': (int, AT_LEAST_1), 'eval_iters': (int, AT_LEAST_1),
     'n_layer': (int, AT_LEAST_1), 'n_head': (int, AT_LEAST_1), 'n_embd': (int, AT_LEAST_1),
     'block_size': (int, AT_LEAST_1), 'stop_after': (int, AT_LEAST_1), 'top_k': (int, AT_LEAST_1),
+    'vocab_size': (int, AT_LEAST_1),  # no flag: from a checkpoint or export.py's config.json
     'length': (int, AT_LEAST_0), 'warmup': (int, AT_LEAST_0), 'seed': (int, AT_LEAST_0),
     'min_lr': (float, AT_LEAST_0), 'weight_decay': (float, AT_LEAST_0),
     'temperature': (float, (lambda v: v >= 0,
@@ -172,9 +173,9 @@ def flag(name):
 def check_flags(args):
     """Every flag's value in its range, before any work: one UserError line that names the
     flag, the value and what is allowed."""
-    for name in SETTING_RULES:
-        value = getattr(args, name)
-        problem = None if value is None else setting_problem(name, value)
+    for name, value in vars(args).items():
+        problem = setting_problem(name, value) if name in SETTING_RULES and value is not None \
+            else None
         if problem:
             raise UserError(f"{flag(name)} {value} {problem}")
     if args.n_head is not None and args.model in ('lstm', 'gru'):
@@ -426,22 +427,26 @@ WHOLE = (int, np.integer)  # a whole number, as a file's loader may give it back
 NUMBER = (int, float, np.integer, np.floating)
 
 
+SHORT = reprlib.Repr()
+SHORT.maxlevel = 1  # [{...}]: a list of dicts shown one level deep
+
+
 def show(value):
     """A value from a file, shown short (a file may hold a string of a million characters)."""
     if isinstance(value, (np.ndarray, tt.Tensor)):
         return f"an array {tuple(value.shape)} of {value.dtype}"
-    return reprlib.repr(value)
+    return SHORT.repr(value)
 
 
-def check_checkpoint(ck, path):
+def check_checkpoint(ck, path, tail=NOT_OURS):
     """Every part of a checkpoint that the run reads, checked before any work: the model's
     config and the training settings as their flags are checked (setting_problem), the
     config against the shapes of the weights it comes with (a config that says n_embd 8192
     beside weights 16 wide would build a model of gigabytes first), the vocabulary, the
     step, the best validation, the metrics rows and the random state. Anything else is
-    one UserError line that names the file, the part and what is wrong."""
+    one UserError line that names the file, the part and what is wrong, then tail."""
     def bad(what):
-        raise UserError(f"{path}: {what}; {NOT_OURS}")
+        raise UserError(f"{path}: {what}; {tail}")
 
     kinds = {'model': (dict, "a dict of weights"), 'config': (dict, "a dict of model settings"),
              'settings': (dict, "a dict of training settings"), 'vocab': (str, "a string of "
@@ -469,7 +474,7 @@ def check_checkpoint(ck, path):
         if not np.isfinite(a).all():
             bad(f"its weights {name} hold NaN or inf")
     if 'config' in ck:
-        check_config(ck['config'], weights, path)
+        check_config(ck['config'], weights, path, tail)
     vocab = ck.get('vocab')
     if vocab is not None:
         if not vocab or vocab != ''.join(sorted(set(vocab))):
@@ -500,13 +505,13 @@ def check_checkpoint(ck, path):
             bad(f"its rng {show(ck['rng'])} is not a NumPy PCG64 random state")
 
 
-def check_config(config, weights, path):
+def check_config(config, weights, path, tail=NOT_OURS):
     """A checkpoint's model config: its kind, its settings as --n-layer, --n-head, --n-embd,
     --block-size and --dropout are checked, and agreeing with the weights beside it: the
     token embedding (vocab_size, n_embd), a GPT's position embedding (block_size, n_embd),
     one layer of weights per n_layer."""
     def bad(what):
-        raise UserError(f"{path}: {what}; {NOT_OURS}")
+        raise UserError(f"{path}: {what}; {tail}")
     kind = config.get('kind', 'gpt')
     if kind not in MODELS:
         bad(f"its config says kind {show(kind)}, not one of {', '.join(MODELS)}")
@@ -521,9 +526,10 @@ def check_config(config, weights, path):
     for name in ('bias', 'tie_weights'):
         if not isinstance(config.get(name, True), bool):
             bad(f"its config's {name} is {show(config[name])}, not true or false")
+    if 'vocab_size' in config and setting_problem('vocab_size', config['vocab_size']):
+        bad(f"its config's vocab_size {show(config['vocab_size'])} "
+            f"{setting_problem('vocab_size', config['vocab_size'])}")
     c = (GPTConfig if kind == 'gpt' else RNNConfig)(**config)
-    if isinstance(c.vocab_size, bool) or not isinstance(c.vocab_size, WHOLE) or c.vocab_size < 1:
-        bad(f"its config's vocab_size {show(c.vocab_size)} is not a whole number 1 or more")
     if kind == 'gpt' and heads_problem(c.n_embd, c.n_head):
         bad(f"its config's --n-embd {c.n_embd} {heads_problem(c.n_embd, c.n_head)}")
     # the shapes the config implies, against the weights in the file
