@@ -8072,6 +8072,37 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     assert s.returncode == 0 and s.stdout == t.stdout
 
 
+def test_from_nanogpt_checks_model_args_and_meta_as_flags_in_one_line_pytorch(trained_run,
+                                                                             tmp_path):
+    """nanoGPT's model_args and meta.pkl are checked as train_charlm.py checks its flags (the
+    same rule and words): n_head 0, a vocabulary entry that is no character, a list where
+    meta.pkl's dict belongs. One line, exit 2, nothing written."""
+    torch = need_torch()
+    ng = tmp_path / 'ng'
+    assert run_export(trained_run / 'run', '--to', 'nanogpt', ng).returncode == 0
+    pt = torch.load(ng / 'ckpt.pt', weights_only=True)
+    meta = pickle.loads((ng / 'meta.pkl').read_bytes())
+    cases = [
+        ('ckpt.pt', dict(pt, model_args=dict(pt['model_args'], n_head=0)),
+         f"{ng / 'ckpt.pt'}'s model_args: n_head 0 is out of range: it must be at least 1"),
+        ('meta.pkl', dict(meta, itos={**meta['itos'], 3: 7}),
+         f"{ng / 'meta.pkl'}: id 3 is 7, not one character"),
+        ('meta.pkl', [meta], f"{ng / 'ckpt.pt'} with {ng / 'meta.pkl'}: not a nanoGPT checkpoint "
+         "(a dict of tensors as model, a dict as meta.pkl)"),
+    ]
+    for i, (name, value, message) in enumerate(cases):
+        case = tmp_path / f'case{i}'
+        shutil.copytree(ng, case)
+        if name == 'ckpt.pt':
+            torch.save(value, case / name)
+        else:
+            (case / name).write_bytes(pickle.dumps(value))
+        r = run_export('--from-nanogpt', case / 'ckpt.pt', '--out-dir', tmp_path / 'back')
+        message = message.replace(str(ng), str(case))
+        assert r.returncode == 2 and r.stderr == f"error: {message}{THEIRS}\n", r.stderr
+    assert not (tmp_path / 'back').exists()
+
+
 def test_an_imported_checkpoint_resumes_and_starts_its_metrics_file(trained_run, tmp_path):
     assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf'
                       ).returncode == 0
