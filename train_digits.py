@@ -94,7 +94,7 @@ def load_digits(path):
         for n, row in enumerate(rows, 1):
             if len(row) != 65:
                 raise UserError(f"{path}: each row must hold 64 pixel values and a label, got "
-                                f"{len(row)} values in row {n}")
+                                f"{len(row)} value{'s' * (len(row) != 1)} in row {n}")
         table = np.array(rows, dtype=np.float64).reshape(-1, 65)
     except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not a gzipped CSV of numbers ({e.__class__.__name__}: "
