@@ -209,7 +209,7 @@ def from_hf(folder):
             hf = json.load(f)
         with open(files['vocab.json'], encoding='utf-8') as f:
             ids = json.load(f)
-    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, nested past Python's stack
+    except (OSError, ValueError, RecursionError) as e:  # unreadable, not JSON or UTF-8, too deep
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
     check_gpt_settings(hf, HF_SETTINGS, files['config.json'])
     vocab = vocab_from(ids, files['vocab.json'], hf['vocab_size'], key=str)

@@ -34,6 +34,7 @@ import optim
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.join(HERE, 'data', 'digits.csv.gz')
 TEST_SIZE = 360
+MAX_TEXT = 64 * 2 ** 20  # bytes a digits file may inflate to (the 1,797 digits: 270 KB)
 MAX_IDX = 2 ** 30  # values an idx file may declare (MNIST's largest: 47 million)
 MNIST_FILES = {'train_images': 'train-images-idx3-ubyte', 'train_labels': 'train-labels-idx1-ubyte',
                'test_images': 't10k-images-idx3-ubyte', 'test_labels': 't10k-labels-idx1-ubyte'}
@@ -73,9 +74,6 @@ def parse_args(argv=None):
 
 
 # -- data ----------------------------------------------------------------------
-MAX_TEXT = 64 * 2 ** 20  # bytes a digits file may inflate to (the 1,797 digits: 270 KB)
-
-
 def load_digits(path):
     """(images (N, 1, 8, 8) float32 in [0, 1], labels (N,) int64) from the CSV file, read
     as a file from others: at most MAX_TEXT bytes inflated (a gzip bomb stops there), each
@@ -150,7 +148,9 @@ def read_idx(path, kind):
     except (OSError, EOFError) as e:
         raise UserError(f"{candidate} cannot be read ({e})") from None
     if len(raw) != size:
-        raise UserError(f"{candidate} is truncated: its header promises {shape} values")
+        raise UserError(f"{candidate} is truncated: its header promises {shape} values"
+                        if len(raw) < size else f"{candidate} holds more bytes than the {shape} "
+                        "values its header declares: it is not one idx file")
     return np.frombuffer(raw, dtype=np.uint8).reshape(shape)
 
 
