@@ -6784,6 +6784,7 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
     (['--min-lr=-1e-4'], "--min-lr -0.0001 is out of range"),
     (['--weight-decay', '-0.1'], "--weight-decay -0.1 is out of range"),
     (['--grad-clip', '0'], "--grad-clip 0.0 is out of range"),
+    (['--seed', '-1'], "--seed -1 is out of range: it must be 0 or more"),  # was a traceback
 ])
 def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
     sys.path.insert(0, HERE)
@@ -6793,6 +6794,24 @@ def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
     assert not out.exists()  # refused before anything was read or written
+
+
+def test_every_saved_setting_has_the_rule_of_its_flag():
+    """A checkpoint's settings and config are checked by the rule their flags are checked by
+    (one definition): each saved setting has one, and it says the same for a flag and for a
+    value read back (a bool is no number, a string no whole number)."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    rules = train_charlm.SETTING_RULES
+    assert set(train_charlm.RUN_FLAGS) | set(train_charlm.MODEL_FLAGS) <= set(rules)
+    problem = train_charlm.setting_problem
+    assert problem('eval_interval', 0) == "is out of range: it must be at least 1"
+    assert problem('eval_interval', np.int64(3)) is None and problem('lr', np.float32(1e-3)) is None
+    assert problem('eval_interval', True) == "is not a whole number"
+    assert problem('eval_interval', 2.0) == "is not a whole number"
+    assert problem('lr', '1e-3') == "is not a number" and problem('lr', 1) is None
+    assert problem('dropout', float('nan')) == "is out of range: it must be in [0, 1)"
+    assert problem('seed', -1) == "is out of range: it must be 0 or more"
 
 
 def test_bad_flag_from_the_command_line_is_one_line_and_exit_2():
