@@ -7051,6 +7051,17 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     fails(['--sample', '--out-dir', run], "is truncated or corrupt")
 
 
+def script_main(name, *args, capsys):
+    """A script's main() run in this process, as its command line runs it less the start of
+    Python (0.5 s a case): (its exit status, all it wrote on stderr). A traceback would
+    fail the test here as it would there; the subprocess tests cover sys.exit(main())."""
+    sys.path.insert(0, HERE)
+    module = __import__(name)
+    capsys.readouterr()
+    status = module.main([str(a) for a in args])
+    return status, capsys.readouterr().err
+
+
 def _settings(**changed):
     return lambda ck: ck['settings'].update(changed)
 
@@ -7120,7 +7131,7 @@ HOSTILE_CHECKPOINTS = [  # (edit of ckpt.npz, --resume or --sample, the line aft
                          ids=[f"{mode}-{m.split(' ')[2]}-{i}"
                               for i, (_, mode, m) in enumerate(HOSTILE_CHECKPOINTS)])
 def test_charlm_checks_every_value_a_checkpoint_brings_back(edit, mode, message, trained_run,
-                                                            tmp_path):
+                                                            tmp_path, capsys):
     """Each value read back from a checkpoint is checked as its flag is (the same words),
     before any work: one line, exit 2, the run's files untouched. A checkpoint made by the
     script's own save, then edited."""
@@ -7131,9 +7142,10 @@ def test_charlm_checks_every_value_a_checkpoint_brings_back(edit, mode, message,
     edit(ck)
     nn.save(ck, ckpt)
     kept = {p.name: p.read_bytes() for p in run.iterdir()}
-    args = ([str(trained_run / 'c.txt'), '--resume'] if mode == 'resume' else ['--sample'])
-    r = run_charlm(*args, '--out-dir', str(run), '--length', '0', timeout=60)
-    assert r.returncode == 2 and r.stderr == f"error: {ckpt}{message}\n", r.stderr
+    args = ([trained_run / 'c.txt', '--resume'] if mode == 'resume' else ['--sample'])
+    status, err = script_main('train_charlm', *args, '--out-dir', run, '--length', 0,
+                              capsys=capsys)
+    assert status == 2 and err == f"error: {ckpt}{message}\n", err
     assert {p.name: p.read_bytes() for p in run.iterdir()} == kept
 
 
@@ -7165,18 +7177,19 @@ def test_charlm_refuses_validation_batches_beyond_the_memory(trained_run, tmp_pa
     (b"when,what\n1,2\n", ": its first line 'when,what' is not metrics.csv's header (step,"
      "train_loss,val_loss,lr,tokens_per_sec,grad_norm,update_ratio)"),
 ], ids=['huge-field', 'not-utf8', 'short-row', 'arabic-digit', 'header'])
-def test_charlm_resume_refuses_a_metrics_file_it_cannot_read(bad, message, trained_run, tmp_path):
+def test_charlm_resume_refuses_a_metrics_file_it_cannot_read(bad, message, trained_run, tmp_path,
+                                                             capsys):
     """metrics.csv is read strictly on --resume (a field larger than csv's limit, bytes that
     are not UTF-8, a row that is no metrics, an Arabic-Indic digit that str.isdigit takes):
     one line, and the file left as it is, not rewritten without its rows."""
     run = tmp_path / 'run'
     shutil.copytree(trained_run / 'run', run)
     (run / 'metrics.csv').write_bytes(bad)
-    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--out-dir', str(run), timeout=60)
+    status, err = script_main('train_charlm', trained_run / 'c.txt', '--resume', '--out-dir', run,
+                              capsys=capsys)
     metrics = run / 'metrics.csv'
-    assert r.returncode == 2 and r.stderr == (
-        f"error: {metrics}{message}; it is left as it is: move it aside to continue the run "
-        "without it\n"), r.stderr
+    assert status == 2 and err == (f"error: {metrics}{message}; it is left as it is: move it "
+                                   "aside to continue the run without it\n"), err
     assert metrics.read_bytes() == bad
 
 
@@ -7716,15 +7729,15 @@ def _mnist(folder, test_images=np.zeros((20, 8, 8)), train_header=None):
      "needs at least one image, of at least 2x2 pixels"),
 ], ids=['gzip-bomb', '10-rows', 'nan', 'inf', '17', 'short-row', 'dims-wrap', 'two-sizes',
         'no-images'])
-def test_train_digits_refuses_hostile_files_in_one_line(build, message, tmp_path):
+def test_train_digits_refuses_hostile_files_in_one_line(build, message, tmp_path, capsys):
     """Files from others: a gzip bomb stops at the 64 MiB the reader allows; 10 rows cannot
     give the 360 of the test set and a training set; NaN or inf pixels (which trained to a
     NaN loss that exited 0) or 17 (the format's are 0-16); an idx header whose dimensions
     multiply to 2**64 (NumPy's int64 product wrapped to 0 and matched an empty file); a
     test set of another image size; no images. One line each, exit 2, nothing written."""
     args, path = build(tmp_path)
-    r = run_digits(*args, '--out-dir', str(tmp_path / 'out'), timeout=60)
-    assert r.returncode == 2 and r.stderr == f"error: {message.format(path)}\n", r.stderr
+    status, err = script_main('train_digits', *args, '--out-dir', tmp_path / 'out', capsys=capsys)
+    assert status == 2 and err == f"error: {message.format(path)}\n", err
     assert not (tmp_path / 'out').exists()
 
 
@@ -8202,7 +8215,8 @@ THEIRS = "; the file is damaged, or not a model tinytorch's GPT can read"
      "(15, 16)"),
 ], ids=['config-list', 'vocab-list', 'n_head-0', 'heads', 'n_positions-str', 'dropout-1',
         'no-n_layer', 'id-int', 'id-two-chars', 'unsorted', 'n_embd-8192'])
-def test_from_hf_checks_every_setting_as_its_flag_in_one_line(edit, message, hf_export, tmp_path):
+def test_from_hf_checks_every_setting_as_its_flag_in_one_line(edit, message, hf_export, tmp_path,
+                                                              capsys):
     """Settings read from config.json and vocab.json are checked as train_charlm.py checks
     its flags (the same rule, the same words), before anything is written: one line, exit
     2. A config that disagrees with the weights names the folder (the config and weights
@@ -8210,9 +8224,10 @@ def test_from_hf_checks_every_setting_as_its_flag_in_one_line(edit, message, hf_
     hf = tmp_path / 'hf'
     shutil.copytree(hf_export, hf)
     edited = edit(hf)
-    r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+    status, err = script_main('export', '--from-hf', hf, '--out-dir', tmp_path / 'back',
+                              capsys=capsys)
     named = hf if 'n_embd 8192' in message else edited
-    assert r.returncode == 2 and r.stderr == f"error: {message.format(named)}{THEIRS}\n", r.stderr
+    assert status == 2 and err == f"error: {message.format(named)}{THEIRS}\n", err
     assert not (tmp_path / 'back').exists()
 
 
