@@ -6928,6 +6928,7 @@ def test_split_data_falls_back_or_refuses_on_short_texts(capsys):
     (['--min-lr=-1e-4'], "--min-lr -0.0001 is out of range"),
     (['--weight-decay', '-0.1'], "--weight-decay -0.1 is out of range"),
     (['--grad-clip', '0'], "--grad-clip 0.0 is out of range"),
+    (['--seed', '-1'], "--seed -1 is out of range: it must be 0 or more"),  # was a traceback
 ])
 def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
     sys.path.insert(0, HERE)
@@ -6937,6 +6938,24 @@ def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
     assert not out.exists()  # refused before anything was read or written
+
+
+def test_every_saved_setting_has_the_rule_of_its_flag():
+    """A checkpoint's settings and config are checked by the rule their flags are checked by
+    (one definition): each saved setting has one, and it says the same for a flag and for a
+    value read back (a bool is no number, a string no whole number)."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    rules = train_charlm.SETTING_RULES
+    assert set(train_charlm.RUN_FLAGS) | set(train_charlm.MODEL_FLAGS) <= set(rules)
+    problem = train_charlm.setting_problem
+    assert problem('eval_interval', 0) == "is out of range: it must be at least 1"
+    assert problem('eval_interval', np.int64(3)) is None and problem('lr', np.float32(1e-3)) is None
+    assert problem('eval_interval', True) == "is not a whole number"
+    assert problem('eval_interval', 2.0) == "is not a whole number"
+    assert problem('lr', '1e-3') == "is not a number" and problem('lr', 1) is None
+    assert problem('dropout', float('nan')) == "is out of range: it must be in [0, 1)"
+    assert problem('seed', -1) == "is out of range: it must be 0 or more"
 
 
 def test_bad_flag_from_the_command_line_is_one_line_and_exit_2():
@@ -7174,6 +7193,181 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     with open(os.path.join(run, 'best.npz'), 'r+b') as f:  # --sample reads the best one
         f.truncate(200)
     fails(['--sample', '--out-dir', run], "is truncated or corrupt")
+
+
+def script_main(name, *args, capsys):
+    """A script's main() run in this process, as its command line runs it less the start of
+    Python (0.5 s a case): (its exit status, all it wrote on stderr). A traceback would
+    fail the test here as it would there; the subprocess tests cover sys.exit(main())."""
+    sys.path.insert(0, HERE)
+    module = __import__(name)
+    capsys.readouterr()
+    status = module.main([str(a) for a in args])
+    return status, capsys.readouterr().err
+
+
+def _settings(**changed):
+    return lambda ck: ck['settings'].update(changed)
+
+
+def _config(**changed):
+    return lambda ck: ck['config'].update(changed)
+
+
+def _put(key, value):
+    return lambda ck: ck.update({key: value})
+
+
+def _betas(ck):
+    ck['optimizer']['param_groups'][0]['betas'] = [0.9, 1.5]
+
+
+def _moment_shape(ck):
+    ck['optimizer']['state'][0]['exp_avg'] = np.zeros(3, dtype=np.float32)
+
+
+NOT_OURS = "; the file is damaged or was not written by train_charlm.py"
+HOSTILE_CHECKPOINTS = [  # (edit of ckpt.npz, --resume or --sample, the line after "error: CKPT")
+    (_settings(eval_interval=0), 'resume',
+     ": its setting --eval-interval 0 is out of range: it must be at least 1" + NOT_OURS),
+    (_settings(lr=-1), 'resume', ": its setting --lr -1 is out of range: it must be more than 0"
+     + NOT_OURS),
+    (_settings(steps='100'), 'resume', ": its setting --steps '100' is not a whole number"
+     + NOT_OURS),
+    (_settings(seed=-3), 'resume', ": its setting --seed -3 is out of range: it must be 0 or more"
+     + NOT_OURS),
+    (_config(n_embd=8192), 'resume', ": its config says vocab_size 15 and n_embd 8192, but its "
+     "weights wte.weight have shape (15, 16)" + NOT_OURS),
+    (_config(n_embd=8192), 'sample', ": its config says vocab_size 15 and n_embd 8192, but its "
+     "weights wte.weight have shape (15, 16)" + NOT_OURS),
+    (_config(n_head=0), 'sample', ": its config's --n-head 0 is out of range: it must be at "
+     "least 1" + NOT_OURS),
+    (_config(n_head=3), 'resume', ": its config's --n-embd 16 is not a multiple of --n-head 3: "
+     "each head gets n_embd / n_head channels (try --n-embd 15)" + NOT_OURS),
+    (_config(n_layer=2), 'sample', ": its config says n_layer 2, its weights hold 1 layer"
+     + NOT_OURS),
+    (_config(dropout=True), 'resume', ": its config's --dropout True is not a number" + NOT_OURS),
+    (_put('settings', [1, 2]), 'resume', ": its 'settings' is [1, 2], not a dict of training "
+     "settings" + NOT_OURS),
+    (_put('config', [16, 2]), 'sample', ": its 'config' is [16, 2], not a dict of model settings"
+     + NOT_OURS),
+    (_put('best', [3]), 'sample', ": its 'best' is [3], not a dict" + NOT_OURS),
+    (_put('vocab', list(range(15))), 'sample', ": its 'vocab' is [0, 1, 2, 3, 4, 5, ...], not a "
+     "string of characters" + NOT_OURS),
+    (_put('vocab', "zyxwvutsrqponml"), 'resume', ": its vocab 'zyxwvutsrqponml' is not its "
+     "characters in sorted order, each once" + NOT_OURS),
+    (_put('step', 'x'), 'sample', ": its step is 'x', not a whole number 0 or more" + NOT_OURS),
+    (_put('step', -1), 'resume', ": its step is -1, not a whole number 0 or more" + NOT_OURS),
+    (_put('schedule_steps', 0), 'resume', ": its schedule_steps is 0, not a whole number 1 or more"
+     + NOT_OURS),
+    (_put('rng', {'bit_generator': 'MT19937'}), 'resume', ": its rng {'bit_generator': "
+     "'MT19937'} is not a NumPy PCG64 random state" + NOT_OURS),
+    (_put('metrics_rows', [['x', 1.0]]), 'resume', ": its metrics row ['x', 1.0] is not a row of "
+     "metrics.csv (a step from 1 to its step, then 6 numbers or empty fields)" + NOT_OURS),
+    (_betas, 'resume', ": its optimizer state is not AdamW's (Invalid beta parameter at index 1: "
+     "1.5)" + NOT_OURS),
+    (_moment_shape, 'resume', ": its optimizer state of parameter 0 has exp_avg an array (3,) of "
+     "float32, not finite floats of the parameter's shape (15, 16)" + NOT_OURS),
+]
+
+
+@pytest.mark.parametrize("edit,mode,message", HOSTILE_CHECKPOINTS,
+                         ids=[f"{mode}-{m.split(' ')[2]}-{i}"
+                              for i, (_, mode, m) in enumerate(HOSTILE_CHECKPOINTS)])
+def test_charlm_checks_every_value_a_checkpoint_brings_back(edit, mode, message, trained_run,
+                                                            tmp_path, capsys):
+    """Each value read back from a checkpoint is checked as its flag is (the same words),
+    before any work: one line, exit 2, the run's files untouched. A checkpoint made by the
+    script's own save, then edited."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    ckpt = run / ('best.npz' if mode == 'sample' else 'ckpt.npz')
+    ck = nn.load(ckpt)
+    edit(ck)
+    nn.save(ck, ckpt)
+    kept = {p.name: p.read_bytes() for p in run.iterdir()}
+    args = ([trained_run / 'c.txt', '--resume'] if mode == 'resume' else ['--sample'])
+    status, err = script_main('train_charlm', *args, '--out-dir', run, '--length', 0,
+                              capsys=capsys)
+    assert status == 2 and err == f"error: {ckpt}{message}\n", err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == kept
+
+
+def test_charlm_refuses_validation_batches_beyond_the_memory(trained_run, tmp_path):
+    """--eval-iters 10**9 (from the command line or a checkpoint): the fixed validation
+    batches (2 x 8 bytes x batch 4 x block 16 each: 1024 bytes, so 953.7 GiB) are refused before
+    any is made, not built until the memory runs out."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    ck = nn.load(run / 'ckpt.npz')
+    ck['settings']['eval_iters'] = 10 ** 9
+    nn.save(ck, run / 'ckpt.npz')
+    for args in (['--resume'], [*TINY, '--eval-iters', str(10 ** 9), '--force']):
+        r = run_charlm(str(trained_run / 'c.txt'), *args, '--out-dir', str(run), timeout=60)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("error: the 1,000,000,000 validation batches of --eval-iters "
+                                   "are kept in memory: about 953.7 GiB, more than the "), r.stderr
+
+
+@pytest.mark.parametrize("bad,message", [
+    (b"step,train_loss\n1," + b"9" * 200000 + b"\n", ": line 2 is not CSV (field larger than field "
+     "limit (131072))"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n1,2.5,\xff\xfe,0.001,10\n",
+     " is not UTF-8 text (byte 0xff at offset 49)"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n1,2.5,,0.001\n", ": row 2 '1,2.5,,0.001' is "
+     "not a row of metrics (a step, then numbers)"),
+    (b"step,train_loss,val_loss,lr,tokens_per_sec\n\xd9\xa3,2.5,,0.001,10\n",
+     ": row 2 '\u0663,2.5,,0.001,10' is not a row of metrics (a step, then numbers)"),
+    (b"when,what\n1,2\n", ": its first line 'when,what' is not metrics.csv's header (step,"
+     "train_loss,val_loss,lr,tokens_per_sec,grad_norm,update_ratio)"),
+], ids=['huge-field', 'not-utf8', 'short-row', 'arabic-digit', 'header'])
+def test_charlm_resume_refuses_a_metrics_file_it_cannot_read(bad, message, trained_run, tmp_path,
+                                                             capsys):
+    """metrics.csv is read strictly on --resume (a field larger than csv's limit, bytes that
+    are not UTF-8, a row that is no metrics, an Arabic-Indic digit that str.isdigit takes):
+    one line, and the file left as it is, not rewritten without its rows."""
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    (run / 'metrics.csv').write_bytes(bad)
+    status, err = script_main('train_charlm', trained_run / 'c.txt', '--resume', '--out-dir', run,
+                              capsys=capsys)
+    metrics = run / 'metrics.csv'
+    assert status == 2 and err == (f"error: {metrics}{message}; it is left as it is: move it "
+                                   "aside to continue the run without it\n"), err
+    assert metrics.read_bytes() == bad
+
+
+def test_charlm_resume_drops_a_torn_last_line_of_metrics_csv(trained_run, tmp_path):
+    """A kill while metrics.csv's last row was written leaves it without its newline:
+    --resume drops it and writes the checkpoint's rows in its place (a save holds the rows
+    since the one before), so every step is in metrics.csv once and whole."""
+    sys.path.insert(0, HERE)
+    import train_charlm
+    run = tmp_path / 'run'
+    shutil.copytree(trained_run / 'run', run)
+    whole = (run / 'metrics.csv').read_bytes()  # 30 rows, saved at steps 15 and 30
+    lines = whole.splitlines(keepends=True)
+    assert len(lines) == 31 and lines[-1].startswith(b'30,')
+    ck = nn.load(run / 'ckpt.npz')
+    rows = list(csv.reader(io.StringIO(whole.decode())))[1:]
+    ck['metrics_rows'] = [[int(r[0]), *r[1:]] for r in rows[15:]]  # as the save at step 30 held
+    nn.save(ck, run / 'ckpt.npz')
+    metrics = run / 'metrics.csv'
+    for torn in (lines[-1][:9], lines[-1][:1]):  # '30,2.4123' and '3' (a whole row of step 3)
+        metrics.write_bytes(b''.join(lines[:-1]) + torn)
+        train_charlm.agree_metrics(str(metrics), ck)
+        assert metrics.read_bytes() == whole  # row 30 whole again, from the checkpoint
+    # a checkpoint without the rows (imported weights): the torn line goes all the same
+    metrics.write_bytes(b''.join(lines[:-1]) + lines[-1][:9])
+    train_charlm.agree_metrics(str(metrics), dict(ck, metrics_rows=[]))
+    assert metrics.read_bytes() == b''.join(lines[:-1])
+    # end to end: --resume after the kill continues with every step once
+    metrics.write_bytes(b''.join(lines[:-1]) + lines[-1][:9])
+    r = run_charlm(str(trained_run / 'c.txt'), '--resume', '--steps', '32', '--out-dir', str(run),
+                   '--length', '0', timeout=60)
+    assert r.returncode == 0, r.stderr
+    after = metrics.read_bytes().splitlines(keepends=True)
+    assert after[:31] == lines and [line.split(b',')[0] for line in after[31:]] == [b'31', b'32']
 
 
 def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
@@ -7627,6 +7821,70 @@ def test_train_digits_refuses_bad_input_in_one_line(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
+def _digits_rows(n):
+    return "".join(",".join(["0"] * 64 + [str(k % 10)]) + "\n" for k in range(n))
+
+
+def _gz(path, text):
+    import gzip
+    with gzip.open(path, 'wt') as f:
+        f.write(text)
+    return ['--data', str(path)], str(path)
+
+
+def _bomb(folder):  # 65 members of 1 MiB of '0': 68 KB on disk
+    import gzip
+    (folder / 'bomb.csv.gz').write_bytes(gzip.compress(b'0' * 2 ** 20) * 65)
+    return ['--data', str(folder / 'bomb.csv.gz')], str(folder / 'bomb.csv.gz')
+
+
+def _mnist(folder, test_images=np.zeros((20, 8, 8)), train_header=None):
+    labels = np.arange(20) % 10
+    _write_idx(folder / 'train-images-idx3-ubyte', np.zeros((20, 8, 8)))
+    _write_idx(folder / 'train-labels-idx1-ubyte', labels)
+    _write_idx(folder / 't10k-images-idx3-ubyte', test_images)
+    _write_idx(folder / 't10k-labels-idx1-ubyte', labels[:len(test_images)])
+    if train_header:
+        (folder / 'train-images-idx3-ubyte').write_bytes(train_header)
+    return ['--mnist', str(folder)], str(folder / 'train-images-idx3-ubyte')
+
+
+@pytest.mark.parametrize("build,message", [
+    (_bomb, "{} inflates to more than 64 MiB of text, far more than a digits file (the 1,797 "
+     "digits take 270 KB): it is damaged or was made to attack; nothing was trained"),
+    (lambda d: _gz(d / 'few.csv.gz', _digits_rows(10)), "{} holds 10 digits; the last 360 of "
+     "them (in a fixed shuffled order) are the test set, so it needs more than 360"),
+    (lambda d: _gz(d / 'nan.csv.gz', _digits_rows(400) + ",".join(["nan"] * 64 + ["3"]) + "\n"),
+     "{}: pixel values must be numbers from 0 to 16, row 401 has nan"),
+    (lambda d: _gz(d / 'inf.csv.gz', _digits_rows(400).replace("0,0,0", "0,inf,0", 1)),
+     "{}: pixel values must be numbers from 0 to 16, row 1 has inf"),
+    (lambda d: _gz(d / '17.csv.gz', _digits_rows(400).replace("0,0,0", "0,17,0", 1)),
+     "{}: pixel values must be numbers from 0 to 16, row 1 has 17.0"),
+    (lambda d: _gz(d / 'short.csv.gz', _digits_rows(3) + "1,2,3\n"),
+     "{}: each row must hold 64 pixel values and a label, got 3 values in row 4"),
+    (lambda d: _mnist(d, train_header=b'\x00\x00\x08\x03' + (2 ** 31).to_bytes(4, 'big') * 2
+                      + (4).to_bytes(4, 'big')),
+     "{}: its header declares 2147483648 x 2147483648 x 4 = 18,446,744,073,709,551,616 values, "
+     "more than the 1,073,741,824 an idx file may hold here; it is damaged or was made to "
+     "attack"),
+    (lambda d: _mnist(d, test_images=np.zeros((20, 6, 6))), "MNIST: the training images are "
+     "8x8, the test images 6x6; both sets must have one size"),
+    (lambda d: _mnist(d, test_images=np.zeros((0, 8, 8))), "MNIST test: 0 images of 8x8; it "
+     "needs at least one image, of at least 2x2 pixels"),
+], ids=['gzip-bomb', '10-rows', 'nan', 'inf', '17', 'short-row', 'dims-wrap', 'two-sizes',
+        'no-images'])
+def test_train_digits_refuses_hostile_files_in_one_line(build, message, tmp_path, capsys):
+    """Files from others: a gzip bomb stops at the 64 MiB the reader allows; 10 rows cannot
+    give the 360 of the test set and a training set; NaN or inf pixels (which trained to a
+    NaN loss that exited 0) or 17 (the format's are 0-16); an idx header whose dimensions
+    multiply to 2**64 (NumPy's int64 product wrapped to 0 and matched an empty file); a
+    test set of another image size; no images. One line each, exit 2, nothing written."""
+    args, path = build(tmp_path)
+    status, err = script_main('train_digits', *args, '--out-dir', tmp_path / 'out', capsys=capsys)
+    assert status == 2 and err == f"error: {message.format(path)}\n", err
+    assert not (tmp_path / 'out').exists()
+
+
 def test_train_digits_plot_needs_matplotlib(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1',
                         '--plot', '--out-dir', str(tmp_path / 'out')], capture_output=True,
@@ -7990,6 +8248,37 @@ def test_nanogpt_round_trip_keeps_weights_and_moments_pytorch(trained_run, tmp_p
     assert s.returncode == 0 and s.stdout == t.stdout
 
 
+def test_from_nanogpt_checks_model_args_and_meta_as_flags_in_one_line_pytorch(trained_run,
+                                                                             tmp_path):
+    """nanoGPT's model_args and meta.pkl are checked as train_charlm.py checks its flags (the
+    same rule and words): n_head 0, a vocabulary entry that is no character, a list where
+    meta.pkl's dict belongs. One line, exit 2, nothing written."""
+    torch = need_torch()
+    ng = tmp_path / 'ng'
+    assert run_export(trained_run / 'run', '--to', 'nanogpt', ng).returncode == 0
+    pt = torch.load(ng / 'ckpt.pt', weights_only=True)
+    meta = pickle.loads((ng / 'meta.pkl').read_bytes())
+    cases = [
+        ('ckpt.pt', dict(pt, model_args=dict(pt['model_args'], n_head=0)),
+         f"{ng / 'ckpt.pt'}'s model_args: n_head 0 is out of range: it must be at least 1"),
+        ('meta.pkl', dict(meta, itos={**meta['itos'], 3: 7}),
+         f"{ng / 'meta.pkl'}: id 3 is 7, not one character"),
+        ('meta.pkl', [meta], f"{ng / 'ckpt.pt'} with {ng / 'meta.pkl'}: not a nanoGPT checkpoint "
+         "(a dict of tensors as model, a dict as meta.pkl)"),
+    ]
+    for i, (name, value, message) in enumerate(cases):
+        case = tmp_path / f'case{i}'
+        shutil.copytree(ng, case)
+        if name == 'ckpt.pt':
+            torch.save(value, case / name)
+        else:
+            (case / name).write_bytes(pickle.dumps(value))
+        r = run_export('--from-nanogpt', case / 'ckpt.pt', '--out-dir', tmp_path / 'back')
+        message = message.replace(str(ng), str(case))
+        assert r.returncode == 2 and r.stderr == f"error: {message}{THEIRS}\n", r.stderr
+    assert not (tmp_path / 'back').exists()
+
+
 def test_an_imported_checkpoint_resumes_and_starts_its_metrics_file(trained_run, tmp_path):
     assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', tmp_path / 'hf'
                       ).returncode == 0
@@ -8022,6 +8311,67 @@ def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr == (f"error: {hf}: tinytorch reads GPT-2 models with the exact GELU "
                             f"(activation_function 'gelu'); this one has {says}\n")
+    assert not (tmp_path / 'back').exists()
+
+
+@pytest.fixture(scope='module')
+def hf_export(trained_run):
+    """trained_run's checkpoint as export.py --to hf writes it (config.json, vocab.json,
+    model.safetensors), made once; a test edits a copy."""
+    r = run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', trained_run / 'hf_base')
+    assert r.returncode == 0, r.stderr
+    return trained_run / 'hf_base'
+
+
+def _json_edit(name, change):
+    def edit(folder):
+        path = folder / name
+        path.write_text(json.dumps(change(json.loads(path.read_text(encoding='utf-8')))),
+                        encoding='utf-8')
+        return path
+    return edit
+
+
+THEIRS = "; the file is damaged, or not a model tinytorch's GPT can read"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (_json_edit('config.json', lambda c: [c]), "{} holds [{{...}}], not a dict of settings"),
+    (_json_edit('vocab.json', lambda v: list(v.values())),
+     "{} holds ['\\n', ' ', 'a', 'c', 'd', 'e', ...], not a dict of id -> character"),
+    (_json_edit('config.json', lambda c: dict(c, n_head=0)),
+     "{}: n_head 0 is out of range: it must be at least 1"),
+    (_json_edit('config.json', lambda c: dict(c, n_head=3)),
+     "{}: n_embd 16 is not a multiple of n_head 3 (each head gets n_embd / n_head channels)"),
+    (_json_edit('config.json', lambda c: dict(c, n_positions='16')),
+     "{}: n_positions '16' is not a whole number"),
+    (_json_edit('config.json', lambda c: dict(c, resid_pdrop=1.0)),
+     "{}: resid_pdrop 1.0 is out of range: it must be in [0, 1)"),
+    (_json_edit('config.json', lambda c: {k: v for k, v in c.items() if k != 'n_layer'}),
+     "{} has no n_layer"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'3': 7})), "{}: id 3 is 7, not one character"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'3': 'ab'})),
+     "{}: id 3 is 'ab', not one character"),
+    (_json_edit('vocab.json', lambda v: dict(v, **{'0': v['1'], '1': v['0']})),
+     "{}: its characters are not distinct and in sorted order, as train_charlm.py numbers them"),
+    (_json_edit('config.json', lambda c: dict(c, n_embd=8192, n_head=2)),
+     "{}: its config says vocab_size 15 and n_embd 8192, but its weights wte.weight have shape "
+     "(15, 16)"),
+], ids=['config-list', 'vocab-list', 'n_head-0', 'heads', 'n_positions-str', 'dropout-1',
+        'no-n_layer', 'id-int', 'id-two-chars', 'unsorted', 'n_embd-8192'])
+def test_from_hf_checks_every_setting_as_its_flag_in_one_line(edit, message, hf_export, tmp_path,
+                                                              capsys):
+    """Settings read from config.json and vocab.json are checked as train_charlm.py checks
+    its flags (the same rule, the same words), before anything is written: one line, exit
+    2. A config that disagrees with the weights names the folder (the config and weights
+    meet there)."""
+    hf = tmp_path / 'hf'
+    shutil.copytree(hf_export, hf)
+    edited = edit(hf)
+    status, err = script_main('export', '--from-hf', hf, '--out-dir', tmp_path / 'back',
+                              capsys=capsys)
+    named = hf if 'n_embd 8192' in message else edited
+    assert status == 2 and err == f"error: {message.format(named)}{THEIRS}\n", err
     assert not (tmp_path / 'back').exists()
 
 
