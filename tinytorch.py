@@ -1455,34 +1455,37 @@ clamp_min = lambda x, min: clamp(x, min=min)
 clamp_max = lambda x, max: clamp(x, max=max)
 
 
-# The smaller elementwise functions, one table: each row is the function on arrays, its
-# derivative (from x and the output) and the rule's math, which grad_path prints.
+# The smaller elementwise functions, one table: each row is the function on arrays, what
+# its rule reads ('x' the input, 'y' the output, None nothing), the derivative as a
+# function of that (or a number, where it is one) and the rule's math, which grad_path
+# prints. A rule saves only what it reads: a later in-place change of anything else is
+# fine (section 8 guards what is saved), as PyTorch's rules save (1/x reads its output).
 _FUNCTIONS = {
-    'square': (np.square, lambda x, y: 2 * x, "d x^2/dx = 2x"),
-    'rsqrt': (lambda x: 1 / np.sqrt(x), lambda x, y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
-    'reciprocal': (lambda x: 1 / x, lambda x, y: -y * y, "d (1/x)/dx = -1/x^2"),
-    'log2': (np.log2, lambda x, y: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
-    'log10': (np.log10, lambda x, y: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
-    'exp2': (np.exp2, lambda x, y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
-    'sinh': (np.sinh, lambda x, y: np.cosh(x), "d sinh(x)/dx = cosh(x)"),
-    'cosh': (np.cosh, lambda x, y: np.sinh(x), "d cosh(x)/dx = sinh(x)"),
-    'asin': (np.arcsin, lambda x, y: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
-    'acos': (np.arccos, lambda x, y: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
-    'atan': (np.arctan, lambda x, y: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
-    'frac': (lambda x: x - np.trunc(x), lambda x, y: np.ones_like(x), "d frac(x)/dx = 1"),
+    'square': (np.square, 'x', lambda x: 2 * x, "d x^2/dx = 2x"),
+    'rsqrt': (lambda x: 1 / np.sqrt(x), 'y', lambda y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
+    'reciprocal': (lambda x: 1 / x, 'y', lambda y: -y * y, "d (1/x)/dx = -1/x^2"),
+    'log2': (np.log2, 'x', lambda x: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
+    'log10': (np.log10, 'x', lambda x: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
+    'exp2': (np.exp2, 'y', lambda y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
+    'sinh': (np.sinh, 'x', np.cosh, "d sinh(x)/dx = cosh(x)"),
+    'cosh': (np.cosh, 'x', np.sinh, "d cosh(x)/dx = sinh(x)"),
+    'asin': (np.arcsin, 'x', lambda x: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
+    'acos': (np.arccos, 'x', lambda x: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
+    'atan': (np.arctan, 'x', lambda x: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'frac': (lambda x: x - np.trunc(x), None, 1, "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
-    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), lambda x, y: np.zeros_like(x),
+    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), None, 0,
              "d sign(x)/dx = 0"),  # sign(nan) is 0, as PyTorch's
-    'floor': (np.floor, lambda x, y: np.zeros_like(x), "d floor(x)/dx = 0"),
-    'ceil': (np.ceil, lambda x, y: np.zeros_like(x), "d ceil(x)/dx = 0"),
-    'round': (np.round, lambda x, y: np.zeros_like(x), "d round(x)/dx = 0"),
-    'trunc': (np.trunc, lambda x, y: np.zeros_like(x), "d trunc(x)/dx = 0"),
+    'floor': (np.floor, None, 0, "d floor(x)/dx = 0"),
+    'ceil': (np.ceil, None, 0, "d ceil(x)/dx = 0"),
+    'round': (np.round, None, 0, "d round(x)/dx = 0"),
+    'trunc': (np.trunc, None, 0, "d trunc(x)/dx = 0"),
 }
 _KEEP_INTEGERS = ('square', 'sign', 'floor', 'ceil', 'round', 'trunc')  # int in, int out
 
 
 def _function(name):
-    fn, derivative, words = _FUNCTIONS[name]
+    fn, reads, derivative, words = _FUNCTIONS[name]
 
     def op(x):
         if name == 'frac' and x.dtype.kind != 'f':
@@ -1501,12 +1504,14 @@ def _function(name):
 
         def backward(g):
             """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
-            if name in _KEEP_INTEGERS[1:]:  # the steps: zeros, even where g is nan (as PyTorch)
-                return (np.zeros_like(g),)
+            if reads is None:  # 1: g itself; 0: zeros, even where g is nan (as PyTorch)
+                return (g if derivative == 1 else np.zeros_like(g),)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-                return (g * derivative(x.array, out).astype(g.dtype, copy=False),)
+                slope = derivative(x.array if reads == 'x' else out)
+                return (g * slope.astype(g.dtype, copy=False),)
         backward.__doc__ = words
-        return from_op(out, name, (x,), backward, saved=(x,), saves_output=True)
+        return from_op(out, name, (x,), backward, saved=(x,) if reads == 'x' else (),
+                       saves_output=reads == 'y')
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"{name}(x), elementwise; {words}."
     return op
@@ -3669,13 +3674,16 @@ def setitem(x, idx, value):
     _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
-# More in-place forms: the out-of-place op, written back by _in_place.
-def _in_place_form(name, fn):
+# More in-place forms: the out-of-place op, written back by _in_place. reads_input: the
+# op's rule reads its input (d|x|/dx = sign(x), d sin(x)/dx = cos(x)), whose old values the
+# write destroys, so it gets a copy of them (_keep_old), as mul_ by a tensor does. A rule
+# that reads its output (exp, 1/x) reads x's new values, and the steps (floor) read nothing.
+def _in_place_form(name, fn, reads_input=False):
     def op(x, *args, **kwargs):
-        return _in_place(x, name, fn(x, *args, **kwargs))
+        old = _keep_old(x, None, reads_input and x.requires_grad)[0]
+        return _in_place(x, name, fn(old, *args, **kwargs))
     op.__name__ = name
     return op
-
 
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
@@ -3697,14 +3705,16 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
-_methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
-         log_=_in_place_form('log_', log), tanh_=_in_place_form('tanh_', tanh),
+_methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form('exp_', exp),
+         log_=_in_place_form('log_', log, reads_input=True), tanh_=_in_place_form('tanh_', tanh),
          sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
          neg_=_in_place_form('neg_', neg), floor_=_in_place_form('floor_', floor),
          ceil_=_in_place_form('ceil_', ceil), round_=_in_place_form('round_', round),
-         trunc_=_in_place_form('trunc_', trunc), sin_=_in_place_form('sin_', sin),
-         cos_=_in_place_form('cos_', cos), square_=_in_place_form('square_', square),
-         reciprocal_=_in_place_form('reciprocal_', reciprocal),
+         trunc_=_in_place_form('trunc_', trunc), sign_=_in_place_form('sign_', sign),
+         sin_=_in_place_form('sin_', sin, reads_input=True),
+         cos_=_in_place_form('cos_', cos, reads_input=True),
+         square_=_in_place_form('square_', square, reads_input=True),  # (its table row says 'x')
+         reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
          scatter_=_in_place_form('scatter_', scatter),
