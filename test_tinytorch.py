@@ -1086,6 +1086,17 @@ def test_scatter_and_index_add_refuse_a_source_of_another_dtype():
     assert f.scatter_add(0, tt.tensor([2, 2]), tt.tensor([0.5, 0.25])).tolist() == [0.0, 0.0, 0.75]
 
 
+def test_scatter_and_index_add_of_another_dtype_refuse_as_pytorch():
+    torch = need_torch()
+    for m in (tt, torch):
+        i, at = m.zeros(3, dtype=m.int64), m.tensor([0])
+        for op in (lambda: i.scatter_add(0, at, m.tensor([0.7])), lambda: i.scatter_(0, at, m.tensor([0.7])),
+                   lambda: i.float().index_add(0, at, m.tensor([0.7]).double())):
+            with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype|"
+                                                   "must have the same (scalar type|dtype)"):
+                op()
+
+
 def test_flip_roll_repeat():
     x = t64(2, 3, 4)
     check(lambda x: x.flip(0, 2), x)

@@ -2623,8 +2623,10 @@ def _scatter(input, dim, index, src, op, add):
     where_ = _along(idx, d)
     block = tuple(slice(0, n) for n in idx.shape)
     is_tensor = isinstance(src, Tensor)
-    if is_tensor:
-        src = _as(src, input.dtype)
+    if is_tensor and src.dtype != input.dtype:  # (a number is cast, as in PyTorch)
+        raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype (got "
+                           f"{input.dtype} and {src.dtype}), as in PyTorch; convert src first: "
+                           f"src.to({input.dtype})")
     values = src.array[block] if is_tensor else np.asarray(src, dtype=input.dtype)
     out = input.array.copy()
     written = None  # scatter: where input's values were replaced
@@ -2691,7 +2693,10 @@ def index_add(input, dim, index, source, alpha=1):
     (a position named twice gets both)."""
     d = _dim(dim, input.ndim, 'index_add')
     idx = _index_tensor(index, 'index_add')
-    source = _as(source, input.dtype)
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_add(): self ({input.dtype}) and source ({source.dtype}) must "
+                           f"have the same dtype, as in PyTorch; convert source first: "
+                           f"source.to({input.dtype})")
     out = input.array.copy()
     np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.array * alpha, d, 0))
 
