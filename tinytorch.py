@@ -1417,38 +1417,42 @@ def _fits(value, dtype, op):
 
 def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
-    tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
-    _fits(value, x.dtype, 'masked_fill')
-    m_shape = np.shape(mask.array if isinstance(mask, Tensor) else mask)
-    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked below)
-        shape = np.broadcast_shapes(x.shape, m_shape)
+    tensor value gets the gradient of the positions it filled. The result is row-major
+    whatever x's layout, as PyTorch's (which clones x row-major, then fills it)."""
+    return _fill_where(x, mask, value, 'masked_fill', row_major=True)
+
+
+def _fill_where(x, mask, value, op, row_major):
+    """masked_fill's work, and index_fill's (row_major=False: the result has x's layout,
+    as PyTorch's index_fill)."""
+    _fits(value, x.dtype, op)
+    m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
+    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked there)
+        shape = np.broadcast_shapes(x.shape, m.shape)
     except ValueError:
-        shape = x.shape  # refused below, with the shapes named
+        raise ValueError(f"{op}: mask of shape {tuple(m.shape)} cannot be broadcast to the "
+                         f"tensor's shape {tuple(x.shape)}") from None
     if shape != x.shape:
         x = expand(x, shape)
+    v = None  # a 0-d tensor value, cast to x's dtype (in the graph)
     if isinstance(value, Tensor):
         if value.ndim != 0:
-            raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
+            raise RuntimeError(f"{op}: only a 0-dim value tensor can fill, got one with "
                                f"{value.ndim} dim(s)")
-        out = where(mask, _as(value, x.dtype), x)
-        if out.shape != x.shape:
-            raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(mask))} cannot be "
-                             f"broadcast to the tensor's shape {tuple(x.shape)}")
-        return out
-    m = mask.array if isinstance(mask, Tensor) else mask
-    try:
-        out = np.where(m, np.asarray(value, dtype=x.dtype), x.array)
-    except ValueError:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
-    if out.shape != x.shape:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}")
+        v = _as(value, x.dtype)
+    m = m.astype(bool, copy=False)
+    out = np.array(x.array, order='C') if row_major else _copy_keeping_layout(x.array)
+    np.copyto(out, v.array if v is not None else np.asarray(value, dtype=x.dtype), where=m)
 
     def backward(g):
-        """d masked_fill(x)/dx = 0 where the mask is true, else 1"""
-        return (np.where(m, 0, g),)
-    return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
+        """d masked_fill(x)/dx = 0 where the mask is true, else 1
+        d masked_fill(x)/d value = 1 at each position it filled  (g summed there)"""
+        gx = np.where(m, 0, g) if x.requires_grad else None
+        if v is None or not v.requires_grad:
+            return (gx,) if v is None else (gx, None)
+        return gx, np.asarray(np.where(m, g, 0).sum(), dtype=g.dtype)
+    parents = (x,) if v is None else (x, v)
+    return from_op(out, op, parents, backward, saved=_tensors_in(mask))
 
 
 clamp_min = lambda x, min: clamp(x, min=min)
@@ -2716,7 +2720,7 @@ def index_fill(input, dim, index, value):
     shape = [1] * input.ndim
     if input.ndim:
         shape[d] = -1
-    return masked_fill(input, _constant(mask.reshape(shape)), value)
+    return _fill_where(input, _constant(mask.reshape(shape)), value, 'index_fill', row_major=False)
 
 
 ModeResult = namedtuple('mode', ['values', 'indices'])
