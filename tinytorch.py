@@ -1903,15 +1903,15 @@ def norm(x, p='fro', dim=None, keepdim=False):
         out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g, xs=x.shape):
-        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
+        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|; p = 0: none)"""
+        if p == 0:  # a count of non-zeros is flat in x: no gradient at all (not zeros, which
+            return (None,)  # the op before would multiply: 0 * nan is nan), as PyTorch
         g = _expand_back(g, xs, axes, keepdim)
         sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
                 hit = (ax == out) | np.isnan(ax)  # evenly; multiplied by the mask, as PyTorch
                 return (sign * (g / np.sum(hit, axis=axes, keepdims=True) * hit).astype(g.dtype),)
-            if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
-                return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
             # written as PyTorch's rule: a 0 where the norm is 0 is selected, a 0 element
@@ -1923,7 +1923,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)
             return (sign * ax ** (p - 1) * np.where(out == 0, 0, g / out ** (p - 1)),)
     return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
-                   saved=(x,), saves_output=True)
+                   saved=(x,) if p != 0 else (), saves_output=p not in (0, 1))  # what it reads
 
 
 @_numpy_keywords  # x.prod(axis=, keepdims=) too, as PyTorch
