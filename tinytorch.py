@@ -3657,13 +3657,14 @@ def setitem(x, idx, value):
         _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
+    nothing = False  # a write to no element (its out-of-range index passes, as in PyTorch)
     try:
         last = None if not recording or basic else _last_writes(at(x.array).shape, i)
         at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
-        if isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i):
-            return  # a write to no element (its out-of-range index passes, as in PyTorch)
-        raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        if not (isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i)):
+            raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        nothing = True
     _bump(x)
     if not recording:
         return
@@ -3672,6 +3673,8 @@ def setitem(x, idx, value):
     def backward(g, vs=np.shape(v)):
         """d setitem/dx = 1 where not written, 0 where written
         d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
+        if nothing:  # (x still joins the graph, as PyTorch's: the value's gradient is 0)
+            return (g,) if len(parents) == 1 else (g, np.zeros(vs, g.dtype))
         gx = g.copy()
         at(gx)[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
