@@ -1414,12 +1414,12 @@ def test_relu_keeps_nan_and_passes_its_gradient():
 
 def test_an_in_place_operand_that_partly_overlaps_its_target_is_refused():
     x = tt.tensor(np.arange(6.0))
-    with pytest.raises(RuntimeError, match="shares some of its memory"):
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a single memory location"):
         x[1:].add_(x[:-1])  # the answer would depend on the order the elements are visited
-    with pytest.raises(RuntimeError, match="shares some of its memory"):
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a single memory location"):
         x[1:] = x[:-1]
     m = tt.tensor(np.arange(4.0).reshape(2, 2))
-    with pytest.raises(RuntimeError, match="shares some of its memory"):
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a single memory location"):
         m.copy_(m.T)  # the same elements in another order: also refused
     x.add_(x)  # the very same memory: fine
     x[:3] = x[:3] * 1
@@ -3483,15 +3483,16 @@ def test_in_place_unary_ops_differentiate_as_their_out_of_place_twins(op):
 
 def test_in_place_unary_ops_match_pytorch():
     torch = need_torch()
+    m_weights = lambda m: m.tensor(np.array([1.0, -2.0, 0.5]))  # noqa: E731
     for op in sorted(_IN_PLACE_UNARY):
         x, tx = (m.tensor(np.array([0.75, -0.25, 2.0]), requires_grad=True) for m in (tt, torch))
         y, ty = x * 2, tx * 2
         getattr(y, op)()
         getattr(ty, op)()
-        (y * y.detach().abs().nan_to_num(0)).sum().backward()
-        (ty * ty.detach().abs().nan_to_num(0)).sum().backward()
+        (y * m_weights(tt)).sum().backward()
+        (ty * m_weights(torch)).sum().backward()
         np.testing.assert_allclose(y.array, ty.detach().numpy(), rtol=1e-15, err_msg=op)
-        np.testing.assert_allclose(x.grad.array, tx.grad.numpy(), rtol=1e-14, err_msg=op)
+        np.testing.assert_allclose(x.grad.array, tx.grad.numpy(), rtol=1e-12, err_msg=op)
 
 
 def test_sign_in_place():

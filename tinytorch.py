@@ -3394,8 +3394,16 @@ def _as_read_by(node, p):
     return p
 
 
-def _check_inplace(x, op):
-    if not x.array.flags.writeable:
+def _check_inplace(x, op, written=None):
+    """Refuse an in-place op that can't be done (or differentiated). written: the array the
+    op writes, when it is not all of x's (x[idx] = v writes a region)."""
+    w = x.array if written is None else written
+    flags = w.flags
+    if not (flags.c_contiguous or flags.f_contiguous) and _overlaps_itself(w):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the "
+                           "written-to tensor refers to a single memory location (an expanded "
+                           "view, or strides that reach a location twice); call .clone() first")
+    if not (flags if written is None else x.array.flags).writeable:
         raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
                            "elements are one memory location); call .clone() first")
     if not _grad_enabled:
@@ -3434,6 +3442,26 @@ def _in_place_operand(x, other, op, floating=False):
     return other  # the op computes in the promoted dtype; _in_place rounds into x's
 
 
+def _overlaps_itself(a):
+    """Whether two elements of array a are one memory location: a stride of 0 (expand), or
+    strides such as (1, 1) over a (3, 3) view (as_strided, or a file that says so)."""
+    if a.size < 2:
+        return False
+    reach = a.itemsize  # the bytes the dims taken so far span: a dim whose stride is at
+    for stride, n in sorted((builtins.abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < reach:  # least that can't step into them; else look at every offset
+            offsets = np.zeros(1, dtype=np.int64)
+            for s, k in zip(a.strides, a.shape):
+                offsets = (offsets[:, None] + np.arange(k, dtype=np.int64) * s).reshape(-1)
+            return bool((np.diff(np.sort(offsets)) < a.itemsize).any())
+        reach += stride * (n - 1)
+    return False
+
+
+_ONE_LOCATION = ("unsupported operation: some elements of the input tensor and the written-to "
+                 "tensor refer to a single memory location")  # PyTorch's words
+
+
 def _no_partial_overlap(written, operand, op):
     """Refuse an operand that shares some, but not all, of its memory with the array an
     in-place op writes: the answer would depend on the order the elements are visited."""
@@ -3442,8 +3470,18 @@ def _no_partial_overlap(written, operand, op):
     same = (written.__array_interface__['data'][0] == operand.__array_interface__['data'][0]
             and written.shape == operand.shape and written.strides == operand.strides)
     if not same and np.shares_memory(written, operand):
-        raise RuntimeError(f"{op}: the operand shares some of its memory with the tensor it "
-                           "changes in place; pass a copy of it (.clone())")
+        raise RuntimeError(f"{op}: {_ONE_LOCATION} (the operand shares some of its memory with "
+                           "the tensor it changes); pass a copy of it (.clone())")
+
+
+def _no_shared_memory(x, operands, op):
+    """An index write (x[idx] = v, scatter_, index_add_) refuses a source or index that
+    shares any memory with x, as PyTorch does: its writes would read values they changed."""
+    for t in operands:
+        if isinstance(t, Tensor) and np.may_share_memory(x.array, t.array) and \
+                np.shares_memory(x.array, t.array):
+            raise RuntimeError(f"{op}: {_ONE_LOCATION} (its source or index is a part of the "
+                               "tensor it changes); pass a copy of it (.clone())")
 
 
 def _in_place(x, op, result):
@@ -3643,7 +3681,6 @@ def setitem(x, idx, value):
     """x[idx] = value, with every index getitem takes. In the graph, x's history becomes
     this write: the written positions get their gradient from value, the others from x's
     old value."""
-    _check_inplace(x, '__setitem__')
     _check_mask(x, idx, '__setitem__')
     i = _index_data(idx)
     basic = _is_basic_index(i)
@@ -3651,10 +3688,18 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
+    try:
+        region = at(x.array)[i] if basic else at(x.array)  # what the write may reach
+    except IndexError:
+        region = np.zeros(0)  # an index out of range: refused below, with the shape named
+    _check_inplace(x, '__setitem__', region)
     if not isinstance(value, Tensor) or not basic and value.array.size == 1:  # as PyTorch
         _fits(value, x.dtype, '__setitem__')  # a number (one value with a mask) must fit
-    if isinstance(value, Tensor):
-        _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
+    if isinstance(value, Tensor) and basic:  # a copy into a region: the very same memory is fine
+        _no_partial_overlap(region, value.array, '__setitem__')
+    elif not basic:  # an index write: no shared memory at all (a mask is copied, as PyTorch's)
+        _no_shared_memory(x, (value,) + tuple(t for t in _tensors_in(idx) if t.dtype != bool_),
+                          '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
     nothing = False  # a write to no element (its out-of-range index passes, as in PyTorch)
@@ -3684,6 +3729,27 @@ def setitem(x, idx, value):
         gv = gv.reshape((1,) * (len(vs) - gv.ndim) + gv.shape)
         return gx, unbroadcast(gv, vs)  # a broadcast value: its uses add up
     _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
+
+
+# The index writes: their out-of-place op written back, after _no_shared_memory.
+def scatter_(x, dim, index, src=None, *, value=None):
+    _no_shared_memory(x, (index, src), 'scatter_')
+    return _in_place(x, 'scatter_', scatter(x, dim, index, src, value=value))
+
+
+def scatter_add_(x, dim, index, src):
+    _no_shared_memory(x, (index, src), 'scatter_add_')
+    return _in_place(x, 'scatter_add_', scatter_add(x, dim, index, src))
+
+
+def index_add_(x, dim, index, source, alpha=1):
+    _no_shared_memory(x, (index, source), 'index_add_')
+    return _in_place(x, 'index_add_', index_add(x, dim, index, source, alpha))
+
+
+def index_fill_(x, dim, index, value):
+    _no_shared_memory(x, (index,), 'index_fill_')  # (a 0-d value tensor is read once, first)
+    return _in_place(x, 'index_fill_', index_fill(x, dim, index, value))
 
 
 # More in-place forms: the out-of-place op, written back by _in_place. reads_input: the
@@ -3729,10 +3795,8 @@ _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form
          reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
-         scatter_=_in_place_form('scatter_', scatter),
-         scatter_add_=_in_place_form('scatter_add_', scatter_add),
-         index_add_=_in_place_form('index_add_', index_add),
-         index_fill_=_in_place_form('index_fill_', index_fill),
+         scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
+         index_fill_=index_fill_,
          unsqueeze_=lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim)),
          squeeze_=lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim)),
          t_=lambda self: _new_shape_in_place(self, 't_', lambda t: t.t()), add_=add_, sub_=sub_,
