@@ -1498,7 +1498,7 @@ def _function(name):
         if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
             raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
         if x.dtype == bool_ and name == 'sign':
-            return _constant(x.array.copy())  # a bool is its own sign
+            return _constant(_copy_keeping_layout(x.array))  # a bool is its own sign
         if x.dtype == bool_ and name == 'square':
             x = _constant(x.array.astype(int64))  # PyTorch: an int64 result
         elif name not in _KEEP_INTEGERS:
@@ -1708,6 +1708,12 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
 # ---------------------------------------------------------------------------
 # 10. Reductions
 # ---------------------------------------------------------------------------
+def _row_major(a):
+    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
+    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
 def _no_dim(dim):
     """dim=None or dim=(): the whole tensor is reduced."""
     return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
@@ -1750,7 +1756,7 @@ def var(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
             return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
-    return from_op(out, 'var', (x,), backward)
+    return from_op(_row_major(out), 'var', (x,), backward)
 
 
 @_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
@@ -1769,7 +1775,7 @@ def std(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (np.where(out == 0, 0, g * (centered / (dof * out))),)  # 0 even for g = nan
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
 
 
@@ -1793,7 +1799,7 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
         with np.errstate(divide='ignore', invalid='ignore'):
             share = _expand_back(g, xs, axes, keepdim) / count
             return (np.where(mask, share, 0) if select else share * mask,)
-    return from_op(res, op, (x,), backward)
+    return from_op(_row_major(res), op, (x,), backward)
 
 
 @_numpy_keywords  # x.amax(axis=, keepdims=) too, as PyTorch
@@ -1835,8 +1841,9 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
-        return result(from_op(values, op, (x,), backward), Tensor(idx))
-    return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
+        return result(from_op(_row_major(values), op, (x,), backward), Tensor(_row_major(idx)))
+    return result(from_op(_row_major(np.squeeze(values, d)), op, (x,), backward),
+                  Tensor(_row_major(np.squeeze(idx, d))))
 
 
 @_numpy_keywords  # x.max(axis=, keepdims=) too, as PyTorch
@@ -1875,7 +1882,7 @@ def logsumexp(x, dim, keepdim=False):
     def backward(g):
         """d logsumexp / dx_i = exp(x_i - logsumexp) = softmax(x)_i"""
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.array - out),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'logsumexp', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -1922,7 +1929,7 @@ def norm(x, p='fro', dim=None, keepdim=False):
                 return (sign * np.where(ax == 0, 0, ax ** (p - 1)) * g * out ** (1 - p),)
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)
             return (sign * ax ** (p - 1) * np.where(out == 0, 0, g / out ** (p - 1)),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'norm', (x,), backward,
                    saved=(x,) if p != 0 else (), saves_output=p not in (0, 1))  # what it reads
 
 
@@ -1955,7 +1962,7 @@ def prod(x, dim=None, keepdim=False):
             if dim is None:
                 return (g * _prod_of_others(x.array.reshape(-1), 0).reshape(xs),)
             return (g * _prod_of_others(x.array, axes[0]),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -1983,7 +1990,7 @@ def cumsum(x, dim):
     out = _scan(np.cumsum, data, d)
     if out.dtype.kind == 'f':
         out += 0.0  # PyTorch's running sum starts at +0.0: a run of -0.0 sums to +0.0
-    return from_op(out, 'cumsum', (x,), backward)
+    return from_op(_row_major(out), 'cumsum', (x,), backward)
 
 
 def _scan(fn, a, d):
@@ -2024,7 +2031,7 @@ def cumprod(x, dim):
                                        np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
-    return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
+    return from_op(_row_major(out), 'cumprod', (x,), backward, saved=(x,), saves_output=True)
 
 
 CummaxResult = namedtuple('cummax', ['values', 'indices'])
@@ -2052,7 +2059,7 @@ def _cumulative_extreme(x, dim, op, better, result):
         np.add.at(np.moveaxis(gx, d, 0), (np.moveaxis(idx, d, 0),) + tuple(np.indices(
             np.moveaxis(idx, d, 0).shape, sparse=True)[1:]), np.moveaxis(g, d, 0))
         return (gx,)
-    return result(from_op(values, op, (x,), backward), _constant(idx))
+    return result(from_op(_row_major(values), op, (x,), backward), _constant(_row_major(idx)))
 
 
 def cummax(x, dim):
@@ -2109,9 +2116,13 @@ SortResult = namedtuple('sort', ['values', 'indices'])
 TopkResult = namedtuple('topk', ['values', 'indices'])
 
 
-def _select_along(x, idx, d, op, result):
+def _select_along(x, idx, d, op, result, layout=None):
     """values = x at idx along dim d, as a pair (values, indices); each value's gradient
-    goes back to the position it came from."""
+    goes back to the position it came from. layout: an array whose order of dims in memory
+    both take (sort's are x's, as PyTorch's), else row-major."""
+    data = np.take_along_axis(x.array, idx, axis=d)
+    if layout is not None:
+        data, idx = _laid_out_as(data, layout), _laid_out_as(idx, layout)
     indices = _constant(idx)
 
     def backward(g, xs=x.shape):
@@ -2119,8 +2130,7 @@ def _select_along(x, idx, d, op, result):
         gx = np.zeros_like(g, shape=xs)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
-    values = from_op(np.take_along_axis(x.array, idx, axis=d), op, (x,), backward,
-                     saved=(indices,))  # the indices returned are the ones backward reads
+    values = from_op(data, op, (x,), backward, saved=(indices,))  # the indices returned are the ones backward reads
     return result(values, indices)
 
 
@@ -2130,11 +2140,11 @@ def argsort(x, dim=-1, descending=False, stable=False):
     if x.ndim == 0:
         return _on_0d(argsort, x, descending)
     if not descending:
-        return _constant(np.argsort(x.array, axis=d, kind='stable').astype(int64))
-    # descending and stable: sort the reversed array ascending, then reverse back
-    n = x.shape[d] if x.ndim else 1
-    idx = np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
-    return _constant((n - 1 - idx).astype(int64))
+        idx = np.argsort(x.array, axis=d, kind='stable')
+    else:  # descending and stable: sort the reversed array ascending, then reverse back
+        n = x.shape[d] if x.ndim else 1
+        idx = n - 1 - np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
+    return _constant(_laid_out_as(idx.astype(int64), x.array))  # in x's layout, as PyTorch's
 
 
 def sort(x, dim=-1, descending=False, stable=False):
@@ -2142,7 +2152,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     d = _dim(dim, x.ndim, 'sort')
     if x.ndim == 0:
         return _on_0d(sort, x, descending)
-    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult)
+    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult, x.array)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
@@ -2203,6 +2213,16 @@ def clone(x):
     return from_op(_copy_keeping_layout(x.array), 'clone', (x,), backward)
 
 
+def _laid_out_as(a, like):
+    """a (an array of like's shape) copied into like's order of dims in memory, unless it
+    already lies so (sort's values and indices take the input's layout, as PyTorch's)."""
+    out = _empty_in_layout_of(like, a.dtype)
+    if out.strides == a.strides:
+        return a
+    np.copyto(out, a)
+    return out
+
+
 def _copy_keeping_layout(a):
     """A copy of a with a's order of dims in memory (a transposed matrix stays transposed,
     a transposed slice too) when no two of a's elements share memory; else (expand) a
@@ -2212,13 +2232,33 @@ def _copy_keeping_layout(a):
     return out
 
 
-def _empty_in_layout_of(a):
-    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed)
-    when no two elements of a share memory, else in row-major order (PyTorch's rule)."""
-    order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    if _overlaps(a):  # expanded
-        return np.empty_like(a, order='C')
-    return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
+def _empty_in_layout_of(a, dtype=None):
+    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed),
+    as PyTorch's empty_like: when a is expanded, its dims of stride 0 keep their row-major
+    place and the others are ordered by stride around them (infer_dense_strides). dtype:
+    another than a's."""
+    dtype = a.dtype if dtype is None else dtype
+    if not _overlaps(a):
+        order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
+        return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
+
+    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: no order
+        s0, s1 = a.strides[d0], a.strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        return -1 if s0 < s1 else 1 if s0 > s1 or a.shape[d0] > a.shape[d1] else 0
+    perm = list(range(a.ndim - 1, -1, -1))  # dims from inner to outer: row-major to start
+    for i in range(1, a.ndim):  # PyTorch's insertion sort, as it writes it
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    order = perm[::-1]
+    return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
 
 
 def contiguous(x):
@@ -2947,7 +2987,7 @@ def repeat(x, *sizes):
         """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
         return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(xs),)
-    return from_op(np.tile(x.array.reshape(shape), sizes), 'repeat', (x,), backward)
+    return from_op(_row_major(np.tile(x.array.reshape(shape), sizes)), 'repeat', (x,), backward)
 
 
 def _matrix(x, op):
@@ -3315,7 +3355,7 @@ def softmax(x, dim, dtype=None):
         return _on_0d(softmax, x)
     with np.errstate(invalid='ignore'):  # an all -inf slice: -inf - -inf, nan as PyTorch
         e = np.exp(x.array - _max_or_0(x.array, d))
-        out = e / np.sum(e, axis=d, keepdims=True)
+        out = _row_major(e / np.sum(e, axis=d, keepdims=True))  # row-major, as PyTorch's
 
     def backward(g):
         """d softmax/dx: p * (g - sum(p * g))  (the Jacobian diag(p) - p p^T applied to g)"""
@@ -3332,7 +3372,7 @@ def log_softmax(x, dim, dtype=None):
         return _on_0d(log_softmax, x)
     with np.errstate(divide='ignore', invalid='ignore'):  # an empty dim: log(0) = -inf, as
         shifted = x.array - _max_or_0(x.array, d)        # PyTorch; an all -inf slice: nan
-        out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+        out = _row_major(shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True)))
 
     def backward(g):
         """d log_softmax/dx: g - softmax(x) * sum(g)"""
@@ -3970,14 +4010,22 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
                          dtype=dtype), requires_grad)
 
 
+def _filled_like(x, value, dtype, op):
+    """x's shape and order of dims in memory (a transposed x gives a transposed result, as
+    PyTorch's *_like: memory_format=torch.preserve_format), filled with value."""
+    out = _empty_in_layout_of(x.array, np.dtype(dtype or x.dtype))
+    out[...] = _fits(value, out.dtype, op)
+    return out
+
+
 def zeros_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'zeros_like')
-    return _leaf(np.zeros(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 0, dtype, 'zeros_like'), requires_grad)
 
 
 def ones_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'ones_like')
-    return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 1, dtype, 'ones_like'), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -4068,15 +4116,17 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'full_like')
-    return _leaf(np.full(x.shape, fill_value, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, fill_value, dtype, 'full_like'), requires_grad)
 
 
 def rand_like(x, dtype=None, device=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = rand(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)  # x's layout, as zeros_like
 
 
 def randn_like(x, dtype=None, device=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = randn(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
