@@ -3717,6 +3717,29 @@ def _last_writes(shape, idx):
     return owner[idx] == slots
 
 
+def _writes_nothing(a, items):
+    """Whether a[items] = v reaches no element (items: what _ints_first leaves: slices, None
+    and index arrays). PyTorch checks an index's values only where it writes, so an index
+    out of range passes then, even into a dim of size 0 (zeros(0, 2)[tensor([0]), 1:1] = v),
+    where NumPy (and reading, in PyTorch too) refuses it."""
+    d, arrays = 0, []
+    for i in items:
+        if i is None:
+            continue
+        if isinstance(i, slice):
+            if len(range(*i.indices(a.shape[d]))) == 0:
+                return True
+            d += 1
+        else:  # an index array: a mask picks its true positions over as many dims as it has
+            arrays.append(np.zeros(int(i.sum())) if i.dtype == bool else i)
+            d += i.ndim if i.dtype == bool else 1
+    try:
+        picked = np.broadcast_shapes(*(np.shape(i) for i in arrays))
+    except ValueError:
+        return False  # refused, with NumPy's words
+    return math.prod(picked) == 0 or 0 in a.shape[d:]
+
+
 def setitem(x, idx, value):
     """x[idx] = value, with every index getitem takes. In the graph, x's history becomes
     this write: the written positions get their gradient from value, the others from x's
@@ -3747,7 +3770,7 @@ def setitem(x, idx, value):
         last = None if not recording or basic else _last_writes(at(x.array).shape, i)
         at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
-        if not (isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i)):
+        if not (isinstance(e, IndexError) and not basic and _writes_nothing(at(x.array), i)):
             raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
         nothing = True
     _bump(x)
