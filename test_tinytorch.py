@@ -9616,8 +9616,8 @@ def test_pytorch_edge_values():
 # It writes random programs of 3 to 12 statements over the public API, runs each in
 # tinytorch and in PyTorch (float64, then float32) from the same input values, and
 # compares after every statement every live variable (shape, dtype, values with nan/inf
-# positions, requires_grad, and whether the statement raised), then every .grad after backward of a scalar made from the live
-# tensors. Mismatches are grouped by cause, and each group is printed as a minimised
+# positions, requires_grad, whether it is contiguous, and whether the statement raised),
+# then every .grad after backward of a scalar made from the live tensors. Mismatches are grouped by cause, and each group is printed as a minimised
 # program, runnable as-is in both frameworks.
 #
 #   python test_tinytorch.py fuzz --seed 7 --count 20000 [--families views,inplace]
