@@ -713,7 +713,7 @@ def test_clamp_maximum_minimum_where_masked_fill():
     check(lambda a: a.masked_fill(tt.tensor(cond), 0.0), t64(4, 5))
 
 
-def test_masked_fill_of_a_strided_tensor_is_contiguous_as_pytorchs():
+def test_masked_fill_of_a_strided_tensor_is_contiguous_as_torchs():
     """PyTorch's masked_fill clones its input row-major, then fills: the result of a
     transposed x is contiguous, so a later view(-1) works and reshape(-1) is a view. Found
     by the fuzzer: tinytorch kept x's strides, so reshape(6) copied and += 1 on it left the
@@ -733,7 +733,7 @@ def test_masked_fill_of_a_strided_tensor_is_contiguous_as_pytorchs():
 
 @pytest.mark.xfail(strict=True, reason="number ** x is Tensor.__rpow__ in section 3 (the lead's "
                                        "room): it keeps x's strides, PyTorch's result is contiguous")
-def test_a_number_to_the_power_of_a_strided_tensor_is_contiguous_as_pytorchs():
+def test_a_number_to_the_power_of_a_strided_tensor_is_contiguous_as_torchs():
     """3.0 ** x.T is row-major in PyTorch (a tensor ** tensor keeps the layout: x ** 2,
     tt.tensor(3.0) ** x). Found by the fuzzer: (3.0 ** x.T).reshape(6) += 1 changed
     PyTorch's result, not tinytorch's copy."""
@@ -3331,7 +3331,7 @@ def _layout_inputs(m):
 
 
 @pytest.mark.parametrize("name", sorted(_LAYOUTS))
-def test_results_are_laid_out_in_memory_as_pytorchs(name):
+def test_results_are_laid_out_in_memory_as_torchs(name):
     """Found by the fuzzer once it compared layouts (issue 46): NumPy's reductions keep the
     input's order of dims, its sort and *_like are row-major, its clone of an expanded
     tensor too. The layout decides whether a later view() works and whether reshape() is a
@@ -3579,7 +3579,7 @@ def test_sign_in_place():
 _SINGLE_LOCATION = "some elements of the input tensor and the written-to tensor refer to a single memory location"
 
 
-def test_an_index_write_whose_source_is_the_written_tensor_is_refused_as_in_pytorch():
+def test_an_index_write_whose_source_is_the_written_tensor_is_refused_as_in_torch():
     """PyTorch refuses any shared memory between the tensor an index write changes and its
     source (x[idx] = x, x.scatter_add_(0, i, x.detach())): the writes would read values they
     already changed. tinytorch computed as if the source were cloned; now both refuse.
