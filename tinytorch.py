@@ -1506,72 +1506,79 @@ def _fits(value, dtype, op):
 
 def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
-    tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
-    _fits(value, x.dtype, 'masked_fill')
-    m_shape = np.shape(mask.array if isinstance(mask, Tensor) else mask)
-    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked below)
-        shape = np.broadcast_shapes(x.shape, m_shape)
+    tensor value gets the gradient of the positions it filled. The result is row-major
+    whatever x's layout, as PyTorch's (which clones x row-major, then fills it)."""
+    return _fill_where(x, mask, value, 'masked_fill', row_major=True)
+
+
+def _fill_where(x, mask, value, op, row_major):
+    """masked_fill's work, and index_fill's (row_major=False: the result has x's layout,
+    as PyTorch's index_fill)."""
+    _fits(value, x.dtype, op)
+    m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
+    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked there)
+        shape = np.broadcast_shapes(x.shape, m.shape)
     except ValueError:
-        shape = x.shape  # refused below, with the shapes named
+        raise ValueError(f"{op}: mask of shape {tuple(m.shape)} cannot be broadcast to the "
+                         f"tensor's shape {tuple(x.shape)}") from None
     if shape != x.shape:
         x = expand(x, shape)
+    v = None  # a 0-d tensor value, cast to x's dtype (in the graph)
     if isinstance(value, Tensor):
         if value.ndim != 0:
-            raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
+            raise RuntimeError(f"{op}: only a 0-dim value tensor can fill, got one with "
                                f"{value.ndim} dim(s)")
-        out = where(mask, _as(value, x.dtype), x)
-        if out.shape != x.shape:
-            raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(mask))} cannot be "
-                             f"broadcast to the tensor's shape {tuple(x.shape)}")
-        return out
-    m = mask.array if isinstance(mask, Tensor) else mask
-    try:
-        out = np.where(m, np.asarray(value, dtype=x.dtype), x.array)
-    except ValueError:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
-    if out.shape != x.shape:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}")
+        v = _as(value, x.dtype)
+    m = m.astype(bool, copy=False)
+    out = np.array(x.array, order='C') if row_major else _copy_keeping_layout(x.array)
+    np.copyto(out, v.array if v is not None else np.asarray(value, dtype=x.dtype), where=m)
 
     def backward(g):
-        """d masked_fill(x)/dx = 0 where the mask is true, else 1"""
-        return (np.where(m, 0, g),)
-    return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
+        """d masked_fill(x)/dx = 0 where the mask is true, else 1
+        d masked_fill(x)/d value = 1 at each position it filled  (g summed there)"""
+        gx = np.where(m, 0, g) if x.requires_grad else None
+        if v is None or not v.requires_grad:
+            return (gx,) if v is None else (gx, None)
+        return gx, np.asarray(np.where(m, g, 0).sum(), dtype=g.dtype)
+    parents = (x,) if v is None else (x, v)
+    return from_op(out, op, parents, backward, saved=_tensors_in(mask))
 
 
 clamp_min = lambda x, min: clamp(x, min=min)
 clamp_max = lambda x, max: clamp(x, max=max)
 
 
-# The smaller elementwise functions, one table: each row is the function on arrays, its
-# derivative (from x and the output) and the rule's math, which grad_path prints.
+# The smaller elementwise functions, one table: each row is the function on arrays, what
+# its rule reads ('x' the input, 'y' the output, None nothing), the derivative as a
+# function of that (or a number, where it is one) and the rule's math, which grad_path
+# prints. A rule saves only what it reads: a later in-place change of anything else is
+# fine (section 8 guards what is saved), as PyTorch's rules save (1/x reads its output).
 _FUNCTIONS = {
-    'square': (np.square, lambda x, y: 2 * x, "d x^2/dx = 2x"),
-    'rsqrt': (lambda x: 1 / np.sqrt(x), lambda x, y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
-    'reciprocal': (lambda x: 1 / x, lambda x, y: -y * y, "d (1/x)/dx = -1/x^2"),
-    'log2': (np.log2, lambda x, y: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
-    'log10': (np.log10, lambda x, y: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
-    'exp2': (np.exp2, lambda x, y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
-    'sinh': (np.sinh, lambda x, y: np.cosh(x), "d sinh(x)/dx = cosh(x)"),
-    'cosh': (np.cosh, lambda x, y: np.sinh(x), "d cosh(x)/dx = sinh(x)"),
-    'asin': (np.arcsin, lambda x, y: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
-    'acos': (np.arccos, lambda x, y: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
-    'atan': (np.arctan, lambda x, y: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
-    'frac': (lambda x: x - np.trunc(x), lambda x, y: np.ones_like(x), "d frac(x)/dx = 1"),
+    'square': (np.square, 'x', lambda x: 2 * x, "d x^2/dx = 2x"),
+    'rsqrt': (lambda x: 1 / np.sqrt(x), 'y', lambda y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
+    'reciprocal': (lambda x: 1 / x, 'y', lambda y: -y * y, "d (1/x)/dx = -1/x^2"),
+    'log2': (np.log2, 'x', lambda x: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
+    'log10': (np.log10, 'x', lambda x: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
+    'exp2': (np.exp2, 'y', lambda y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
+    'sinh': (np.sinh, 'x', np.cosh, "d sinh(x)/dx = cosh(x)"),
+    'cosh': (np.cosh, 'x', np.sinh, "d cosh(x)/dx = sinh(x)"),
+    'asin': (np.arcsin, 'x', lambda x: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
+    'acos': (np.arccos, 'x', lambda x: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
+    'atan': (np.arctan, 'x', lambda x: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'frac': (lambda x: x - np.trunc(x), None, 1, "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
-    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), lambda x, y: np.zeros_like(x),
+    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), None, 0,
              "d sign(x)/dx = 0"),  # sign(nan) is 0, as PyTorch's
-    'floor': (np.floor, lambda x, y: np.zeros_like(x), "d floor(x)/dx = 0"),
-    'ceil': (np.ceil, lambda x, y: np.zeros_like(x), "d ceil(x)/dx = 0"),
-    'round': (np.round, lambda x, y: np.zeros_like(x), "d round(x)/dx = 0"),
-    'trunc': (np.trunc, lambda x, y: np.zeros_like(x), "d trunc(x)/dx = 0"),
+    'floor': (np.floor, None, 0, "d floor(x)/dx = 0"),
+    'ceil': (np.ceil, None, 0, "d ceil(x)/dx = 0"),
+    'round': (np.round, None, 0, "d round(x)/dx = 0"),
+    'trunc': (np.trunc, None, 0, "d trunc(x)/dx = 0"),
 }
 _KEEP_INTEGERS = ('square', 'sign', 'floor', 'ceil', 'round', 'trunc')  # int in, int out
 
 
 def _function(name):
-    fn, derivative, words = _FUNCTIONS[name]
+    fn, reads, derivative, words = _FUNCTIONS[name]
 
     def op(x):
         if name == 'frac' and x.dtype.kind != 'f':
@@ -1580,7 +1587,7 @@ def _function(name):
         if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
             raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
         if x.dtype == bool_ and name == 'sign':
-            return _constant(x.array.copy())  # a bool is its own sign
+            return _constant(_copy_keeping_layout(x.array))  # a bool is its own sign
         if x.dtype == bool_ and name == 'square':
             x = _constant(x.array.astype(int64))  # PyTorch: an int64 result
         elif name not in _KEEP_INTEGERS:
@@ -1590,12 +1597,14 @@ def _function(name):
 
         def backward(g):
             """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
-            if name in _KEEP_INTEGERS[1:]:  # the steps: zeros, even where g is nan (as PyTorch)
-                return (np.zeros_like(g),)
+            if reads is None:  # 1: g itself; 0: zeros, even where g is nan (as PyTorch)
+                return (g if derivative == 1 else np.zeros_like(g),)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-                return (g * derivative(x.array, out).astype(g.dtype, copy=False),)
+                slope = derivative(x.array if reads == 'x' else out)
+                return (g * slope.astype(g.dtype, copy=False),)
         backward.__doc__ = words
-        return from_op(out, name, (x,), backward, saved=(x,), saves_output=True)
+        return from_op(out, name, (x,), backward, saved=(x,) if reads == 'x' else (),
+                       saves_output=reads == 'y')
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"{name}(x), elementwise; {words}."
     return op
@@ -1765,6 +1774,12 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
 # ---------------------------------------------------------------------------
 # 10. Reductions
 # ---------------------------------------------------------------------------
+def _row_major(a):
+    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
+    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
 def _no_dim(dim):
     """dim=None or dim=(): the whole tensor is reduced."""
     return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
@@ -1807,7 +1822,7 @@ def var(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
             return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
-    return from_op(out, 'var', (x,), backward)
+    return from_op(_row_major(out), 'var', (x,), backward)
 
 
 @_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
@@ -1826,7 +1841,7 @@ def std(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (np.where(out == 0, 0, g * (centered / (dof * out))),)  # 0 even for g = nan
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
 
 
@@ -1850,7 +1865,7 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
         with np.errstate(divide='ignore', invalid='ignore'):
             share = _expand_back(g, xs, axes, keepdim) / count
             return (np.where(mask, share, 0) if select else share * mask,)
-    return from_op(res, op, (x,), backward)
+    return from_op(_row_major(res), op, (x,), backward)
 
 
 @_numpy_keywords  # x.amax(axis=, keepdims=) too, as PyTorch
@@ -1892,8 +1907,9 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
-        return result(from_op(values, op, (x,), backward), Tensor(idx))
-    return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
+        return result(from_op(_row_major(values), op, (x,), backward), Tensor(_row_major(idx)))
+    return result(from_op(_row_major(np.squeeze(values, d)), op, (x,), backward),
+                  Tensor(_row_major(np.squeeze(idx, d))))
 
 
 @_numpy_keywords  # x.max(axis=, keepdims=) too, as PyTorch
@@ -1932,7 +1948,7 @@ def logsumexp(x, dim, keepdim=False):
     def backward(g):
         """d logsumexp / dx_i = exp(x_i - logsumexp) = softmax(x)_i"""
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.array - out),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'logsumexp', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -1960,15 +1976,15 @@ def norm(x, p='fro', dim=None, keepdim=False):
         out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g, xs=x.shape):
-        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
+        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|; p = 0: none)"""
+        if p == 0:  # a count of non-zeros is flat in x: no gradient at all (not zeros, which
+            return (None,)  # the op before would multiply: 0 * nan is nan), as PyTorch
         g = _expand_back(g, xs, axes, keepdim)
         sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
                 hit = (ax == out) | np.isnan(ax)  # evenly; multiplied by the mask, as PyTorch
                 return (sign * (g / np.sum(hit, axis=axes, keepdims=True) * hit).astype(g.dtype),)
-            if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
-                return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
             # written as PyTorch's rule: a 0 where the norm is 0 is selected, a 0 element
@@ -1979,8 +1995,8 @@ def norm(x, p='fro', dim=None, keepdim=False):
                 return (sign * np.where(ax == 0, 0, ax ** (p - 1)) * g * out ** (1 - p),)
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)
             return (sign * ax ** (p - 1) * np.where(out == 0, 0, g / out ** (p - 1)),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
-                   saved=(x,), saves_output=True)
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'norm', (x,), backward,
+                   saved=(x,) if p != 0 else (), saves_output=p not in (0, 1))  # what it reads
 
 
 @_numpy_keywords  # x.prod(axis=, keepdims=) too, as PyTorch
@@ -2012,7 +2028,7 @@ def prod(x, dim=None, keepdim=False):
             if dim is None:
                 return (g * _prod_of_others(x.array.reshape(-1), 0).reshape(xs),)
             return (g * _prod_of_others(x.array, axes[0]),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -2040,7 +2056,7 @@ def cumsum(x, dim):
     out = _scan(np.cumsum, data, d)
     if out.dtype.kind == 'f':
         out += 0.0  # PyTorch's running sum starts at +0.0: a run of -0.0 sums to +0.0
-    return from_op(out, 'cumsum', (x,), backward)
+    return from_op(_row_major(out), 'cumsum', (x,), backward)
 
 
 def _scan(fn, a, d):
@@ -2081,7 +2097,7 @@ def cumprod(x, dim):
                                        np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
-    return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
+    return from_op(_row_major(out), 'cumprod', (x,), backward, saved=(x,), saves_output=True)
 
 
 CummaxResult = namedtuple('cummax', ['values', 'indices'])
@@ -2109,7 +2125,7 @@ def _cumulative_extreme(x, dim, op, better, result):
         np.add.at(np.moveaxis(gx, d, 0), (np.moveaxis(idx, d, 0),) + tuple(np.indices(
             np.moveaxis(idx, d, 0).shape, sparse=True)[1:]), np.moveaxis(g, d, 0))
         return (gx,)
-    return result(from_op(values, op, (x,), backward), _constant(idx))
+    return result(from_op(_row_major(values), op, (x,), backward), _constant(_row_major(idx)))
 
 
 def cummax(x, dim):
@@ -2166,9 +2182,13 @@ SortResult = namedtuple('sort', ['values', 'indices'])
 TopkResult = namedtuple('topk', ['values', 'indices'])
 
 
-def _select_along(x, idx, d, op, result):
+def _select_along(x, idx, d, op, result, layout=None):
     """values = x at idx along dim d, as a pair (values, indices); each value's gradient
-    goes back to the position it came from."""
+    goes back to the position it came from. layout: an array whose order of dims in memory
+    both take (sort's are x's, as PyTorch's), else row-major."""
+    data = np.take_along_axis(x.array, idx, axis=d)
+    if layout is not None:
+        data, idx = _laid_out_as(data, layout), _laid_out_as(idx, layout)
     indices = _constant(idx)
 
     def backward(g, xs=x.shape):
@@ -2176,8 +2196,7 @@ def _select_along(x, idx, d, op, result):
         gx = np.zeros_like(g, shape=xs)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
-    values = from_op(np.take_along_axis(x.array, idx, axis=d), op, (x,), backward,
-                     saved=(indices,))  # the indices returned are the ones backward reads
+    values = from_op(data, op, (x,), backward, saved=(indices,))  # the indices returned are the ones backward reads
     return result(values, indices)
 
 
@@ -2187,11 +2206,11 @@ def argsort(x, dim=-1, descending=False, stable=False):
     if x.ndim == 0:
         return _on_0d(argsort, x, descending)
     if not descending:
-        return _constant(np.argsort(x.array, axis=d, kind='stable').astype(int64))
-    # descending and stable: sort the reversed array ascending, then reverse back
-    n = x.shape[d] if x.ndim else 1
-    idx = np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
-    return _constant((n - 1 - idx).astype(int64))
+        idx = np.argsort(x.array, axis=d, kind='stable')
+    else:  # descending and stable: sort the reversed array ascending, then reverse back
+        n = x.shape[d] if x.ndim else 1
+        idx = n - 1 - np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
+    return _constant(_laid_out_as(idx.astype(int64), x.array))  # in x's layout, as PyTorch's
 
 
 def sort(x, dim=-1, descending=False, stable=False):
@@ -2199,7 +2218,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     d = _dim(dim, x.ndim, 'sort')
     if x.ndim == 0:
         return _on_0d(sort, x, descending)
-    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult)
+    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult, x.array)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
@@ -2260,6 +2279,16 @@ def clone(x):
     return from_op(_copy_keeping_layout(x.array), 'clone', (x,), backward)
 
 
+def _laid_out_as(a, like):
+    """a (an array of like's shape) copied into like's order of dims in memory, unless it
+    already lies so (sort's values and indices take the input's layout, as PyTorch's)."""
+    out = _empty_in_layout_of(like, a.dtype)
+    if out.strides == a.strides:
+        return a
+    np.copyto(out, a)
+    return out
+
+
 def _copy_keeping_layout(a):
     """A copy of a with a's order of dims in memory (a transposed matrix stays transposed,
     a transposed slice too) when no two of a's elements share memory; else (expand) a
@@ -2269,13 +2298,33 @@ def _copy_keeping_layout(a):
     return out
 
 
-def _empty_in_layout_of(a):
-    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed)
-    when no two elements of a share memory, else in row-major order (PyTorch's rule)."""
-    order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    if _overlaps(a):  # expanded
-        return np.empty_like(a, order='C')
-    return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
+def _empty_in_layout_of(a, dtype=None):
+    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed),
+    as PyTorch's empty_like: when a is expanded, its dims of stride 0 keep their row-major
+    place and the others are ordered by stride around them (infer_dense_strides). dtype:
+    another than a's."""
+    dtype = a.dtype if dtype is None else dtype
+    if not _overlaps(a):
+        order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
+        return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
+
+    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: no order
+        s0, s1 = a.strides[d0], a.strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        return -1 if s0 < s1 else 1 if s0 > s1 or a.shape[d0] > a.shape[d1] else 0
+    perm = list(range(a.ndim - 1, -1, -1))  # dims from inner to outer: row-major to start
+    for i in range(1, a.ndim):  # PyTorch's insertion sort, as it writes it
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    order = perm[::-1]
+    return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
 
 
 def contiguous(x):
@@ -2684,8 +2733,10 @@ def _scatter(input, dim, index, src, op, add):
     where_ = _along(idx, d)
     block = tuple(slice(0, n) for n in idx.shape)
     is_tensor = isinstance(src, Tensor)
-    if is_tensor:
-        src = _as(src, input.dtype)
+    if is_tensor and src.dtype != input.dtype:  # (a number is cast, as in PyTorch)
+        raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype (got "
+                           f"{input.dtype} and {src.dtype}), as in PyTorch; convert src first: "
+                           f"src.to({input.dtype})")
     values = src.array[block] if is_tensor else np.asarray(src, dtype=input.dtype)
     out = input.array.copy()
     written = None  # scatter: where input's values were replaced
@@ -2752,7 +2803,10 @@ def index_add(input, dim, index, source, alpha=1):
     (a position named twice gets both)."""
     d = _dim(dim, input.ndim, 'index_add')
     idx = _index_tensor(index, 'index_add')
-    source = _as(source, input.dtype)
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_add(): self ({input.dtype}) and source ({source.dtype}) must "
+                           f"have the same dtype, as in PyTorch; convert source first: "
+                           f"source.to({input.dtype})")
     out = input.array.copy()
     np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.array * alpha, d, 0))
 
@@ -2772,7 +2826,7 @@ def index_fill(input, dim, index, value):
     shape = [1] * input.ndim
     if input.ndim:
         shape[d] = -1
-    return masked_fill(input, _constant(mask.reshape(shape)), value)
+    return _fill_where(input, _constant(mask.reshape(shape)), value, 'index_fill', row_major=False)
 
 
 ModeResult = namedtuple('mode', ['values', 'indices'])
@@ -2999,7 +3053,7 @@ def repeat(x, *sizes):
         """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
         return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(xs),)
-    return from_op(np.tile(x.array.reshape(shape), sizes), 'repeat', (x,), backward)
+    return from_op(_row_major(np.tile(x.array.reshape(shape), sizes)), 'repeat', (x,), backward)
 
 
 def _matrix(x, op):
@@ -3367,7 +3421,7 @@ def softmax(x, dim, dtype=None):
         return _on_0d(softmax, x)
     with np.errstate(invalid='ignore'):  # an all -inf slice: -inf - -inf, nan as PyTorch
         e = np.exp(x.array - _max_or_0(x.array, d))
-        out = e / np.sum(e, axis=d, keepdims=True)
+        out = _row_major(e / np.sum(e, axis=d, keepdims=True))  # row-major, as PyTorch's
 
     def backward(g):
         """d softmax/dx: p * (g - sum(p * g))  (the Jacobian diag(p) - p p^T applied to g)"""
@@ -3384,7 +3438,7 @@ def log_softmax(x, dim, dtype=None):
         return _on_0d(log_softmax, x)
     with np.errstate(divide='ignore', invalid='ignore'):  # an empty dim: log(0) = -inf, as
         shifted = x.array - _max_or_0(x.array, d)        # PyTorch; an all -inf slice: nan
-        out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+        out = _row_major(shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True)))
 
     def backward(g):
         """d log_softmax/dx: g - softmax(x) * sum(g)"""
@@ -3428,8 +3482,16 @@ _methods(softmax=softmax, log_softmax=log_softmax)
 # read them.
 
 
-def _check_inplace(x, op):
-    if not x.array.flags.writeable:
+def _check_inplace(x, op, written=None):
+    """Refuse an in-place op that can't be done (or differentiated). written: the array the
+    op writes, when it is not all of x's (x[idx] = v writes a region)."""
+    w = x.array if written is None else written
+    flags = w.flags
+    if not (flags.c_contiguous or flags.f_contiguous) and _overlaps_itself(w):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the "
+                           "written-to tensor refers to a single memory location (an expanded "
+                           "view, or strides that reach a location twice); call .clone() first")
+    if not (flags if written is None else x.array.flags).writeable:
         raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
                            "elements are one memory location); call .clone() first")
     if not _grad_enabled:
@@ -3468,6 +3530,26 @@ def _in_place_operand(x, other, op, floating=False):
     return other  # the op computes in the promoted dtype; _in_place rounds into x's
 
 
+def _overlaps_itself(a):
+    """Whether two elements of array a are one memory location: a stride of 0 (expand), or
+    strides such as (1, 1) over a (3, 3) view (as_strided, or a file that says so)."""
+    if a.size < 2:
+        return False
+    reach = a.itemsize  # the bytes the dims taken so far span: a dim whose stride is at
+    for stride, n in sorted((builtins.abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < reach:  # least that can't step into them; else look at every offset
+            offsets = np.zeros(1, dtype=np.int64)
+            for s, k in zip(a.strides, a.shape):
+                offsets = (offsets[:, None] + np.arange(k, dtype=np.int64) * s).reshape(-1)
+            return bool((np.diff(np.sort(offsets)) < a.itemsize).any())
+        reach += stride * (n - 1)
+    return False
+
+
+_ONE_LOCATION = ("unsupported operation: some elements of the input tensor and the written-to "
+                 "tensor refer to a single memory location")  # PyTorch's words
+
+
 def _no_partial_overlap(written, operand, op):
     """Refuse an operand that shares some, but not all, of its memory with the array an
     in-place op writes: the answer would depend on the order the elements are visited."""
@@ -3476,8 +3558,18 @@ def _no_partial_overlap(written, operand, op):
     same = (written.__array_interface__['data'][0] == operand.__array_interface__['data'][0]
             and written.shape == operand.shape and written.strides == operand.strides)
     if not same and np.shares_memory(written, operand):
-        raise RuntimeError(f"{op}: the operand shares some of its memory with the tensor it "
-                           "changes in place; pass a copy of it (.clone())")
+        raise RuntimeError(f"{op}: {_ONE_LOCATION} (the operand shares some of its memory with "
+                           "the tensor it changes); pass a copy of it (.clone())")
+
+
+def _no_shared_memory(x, operands, op):
+    """An index write (x[idx] = v, scatter_, index_add_) refuses a source or index that
+    shares any memory with x, as PyTorch does: its writes would read values they changed."""
+    for t in operands:
+        if isinstance(t, Tensor) and np.may_share_memory(x.array, t.array) and \
+                np.shares_memory(x.array, t.array):
+            raise RuntimeError(f"{op}: {_ONE_LOCATION} (its source or index is a part of the "
+                               "tensor it changes); pass a copy of it (.clone())")
 
 
 def _in_place(x, op, result):
@@ -3673,11 +3765,33 @@ def _last_writes(shape, idx):
     return owner[idx] == slots
 
 
+def _writes_nothing(a, items):
+    """Whether a[items] = v reaches no element (items: what _ints_first leaves: slices, None
+    and index arrays). PyTorch checks an index's values only where it writes, so an index
+    out of range passes then, even into a dim of size 0 (zeros(0, 2)[tensor([0]), 1:1] = v),
+    where NumPy (and reading, in PyTorch too) refuses it."""
+    d, arrays = 0, []
+    for i in items:
+        if i is None:
+            continue
+        if isinstance(i, slice):
+            if len(range(*i.indices(a.shape[d]))) == 0:
+                return True
+            d += 1
+        else:  # an index array: a mask picks its true positions over as many dims as it has
+            arrays.append(np.zeros(int(i.sum())) if i.dtype == bool else i)
+            d += i.ndim if i.dtype == bool else 1
+    try:
+        picked = np.broadcast_shapes(*(np.shape(i) for i in arrays))
+    except ValueError:
+        return False  # refused, with NumPy's words
+    return math.prod(picked) == 0 or 0 in a.shape[d:]
+
+
 def setitem(x, idx, value):
     """x[idx] = value, with every index getitem takes. In the graph, x's history becomes
     this write: the written positions get their gradient from value, the others from x's
     old value."""
-    _check_inplace(x, '__setitem__')
     _check_mask(x, idx, '__setitem__')
     i = _index_data(idx)
     basic = _is_basic_index(i)
@@ -3685,19 +3799,28 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
+    try:
+        region = at(x.array)[i] if basic else at(x.array)  # what the write may reach
+    except IndexError:
+        region = np.zeros(0)  # an index out of range: refused below, with the shape named
+    _check_inplace(x, '__setitem__', region)
     if not isinstance(value, Tensor) or not basic and value.array.size == 1:  # as PyTorch
         _fits(value, x.dtype, '__setitem__')  # a number (one value with a mask) must fit
-    if isinstance(value, Tensor):
-        _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
+    if isinstance(value, Tensor) and basic:  # a copy into a region: the very same memory is fine
+        _no_partial_overlap(region, value.array, '__setitem__')
+    elif not basic:  # an index write: no shared memory at all (a mask is copied, as PyTorch's)
+        _no_shared_memory(x, (value,) + tuple(t for t in _tensors_in(idx) if t.dtype != bool_),
+                          '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
+    nothing = False  # a write to no element (its out-of-range index passes, as in PyTorch)
     try:
         last = None if not recording or basic else _last_writes(at(x.array).shape, i)
         at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
-        if isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i):
-            return  # a write to no element (its out-of-range index passes, as in PyTorch)
-        raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        if not (isinstance(e, IndexError) and not basic and _writes_nothing(at(x.array), i)):
+            raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        nothing = True
     _bump(x)
     if not recording:
         return
@@ -3706,6 +3829,8 @@ def setitem(x, idx, value):
     def backward(g, vs=np.shape(v)):
         """d setitem/dx = 1 where not written, 0 where written
         d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
+        if nothing:  # (x still joins the graph, as PyTorch's: the value's gradient is 0)
+            return (g,) if len(parents) == 1 else (g, np.zeros(vs, g.dtype))
         gx = g.copy()
         at(gx)[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
@@ -3717,13 +3842,37 @@ def setitem(x, idx, value):
     _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
-# More in-place forms: the out-of-place op, written back by _in_place.
-def _in_place_form(name, fn):
+# The index writes: their out-of-place op written back, after _no_shared_memory.
+def scatter_(x, dim, index, src=None, *, value=None):
+    _no_shared_memory(x, (index, src), 'scatter_')
+    return _in_place(x, 'scatter_', scatter(x, dim, index, src, value=value))
+
+
+def scatter_add_(x, dim, index, src):
+    _no_shared_memory(x, (index, src), 'scatter_add_')
+    return _in_place(x, 'scatter_add_', scatter_add(x, dim, index, src))
+
+
+def index_add_(x, dim, index, source, alpha=1):
+    _no_shared_memory(x, (index, source), 'index_add_')
+    return _in_place(x, 'index_add_', index_add(x, dim, index, source, alpha))
+
+
+def index_fill_(x, dim, index, value):
+    _no_shared_memory(x, (index,), 'index_fill_')  # (a 0-d value tensor is read once, first)
+    return _in_place(x, 'index_fill_', index_fill(x, dim, index, value))
+
+
+# More in-place forms: the out-of-place op, written back by _in_place. reads_input: the
+# op's rule reads its input (d|x|/dx = sign(x), d sin(x)/dx = cos(x)), whose old values the
+# write destroys, so it gets a copy of them (_keep_old), as mul_ by a tensor does. A rule
+# that reads its output (exp, 1/x) reads x's new values, and the steps (floor) read nothing.
+def _in_place_form(name, fn, reads_input=False):
     def op(x, *args, **kwargs):
-        return _in_place(x, name, fn(x, *args, **kwargs))
+        old = _keep_old(x, None, reads_input and x.requires_grad)[0]
+        return _in_place(x, name, fn(old, *args, **kwargs))
     op.__name__ = name
     return op
-
 
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
@@ -3745,20 +3894,20 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
-_methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
-         log_=_in_place_form('log_', log), tanh_=_in_place_form('tanh_', tanh),
+_methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form('exp_', exp),
+         log_=_in_place_form('log_', log, reads_input=True), tanh_=_in_place_form('tanh_', tanh),
          sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
          neg_=_in_place_form('neg_', neg), floor_=_in_place_form('floor_', floor),
          ceil_=_in_place_form('ceil_', ceil), round_=_in_place_form('round_', round),
-         trunc_=_in_place_form('trunc_', trunc), sin_=_in_place_form('sin_', sin),
-         cos_=_in_place_form('cos_', cos), square_=_in_place_form('square_', square),
-         reciprocal_=_in_place_form('reciprocal_', reciprocal),
+         trunc_=_in_place_form('trunc_', trunc), sign_=_in_place_form('sign_', sign),
+         sin_=_in_place_form('sin_', sin, reads_input=True),
+         cos_=_in_place_form('cos_', cos, reads_input=True),
+         square_=_in_place_form('square_', square, reads_input=True),  # (its table row says 'x')
+         reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
-         scatter_=_in_place_form('scatter_', scatter),
-         scatter_add_=_in_place_form('scatter_add_', scatter_add),
-         index_add_=_in_place_form('index_add_', index_add),
-         index_fill_=_in_place_form('index_fill_', index_fill),
+         scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
+         index_fill_=index_fill_,
          unsqueeze_=lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim)),
          squeeze_=lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim)),
          t_=lambda self: _new_shape_in_place(self, 't_', lambda t: t.t()), add_=add_, sub_=sub_,
@@ -3886,14 +4035,22 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
                          dtype=dtype), requires_grad)
 
 
+def _filled_like(x, value, dtype, op):
+    """x's shape and order of dims in memory (a transposed x gives a transposed result, as
+    PyTorch's *_like: memory_format=torch.preserve_format), filled with value."""
+    out = _empty_in_layout_of(x.array, np.dtype(dtype or x.dtype))
+    out[...] = _fits(value, out.dtype, op)
+    return out
+
+
 def zeros_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'zeros_like')
-    return _leaf(np.zeros(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 0, dtype, 'zeros_like'), requires_grad)
 
 
 def ones_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'ones_like')
-    return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 1, dtype, 'ones_like'), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -3984,15 +4141,17 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'full_like')
-    return _leaf(np.full(x.shape, fill_value, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, fill_value, dtype, 'full_like'), requires_grad)
 
 
 def rand_like(x, dtype=None, device=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = rand(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)  # x's layout, as zeros_like
 
 
 def randn_like(x, dtype=None, device=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = randn(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
