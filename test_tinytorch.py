@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pickle
+import platform
 import re
 import shutil
 import subprocess
@@ -11294,6 +11295,17 @@ def test_census_tensor_names_values_by_hand():
     assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
 
 
+def test_bmm_refuses_a_batch_of_one_against_a_batch_of_four():
+    """torch.bmm takes no broadcasting: batch sizes 1 and 4 are refused (matmul, the @
+    operator, broadcasts them: every one of the 4 products is ones(2, 3) @ ones(3, 5), whose
+    elements are each a sum of 3 ones)."""
+    with pytest.raises(RuntimeError, match=r"bmm: the batch sizes differ \(1 and 4\)"):
+        tt.bmm(tt.ones(1, 2, 3), tt.ones(4, 3, 5))
+    with pytest.raises(RuntimeError, match=r"bmm: the batch sizes differ \(4 and 1\)"):
+        tt.ones(4, 2, 3).bmm(tt.ones(1, 3, 5))
+    both = tt.matmul(tt.ones(1, 2, 3), tt.ones(4, 3, 5))
+    assert both.shape == (4, 2, 5) and both.tolist() == [[[3.] * 5] * 2] * 4
+
 def test_census_tan_mm_bmm_dot_addc_gradcheck():
     rng = np.random.default_rng(0)
     t = lambda *s: tt.tensor(rng.standard_normal(s), requires_grad=True)  # noqa: E731
@@ -11339,6 +11351,33 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
     with pytest.raises(RuntimeError, match="one process"):
         tt.utils.data.distributed.DistributedSampler
 
+
+def test_assert_close_default_tolerances_per_dtype_by_hand():
+    """PyTorch's defaults: |actual - expected| <= atol + rtol |expected|, float32 rtol 1.3e-6
+    and atol 1e-5: at 1000 that allows 1e-5 + 1.3e-3 = 0.00131, so 1000.001 (0.00098 off in
+    float32) passes and 1000.005 (0.005 off) fails (with the two swapped, 1.3e-6 + 1e-5 * 1000
+    = 0.01 would let it pass); at 0 only atol counts: 5e-6 passes, 2e-5 fails. float64: 1e-7
+    both, so 1 + 1.5e-7 passes (2e-7 allowed) and 1 + 3e-7 fails. float16: rtol 1e-3, atol
+    1e-5: 1000.5 passes (1.0005 allowed), 1002 fails. Integers: exact."""
+    close = tt.testing.assert_close
+    f32 = lambda v: tt.tensor([v])  # noqa: E731
+    close(f32(1000.), f32(1000.001))
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 1"):
+        close(f32(1000.), f32(1000.005))
+    close(f32(0.), f32(5e-6))
+    with pytest.raises(AssertionError):
+        close(f32(0.), f32(2e-5))
+    f64 = lambda v: tt.tensor([v], dtype=tt.float64)  # noqa: E731
+    close(f64(1.), f64(1. + 1.5e-7))
+    with pytest.raises(AssertionError):
+        close(f64(1.), f64(1. + 3e-7))
+    f16 = lambda v: tt.tensor([v], dtype=tt.float16)  # noqa: E731
+    close(f16(1000.), f16(1000.5))
+    with pytest.raises(AssertionError):
+        close(f16(1000.), f16(1002.))
+    close(tt.tensor([3]), tt.tensor([3]))
+    with pytest.raises(AssertionError):
+        close(tt.tensor([3]), tt.tensor([4]))
 
 def test_census_layers_values_by_hand():
     p = tt.tensor([0.5, 0.8])
@@ -11389,6 +11428,47 @@ def test_census_layers_values_by_hand():
         nn.DataParallel(nn.Linear(2, 2))
     assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
 
+
+def test_bce_loss_weight_scales_each_element_by_hand():
+    """-w [y log p + (1 - y) log(1 - p)]: p = (0.5, 0.8), y = (1, 0), w = (2, 0.5) gives
+    2 log 2 = 1.386294 and 0.5 (-log 0.2) = 0.804719, mean 1.095507 (without the weight
+    the mean would be 1.151293). d/dp = w (p - y) / (p (1 - p)) / 2: 2 (-0.5) / 0.25 / 2 = -2
+    and 0.5 (0.8) / 0.16 / 2 = 1.25."""
+    y, w = tt.tensor([1., 0.]), tt.tensor([2., 0.5])
+    p = tt.tensor([0.5, 0.8], requires_grad=True)
+    loss = nn.BCELoss(weight=w)(p, y)
+    assert loss.item() == pytest.approx((2 * math.log(2) - 0.5 * math.log(0.2)) / 2, rel=1e-6)
+    assert loss.item() == pytest.approx(1.095507, abs=1e-6)
+    loss.backward()
+    assert p.grad.tolist() == pytest.approx([-2., 1.25], rel=1e-6)
+    assert nn.BCELoss(weight=w, reduction='sum')(p, y).item() == pytest.approx(2.191013, abs=1e-6)
+    assert nn.binary_cross_entropy(p, y, weight=w, reduction='none').tolist() == \
+        pytest.approx([1.386294, 0.804719], abs=1e-6)
+    # a weight of one row broadcasts over the batch, as PyTorch's
+    batch = nn.BCELoss(weight=w, reduction='none')(tt.tensor([[0.5, 0.8]] * 3), tt.tensor([[1., 0.]] * 3))
+    assert batch.reshape(-1).tolist() == pytest.approx([1.386294, 0.804719] * 3, abs=1e-6)
+
+
+def test_conv_transpose2d_output_padding_goes_bottom_and_right_by_hand():
+    """A 1x1 kernel of one, stride 2: each input pixel lands at (2i, 2j); output size
+    (2 - 1) 2 + 1 = 3, and output_padding=1 adds a row at the bottom and a column at the
+    right (not at the top and left: that would shift every value one place down and right).
+    The bias is added there too, as PyTorch's."""
+    x = tt.tensor([[[[1., 2.], [3., 4.]]]])
+    one = tt.ones(1, 1, 1, 1)
+    assert nn.conv_transpose2d(x, one, stride=2, output_padding=1).tolist() == [[[
+        [1., 0., 2., 0.],
+        [0., 0., 0., 0.],
+        [3., 0., 4., 0.],
+        [0., 0., 0., 0.]]]]
+    assert nn.conv_transpose2d(x, one, tt.tensor([0.5]), stride=2, output_padding=(0, 1)).tolist() == [[[
+        [1.5, 0.5, 2.5, 0.5],
+        [0.5, 0.5, 0.5, 0.5],
+        [3.5, 0.5, 4.5, 0.5]]]]
+    m = nn.ConvTranspose2d(1, 1, 1, stride=2, output_padding=(1, 0), bias=False)
+    with tt.no_grad():
+        m.weight.fill_(2.)
+    assert m(x).tolist() == [[[[2., 0., 4.], [0., 0., 0.], [6., 0., 8.], [0., 0., 0.]]]]
 
 def test_census_layers_gradcheck():
     rng = np.random.default_rng(1)
@@ -11807,14 +11887,47 @@ def test_importing_tinytorch_changes_nothing_in_the_process_until_tune():
         assert loaded == [], loaded
         assert not tt._tuned
         done = tt.tune()
-        print(sorted(done), tt._tuned)
+        print(sorted(done), tt._share_on, tt._tuned)
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith('TINYTORCH')}
     r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith('True')
+    made = "['malloc', 'share_cores']" if platform.libc_ver()[0] == 'glibc' else "['share_cores']"
+    assert r.stdout.split('] ')[0] + ']' == made and r.stdout.split()[-2:] == ['True', 'True']
 
+
+def test_tune_makes_each_setting_it_names(monkeypatch):
+    """tune() returns the settings it made, and each is made: malloc's two thresholds through
+    glibc's mallopt (M_MMAP_THRESHOLD = -3 to 32 MiB, M_TRIM_THRESHOLD = -1 to 1 GiB; a fake
+    libc records the calls) and core sharing on; TINYTORCH_TUNE_THREADS=0 and
+    TINYTORCH_TUNE_MALLOC=0 each leave one of them out, of the list and of the process."""
+    import ctypes
+    calls = []
+
+    class FakeLibc:
+        def __init__(self, name):
+            assert name == 'libc.so.6'
+
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+    monkeypatch.setattr(ctypes, 'CDLL', FakeLibc)
+    monkeypatch.setattr(sys, 'platform', 'linux')
+    for name in ('_share_on', 'malloc_tuned', '_tuned'):
+        monkeypatch.setattr(tt, name, False)  # (and back to what they were afterwards)
+    monkeypatch.delenv('TINYTORCH_TUNE_THREADS', raising=False)
+    monkeypatch.delenv('TINYTORCH_TUNE_MALLOC', raising=False)
+    assert tt.tune() == ['malloc', 'share_cores']
+    assert calls == [(-3, 32 * 2 ** 20), (-1, 2 ** 30)]
+    assert tt.malloc_tuned is True and tt._share_on is True and tt._tuned is True
+    monkeypatch.setenv('TINYTORCH_TUNE_THREADS', '0')
+    assert tt.tune() == ['malloc'] and tt._share_on is False and tt.malloc_tuned is True
+    monkeypatch.delenv('TINYTORCH_TUNE_THREADS')
+    monkeypatch.setenv('TINYTORCH_TUNE_MALLOC', '0')
+    calls.clear()
+    assert tt.tune() == ['share_cores'] and tt._share_on is True
+    assert tt.malloc_tuned is False and calls == []
 
 def _attention_of(qkv):
     tt.manual_seed(0)
