@@ -462,6 +462,16 @@ def test_add_alpha_casts_before_it_scales():
     assert tt.tensor([1, 2]).add(tt.tensor([3, 4]), alpha=2).tolist() == [7, 10]
 
 
+def test_integer_negative_powers_by_hand():
+    """An integer to a negative integer tensor power is 1 / a^n truncated to an integer, as
+    PyTorch computes it: 1 for a = 1, for a = -1 -1 when n is odd and 1 when it is even, and
+    0 for |a| >= 2 (1/2 and 1/4 truncate to 0); a power >= 0 as usual (3^2 = 9)."""
+    a = tt.tensor([-1, -1, 1, 2, -2, -1, 3])
+    n = tt.tensor([-1, -2, -3, -1, -2, -5, 2])
+    assert (a ** n).tolist() == [-1, 1, 1, 0, 0, -1, 9] and (a ** n).dtype == tt.int64
+    assert (tt.tensor(-1) ** tt.tensor([-3, -4])).tolist() == [-1, 1]
+
+
 def test_integer_negative_powers_and_add_alpha_match_pytorch():
     """An integer tensor to a negative integer tensor power (NumPy refuses; PyTorch: 1, +-1
     or 0), and add/sub with alpha, which never changes the dtype of a + b (bool: b and
@@ -1348,7 +1358,18 @@ def test_tensor_creation_dtypes():
     assert tt.tensor([1.0, 2.0]).dtype == np.float32
     assert tt.tensor(3.5).dtype == np.float32
     assert tt.tensor(np.zeros(3)).dtype == np.float64
+    # a NumPy scalar keeps its dtype too, as in PyTorch (a Python float is float32)
+    assert tt.tensor(np.float64(1.5)).dtype == np.float64 and tt.tensor(np.float64(1.5)).shape == ()
+    assert tt.tensor(np.int32(3)).dtype == np.int32 and tt.tensor(np.float16(2)).dtype == np.float16
     assert tt.tensor([1, 2]).dtype == np.int64
+    # tensor(data) copies, as torch.tensor: a later change of the array (or of the tensor it
+    # came from) does not reach it, whichever way the dtype was given
+    a = np.array([1.0, 2.0])
+    made = [tt.tensor(a), tt.tensor(a, dtype=tt.float64), tt.Tensor(a)]
+    made.append(tt.tensor(made[0]))
+    a[0] = 9.0
+    made[0].array[1] = 7.0
+    assert [m.tolist() for m in made] == [[1.0, 7.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
     assert tt.zeros(2, 3).dtype == np.float32 and tt.ones((2, 3)).shape == (2, 3)
     assert tt.arange(5).dtype == np.int64 and tt.arange(0.0, 1.0, 0.25).dtype == np.float32
     assert tt.randn(2, 2).dtype == np.float32 and tt.rand(3).dtype == np.float32
@@ -1528,6 +1549,10 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
             assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
         tt.amp.autocast(device_type='cuda')
+    with _warnings.catch_warnings(), pytest.raises(ZeroDivisionError):
+        _warnings.simplefilter('ignore')
+        with tt.autocast(device_type='cpu'):
+            1 / 0  # an error inside the block goes on, as PyTorch's autocast lets it
     with pytest.raises(TypeError):
         np.dtype(tt.bfloat16)  # a name a program may mention; computing in it is impossible
     with tt.inference_mode():
@@ -1855,6 +1880,13 @@ def test_implicit_gradient_only_for_scalars():
     assert x.grad.tolist() == [2.0, 20.0]
     with pytest.raises(RuntimeError, match="does not require grad"):
         tt.tensor([1.0]).sum().backward()
+    # an empty output is no single number either (PyTorch: numel != 1 is refused); one of
+    # shape (1, 1) is: d(3 x0)/dx = (3, 0)
+    with pytest.raises(RuntimeError, match=r"single-element output, got shape \(0,\)"):
+        (x[:0] * 2).backward()
+    x.grad = None
+    (x[:1].reshape(1, 1) * 3).backward()
+    assert x.grad.tolist() == [3.0, 0.0]
 
 
 def test_no_grad_context_and_decorator():
@@ -1868,6 +1900,15 @@ def test_no_grad_context_and_decorator():
     def f(t):
         return t * 3
     assert not f(x).requires_grad and (x * 3).requires_grad
+    # each block gives back the mode it found: nested, and enable_grad inside no_grad
+    with tt.no_grad():
+        with tt.no_grad():
+            pass
+        assert not tt.is_grad_enabled() and not (x * 2).requires_grad
+        with tt.enable_grad():
+            assert (x * 2).requires_grad
+        assert not tt.is_grad_enabled() and not f(x).requires_grad
+    assert tt.is_grad_enabled()
 
 
 def test_detach_cuts_the_graph():
@@ -2243,6 +2284,19 @@ def test_an_empty_dim_tuple_reduces_every_dim():
     x = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
     assert x.sum(dim=()).item() == 10.0 and x.mean(dim=[]).item() == 2.5
     assert x.var(dim=()).item() == pytest.approx(np.var([1, 2, 3, 4], ddof=1))
+
+
+def test_a_dim_named_twice_is_refused_as_torch_does():
+    """sum over dim (1, 1) or (1, -1) of a 2-D tensor names dim 1 twice: PyTorch refuses
+    ("dim 1 appears multiple times"); summing it once (3 + 7 = 10 for [[1, 2], [3, 4]] over
+    dim 1 gives [3, 7]) or twice would both be a silent guess."""
+    x = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for dims in ((1, 1), (1, -1), [0, -2]):
+        with pytest.raises(ValueError, match=r"sum: dim .* repeats a dimension"):
+            x.sum(dims)
+    with pytest.raises(ValueError, match=r"mean: dim \(0, 0\) repeats a dimension"):
+        x.mean((0, 0))
+    assert x.sum((1, 0)).item() == 10.0 and x.sum((1,)).tolist() == [3.0, 7.0]
 
 
 def test_a_0d_tensor_takes_dim_0_and_minus_1():
@@ -6506,6 +6560,22 @@ def test_parallel_for_covers_every_index_once_and_reraises(threads_everywhere):
     with pytest.raises(ValueError, match="at least 1 thread"):
         tt.set_num_threads(0)
 
+
+def test_thread_count_from_the_environment_skips_zero_and_words(monkeypatch):
+    """TINYTORCH_NUM_THREADS, else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS: the first that
+    holds a whole number >= 1 counts (0 and 'four' are skipped); none: the usable cores."""
+    names = ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')
+    for name, value in zip(names, ('0', 'four', '3')):
+        monkeypatch.setenv(name, value)
+    assert tt._threads_from_env() == 3
+    monkeypatch.setenv('OMP_NUM_THREADS', '5')
+    assert tt._threads_from_env() == 5
+    monkeypatch.setenv('TINYTORCH_NUM_THREADS', '2')
+    assert tt._threads_from_env() == 2
+    for name in names:
+        monkeypatch.delenv(name)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    assert tt._threads_from_env() == cores
 
 def test_parallel_for_nested_in_a_worker_does_not_wait_on_itself(threads_everywhere):
     import threading
@@ -11292,8 +11362,32 @@ def test_census_tensor_names_values_by_hand():
     assert v is r and r.shape == (2, 3) and r[1].tolist() == [3., 4., 5.]
     with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
         r.resize_(7)
+    with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
+        tt.arange(6.).reshape(2, 3).t().resize_(2, 3)  # PyTorch would reread the storage in order
     assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
 
+
+def test_random_fills_the_range_its_dtype_holds_exactly():
+    """x.random_() draws integers from [0, 2^(mantissa bits + 1)], as PyTorch: 2^11 = 2048
+    for float16, 2^24 for float32, 2^53 for float64. 2000 draws all in the lower half of
+    that range would have probability 2^-2000: the top half is seen."""
+    tt.manual_seed(0)
+    for dtype, top in ((tt.float16, 2 ** 11), (tt.float32, 2 ** 24), (tt.float64, 2 ** 53)):
+        r = tt.zeros(2000, dtype=dtype).random_().array.astype(np.float64)
+        assert r.min() >= 0 and r.max() <= top and r.max() > top / 2, dtype
+        assert (r == np.round(r)).all()
+    assert set(tt.zeros(200, dtype=tt.bool_).random_().tolist()) == {False, True}
+
+
+def test_bincount_with_weights_by_hand():
+    """Each value's weights summed: values (0, 1, 1, 3) with weights (0.5, 1, 2, 4) give
+    (0.5, 3, 0, 4); float32 weights give float32 counts, other weights float64, as PyTorch."""
+    v = tt.tensor([0, 1, 1, 3])
+    w = tt.tensor([0.5, 1.0, 2.0, 4.0])
+    out = tt.bincount(v, weights=w)
+    assert out.tolist() == [0.5, 3.0, 0.0, 4.0] and out.dtype == tt.float32
+    assert v.bincount(w.double(), minlength=6).tolist() == [0.5, 3.0, 0.0, 4.0, 0.0, 0.0]
+    assert v.bincount(w.double()).dtype == tt.float64 and v.bincount().dtype == tt.int64
 
 def test_bmm_refuses_a_batch_of_one_against_a_batch_of_four():
     """torch.bmm takes no broadcasting: batch sizes 1 and 4 are refused (matmul, the @
@@ -14512,8 +14606,10 @@ def test_review_fixes_assert_close_interpolate_bce_new_random_printoptions():
     tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-2)  # the tolerances given are used
     with pytest.raises(AssertionError):
         tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-4)
-    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'"):
+    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'.* got no rtol"):
         tt.testing.assert_close(x, x, atol=1e-2)
+    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'.* got no atol"):
+        tt.testing.assert_close(x, x, rtol=1e-2)
     # nearest interpolation picks floor(i * (in / out)) computed in float32, as PyTorch's kernel
     up = nn.interpolate(tt.arange(2.).reshape(1, 1, 2), size=50).array[0, 0]
     assert up[24] == 0 and up[25] == 1  # float64 arithmetic put 25 on 0
