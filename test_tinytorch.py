@@ -5799,6 +5799,17 @@ def test_optimizer_errors_state_copies_and_a_second_scheduler():
         pytest.approx([0.05, -0.05])
     with pytest.raises(ValueError, match="the saved parameter groups have sizes"):
         optim.Adam([a], lr=0.1).load_state_dict(saved)
+    # moments saved in float64 (a checkpoint's) come back in the parameter's dtype, as
+    # PyTorch casts them; a key that came back as a string ('0') names the same parameter
+    w = tt.zeros(2, requires_grad=True)  # float32
+    state = {'state': {'0': {'step': 1, 'exp_avg': np.array([0.25, -0.5]),
+                             'exp_avg_sq': np.array([1e-3, 4e-3])}},
+             'param_groups': [dict(saved['param_groups'][0], params=[0])]}
+    loaded = optim.Adam([w], lr=0.1)
+    loaded.load_state_dict(state)
+    m = loaded.state[w]['exp_avg']
+    assert m.dtype == np.float32 and m.tolist() == [0.25, -0.5] and loaded.state[w]['step'] == 1
+    assert loaded.state[w]['exp_avg_sq'].dtype == np.float32
     s = optim.StepLR(opt, step_size=1, gamma=0.5)
     s.step()
     s2 = optim.StepLR(opt, step_size=1, gamma=0.5)  # a second schedule starts from the initial lr
@@ -8469,6 +8480,19 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
     assert prof.kept == 0  # backward went through every node: nothing is held any more
 
+
+def test_profile_keeps_no_memory_for_a_view_of_its_input():
+    """A view (a slice, a reshape, a transpose) holds no memory of its own: its input's. A
+    slice of a leaf of 1000 float64 (8000 bytes, a parameter's memory, held by no op) keeps
+    0 bytes; mul of the 500-element slice by 2 keeps its output, 4000 bytes; the transpose
+    of an op's output keeps 0 too (mul's 4000 are counted once, with mul)."""
+    w = tt.zeros(1000, dtype=tt.float64, requires_grad=True)
+    with lookinside.profile() as prof:
+        y = w[:500] * 2
+        y.reshape(20, 25).t()
+    kept = {op: row['kept_bytes'] for op, row in prof.rows.items()}
+    assert kept == {'index': 0, 'mul': 4000, 'reshape': 0, 'transpose': 0}, kept
+    assert prof.peak_kept_bytes == 4000
 
 # ===========================================================================
 # PyTorch programs through the import rule (README: "Run PyTorch code on tinytorch")
@@ -11499,6 +11523,10 @@ def test_census_layers_values_by_hand():
     assert nn.AdaptiveAvgPool2d(1)(a).tolist() == [[[[2.5]]]]
     assert nn.adaptive_avg_pool2d(a, (None, 1)).tolist() == [[[[1.], [4.]]]]
     n = nn.InstanceNorm2d(1)(tt.tensor([[[[1., 3.]]]]))
+    # the functional form's eps is PyTorch's 1e-5 too: (0, 0.02) has mean 0.01 and variance
+    # 1e-4, so each becomes -+0.01 / sqrt(1e-4 + 1e-5) = -+0.953463
+    f = nn.instance_norm(tt.tensor([[[0., 0.02]]], dtype=tt.float64))
+    assert f.reshape(-1).tolist() == pytest.approx([-0.953463, 0.953463], abs=1e-6)
     assert n.reshape(-1).tolist() == pytest.approx([-1., 1.], abs=1e-4)
     tt.manual_seed(0)
     d = nn.Dropout2d(0.5)(tt.ones(4, 8, 2, 2))
@@ -11516,6 +11544,8 @@ def test_census_layers_values_by_hand():
     ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
     assert ps.tolist() == [[1., 2.], [3., -1.]]
     assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
+    left = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_side='left')
+    assert left.tolist() == [[1., 2.], [0., 3.]]  # the padding before the shorter sequence
     with pytest.raises(NotImplementedError, match="padded batches only"):
         tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
     with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
@@ -13387,10 +13417,13 @@ def test_optimizers_and_schedulers_refuse_nonsense_settings():
                       (lambda: optim.Adagrad([w], initial_accumulator_value=-1),
                        "Invalid initial_accumulator_value value: -1"),
                       (lambda: optim.Adadelta([w], rho=1.5), "Invalid rho value: 1.5"),
+                      (lambda: optim.Adadelta([w], rho=-0.1), "Invalid rho value: -0.1"),
                       (lambda: optim.SGD([w * 2], lr=0.1), "can't optimize a non-leaf Tensor")]:
         with pytest.raises(ValueError) as e:
             make()
         assert str(e.value) == msg
+    for rho in (0.0, 1.0):  # PyTorch's range for rho is [0, 1], both ends included
+        assert optim.Adadelta([w], rho=rho).defaults['rho'] == rho
     with pytest.raises(TypeError, match=r"^optimizer can only optimize Tensors, but one of the "
                                         r"params is numpy\.ndarray$"):
         optim.SGD([np.zeros(2)], lr=0.1)
