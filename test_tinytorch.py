@@ -8485,11 +8485,13 @@ def test_profile_keeps_no_memory_for_a_view_of_its_input():
     """A view (a slice, a reshape, a transpose) holds no memory of its own: its input's. A
     slice of a leaf of 1000 float64 (8000 bytes, a parameter's memory, held by no op) keeps
     0 bytes; mul of the 500-element slice by 2 keeps its output, 4000 bytes; the transpose
-    of an op's output keeps 0 too (mul's 4000 are counted once, with mul)."""
+    of an op's output keeps 0 too (mul's 4000 are counted once, with mul), and so does a
+    view of a view of the leaf."""
     w = tt.zeros(1000, dtype=tt.float64, requires_grad=True)
     with lookinside.profile() as prof:
         y = w[:500] * 2
         y.reshape(20, 25).t()
+        w.reshape(40, 25).t()
     kept = {op: row['kept_bytes'] for op, row in prof.rows.items()}
     assert kept == {'index': 0, 'mul': 4000, 'reshape': 0, 'transpose': 0}, kept
     assert prof.peak_kept_bytes == 4000
