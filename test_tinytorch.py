@@ -893,8 +893,6 @@ def test_masked_fill_of_a_strided_tensor_is_contiguous_as_torchs():
     assert z.stride() == (1, 3) and z.tolist() == [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]
 
 
-@pytest.mark.xfail(strict=True, reason="number ** x is Tensor.__rpow__ in section 3 (the lead's "
-                                       "room): it keeps x's strides, PyTorch's result is contiguous")
 def test_a_number_to_the_power_of_a_strided_tensor_is_contiguous_as_torchs():
     """3.0 ** x.T is row-major in PyTorch (a tensor ** tensor keeps the layout: x ** 2,
     tt.tensor(3.0) ** x). Found by the fuzzer: (3.0 ** x.T).reshape(6) += 1 changed
