@@ -215,7 +215,7 @@ def _npy(name, m, archive):
     shape = tuple(int(n) for n in dims.split(',') if n.strip()) if dims else ()
     need = math.prod(shape) * dtype.itemsize
     if len(shape) > 64 or start + size + need != m.size:
-        tt._fail(f"has its array {name} declare {shape} of {dtype} ({need:,} bytes) in a member of "
+        tt._fail(f"has its array {name}, which declares {shape} of {dtype} ({need:,} bytes) in a member of "
                  f"{m.size - start - size:,}; {_HOSTILE}")
     raw = archive.read(m)  # its declared size, now known to be the array's
     a = np.frombuffer(raw, dtype.newbyteorder(order) if order != '|' else dtype, offset=start + size)

@@ -4633,7 +4633,8 @@ def test_truncated_or_foreign_checkpoint_gives_clear_error(tmp_path):
     cut = str(tmp_path / "cut.npz")
     with open(cut, 'wb') as f:
         f.write(data[:len(data) // 2])
-    with pytest.raises(nn.CheckpointError, match="cut.npz is truncated or corrupt"):
+    with pytest.raises(nn.CheckpointError, match=r"cut.npz is a zip archive without its end record: it "
+                                                 r"is truncated; save or download it again$"):
         nn.load(cut)
     plain = str(tmp_path / "plain.npz")
     np.savez(plain, x=np.ones(3))
@@ -7903,11 +7904,13 @@ def test_export_refuses_a_file_where_a_folder_goes_and_a_file_that_is_no_checkpo
 def test_export_to_nanogpt_without_torch_says_so_in_one_line(trained_run, tmp_path):
     (tmp_path / 'torch.py').write_text("raise ImportError('no torch here')\n")  # hides torch
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    for args in ([trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng'],
-                 ['--from-nanogpt', tmp_path / 'ckpt.pt', '--out-dir', tmp_path / 'o']):
+    for args, says in (([trained_run / 'run' / 'ckpt.npz', '--to', 'nanogpt', tmp_path / 'ng'],
+                         "needs PyTorch (pip install torch)"),  # reading one does not: tt.load
+                        (['--from-nanogpt', tmp_path / 'ckpt.pt', '--out-dir', tmp_path / 'o'],
+                         "nanoGPT checkpoint not found")):
         r = subprocess.run([sys.executable, os.path.join(HERE, 'export.py'), *map(str, args)],
                            capture_output=True, text=True, timeout=60, cwd=HERE, env=env)
-        assert r.returncode == 2 and "needs PyTorch (pip install torch)" in r.stderr, r.stderr
+        assert r.returncode == 2 and says in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / 'ng').exists()
 
@@ -12847,6 +12850,23 @@ def _refused(path, match, **kwargs):
 _F4 = np.array([1, 2, 3, 4], dtype='<f4').tobytes()  # a storage of four float32s
 
 
+def _old_dtype_op(code='f4', order='<'):
+    """np.dtype(code, False, True) and the BUILD NumPy's pickle gives it (protocol 2 opcodes)."""
+    return (_op_global('numpy', 'dtype') + _op_tuple(_op_str(code), b'\x89\x88') + b'R'
+            + _op_tuple(_op_int(3), _op_str(order), b'N', b'N', b'N', _op_int(-1), _op_int(-1),
+                        _op_int(0)) + b'b')
+
+
+def _old_array(shape, raw, dtype=None, fortran=False):
+    """A NumPy array as NumPy pickles it: _reconstruct(ndarray, (0,), b'b'), then BUILD
+    (1, shape, dtype, fortran, raw), as files of earlier tinytorch saves hold them."""
+    return (_op_global('numpy.core.multiarray', '_reconstruct')
+            + _op_tuple(_op_global('numpy', 'ndarray'), _op_tuple(_op_int(0)), b'C\x01b') + b'R'
+            + _op_tuple(_op_int(1), _op_tuple(*map(_op_int, shape)), dtype or _old_dtype_op(),
+                        b'\x88' if fortran else b'\x89', b'B' + _struct.pack('<I', len(raw)) + raw)
+            + b'b')
+
+
 def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
     marker = tmp_path / 'ran'
     code = f"__import__('os').mkdir({str(marker)!r})"  # what the attacker's file runs
@@ -12865,7 +12885,6 @@ def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
                             r'tinytorch\._rebuild_tensor\.__globals__'),
         'plain_global': (_pickled(_op_global('builtins', 'eval') + _op_tuple(_op_str(code)) + b'R'),
                          r'builtins\.eval'),
-        'inst': (_pickled(b'(' + _op_str(code) + b'ibuiltins\neval\n', 0), r'builtins\.eval'),
         'whole_module': (_pickled(_op_global('numpy.dtypes', 'StringDType') + b')R', 4),
                          r'numpy\.dtypes\.StringDType'),
         'os_system': (_pickled(_op_global('os', 'system') + _op_tuple(_op_str('true')) + b'R'),
@@ -12880,21 +12899,27 @@ def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
         assert not marker.exists(), name
     # every other road to code or to a forged object: one line each
     others = {
-        'extension': (b'\x82\x01', r"ValueError: unregistered extension code 1"),
-        'persistent_id': (b'P0\n', r"refers to data outside its pickle"),
+        'extension': (b'\x82\x01', r"has the pickle opcode b'\\x82' at byte 2, which no checkpoint"),
+        'persistent_id': (b'P0\n', r"has the pickle opcode b'P' at byte 2"),
+        'binpersid': (_op_str('0') + b'Q', r"refers to data outside its pickle"),
+        'inst': (b'(' + _op_str(code) + b'ibuiltins\neval\n', r"has the pickle opcode b'i'"),
         'array_header': (_op_global('numpy.core.multiarray', '_reconstruct')
                          + _op_tuple(_op_global('numpy', 'ndarray'), _op_tuple(_op_int(10 ** 10)),
-                                     b'C\x01b') + b'R', r"an array header NumPy never writes"),
+                                     b'C\x01b') + b'R', r"calls array with arguments .*a form no save"),
         'array_too_short': (_op_global('numpy.core.multiarray', '_reconstruct')
                             + _op_tuple(_op_global('numpy', 'ndarray'), _op_tuple(_op_int(0)),
                                         b'C\x01b') + b'R'
                             + _op_tuple(_op_int(1), _op_tuple(_op_int(10 ** 6)),
                                         _op_global('numpy', 'dtype')
                                         + _op_tuple(_op_str('f4'), b'\x89\x88') + b'R',
-                                        b'\x89', b'C\x04abcd') + b'b', r"ValueError"),
+                                        b'\x89', b'C\x04abcd') + b'b',
+                            r"uses a NumPy dtype before its BUILD"),
+        'array_too_short_built': (_old_array((10 ** 6,), b'abcd'),
+                                  r"has an array of shape \(1000000,\) and float32 \(4,000,000 bytes\) "
+                                  r"over 4 bytes"),
         'tensor_of_a_dict': (_op_global('tinytorch', '_rebuild_tensor')
                              + _op_tuple(_op_global('collections', 'OrderedDict'), b'N', b'\x89')
-                             + b'R', r"not a tensor class, an array of numbers"),
+                             + b'R', r"calls old tensor with arguments .*a form no save writes"),
     }
     for name, (body, match) in others.items():
         path = str(tmp_path / f'{name}.pt')
@@ -12904,12 +12929,15 @@ def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
     path = str(tmp_path / 'build.pt')
     open(path, 'wb').write(pickle.dumps(tt.ones(2), 4)[:-1]
                            + _op_tuple(b'N', _op_dict(requires_grad=_op_int(5))) + b'b.')
-    _refused(path, r"sets a tensor's fields directly")
-    # what the allow-list admits still loads: NumPy's dtype classes, arrays, tensors
+    _refused(path, r"sets the fields of a tensor directly \(BUILD\), which no save writes")
+    # what the grammar admits still loads: dtypes, NumPy arrays (NumPy's own pickle), tensors
     path = str(tmp_path / 'fine.pt')
-    tt.save({'kind': type(np.dtype('f4')), 'a': np.arange(3.0), 't': tt.arange(3)}, path)
+    tt.save({'dtype': tt.float16, 'a': np.arange(3.0), 't': tt.arange(3)}, path)
     back = tt.load(path)
-    assert back['kind'] is type(np.dtype('f4')) and back['t'].tolist() == [0, 1, 2]
+    assert back['dtype'] == tt.float16 and back['t'].tolist() == [0, 1, 2]
+    assert back['a'].tolist() == [0.0, 1.0, 2.0] and back['a'].flags.owndata
+    tt.save({'kind': type(np.dtype('f4'))}, path)  # a class is code: not in the grammar
+    _refused(path, r"holds a pickled numpy\.dtypes\.Float32DType \(a whole model")
 
 
 def test_load_checks_every_tensor_against_its_storage(tmp_path):
@@ -12934,10 +12962,10 @@ def test_load_checks_every_tensor_against_its_storage(tmp_path):
         'huge_size': (_tensor_op(s, 0, (10 ** 8,), (1,)), r"reaches element 99,999,999 of"),
         'huge_stride': (_tensor_op(s, 0, (2,), (2 ** 40,)), r"reaches element 1,099,511,627,776"),
         'offset_past_end': (_tensor_op(s, 5, (0,), (1,)), r"at offset 5 that reaches"),
-        'negative_stride': (_tensor_op(s, 3, (4,), (-1,)), r"stride \(-1,\) at offset 3 \(each must"),
+        'negative_stride': (_tensor_op(s, 3, (4,), (-1,)), r"a tensor whose stride is \(-1,\) \(a tuple"),
         'negative_offset': (_tensor_op(s, -1, (2,), (1,)), r"at offset -1 \(each must be counts"),
         'ranks_differ': (_tensor_op(s, 0, (2, 2), (1,)), r"size \(2, 2\), stride \(1,\)"),
-        'too_many_dims': (_tensor_op(s, 0, (1,) * 65, (1,) * 65), r"each must be counts"),
+        'too_many_dims': (_tensor_op(s, 0, (1,) * 65, (1,) * 65), r"a tuple of at most 64 counts"),
         'missing_storage': (_tensor_op(_storage_ref('7', 4), 0, (4,), (1,)),
                             r"lacks archive/data/7, which its data\.pkl refers to"),
         'storage_twice': (_op_tuple(_tensor_op(s, 0, (4,), (1,)),
@@ -12948,38 +12976,51 @@ def test_load_checks_every_tensor_against_its_storage(tmp_path):
                                       b'N') + b'R', r"not one of its storages"),
         'odd_reference': (_op_tuple(_op_str('storage'), _op_global('builtins', 'set'), _op_str('0'),
                                     _op_str('cpu'), _op_int(4)) + b'Q',
-                          r"storage reference that is not \(type, key, location, size\)"),
+                          r"holds a pickled builtins\.set"),
+        'odd_key': (_tensor_op(_storage_ref('../x', 4), 0, (4,), (1,)),
+                    r"storage reference .* that is not \(type, key, location, size\)"),
         'odd_persistent_id': (_op_str('hello') + b'Q', r"refers to its data in a way PyTorch never"),
     }
     for name, (body, match) in bad.items():
         path = file(name, body)
         msg = _refused(path, match)
-        assert msg.endswith("; the file is damaged or was made to attack: do not use it") or \
-            'again' in msg, msg
+        assert msg.endswith(("; the file is damaged or was made to attack: do not use it",
+                             "again", "pass weights_only=False")), msg
+
+
+def _patch_local_sizes(path, member, compressed, size):
+    """Rewrite a member's sizes in its local header too (so both agree on the lie)."""
+    raw = bytearray(open(path, 'rb').read())
+    at = raw.index(b'PK\x03\x04')
+    while raw[at + 30:at + 30 + len(member)] != member.encode():
+        at = raw.index(b'PK\x03\x04', at + 4)
+    raw[at + 18:at + 26] = _struct.pack('<II', compressed, size)
+    open(path, 'wb').write(bytes(raw))
 
 
 def test_load_refuses_sizes_before_reading_them(tmp_path):
     import tracemalloc
     bomb = str(tmp_path / 'bomb.pt')  # 128 MiB of zeros, deflated to about 130 KB
-    numel = 32 << 20
     with _zipfile.ZipFile(bomb, 'w') as z:
-        z.writestr('archive/data.pkl', _pickled(_tensor_op(_storage_ref('0', numel), 0, (numel,), (1,))))
-        member = _zipfile.ZipInfo('archive/data/0')
-        member.compress_type = _zipfile.ZIP_DEFLATED
-        with z.open(member, 'w', force_zip64=True) as f:
-            for _ in range(128):
-                f.write(bytes(1 << 20))
-    with _zipfile.ZipFile(bomb) as z:
-        info = z.getinfo('archive/data/0')
-        assert info.file_size == 128 << 20 and info.compress_size < 1 << 20
+        z.writestr('archive/data.pkl', _pickled(_tensor_op(_storage_ref('0', 4), 0, (4,), (1,))))
+        z.writestr('archive/data/0', bytes(128 << 20), compress_type=_zipfile.ZIP_DEFLATED)
     tracemalloc.start()
-    try:
-        _refused(bomb, r"has a member archive/data/0 that inflates from [\d,]+ to 134,217,728 bytes")
-        assert tracemalloc.get_traced_memory()[1] < 8 << 20  # refused before reading it
+    try:  # the tensors declare 16 bytes: the member's 128 MiB are refused before inflating
+        _refused(bomb, r"has a storage archive/data/0 of 134,217,728 bytes, declared as 4 elements "
+                       r"of float32 \(16 bytes\)")
+        info = _zipfile.ZipFile(bomb).getinfo('archive/data/0')
+        _patch_zip_sizes(bomb, 'archive/data/0', size=16)  # both headers now say 16 bytes
+        _patch_local_sizes(bomb, 'archive/data/0', info.compress_size, 16)
+        _refused(bomb, r"has a member archive/data/0 that inflates past its declared 16 bytes")
+        assert tracemalloc.get_traced_memory()[1] < 8 << 20  # inflated 17 bytes, not 128 MiB
     finally:
         tracemalloc.stop()
-    big_pickle = _torch_zip(tmp_path / 'big_pickle.pt', _pickled(b'N'))
+    big_pickle = str(tmp_path / 'big_pickle.pt')  # data.pkl declared 3.75 GiB (deflated)
+    with _zipfile.ZipFile(big_pickle, 'w') as z:
+        z.writestr('archive/data.pkl', _pickled(b'N'), compress_type=_zipfile.ZIP_DEFLATED)
+    packed = _zipfile.ZipFile(big_pickle).getinfo('archive/data.pkl').compress_size
     _patch_zip_sizes(big_pickle, 'archive/data.pkl', size=0xF0000000)
+    _patch_local_sizes(big_pickle, 'archive/data.pkl', packed, 0xF0000000)
     _refused(big_pickle, r"has a member archive/data\.pkl of 4,026,531,840 bytes, more than the 256 MiB")
     lying = _torch_zip(tmp_path / 'lying.pt', _pickled(_tensor_op(_storage_ref('0', 1 << 28), 0,
                                                                   (4,), (1,))), {'0': _F4})
@@ -12988,10 +13029,13 @@ def test_load_refuses_sizes_before_reading_them(tmp_path):
     past_end = _torch_zip(tmp_path / 'past_end.pt', _pickled(_tensor_op(_storage_ref('0', 1 << 28), 0,
                                                                         (4,), (1,))), {'0': _F4})
     _patch_zip_sizes(past_end, 'archive/data/0', compressed=1 << 30, size=1 << 30)
-    _refused(past_end, r"declares a member archive/data/0 of 1,073,741,824 bytes, more than the")
+    _refused(past_end, r"has a member archive/data/0 whose local header declares 16 bytes \(16 stored\) "
+                       r"and its directory 1,073,741,824")
+    _patch_local_sizes(past_end, 'archive/data/0', 1 << 30, 1 << 30)
+    _refused(past_end, r"has a member archive/data/0 that runs into the zip directory|overlap")
     huge_bytes = str(tmp_path / 'huge_bytes.pt')  # BINBYTES8 declaring 2**50 bytes
     open(huge_bytes, 'wb').write(b'\x80\x04\x8e' + _struct.pack('<Q', 2 ** 50) + b'abc')
-    _refused(huge_bytes, r"is not a checkpoint that save\(\) wrote, or it is truncated or damaged")
+    _refused(huge_bytes, r"is truncated: its pickle ends inside an opcode \(at byte 11\)")
 
 
 def test_load_says_in_one_line_what_is_wrong_with_a_plain_bad_file(tmp_path):
@@ -13001,11 +13045,14 @@ def test_load_says_in_one_line_what_is_wrong_with_a_plain_bad_file(tmp_path):
     theirs = _torch_zip(tmp_path / 'theirs.pt', _pickled(_tensor_op(_storage_ref('0', 4), 0, (4,),
                                                                     (1,))), {'0': _F4})
     files = {'empty.pt': (b'', r"is empty \(0 bytes\): it holds no checkpoint; save or download it"),
-             'junk.pt': (b'\x02junk', r"invalid load key, '\\x02'.*save or download it again$"),
-             'one_byte.pt': (b'\x80', r"pickle data was truncated\); save or download it again$"),
-             'cut.pt': (whole[:len(whole) // 2], r"truncated or damaged .*again$"),
-             'text.pt': (b'hello, world\n', r"truncated or damaged .*again$"),
-             'cut_zip.pt': (open(theirs, 'rb').read()[:60], r"BadZipFile.*again$")}
+             'junk.pt': (b'\x02junk', r"is not a pickle of protocol 2 to 5 \(PROTO is not its first "
+                                      r"opcode\).*save or download it again$"),
+             'one_byte.pt': (b'\x80', r"is truncated: its pickle ends inside an opcode \(at byte 1\); "
+                                     r"save or download it again$"),
+             'cut.pt': (whole[:len(whole) // 2], r"zip archive without its end record: it is "
+                                                 r"truncated; save or download it again$"),
+             'text.pt': (b'hello, world\n', r"is not a pickle of protocol 2 to 5"),
+             'cut_zip.pt': (open(theirs, 'rb').read()[:60], r"without its end record.*again$")}
     for name, (raw, match) in files.items():
         path = str(tmp_path / name)
         open(path, 'wb').write(raw)
@@ -13041,7 +13088,7 @@ def test_nn_load_says_in_one_line_what_is_wrong_with_a_bad_file(tmp_path):
     with _zipfile.ZipFile(lying, 'w') as z:
         z.writestr('__tinytorch_meta__.npy', _npy_bytes(np.frombuffer(b'{"__array__": 0}', np.uint8)))
         z.writestr('a0.npy', header.getvalue() + bytes(8))
-    cases[lying] = r"its array a0\.npy declares \(1000000000000,\) of float64 \(8,000,000,000,000"
+    cases[lying] = r"its array a0\.npy, which declares \(1000000000000,\) of float64 \(8,000,000,000,000"
     for path, match in cases.items():
         with pytest.raises(nn.CheckpointError) as e:
             nn.load(path)
