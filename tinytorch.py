@@ -5505,8 +5505,14 @@ class _Zip:
                   "again")
         end_at = self.size - len(tail) + end
         disk, cd_disk, here, count, cd_size, cd_at = struct.unpack('<HHHHII', tail[end + 4:end + 20])
-        if 0xFFFF in (count, here) or 0xFFFFFFFF in (cd_size, cd_at):  # zip64: the real numbers
-            end_at, disk, cd_disk, here, count, cd_size, cd_at = self.zip64(end_at)
+        if end_at >= 20 and self.at(end_at - 20, 4) == b'PK\x06\x07':  # zip64 (PyTorch's writer
+            wide = self.zip64(end_at)                                  # always adds it)
+            for short, full in zip((disk, cd_disk, here, count, cd_size, cd_at), wide[1:]):
+                if short not in (full, 0xFFFF, 0xFFFFFFFF):
+                    _fail(f"has a zip end record and a zip64 end record that disagree; {_HOSTILE}")
+            end_at, disk, cd_disk, here, count, cd_size, cd_at = wide
+        elif 0xFFFF in (count, here) or 0xFFFFFFFF in (cd_size, cd_at):
+            _fail(f"is a zip archive whose end record needs a zip64 record it lacks; {_HOSTILE}")
         if disk or cd_disk or here != count:
             _fail(f"is a zip archive split over disks; {_HOSTILE}")
         if cd_at + cd_size != end_at:
@@ -5543,8 +5549,6 @@ class _Zip:
 
     def zip64(self, end_at):
         locator = self.at(end_at - 20, 20)
-        if locator[:4] != b'PK\x06\x07':
-            _fail(f"is a zip archive whose end record needs a zip64 record it lacks; {_HOSTILE}")
         disk, rec_at, disks = struct.unpack('<IQI', locator[4:])
         rec = self.at(rec_at, 56)
         if rec[:4] != b'PK\x06\x06' or disk or disks != 1 or rec_at + 56 != end_at - 20:
