@@ -5430,8 +5430,10 @@ class _Grammar:
                 and type(state['_metadata']) in (dict, _OrderedDict) and not vars(obj):
             obj._metadata = state['_metadata']  # the attribute PyTorch's state_dicts carry
             return self.stack.append(obj)
-        what = 'a tensor' if isinstance(obj, Tensor) else f'a {type(obj).__name__}'
-        _fail(f"sets the fields of {what} directly (BUILD), which no save writes; {_HOSTILE}")
+        what = 'a tensor' if isinstance(obj, Tensor) else 'a storage' if type(obj) is _Storage \
+            else f'a NumPy {obj.kind} a second time' if type(obj) is _Box \
+            else f'a {getattr(obj, "kind", type(obj).__name__)}'
+        _fail(f"sets the fields of {what} (BUILD), which no save writes; {_HOSTILE}")
 
 
 def _no_hooks(h):
@@ -5477,7 +5479,9 @@ def _inside(v):
 
 def _show(v):
     """A value of the file in a message: short, whatever its size or depth."""
-    return reprlib.repr(v)
+    r = reprlib.Repr()
+    r.maxtuple = r.maxlist = 10
+    return r.repr(v)
 
 
 class _Member:
