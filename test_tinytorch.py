@@ -13462,9 +13462,10 @@ def test_hostile_files_of_every_class_are_refused_in_one_line_in_a_child(tmp_pat
     p = lambda name: str(tmp_path / name)  # noqa: E731
     dtype_global = _op_global('numpy', 'dtype') + _op_tuple(_op_str('f4'), b'\x89\x88') + b'R'
     s4 = _storage_ref('0', 4)
-    ints = {(2 ** 61 - 1) * i: i for i in range(40_000)}  # every key hashes to 0
+    ints = [((2 ** 61 - 1) * i, i) for i in range(40_000)]  # every key hashes to 0 (a dict of
+    # them is quadratic: building it here took 25 s)
     long1 = lambda n: b'\x8a\x10' + n.to_bytes(16, 'little', signed=True)  # noqa: E731
-    colliding_dict = b'}(' + b''.join(long1(k) + _op_int(v) for k, v in ints.items()) + b'u'
+    colliding_dict = b'}(' + b''.join(long1(k) + _op_int(v) for k, v in ints) + b'u'
     deep = 1_000_000  # slice(slice(...slice(None)...)): 4 MB
     nested_slice = _op_global('builtins', 'slice') + b'q\x00' + b'h\x00' * (deep - 1) + b'N' \
         + b'\x85R' * deep
