@@ -5502,7 +5502,8 @@ class _Zip:
         self.size = f.seek(0, 2)
         tail = self.at(builtins.max(0, self.size - 22 - 65535), builtins.min(self.size, 22 + 65535))
         end = tail.rfind(b'PK\x05\x06')
-        while end >= 0 and end + 22 + struct.unpack('<H', tail[end + 20:end + 22])[0] != len(tail):
+        while end >= 0 and (end + 22 > len(tail) or
+                            end + 22 + struct.unpack('<H', tail[end + 20:end + 22])[0] != len(tail)):
             end = tail.rfind(b'PK\x05\x06', 0, end)  # the record whose comment ends the file
         if end < 0:
             _fail("is a zip archive without its end record: it is truncated; save or download it "
