@@ -13750,6 +13750,89 @@ def test_two_processes_saving_one_path_both_finish_with_one_whole_file(tmp_path)
     assert os.listdir(tmp_path) == ['ck.bin']
 
 
+
+def test_tt_save_writes_pytorchs_zip_and_round_trips_every_kind_of_value(tmp_path):
+    """The archive's members and data.pkl's values, pinned: a Parameter keeps its class and
+    requires_grad, a tensor saved twice is one object, a transposed view is saved in C order
+    (strides (2, 1) of its 3x2 copy), integer keys stay integers."""
+    from collections import OrderedDict
+    w = nn.Parameter(tt.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    state = OrderedDict(weight=w)
+    state._metadata = OrderedDict({'': {'version': 1}})
+    obj = {'state': state, 'again': w, 't': w.detach().t(), 'ints': tt.tensor([1, -2], dtype=tt.int32),
+           'grad': tt.tensor([0.5], requires_grad=True), 'opt': {0: {'step': 2}}, 'dt': tt.float16,
+           'size': tt.Size([2, 3]), 'dev': tt.device('cpu'), 'raw': b'\x00\xff', 'pair': (1, 'a')}
+    path = str(tmp_path / 'ck.pt')
+    tt.save(obj, path)
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        assert names[:2] == ['archive/data.pkl', 'archive/byteorder'] and names[-1] == 'archive/version'
+        assert z.read('archive/byteorder') == b'little' and z.read('archive/version') == b'3\n'
+        assert z.read('archive/data/0') == np.array([1, 2, 3, 4, 5, 6], '<f4').tobytes()
+        assert z.read('archive/data/1') == np.array([1, 4, 2, 5, 3, 6], '<f4').tobytes()  # w.t(), C order
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
+    back = tt.load(path)
+    assert type(back['state']['weight']) is nn.Parameter and back['state']['weight'].requires_grad
+    assert back['state']['weight'] is back['again'] and back['state']._metadata == {'': {'version': 1}}
+    assert back['t'].tolist() == [[1, 4], [2, 5], [3, 6]] and not back['t'].requires_grad
+    assert back['ints'].dtype == tt.int32 and back['ints'].tolist() == [1, -2]
+    assert back['grad'].requires_grad and type(back['grad']) is tt.Tensor
+    assert back['opt'] == {0: {'step': 2}} and back['dt'] == tt.float16 and back['raw'] == b'\x00\xff'
+    assert back['size'] == (2, 3) and type(back['size']) is tt.Size and back['dev'] == tt.device('cpu')
+    assert back['pair'] == (1, 'a')
+    back['state']['weight'].array[0, 0] = 9.0  # the loaded arrays are the program's own
+    assert back['again'].array[0, 0] == 9.0
+
+
+def test_load_checks_crcs_depth_and_the_bytes_arrays_take(tmp_path):
+    path = str(tmp_path / 'ck.pt')
+    tt.save({'w': tt.tensor([1.0, 2.0])}, path)
+    raw = bytearray(open(path, 'rb').read())
+    at = raw.index(np.array([1.0, 2.0], '<f4').tobytes())
+    raw[at] ^= 1  # one bit of a weight
+    _write(path, bytes(raw))
+    _refused(path, r"has a member archive/data/0 whose bytes do not match their CRC: it is damaged")
+    # 200 lists deep loads, 201 is refused (a state_dict is 3 or 4 deep)
+    deep = lambda n: _pickled(b']' * n + b'a' * (n - 1))  # noqa: E731 (n lists, each in the next)
+    v = tt.load(_write(tmp_path / 'deep200.pt', deep(200)))
+    for _ in range(199):
+        v = v[0]
+    assert v == []
+    _refused(_write(tmp_path / 'deep201.pt', deep(201)), r"nests containers more than 200 deep")
+    _refused(_write(tmp_path / 'cycle.pt', _pickled(b']q\x00h\x00a')), r"contains itself")
+    # one 1 MiB bytes object, memoized, under 4 arrays: 4 MiB of arrays from a 1 MiB file
+    mib = b'B' + _struct.pack('<I', 1 << 20) + bytes(1 << 20) + b'q\x00'
+    body = b'(' + _old_array((1 << 18,), b'') .replace(b'B\x00\x00\x00\x00', mib) \
+        + b''.join(_old_array((1 << 18,), b'').replace(b'B\x00\x00\x00\x00', b'h\x00') for _ in range(3)) + b'l'
+    amplified = _write(tmp_path / 'amplified.pt', _pickled(body, 4))
+    allowed = os.path.getsize(amplified) + 1024  # the pickle's bytes and 1 KiB of slack
+    _refused(amplified, rf"makes arrays of 2,097,152 bytes from a pickle of {allowed:,};")  # at the 2nd
+    _write(tmp_path / 'tail.pt', _pickled(b'N') + b'abc')
+    _refused(str(tmp_path / 'tail.pt'), r"has 3 bytes after its pickle's end")
+
+
+def test_load_normalises_bools_reads_big_endian_and_refuses_odd_tensors(tmp_path):
+    """A bool byte 2 is True and reads back as 1; the big-endian float32 bytes 3f c0 00 00
+    are 1.5; an integer tensor cannot require grad; a tensor's backward hooks are empty."""
+    flags = tt.load(_write(tmp_path / 'bool.pt', _pickled(_old_array((2,), b'\x02\x00',
+                                                                     _old_dtype_op('b1', '|')), 4)))
+    assert flags.tolist() == [True, False] and flags.view(np.uint8).tolist() == [1, 0]
+    big = tt.load(_write(tmp_path / 'big.pt', _pickled(_old_array((1,), b'\x3f\xc0\x00\x00',
+                                                                  _old_dtype_op('f4', '>')), 4)))
+    assert big.tolist() == [1.5] and big.dtype.isnative
+    s = _storage_ref('0', 4, 'LongStorage')
+    body = (_op_global('torch._utils', '_rebuild_tensor_v2')
+            + _op_tuple(s, _op_int(0), _op_tuple(_op_int(4)), _op_tuple(_op_int(1)), b'\x88',
+                        _op_global('collections', 'OrderedDict') + b')R') + b'R')
+    _refused(_torch_zip(tmp_path / 'int_grad.pt', _pickled(body), {'0': bytes(32)}),
+             r"has a tensor of int64 that requires grad \(only floating point tensors can\)")
+    hooked = (_op_global('torch._utils', '_rebuild_tensor_v2')
+              + _op_tuple(_storage_ref('0', 4), _op_int(0), _op_tuple(_op_int(4)), _op_tuple(_op_int(1)),
+                          b'\x89', _op_dict(hook=_op_int(1))) + b'R')
+    _refused(_torch_zip(tmp_path / 'hooks.pt', _pickled(hooked), {'0': _F4}),
+             r"has a tensor with backward hooks \{'hook': 1\}")
+
 # -- the loader fuzzer: valid files of every kind, mutated, each loaded in a child ---------
 # `python test_tinytorch.py loadfuzz --seed 7 --count 20000` runs it at length; the suite
 # runs a few hundred mutants (test_loader_fuzzer_*). A mutant must load to a value of the
