@@ -104,9 +104,9 @@ BUGS = [
 def run(number):
     what, name, right, wrong = BUGS[number]
     with tempfile.TemporaryDirectory(prefix='tt-mutant-') as folder:
-        for f in os.listdir(HERE):
-            if f.endswith('.py') or f == 'data':
-                src = os.path.join(HERE, f)
+        for f in os.listdir(HERE):  # the working tree (the tests read README.md, data/, ...)
+            src = os.path.join(HERE, f)
+            if f != '.git' and not f.startswith('.venv'):
                 (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, os.path.join(folder, f))
         path = os.path.join(folder, name)
         text = open(path).read()
@@ -117,6 +117,8 @@ def run(number):
                             '-k', SELECT], cwd=folder, capture_output=True, text=True, timeout=1800,
                            env={**os.environ, 'TINYTORCH_NO_TORCH': '1'})
         caught = re.findall(r'^FAILED (\S+)', r.stdout, re.M)
+        if r.returncode not in (0, 1):
+            raise RuntimeError(f"pytest could not run the tests: {r.stdout[-2000:]}")
         return what, (caught[0].split('::')[-1] if caught else None), time.time() - began
 
 
