@@ -13345,7 +13345,7 @@ import json, os, pickle, resource, sys, time, traceback, tracemalloc
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 sys.path.insert(0, {here!r})
 import numpy as np
-import tinytorch as tt, nn, files
+import tinytorch as tt, nn
 from collections import OrderedDict
 
 
@@ -13379,7 +13379,7 @@ def summary(v, depth=0):
     raise AssertionError(f"a {{t.__name__}} is not in the grammar")
 
 
-readers = {{'tt': tt.load, 'nn': nn.load, 'st': files.load_safetensors}}
+readers = {{'tt': tt.load, 'nn': nn.load, 'st': nn.load_safetensors}}
 tracemalloc.start()
 for line in sys.stdin:
     kind, path = json.loads(line)
@@ -13388,7 +13388,7 @@ for line in sys.stdin:
     began = time.time()
     try:
         got = ['ok', summary(readers[kind](path))]
-    except (pickle.UnpicklingError, files.CheckpointError) as e:
+    except (pickle.UnpicklingError, nn.CheckpointError) as e:
         got = ['refused', str(e)]
     except BaseException:
         got = ['raised', traceback.format_exc()]
