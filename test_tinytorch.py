@@ -13833,6 +13833,30 @@ def test_load_normalises_bools_reads_big_endian_and_refuses_odd_tensors(tmp_path
     _refused(_torch_zip(tmp_path / 'hooks.pt', _pickled(hooked), {'0': _F4}),
              r"has a tensor with backward hooks \{'hook': 1\}")
 
+
+def test_tinytorch_alone_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_that_requires_grad(
+        tmp_path):
+    """tinytorch.py copied alone saves and loads its tensors; nn.py, when imported, tells it
+    its Parameter class (tt._TENSOR_CLASSES): without it a Parameter in a file loads as a
+    plain tensor that requires grad."""
+    with_param = str(tmp_path / 'p.pt')
+    tt.save({'w': nn.Parameter(tt.tensor([1.0, 2.0])), 'b': tt.tensor([3.0])}, with_param)
+    alone = tmp_path / 'alone'
+    alone.mkdir()
+    shutil.copy(os.path.join(HERE, 'tinytorch.py'), alone)
+    code = ("import sys, tinytorch as tt\n"
+            "tt.save({'x': tt.arange(3), 'y': [tt.ones(2), 1.5]}, 'own.pt')\n"
+            "back = tt.load('own.pt')\n"
+            "print(back['x'].tolist(), back['y'][0].tolist(), back['y'][1])\n"
+            "p = tt.load(sys.argv[1])\n"
+            "print(type(p['w']).__name__, p['w'].requires_grad, p['w'].tolist(), p['b'].requires_grad,"
+            " 'nn' in sys.modules)\n")
+    r = subprocess.run([sys.executable, '-c', code, with_param], cwd=alone, capture_output=True,
+                       text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ['[0, 1, 2] [1.0, 1.0] 1.5', 'Tensor True [1.0, 2.0] False False']
+    assert type(tt.load(with_param)['w']) is nn.Parameter  # here nn.py is imported
+
 # -- the loader fuzzer: valid files of every kind, mutated, each loaded in a child ---------
 # `python test_tinytorch.py loadfuzz --seed 7 --count 20000` runs it at length; the suite
 # runs a few hundred mutants (test_loader_fuzzer_*). A mutant must load to a value of the
