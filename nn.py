@@ -23,7 +23,6 @@ Needs only NumPy and tinytorch.py.
 """
 import copy
 import math
-import os
 import sys
 import types
 import warnings

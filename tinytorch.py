@@ -5203,7 +5203,7 @@ class _Grammar:
 
     def frame(self):
         if self.number('<Q') > len(self.data) - self.at:
-            _fail(f"has a frame longer than the rest of the file: it is truncated; save or "
+            _fail("has a frame longer than the rest of the file: it is truncated; save or "
                   "download it again")
 
     def none(self):
