@@ -13857,6 +13857,36 @@ def test_tinytorch_alone_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_
     assert r.stdout.splitlines() == ['[0, 1, 2] [1.0, 1.0] 1.5', 'Tensor True [1.0, 2.0] False False']
     assert type(tt.load(with_param)['w']) is nn.Parameter  # here nn.py is imported
 
+
+def test_pytorch_reads_what_tt_save_writes(tmp_path):
+    torch = need_torch()
+    tt.manual_seed(0)
+    model = nn.Linear(4, 3)
+    dtypes = [tt.float32, tt.float64, tt.float16, tt.int64, tt.int32, np.dtype(np.int16),
+              np.dtype(np.int8), np.dtype(np.uint8), tt.bool_]
+    obj = {'model': model.state_dict(), 'step': 7, 'betas': (0.9, 0.99), 'state': {0: {'n': 2}},
+           'p': nn.Parameter(tt.ones(2)), 'view': tt.arange(6.0).reshape(2, 3).t(),
+           'dtypes': [tt.arange(-3, 4).to(d) for d in dtypes], 'size': tt.Size([2, 3]),
+           'dev': tt.device('cpu'), 'dt': tt.float16, 'raw': b'\x00\xff', 'scalar': tt.tensor(2.5)}
+    path = str(tmp_path / 'ours.pt')
+    tt.save(obj, path)
+    theirs = torch.load(path, weights_only=True)
+    assert list(theirs['model']) == ['weight', 'bias']
+    for k, v in obj['model'].items():
+        np.testing.assert_array_equal(theirs['model'][k].numpy(), v.array)
+    assert theirs['step'] == 7 and theirs['betas'] == (0.9, 0.99) and theirs['state'] == {0: {'n': 2}}
+    assert isinstance(theirs['p'], torch.nn.Parameter) and theirs['p'].requires_grad
+    assert theirs['view'].tolist() == [[0, 3], [1, 4], [2, 5]]
+    for o, t in zip(obj['dtypes'], theirs['dtypes']):
+        assert t.numpy().dtype == o.dtype and t.tolist() == o.tolist()
+    assert theirs['size'] == torch.Size([2, 3]) and theirs['dev'] == torch.device('cpu')
+    assert theirs['dt'] is torch.float16 and theirs['raw'] == b'\x00\xff' and theirs['scalar'].item() == 2.5
+    back = torch.nn.Linear(4, 3)
+    back.load_state_dict(theirs['model'])
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(back(torch.tensor(x)).detach().numpy(), model(tt.tensor(x)).detach().array,
+                               rtol=1e-6)
+
 # -- the loader fuzzer: valid files of every kind, mutated, each loaded in a child ---------
 # `python test_tinytorch.py loadfuzz --seed 7 --count 20000` runs it at length; the suite
 # runs a few hundred mutants (test_loader_fuzzer_*). A mutant must load to a value of the
