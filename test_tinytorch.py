@@ -13751,7 +13751,7 @@ def test_two_processes_saving_one_path_both_finish_with_one_whole_file(tmp_path)
 
 
 
-def test_tt_save_writes_pytorchs_zip_and_round_trips_every_kind_of_value(tmp_path):
+def test_tt_save_writes_the_zip_format_torch_reads_and_round_trips_every_value(tmp_path):
     """The archive's members and data.pkl's values, pinned: a Parameter keeps its class and
     requires_grad, a tensor saved twice is one object, a transposed view is saved in C order
     (strides (2, 1) of its 3x2 copy), integer keys stay integers."""
