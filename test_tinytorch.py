@@ -7027,10 +7027,11 @@ def test_charlm_bad_inputs_give_clear_messages(corpus, tmp_path):
     fails(['--sample', '--out-dir', run, '--prompt', 'QQQ'], "not in the model's vocabulary")
     with open(os.path.join(run, 'ckpt.npz'), 'r+b') as f:
         f.truncate(200)
-    fails(['--sample', '--latest', '--out-dir', run], "is truncated or corrupt")
+    cut = "is a zip archive without its end record: it is truncated; save or download it again"
+    fails(['--sample', '--latest', '--out-dir', run], cut)
     with open(os.path.join(run, 'best.npz'), 'r+b') as f:  # --sample reads the best one
         f.truncate(200)
-    fails(['--sample', '--out-dir', run], "is truncated or corrupt")
+    fails(['--sample', '--out-dir', run], cut)
 
 
 def test_charlm_never_overwrites_a_run_by_accident(corpus, tmp_path):
@@ -11455,7 +11456,7 @@ def test_census_layers_match_pytorch():
 _PROJECT_FILES = ('tinytorch.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'lookinside', 'nn', 'optim', 'data', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'lookinside', 'files', 'nn', 'optim', 'data', 'transformer')
 
 
 def _top_level_bindings(tree):
@@ -11723,6 +11724,9 @@ def test_the_import_graph_has_no_circle_and_each_file_imports_only_the_files_bef
 
 
 _COPY_USES = {
+    'files': "import numpy as np, files, tinytorch as tt\n"
+             "files.save({'w': np.ones(2), 'step': 3}, 'ck.npz')\n"
+             "print(files.load('ck.npz')['step'] == 3)\n",
     'lookinside': "import lookinside, tinytorch as tt\n"
                   "x = tt.tensor([1.0, 2.0], requires_grad=True)\n"
                   "lookinside.draw_graph((x * x).sum())\n"

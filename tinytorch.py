@@ -4513,12 +4513,9 @@ class record_function:
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
 import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
 import importlib.util  # noqa: E402
-import io  # noqa: E402
 import operator  # noqa: E402
-import pickle  # noqa: E402
 import types  # noqa: E402
 import warnings  # noqa: E402
-import zipfile  # noqa: E402
 
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
@@ -4921,10 +4918,7 @@ import zipfile  # noqa: E402
 import zlib  # noqa: E402
 from collections import OrderedDict as _OrderedDict  # noqa: E402
 
-try:
-    import fcntl  # noqa: E402 (POSIX: a live save holds a lock on its temporary)
-except ImportError:  # Windows
-    fcntl = None
+fcntl = __import__('fcntl') if os.name == 'posix' else None  # a live save locks its temporary
 
 
 class _BadFile(pickle.UnpicklingError):
