@@ -13695,18 +13695,22 @@ def test_ctrl_c_during_a_save_leaves_no_temporary(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         tt._atomic_write(path, interrupted)
     assert os.listdir(tmp_path) == ['ck.pt'] and tt.load(path)['w'].tolist() == [1.0, 1.0]
-    code = (f"import sys, time; sys.path.insert(0, {HERE!r}); import tinytorch as tt\n"
+    code = (f"import signal, sys, time; sys.path.insert(0, {HERE!r}); import tinytorch as tt\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it\n"
             "def slow(f):\n    f.write(b'x' * 1000); f.flush(); print('writing', flush=True); "
             "time.sleep(30)\n"
             "try:\n    tt._atomic_write(sys.argv[1], slow)\nexcept KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n")
     child = subprocess.Popen([sys.executable, '-c', code, str(path)], stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == 'writing'
-    assert len(os.listdir(tmp_path)) == 2  # the file and the save's temporary
-    os.kill(child.pid, _signal.SIGINT)  # Ctrl-C
-    assert child.stdout.readline().strip() == 'interrupted'
-    child.wait(30)
-    child.stdout.close()
+    try:
+        assert child.stdout.readline().strip() == 'writing'
+        assert len(os.listdir(tmp_path)) == 2  # the file and the save's temporary
+        os.kill(child.pid, _signal.SIGINT)  # Ctrl-C
+        assert child.stdout.readline().strip() == 'interrupted'
+        child.wait(30)
+    finally:
+        child.kill()
+        child.stdout.close()
     assert os.listdir(tmp_path) == ['ck.pt'] and tt.load(path)['w'].tolist() == [1.0, 1.0]
 
 

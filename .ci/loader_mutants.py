@@ -114,7 +114,7 @@ def run(number):
         open(path, 'w').write(text.replace(right, wrong))
         began = time.time()
         r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
-                            '-k', SELECT], cwd=folder, capture_output=True, text=True, timeout=1800,
+                            '--basetemp', os.path.join(folder, 'tmp'), '-k', SELECT], cwd=folder, capture_output=True, text=True, timeout=1800,
                            env={**os.environ, 'TINYTORCH_NO_TORCH': '1'})
         caught = re.findall(r'^FAILED (\S+)', r.stdout, re.M)
         if r.returncode not in (0, 1):
