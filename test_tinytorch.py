@@ -13816,6 +13816,9 @@ def test_load_checks_crcs_depth_and_the_bytes_arrays_take(tmp_path):
     amplified = _write(tmp_path / 'amplified.pt', _pickled(body, 4))
     allowed = os.path.getsize(amplified) + 1024  # the pickle's bytes and 1 KiB of slack
     _refused(amplified, rf"makes arrays of 2,097,152 bytes from a pickle of {allowed:,};")  # at the 2nd
+    twice = _write(tmp_path / 'twice.pt', _pickled(b'}(' + _op_str('a') + _op_int(1) + _op_str('a')
+                                                   + _op_int(2) + b'u'))  # {'a': 1, 'a': 2}
+    _refused(twice, r"has the key 'a' twice in one dict;")  # pickle would keep the last silently
     _write(tmp_path / 'tail.pt', _pickled(b'N') + b'abc')
     _refused(str(tmp_path / 'tail.pt'), r"has 3 bytes after its pickle's end")
 
