@@ -13,9 +13,10 @@ Linears, as here. A checkpoint brought back (`--from-...`) is a train_charlm.py
 checkpoint (OUT_DIR/ckpt.npz and best.npz): `python train_charlm.py --sample --out-dir
 OUT_DIR` samples from it, and `--resume` continues training it.
 
-Reading and writing Hugging Face's files needs only NumPy (nn.py reads and writes
-safetensors). nanoGPT's ckpt.pt is a PyTorch pickle: that direction imports torch,
-and reads .pt files with weights_only=True (no code in a checkpoint ever runs).
+Reading and writing Hugging Face's files needs only NumPy (files.py reads and writes
+safetensors). nanoGPT's ckpt.pt is a PyTorch file: files.read_nanogpt reads it (and
+meta.pkl) with tt.load's grammar, without PyTorch (no code in a file ever runs); writing
+one (--to nanogpt) imports torch.
 """
 import argparse
 import json
@@ -25,7 +26,9 @@ import sys
 
 import numpy as np
 
+import files
 import nn
+import tinytorch as tt
 import train_charlm
 from train_charlm import BEST_NAME, CKPT_NAME, UserError  # its checkpoints, its errors
 from transformer import GPTConfig
@@ -293,16 +296,7 @@ def to_nanogpt(ck, out_dir, force):
              "--init_from=resume needs one; export a train_charlm.py ckpt.npz instead)"))
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """meta.pkl holds only dicts, ints and strings: refuse anything that names code."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"meta.pkl refers to {module}.{name}; only plain "
-                                     "dicts, numbers and strings are read")
-
-
 def from_nanogpt(path, meta_path=None):
-    torch = need_torch("--from-nanogpt")
     if not os.path.exists(path):
         raise UserError(f"nanoGPT checkpoint not found: {path}")
     meta_path = meta_path or os.path.join(os.path.dirname(path), 'meta.pkl')
@@ -310,16 +304,14 @@ def from_nanogpt(path, meta_path=None):
         raise UserError(f"{meta_path} not found: the vocabulary (nanoGPT's meta.pkl) is needed "
                         "to read and write text; give it with --meta")
     try:
-        pt = torch.load(path, map_location='cpu', weights_only=True)
-        with open(meta_path, 'rb') as f:
-            meta = _PlainUnpickler(f).load()
+        pt, meta = files.read_nanogpt(path, meta_path)
         args, model = pt['model_args'], pt['model']
-    except (pickle.UnpicklingError, KeyError, TypeError, RuntimeError, EOFError, OSError) as e:
+    except (files.CheckpointError, KeyError, TypeError, RuntimeError, EOFError, OSError) as e:
         raise UserError(f"cannot read {path} with {meta_path} ({type(e).__name__}: "
                         f"{str(e)[:120]})") from None
     check_gpt_settings(args, NANOGPT_SETTINGS, f"{path}'s model_args")
     if not isinstance(meta, dict) or not isinstance(model, dict) or \
-            not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
+            not all(isinstance(k, str) and isinstance(v, tt.Tensor) for k, v in model.items()):
         raise UserError(f"{path} with {meta_path}: not a nanoGPT checkpoint (a dict of tensors "
                         f"as model, a dict as meta.pkl); {THEIRS}")
     vocab = vocab_from(meta.get('itos'), meta_path, args['vocab_size'], key=int)

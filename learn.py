@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-FILES = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py')  # in import order
+FILES = ('tinytorch.py', 'files.py', 'nn.py', 'optim.py', 'transformer.py')  # in import order
 VERSION = 1  # of the workspace layout: a workspace stamped otherwise is refused
 STAMP = '.learn.json'
 DEFAULT_DIR = 'mytorch'
@@ -515,7 +515,7 @@ def load(ws):
     mods = {}
     try:
         for k in list(sys.modules):
-            if k.split('.')[0] in ('tinytorch', 'nn', 'optim', 'transformer'):
+            if k.split('.')[0] in ('tinytorch', 'files', 'nn', 'optim', 'transformer'):
                 del sys.modules[k]
         for f in FILES:
             name = f[:-3]

@@ -22,14 +22,10 @@
 Needs only NumPy and tinytorch.py.
 """
 import copy
-import json
 import math
-import os
 import sys
-import tempfile
 import types
 import warnings
-import zipfile
 from collections import OrderedDict, namedtuple
 from statistics import NormalDist
 
@@ -53,6 +49,9 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return 'Parameter containing:\n' + super().__repr__()
+
+
+tt._TENSOR_CLASSES['Parameter'] = Parameter  # tt.load and tt.save know a Parameter by this
 
 
 class Module:
@@ -2645,245 +2644,10 @@ for _f in (uniform_, normal_, trunc_normal_, constant_, zeros_, ones_, xavier_un
 
 
 # ---------------------------------------------------------------------------
-# 7. Checkpoints: .npz (a zip of .npy arrays) or .safetensors, plus a JSON
-#    description of everything else; never pickle
+# 7. Checkpoints: nn.save / nn.load (.npz or .safetensors) live in files.py, the one
+#    room for files (their reading is files.py's grammar); these are its names
 # ---------------------------------------------------------------------------
-class CheckpointError(Exception):
-    pass
-
-
-_META = '__tinytorch_meta__'
-
-
-def _encode(obj, arrays, names, path=''):
-    """Turn nested dicts/lists of arrays, tensors, numbers and strings into JSON,
-    moving every array into `arrays` (and its dotted path into `names`) and leaving a
-    reference in its place."""
-    if isinstance(obj, (Tensor, np.ndarray)):
-        arrays.append(obj.array if isinstance(obj, Tensor) else obj)
-        names.append(path)
-        return {'__tensor__' if isinstance(obj, Tensor) else '__array__': len(arrays) - 1}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    sub = (path + '.') if path else ''
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) for k in obj):
-            return {'__dict__': {k: _encode(v, arrays, names, sub + k) for k, v in obj.items()}}
-        return {'__items__': [[_encode(k, arrays, names, sub + 'key'),
-                               _encode(v, arrays, names, f'{sub}{k}')] for k, v in obj.items()]}
-    if isinstance(obj, (list, tuple)):
-        return {'__list__': [_encode(v, arrays, names, f'{sub}{i}') for i, v in enumerate(obj)],
-                'tuple': isinstance(obj, tuple)}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if hasattr(obj, 'state_dict'):  # a Module or an optimizer: its numbers are its state_dict
-        raise TypeError(f"save: got a {type(obj).__name__}, which holds code as well as numbers; "
-                        "save its state_dict(): nn.save(obj.state_dict(), path), and bring it "
-                        "back with obj.load_state_dict(nn.load(path))")
-    raise TypeError(f"save: cannot store an object of type {type(obj).__name__}")
-
-
-def _decode(obj, arrays):
-    if isinstance(obj, dict):
-        if '__tensor__' in obj:
-            return tt.tensor(arrays[obj['__tensor__']])
-        if '__array__' in obj:
-            return arrays[obj['__array__']]
-        if '__dict__' in obj:
-            return {k: _decode(v, arrays) for k, v in obj['__dict__'].items()}
-        if '__items__' in obj:
-            return {_decode(k, arrays): _decode(v, arrays) for k, v in obj['__items__']}
-        if '__list__' in obj:
-            items = [_decode(v, arrays) for v in obj['__list__']]
-            return tuple(items) if obj['tuple'] else items
-    return obj
-
-
-def save(obj, path):
-    """Write obj (nested dicts and lists of tensors, arrays, numbers and strings: a
-    state_dict, a training checkpoint) to path: a .safetensors file when path ends so,
-    else NumPy's .npz. Atomically: a temporary file in the same folder, flushed to disk,
-    then renamed over path. A crash mid-save leaves the old file intact."""
-    arrays, names = [], []
-    meta = json.dumps(_encode(obj, arrays, names))
-    if str(path).endswith('.safetensors'):
-        tensors = dict(zip(_unique(names), arrays))
-        _atomic_write(path, lambda f: _write_safetensors(
-            f, tensors, {_META: meta, 'names': json.dumps(list(tensors)), 'format': 'pt'}))
-        return
-    entries = {f'a{i}': a for i, a in enumerate(arrays)}
-    entries[_META] = np.frombuffer(meta.encode('utf-8'), dtype=np.uint8)
-    _atomic_write(path, lambda f: np.savez(f, **entries))
-
-
-# a temporary file beside path, flushed, renamed over it; stale temporaries of path removed
-_atomic_write = tt._atomic_write
-
-
-def _unique(names):
-    """Tensor names for a .safetensors file: the dotted paths, made unique."""
-    seen, out = set(), []
-    for i, name in enumerate(names):
-        name = name or 'tensor'
-        if name in seen:
-            name = f'{name}#{i}'
-        seen.add(name)
-        out.append(name)
-    return out
-
-
-def load(path):
-    """Read what save() wrote. Never unpickles, so an untrusted file cannot run code."""
-    path = str(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    if path.endswith('.safetensors'):
-        tensors, metadata = load_safetensors(path)
-        if _META not in metadata:
-            raise CheckpointError(f"{path} is a safetensors file but not a tinytorch checkpoint "
-                                  f"(no {_META} entry in its metadata); read its tensors with "
-                                  "nn.load_safetensors")
-        try:
-            names = json.loads(metadata['names'])
-            return _decode(json.loads(metadata[_META]), {i: tensors[n] for i, n in enumerate(names)})
-        except (KeyError, ValueError, TypeError, IndexError, RecursionError) as e:
-            raise _bad_description(path, e) from None
-    with open(path, 'rb') as f:
-        magic = f.read(4)
-    if magic != b'PK\x03\x04':  # every .npz is a zip archive, which starts so
-        raise CheckpointError(f"{path} is not a tinytorch checkpoint (neither a .npz archive "
-                              "nor a .safetensors file)")
-    try:
-        _check_npz(path)
-        with np.load(path, allow_pickle=False) as z:
-            if _META not in z.files:
-                raise CheckpointError(f"{path} is not a tinytorch checkpoint (no {_META} entry)")
-            meta = bytes(z[_META]).decode('utf-8')
-            arrays = {int(k[1:]): z[k] for k in z.files if k != _META}
-    except CheckpointError:
-        raise
-    except MemoryError:
-        raise CheckpointError(f"{path} declares an array larger than the memory: it is damaged "
-                              "or was made to attack; do not use it") from None
-    except ValueError as e:
-        if 'allow_pickle' in str(e):  # an object array: NumPy would have to unpickle it
-            raise CheckpointError(f"{path} holds pickled Python objects, which could run code: "
-                                  "it is not a tinytorch checkpoint, and tinytorch never loads "
-                                  "them") from None
-        raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
-                              f"({type(e).__name__}: {e})") from None
-    except (zipfile.BadZipFile, OSError, EOFError, KeyError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is truncated or corrupt and cannot be loaded "
-                              f"({type(e).__name__}: {e})") from None
-    try:
-        return _decode(json.loads(meta), arrays)
-    except (KeyError, ValueError, TypeError, IndexError, RecursionError) as e:
-        raise _bad_description(path, e) from None
-
-
-def _bad_description(path, e):
-    what = {RecursionError: "it is nested deeper than Python can follow",
-            KeyError: f"it refers to array {e}, which the file lacks"}.get(type(e), f"{e}")
-    return CheckpointError(f"{path}: its tinytorch description does not match its arrays "
-                           f"({type(e).__name__}: {what}); the file is damaged or was made "
-                           "to attack: do not use it")
-
-
-def _check_npz(path):
-    """Refuse an .npz before NumPy reads it: a member that inflates far beyond its stored
-    bytes (np.savez stores them uncompressed), or an array header declaring more bytes than
-    its member holds (NumPy would allocate them first)."""
-    with zipfile.ZipFile(path) as z:
-        for info in z.infolist():
-            if info.file_size > 64 * max(info.compress_size, 1 << 20):
-                raise CheckpointError(f"{path}: its member {info.filename} inflates from "
-                                      f"{info.compress_size:,} to {info.file_size:,} bytes; the "
-                                      "file is damaged or was made to attack: do not use it")
-            if not info.filename.endswith('.npy'):
-                continue
-            with z.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read(f)
-                need = math.prod(shape) * dtype.itemsize
-                if not dtype.hasobject and f.tell() + need != info.file_size:
-                    raise CheckpointError(
-                        f"{path}: its array {info.filename} declares {shape} of {dtype} "
-                        f"({need:,} bytes) in a member of {info.file_size - f.tell():,}; the "
-                        "file is damaged or was made to attack: do not use it")
-
-
-# safetensors (Hugging Face's format): an 8-byte little-endian length N, N bytes of JSON
-# (for each tensor its dtype, shape and [begin, end) byte offsets in the data that
-# follows; "__metadata__": a dict of strings), then the tensors' raw little-endian bytes.
-_ST_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'I64': np.int64,
-              'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U64': np.uint64,
-              'U32': np.uint32, 'U16': np.uint16, 'U8': np.uint8, 'BOOL': np.bool_}
-_ST_CODES = {np.dtype(t): code for code, t in _ST_DTYPES.items()}
-
-
-def save_safetensors(tensors, path, metadata=None):
-    """Write name -> array (or tensor) as a .safetensors file, atomically."""
-    arrays = {k: (v.array if isinstance(v, Tensor) else np.asarray(v)) for k, v in tensors.items()}
-    _atomic_write(path, lambda f: _write_safetensors(f, arrays, metadata))
-
-
-def _write_safetensors(f, tensors, metadata):
-    header, offset = {}, 0
-    if metadata:
-        header['__metadata__'] = {str(k): str(v) for k, v in metadata.items()}
-    for name, a in tensors.items():
-        if a.dtype not in _ST_CODES:
-            raise TypeError(f"save: safetensors cannot store {name!r} of dtype {a.dtype}")
-        header[name] = {'dtype': _ST_CODES[a.dtype], 'shape': list(a.shape),
-                        'data_offsets': [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    text = json.dumps(header, separators=(',', ':')).encode('utf-8')
-    text += b' ' * (-len(text) % 8)  # the data starts 8-byte aligned, as the reference writer does
-    f.write(len(text).to_bytes(8, 'little') + text)
-    for a in tensors.values():
-        f.write(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder('<')).tobytes())
-
-
-def load_safetensors(path):
-    """Read a .safetensors file: (name -> NumPy array, metadata dict). bfloat16 tensors
-    come back as float32 (NumPy has no bfloat16)."""
-    def corrupt(why):
-        return CheckpointError(f"{path} is truncated or corrupt and cannot be loaded ({why})")
-    with open(path, 'rb') as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise corrupt(f"{len(raw)} bytes, fewer than the 8 of the header length")
-    n = int.from_bytes(raw[:8], 'little')
-    if n > len(raw) - 8:
-        raise corrupt(f"the header claims {n} bytes, the file has {len(raw) - 8} after it")
-    try:
-        header = json.loads(raw[8:8 + n].decode('utf-8'))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise corrupt(f"its header is not JSON: {e}") from None
-    if not isinstance(header, dict):
-        raise corrupt("its header is not a JSON object")
-    data = memoryview(raw)[8 + n:]
-    metadata = header.pop('__metadata__', None) or {}
-    tensors = {}
-    for name, info in header.items():
-        try:
-            code, shape, (begin, end) = info['dtype'], tuple(info['shape']), info['data_offsets']
-        except (KeyError, TypeError, ValueError):
-            raise corrupt(f"bad entry for {name!r}") from None
-        dtype = np.dtype(np.uint16 if code == 'BF16' else _ST_DTYPES.get(code, np.void))
-        if dtype == np.void:
-            raise corrupt(f"{name!r} has dtype {code}, which tinytorch cannot read")
-        count = math.prod(shape)
-        if not 0 <= begin <= end <= len(data) or end - begin != count * dtype.itemsize:
-            raise corrupt(f"{name!r}: offsets {begin}..{end} do not hold {shape} of {code} "
-                          f"within the {len(data)} bytes of data")
-        a = np.frombuffer(data[begin:end], dtype=dtype.newbyteorder('<')).reshape(shape)
-        if code == 'BF16':  # bfloat16 is the top half of a float32
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        tensors[name] = a.astype(a.dtype.newbyteorder('='))
-    return tensors, metadata
+from files import CheckpointError, load, load_safetensors, save, save_safetensors  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------------------
