@@ -11094,9 +11094,14 @@ def _fuzz_main(argv):
 _FUZZ_CI_COUNT = 500  # programs per family: 4,500 in all, under a minute on 2 cores
 
 
-# Families that mismatch PyTorch today, with the causes the fuzzer names (none since issue
-# 23; a family added here must fail its test: strict=True says so).
-_FUZZ_FAILING = {}
+# Families that mismatch PyTorch today, with the causes the fuzzer names (none from issue 23
+# to issue 46, whose layout comparison found one outside the sections it changed; a family
+# added here must fail its test: strict=True says so).
+_FUZZ_FAILING = {
+    'edges': "sum: layout (contiguous in PyTorch only): x.T.sum(2, keepdim=True) keeps NumPy's "
+             "order of dims; PyTorch's reductions are row-major (sum and mean are in section 5, "
+             "the lead's room: their results need _row_major, as section 10's reductions have)",
+}
 
 
 @pytest.mark.parametrize('family', [
