@@ -3436,6 +3436,9 @@ def test_a_write_of_no_element_with_a_value_requiring_grad_joins_the_graph():
         y[tt.tensor([0])] = 1.0  # a (1, 2) region: refused, as PyTorch's
     with pytest.raises(IndexError, match="out of bounds"):
         y[tt.tensor([0]), 1:1]
+    z = tt.zeros(2, 1, 3)  # index arrays that don't broadcast: refused, even writing nothing
+    with pytest.raises(IndexError, match="shape mismatch"):
+        z[tt.tensor([False, False]), :0, tt.tensor([True, True, True])] = 1.0
 
 
 def test_a_write_of_no_element_matches_pytorch():
