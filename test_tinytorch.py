@@ -3439,6 +3439,8 @@ def test_a_write_of_no_element_with_a_value_requiring_grad_joins_the_graph():
     z = tt.zeros(2, 1, 3)  # index arrays that don't broadcast: refused, even writing nothing
     with pytest.raises(IndexError, match="shape mismatch"):
         z[tt.tensor([False, False]), :0, tt.tensor([True, True, True])] = 1.0
+    with pytest.raises(IndexError, match="boolean index did not match"):
+        z[..., 1:3, tt.tensor([False, False])] = 1.0  # a mask of the wrong length too
 
 
 def test_a_write_of_no_element_matches_pytorch():

@@ -3730,6 +3730,8 @@ def _writes_nothing(a, items):
             sliced.append(len(range(*i.indices(a.shape[d]))))
             d += 1
         else:  # an index array: a mask picks its true positions over as many dims as it has
+            if i.dtype == bool and i.shape != a.shape[d:d + i.ndim]:
+                return False  # a mask of the wrong shape: refused (NumPy's words)
             arrays.append(np.zeros(int(i.sum())) if i.dtype == bool else i)
             d += i.ndim if i.dtype == bool else 1
     try:
