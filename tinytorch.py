@@ -3773,22 +3773,23 @@ def _writes_nothing(a, items):
     and index arrays). PyTorch checks an index's values only where it writes, so an index
     out of range passes then, even into a dim of size 0 (zeros(0, 2)[tensor([0]), 1:1] = v),
     where NumPy (and reading, in PyTorch too) refuses it."""
-    d, arrays = 0, []
+    d, arrays, sliced = 0, [], []
     for i in items:
         if i is None:
             continue
         if isinstance(i, slice):
-            if len(range(*i.indices(a.shape[d]))) == 0:
-                return True
+            sliced.append(len(range(*i.indices(a.shape[d]))))
             d += 1
         else:  # an index array: a mask picks its true positions over as many dims as it has
+            if i.dtype == bool and i.shape != a.shape[d:d + i.ndim]:
+                return False  # a mask of the wrong shape: refused (NumPy's words)
             arrays.append(np.zeros(int(i.sum())) if i.dtype == bool else i)
             d += i.ndim if i.dtype == bool else 1
     try:
         picked = np.broadcast_shapes(*(np.shape(i) for i in arrays))
     except ValueError:
-        return False  # refused, with NumPy's words
-    return math.prod(picked) == 0 or 0 in a.shape[d:]
+        return False  # index arrays of shapes that don't broadcast: refused (NumPy's words)
+    return 0 in picked or 0 in sliced or 0 in a.shape[d:]
 
 
 def setitem(x, idx, value):
