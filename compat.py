@@ -220,10 +220,10 @@ _PATHS = {
                                          'normalization', 'container', 'flatten')},
         Module=tt._companion('nn').Module),
     'nn.utils.rnn': lambda: _module(
-        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
-        pad_sequence=tt._companion('nn').pad_sequence,
-        **{n: tt._companion('nn')._no_packed_sequences(n) for n in (
-            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
+        'nn.utils.rnn', "torch.nn.utils.rnn: padded and packed batches of sequences (nn.py's)",
+        **{n: getattr(tt._companion('nn'), n) for n in (
+            'pad_sequence', 'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence',
+            'PackedSequence', 'unpad_sequence', 'unpack_sequence')}),
     'distributions': lambda: _refusing_module(
         'distributions', "tinytorch has no probability distributions; sample with "
                          "torch.multinomial, torch.normal or torch.rand"),

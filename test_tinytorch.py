@@ -4984,6 +4984,112 @@ def _leaves(out):
     return [out]
 
 
+def test_packed_sequences_layout_and_round_trip_by_hand():
+    from tinytorch.nn.utils.rnn import (pack_padded_sequence, pad_packed_sequence, pack_sequence,
+                                        PackedSequence, unpack_sequence)
+    # three sequences of lengths 3, 1, 2 (batch order), padded with 9; values 10 * seq + step
+    padded = tt.tensor([[0., 10., 20.], [1., 9., 21.], [2., 9., 9.]], requires_grad=True)  # (L, N)
+    p = pack_padded_sequence(padded, [3, 1, 2], enforce_sorted=False)
+    assert isinstance(p, PackedSequence)
+    # sorted longest first: sequences 0, 2, 1; step 0 of all three, step 1 of 0 and 2, step 2 of 0
+    assert p.data.tolist() == [0., 20., 10., 1., 21., 2.]
+    assert p.batch_sizes.tolist() == [3, 2, 1] and p.batch_sizes.dtype == tt.int64
+    assert p.sorted_indices.tolist() == [0, 2, 1] and p.unsorted_indices.tolist() == [0, 2, 1]
+    back, lengths = pad_packed_sequence(p, padding_value=-1.)
+    assert back.tolist() == [[0., 10., 20.], [1., -1., 21.], [2., -1., -1.]]
+    assert lengths.tolist() == [3, 1, 2] and lengths.dtype == tt.int64
+    assert pad_packed_sequence(p, batch_first=True, total_length=4)[0].shape == (3, 4)
+    with pytest.raises(ValueError, match="total_length to be at least"):
+        pad_packed_sequence(p, total_length=2)
+    (p.data * tt.arange(1., 7.)).sum().backward()  # each packed row's weight back to its place
+    assert padded.grad.tolist() == [[1., 3., 2.], [4., 0., 5.], [6., 0., 0.]]
+    with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
+        pack_padded_sequence(padded, [3, 1, 2])
+    with pytest.raises(RuntimeError, match="greater than 0"):
+        pack_padded_sequence(padded, [3, 0, 2], enforce_sorted=False)
+    s = pack_sequence([tt.tensor([1., 2.]), tt.tensor([3.])])  # sorted already: no indices
+    assert s.data.tolist() == [1., 3., 2.] and s.sorted_indices is None
+    assert [u.tolist() for u in unpack_sequence(pack_sequence(
+        [tt.tensor([5.]), tt.tensor([6., 7.])], enforce_sorted=False))] == [[5.], [6., 7.]]
+
+
+def test_recurrent_layers_read_a_packed_batch_by_hand():
+    """A relu RNN with weights 1 and no bias sums its inputs: h_t = relu(x_t + h_{t-1}).
+    Packed, each sequence's h_n is the sum of its own steps, the padding (100) never read,
+    in both directions; its gradient is 1 on each real step and 0 on the padding."""
+    from tinytorch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    rnn = nn.RNN(1, 1, nonlinearity='relu', bias=False, bidirectional=True, batch_first=True,
+                 dtype=tt.float64)
+    for p in rnn.parameters():
+        nn.init.ones_(p)
+    x = tt.tensor([[[1.], [100.]], [[2.], [3.]]], dtype=tt.float64, requires_grad=True)  # (N, L, 1)
+    out, h = rnn(pack_padded_sequence(x, [1, 2], batch_first=True, enforce_sorted=False))
+    assert out.sorted_indices.tolist() == [1, 0]
+    assert h[:, :, 0].tolist() == [[1., 5.], [1., 5.]]  # forward, reverse; batch order
+    padded, lengths = pad_packed_sequence(out, batch_first=True)
+    # forward: running sums; reverse: sums from the end; padding 0
+    assert padded.tolist() == [[[1., 1.], [0., 0.]], [[2., 5.], [5., 3.]]]
+    h.sum().backward()
+    assert x.grad[:, :, 0].tolist() == [[2., 0.], [2., 2.]]
+    h0 = tt.tensor([[[10.], [20.]], [[30.], [40.]]], dtype=tt.float64)  # batch order
+    _, h = rnn(pack_padded_sequence(x, [1, 2], batch_first=True, enforce_sorted=False), h0)
+    assert h[:, :, 0].tolist() == [[11., 25.], [31., 45.]]
+
+
+@pytest.mark.parametrize("name", ['RNN', 'LSTM', 'GRU'])
+def test_recurrent_layers_on_packed_sequences_match_pytorch(name):
+    torch = need_torch()
+    import torch.nn.utils.rnn as R
+    from tinytorch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    rng = np.random.default_rng(5)
+    for kwargs, lengths, sort in [(dict(), [5, 3, 3, 1], True),
+                                  (dict(num_layers=2, bidirectional=True), [2, 5, 1, 4], False),
+                                  (dict(batch_first=True, bidirectional=True), [3, 3, 5, 1], False)]:
+        ours = _module64(getattr(nn, name), 3, 4, **kwargs)
+        theirs = getattr(torch.nn, name)(3, 4, dtype=torch.float64, **kwargs)
+        ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+        bf = kwargs.get('batch_first', False)
+        x = rng.standard_normal((4, 5, 3) if bf else (5, 4, 3))
+        hx = rng.standard_normal(((2 if kwargs else 1) * kwargs.get('num_layers', 1), 4, 4))
+        xs = [tt.tensor(a, requires_grad=True) for a in (x, hx, hx + 1)]
+        ts = [torch.tensor(a, requires_grad=True) for a in (x, hx, hx + 1)]
+        state = lambda s: (s[1], s[2]) if name == 'LSTM' else s[1]  # noqa: E731
+        out, h = ours(pack_padded_sequence(xs[0], lengths, bf, sort), state(xs))
+        tout, th = theirs(R.pack_padded_sequence(ts[0], lengths, bf, sort), state(ts))
+        assert out.batch_sizes.tolist() == tout.batch_sizes.tolist()
+        padded, n = pad_packed_sequence(out, bf, padding_value=0.5)
+        tpadded, tn = R.pad_packed_sequence(tout, bf, padding_value=0.5)
+        assert n.tolist() == tn.tolist() == lengths
+        mine = tt.cat([padded.reshape(-1)] + [s.reshape(-1) for s in _leaves(h)])
+        torch_out = torch.cat([tpadded.reshape(-1)] + [s.reshape(-1) for s in _leaves(th)])
+        _same_outputs_and_gradients(torch, rng, mine, torch_out, xs if name == 'LSTM' else xs[:2],
+                                    ts if name == 'LSTM' else ts[:2], ours, theirs)
+
+
+def test_packing_functions_match_pytorch():
+    torch = need_torch()
+    import torch.nn.utils.rnn as R
+    import tinytorch.nn.utils.rnn as ours
+    rng = np.random.default_rng(6)
+    seqs = [rng.standard_normal((n, 2)) for n in (2, 4, 1, 4)]
+    a = [tt.tensor(s, requires_grad=True) for s in seqs]
+    b = [torch.tensor(s, requires_grad=True) for s in seqs]
+    p, q = ours.pack_sequence(a, enforce_sorted=False), R.pack_sequence(b, enforce_sorted=False)
+    for mine, theirs in zip(p, q):
+        np.testing.assert_array_equal(mine.detach().array, theirs.detach().numpy())
+    (pa, na), (pb, nb) = (ours.pad_packed_sequence(p, True, -2., 6),
+                          R.pad_packed_sequence(q, True, -2., 6))
+    np.testing.assert_array_equal(pa.detach().array, pb.detach().numpy())
+    assert na.tolist() == nb.tolist()
+    w = rng.standard_normal(pa.shape)
+    (pa * tt.tensor(w)).sum().backward()
+    (pb * torch.tensor(w)).sum().backward()
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.grad.array, y.grad.numpy())
+    assert [u.tolist() for u in ours.unpack_sequence(p)] == \
+        [u.tolist() for u in R.unpack_sequence(q)]
+
+
 def test_multihead_attention_gradcheck():
     mha = _module64(nn.MultiheadAttention, 4, 2)
     _module_check(mha, t64(3, 2, 4, seed=1), t64(5, 2, 4, seed=2), t64(5, 2, 4, seed=3))
@@ -11527,8 +11633,6 @@ def test_census_layers_values_by_hand():
     ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
     assert ps.tolist() == [[1., 2.], [3., -1.]]
     assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
-    with pytest.raises(NotImplementedError, match="padded batches only"):
-        tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
     with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
         nn.DataParallel(nn.Linear(2, 2))
     assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
