@@ -16,6 +16,7 @@ tinytorch.py loads this file at the end of its import when it is beside it (tiny
 copied alone computes the same; only these names are missing). It imports only NumPy and
 tinytorch.py.
 """
+import enum
 import functools
 import importlib
 import importlib.util
@@ -135,6 +136,14 @@ def _refusing_module(name, why):
     return m
 
 
+def _partial_module(name, why, **attrs):
+    """A module path of which tinytorch has some names (attrs): the others say why they are
+    missing, in one line, when used."""
+    m = _refusing_module(name, why)
+    m.__dict__.update(attrs)
+    return m
+
+
 def _nn_utils():
     optim_ = tt._companion('optim')
     return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
@@ -160,7 +169,7 @@ _PATHS = {
     'nn.parallel': lambda: _module(
         'nn.parallel', "torch.nn.parallel: one process here",
         DistributedDataParallel=_refuse('DistributedDataParallel', _ONE_PROCESS),
-        DataParallel=_refuse('DataParallel', _NO_GPU)),
+        DataParallel=tt._companion('nn').DataParallel),
     'optim': lambda: tt._companion('optim'),
     'optim.lr_scheduler': lambda: tt._companion('optim'),
     'utils': lambda: _module('utils', "torch.utils"),
@@ -209,10 +218,17 @@ _PATHS = {
     'version': lambda: _module('version', "torch.version", __version__=tt.__version__,
                                cuda=None, hip=None, git_version='tinytorch'),
     'multiprocessing': lambda: _refusing_module('multiprocessing', _ONE_PROCESS),
-    'utils.data.distributed': lambda: _refusing_module('utils.data.distributed', _ONE_PROCESS),
-    'profiler': lambda: _refusing_module(
-        'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
-                    "(README, 'Look inside a run')"),
+    'utils.data.distributed': lambda: _module(
+        'utils.data.distributed', "torch.utils.data.distributed: one replica, this process",
+        DistributedSampler=tt._companion('data').DistributedSampler),
+    'profiler': lambda: _partial_module(
+        'profiler', "tinytorch's profiler is lookinside.profile (README, 'Look inside a run')",
+        profile=tt._companion('lookinside').torch_profile, record_function=tt.record_function,
+        ProfilerActivity=enum.Enum('ProfilerActivity', 'CPU CUDA XPU MTIA'),
+        schedule=lambda **steps: steps,  # accepted; the profile covers the whole block
+        tensorboard_trace_handler=_refuse(
+            'torch.profiler.tensorboard_trace_handler', "tinytorch's profiler writes no "
+            "trace files; print prof.key_averages().table() instead")),
     'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
         'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
         **{f: tt._companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
@@ -228,8 +244,25 @@ _PATHS = {
         'distributions', "tinytorch has no probability distributions; sample with "
                          "torch.multinomial, torch.normal or torch.rand"),
 }
-compile = _refuse('compile', "tinytorch has no compiler; run the model as it is "
-                             "(nanoGPT: --compile=False)")
+_NOTED = set()  # the notes given once per process
+
+
+def _note_once(key, message):
+    if key not in _NOTED:
+        _NOTED.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mode=None,
+            options=None, disable=False):
+    """torch.compile: the module or function itself, unchanged (the eager code PyTorch
+    falls back to), with one note, the first time, that tinytorch has no compiler. Used
+    as a decorator, with or without arguments, it returns the function too."""
+    if model is None:  # @torch.compile(mode=...): the decorator
+        return lambda fn: compile(fn)
+    _note_once('compile', "torch.compile: tinytorch has no compiler; the model runs as it is "
+                          "(eagerly), with the same results")
+    return model
 
 
 def set_float32_matmul_precision(precision):

@@ -8,6 +8,7 @@ lists of batch_size indices, and collate_fn stacks the examples of each list int
   TensorDataset  examples are the i-th rows of some tensors (images, labels)
   Subset, random_split
   SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, BatchSampler
+  DistributedSampler (one replica: this process)
   DataLoader(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
              num_workers=0, collate_fn=None, drop_last=False, generator=None, ...)
   default_collate, default_convert
@@ -215,6 +216,43 @@ class BatchSampler(Sampler):
     def __len__(self):
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+
+class DistributedSampler(Sampler):
+    """torch.utils.data.distributed.DistributedSampler for the one process tinytorch runs
+    in (num_replicas=1, rank=0; None means that): each epoch every index once, in order
+    with shuffle=False, else in the order randperm gives with a generator seeded
+    seed + epoch, so the order changes when set_epoch(epoch) is called, as PyTorch's
+    (PyTorch's random numbers are not NumPy's: the shuffled order is another one)."""
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        num_replicas = 1 if num_replicas is None else num_replicas
+        rank = 0 if rank is None else rank
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(f"DistributedSampler: Invalid rank {rank}, rank should be in the "
+                             f"interval [0, {num_replicas - 1}]")
+        if num_replicas != 1:
+            raise RuntimeError(f"DistributedSampler: num_replicas={num_replicas}: tinytorch "
+                               "trains in one process on the CPU (num_replicas=1, rank=0; run "
+                               "the program without torchrun)")
+        self.dataset, self.num_replicas, self.rank, self.epoch = dataset, 1, 0, 0
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.num_samples = self.total_size = len(dataset)  # one replica: all of them
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(len(self.dataset)))
+        g = tt.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return iter(tt.randperm(len(self.dataset), generator=g).tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        """The next epoch's order: call it before each epoch (the same epoch, the same order)."""
+        self.epoch = epoch
 
 
 # ---------------------------------------------------------------------------

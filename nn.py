@@ -16,7 +16,8 @@
      written atomically
   7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
      AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence,
-     packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU)
+     packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
+     DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
      one direction of a recurrent layer as one op (the same numbers as section 3's)
 
@@ -3209,9 +3210,17 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='
     return tt.stack(padded, 0 if batch_first else 1)
 
 
-def DataParallel(module, *args, **kwargs):
-    raise RuntimeError("nn.DataParallel: tinytorch computes with NumPy on the CPU: there is no "
-                       "GPU here (to run a model on a GPU, export it to PyTorch with export.py)")
+class DataParallel(Module):
+    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
+    this process. The model is self.module, so state_dict keys start with 'module.' as in
+    PyTorch (a checkpoint saved from one loads into the other)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        self.module = module
+        self.device_ids = []  # PyTorch's, when there is no GPU
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
 
 
 class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',

@@ -1606,6 +1606,51 @@ def test_devices_are_the_cpu_and_others_get_one_clear_line():
             make()
 
 
+def test_compile_returns_the_model_itself_with_one_note():
+    """torch.compile is PyTorch's eager fallback here: the same object back, one warning
+    per process (a second call is silent), the decorator forms too."""
+    code = textwrap.dedent("""
+        import warnings
+        import tinytorch as torch
+        import tinytorch.nn as nn
+        m = nn.Linear(2, 2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            first = torch.compile(m)
+            second = torch.compile(m, mode='max-autotune', fullgraph=True)
+            @torch.compile
+            def f(x):
+                return x * 2
+            @torch.compile(dynamic=True)
+            def g(x):
+                return x + 1
+        print(first is m, second is m, f(torch.ones(1)).item(), g(torch.ones(1)).item())
+        print(len(w), str(w[0].message).split(';')[0])
+    """)
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, 'PYTHONPATH': HERE})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ['True True 2.0 2.0',
+                                     '1 torch.compile: tinytorch has no compiler']
+
+
+def test_compile_returns_what_pytorch_computes_eagerly_pytorch():
+    torch = need_torch()
+    import warnings
+    rng = np.random.default_rng(3)
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 2))
+    ours, theirs = nn.Linear(2, 3, dtype=tt.float64), torch.nn.Linear(2, 3, dtype=torch.float64)
+    ours.load_state_dict({'weight': w, 'bias': np.zeros(3)})
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(w))
+        theirs.bias.zero_()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        a = tt.compile(ours)(tt.tensor(x))
+    b = torch.compile(theirs, backend='eager')(torch.tensor(x))
+    np.testing.assert_allclose(a.detach().array, b.detach().numpy(), rtol=1e-12)
+
+
 def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     """In a PyTorch program's import lines, `torch` becomes `tinytorch`: every common
     path resolves, to the files beside tinytorch.py."""
@@ -1633,8 +1678,7 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
         assert Function is torch.autograd.Function
         assert torch.float is torch.float32 and torch.long is torch.int64 and torch.double is torch.float64
         assert torch.bool is torch.bool_ and torch.int is torch.int32 and torch.half is torch.float16
-        for call in (lambda: DDP(nn.Linear(2, 2)), lambda: init_process_group('gloo'),
-                     lambda: torch.compile(nn.Linear(2, 2))):
+        for call in (lambda: DDP(nn.Linear(2, 2)), lambda: init_process_group('gloo')):
             try:
                 call()
             except RuntimeError as e:
@@ -1645,7 +1689,7 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
                        timeout=60, env={**os.environ, 'PYTHONPATH': HERE})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ['DistributedDataParallel', 'torch.distributed.init_process_group',
-                                'compile', 'False', 'False']
+                                'False', 'False']
     # tinytorch.py copied alone: it imports, and a companion's path says what it needs
     shutil.copy(os.path.join(HERE, 'tinytorch.py'), tmp_path)
     alone = ("import tinytorch as torch\nprint(torch.ones(2).sum().item())\n"
@@ -4726,6 +4770,34 @@ def test_load_state_dict_lists_every_problem():
     assert m.fc1.weight.array.any()  # nothing was changed
 
 
+def test_data_parallel_without_a_gpu_calls_its_module_and_prefixes_the_keys():
+    from tinytorch.nn.parallel import DataParallel
+    m = nn.Linear(2, 1)
+    nn.init.ones_(m.weight)
+    nn.init.zeros_(m.bias)
+    dp = nn.DataParallel(m, device_ids=[0, 1])
+    assert DataParallel is nn.DataParallel and dp.module is m and dp.device_ids == []
+    assert dp(tt.tensor([[1., 2.]])).tolist() == [[3.]]  # 1*1 + 2*1 + 0
+    assert list(dp.state_dict()) == ['module.weight', 'module.bias']
+    assert [p is q for p, q in zip(dp.parameters(), m.parameters())] == [True, True]
+    other = nn.DataParallel(nn.Linear(2, 1))
+    other.load_state_dict(dp.state_dict())
+    assert other.module.weight.tolist() == [[1., 1.]]
+
+
+def test_data_parallel_state_dict_and_output_match_pytorch():
+    torch = need_torch()
+    theirs = torch.nn.DataParallel(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(),
+                                                       torch.nn.Linear(2, 1)).double())
+    ours = nn.DataParallel(nn.Sequential(nn.Linear(3, 2), nn.ReLU(), nn.Linear(2, 1)).double())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    np.testing.assert_allclose(ours(tt.tensor(x)).detach().array,
+                               theirs(torch.tensor(x)).detach().numpy(), rtol=1e-12)
+    assert ours.device_ids == theirs.device_ids == []
+
+
 def test_save_load_nested_and_atomic(tmp_path):
     path = str(tmp_path / "ck.npz")
     obj = {'model': {'w': np.arange(6, dtype=np.float32).reshape(2, 3)}, 'step': 7, 'name': 'x',
@@ -6625,6 +6697,53 @@ def test_default_collate_by_type():
     # a TensorDataset's batches are lists of tensors, as PyTorch's
     xs, ys = tt.arange(4.0), tt.arange(4)
     assert isinstance(next(iter(data.DataLoader(data.TensorDataset(xs, ys), batch_size=2))), list)
+
+
+def test_distributed_sampler_with_one_replica_by_hand():
+    from tinytorch.utils.data.distributed import DistributedSampler
+    ds = list(range(7))
+    plain = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False)
+    assert list(plain) == ds and len(plain) == 7 and plain.num_samples == plain.total_size == 7
+    s = DistributedSampler(ds, seed=5)  # None, None: the one process
+    first = list(s)
+    assert sorted(first) == ds and list(s) == first  # the same epoch, the same order
+    # the order of epoch e is randperm with a generator seeded seed + e, as PyTorch's
+    assert first == tt.randperm(7, generator=tt.Generator().manual_seed(5)).tolist()
+    s.set_epoch(2)
+    assert list(s) == tt.randperm(7, generator=tt.Generator().manual_seed(7)).tolist() != first
+    assert list(s) == list(DistributedSampler(ds, seed=7))  # seed 5, epoch 2 = seed 7, epoch 0
+    loader = data.DataLoader(ds, batch_size=3, sampler=DistributedSampler(ds, shuffle=False,
+                                                                          drop_last=True))
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match=r"Invalid rank 1, rank should be in the interval \[0, 0\]"):
+        DistributedSampler(ds, num_replicas=1, rank=1)
+    with pytest.raises(RuntimeError, match="^DistributedSampler: num_replicas=4: tinytorch "
+                                           "trains in one process"):
+        DistributedSampler(ds, num_replicas=4, rank=0)
+
+
+def test_distributed_sampler_with_one_replica_matches_pytorch():
+    import inspect
+    torch = need_torch()
+    from torch.utils.data.distributed import DistributedSampler as Theirs
+    from tinytorch.utils.data.distributed import DistributedSampler as Ours
+    assert [(p.name, p.default) for p in inspect.signature(Ours).parameters.values()] == \
+        [(p.name, p.default) for p in inspect.signature(Theirs).parameters.values()]
+    for n, drop_last in [(7, False), (7, True), (1, False)]:
+        ours = Ours(range(n), num_replicas=1, rank=0, shuffle=False, drop_last=drop_last)
+        theirs = Theirs(range(n), num_replicas=1, rank=0, shuffle=False, drop_last=drop_last)
+        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+        assert (ours.num_samples, ours.total_size) == (theirs.num_samples, theirs.total_size)
+        # shuffled: both a permutation that stays within an epoch and moves with set_epoch
+        ours, theirs = Ours(range(50), 1, 0, seed=3), Theirs(range(50), 1, 0, seed=3)
+        for s in (ours, theirs):
+            a = list(s)
+            s.set_epoch(1)
+            assert sorted(a) == list(range(50)) and list(s) == list(s) != a
+    with pytest.raises(ValueError, match="Invalid rank 2"):
+        Theirs(range(3), num_replicas=1, rank=2)
+    with pytest.raises(ValueError, match="Invalid rank 2"):
+        Ours(range(3), num_replicas=1, rank=2)
 
 
 def test_data_loader_samplers_and_default_collate_match_pytorch():
@@ -8647,6 +8766,47 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert 'relu' not in prof.rows and 'add' not in prof.rows
     assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
     assert prof.kept == 0  # backward went through every node: nothing is held any more
+
+
+def test_torch_profiler_is_lookinside_profile_with_torchs_calls():
+    import warnings
+    from tinytorch.profiler import profile, record_function, ProfilerActivity, schedule
+    x = tt.ones(8, 8, requires_grad=True)
+    traces = []
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
+                 schedule=schedule(wait=1, warmup=1, active=2), on_trace_ready=traces.append) as p:
+        for _ in range(3):
+            with record_function('my_step'):
+                (x @ x).sum().backward()
+            p.step()
+    assert isinstance(p, lookinside.profile) and traces == [p]
+    assert p.rows['my_step']['calls'] == 3 and p.rows['matmul']['calls'] == 3
+    assert p.rows['matmul']['flops'] == 3 * 3 * 2 * 8 * 8 * 8  # forward + 2 backward products
+    table = p.key_averages().table(sort_by='cpu_time_total', row_limit=1)
+    assert table.splitlines()[0].split()[:2] == ['op', 'calls'] and len(table.splitlines()) == 5
+    assert len(p.key_averages().table(row_limit=-1).splitlines()) == 4 + len(p.rows)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    assert len(w) == 1 and "CPU only" in str(w[0].message)
+    with pytest.raises(RuntimeError, match="writes no trace file"):
+        p.export_chrome_trace('trace.json')
+    with pytest.raises(RuntimeError, match="^torch.profiler.tensorboard_trace_handler: "):
+        tt.profiler.tensorboard_trace_handler('./log')
+
+
+def test_torch_profiler_program_runs_on_both_pytorch():
+    """The same profiling program runs on PyTorch and on tinytorch; both tables name the
+    record_function block and the matmul."""
+    torch = need_torch()
+    for T, matmul in ((torch, 'aten::mm'), (tt, 'matmul')):
+        x = T.ones(8, 8, requires_grad=True)
+        with T.profiler.profile(activities=[T.profiler.ProfilerActivity.CPU]) as prof:
+            with T.profiler.record_function('my_step'):
+                y = (x @ x).sum()
+            y.backward()
+        table = prof.key_averages().table(sort_by='cpu_time_total', row_limit=20)
+        assert 'my_step' in table and matmul in table, table
 
 
 # ===========================================================================
@@ -11582,12 +11742,12 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
         mp.spawn(print)
     with pytest.raises(RuntimeError, match="torch.distributions.Categorical: tinytorch has no"):
         tt.distributions.Categorical
-    with pytest.raises(RuntimeError, match="lookinside.profile"):
-        tt.profiler.profile()
+    with pytest.raises(RuntimeError, match="^torch.profiler.itt: .*lookinside.profile"):
+        tt.profiler.itt
     with pytest.raises(RuntimeError, match="torch.cuda.set_device: .* no GPU"):
         tt.cuda.set_device(0)
-    with pytest.raises(RuntimeError, match="one process"):
-        tt.utils.data.distributed.DistributedSampler
+    with pytest.raises(RuntimeError, match="num_replicas=2: tinytorch trains in one process"):
+        tt.utils.data.distributed.DistributedSampler(range(4), num_replicas=2, rank=1)
 
 
 def test_census_layers_values_by_hand():
@@ -11633,8 +11793,6 @@ def test_census_layers_values_by_hand():
     ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
     assert ps.tolist() == [[1., 2.], [3., -1.]]
     assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
-    with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
-        nn.DataParallel(nn.Linear(2, 2))
     assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
 
 
