@@ -6223,7 +6223,7 @@ def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
     torch = need_torch()
     S = torch.optim.lr_scheduler
     pairs = [(getattr(optim, n), getattr(torch.optim, n))
-             for n in ('SGD', 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adadelta')]
+             for n in ('SGD', 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adadelta', 'LBFGS')]
     pairs += [(getattr(optim, n), getattr(S, n)) for n in
               ('StepLR', 'MultiStepLR', 'ExponentialLR', 'LinearLR', 'CosineAnnealingLR',
                'LambdaLR', 'OneCycleLR')]
@@ -6234,6 +6234,98 @@ def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
         return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
     for ours, theirs in pairs:
         assert shape(ours) == shape(theirs), ours.__name__
+
+
+def test_lbfgs_on_a_parabola_by_hand():
+    """f(x) = x^2 from x = 3 (g = 6). Iteration 1: d = -g, t = min(1, 1/|g|_1) * lr = 1/6,
+    so x = 3 - 1 = 2 (g = 4). Iteration 2: s = t d = -1, y = 4 - 6 = -2, ys = 2, rho = 1/2,
+    H_diag = ys / yy = 1/2; two loops: al = rho s q = 1/2 (-1)(-4) = 2, q = -4 - 2 (-2) = 0,
+    r = H_diag q = 0, be = rho y r = 0, r += (al - be) s = -2: d = -2, t = lr = 1, x = 0
+    (the secant step lands on the minimum of a parabola)."""
+    x = tt.tensor([3.0], dtype=tt.float64, requires_grad=True)
+    opt = optim.LBFGS([x], max_iter=1)
+    losses = []
+
+    def closure():
+        opt.zero_grad()
+        loss = (x * x).sum()
+        loss.backward()
+        losses.append(loss.item())
+        return loss
+    assert opt.step(closure).item() == 9.0 and x.item() == 2.0
+    assert opt.state[x]['func_evals'] == 1  # the last iteration of a step evaluates nothing
+    with tt.no_grad():
+        x.fill_(3.0)
+    opt = optim.LBFGS([x], max_iter=2, max_eval=3)  # the default max_eval, 2 * 5 // 4 = 2,
+    opt.step(closure)                               # would stop after iteration 1
+    assert x.item() == 0.0 and opt.state[x]['n_iter'] == 2 and opt.state[x]['func_evals'] == 2
+    assert opt.state[x]['H_diag'] == 0.5 and opt.state[x]['ro'] == [0.5]
+    # strong Wolfe on a 2-D quadratic 1/2 x^T diag(1, 10) x - b^T x: its minimum A^-1 b
+    z = tt.zeros(2, dtype=tt.float64, requires_grad=True)
+    A, b = tt.tensor([1., 10.], dtype=tt.float64), tt.tensor([1., 5.], dtype=tt.float64)
+    opt = optim.LBFGS([z], line_search_fn='strong_wolfe', tolerance_grad=1e-12, tolerance_change=1e-30)
+
+    def quadratic():
+        opt.zero_grad()
+        loss = (0.5 * A * z * z - b * z).sum()
+        loss.backward()
+        return loss
+    for _ in range(3):
+        opt.step(quadratic)
+    np.testing.assert_allclose(z.tolist(), [1.0, 0.5], rtol=1e-9)
+    with pytest.raises(ValueError, match="parameter groups"):
+        optim.LBFGS([{'params': [x]}, {'params': [z]}])
+    with pytest.raises(RuntimeError, match="only 'strong_wolfe'"):
+        optim.LBFGS([x], line_search_fn='backtracking').step(closure)
+
+
+@pytest.mark.parametrize("line_search_fn, history_size, max_iter, lr, steps",
+                         [(None, 100, 20, 0.1, 4), (None, 3, 5, 0.1, 4),
+                          ('strong_wolfe', 100, 20, 1, 3), ('strong_wolfe', 3, 5, 1, 4)])
+def test_lbfgs_rosenbrock_trajectory_matches_pytorch(line_search_fn, history_size, max_iter,
+                                                     lr, steps):
+    torch = need_torch()
+    both = []
+    for T, opt in ((tt, optim.LBFGS), (torch, torch.optim.LBFGS)):
+        x = T.tensor([-1.5, 2.0], dtype=T.float64, requires_grad=True)
+        o = opt([x], lr=lr, history_size=history_size, max_iter=max_iter,
+                line_search_fn=line_search_fn)
+
+        def closure():
+            o.zero_grad()
+            loss = (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+            loss.backward()
+            return loss
+        path = []
+        for _ in range(steps):
+            path.append([o.step(closure).item()] + x.tolist() + [o.state[x]['func_evals']])
+        both.append(np.array(path))
+    # the same iterates; the rounding of two implementations drifts apart on this valley
+    np.testing.assert_allclose(both[0], both[1], rtol=1e-7)
+
+
+def test_lbfgs_regression_with_strong_wolfe_matches_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(4)
+    X, w0 = rng.standard_normal((20, 3)), rng.standard_normal((1, 3))
+    Y = X @ np.array([[1.5], [-2.0], [0.5]]) + 0.3 + 0.01 * rng.standard_normal((20, 1))
+    results = []
+    for T, N, opt in ((tt, nn, optim.LBFGS), (torch, torch.nn, torch.optim.LBFGS)):
+        model = N.Linear(3, 1).double()
+        with T.no_grad():
+            model.weight.copy_(T.tensor(w0))
+            model.bias.zero_()
+        o = opt(model.parameters(), history_size=5, max_iter=4, line_search_fn='strong_wolfe')
+
+        def closure():
+            o.zero_grad()
+            loss = ((model(T.tensor(X)) - T.tensor(Y)) ** 2).mean()
+            loss.backward()
+            return loss
+        losses = [o.step(closure).item() for _ in range(3)]
+        results.append(losses + model.weight.reshape(-1).tolist() + model.bias.tolist())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-8, atol=1e-12)
+    assert results[0][2] < 1e-3  # it has fitted the line
 
 
 def test_rmsprop_adagrad_adadelta_amsgrad_maximize_match_pytorch():
