@@ -124,14 +124,14 @@ def _module(name, doc, **attrs):
 
 
 def _refusing_module(name, why):
-    """A module path tinytorch deliberately lacks: importing works, using any name in it
-    says why in one line."""
+    """A module path tinytorch deliberately lacks: importing works (`from torch.onnx import
+    export` too), and calling any name in it says why in one line."""
     m = _module(name, f"torch.{name}: {why}")
 
     def refuse(attr):
         if attr.startswith('__'):
             raise AttributeError(attr)
-        raise RuntimeError(f"torch.{name}.{attr}: {why}")
+        return _refuse(f"torch.{name}.{attr}", why)
     m.__getattr__ = refuse
     return m
 
@@ -148,7 +148,10 @@ def _nn_utils():
     optim_ = tt._companion('optim')
     return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
                    clip_grad_norm_=optim_.clip_grad_norm_,
-                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None))
+                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None),
+                   **{n: _refuse(f'torch.nn.utils.{n}', f"tinytorch has no {n}") for n in (
+                       'weight_norm', 'spectral_norm', 'remove_weight_norm',
+                       'remove_spectral_norm', 'parameters_to_vector', 'vector_to_parameters')})
 
 
 def _as_module(name, obj):
@@ -265,6 +268,89 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mo
     return model
 
 
+# Every other module PyTorch 2.15 has under torch (pkgutil over torch, torch.utils, torch.nn
+# and torch.nn.utils, names without a leading _): `import torch.onnx` works, and calling a
+# name in it says in one line which feature tinytorch lacks. (torch.types is left out:
+# tinytorch.types is Python's types module, which tinytorch.py uses.)
+_LACKING = {
+    'ao': "quantization (torch.ao)", 'compiler': "compiler (torch.compile returns the model "
+    "as it is)", 'contrib': "torch.contrib", 'export': "graph export (torch.export; export.py "
+    "writes safetensors for PyTorch and Hugging Face)", 'fft': "Fourier transforms (torch.fft)",
+    'foreach': "foreach kernels (torch.foreach)", 'func': "function transforms (torch.func: "
+    "vmap, grad, jacrev; use tt.autograd.grad)", 'futures': "futures (one process here)",
+    'fx': "graph capture (torch.fx)", 'hub': "model downloads (torch.hub; load a file with "
+    "torch.load)", 'jit': "TorchScript (torch.jit; run the model as it is)",
+    'library': "custom operators (torch.library)", 'linalg': "linear algebra routines "
+    "(torch.linalg; tt.matmul, tt.norm and tt.einsum are here)", 'masked': "masked tensors "
+    "(torch.masked)", 'monitor': "torch.monitor", 'nativert': "torch.nativert",
+    'nested': "nested tensors (torch.nested; pad with nn.utils.rnn.pad_sequence)",
+    'numa': "NUMA binding (torch.numa)", 'onnx': "ONNX export (torch.onnx; export.py writes "
+    "safetensors for PyTorch and Hugging Face)", 'overrides': "__torch_function__ overrides "
+    "(torch.overrides)", 'package': "torch.package", 'quantization': "quantization "
+    "(torch.quantization)", 'quasirandom': "quasi-random sequences (torch.quasirandom)",
+    'return_types': "torch.return_types", 'signal': "signal windows (torch.signal)",
+    'sparse': "sparse tensors (torch.sparse)", 'special': "special functions (torch.special)",
+    'storage': "storages (a tensor's memory is its NumPy array, x.array)",
+    'torch_version': "torch.torch_version (tinytorch.__version__ is a string)",
+    'mtia': "MTIA devices: " + _NO_GPU, 'xpu': "XPU devices: " + _NO_GPU,
+    'mps': "MPS devices: " + _NO_GPU,
+    'nn.attention': "attention backends (torch.nn.attention; tinytorch has one attention "
+    "kernel, nn.scaled_dot_product_attention)", 'nn.backends': "torch.nn.backends",
+    'nn.common_types': "torch.nn.common_types", 'nn.cpp': "torch.nn.cpp", 'nn.grad':
+    "torch.nn.grad (convolution gradients: tt.autograd.grad of nn.conv2d)",
+    'nn.intrinsic': "quantization (torch.nn.intrinsic)", 'nn.qat': "quantization "
+    "(torch.nn.qat)", 'nn.quantizable': "quantization (torch.nn.quantizable)",
+    'nn.quantized': "quantization (torch.nn.quantized)", 'nn.utils.convert_parameters':
+    "torch.nn.utils.convert_parameters", 'nn.utils.fusion': "module fusion "
+    "(torch.nn.utils.fusion)", 'nn.utils.memory_format': "memory formats (NumPy's arrays "
+    "have strides, no channels_last)", 'nn.utils.parametrizations': "parametrizations "
+    "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
+    "(torch.nn.utils.parametrize)", 'nn.utils.prune': "pruning (torch.nn.utils.prune)",
+    'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
+    **{f'utils.{n}': f"torch.utils.{n}" for n in (
+        'backcompat', 'backend_registration', 'benchmark', 'bundled_inputs', 'collect_env',
+        'cpp_backtrace', 'cpp_extension', 'debug_log', 'deterministic', 'dlpack', 'file_baton',
+        'flop_counter', 'hipify', 'hooks', 'jit', 'mkldnn', 'mobile_optimizer', 'model_dump',
+        'model_zoo', 'module_tracker', 'serialization', 'show_pickle', 'throughput_benchmark',
+        'viz', 'weak')},
+}
+_PATHS.update({
+    'cpu': lambda: _partial_module(
+        'cpu', "torch.cpu: tinytorch has only the CPU's basics", is_available=lambda: True,
+        device_count=lambda: 1, current_device=lambda: 'cpu', synchronize=lambda device=None: None),
+    'functional': lambda: _partial_module(
+        'functional', "tinytorch has no such function in torch.functional",
+        **{n: getattr(tt, n) for n in ('einsum', 'meshgrid', 'norm', 'split', 'unique', 'cdist',
+                                       'tensordot')}),
+    'serialization': lambda: _partial_module(
+        'serialization', "tinytorch's load checks a file's contents itself (README, "
+                         "'Loading files from others'); it has no list of safe globals",
+        save=tt.save, load=tt.load),
+    'nn.parameter': lambda: _partial_module(
+        'nn.parameter', "tinytorch has nn.Parameter only", Parameter=tt._companion('nn').Parameter),
+    'nn.utils.clip_grad': lambda: _partial_module(
+        'nn.utils.clip_grad', "tinytorch has clip_grad_norm_ and clip_grad_value_ only",
+        clip_grad_norm_=tt._companion('optim').clip_grad_norm_,
+        clip_grad_value_=tt._companion('optim').clip_grad_value_),
+    'nn.utils.init': lambda: _as_module('nn.init', tt._companion('nn').init),
+    'utils.checkpoint': lambda: _partial_module(
+        'utils.checkpoint', "tinytorch has checkpoint only (which keeps every activation)",
+        checkpoint=lambda function, *args, use_reentrant=None, **kwargs: function(*args)),
+    **{name: functools.partial(_refusing_module, name, f"tinytorch has no {feature}")
+       for name, feature in _LACKING.items()},
+})
+
+
+def set_default_device(device):
+    """torch.set_default_device: the CPU (or None) is what tinytorch always uses; any
+    other device says so in one line."""
+    tt._cpu_only(device, 'set_default_device')
+
+
+def get_default_device():
+    return tt.device('cpu')
+
+
 def set_float32_matmul_precision(precision):
     """Accepted: NumPy's float32 matmul has one precision."""
 
@@ -275,6 +361,7 @@ def get_float32_matmul_precision():
 # Names a program reads from tinytorch itself: tinytorch.float, tinytorch.nn (no import
 # needed), tinytorch.autocast, tinytorch.compile, ...
 _ATTRIBUTES = {'autocast': _autocast, 'compile': compile,
+               'set_default_device': set_default_device, 'get_default_device': get_default_device,
                'set_float32_matmul_precision': set_float32_matmul_precision,
                'get_float32_matmul_precision': get_float32_matmul_precision}
 

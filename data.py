@@ -6,6 +6,7 @@ lists of batch_size indices, and collate_fn stacks the examples of each list int
 
   Dataset        anything with __len__ and __getitem__(i) -> an example
   TensorDataset  examples are the i-th rows of some tensors (images, labels)
+  IterableDataset  a stream of examples (__iter__), read in order
   Subset, random_split
   SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, BatchSampler
   DistributedSampler (one replica: this process)
@@ -17,6 +18,7 @@ Everything runs in the calling process: num_workers > 0 is accepted with a notic
 Needs only NumPy and tinytorch.py.
 """
 import collections.abc
+import itertools
 import math
 import warnings
 
@@ -32,6 +34,24 @@ class Dataset:
 
     def __getitem__(self, i):
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+
+class IterableDataset(Dataset):
+    """A dataset that is a stream: __iter__ yields the examples (lines of a file too big to
+    index, generated data). A DataLoader reads it in order, batch_size at a time, and
+    takes no sampler and no shuffle (the stream has no indices to choose from). In this
+    process get_worker_info() is None: the whole stream is this process's."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __len__(self):  # as PyTorch's: a TypeError, unless the stream defines its length
+        raise TypeError(f"object of type '{type(self).__name__}' has no len() (an "
+                        "IterableDataset has a length only if it defines __len__)")
+
+    def __getitem__(self, i):
+        raise NotImplementedError(f"{type(self).__name__} is an IterableDataset: iterate "
+                                  "over it (it has no ds[i])")
 
 
 class TensorDataset(Dataset):
@@ -291,6 +311,12 @@ class DataLoader:
             warnings.warn(f"DataLoader: num_workers={num_workers} loads in this process "
                           f"(tinytorch has no worker processes); the batches are the same",
                           stacklevel=2)
+        if isinstance(dataset, IterableDataset):  # a stream: nothing to sample from
+            for name, value in (('shuffle', shuffle), ('sampler', sampler),
+                                ('batch_sampler', batch_sampler)):
+                if value not in (None, False):
+                    raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
+                                     f"{name} option, but got {name}={value}")
         if sampler is not None and shuffle:
             raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
@@ -305,10 +331,12 @@ class DataLoader:
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int or None, got "
                              f"{batch_size!r}")
-        if sampler is None:
+        if isinstance(dataset, IterableDataset):
+            sampler = None  # the stream is read in its own order (_stream)
+        elif sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else \
                 SequentialSampler(dataset)
-        if batch_size is not None and batch_sampler is None:
+        if batch_size is not None and batch_sampler is None and sampler is not None:
             batch_sampler = BatchSampler(sampler, batch_size, bool(drop_last))
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
@@ -316,19 +344,42 @@ class DataLoader:
         self.worker_init_fn, self.prefetch_factor = worker_init_fn, prefetch_factor
         self.persistent_workers = persistent_workers
         if collate_fn is None:
-            collate_fn = default_collate if batch_sampler is not None else default_convert
+            collate_fn = default_convert if batch_size is None and batch_sampler is None \
+                else default_collate
         self.collate_fn = collate_fn
 
     def __len__(self):
+        if isinstance(self.dataset, IterableDataset):  # the stream's length, if it has one
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
     def __iter__(self):
+        if isinstance(self.dataset, IterableDataset):
+            yield from self._stream()
+            return
         if self.batch_sampler is None:  # batch_size=None: one example at a time
             for i in self.sampler:
                 yield self.collate_fn(self.dataset[i])
             return
         for indices in self.batch_sampler:
             yield self._batch(indices)
+
+    def _stream(self):
+        """An IterableDataset's batches: its examples in order, batch_size at a time (the
+        last, shorter batch dropped with drop_last), or one at a time with batch_size=None."""
+        examples = iter(self.dataset)
+        if self.batch_size is None:
+            for example in examples:
+                yield self.collate_fn(example)
+            return
+        while True:
+            batch = list(itertools.islice(examples, self.batch_size))
+            if not batch or (self.drop_last and len(batch) < self.batch_size):
+                return
+            yield self.collate_fn(batch)
 
     def _batch(self, indices):
         ds = self.dataset

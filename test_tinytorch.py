@@ -1651,6 +1651,74 @@ def test_compile_returns_what_pytorch_computes_eagerly_pytorch():
     np.testing.assert_allclose(a.detach().array, b.detach().numpy(), rtol=1e-12)
 
 
+def test_every_torch_submodule_imports_and_refuses_at_use_in_one_line():
+    """`import torch.onnx` at the top of a program resolves; calling a name tinytorch
+    lacks says, in one line, which feature. Importing a path never replaces a name that
+    tinytorch.py or nn.py already binds (tinytorch.types stays Python's types module)."""
+    import importlib
+    import types as pytypes
+    import compat
+    before = {name: vars(tt).get(name) for name in vars(tt)}
+    nn_before = dict(vars(nn))
+    for path in compat._PATHS:
+        module = importlib.import_module('tinytorch.' + path)
+        assert isinstance(module, pytypes.ModuleType), path
+    assert all(vars(tt).get(k) is v for k, v in before.items()
+               if k not in compat._PATHS and not k.startswith('__'))
+    assert all(vars(nn).get(k) is v for k, v in nn_before.items()
+               if 'nn.' + k not in compat._PATHS and not k.startswith('__'))
+    assert tt.types is pytypes
+    from tinytorch.onnx import export  # a program's import line: no error here
+    with pytest.raises(RuntimeError, match=r"^torch.onnx.export: tinytorch has no ONNX export"):
+        export(nn.Linear(2, 2), tt.ones(1, 2), 'model.onnx')
+    with pytest.raises(RuntimeError, match=r"^torch.jit.script: tinytorch has no TorchScript"):
+        tt.jit.script(nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match=r"^torch.linalg.inv: tinytorch has no linear algebra"):
+        tt.linalg.inv(tt.eye(2))
+    with pytest.raises(RuntimeError, match=r"^torch.nn.utils.weight_norm: tinytorch has no "):
+        tt.nn.utils.weight_norm(nn.Linear(2, 2))
+    # what these paths have: torch.functional's, checkpoint (the function, called), the CPU
+    assert tt.functional.einsum is tt.einsum and tt.nn.parameter.Parameter is nn.Parameter
+    from tinytorch.utils.checkpoint import checkpoint
+    x = tt.tensor([1., 2.], requires_grad=True)
+    checkpoint(lambda a: (a * a).sum(), x, use_reentrant=False).backward()
+    assert x.grad.tolist() == [2., 4.]
+    assert tt.cpu.is_available() and tt.cpu.device_count() == 1
+    with pytest.raises(RuntimeError, match="^torch.xpu.device_count: tinytorch has no XPU"):
+        tt.xpu.device_count()
+
+
+def test_set_default_device_cpu_only():
+    tt.set_default_device('cpu')
+    tt.set_default_device(None)
+    tt.set_default_device(tt.device('cpu'))
+    assert tt.get_default_device() == tt.device('cpu') and tt.zeros(1).device.type == 'cpu'
+    with pytest.raises(RuntimeError, match="^set_default_device: device 'cuda' is not available"):
+        tt.set_default_device('cuda')
+
+
+def test_every_torch_submodule_resolves_as_in_pytorch():
+    """PyTorch's own list of its submodules (torch, torch.utils, torch.nn, torch.nn.utils)
+    against compat's: each one imports under the import rule."""
+    torch = need_torch()
+    import importlib
+    import pkgutil
+    import torch.nn.utils
+    missing = []
+    for parent in (torch, torch.utils, torch.nn, torch.nn.utils):
+        prefix = parent.__name__[len('torch'):].lstrip('.')
+        for m in pkgutil.iter_modules(parent.__path__):
+            path = (prefix + '.' if prefix else '') + m.name
+            if m.name.startswith('_') or path in ('types', 'nn.utils.weight_norm',
+                                                  'nn.utils.spectral_norm'):
+                continue  # tinytorch.types is Python's; the two nn.utils names are functions
+            try:
+                importlib.import_module('tinytorch.' + path)
+            except ImportError:
+                missing.append(path)
+    assert missing == []
+
+
 def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     """In a PyTorch program's import lines, `torch` becomes `tinytorch`: every common
     path resolves, to the files beside tinytorch.py."""
@@ -6836,6 +6904,62 @@ def test_distributed_sampler_with_one_replica_matches_pytorch():
         Theirs(range(3), num_replicas=1, rank=2)
     with pytest.raises(ValueError, match="Invalid rank 2"):
         Ours(range(3), num_replicas=1, rank=2)
+
+
+def test_iterable_dataset_by_the_data_loaders_rules():
+    class Stream(data.IterableDataset):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            assert data.get_worker_info() is None  # num_workers=0: the main process
+            return iter([float(i) for i in range(self.n)])
+
+    class Sized(Stream):
+        def __len__(self):
+            return self.n
+    assert [b.tolist() for b in data.DataLoader(Stream(7), batch_size=3)] == \
+        [[0., 1., 2.], [3., 4., 5.], [6.]]
+    assert [b.tolist() for b in data.DataLoader(Stream(7), batch_size=3, drop_last=True)] == \
+        [[0., 1., 2.], [3., 4., 5.]]
+    assert list(data.DataLoader(Stream(3), batch_size=None)) == [0., 1., 2.]
+    assert [(b.dtype, b.shape) for b in data.DataLoader(Stream(2))] == [(tt.float64, (1,))] * 2
+    assert len(data.DataLoader(Sized(7), batch_size=3)) == 3
+    assert len(data.DataLoader(Sized(7), batch_size=3, drop_last=True)) == 2
+    with pytest.raises(TypeError, match="has no len()"):
+        len(data.DataLoader(Stream(7), batch_size=3))
+    for kwargs in (dict(shuffle=True), dict(sampler=[0, 1]), dict(batch_sampler=[[0]])):
+        name = next(iter(kwargs))
+        with pytest.raises(ValueError, match=f"^DataLoader with IterableDataset: expected "
+                                             f"unspecified {name} option"):
+            data.DataLoader(Stream(3), **kwargs)
+    assert len(list(data.DataLoader(Stream(3), shuffle=False))) == 3
+
+
+def test_iterable_dataset_loader_matches_pytorch():
+    torch = need_torch()
+    D = torch.utils.data
+    results = []
+    for M in (data, D):
+        class Stream(M.IterableDataset):
+            def __iter__(self):
+                return iter([(i, [i * 0.5, 1.0]) for i in range(5)])
+
+            def __len__(self):
+                return 5
+        got = []
+        for kwargs in (dict(batch_size=2), dict(batch_size=2, drop_last=True),
+                       dict(batch_size=None)):
+            loader = M.DataLoader(Stream(), **kwargs)
+            got.append((len(loader), [repr([t.tolist() if hasattr(t, 'tolist') else t
+                                            for t in (b if isinstance(b, list) else [b])])
+                                      for b in loader]))
+        for kwargs in (dict(shuffle=True), dict(sampler=[0])):
+            with pytest.raises(ValueError) as e:
+                M.DataLoader(Stream(), **kwargs)
+            got.append(str(e.value).replace('DataLoader: ', '', 0))
+        results.append(got)
+    assert results[0] == results[1]
 
 
 def test_data_loader_samplers_and_default_collate_match_pytorch():
