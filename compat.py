@@ -243,9 +243,9 @@ _PATHS = {
         **{n: getattr(tt._companion('nn'), n) for n in (
             'pad_sequence', 'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence',
             'PackedSequence', 'unpad_sequence', 'unpack_sequence')}),
-    'distributions': lambda: _refusing_module(
-        'distributions', "tinytorch has no probability distributions; sample with "
-                         "torch.multinomial, torch.normal or torch.rand"),
+    'distributions': lambda: tt._companion('distributions'),
+    **{f'distributions.{f}': (lambda: tt._companion('distributions'))
+       for f in ('normal', 'categorical', 'bernoulli', 'kl', 'distribution')},
 }
 _NOTED = set()  # the notes given once per process
 
