@@ -15,7 +15,8 @@
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
   7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
-     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence,
+     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate (nearest,
+     linear, bilinear, trilinear), Upsample, pad_sequence,
      packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
      DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
@@ -3176,14 +3177,33 @@ class LazyLinear(Linear):
 
 def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resize the dims after (N, C): mode 'nearest' copies, for output position i, the
-    input element floor(i * in / out) (or floor(i / scale_factor)), as PyTorch."""
-    if mode != 'nearest':
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch "
-                                  "has mode='nearest' only)")
+    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
+    position i to an input position through the ratio r = in / out (1 / scale_factor
+    when that is given), and
+      - mode 'nearest' copies the input element floor(i * r);
+      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
+        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
+        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
+        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
+        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
+        index_select's: each input element gets its weights' share of the output gradient."""
+    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
+    if mode != 'nearest' and mode not in degree:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
+                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if mode == 'nearest' and align_corners is not None:
+        raise ValueError("interpolate: align_corners option can only be set with the "
+                         "interpolating modes: linear | bilinear | bicubic | trilinear")
     k = input.ndim - 2
     if k < 1 or (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
+    if mode in degree:
+        _float_only(input, f"interpolate (mode {mode!r})")
+        if k != degree[mode]:
+            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
+                                      f"needs {degree[mode] + 2}D input")
     spatial = input.shape[2:]
     if size is not None:
         out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
@@ -3192,11 +3212,55 @@ def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corne
         sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
         out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
         scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
-    for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
-        idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in float32,
-                         .astype(np.int64), n_in - 1)  # as PyTorch's kernel
-        input = input.index_select(d, tt.tensor(idx))
+    if mode == 'nearest':
+        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
+            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
+                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
+            input = input.index_select(d, tt.tensor(idx))
+        return input
+    for d in range(input.ndim - 1, 1, -1):  # the last dim first
+        n_in, n_out = spatial[d - 2], out[d - 2]
+        if align_corners:
+            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            r = scales[d - 2]
+        input = _linear_along(input, d, n_in, n_out, r, align_corners)
     return input
+
+
+def _linear_along(x, d, n_in, n_out, r, align_corners):
+    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
+    dt = x.dtype
+    i = np.arange(n_out, dtype=dt)
+    if align_corners:
+        src = i * dt.type(r)
+    else:
+        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = np.clip(src - i0, 0, 1).astype(dt)
+    shape = [1] * x.ndim
+    shape[d] = n_out
+    w1 = tt.tensor(l1.reshape(shape))
+    w0 = tt.tensor((1 - l1).reshape(shape))
+    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
+
+
+class Upsample(Module):
+    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
+
+    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                 recompute_scale_factor=None):
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                           self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode='{self.mode}'"
 
 
 def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):

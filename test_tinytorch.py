@@ -5708,6 +5708,60 @@ def test_checkpoints_follow_the_umask_like_every_other_file(tmp_path):
 # ---------------------------------------------------------------------------
 # Vision: unfold, conv2d, pooling, batch norm
 # ---------------------------------------------------------------------------
+def test_interpolate_linear_modes_by_hand():
+    # align_corners=True: the corners stay, the middle is their mean
+    x = tt.tensor([[[[0., 1.], [2., 3.]]]], requires_grad=True)
+    y = nn.interpolate(x, size=3, mode='bilinear', align_corners=True)
+    assert y.tolist() == [[[[0., .5, 1.], [1., 1.5, 2.], [2., 2.5, 3.]]]]
+    y.sum().backward()  # each corner: 1 + 2 * 1/2 + 1/4 (its own, two edges, the centre)
+    assert x.grad.tolist() == [[[[2.25, 2.25], [2.25, 2.25]]]]
+    # align_corners=False, [0, 1] to 4: src = (i + 1/2) / 2 - 1/2 = 0 (clamped), 1/4, 3/4, 1
+    v = tt.tensor([[[0., 1.]]], requires_grad=True)
+    w = nn.interpolate(v, scale_factor=2, mode='linear')
+    assert w.tolist() == [[[0., .25, .75, 1.]]]
+    w.sum().backward()  # x0: 1 + 3/4 + 1/4, x1: 1/4 + 3/4 + 1
+    assert v.grad.tolist() == [[[2., 2.]]]
+    up = nn.Upsample(scale_factor=2, mode='bilinear', align_corners=True)
+    assert up(tt.ones(1, 2, 3, 3)).shape == (1, 2, 6, 6) and up(tt.ones(1, 1, 2, 2)).sum().item() == 16.
+    with pytest.raises(NotImplementedError, match="Got 3D input, but bilinear mode needs 4D input"):
+        nn.interpolate(tt.ones(1, 1, 2), size=4, mode='bilinear')
+    with pytest.raises(ValueError, match="align_corners option can only be set"):
+        nn.interpolate(tt.ones(1, 1, 2), size=4, align_corners=True)
+    with pytest.raises(TypeError, match="floating point"):
+        nn.interpolate(tt.ones(1, 1, 2, 2, dtype=tt.int64), size=4, mode='bilinear')
+
+
+def test_interpolate_linear_modes_match_pytorch():
+    torch = need_torch()
+    import torch.nn.functional as tF
+    rng = np.random.default_rng(0)
+    for shape, kw in [((2, 3, 4, 5), dict(size=(7, 3), mode='bilinear')),
+                      ((2, 3, 4, 5), dict(size=(7, 3), mode='bilinear', align_corners=True)),
+                      ((1, 2, 3, 3), dict(scale_factor=2, mode='bilinear')),
+                      ((1, 2, 3, 3), dict(scale_factor=2.5, mode='bilinear', align_corners=True)),
+                      ((1, 2, 5, 4), dict(scale_factor=(0.5, 1.7), mode='bilinear')),
+                      ((1, 2, 5), dict(size=9, mode='linear')),
+                      ((1, 1, 3, 4, 2), dict(size=(5, 2, 3), mode='trilinear')),
+                      ((1, 1, 4, 4), dict(size=(1, 1), mode='bilinear', align_corners=True)),
+                      ((1, 1, 5, 4), dict(scale_factor=1.3, mode='bilinear',
+                                          recompute_scale_factor=True))]:
+        x = rng.standard_normal(shape)
+        a, b = tt.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        ya, yb = nn.interpolate(a, **kw), tF.interpolate(b, **kw)
+        np.testing.assert_allclose(ya.detach().array, yb.detach().numpy(), rtol=0, atol=1e-14)
+        g = rng.standard_normal(tuple(yb.shape))
+        ya.backward(tt.tensor(g))
+        yb.backward(torch.tensor(g))
+        np.testing.assert_allclose(a.grad.array, b.grad.numpy(), rtol=0, atol=1e-14)
+        f32 = x.astype(np.float32)  # float32: the weights rounded as PyTorch's kernel rounds
+        np.testing.assert_allclose(nn.interpolate(tt.tensor(f32), **kw).array,
+                                   tF.interpolate(torch.tensor(f32), **kw).numpy(), atol=1e-6)
+    up = torch.nn.Upsample(scale_factor=2, mode='bilinear', align_corners=True)
+    x = rng.standard_normal((1, 1, 3, 2))
+    np.testing.assert_allclose(nn.Upsample(scale_factor=2, mode='bilinear', align_corners=True)(
+        tt.tensor(x)).array, up(torch.tensor(x)).numpy(), atol=1e-14)
+
+
 _UNFOLD_CASES = {
     'plain 3x3': dict(kernel_size=3),
     'stride 2 padding 1': dict(kernel_size=3, stride=2, padding=1),
@@ -12117,8 +12171,8 @@ def test_census_layers_values_by_hand():
     assert lazy(tt.ones(3, 5)).shape == (3, 2) and lazy.weight.shape == (2, 5)
     assert nn.interpolate(tt.tensor([[[1., 2.]]]), scale_factor=2).tolist() == [[[1., 1., 2., 2.]]]
     assert nn.interpolate(tt.tensor([[[1., 2., 3.]]]), size=2).tolist() == [[[1., 2.]]]
-    with pytest.raises(NotImplementedError, match="mode 'bilinear' is not supported"):
-        nn.interpolate(tt.ones(1, 1, 2, 2), size=4, mode='bilinear')
+    with pytest.raises(NotImplementedError, match="mode 'bicubic' is not supported"):
+        nn.interpolate(tt.ones(1, 1, 2, 2), size=4, mode='bicubic')
     from tinytorch.nn.utils.rnn import pad_sequence
     ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
     assert ps.tolist() == [[1., 2.], [3., -1.]]
