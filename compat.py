@@ -197,10 +197,12 @@ _PATHS = {
                     autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
         current_device=_refuse('torch.cuda.current_device', _NO_GPU),
         get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU),
+        # the memory a GPU holds: 0 bytes, PyTorch's answer on a machine without one
+        **{n: (lambda device=None: 0) for n in (
+            'memory_allocated', 'memory_reserved', 'max_memory_allocated', 'max_memory_reserved')},
         **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
-            'set_device', 'get_device_capability', 'get_device_properties', 'memory_allocated',
-            'memory_reserved', 'max_memory_allocated', 'reset_peak_memory_stats', 'Event',
-            'Stream')}),
+            'set_device', 'get_device_capability', 'get_device_properties',
+            'reset_peak_memory_stats', 'Event', 'Stream')}),
     'backends': lambda: _module(
         'backends', "torch.backends: the flags a GPU program sets, accepted",
         cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),

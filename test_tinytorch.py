@@ -1606,6 +1606,24 @@ def test_devices_are_the_cpu_and_others_get_one_clear_line():
             make()
 
 
+def test_cuda_memory_queries_answer_zero_without_a_gpu():
+    """A training loop that logs GPU memory runs: 0 bytes held, as PyTorch answers on a
+    machine without a GPU; the calls that need one still refuse in one line."""
+    assert [getattr(tt.cuda, n)() for n in ('memory_allocated', 'memory_reserved',
+                                            'max_memory_allocated', 'max_memory_reserved')] == [0] * 4
+    assert tt.cuda.memory_allocated(0) == 0
+    with pytest.raises(RuntimeError, match="^torch.cuda.get_device_name: .*no GPU"):
+        tt.cuda.get_device_name(0)
+
+
+def test_cuda_memory_queries_answer_as_pytorch_without_a_gpu():
+    torch = need_torch()
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: PyTorch's answers are its own")
+    for n in ('memory_allocated', 'memory_reserved', 'max_memory_allocated', 'max_memory_reserved'):
+        assert getattr(tt.cuda, n)() == getattr(torch.cuda, n)() == 0, n
+
+
 def test_compile_returns_the_model_itself_with_one_note():
     """torch.compile is PyTorch's eager fallback here: the same object back, one warning
     per process (a second call is silent), the decorator forms too."""
