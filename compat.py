@@ -144,11 +144,21 @@ def _partial_module(name, why, **attrs):
     return m
 
 
+def _deprecated_clip_grad_norm(parameters, max_norm, norm_type=2.0,
+                               error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm, PyTorch's old name: clip_grad_norm_, with its warning."""
+    warnings.warn("`torch.nn.utils.clip_grad_norm` is now deprecated in favor of "
+                  "`torch.nn.utils.clip_grad_norm_`.", FutureWarning, stacklevel=2)
+    return tt._companion('optim').clip_grad_norm_(parameters, max_norm, norm_type,
+                                                  error_if_nonfinite, foreach)
+
+
 def _nn_utils():
     optim_ = tt._companion('optim')
     return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
                    clip_grad_norm_=optim_.clip_grad_norm_,
                    clip_grad_value_=getattr(optim_, 'clip_grad_value_', None),
+                   clip_grad_norm=_deprecated_clip_grad_norm,
                    **{n: _refuse(f'torch.nn.utils.{n}', f"tinytorch has no {n}") for n in (
                        'weight_norm', 'spectral_norm', 'remove_weight_norm',
                        'remove_spectral_norm', 'parameters_to_vector', 'vector_to_parameters')})
@@ -202,7 +212,9 @@ _PATHS = {
             'memory_allocated', 'memory_reserved', 'max_memory_allocated', 'max_memory_reserved')},
         **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
             'set_device', 'get_device_capability', 'get_device_properties',
-            'reset_peak_memory_stats', 'Event', 'Stream')}),
+            'reset_peak_memory_stats', 'Event', 'Stream', 'device', 'FloatTensor',
+            'DoubleTensor', 'HalfTensor', 'LongTensor', 'IntTensor', 'ByteTensor',
+            'BoolTensor')}),
     'backends': lambda: _module(
         'backends', "torch.backends: the flags a GPU program sets, accepted",
         cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
@@ -353,6 +365,19 @@ def get_default_device():
     return tt.device('cpu')
 
 
+def set_default_tensor_type(t):
+    """torch.set_default_tensor_type (deprecated in PyTorch): FloatTensor, tinytorch's
+    default already, is accepted; another type says so in one line."""
+    name = t if isinstance(t, str) else getattr(t, '__name__', str(t))
+    if name.rsplit('.', 1)[-1] != 'FloatTensor' or 'cuda' in str(t):
+        raise RuntimeError(f"set_default_tensor_type({name}): tinytorch's default is float32 "
+                           "on the CPU (torch.FloatTensor); give dtype= where you need another")
+
+
+_NO_COMPLEX = ("tinytorch has no complex tensors; write the rotation with cos and sin (as "
+               "rotary embeddings can be written)")
+
+
 def set_float32_matmul_precision(precision):
     """Accepted: NumPy's float32 matmul has one precision."""
 
@@ -363,6 +388,9 @@ def get_float32_matmul_precision():
 # Names a program reads from tinytorch itself: tinytorch.float, tinytorch.nn (no import
 # needed), tinytorch.autocast, tinytorch.compile, ...
 _ATTRIBUTES = {'autocast': _autocast, 'compile': compile,
+               'set_default_tensor_type': set_default_tensor_type,
+               **{n: _refuse(n, _NO_COMPLEX) for n in ('view_as_real', 'view_as_complex',
+                                                        'polar', 'complex')},
                'set_default_device': set_default_device, 'get_default_device': get_default_device,
                'set_float32_matmul_precision': set_float32_matmul_precision,
                'get_float32_matmul_precision': get_float32_matmul_precision}

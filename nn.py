@@ -16,7 +16,8 @@
      written atomically
   7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
      AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate (nearest,
-     linear, bilinear, trilinear), Upsample, pad_sequence,
+     linear, bilinear, trilinear), Upsample, max_pool1d, PixelShuffle, ReflectionPad2d,
+     pad_sequence,
      packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
      DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
@@ -694,6 +695,17 @@ class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, dtype=None):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype))  # N(0, 1)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True):
+        """An Embedding whose weight is a copy of embeddings (num, dim), such as word vectors
+        trained elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
+        if embeddings.ndim != 2:
+            raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-dimensional, got "
+                             f"shape {tuple(embeddings.shape)}")
+        m = cls(*embeddings.shape, dtype=embeddings.dtype)
+        m.weight = Parameter(embeddings.detach().clone(), requires_grad=not freeze)
+        return m
 
     def forward(self, idx):
         return embedding(idx, self.weight)
@@ -3244,6 +3256,66 @@ def _linear_along(x, d, n_in, n_out, r, align_corners):
     w1 = tt.tensor(l1.reshape(shape))
     w0 = tt.tensor((1 - l1).reshape(shape))
     return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
+    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
+    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
+    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
+                     one(stride if stride is not None else kernel_size),
+                     (0, one(padding)[1]), one(dilation))
+    return out.squeeze(-2)
+
+
+class MaxPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        self.dilation = dilation
+
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
+    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self):
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class ReflectionPad2d(Module):
+    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
+
+    def __init__(self, padding):
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x):
+        return pad(x, self.padding, mode='reflect')
+
+    def extra_repr(self):
+        return f"{self.padding}"
 
 
 class Upsample(Module):

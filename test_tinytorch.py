@@ -1624,6 +1624,26 @@ def test_cuda_memory_queries_answer_as_pytorch_without_a_gpu():
         assert getattr(tt.cuda, n)() == getattr(torch.cuda, n)() == 0, n
 
 
+def test_second_census_names_refuse_or_answer_in_one_line():
+    import warnings
+    for make in (lambda: tt.cuda.FloatTensor(2), lambda: tt.cuda.device(0)):
+        with pytest.raises(RuntimeError, match="^torch.cuda.(FloatTensor|device): .*no GPU"):
+            make()
+    with pytest.raises(RuntimeError, match="^view_as_real: tinytorch has no complex tensors"):
+        tt.view_as_real(tt.ones(2, 2))
+    tt.set_default_tensor_type(tt.FloatTensor)  # the default already
+    tt.set_default_tensor_type('torch.FloatTensor')
+    with pytest.raises(RuntimeError, match="^set_default_tensor_type.*default is float32"):
+        tt.set_default_tensor_type('torch.cuda.FloatTensor')
+    p = nn.Parameter(tt.ones(2))
+    p.grad = tt.tensor([3., 4.])  # norm 5, clipped to 1: the gradient / 5
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        norm = tt.nn.utils.clip_grad_norm([p], 1.0)
+    assert norm.item() == 5.0 and p.grad.tolist() == pytest.approx([0.6, 0.8])
+    assert "deprecated in favor of `torch.nn.utils.clip_grad_norm_`" in str(w[0].message)
+
+
 def test_compile_returns_the_model_itself_with_one_note():
     """torch.compile is PyTorch's eager fallback here: the same object back, one warning
     per process (a second call is silent), the decorator forms too."""
@@ -5747,6 +5767,54 @@ def test_interpolate_linear_modes_by_hand():
         nn.interpolate(tt.ones(1, 1, 2), size=4, align_corners=True)
     with pytest.raises(TypeError, match="floating point"):
         nn.interpolate(tt.ones(1, 1, 2, 2, dtype=tt.int64), size=4, mode='bilinear')
+
+
+def test_second_census_layers_by_hand():
+    # pixel_shuffle, r = 2: channel i * 2 + j fills offset (i, j) of each 2 x 2 block
+    x = tt.arange(8.).reshape(1, 4, 1, 2)  # channels [0, 1], [2, 3], [4, 5], [6, 7]
+    assert nn.PixelShuffle(2)(x).tolist() == [[[[0., 2., 1., 3.], [4., 6., 5., 7.]]]]
+    with pytest.raises(RuntimeError, match="divisible by the square of upscale_factor"):
+        nn.pixel_shuffle(tt.ones(1, 3, 2, 2), 2)
+    assert nn.max_pool1d(tt.tensor([[[1., 3., 2., 5., 4.]]]), 2).tolist() == [[[3., 5.]]]
+    assert nn.MaxPool1d(3, stride=1, padding=1)(tt.tensor([[[1., 3., 2.]]])).tolist() == \
+        [[[3., 3., 3.]]]
+    # reflect: the row [0, 1] padded by 1 mirrors without repeating the edge: 1 0 1 0
+    assert nn.ReflectionPad2d(1)(tt.arange(4.).reshape(1, 1, 2, 2)).tolist() == \
+        [[[[3., 2., 3., 2.], [1., 0., 1., 0.], [3., 2., 3., 2.], [1., 0., 1., 0.]]]]
+    vectors = tt.tensor([[1., 2.], [3., 4.]])
+    e = nn.Embedding.from_pretrained(vectors)
+    assert e(tt.tensor([1, 0])).tolist() == [[3., 4.], [1., 2.]] and not e.weight.requires_grad
+    assert nn.Embedding.from_pretrained(vectors, freeze=False).weight.requires_grad
+    vectors.array[0, 0] = 9.  # a copy: the source can change
+    assert e.weight[0, 0].item() == 1.
+
+
+def test_second_census_layers_match_pytorch():
+    torch = need_torch()
+    import torch.nn.functional as tF
+    rng = np.random.default_rng(1)
+    cases = [(lambda F, x: F.pixel_shuffle(x, 3), (2, 18, 2, 3)),
+             (lambda F, x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9)),
+             (lambda F, x: F.max_pool1d(x, 2, dilation=2), (1, 2, 7)),
+             (lambda F, x: F.pad(x, (1, 2, 2, 1), mode='reflect'), (1, 2, 4, 5))]
+    for fn, shape in cases:
+        x = rng.standard_normal(shape)
+        a, b = tt.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        ya, yb = fn(nn, a), fn(tF, b)
+        np.testing.assert_array_equal(ya.detach().array, yb.detach().numpy())
+        g = rng.standard_normal(tuple(yb.shape))
+        ya.backward(tt.tensor(g))
+        yb.backward(torch.tensor(g))
+        np.testing.assert_allclose(a.grad.array, b.grad.numpy(), rtol=1e-12, atol=1e-15)
+    x = rng.standard_normal((1, 2, 3, 3))
+    np.testing.assert_array_equal(nn.ReflectionPad2d((1, 0, 2, 1))(tt.tensor(x)).array,
+                                  torch.nn.ReflectionPad2d((1, 0, 2, 1))(torch.tensor(x)).numpy())
+    w = rng.standard_normal((4, 3))
+    ours = nn.Embedding.from_pretrained(tt.tensor(w), freeze=False)
+    theirs = torch.nn.Embedding.from_pretrained(torch.tensor(w), freeze=False)
+    assert ours.weight.requires_grad == theirs.weight.requires_grad
+    np.testing.assert_array_equal(ours(tt.tensor([3, 1])).detach().array,
+                                  theirs(torch.tensor([3, 1])).detach().numpy())
 
 
 def test_interpolate_linear_modes_match_pytorch():
