@@ -321,6 +321,7 @@ _LACKING = {
     "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
     "(torch.nn.utils.parametrize)", 'nn.utils.prune': "pruning (torch.nn.utils.prune)",
     'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
+    'utils._pytree': "PyTorch's private pytree helpers (torch.utils._pytree)",
     **{f'utils.{n}': f"torch.utils.{n}" for n in (
         'backcompat', 'backend_registration', 'benchmark', 'bundled_inputs', 'collect_env',
         'cpp_backtrace', 'cpp_extension', 'debug_log', 'deterministic', 'dlpack', 'file_baton',
