@@ -7241,11 +7241,11 @@ def test_distributions_match_pytorch():
              torch.cat([b.log_prob(torch.tensor(val)).reshape(-1), b.entropy(), b.variance]),
              [(p1, p2)])
         assert str(a.sample((5,)).dtype).split('.')[-1] == str(b.sample((5,)).dtype).split('.')[-1]
-    for T, M in ((tt, D), (torch, TD)):  # the same errors
+    for T, M in ((tt, D), (torch, TD)):  # the same errors (validate_args=True: PyTorch's
+        with pytest.raises(ValueError):  # default can be switched off for the whole process)
+            M.Normal(T.tensor(0.), T.tensor(-1.), validate_args=True)
         with pytest.raises(ValueError):
-            M.Normal(T.tensor(0.), T.tensor(-1.))
-        with pytest.raises(ValueError):
-            M.Categorical(probs=T.tensor([0.5, 0.5])).log_prob(T.tensor(2))
+            M.Categorical(probs=T.tensor([0.5, 0.5]), validate_args=True).log_prob(T.tensor(2))
         with pytest.raises(NotImplementedError):
             M.Bernoulli(0.5).rsample()
     assert str(D.Normal(0., 1.).loc.dtype).split('.')[-1] == str(TD.Normal(0., 1.).loc.dtype).split('.')[-1]
