@@ -16,6 +16,7 @@ tinytorch.py loads this file at the end of its import when it is beside it (tiny
 copied alone computes the same; only these names are missing). It imports only NumPy and
 tinytorch.py.
 """
+import enum
 import functools
 import importlib
 import importlib.util
@@ -123,23 +124,44 @@ def _module(name, doc, **attrs):
 
 
 def _refusing_module(name, why):
-    """A module path tinytorch deliberately lacks: importing works, using any name in it
-    says why in one line."""
+    """A module path tinytorch deliberately lacks: importing works (`from torch.onnx import
+    export` too), and calling any name in it says why in one line."""
     m = _module(name, f"torch.{name}: {why}")
 
     def refuse(attr):
         if attr.startswith('__'):
             raise AttributeError(attr)
-        raise RuntimeError(f"torch.{name}.{attr}: {why}")
+        return _refuse(f"torch.{name}.{attr}", why)
     m.__getattr__ = refuse
     return m
+
+
+def _partial_module(name, why, **attrs):
+    """A module path of which tinytorch has some names (attrs): the others say why they are
+    missing, in one line, when used."""
+    m = _refusing_module(name, why)
+    m.__dict__.update(attrs)
+    return m
+
+
+def _deprecated_clip_grad_norm(parameters, max_norm, norm_type=2.0,
+                               error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm, PyTorch's old name: clip_grad_norm_, with its warning."""
+    warnings.warn("`torch.nn.utils.clip_grad_norm` is now deprecated in favor of "
+                  "`torch.nn.utils.clip_grad_norm_`.", FutureWarning, stacklevel=2)
+    return tt._companion('optim').clip_grad_norm_(parameters, max_norm, norm_type,
+                                                  error_if_nonfinite, foreach)
 
 
 def _nn_utils():
     optim_ = tt._companion('optim')
     return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
                    clip_grad_norm_=optim_.clip_grad_norm_,
-                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None))
+                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None),
+                   clip_grad_norm=_deprecated_clip_grad_norm,
+                   **{n: _refuse(f'torch.nn.utils.{n}', f"tinytorch has no {n}") for n in (
+                       'weight_norm', 'spectral_norm', 'remove_weight_norm',
+                       'remove_spectral_norm', 'parameters_to_vector', 'vector_to_parameters')})
 
 
 def _as_module(name, obj):
@@ -160,7 +182,7 @@ _PATHS = {
     'nn.parallel': lambda: _module(
         'nn.parallel', "torch.nn.parallel: one process here",
         DistributedDataParallel=_refuse('DistributedDataParallel', _ONE_PROCESS),
-        DataParallel=_refuse('DataParallel', _NO_GPU)),
+        DataParallel=tt._companion('nn').DataParallel),
     'optim': lambda: tt._companion('optim'),
     'optim.lr_scheduler': lambda: tt._companion('optim'),
     'utils': lambda: _module('utils', "torch.utils"),
@@ -185,10 +207,14 @@ _PATHS = {
                     autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
         current_device=_refuse('torch.cuda.current_device', _NO_GPU),
         get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU),
+        # the memory a GPU holds: 0 bytes, PyTorch's answer on a machine without one
+        **{n: (lambda device=None: 0) for n in (
+            'memory_allocated', 'memory_reserved', 'max_memory_allocated', 'max_memory_reserved')},
         **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
-            'set_device', 'get_device_capability', 'get_device_properties', 'memory_allocated',
-            'memory_reserved', 'max_memory_allocated', 'reset_peak_memory_stats', 'Event',
-            'Stream')}),
+            'set_device', 'get_device_capability', 'get_device_properties',
+            'reset_peak_memory_stats', 'Event', 'Stream', 'device', 'FloatTensor',
+            'DoubleTensor', 'HalfTensor', 'LongTensor', 'IntTensor', 'ByteTensor',
+            'BoolTensor')}),
     'backends': lambda: _module(
         'backends', "torch.backends: the flags a GPU program sets, accepted",
         cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
@@ -209,10 +235,17 @@ _PATHS = {
     'version': lambda: _module('version', "torch.version", __version__=tt.__version__,
                                cuda=None, hip=None, git_version='tinytorch'),
     'multiprocessing': lambda: _refusing_module('multiprocessing', _ONE_PROCESS),
-    'utils.data.distributed': lambda: _refusing_module('utils.data.distributed', _ONE_PROCESS),
-    'profiler': lambda: _refusing_module(
-        'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
-                    "(README, 'Look inside a run')"),
+    'utils.data.distributed': lambda: _module(
+        'utils.data.distributed', "torch.utils.data.distributed: one replica, this process",
+        DistributedSampler=tt._companion('data').DistributedSampler),
+    'profiler': lambda: _partial_module(
+        'profiler', "tinytorch's profiler is lookinside.profile (README, 'Look inside a run')",
+        profile=tt._companion('lookinside').torch_profile, record_function=tt.record_function,
+        ProfilerActivity=enum.Enum('ProfilerActivity', 'CPU CUDA XPU MTIA'),
+        schedule=lambda **steps: steps,  # accepted; the profile covers the whole block
+        tensorboard_trace_handler=_refuse(
+            'torch.profiler.tensorboard_trace_handler', "tinytorch's profiler writes no "
+            "trace files; print prof.key_averages().table() instead")),
     'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
         'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
         **{f: tt._companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
@@ -220,16 +253,130 @@ _PATHS = {
                                          'normalization', 'container', 'flatten')},
         Module=tt._companion('nn').Module),
     'nn.utils.rnn': lambda: _module(
-        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
-        pad_sequence=tt._companion('nn').pad_sequence,
-        **{n: tt._companion('nn')._no_packed_sequences(n) for n in (
-            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
-    'distributions': lambda: _refusing_module(
-        'distributions', "tinytorch has no probability distributions; sample with "
-                         "torch.multinomial, torch.normal or torch.rand"),
+        'nn.utils.rnn', "torch.nn.utils.rnn: padded and packed batches of sequences (nn.py's)",
+        **{n: getattr(tt._companion('nn'), n) for n in (
+            'pad_sequence', 'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence',
+            'PackedSequence', 'unpad_sequence', 'unpack_sequence')}),
+    'distributions': lambda: tt._companion('distributions'),
+    **{f'distributions.{f}': (lambda: tt._companion('distributions'))
+       for f in ('normal', 'categorical', 'bernoulli', 'kl', 'distribution')},
 }
-compile = _refuse('compile', "tinytorch has no compiler; run the model as it is "
-                             "(nanoGPT: --compile=False)")
+_NOTED = set()  # the notes given once per process
+
+
+def _note_once(key, message):
+    if key not in _NOTED:
+        _NOTED.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mode=None,
+            options=None, disable=False):
+    """torch.compile: the module or function itself, unchanged (the eager code PyTorch
+    falls back to), with one note, the first time, that tinytorch has no compiler. Used
+    as a decorator, with or without arguments, it returns the function too."""
+    if model is None:  # @torch.compile(mode=...): the decorator
+        return lambda fn: compile(fn)
+    _note_once('compile', "torch.compile: tinytorch has no compiler; the model runs as it is "
+                          "(eagerly), with the same results")
+    return model
+
+
+# Every other module PyTorch 2.15 has under torch (pkgutil over torch, torch.utils, torch.nn
+# and torch.nn.utils, names without a leading _): `import torch.onnx` works, and calling a
+# name in it says in one line which feature tinytorch lacks. (torch.types is left out:
+# tinytorch.types is Python's types module, which tinytorch.py uses.)
+_LACKING = {
+    'ao': "quantization (torch.ao)", 'compiler': "compiler (torch.compile returns the model "
+    "as it is)", 'contrib': "torch.contrib", 'export': "graph export (torch.export; export.py "
+    "writes safetensors for PyTorch and Hugging Face)", 'fft': "Fourier transforms (torch.fft)",
+    'foreach': "foreach kernels (torch.foreach)", 'func': "function transforms (torch.func: "
+    "vmap, grad, jacrev; use tt.autograd.grad)", 'futures': "futures (one process here)",
+    'fx': "graph capture (torch.fx)", 'hub': "model downloads (torch.hub; load a file with "
+    "torch.load)", 'jit': "TorchScript (torch.jit; run the model as it is)",
+    'library': "custom operators (torch.library)", 'linalg': "linear algebra routines "
+    "(torch.linalg; tt.matmul, tt.norm and tt.einsum are here)", 'masked': "masked tensors "
+    "(torch.masked)", 'monitor': "torch.monitor", 'nativert': "torch.nativert",
+    'nested': "nested tensors (torch.nested; pad with nn.utils.rnn.pad_sequence)",
+    'numa': "NUMA binding (torch.numa)", 'onnx': "ONNX export (torch.onnx; export.py writes "
+    "safetensors for PyTorch and Hugging Face)", 'overrides': "__torch_function__ overrides "
+    "(torch.overrides)", 'package': "torch.package", 'quantization': "quantization "
+    "(torch.quantization)", 'quasirandom': "quasi-random sequences (torch.quasirandom)",
+    'return_types': "torch.return_types", 'signal': "signal windows (torch.signal)",
+    'sparse': "sparse tensors (torch.sparse)", 'special': "special functions (torch.special)",
+    'storage': "storages (a tensor's memory is its NumPy array, x.array)",
+    'torch_version': "torch.torch_version (tinytorch.__version__ is a string)",
+    'mtia': "MTIA devices: " + _NO_GPU, 'xpu': "XPU devices: " + _NO_GPU,
+    'mps': "MPS devices: " + _NO_GPU,
+    'nn.attention': "attention backends (torch.nn.attention; tinytorch has one attention "
+    "kernel, nn.scaled_dot_product_attention)", 'nn.backends': "torch.nn.backends",
+    'nn.common_types': "torch.nn.common_types", 'nn.cpp': "torch.nn.cpp", 'nn.grad':
+    "torch.nn.grad (convolution gradients: tt.autograd.grad of nn.conv2d)",
+    'nn.intrinsic': "quantization (torch.nn.intrinsic)", 'nn.qat': "quantization "
+    "(torch.nn.qat)", 'nn.quantizable': "quantization (torch.nn.quantizable)",
+    'nn.quantized': "quantization (torch.nn.quantized)", 'nn.utils.convert_parameters':
+    "torch.nn.utils.convert_parameters", 'nn.utils.fusion': "module fusion "
+    "(torch.nn.utils.fusion)", 'nn.utils.memory_format': "memory formats (NumPy's arrays "
+    "have strides, no channels_last)", 'nn.utils.parametrizations': "parametrizations "
+    "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
+    "(torch.nn.utils.parametrize)", 'nn.utils.prune': "pruning (torch.nn.utils.prune)",
+    'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
+    'utils._pytree': "PyTorch's private pytree helpers (torch.utils._pytree)",
+    **{f'utils.{n}': f"torch.utils.{n}" for n in (
+        'backcompat', 'backend_registration', 'benchmark', 'bundled_inputs', 'collect_env',
+        'cpp_backtrace', 'cpp_extension', 'debug_log', 'deterministic', 'dlpack', 'file_baton',
+        'flop_counter', 'hipify', 'hooks', 'jit', 'mkldnn', 'mobile_optimizer', 'model_dump',
+        'model_zoo', 'module_tracker', 'serialization', 'show_pickle', 'throughput_benchmark',
+        'viz', 'weak')},
+}
+_PATHS.update({
+    'cpu': lambda: _partial_module(
+        'cpu', "torch.cpu: tinytorch has only the CPU's basics", is_available=lambda: True,
+        device_count=lambda: 1, current_device=lambda: 'cpu', synchronize=lambda device=None: None),
+    'functional': lambda: _partial_module(
+        'functional', "tinytorch has no such function in torch.functional",
+        **{n: getattr(tt, n) for n in ('einsum', 'meshgrid', 'norm', 'split', 'unique', 'cdist',
+                                       'tensordot')}),
+    'serialization': lambda: _partial_module(
+        'serialization', "tinytorch's load checks a file's contents itself (README, "
+                         "'Loading files from others'); it has no list of safe globals",
+        save=tt.save, load=tt.load),
+    'nn.parameter': lambda: _partial_module(
+        'nn.parameter', "tinytorch has nn.Parameter only", Parameter=tt._companion('nn').Parameter),
+    'nn.utils.clip_grad': lambda: _partial_module(
+        'nn.utils.clip_grad', "tinytorch has clip_grad_norm_ and clip_grad_value_ only",
+        clip_grad_norm_=tt._companion('optim').clip_grad_norm_,
+        clip_grad_value_=tt._companion('optim').clip_grad_value_),
+    'nn.utils.init': lambda: _as_module('nn.init', tt._companion('nn').init),
+    'utils.checkpoint': lambda: _partial_module(
+        'utils.checkpoint', "tinytorch has checkpoint only (which keeps every activation)",
+        checkpoint=lambda function, *args, use_reentrant=None, **kwargs: function(*args)),
+    **{name: functools.partial(_refusing_module, name, f"tinytorch has no {feature}")
+       for name, feature in _LACKING.items()},
+})
+
+
+def set_default_device(device):
+    """torch.set_default_device: the CPU (or None) is what tinytorch always uses; any
+    other device says so in one line."""
+    tt._cpu_only(device, 'set_default_device')
+
+
+def get_default_device():
+    return tt.device('cpu')
+
+
+def set_default_tensor_type(t):
+    """torch.set_default_tensor_type (deprecated in PyTorch): FloatTensor, tinytorch's
+    default already, is accepted; another type says so in one line."""
+    name = t if isinstance(t, str) else getattr(t, '__name__', str(t))
+    if name.rsplit('.', 1)[-1] != 'FloatTensor' or 'cuda' in str(t):
+        raise RuntimeError(f"set_default_tensor_type({name}): tinytorch's default is float32 "
+                           "on the CPU (torch.FloatTensor); give dtype= where you need another")
+
+
+_NO_COMPLEX = ("tinytorch has no complex tensors; write the rotation with cos and sin (as "
+               "rotary embeddings can be written)")
 
 
 def set_float32_matmul_precision(precision):
@@ -242,6 +389,10 @@ def get_float32_matmul_precision():
 # Names a program reads from tinytorch itself: tinytorch.float, tinytorch.nn (no import
 # needed), tinytorch.autocast, tinytorch.compile, ...
 _ATTRIBUTES = {'autocast': _autocast, 'compile': compile,
+               'set_default_tensor_type': set_default_tensor_type,
+               **{n: _refuse(n, _NO_COMPLEX) for n in ('view_as_real', 'view_as_complex',
+                                                        'polar', 'complex')},
+               'set_default_device': set_default_device, 'get_default_device': get_default_device,
                'set_float32_matmul_precision': set_float32_matmul_precision,
                'get_float32_matmul_precision': get_float32_matmul_precision}
 

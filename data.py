@@ -6,8 +6,10 @@ lists of batch_size indices, and collate_fn stacks the examples of each list int
 
   Dataset        anything with __len__ and __getitem__(i) -> an example
   TensorDataset  examples are the i-th rows of some tensors (images, labels)
+  IterableDataset  a stream of examples (__iter__), read in order
   Subset, random_split
   SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, BatchSampler
+  DistributedSampler (one replica: this process)
   DataLoader(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
              num_workers=0, collate_fn=None, drop_last=False, generator=None, ...)
   default_collate, default_convert
@@ -16,6 +18,7 @@ Everything runs in the calling process: num_workers > 0 is accepted with a notic
 Needs only NumPy and tinytorch.py.
 """
 import collections.abc
+import itertools
 import math
 import warnings
 
@@ -31,6 +34,24 @@ class Dataset:
 
     def __getitem__(self, i):
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+
+class IterableDataset(Dataset):
+    """A dataset that is a stream: __iter__ yields the examples (lines of a file too big to
+    index, generated data). A DataLoader reads it in order, batch_size at a time, and
+    takes no sampler and no shuffle (the stream has no indices to choose from). In this
+    process get_worker_info() is None: the whole stream is this process's."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __len__(self):  # as PyTorch's: a TypeError, unless the stream defines its length
+        raise TypeError(f"object of type '{type(self).__name__}' has no len() (an "
+                        "IterableDataset has a length only if it defines __len__)")
+
+    def __getitem__(self, i):
+        raise NotImplementedError(f"{type(self).__name__} is an IterableDataset: iterate "
+                                  "over it (it has no ds[i])")
 
 
 class TensorDataset(Dataset):
@@ -217,6 +238,43 @@ class BatchSampler(Sampler):
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
 
+class DistributedSampler(Sampler):
+    """torch.utils.data.distributed.DistributedSampler for the one process tinytorch runs
+    in (num_replicas=1, rank=0; None means that): each epoch every index once, in order
+    with shuffle=False, else in the order randperm gives with a generator seeded
+    seed + epoch, so the order changes when set_epoch(epoch) is called, as PyTorch's
+    (PyTorch's random numbers are not NumPy's: the shuffled order is another one)."""
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        num_replicas = 1 if num_replicas is None else num_replicas
+        rank = 0 if rank is None else rank
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(f"DistributedSampler: Invalid rank {rank}, rank should be in the "
+                             f"interval [0, {num_replicas - 1}]")
+        if num_replicas != 1:
+            raise RuntimeError(f"DistributedSampler: num_replicas={num_replicas}: tinytorch "
+                               "trains in one process on the CPU (num_replicas=1, rank=0; run "
+                               "the program without torchrun)")
+        self.dataset, self.num_replicas, self.rank, self.epoch = dataset, 1, 0, 0
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.num_samples = self.total_size = len(dataset)  # one replica: all of them
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(len(self.dataset)))
+        g = tt.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return iter(tt.randperm(len(self.dataset), generator=g).tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch):
+        """The next epoch's order: call it before each epoch (the same epoch, the same order)."""
+        self.epoch = epoch
+
+
 # ---------------------------------------------------------------------------
 # DataLoader
 # ---------------------------------------------------------------------------
@@ -253,6 +311,12 @@ class DataLoader:
             warnings.warn(f"DataLoader: num_workers={num_workers} loads in this process "
                           f"(tinytorch has no worker processes); the batches are the same",
                           stacklevel=2)
+        if isinstance(dataset, IterableDataset):  # a stream: nothing to sample from
+            for name, value in (('shuffle', shuffle), ('sampler', sampler),
+                                ('batch_sampler', batch_sampler)):
+                if value not in (None, False):
+                    raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
+                                     f"{name} option, but got {name}={value}")
         if sampler is not None and shuffle:
             raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
@@ -267,10 +331,12 @@ class DataLoader:
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int or None, got "
                              f"{batch_size!r}")
-        if sampler is None:
+        if isinstance(dataset, IterableDataset):
+            sampler = None  # the stream is read in its own order (_stream)
+        elif sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else \
                 SequentialSampler(dataset)
-        if batch_size is not None and batch_sampler is None:
+        if batch_size is not None and batch_sampler is None and sampler is not None:
             batch_sampler = BatchSampler(sampler, batch_size, bool(drop_last))
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
@@ -278,19 +344,42 @@ class DataLoader:
         self.worker_init_fn, self.prefetch_factor = worker_init_fn, prefetch_factor
         self.persistent_workers = persistent_workers
         if collate_fn is None:
-            collate_fn = default_collate if batch_sampler is not None else default_convert
+            collate_fn = default_convert if batch_size is None and batch_sampler is None \
+                else default_collate
         self.collate_fn = collate_fn
 
     def __len__(self):
+        if isinstance(self.dataset, IterableDataset):  # the stream's length, if it has one
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
     def __iter__(self):
+        if isinstance(self.dataset, IterableDataset):
+            yield from self._stream()
+            return
         if self.batch_sampler is None:  # batch_size=None: one example at a time
             for i in self.sampler:
                 yield self.collate_fn(self.dataset[i])
             return
         for indices in self.batch_sampler:
             yield self._batch(indices)
+
+    def _stream(self):
+        """An IterableDataset's batches: its examples in order, batch_size at a time (the
+        last, shorter batch dropped with drop_last), or one at a time with batch_size=None."""
+        examples = iter(self.dataset)
+        if self.batch_size is None:
+            for example in examples:
+                yield self.collate_fn(example)
+            return
+        while True:
+            batch = list(itertools.islice(examples, self.batch_size))
+            if not batch or (self.drop_last and len(batch) < self.batch_size):
+                return
+            yield self.collate_fn(batch)
 
     def _batch(self, indices):
         ds = self.dataset

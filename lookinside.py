@@ -438,12 +438,13 @@ class profile(_Hook):
     def flops(self):
         return sum(r['flops'] for r in self.rows.values())
 
-    def table(self):
+    def table(self, row_limit=None):
+        """One row per op name (the row_limit slowest, or all), slowest first; the totals."""
         ms = lambda r: r['forward_ms'] + r['backward_ms']  # noqa: E731
         lines = [f"{'op':<20} {'calls':>6} {'fwd ms':>8} {'bwd ms':>8} {'total ms':>9} "
                  f"{'share':>6} {'GFLOP':>7} {'out MB':>7} {'kept MB':>8}"]
         total = self.total_ms or 1.0
-        for op, r in sorted(self.rows.items(), key=lambda kv: -ms(kv[1])):
+        for op, r in sorted(self.rows.items(), key=lambda kv: -ms(kv[1]))[:row_limit]:
             lines.append(f"{op:<20} {r['calls']:>6} {r['forward_ms']:>8.2f} "
                          f"{r['backward_ms']:>8.2f} {ms(r):>9.2f} {ms(r) / total:>6.1%} "
                          f"{r['flops'] / 1e9:>7.3f} {r['out_bytes'] / 1e6:>7.2f} "
@@ -462,6 +463,61 @@ class profile(_Hook):
 
     __str__ = table
 
+
+class torch_profile(profile):
+    """torch.profiler.profile as a PyTorch program calls it (tinytorch.profiler.profile):
+
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+            with torch.profiler.record_function('model_inference'):
+                model(x)
+        print(prof.key_averages().table(sort_by='cpu_time_total', row_limit=10))
+
+    It is lookinside.profile: one row per tinytorch op and record_function block, timed
+    over the whole block. schedule, record_shapes, profile_memory, with_stack, with_flops
+    and the rest are accepted (memory and FLOPs are always counted; there is no schedule:
+    step() does nothing); on_trace_ready is called once, at the end of the block. A CUDA
+    activity is dropped with a warning, as PyTorch does without a GPU; a trace file is
+    refused in one line."""
+
+    def __init__(self, *, activities=None, schedule=None, on_trace_ready=None, **options):
+        super().__init__()
+        if any(getattr(a, 'name', a) != 'CPU' for a in activities or ()):
+            warnings.warn("torch.profiler.profile: tinytorch profiles the CPU only (there is "
+                          "no GPU here); the other activities are dropped", stacklevel=2)
+        self.on_trace_ready = on_trace_ready
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        if self.on_trace_ready is not None:
+            self.on_trace_ready(self)
+
+    def start(self):
+        self.__enter__()
+
+    def stop(self):
+        self.__exit__(None, None, None)
+
+    def step(self):
+        """PyTorch's schedule moves on here; tinytorch's profile covers the whole block."""
+
+    def key_averages(self, group_by_input_shape=False, group_by_stack_n=0):
+        """The rows by op name (they are averaged already): .table(...) prints them."""
+        return _KeyAverages(self)
+
+    def export_chrome_trace(self, path):
+        raise RuntimeError("torch.profiler: tinytorch's profiler writes no trace file; print "
+                           "prof.key_averages().table() instead")
+
+
+class _KeyAverages:
+    def __init__(self, prof):
+        self.prof = prof
+
+    def table(self, sort_by=None, row_limit=100, **options):
+        """The profile's table (sorted by total time whatever sort_by says), row_limit ops."""
+        return self.prof.table(row_limit=None if row_limit < 0 else row_limit)
+
+    __str__ = table
 
 
 class AnomalyError(RuntimeError):

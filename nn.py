@@ -15,13 +15,18 @@
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
   7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
-     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate, pad_sequence
+     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate (nearest,
+     linear, bilinear, trilinear), Upsample, max_pool1d, PixelShuffle, ReflectionPad2d,
+     pad_sequence,
+     packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
+     DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
      one direction of a recurrent layer as one op (the same numbers as section 3's)
 
 Needs only NumPy and tinytorch.py.
 """
 import copy
+import functools
 import math
 import sys
 import types
@@ -689,6 +694,17 @@ class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, dtype=None):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype))  # N(0, 1)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True):
+        """An Embedding whose weight is a copy of embeddings (num, dim), such as word vectors
+        trained elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
+        if embeddings.ndim != 2:
+            raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-dimensional, got "
+                             f"shape {tuple(embeddings.shape)}")
+        m = cls(*embeddings.shape, dtype=embeddings.dtype)
+        m.weight = Parameter(embeddings.detach().clone(), requires_grad=not freeze)
+        return m
 
     def forward(self, idx):
         return embedding(idx, self.weight)
@@ -1578,8 +1594,90 @@ class _RNNBase(Module):
             ys[t] = state[0] if self.mode == 'LSTM' else state
         return tt.stack(ys, 0), state
 
+    def _start_states(self, hx, n, batched):
+        """h_0 (and c_0 for an LSTM), each (layers * directions, N, size): hx checked, or zeros."""
+        name = type(self).__name__
+        directions = 2 if self.bidirectional else 1
+        sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == 'LSTM' else [])
+        states = (None,) * len(sizes) if hx is None else hx if isinstance(hx, tuple) else (hx,)
+        if len(states) != len(sizes):
+            raise ValueError(f"{name}: expected {'(h_0, c_0)' if len(sizes) == 2 else 'h_0'} "
+                             f"as the hidden state, got {len(states)} tensors")
+        start = []
+        for s, size in zip(states, sizes):
+            want = (self.num_layers * directions,) + ((n,) if batched else ()) + (size,)
+            if s is None:
+                s = tt.zeros(*want, dtype=getattr(self, 'weight_ih_l0').dtype)
+            elif tuple(s.shape) != want:
+                raise ValueError(f"{name}: expected hidden state of shape {want}, got "
+                                 f"{tuple(s.shape)}")
+            start.append(s if batched else s.unsqueeze(1))
+        return start
+
+    def _layers(self, x, start, run):
+        """Every layer, each direction of it run by run(x, state, weights, reverse) -> (the
+        hidden state at every step, the last state); start: h_0 (and c_0). Returns the last
+        layer's output and the final states (layers * directions, N, size)."""
+        directions = 2 if self.bidirectional else 1
+        last = [[] for _ in start]  # the final state of each layer and direction
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(('', '_reverse')[:directions]):
+                k = layer * directions + d
+                state = tuple(s[k] for s in start) if self.mode == 'LSTM' else start[0][k]
+                y, state = run(x, state, self._weights(layer, suffix), reverse=d == 1)
+                outs.append(y)
+                for kept, s in zip(last, state if self.mode == 'LSTM' else (state,)):
+                    kept.append(s)
+            x = outs[0] if directions == 1 else tt.cat(outs, -1)  # both directions side by side
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = dropout(x, self.dropout)  # between layers, not after the last
+        return x, [tt.stack(s, 0) for s in last]
+
+    def _run_packed(self, data, state, weights, reverse, batch_sizes):
+        """One direction of one layer over a packed batch (see PackedSequence): at step t only
+        the first batch_sizes[t] sequences (the longest) have a step, so the cell reads and
+        updates those rows only; the others keep their state (a sequence that has ended keeps
+        its last, one the reverse direction has not reached yet keeps h_0). Returns the packed
+        hidden states and the last state of each sequence."""
+        cell = _CELLS[self.mode][0]
+        states = state if self.mode == 'LSTM' else (state,)
+        xs = _unbind(_packed_to_padded(data, batch_sizes, 0.0), 0)  # step t: (N, features)
+        steps = range(len(batch_sizes) - 1, -1, -1) if reverse else range(len(batch_sizes))
+        ys = [None] * len(batch_sizes)
+        for t in steps:
+            b = batch_sizes[t]
+            now = tuple(s[:b] for s in states)
+            new = cell(xs[t][:b], now if self.mode == 'LSTM' else now[0], *weights)
+            new = new if self.mode == 'LSTM' else (new,)
+            states = tuple(v if b == s.shape[0] else tt.cat([v, s[b:]], 0)
+                           for v, s in zip(new, states))
+            ys[t] = new[0]
+        return tt.cat(ys, 0), (states if self.mode == 'LSTM' else states[0])
+
+    def _forward_packed(self, input, hx):
+        """forward of a PackedSequence: a PackedSequence of the outputs (the same batch_sizes
+        and order) and the final states, hx and h_n in the batch's own order as PyTorch's."""
+        name = type(self).__name__
+        data, sizes = input.data, [int(b) for b in input.batch_sizes.tolist()]
+        if data.ndim != 2 or data.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: a PackedSequence's data must be (steps, input_size="
+                             f"{self.input_size}), got shape {tuple(data.shape)}")
+        start = self._start_states(hx, sizes[0], True)
+        if input.sorted_indices is not None:  # hx is in the batch's order; the rows are sorted
+            start = [s.index_select(1, input.sorted_indices) for s in start]
+        run = functools.partial(self._run_packed, batch_sizes=sizes)
+        out, final = self._layers(data, start, run)
+        if input.unsorted_indices is not None:
+            final = [s.index_select(1, input.unsorted_indices) for s in final]
+        packed = PackedSequence(out, input.batch_sizes, input.sorted_indices,
+                                input.unsorted_indices)
+        return packed, (tuple(final) if self.mode == 'LSTM' else final[0])
+
     def forward(self, input, hx=None):
         name = type(self).__name__
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
         if input.ndim not in (2, 3):
@@ -1591,36 +1689,9 @@ class _RNNBase(Module):
         batched = input.ndim == 3
         x = input if not batched else input.transpose(0, 1) if self.batch_first else input
         x = x if batched else x.unsqueeze(1)  # x: (L, N, features) from here on
-        directions = 2 if self.bidirectional else 1
         n = x.shape[1]
-        sizes = [self.proj_size or self.hidden_size] + ([self.hidden_size] if self.mode == 'LSTM' else [])
-        states = (None,) * len(sizes) if hx is None else hx if isinstance(hx, tuple) else (hx,)
-        if len(states) != len(sizes):
-            raise ValueError(f"{name}: expected {'(h_0, c_0)' if len(sizes) == 2 else 'h_0'} "
-                             f"as the hidden state, got {len(states)} tensors")
-        start = []  # h_0 (and c_0): (layers * directions, N, size)
-        for s, size in zip(states, sizes):
-            want = (self.num_layers * directions,) + ((n,) if batched else ()) + (size,)
-            if s is None:
-                s = tt.zeros(*want, dtype=getattr(self, 'weight_ih_l0').dtype)
-            elif tuple(s.shape) != want:
-                raise ValueError(f"{name}: expected hidden state of shape {want}, got "
-                                 f"{tuple(s.shape)}")
-            start.append(s if batched else s.unsqueeze(1))
-        last = [[] for _ in sizes]  # the final state of each layer and direction
-        for layer in range(self.num_layers):
-            outs = []
-            for d, suffix in enumerate(('', '_reverse')[:directions]):
-                k = layer * directions + d
-                state = tuple(s[k] for s in start) if self.mode == 'LSTM' else start[0][k]
-                y, state = self._run(x, state, self._weights(layer, suffix), reverse=d == 1)
-                outs.append(y)
-                for kept, s in zip(last, state if self.mode == 'LSTM' else (state,)):
-                    kept.append(s)
-            x = outs[0] if directions == 1 else tt.cat(outs, -1)  # both directions side by side
-            if self.dropout and self.training and layer < self.num_layers - 1:
-                x = dropout(x, self.dropout)  # between layers, not after the last
-        final = [tt.stack(s, 0) for s in last]
+        start = self._start_states(hx, n, batched)  # h_0 (and c_0): (layers * directions, N, size)
+        x, final = self._layers(x, start, self._run)
         if not batched:
             x, final = x.squeeze(1), [s.squeeze(1) for s in final]
         elif self.batch_first:
@@ -2882,14 +2953,33 @@ class LazyLinear(Linear):
 
 def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resize the dims after (N, C): mode 'nearest' copies, for output position i, the
-    input element floor(i * in / out) (or floor(i / scale_factor)), as PyTorch."""
-    if mode != 'nearest':
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch "
-                                  "has mode='nearest' only)")
+    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
+    position i to an input position through the ratio r = in / out (1 / scale_factor
+    when that is given), and
+      - mode 'nearest' copies the input element floor(i * r);
+      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
+        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
+        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
+        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
+        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
+        index_select's: each input element gets its weights' share of the output gradient."""
+    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
+    if mode != 'nearest' and mode not in degree:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
+                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if mode == 'nearest' and align_corners is not None:
+        raise ValueError("interpolate: align_corners option can only be set with the "
+                         "interpolating modes: linear | bilinear | bicubic | trilinear")
     k = input.ndim - 2
     if k < 1 or (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
+    if mode in degree:
+        _float_only(input, f"interpolate (mode {mode!r})")
+        if k != degree[mode]:
+            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
+                                      f"needs {degree[mode] + 2}D input")
     spatial = input.shape[2:]
     if size is not None:
         out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
@@ -2898,11 +2988,115 @@ def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corne
         sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
         out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
         scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
-    for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
-        idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in float32,
-                         .astype(np.int64), n_in - 1)  # as PyTorch's kernel
-        input = input.index_select(d, tt.tensor(idx))
+    if mode == 'nearest':
+        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
+            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
+                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
+            input = input.index_select(d, tt.tensor(idx))
+        return input
+    for d in range(input.ndim - 1, 1, -1):  # the last dim first
+        n_in, n_out = spatial[d - 2], out[d - 2]
+        if align_corners:
+            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            r = scales[d - 2]
+        input = _linear_along(input, d, n_in, n_out, r, align_corners)
     return input
+
+
+def _linear_along(x, d, n_in, n_out, r, align_corners):
+    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
+    dt = x.dtype
+    i = np.arange(n_out, dtype=dt)
+    if align_corners:
+        src = i * dt.type(r)
+    else:
+        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = np.clip(src - i0, 0, 1).astype(dt)
+    shape = [1] * x.ndim
+    shape[d] = n_out
+    w1 = tt.tensor(l1.reshape(shape))
+    w0 = tt.tensor((1 - l1).reshape(shape))
+    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
+    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
+    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
+    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
+                     one(stride if stride is not None else kernel_size),
+                     (0, one(padding)[1]), one(dilation))
+    return out.squeeze(-2)
+
+
+class MaxPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        self.dilation = dilation
+
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
+    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self):
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class ReflectionPad2d(Module):
+    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
+
+    def __init__(self, padding):
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x):
+        return pad(x, self.padding, mode='reflect')
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
+class Upsample(Module):
+    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
+
+    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                 recompute_scale_factor=None):
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                           self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode='{self.mode}'"
 
 
 def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
@@ -2916,18 +3110,128 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='
     return tt.stack(padded, 0 if batch_first else 1)
 
 
-def DataParallel(module, *args, **kwargs):
-    raise RuntimeError("nn.DataParallel: tinytorch computes with NumPy on the CPU: there is no "
-                       "GPU here (to run a model on a GPU, export it to PyTorch with export.py)")
+class DataParallel(Module):
+    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
+    this process. The model is self.module, so state_dict keys start with 'module.' as in
+    PyTorch (a checkpoint saved from one loads into the other)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        self.module = module
+        self.device_ids = []  # PyTorch's, when there is no GPU
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
 
 
-def _no_packed_sequences(name):
-    def refused(*args, **kwargs):
-        raise NotImplementedError(
-            f"nn.utils.rnn.{name}: tinytorch's RNNs take padded batches only (no "
-            "PackedSequence); pad with pad_sequence and mask the padded steps' loss")
-    refused.__name__ = name
-    return refused
+class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',
+                                                   'unsorted_indices'])):
+    """torch.nn.utils.rnn.PackedSequence: a batch of sequences of different lengths without
+    their padding, time step by time step. The sequences are sorted longest first; data
+    holds step 0 of each, then step 1 of each that has one, and so on: batch_sizes[t] rows
+    for step t (a non-increasing int64 tensor). sorted_indices[i] is the batch position of
+    the i-th longest sequence (None: the batch was sorted already), unsorted_indices its
+    inverse. Lengths 3, 1, 2 (batch order) are packed as
+        data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
+
+    def __new__(cls, data, batch_sizes, sorted_indices=None, unsorted_indices=None):
+        if unsorted_indices is None and sorted_indices is not None:
+            unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def to(self, *args, **kwargs):
+        """The same sequences with data cast (or moved, to 'cpu') as data.to(...)."""
+        return type(self)(self.data.to(*args, **kwargs), *self[1:])
+
+    is_cuda = False
+
+
+def _packed_positions(batch_sizes):
+    """Row r of packed data is step t of the i-th sorted sequence: its place t * N + i in a
+    padded (steps, N, ...) tensor flattened to (steps * N, ...), N = batch_sizes[0]."""
+    n = batch_sizes[0]
+    return np.concatenate([t * n + np.arange(b) for t, b in enumerate(batch_sizes)])
+
+
+def _packed_to_padded(data, batch_sizes, padding_value, total_length=None):
+    """Packed rows -> (steps, N, ...) in sorted order, padding_value where a sequence has
+    ended: one gather from data with a padding row appended."""
+    steps = len(batch_sizes) if total_length is None else total_length
+    n = batch_sizes[0]
+    source = np.full(steps * n, data.shape[0])  # every place reads the padding row ...
+    source[_packed_positions(batch_sizes)] = np.arange(data.shape[0])  # ... but the steps
+    filler = tt.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype)
+    rows = tt.cat([data, filler], 0).index_select(0, tt.tensor(source))
+    return rows.reshape((steps, n) + tuple(data.shape[1:]))
+
+
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """A padded batch (L, N, *) ((N, L, *) with batch_first) and each sequence's length ->
+    a PackedSequence. enforce_sorted=True: the lengths must be non-increasing (and
+    sorted_indices is None); False: they are sorted here, longest first."""
+    lengths = np.asarray(lengths.tolist() if isinstance(lengths, Tensor) else lengths)
+    x = input.transpose(0, 1) if batch_first else input  # (L, N, *)
+    if lengths.ndim != 1 or len(lengths) != x.shape[1]:
+        raise ValueError(f"pack_padded_sequence: expected one length per sequence ({x.shape[1]} "
+                         f"in a batch of shape {tuple(input.shape)}), got {lengths.tolist()}")
+    lengths = lengths.astype(np.int64)
+    if lengths.size and lengths.min() <= 0:
+        raise RuntimeError("pack_padded_sequence: Length of all samples has to be greater than "
+                           f"0, but found an element in 'lengths' that is <= 0: {lengths.tolist()}")
+    if lengths.size and lengths.max() > x.shape[0]:
+        raise RuntimeError(f"pack_padded_sequence: a length {lengths.max()} is longer than the "
+                           f"padded sequences ({x.shape[0]} steps, input shape "
+                           f"{tuple(input.shape)}; batch_first={batch_first})")
+    sorted_indices = None
+    if enforce_sorted:
+        if np.any(np.diff(lengths) > 0):
+            raise RuntimeError(
+                f"pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
+                f"`enforce_sorted` is True (got {lengths.tolist()}); pass enforce_sorted=False "
+                "to sort them here")
+    else:
+        order = np.argsort(-lengths, kind='stable')  # longest first; ties keep batch order
+        sorted_indices = tt.tensor(order)
+        x, lengths = x.index_select(1, sorted_indices), lengths[order]
+    batch_sizes = [int((lengths > t).sum()) for t in range(int(lengths.max(initial=0)))]
+    flat = x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
+    data = flat.index_select(0, tt.tensor(_packed_positions(batch_sizes)))
+    return PackedSequence(data, tt.tensor(batch_sizes, dtype=tt.int64), sorted_indices)
+
+
+def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """A PackedSequence -> (padded, lengths): padded (L, N, *) ((N, L, *) with batch_first)
+    in the batch's own order, padding_value after each sequence's end, L = total_length
+    or the longest; lengths an int64 tensor."""
+    sizes = [int(b) for b in sequence.batch_sizes.tolist()]
+    if total_length is not None and total_length < len(sizes):
+        raise ValueError(f"pad_packed_sequence: Expected total_length to be at least the length "
+                         f"of the longest sequence in input, but got total_length={total_length} "
+                         f"and max sequence length being {len(sizes)}")
+    padded = _packed_to_padded(sequence.data, sizes, padding_value, total_length)
+    lengths = tt.tensor([sum(b > i for b in sizes) for i in range(sizes[0])], dtype=tt.int64)
+    if sequence.unsorted_indices is not None:  # back to the batch's order
+        padded = padded.index_select(1, sequence.unsorted_indices)
+        lengths = lengths.index_select(0, sequence.unsorted_indices)
+    return (padded.transpose(0, 1) if batch_first else padded), lengths
+
+
+def pack_sequence(sequences, enforce_sorted=True):
+    """A list of tensors (L_i, *) -> a PackedSequence (pad_sequence, then pack_padded_sequence)."""
+    return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences],
+                                enforce_sorted=enforce_sorted)
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The inverse of pad_sequence: a list of the sequences, each cut to its length."""
+    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
+    return [x[i, :int(n)] for i, n in enumerate(lengths.tolist() if isinstance(lengths, Tensor)
+                                                 else lengths)]
+
+
+def unpack_sequence(packed_sequences):
+    """The inverse of pack_sequence: the list of sequences, in the batch's own order."""
+    return unpad_sequence(*pad_packed_sequence(packed_sequences, batch_first=True),
+                          batch_first=True)
 
 
 # ---------------------------------------------------------------------------

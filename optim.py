@@ -334,6 +334,230 @@ class Adadelta(Optimizer):
         p.array -= group['lr'] * delta
 
 
+class LBFGS(Optimizer):
+    """L-BFGS, PyTorch's (after minFunc): a quasi-Newton method for a full-batch problem.
+    step(closure) runs up to max_iter iterations, calling closure (which zeroes the
+    gradients, computes the loss, calls backward and returns the loss) as often as it
+    needs. Each iteration steps along d = -H g, where H, an estimate of the inverse
+    Hessian, comes from the last history_size pairs s = x' - x, y = g' - g by the
+    two-loop recursion; the step length is lr (lr * min(1, 1 / |g|_1) the very first
+    time), or what a strong Wolfe line search finds (line_search_fn='strong_wolfe').
+    It stops when max |g| <= tolerance_grad, when the step or the change of the loss is
+    below tolerance_change, or after max_eval closure calls (max_iter * 5 // 4).
+    All parameters are one flat vector here; there is one parameter group."""
+
+    def __init__(self, params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7,
+                 tolerance_change=1e-9, history_size=100, line_search_fn=None, *,
+                 maximize=False):
+        _at_least_0(lr=lr)
+        if max_eval is None:
+            max_eval = max_iter * 5 // 4
+        super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval,
+                                      tolerance_grad=tolerance_grad,
+                                      tolerance_change=tolerance_change,
+                                      history_size=history_size, line_search_fn=line_search_fn,
+                                      maximize=maximize))
+        if len(self.param_groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+
+    def _flat_grad(self):
+        """Every parameter's gradient as one vector (zeros where there is none)."""
+        flat = np.concatenate([p.grad.array.ravel() if p.grad is not None else
+                               np.zeros(p.numel(), p.dtype) for p in self._params()])
+        return -flat if self.param_groups[0]['maximize'] else flat
+
+    def _add(self, t, d):
+        """parameters += t * d, d being one vector for all of them."""
+        offset = 0
+        for p in self._params():
+            p.array += t * d[offset:offset + p.numel()].reshape(p.shape)
+            tt._bump(p)
+            offset += p.numel()
+
+    def _set(self, arrays):
+        for p, a in zip(self._params(), arrays):
+            p.array[...] = a
+            tt._bump(p)
+
+    def _loss(self, closure):
+        with tt.enable_grad():
+            loss = closure()
+        return loss, (-float(loss) if self.param_groups[0]['maximize'] else float(loss))
+
+    def _evaluate(self, closure, x, t, d):
+        """The loss and the gradient at x + t d (for the line search); the parameters are
+        set back to x."""
+        self._add(t, d)
+        loss = self._loss(closure)[1]
+        g = self._flat_grad()
+        self._set(x)
+        return loss, g
+
+    def step(self, closure):
+        group = self.param_groups[0]
+        lr, max_iter, max_eval = group['lr'], group['max_iter'], group['max_eval']
+        tolerance_grad, tolerance_change = group['tolerance_grad'], group['tolerance_change']
+        if group['line_search_fn'] not in (None, 'strong_wolfe'):
+            raise RuntimeError(f"LBFGS: line_search_fn={group['line_search_fn']!r}: only "
+                               "'strong_wolfe' (or None) is supported")
+        state = self.state.setdefault(self._params()[0], {})  # the state lives on the first
+        state.setdefault('func_evals', 0)
+        state.setdefault('n_iter', 0)
+        orig_loss, loss = self._loss(closure)
+        current_evals = 1
+        state['func_evals'] += 1
+        g = self._flat_grad()
+        if np.abs(g).max() <= tolerance_grad:  # already at a minimum
+            return orig_loss
+        d, t, prev_g, prev_loss = (state.get(k) for k in ('d', 't', 'prev_flat_grad', 'prev_loss'))
+        old_dirs, old_stps, ro, H_diag = (state.get(k) for k in ('old_dirs', 'old_stps', 'ro', 'H_diag'))
+        n_iter = 0
+        while n_iter < max_iter:
+            n_iter += 1
+            state['n_iter'] += 1
+            if state['n_iter'] == 1:  # the first direction: steepest descent
+                d = -g
+                old_dirs, old_stps, ro, H_diag = [], [], [], 1
+            else:
+                y, s = g - prev_g, d * t  # the change of the gradient, the last step
+                ys = y @ s
+                if ys > 1e-10:  # a pair that keeps H positive definite: remember it
+                    if len(old_dirs) == group['history_size']:
+                        old_dirs.pop(0), old_stps.pop(0), ro.pop(0)
+                    old_dirs.append(y)
+                    old_stps.append(s)
+                    ro.append(1.0 / ys)
+                    H_diag = ys / (y @ y)  # the initial H: a scaled identity
+                # the two-loop recursion: d = -H g, from the remembered pairs
+                q, al = -g, [0.0] * len(old_dirs)
+                for i in range(len(old_dirs) - 1, -1, -1):
+                    al[i] = (old_stps[i] @ q) * ro[i]
+                    q = q - al[i] * old_dirs[i]
+                d = q * H_diag
+                for i in range(len(old_dirs)):
+                    be_i = (old_dirs[i] @ d) * ro[i]
+                    d = d + (al[i] - be_i) * old_stps[i]
+            prev_g, prev_loss = g.copy(), loss
+            t = min(1.0, 1.0 / np.abs(g).sum()) * lr if state['n_iter'] == 1 else lr
+            gtd = g @ d  # the slope along d
+            if gtd > -tolerance_change:  # d does not go down: stop
+                break
+            if group['line_search_fn'] == 'strong_wolfe':
+                x0 = [p.array.copy() for p in self._params()]
+                loss, g, t, evals = _strong_wolfe(
+                    lambda x, t, d: self._evaluate(closure, x, t, d), x0, t, d, loss, g, gtd,
+                    max_ls=max_eval - current_evals)
+                self._add(t, d)
+                opt_cond = np.abs(g).max() <= tolerance_grad
+            else:  # a fixed step; the loss and gradient there (unless this is the last)
+                self._add(t, d)
+                evals, opt_cond = 0, False
+                if n_iter != max_iter:
+                    loss = self._loss(closure)[1]
+                    g = self._flat_grad()
+                    opt_cond = np.abs(g).max() <= tolerance_grad
+                    evals = 1
+            current_evals += evals
+            state['func_evals'] += evals
+            if n_iter == max_iter or current_evals >= max_eval or opt_cond:
+                break
+            if np.abs(d * t).max() <= tolerance_change or abs(loss - prev_loss) < tolerance_change:
+                break  # the parameters or the loss no longer change
+        state.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=H_diag,
+                     prev_flat_grad=prev_g, prev_loss=prev_loss)
+        return orig_loss
+
+
+def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
+    """The minimum of the cubic through (x1, f1) and (x2, f2) with slopes g1, g2, kept
+    within bounds (default: between x1 and x2); their middle if the cubic has none."""
+    lo, hi = bounds if bounds is not None else (min(x1, x2), max(x1, x2))
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1 ** 2 - g1 * g2
+    if d2_square < 0:
+        return (lo + hi) / 2.0
+    d2 = math.sqrt(d2_square)
+    if x1 <= x2:
+        min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+    else:
+        min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+    return min(max(min_pos, lo), hi)
+
+
+def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9,
+                  max_ls=25):
+    """A step length t along d that satisfies the strong Wolfe conditions: enough
+    decrease, f(t) <= f + c1 t gtd, and a flat enough slope, |g(t).d| <= -c2 gtd.
+    First t grows until a bracket [lo, hi] holds such a point, then the bracket shrinks
+    (cubic interpolation) until one is found. obj_func(x, t, d) -> (loss, gradient).
+    Returns the loss, gradient and t found, and the number of evaluations."""
+    d_norm = np.abs(d).max()
+    f_new, g_new = obj_func(x, t, d)
+    evals, ls_iter = 1, 0
+    gtd_new = g_new @ d
+    t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
+    done = False
+    while ls_iter < max_ls:  # 1. find a bracket
+        if f_new > f + c1 * t * gtd or (ls_iter > 1 and f_new >= f_prev):
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new], [gtd_prev, gtd_new]
+            break
+        if abs(gtd_new) <= -c2 * gtd:  # t satisfies both conditions
+            bracket, bracket_f, bracket_g = [t], [f_new], [g_new]
+            done = True
+            break
+        if gtd_new >= 0:  # the slope turned: the minimum is behind
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new], [gtd_prev, gtd_new]
+            break
+        # still going down: a longer step, by cubic interpolation within [1.01 t, 10 t]
+        t_next = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new,
+                                    bounds=(t + 0.01 * (t - t_prev), t * 10))
+        t_prev, f_prev, g_prev, gtd_prev = t, f_new, g_new, gtd_new
+        t = t_next
+        f_new, g_new = obj_func(x, t, d)
+        evals += 1
+        gtd_new = g_new @ d
+        ls_iter += 1
+    if ls_iter == max_ls:  # no bracket found within max_ls evaluations
+        bracket, bracket_f, bracket_g = [0, t], [f, f_new], [g, g_new]
+    insuf_progress = False
+    low, high = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:  # 2. shrink the bracket (zoom)
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0],
+                               bracket[1], bracket_f[1], bracket_gtd[1])
+        # a point too near an end of the bracket makes little progress: move it in
+        eps = 0.1 * (max(bracket) - min(bracket))
+        if min(max(bracket) - t, t - min(bracket)) < eps:
+            if insuf_progress or t >= max(bracket) or t <= min(bracket):
+                t = max(bracket) - eps if abs(t - max(bracket)) < abs(t - min(bracket)) \
+                    else min(bracket) + eps
+                insuf_progress = False
+            else:
+                insuf_progress = True
+        else:
+            insuf_progress = False
+        f_new, g_new = obj_func(x, t, d)
+        evals += 1
+        gtd_new = g_new @ d
+        ls_iter += 1
+        if f_new > f + c1 * t * gtd or f_new >= bracket_f[low]:  # not enough decrease: new high
+            bracket[high], bracket_f[high] = t, f_new
+            bracket_g[high], bracket_gtd[high] = g_new, gtd_new
+            low, high = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high] - bracket[low]) >= 0:  # the old low becomes high
+                bracket[high], bracket_f[high] = bracket[low], bracket_f[low]
+                bracket_g[high], bracket_gtd[high] = bracket_g[low], bracket_gtd[low]
+            bracket[low], bracket_f[low] = t, f_new
+            bracket_g[low], bracket_gtd[low] = g_new, gtd_new
+    return bracket_f[low], bracket_g[low], bracket[low], evals
+
+
 # ---------------------------------------------------------------------------
 # Learning-rate schedules: call scheduler.step() once per optimizer step (or epoch)
 # ---------------------------------------------------------------------------
