@@ -169,6 +169,9 @@ _PATHS = {
     'utils.data.dataset': lambda: tt._companion('data'),
     'utils.data.sampler': lambda: tt._companion('data'),
     'utils.tensorboard': lambda: tt._companion('lookinside'),
+    'utils.checkpoint': lambda: _module(
+        'utils.checkpoint', "torch.utils.checkpoint: activation checkpointing (tinytorch.py's, "
+                            "section 16)", checkpoint=tt._checkpoint),
     'autograd': lambda: _as_module('autograd', tt.autograd),
     'distributed': lambda: _module(
         'distributed', "torch.distributed: one process here",

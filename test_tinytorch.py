@@ -5413,6 +5413,88 @@ def test_autograd_function_and_grad_match_pytorch():
     np.testing.assert_allclose(g.array, gt.numpy(), rtol=1e-10)
 
 
+# Activation checkpointing: torch.utils.checkpoint.checkpoint (tinytorch.py section 16)
+def test_checkpoint_recomputes_in_backward_and_gives_the_plain_gradients():
+    from tinytorch.utils.checkpoint import checkpoint
+    calls = []
+
+    def f(x, w):
+        calls.append(tt.is_grad_enabled())
+        return (w * x) ** 2
+    x = tt.tensor([1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    w = tt.tensor(3.0, dtype=tt.float64, requires_grad=True)
+    y = checkpoint(f, x, w, use_reentrant=False)
+    assert calls == [False]  # forward: no graph inside, one node outside
+    assert y.tolist() == [9.0, 36.0] and y.grad_fn.name() == 'CheckpointBackward0'
+    y.sum().backward()
+    assert calls == [False, True]  # backward ran f again, with a graph
+    # sum (w x)^2: d/dx = 2 w^2 x = [18, 36]; d/dw = 2 w (x1^2 + x2^2) = 2 * 3 * 5 = 30
+    assert x.grad.tolist() == [18.0, 36.0] and w.grad.item() == 30.0
+    # finite differences (float64) through the checkpoint, inputs and a closure's leaf
+    v = tt.tensor([0.5, -1.5, 2.0], dtype=tt.float64, requires_grad=True)
+    check(lambda a, b: checkpoint(lambda t: (t * v).tanh() * b, a, use_reentrant=False),
+          t64(3, seed=1), t64(3, seed=2))
+
+
+def test_checkpoint_of_a_module_with_dropout_matches_the_plain_run_exactly():
+    """A block's parameters are read through its attributes, not passed: they still get
+    their gradients; dropout draws the same mask again (the generator's state is kept),
+    and the generator ends where the plain run leaves it."""
+    from tinytorch.utils.checkpoint import checkpoint
+    block = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Tanh(), nn.Linear(8, 3)).double()
+    x0 = np.random.default_rng(0).standard_normal((5, 4))
+    runs = []
+    for use in (False, True):
+        tt.manual_seed(7)
+        block.zero_grad()
+        x = tt.tensor(x0, requires_grad=True)
+        y = checkpoint(block, x, use_reentrant=False) if use else block(x)
+        (y * y).sum().backward()
+        runs.append([x.grad.array] + [p.grad.array for p in block.parameters()]
+                    + [tt.rand(1).array])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)  # identical, not close
+
+
+def test_checkpoint_refuses_what_it_cannot_recompute_in_one_line():
+    from tinytorch.utils.checkpoint import checkpoint
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2  # computed outside, read by the function without being passed
+    with pytest.raises(RuntimeError, match=r"reads a tensor computed outside it \(made by 'mul'"):
+        checkpoint(lambda t: t + h, x, use_reentrant=False)
+    with pytest.raises(NotImplementedError, match="non-reentrant variant only"):
+        checkpoint(lambda t: t * 2, x, use_reentrant=True)
+    with pytest.raises(TypeError, match="must return one Tensor, got tuple"):
+        checkpoint(lambda t: (t, t), x, use_reentrant=False)
+    with pytest.warns(UserWarning, match="use_reentrant parameter should be passed explicitly"):
+        checkpoint(lambda t: t * 2, x)
+
+
+def test_checkpoint_gradients_match_pytorch():
+    torch = need_torch()
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+    from tinytorch.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(3)
+    x0, w1, w2 = rng.standard_normal((4, 5)), rng.standard_normal((6, 5)), rng.standard_normal((2, 6))
+
+    def block(lib, F):
+        lin1, lin2 = lib.nn.Linear(5, 6, bias=False).double(), lib.nn.Linear(6, 2, bias=False).double()
+        with lib.no_grad():
+            lin1.weight.copy_(lib.tensor(w1)), lin2.weight.copy_(lib.tensor(w2))
+        return lin1, lin2, (lambda t: lin2(F.gelu(lin1(t))) * t[:, :2])
+
+    got = []
+    for lib, ck in ((tt, checkpoint), (torch, torch_checkpoint)):
+        lin1, lin2, f = block(lib, lib.nn.functional)
+        x = lib.tensor(x0, requires_grad=True)
+        y = ck(f, x, use_reentrant=False)
+        y.pow(2).sum().backward()
+        got.append([y.detach().numpy(), x.grad.numpy(), lin1.weight.grad.numpy(),
+                    lin2.weight.grad.numpy()])
+    for a, b in zip(*got):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_readme_own_function_runs_as_shown():
     """The README's autograd.Function block (the same op as its closure block, PyTorch's
     way) runs and prints what the README shows."""
@@ -8086,6 +8168,24 @@ def test_charlm_resume_adds_the_health_columns_to_an_old_metrics_file(corpus, tm
     assert rows[0]['grad_norm'] == '' and float(rows[2]['grad_norm']) > 0
 
 
+def test_charlm_checkpoint_blocks_trains_the_same_numbers(corpus, tmp_path):
+    """--checkpoint-blocks recomputes each block in backward with the same dropout masks:
+    the run's metrics are the plain run's, digit for digit."""
+    rows = []
+    for flag in ([], ['--checkpoint-blocks']):
+        run = tmp_path / f"run{len(rows)}"
+        r = run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--dropout', '0.2',
+                       '--length', '0', '--out-dir', str(run), *flag)
+        assert r.returncode == 0, r.stderr
+        rows.append([row[:3] for row in csv.reader(open(run / 'metrics.csv'))])
+    assert rows[0] == rows[1] and len(rows[0]) == 5
+    r = run_charlm(corpus, *TINY_RNN, '--model', 'lstm', '--checkpoint-blocks',
+                   '--out-dir', str(tmp_path / 'r'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --checkpoint-blocks is for --model gpt only: --model lstm has no Transformer "
+        "blocks")
+
+
 def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
     run = tmp_path / "run"
     r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))
@@ -8541,6 +8641,82 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert 'relu' not in prof.rows and 'add' not in prof.rows
     assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
     assert prof.kept == 0  # backward went through every node: nothing is held any more
+
+
+class _ScaleTanh(nn.Module):
+    def __init__(self, n):
+        self.w = nn.Parameter(tt.ones(n, dtype=tt.float64))
+
+    def forward(self, x):
+        return (x * self.w).tanh()
+
+
+class _TwoScaleTanh(nn.Module):
+    def __init__(self, n, checkpoint_b=False):
+        self.a, self.b, self.checkpoint_b = _ScaleTanh(n), _ScaleTanh(n), checkpoint_b
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.checkpoint_b:
+            return tt.utils.checkpoint.checkpoint(self.b, h, use_reentrant=False)
+        return self.b(h)
+
+
+def test_memory_charges_each_module_what_its_ops_keep_and_finds_the_peak():
+    """Values by hand, B = 3 rows of n = 4 float64 (96 bytes a tensor). A _ScaleTanh keeps
+    mul's output (96; its rule reads x and w, tensors kept anyway) and tanh's output (96;
+    its rule reads that same output, counted once): 192. sum's 0-d output: 8 bytes."""
+    x = tt.tensor(np.ones((3, 4)))
+    model = _TwoScaleTanh(4)
+    with lookinside.memory(model) as mem:
+        model(x).sum().backward()
+    assert mem.kept == {'a': 192, 'b': 192, '(outside)': 8} and mem.recomputed == {}
+    assert mem.kept_bytes == 392 and mem.peak_bytes == 392 and mem.held == 0
+    assert mem.totals() == {'(model)': (384, 0), 'a': (192, 0), 'b': (192, 0)}
+    assert mem.param_bytes == 64 and 'forward' not in vars(model.a)  # the tool leaves no trace
+    # b under checkpoint: its forward keeps nothing; the checkpoint node keeps its output
+    # (96, charged to the model, whose forward made it); backward makes b's 192 bytes again
+    # while a's 192 and the node's 96 are held: the peak is 96 + 192 + 192 = 480
+    model = _TwoScaleTanh(4, checkpoint_b=True)
+    with lookinside.memory(model) as mem:
+        model(x).sum().backward()
+    assert mem.kept == {'a': 192, '(model)': 96, '(outside)': 8} and mem.recomputed == {'b': 192}
+    assert mem.kept_bytes == 296 and mem.peak_bytes == 480 and mem.held == 0
+    lines = str(mem).splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == ['(model)', 'a', 'b', '(outside)']
+    assert lines[-1].startswith("kept for backward 0.000 MB; peak held 0.000 MB")
+
+
+def test_memory_growth_is_linear_in_the_batch():
+    """n = 62,500 float64 values a row: a _ScaleTanh keeps 2 x 500,000 bytes = 1 MB per row,
+    the two of them 2 MB per row (and sum's 8 bytes): 2, 4 and 8 MB for B = 1, 2, 4."""
+    model = _TwoScaleTanh(62500)
+    text = lookinside.memory_growth(
+        lambda b: (model, lambda: model(tt.tensor(np.ones((b, 62500)))).sum().backward()),
+        [1, 2, 4], name='batch')
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert rows == [['1', '2.00', '2.00', '1.00'], ['2', '4.00', '4.00', '2.00'],
+                    ['4', '8.00', '8.00', '4.00']]
+
+
+def test_memory_of_a_checkpointed_gpt_block_is_its_output():
+    """Each checkpointed block keeps only its output, B x T x C float32 values = 2 x 8 x 16
+    x 4 = 1024 bytes, and backward recomputes exactly what the plain block keeps."""
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=2, n_embd=16, n_head=2, block_size=8, dropout=0.0))
+    x = tt.randint(0, 65, (2, 8))
+    with lookinside.memory(model) as plain:
+        model(x, x)[1].backward()
+    for block in model.h:
+        f = block.forward
+        object.__setattr__(block, 'forward', lambda h, cache=None, layer=0, f=f:
+                           tt.utils.checkpoint.checkpoint(f, h, use_reentrant=False))
+    with lookinside.memory(model) as ck:
+        model(x, x)[1].backward()
+    for i in range(2):
+        assert ck.totals()[f'h.{i}'] == (1024, plain.totals()[f'h.{i}'][0])
+    assert plain.totals()['h.0'][0] > 10 * 1024
+    assert ck.kept_bytes < plain.kept_bytes / 2 and ck.peak_bytes < plain.peak_bytes
 
 
 # ===========================================================================

@@ -92,6 +92,10 @@ def parse_args(argv=None):
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
+    t.add_argument('--checkpoint-blocks', action='store_true',
+                   help="activation checkpointing (torch.utils.checkpoint): each Transformer "
+                        "block keeps only its output for backward and runs its forward again "
+                        "there: less memory, more time, the same numbers (GPT only)")
     t.add_argument('--profile', action='store_true',
                    help="print where the time, FLOPs and memory of one training step of the "
                         "configured model go (lookinside.profile), then exit; nothing is written")
@@ -150,6 +154,9 @@ def check_flags(args):
     if args.n_head is not None and args.model in ('lstm', 'gru'):
         raise UserError(f"--n-head is for --model gpt only: --model {args.model} is a recurrent "
                         "network, with no attention heads")
+    if args.checkpoint_blocks and args.model in ('lstm', 'gru'):
+        raise UserError(f"--checkpoint-blocks is for --model gpt only: --model {args.model} has "
+                        "no Transformer blocks")
     if not (args.resume or args.sample or args.model in ('lstm', 'gru')):
         # a new GPT: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
@@ -338,6 +345,22 @@ def pick_next(logits, temperature, top_k):
 
 def make_model(config):
     return GPT(config) if isinstance(config, GPTConfig) else CharRNN(config)
+
+
+def checkpoint_blocks(model):
+    """--checkpoint-blocks: each block of the GPT runs under torch.utils.checkpoint (tinytorch's
+    checkpoint: the block's forward keeps nothing, backward runs it again); generation (with
+    a cache, or under no_grad) runs the blocks as they are."""
+    if not isinstance(model, GPT):
+        raise UserError("--checkpoint-blocks is for a GPT: this run's model is a recurrent "
+                        "network, with no Transformer blocks")
+    for block in model.h:
+        def forward(x, cache=None, layer=0, plain=block.forward):
+            if cache is not None or not tt.is_grad_enabled():
+                return plain(x, cache, layer)
+            return tt.utils.checkpoint.checkpoint(plain, x, use_reentrant=False)
+        object.__setattr__(block, 'forward', forward)  # this model's blocks only
+    return model
 
 
 def describe(config):
@@ -751,6 +774,8 @@ def profile_step(args):
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
     model = make_model(config)
+    if args.checkpoint_blocks:
+        checkpoint_blocks(model)
     optimizer = make_optimizer(model, args)
 
     def step():
@@ -919,6 +944,8 @@ def train(args):
     # -- the model, the optimizer and the schedule (from the checkpoint when resuming) -
     tt.manual_seed(args.seed)
     model = restore_model(ck, config) if ck else make_model(config)
+    if args.checkpoint_blocks:
+        checkpoint_blocks(model)
     optimizer = make_optimizer(model, args)
     # the schedule belongs to the run: a resumed run keeps the length it started with, so
     # more --steps than that continue at --min-lr instead of stretching the cosine again
