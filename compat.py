@@ -8,7 +8,8 @@ This file gives those, and nothing computes here:
 
   - the import rule: `import tinytorch.nn.functional as F` is nn.py, `tinytorch.utils.data`
     is data.py (each taken from tinytorch.py's own folder), `tinytorch.float` is float32;
-  - stand-ins for torch.cuda, torch.backends, torch.amp, torch.accelerator on a CPU;
+  - stand-ins for torch.cuda, torch.backends, torch.accelerator on a CPU (torch.amp and
+    torch.autocast are amp.py's, which computes: mixed precision);
   - one clear line for what tinytorch deliberately lacks (several processes, a compiler,
     bfloat16), at the point of use.
 
@@ -21,7 +22,6 @@ import importlib
 import importlib.util
 import sys
 import types
-import warnings
 
 import numpy as np
 
@@ -59,60 +59,9 @@ _NO_GPU = ("tinytorch computes with NumPy on the CPU: there is no GPU here (to r
            "on a GPU, export it to PyTorch with export.py)")
 
 
-class _GradScaler:
-    """torch.amp.GradScaler on a machine without a GPU: PyTorch disables it (a warning if
-    enabled=True was asked for), so scale() returns the loss as it is and step() steps."""
-
-    def __init__(self, device='cuda', init_scale=65536.0, growth_factor=2.0,
-                 backoff_factor=0.5, growth_interval=2000, enabled=True):
-        if enabled:
-            warnings.warn("GradScaler is enabled, but there is no GPU (tinytorch computes in "
-                          "float32 or float64 on the CPU). Disabling.")
-        self._enabled = False
-
-    def scale(self, outputs):
-        return outputs
-
-    def unscale_(self, optimizer):
-        pass
-
-    def step(self, optimizer, *args, **kwargs):
-        return optimizer.step(*args, **kwargs)
-
-    def update(self, new_scale=None):
-        pass
-
-    def is_enabled(self):
-        return self._enabled
-
-    def get_scale(self):
-        return 1.0
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
-
-
-class _autocast:
-    """torch.autocast on the CPU: tinytorch has no lower-precision kernels, so the block
-    runs in the tensors' own dtype (a warning says so once); on 'cuda', the one clear line."""
-
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
-        tt._cpu_only(device_type, 'autocast')
-        if enabled:
-            warnings.warn("autocast: tinytorch computes in each tensor's own dtype (no "
-                          "float16 or bfloat16 kernels); the block runs as it is")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __call__(self, fn):
-        return fn
+def _amp():
+    """amp.py: torch.autocast and torch.amp.GradScaler, computing (mixed precision)."""
+    return tt._companion('amp')
 
 
 def _module(name, doc, **attrs):
@@ -184,8 +133,9 @@ _PATHS = {
         is_available=lambda: False, device_count=lambda: 0, is_bf16_supported=lambda: False,
         manual_seed=lambda seed: None, manual_seed_all=lambda seed: None,
         synchronize=lambda device=None: None, empty_cache=lambda: None,
-        amp=_module('cuda.amp', "torch.cuda.amp", GradScaler=_GradScaler,
-                    autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
+        amp=_module('cuda.amp', "torch.cuda.amp: there is no GPU (amp.py's GradScaler disables itself)",
+                    GradScaler=lambda *a, **k: _amp().GradScaler('cuda', *a, **k),
+                    autocast=lambda *a, **k: _amp().autocast('cuda', *a, **k)),
         current_device=_refuse('torch.cuda.current_device', _NO_GPU),
         get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU),
         **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
@@ -203,8 +153,7 @@ _PATHS = {
         'accelerator', "torch.accelerator: there is none",
         is_available=lambda: False, current_accelerator=lambda: None,
         device_count=lambda: 0),
-    'amp': lambda: _module('amp', "torch.amp on the CPU", GradScaler=_GradScaler,
-                           autocast=_autocast),
+    'amp': lambda: _amp(),
     'testing': lambda: _module('testing', "torch.testing", assert_close=tt.assert_close),
     'random': lambda: _module('random', "torch.random: the default generator's seed",
                               manual_seed=tt.manual_seed, seed=tt.seed, initial_seed=tt.initial_seed,
@@ -244,7 +193,7 @@ def get_float32_matmul_precision():
 
 # Names a program reads from tinytorch itself: tinytorch.float, tinytorch.nn (no import
 # needed), tinytorch.autocast, tinytorch.compile, ...
-_ATTRIBUTES = {'autocast': _autocast, 'compile': compile,
+_ATTRIBUTES = {'compile': compile,
                'set_float32_matmul_precision': set_float32_matmul_precision,
                'get_float32_matmul_precision': get_float32_matmul_precision}
 
@@ -255,6 +204,8 @@ def attribute(name):
         return _DTYPE_NAMES[name]
     if name in _ATTRIBUTES:
         return _ATTRIBUTES[name]
+    if name in ('autocast', 'is_autocast_enabled', 'is_autocast_available'):
+        return getattr(_amp(), name)
     if name in _PATHS:
         return importlib.import_module(f'{tt.__name__}.{name}')
     raise AttributeError(f"module {tt.__name__!r} has no attribute {name!r}")

@@ -1679,7 +1679,7 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     loss.backward()
     scaler.unscale_(opt), scaler.step(opt), scaler.update()
     assert w.tolist() == [0.0, 0.0] and not scaler.is_enabled()
-    with pytest.warns(UserWarning, match="autocast: tinytorch computes in each tensor's own dtype"):
+    with pytest.warns(UserWarning, match="autocast: tinytorch has no bfloat16"):
         with tt.autocast(device_type='cpu', dtype=tt.bfloat16):
             assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
@@ -1692,6 +1692,122 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     assert f"{tt.tensor([1.5]):>6.2f}" == "  1.50"
     with pytest.raises(TypeError):
         [1, 2][tt.tensor(1.0)]  # a float tensor is no index, as in PyTorch
+
+
+
+# Mixed precision on the CPU: torch.autocast and torch.amp.GradScaler (amp.py)
+def test_autocast_computes_the_listed_ops_in_float16_and_the_losses_in_float32():
+    # float16 keeps 11 significant bits: 2049 rounds to 2048 (a tie, to the even one), so
+    # [2049, 1] @ [1, 1] is 2050 in float32 and 2048 + 1 = 2049 -> 2048 under autocast
+    x = tt.tensor([[2049.0, 1.0]])
+    w = tt.tensor([[1.0], [1.0]], requires_grad=True)
+    assert (x @ w).tolist() == [[2050.0]]
+    with tt.autocast('cpu', dtype=tt.float16):
+        assert tt.is_autocast_enabled('cpu') and not tt.is_autocast_enabled()
+        y = x @ w
+        lin = nn.linear(x, w.T, tt.tensor([0.5]))  # 2048 + 1 + 0.5 = 2049.5 -> 2050 (steps of 2)
+        ce = nn.cross_entropy(tt.tensor([[0.0, 0.0]], dtype=tt.float16), tt.tensor([0]))
+        plain = x + x  # not listed: its own dtype
+        f64 = tt.ones(1, 2, dtype=tt.float64) @ tt.ones(2, 1, dtype=tt.float64)  # left alone
+        with tt.autocast('cpu', enabled=False):
+            off = x @ w
+    assert not tt.is_autocast_enabled('cpu')
+    assert y.dtype == lin.dtype == tt.float16 and y.tolist() == [[2048.0]] and lin.tolist() == [[2050.0]]
+    assert ce.dtype == tt.float32 and abs(ce.item() - math.log(2)) < 1e-7  # log 2, in float32
+    assert plain.dtype == tt.float32 and f64.dtype == tt.float64 and off.tolist() == [[2050.0]]
+    # the gradient: the product's rule at the rounded input, dW = x^T g = [2048, 1], in the
+    # weight's own float32
+    y.sum().backward()
+    assert w.grad.dtype == tt.float32 and w.grad.tolist() == [[2048.0], [1.0]]
+
+    @tt.autocast('cpu', dtype=tt.float16)
+    def product(a, b):
+        return a @ b
+    assert product(x, w).dtype == tt.float16 and (x @ w).dtype == tt.float32
+
+
+def test_autocast_to_a_dtype_the_cpu_refuses_warns_in_one_line_and_runs_as_it_is():
+    for dtype in (tt.float32, tt.float64, tt.int32):
+        with pytest.warns(UserWarning) as record:
+            with tt.autocast('cpu', dtype=dtype):
+                assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
+        assert [str(r.message) for r in record] == [
+            "In CPU autocast, but the target dtype is not supported. Disabling autocast. CPU "
+            "Autocast only supports dtypes of torch.bfloat16, torch.float16 currently."]
+    with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
+        tt.autocast('cuda', dtype=tt.float16)
+
+
+def test_grad_scaler_scales_unscales_skips_and_grows_as_pytorch_defines():
+    scaler = tt.amp.GradScaler('cpu')
+    assert scaler.get_scale() == 65536.0 and scaler.get_growth_interval() == 2000
+    assert (scaler.get_growth_factor(), scaler.get_backoff_factor()) == (2.0, 0.5)
+    # a scripted run: init_scale 4, growth every 2 good steps; the 4th step overflows
+    scaler = tt.amp.GradScaler('cpu', init_scale=4.0, growth_interval=2)
+    w = tt.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    scales, grads, weights = [], [], []
+    for factor in [1.0, 1.0, 1.0, math.inf, 1.0, 1.0]:
+        opt.zero_grad()
+        scaler.scale((w * factor).sum()).backward()
+        grads.append(w.grad.tolist()[0])  # scaled: factor x scale
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        weights.append(w.tolist()[0])
+    # scale 4: good (1 in a row), good (2: doubled to 8), good (1), overflow (halved to 4,
+    # count reset, step skipped), good (1), good (2: doubled to 8)
+    assert grads == [4.0, 4.0, 8.0, math.inf, 4.0, 4.0]
+    assert scales == [4.0, 8.0, 8.0, 4.0, 4.0, 8.0]
+    # each good step moves w by lr x 1 (the gradient unscaled); the overflow's is skipped
+    assert np.allclose(weights, [0.9, 0.8, 0.7, 0.7, 0.6, 0.5], rtol=0, atol=1e-6)
+    assert scaler.state_dict() == {'scale': 8.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,
+                                   'growth_interval': 2, '_growth_tracker': 0}
+    opt.zero_grad()
+    scaler.scale(w.sum()).backward()
+    scaler.unscale_(opt)
+    assert w.grad.tolist() == [1.0, 1.0]  # 8 / 8
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        scaler.unscale_(opt)
+    other = tt.amp.GradScaler('cpu')
+    other.load_state_dict(scaler.state_dict())
+    assert other.get_scale() == 8.0 and other.get_growth_interval() == 2
+    with pytest.raises(RuntimeError, match="The source state dict is empty"):
+        other.load_state_dict({})
+
+
+def test_autocast_and_grad_scaler_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(0)
+    a, b, bias = rng.standard_normal((5, 7)), rng.standard_normal((3, 7)), rng.standard_normal(3)
+    got = []
+    for lib, F in ((tt, nn), (torch, torch.nn.functional)):
+        x, w = lib.tensor(a, dtype=lib.float32), lib.tensor(b, dtype=lib.float32, requires_grad=True)
+        with lib.autocast('cpu', dtype=lib.float16):
+            y, z = F.linear(x, w, lib.tensor(bias, dtype=lib.float32)), x @ w.T
+            loss = F.cross_entropy(y, lib.tensor([0, 1, 2, 0, 1]))
+        loss.backward()
+        got.append((str(y.dtype), str(z.dtype), str(loss.dtype), str(w.grad.dtype),
+                    y.detach().float().numpy(), z.detach().float().numpy(), w.grad.numpy()))
+    assert [d.replace('torch.', '') for d in got[1][:4]] == list(got[0][:4]) == [
+        'float16', 'float16', 'float32', 'float32']
+    for mine, theirs in zip(got[0][4:], got[1][4:]):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-3, atol=2e-3)  # float16's ulp
+    # the same scripted run with an overflow: the same scales, the same weights
+    runs = []
+    for lib, opt_mod in ((tt, optim), (torch, torch.optim)):
+        scaler = lib.amp.GradScaler('cpu', init_scale=4.0, growth_interval=2)
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        opt = opt_mod.SGD([w], lr=0.1)
+        trace = []
+        for factor in [1.0, 1.0, 1.0, math.inf, 1.0, 1.0, math.nan, 1.0]:
+            opt.zero_grad()
+            scaler.scale((w * factor).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+            trace.append((scaler.get_scale(), round(w.detach().numpy()[0].item(), 6)))
+        runs.append(trace + [scaler.state_dict()])
+    assert runs[0] == runs[1]
 
 
 def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
@@ -8186,6 +8302,28 @@ def test_charlm_checkpoint_blocks_trains_the_same_numbers(corpus, tmp_path):
         "blocks")
 
 
+def test_charlm_amp_trains_under_autocast_with_a_loss_scale(corpus, tmp_path):
+    """--amp: float16 matmuls change the losses in the last digits only (tiny logits), the
+    checkpoint keeps the scaler's state (no overflow in 4 steps: the default scale stays)."""
+    losses = []
+    for flag in ([], ['--amp']):
+        run = tmp_path / f"run{len(losses)}"
+        r = run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--length', '0',
+                       '--out-dir', str(run), *flag)
+        assert r.returncode == 0, r.stderr
+        losses.append([float(row[1]) for row in list(csv.reader(open(run / 'metrics.csv')))[1:]])
+    assert len(losses[1]) == 4 and losses[0] != losses[1]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    ck = nn.load(tmp_path / 'run1' / 'ckpt.npz')
+    assert ck['scaler'] == {'scale': 65536.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,
+                            'growth_interval': 2000, '_growth_tracker': 4}
+    assert nn.load(tmp_path / 'run0' / 'ckpt.npz')['scaler'] == {}
+    r = run_charlm(corpus, *TINY_RNN, '--model', 'gru', '--amp', '--out-dir', str(tmp_path / 'r'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --amp is for --model gpt only: --model gru's recurrent layers have no float16 "
+        "path")
+
+
 def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
     run = tmp_path / "run"
     r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))
@@ -11769,10 +11907,10 @@ def test_census_layers_match_pytorch():
 
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
-_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'data.py',
+_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'amp.py', 'data.py',
                   'transformer.py', 'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'data', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'amp', 'data', 'transformer')
 
 
 def _top_level_bindings(tree):
@@ -12034,6 +12172,10 @@ _COPY_USES = {
              "nn.mse_loss(m(tt.ones(4, 3)), tt.zeros(4, 1)).backward()\n"
              "o.step()\n"
              "print(bool((m.weight != before).all()))\n",
+    'amp': "import amp, tinytorch as torch\n"
+           "with torch.autocast('cpu', dtype=torch.float16):\n"
+           "    y = torch.ones(2, 3) @ torch.ones(3, 2)\n"
+           "print(y.dtype == torch.float16 and torch.amp.GradScaler('cpu').get_scale() == 65536.0)\n",
     'data': "import data, tinytorch as tt\n"
             "ds = data.TensorDataset(tt.arange(10.0), tt.arange(10))\n"
             "print([tuple(x.shape) for x, y in data.DataLoader(ds, batch_size=4)] == [(4,), (4,), (2,)])\n",

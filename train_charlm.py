@@ -96,6 +96,11 @@ def parse_args(argv=None):
                    help="activation checkpointing (torch.utils.checkpoint): each Transformer "
                         "block keeps only its output for backward and runs its forward again "
                         "there: less memory, more time, the same numbers (GPT only)")
+    t.add_argument('--amp', action='store_true',
+                   help="mixed precision, as PyTorch's on a CPU: the forward pass under "
+                        "torch.autocast('cpu', dtype=torch.float16) (matmuls in float16, the "
+                        "loss in float32), the loss scaled by torch.amp.GradScaler (a step whose "
+                        "gradients overflow is skipped); GPT only")
     t.add_argument('--profile', action='store_true',
                    help="print where the time, FLOPs and memory of one training step of the "
                         "configured model go (lookinside.profile), then exit; nothing is written")
@@ -157,6 +162,9 @@ def check_flags(args):
     if args.checkpoint_blocks and args.model in ('lstm', 'gru'):
         raise UserError(f"--checkpoint-blocks is for --model gpt only: --model {args.model} has "
                         "no Transformer blocks")
+    if args.amp and args.model in ('lstm', 'gru'):
+        raise UserError(f"--amp is for --model gpt only: --model {args.model}'s recurrent "
+                        "layers have no float16 path")
     if not (args.resume or args.sample or args.model in ('lstm', 'gru')):
         # a new GPT: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
@@ -780,7 +788,8 @@ def profile_step(args):
 
     def step():
         x, y = get_batch(train_data, config.block_size, args.batch_size, tt._numpy_rng())
-        _, loss = model(x, y)
+        with tt.autocast('cpu', dtype=tt.float16, enabled=args.amp):
+            _, loss = model(x, y)
         optimizer.zero_grad()
         loss.backward()
         optim.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -952,6 +961,9 @@ def train(args):
     schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
     scheduler = optim.WarmupCosineLR(optimizer, args.warmup, schedule_steps, min_lr=args.min_lr)
     step = resume_from(ck, optimizer, scheduler, args, schedule_steps) if ck is not None else 0
+    scaler = tt.amp.GradScaler('cpu', enabled=args.amp)  # --amp: the loss scale (disabled: a no-op)
+    if ck is not None and args.amp and ck.get('scaler'):
+        scaler.load_state_dict(ck['scaler'])
     best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
     if ck is not None:
         best.update(ck.get('best', {}))
@@ -970,7 +982,8 @@ def train(args):
         return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
                 'vocab': vocab.chars, 'config': config.to_dict(), 'step': at_step,
                 'rng': tt.get_rng_state(), 'schedule_steps': schedule_steps, 'best': dict(best),
-                'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS}}
+                'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS},
+                'scaler': scaler.state_dict()}
 
     print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
           f"{model.num_parameters():,} parameters")
@@ -997,14 +1010,16 @@ def train(args):
                 x, y = get_batch(train_data, config.block_size, args.batch_size,
                                  tt._numpy_rng())
                 rng_state = tt.get_rng_state()
-                # forward, backward, clip
-                _, loss = model(x, y)
+                # forward (--amp: under autocast), backward (of the scaled loss), clip
+                with tt.autocast('cpu', dtype=tt.float16, enabled=args.amp):
+                    _, loss = model(x, y)
                 loss_value, grad_norm = loss.item(), math.nan
                 if math.isfinite(loss_value):
                     optimizer.zero_grad()
-                    loss.backward()
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
                     grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
-                if not math.isfinite(grad_norm):
+                if not math.isfinite(grad_norm) and not (args.amp and math.isfinite(loss_value)):
                     log.progress.clear()
                     return report_nan(model, x, y, rng_state, step, loss_value, grad_norm,
                                       args.out_dir)
@@ -1012,7 +1027,8 @@ def train(args):
                 lr = scheduler.get_last_lr()[0]
                 evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
                 before = [p.array.copy() for p in model.parameters()] if evaluated else None
-                optimizer.step()
+                scaler.step(optimizer)  # (--amp: skipped if a gradient overflowed)
+                scaler.update()
                 scheduler.step()
                 step += 1
                 # evaluate, log, and at each evaluation save the checkpoints
