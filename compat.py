@@ -44,7 +44,8 @@ class _NoSuchDtype:
 _DTYPE_NAMES = {'float': tt.float32, 'double': tt.float64, 'half': tt.float16, 'long': tt.int64,
                 'int': tt.int32, 'short': np.dtype(np.int16), 'bool': tt.bool_,
                 'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
-                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16')}
+                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16'),
+                'qint8': np.dtype(np.int8)}  # quantized weights' storage (compress.py)
 
 
 def _refuse(what, why):
@@ -171,6 +172,15 @@ _PATHS = {
                                          'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
                                          'normalization', 'container', 'flatten')},
         Module=tt._companion('nn').Module),
+    'ao': lambda: _module('ao', "torch.ao: quantization (compress.py's)"),
+    'ao.quantization': lambda: _module(
+        'ao.quantization', "torch.ao.quantization: dynamic quantization (compress.py's)",
+        quantize_dynamic=tt._companion('compress').quantize_dynamic),
+    'nn.utils.prune': lambda: _module(
+        'nn.utils.prune', "torch.nn.utils.prune: pruning (compress.py's)",
+        **{n: getattr(tt._companion('compress'), n) for n in (
+            'l1_unstructured', 'random_unstructured', 'global_unstructured', 'remove',
+            'is_pruned', 'L1Unstructured', 'RandomUnstructured')}),
     'nn.utils.rnn': lambda: _module(
         'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
         pad_sequence=tt._companion('nn').pad_sequence,

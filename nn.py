@@ -67,7 +67,19 @@ class Module:
     training = True
 
     def __call__(self, *args, **kwargs):
+        for hook in list(vars(self).get('_forward_pre_hooks', {}).values()):
+            result = hook(self, args)  # pruning's hook sets the masked weight here
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
         return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, hook):
+        """hook(module, args) runs before every forward; if it returns something, that is the
+        forward's new args. Returns a handle: handle.remove() takes the hook off."""
+        hooks = self.__dict__.setdefault('_forward_pre_hooks', OrderedDict())
+        key = max(hooks, default=-1) + 1
+        hooks[key] = hook
+        return RemovableHandle(hooks, key)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
@@ -357,6 +369,16 @@ class Module:
             return f"{type(self).__name__}({extra[0]})"
         body = ''.join('\n  ' + line for line in extra + children)
         return f"{type(self).__name__}({body}\n)" if body else f"{type(self).__name__}()"
+
+
+class RemovableHandle:
+    """What register_forward_pre_hook returns: remove() takes the hook off (again: nothing)."""
+
+    def __init__(self, hooks, key):
+        self.hooks_dict_ref, self.id = hooks, key
+
+    def remove(self):
+        self.hooks_dict_ref.pop(self.id, None)
 
 
 class StateDictError(RuntimeError, KeyError):

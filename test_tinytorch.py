@@ -4801,6 +4801,164 @@ def test_init_gains_fans_and_spreads_match_pytorch():
         assert np.abs(ours).max() == pytest.approx(np.abs(theirs).max(), rel=0.1), name
 
 
+# Pruning: torch.nn.utils.prune (compress.py)
+def _pruned_linear():
+    lin = nn.Linear(3, 2).double()
+    with tt.no_grad():
+        lin.weight.copy_(tt.tensor([[0.1, -0.5, 0.3], [-0.2, 0.6, -0.05]], dtype=tt.float64))
+    return lin
+
+
+def test_l1_unstructured_masks_the_smallest_weights_and_keeps_them_zero_while_training():
+    import tinytorch.nn.utils.prune as prune
+    lin = _pruned_linear()
+    weight = lin.weight
+    assert prune.l1_unstructured(lin, 'weight', amount=0.5) is lin
+    # half of 6 = 3 entries, the smallest |w|: 0.05, 0.1 and 0.2
+    assert lin.weight_mask.tolist() == [[0, 1, 1], [0, 1, 0]]
+    assert lin.weight.tolist() == [[0, -0.5, 0.3], [0, 0.6, 0]] and lin.weight_orig is weight
+    assert [n for n, _ in lin.named_parameters()] == ['bias', 'weight_orig']
+    assert list(lin.state_dict()) == ['bias', 'weight_orig', 'weight_mask'] and prune.is_pruned(lin)
+    # the gradient reaches weight_orig through the mask: d sum(x W^T)/dW_orig = mask * x
+    x = tt.tensor([[1.0, 2.0, 3.0]], dtype=tt.float64)
+    lin(x).sum().backward()
+    assert lin.weight_orig.grad.tolist() == [[0, 2, 3], [0, 2, 0]]
+    optim.SGD(lin.parameters(), lr=0.1).step()  # weight_orig moves, the forward pre-hook
+    lin(x)  # masks it again: the pruned entries stay 0
+    assert lin.weight.tolist()[0][0] == 0 and lin.weight_orig.tolist()[0][0] == 0.1
+    # again: an int amount counts entries, among those left (0.3 is the smallest left)
+    prune.l1_unstructured(lin, 'weight', amount=1)
+    assert lin.weight_mask.tolist() == [[0, 1, 0], [0, 1, 0]]
+    prune.remove(lin, 'weight')
+    assert isinstance(lin.weight, nn.Parameter) and lin.weight is weight
+    assert np.allclose(lin.weight.tolist(), [[0, -0.7, 0], [0, 0.4, 0]])  # after SGD: -0.2 each
+    assert list(lin.state_dict()) == ['bias', 'weight'] and not prune.is_pruned(lin)
+    assert not vars(lin)['_forward_pre_hooks']
+
+
+def test_random_and_global_unstructured_prune_the_counts_asked_for():
+    import tinytorch.nn.utils.prune as prune
+    tt.manual_seed(0)
+    lin = nn.Linear(5, 2)
+    prune.random_unstructured(lin, 'weight', amount=0.4)  # round(0.4 x 10) = 4 entries
+    assert lin.weight_mask.array.sum() == 6 and (lin.weight.array == 0).sum() == 4
+    # global: 5 weights in two layers, 60% = 3, the smallest |w| of all: 0.05, 0.1, 0.2
+    a, b = nn.Linear(2, 1, bias=False), nn.Linear(3, 1, bias=False)
+    with tt.no_grad():
+        a.weight.copy_(tt.tensor([[0.1, 0.9]]))
+        b.weight.copy_(tt.tensor([[0.2, -0.3, 0.05]]))
+    prune.global_unstructured([(a, 'weight'), (b, 'weight')],
+                              pruning_method=prune.L1Unstructured, amount=0.6)
+    assert a.weight_mask.tolist() == [[0, 1]] and b.weight_mask.tolist() == [[0, 1, 0]]
+
+
+def test_pruning_amounts_out_of_range_are_one_line():
+    import tinytorch.nn.utils.prune as prune
+    for amount in (1.5, -0.1, -1):
+        with pytest.raises(ValueError) as e:
+            prune.l1_unstructured(_pruned_linear(), 'weight', amount=amount)
+        assert str(e.value) == (f"amount={amount} should either be a float in the range [0, 1] "
+                                "or a non-negative integer")
+    with pytest.raises(ValueError, match="amount=7 should be smaller than the number of "
+                                         "parameters to prune=6"):
+        prune.l1_unstructured(_pruned_linear(), 'weight', amount=7)
+    with pytest.raises(TypeError, match="Invalid type for amount: half"):
+        prune.l1_unstructured(_pruned_linear(), 'weight', amount='half')
+    with pytest.raises(ValueError, match="has to be pruned before pruning can be removed"):
+        prune.remove(_pruned_linear(), 'weight')
+
+
+def test_pruning_matches_pytorch():
+    torch = need_torch()
+    import torch.nn.utils.prune  # noqa: F401 (PyTorch's is imported explicitly, as ours)
+    import tinytorch.nn.utils.prune as prune
+    w0 = np.random.default_rng(1).standard_normal((4, 6))
+    v0 = np.random.default_rng(2).standard_normal((3, 4)) * 0.5
+    got = []
+    for lib, P in ((nn, prune), (torch.nn, torch.nn.utils.prune)):
+        l1, l2 = lib.Linear(6, 4).double(), lib.Linear(4, 3).double()
+        with (torch if lib is torch.nn else tt).no_grad():
+            l1.weight.copy_(torch.tensor(w0) if lib is torch.nn else tt.tensor(w0))
+            l2.weight.copy_(torch.tensor(v0) if lib is torch.nn else tt.tensor(v0))
+        P.l1_unstructured(l1, 'weight', amount=0.25)
+        P.l1_unstructured(l1, 'weight', amount=0.5)  # half of what is left
+        P.global_unstructured([(l1, 'weight'), (l2, 'weight')], pruning_method=P.L1Unstructured,
+                              amount=5)
+        keys = list(l1.state_dict())
+        masks = [l1.weight_mask.numpy().copy(), l2.weight_mask.numpy().copy()]
+        P.remove(l2, 'weight')
+        got.append((keys, list(l2.state_dict()), masks, l1.weight.detach().numpy(),
+                    l2.weight.detach().numpy()))
+    assert got[0][:2] == got[1][:2]
+    for a, b in zip(got[0][2] + list(got[0][3:]), got[1][2] + list(got[1][3:])):
+        np.testing.assert_array_equal(a, b)
+
+
+# Dynamic quantization: torch.ao.quantization.quantize_dynamic (compress.py)
+def test_quantize_dynamic_stores_int8_weights_and_sums_in_int32():
+    from tinytorch.ao.quantization import quantize_dynamic
+    lin = nn.Linear(2, 2)
+    with tt.no_grad():
+        lin.weight.copy_(tt.tensor([[1.0, -0.5], [0.25, 0.0]]))
+        lin.bias.zero_()
+    model = nn.Sequential(lin)
+    q = quantize_dynamic(model, {nn.Linear}, dtype=tt.qint8)
+    assert type(q[0]).__name__ == 'DynamicQuantizedLinear' and model[0] is lin  # a copy
+    # scale_w = max|W| / 127.5; W x 127.5 = [[127.5, -63.75], [31.875, 0]] rounds (half to
+    # even) to [[128 -> 127 (clipped), -64], [32, 0]]
+    sd = q.state_dict()
+    assert list(sd) == ['0.weight', '0.weight_scale', '0.bias'] and sd['0.weight'].dtype == np.int8
+    assert sd['0.weight'].tolist() == [[127, -64], [32, 0]]
+    assert sd['0.weight_scale'].item() == np.float32(1 / 127.5)
+    # x = [2, -1]: range [-1, 2] over [0, 127]: scale_x = 3/127, zero point rint(42.33) = 42,
+    # x_q = [rint(84.67) + 42, rint(-42.33) + 42] = [127, 0]. int32 sums: row 0: 127 x 127
+    # - 42 x (127 - 64) = 13483; row 1: 127 x 32 - 42 x 32 = 2720; times 3/127 / 127.5
+    y = q(tt.tensor([[2.0, -1.0]]))
+    np.testing.assert_allclose(y.array, [[13483 * 3 / 127 / 127.5, 2720 * 3 / 127 / 127.5]],
+                               rtol=1e-6)
+    assert abs(y.tolist()[0][0] - 2.5) < 0.01  # the float answer: 2 + 0.5 = 2.5
+    with pytest.raises(NotImplementedError, match="nn.Linear to torch.qint8 only"):
+        quantize_dynamic(model, {nn.Conv2d})
+
+
+def test_quantize_dynamic_makes_a_gpt_s_linear_weights_a_quarter():
+    import compress
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8, tie_weights=False))
+    x = tt.randint(0, 65, (2, 8))
+    before, loss = compress.model_bytes(model), model(x, x)[1].item()
+    q = compress.quantize_dynamic(model)
+    # the Linear weights: c_attn 48x16, attn c_proj 16x16, c_fc 64x16, mlp c_proj 16x64 and
+    # the head 65x16: 768 + 256 + 1024 + 1024 + 1040 = 4,112 values, 4 bytes each before, 1
+    # after (plus a 4-byte scale each of the 5)
+    assert before - compress.model_bytes(q) == 4112 * 3 - 5 * 4
+    with tt.no_grad():
+        assert abs(q(x, x)[1].item() - loss) < 0.01
+
+
+def test_quantize_dynamic_matches_pytorch():
+    torch = need_torch()
+    from torch.ao.quantization import quantize_dynamic as torch_quantize
+    from tinytorch.ao.quantization import quantize_dynamic
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x = rng.standard_normal((4, 3, 7)).astype(np.float32)
+    got = []
+    for lib, quantize in ((tt, quantize_dynamic), (torch, torch_quantize)):
+        m = lib.nn.Sequential(lib.nn.Linear(7, 5))
+        with lib.no_grad():
+            m[0].weight.copy_(lib.tensor(w)), m[0].bias.copy_(lib.tensor(b))
+        with _warnings.catch_warnings():
+            _warnings.simplefilter('ignore')  # PyTorch 2.15: eager quantization moves to torchao
+            q = quantize(m, {lib.nn.Linear}, dtype=lib.qint8)
+        weight = q[0].weight().int_repr().numpy() if lib is torch else q[0].weight.numpy()
+        scale = q[0].weight().q_scale() if lib is torch else q[0].weight_scale.item()
+        got.append((q(lib.tensor(x)).numpy(), weight, scale))
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    assert got[0][2] == pytest.approx(got[1][2], rel=1e-7)
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------
 # state_dict and checkpoints
 # ---------------------------------------------------------------------------
@@ -11907,10 +12065,11 @@ def test_census_layers_match_pytorch():
 
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
-_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'amp.py', 'data.py',
+_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'amp.py', 'data.py', 'compress.py',
                   'transformer.py', 'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'amp', 'data', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'amp', 'data', 'transformer',
+                  'compress')
 
 
 def _top_level_bindings(tree):
@@ -12176,6 +12335,11 @@ _COPY_USES = {
            "with torch.autocast('cpu', dtype=torch.float16):\n"
            "    y = torch.ones(2, 3) @ torch.ones(3, 2)\n"
            "print(y.dtype == torch.float16 and torch.amp.GradScaler('cpu').get_scale() == 65536.0)\n",
+    'compress': "import compress, nn, tinytorch as torch\n"
+                "from tinytorch.nn.utils import prune\n"
+                "m = nn.Linear(4, 2)\n"
+                "prune.l1_unstructured(m, 'weight', amount=0.5)\n"
+                "print(int((m(torch.ones(1, 4)) is not None) and (m.weight.detach().numpy() == 0).sum()) == 4)\n",
     'data': "import data, tinytorch as tt\n"
             "ds = data.TensorDataset(tt.arange(10.0), tt.arange(10))\n"
             "print([tuple(x.shape) for x, y in data.DataLoader(ds, batch_size=4)] == [(4,), (4,), (2,)])\n",
