@@ -4959,6 +4959,37 @@ def test_quantize_dynamic_matches_pytorch():
     np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-5, atol=1e-5)
 
 
+# Byte-level BPE (tokens.py)
+def test_bpe_learns_the_most_frequent_pair_first_and_round_trips_any_text(tmp_path):
+    import tokens
+    # 'aaabdaaabac' in bytes (a = 97): pairs aa x4 (aaa holds two), ab x2, ...: aa -> 256;
+    # then [256, a, b, d, 256, a, b, a, c]: (256, a) and (a, b) twice each, (256, a) seen
+    # first -> 257 ('aaa'); then (257, b) twice -> 258 ('aaab'): [258, d, 258, a, c]
+    bpe = tokens.BPE.train('aaabdaaabac', vocab_size=259)
+    assert bpe.merges == [(97, 97), (256, 97), (257, 98)] and bpe.vocab_size == 259
+    assert bpe.encode('aaabdaaabac').tolist() == [258, 100, 258, 97, 99]
+    assert bpe.pieces[258] == b'aaab' and bpe.encode('aaaa').tolist() == [256, 256]
+    text = "héllo wörld, héllo ✓ wörld\n" * 20
+    big = tokens.BPE.train(text, vocab_size=300)
+    ids = big.encode(text)
+    assert big.decode(ids) == text and len(ids) < len(text) / 5
+    assert big.decode([0xE2, 0x9C]) == '\ufffd'  # the first two of ✓'s three bytes
+    big.save(tmp_path / 'merges.txt')
+    assert tokens.BPE.load(tmp_path / 'merges.txt').merges == big.merges
+    assert tokens.BPE.train('ab', vocab_size=300).merges == []  # no pair repeats
+
+
+def test_bpe_refuses_a_vocabulary_below_the_bytes_and_a_bad_merges_file(tmp_path):
+    import tokens
+    with pytest.raises(ValueError) as e:
+        tokens.BPE.train('some text', vocab_size=200)
+    assert str(e.value) == ("vocab_size 200 is too small: byte-level BPE has 256 byte tokens "
+                            "before its first merge (use 256 or more)")
+    (tmp_path / 'm.txt').write_text("97 97\n256 999\n")
+    with pytest.raises(ValueError, match=r"m.txt, line 2: not a merge of two earlier tokens"):
+        tokens.BPE.load(tmp_path / 'm.txt')
+
+
 # ---------------------------------------------------------------------------
 # state_dict and checkpoints
 # ---------------------------------------------------------------------------
@@ -12065,11 +12096,11 @@ def test_census_layers_match_pytorch():
 
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
-_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'amp.py', 'data.py', 'compress.py',
+_PROJECT_FILES = ('tinytorch.py', 'compat.py', 'lookinside.py', 'nn.py', 'optim.py', 'amp.py', 'data.py', 'compress.py', 'tokens.py',
                   'transformer.py', 'train_linear.py', 'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
 _LIBRARY_ORDER = ('tinytorch', 'compat', 'lookinside', 'nn', 'optim', 'amp', 'data', 'transformer',
-                  'compress')
+                  'compress', 'tokens')
 
 
 def _top_level_bindings(tree):
@@ -12340,6 +12371,9 @@ _COPY_USES = {
                 "m = nn.Linear(4, 2)\n"
                 "prune.l1_unstructured(m, 'weight', amount=0.5)\n"
                 "print(int((m(torch.ones(1, 4)) is not None) and (m.weight.detach().numpy() == 0).sum()) == 4)\n",
+    'tokens': "import tokens\n"
+              "bpe = tokens.BPE.train('the cat sat on the mat', 260)\n"
+              "print(bpe.decode(bpe.encode('the bat')) == 'the bat')\n",
     'data': "import data, tinytorch as tt\n"
             "ds = data.TensorDataset(tt.arange(10.0), tt.arange(10))\n"
             "print([tuple(x.shape) for x, y in data.DataLoader(ds, batch_size=4)] == [(4,), (4,), (2,)])\n",
