@@ -8513,6 +8513,32 @@ def test_charlm_amp_trains_under_autocast_with_a_loss_scale(corpus, tmp_path):
         "path")
 
 
+def test_charlm_bpe_tokenizer_saves_its_merges_and_reports_the_loss_per_character(corpus, tmp_path):
+    import tokens
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--tokenizer', 'bpe', '--vocab-size', '280', '--steps', '4',
+                   '--eval-interval', '2', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    ck = nn.load(run / 'ckpt.npz')
+    merges = tokens.BPE.load(run / 'merges.txt').merges
+    assert [list(m) for m in merges] == ck['vocab']['bpe_merges'] and len(merges) == 24
+    assert ck['config']['vocab_size'] == 280
+    m = re.search(r"validation loss ([\d.]+) per token is ([\d.]+) per character \(([\d.]+) "
+                  r"characters a token", r.stdout)
+    per_token, per_char, ratio = map(float, m.groups())
+    # the printed ratio has 2 decimals: 0.005 in 1.5 or more is at most 0.33%
+    assert ratio > 1.5 and per_char == pytest.approx(per_token / ratio, rel=3.4e-3)
+    assert "--- sample ---" in r.stdout
+    r = run_charlm('--sample', '--out-dir', str(run), '--length', '30', '--prompt', 'the cat')
+    assert r.returncode == 0 and r.stdout.startswith('the cat'), r.stderr
+    r = run_charlm(corpus, '--resume', '--steps', '6', '--out-dir', str(run), '--length', '0')
+    assert r.returncode == 0 and "finished 6 steps" in r.stdout, r.stderr
+    r = run_charlm(corpus, '--tokenizer', 'bpe', '--vocab-size', '255', '--out-dir', str(tmp_path / 'x'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --vocab-size 255 is out of range: byte-level BPE has 256 byte tokens before "
+        "its first merge; use 256 or more")
+
+
 def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
     run = tmp_path / "run"
     r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))

@@ -28,6 +28,7 @@ import numpy as np
 import lookinside
 import nn
 import optim
+import tokens
 from transformer import GPT, GPTConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,6 +66,12 @@ def parse_args(argv=None):
     g.add_argument('--block-size', type=int,
                    help=f"context length in characters; for lstm and gru, the training window "
                         f"(default {MODEL_FLAGS['block_size']})")
+    g.add_argument('--tokenizer', choices=('char', 'bpe'),
+                   help="char (default): one token per character. bpe: byte-level BPE learned "
+                        "from the text (tokens.py), its merges saved as OUT_DIR/merges.txt")
+    g.add_argument('--vocab-size', type=int,
+                   help="with --tokenizer bpe: the vocabulary, 256 bytes + the merges "
+                        "(default 512)")
     g.add_argument('--dropout', type=float,
                    help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
     t = p.add_argument_group("training (when resuming: the run's own, unless given)")
@@ -159,6 +166,11 @@ def check_flags(args):
     if args.n_head is not None and args.model in ('lstm', 'gru'):
         raise UserError(f"--n-head is for --model gpt only: --model {args.model} is a recurrent "
                         "network, with no attention heads")
+    if args.vocab_size is not None and args.vocab_size < 256:
+        bad('vocab-size', "byte-level BPE has 256 byte tokens before its first merge; use 256 "
+                          "or more")
+    if args.vocab_size is not None and args.tokenizer != 'bpe':
+        raise UserError("--vocab-size is the BPE vocabulary: give it with --tokenizer bpe")
     if args.checkpoint_blocks and args.model in ('lstm', 'gru'):
         raise UserError(f"--checkpoint-blocks is for --model gpt only: --model {args.model} has "
                         "no Transformer blocks")
@@ -242,6 +254,7 @@ class Vocab:
         self.chars = ''.join(sorted(set(chars)))
         self.index = {c: i for i, c in enumerate(self.chars)}
         self.codes = _codepoints(self.chars)  # sorted, so searchsorted finds each id
+        self.size = len(self.chars)
 
     def encode(self, text):
         missing = sorted(set(text) - set(self.index))
@@ -252,6 +265,32 @@ class Vocab:
 
     def decode(self, ids):
         return ''.join(self.chars[i] for i in ids)
+
+
+class BPEVocab:
+    """--tokenizer bpe: tokens.BPE behind Vocab's interface. `chars` is what the checkpoint
+    keeps of it (the merges); every text can be encoded (bytes)."""
+
+    def __init__(self, bpe):
+        self.bpe, self.size = bpe, bpe.vocab_size
+        self.chars = {'bpe_merges': [list(m) for m in bpe.merges]}
+        self.index = {'\n': 10}  # sample_text's default prompt, a newline, is byte 10
+
+    def encode(self, text):
+        return self.bpe.encode(text)
+
+    def decode(self, ids):
+        return self.bpe.decode(ids)
+
+
+def make_vocab(args, text, saved=None):
+    """The run's tokens: the checkpoint's BPE (saved: its 'vocab'), a BPE learned from the
+    text (--tokenizer bpe), or the text's characters."""
+    if isinstance(saved, dict):
+        return BPEVocab(tokens.BPE(saved['bpe_merges']))
+    if saved is None and getattr(args, 'tokenizer', None) == 'bpe':
+        return BPEVocab(tokens.BPE.train(text, args.vocab_size or 512))
+    return Vocab(text if saved is None else saved)
 
 
 def split_data(data, block_size):
@@ -776,8 +815,8 @@ def profile_step(args):
     """--profile: one step of the configured model, measured op by op; nothing written."""
     settle_settings(args)
     text, source = read_corpus(args)
-    vocab = Vocab(text)
-    config = build_config(args, len(vocab.chars))
+    vocab = make_vocab(args, text)
+    config = build_config(args, vocab.size)
     check_memory(config, args.batch_size)
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
@@ -942,10 +981,10 @@ def train(args):
     text, source = read_corpus(args)
     ck = load_checkpoint(args.out_dir) if args.resume else None
     settle_settings(args, ck.get('settings') if ck else None)
-    vocab = Vocab(text)
+    vocab = make_vocab(args, text, ck['vocab'] if ck and isinstance(ck['vocab'], dict) else None)
     if ck is not None:
         check_vocabulary(ck, vocab)
-    config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
+    config = build_config(args, vocab.size, ck['config'] if ck else None)
     check_memory(config, args.batch_size)
     train_data, val_data = split_data(vocab.encode(text), config.block_size)
     prepare_out_dir(args.out_dir)
@@ -985,7 +1024,7 @@ def train(args):
                 'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS},
                 'scaler': scaler.state_dict()}
 
-    print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
+    print(f"training on {source}: {len(text):,} characters, vocabulary {vocab.size}, "
           f"{model.num_parameters():,} parameters")
     print(f"model: {describe(config)}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
@@ -1052,9 +1091,15 @@ def train(args):
 
     # -- the end: a last checkpoint, what happened, a sample unless stopped early ------
     files.save(checkpoint(step))
+    if isinstance(vocab, BPEVocab):  # the merges beside the checkpoint, readable
+        vocab.bpe.save(os.path.join(args.out_dir, 'merges.txt'))
     status = ('interrupted' if stop.requested else 'done' if step >= args.steps
               else 'output closed' if log.progress.closed else 'stopped')
     report_end(status, step, args, last_val, best, log.elapsed())
+    if isinstance(vocab, BPEVocab) and math.isfinite(last_val):  # comparable with --tokenizer char
+        chars_per_token = len(vocab.decode(val_data)) / len(val_data)
+        print(f"validation loss {last_val:.4f} per token is {last_val / chars_per_token:.4f} per "
+              f"character ({chars_per_token:.2f} characters a token in the validation text)")
     if args.plot:
         plot_metrics(files.metrics_file, os.path.join(args.out_dir, 'loss.png'))
     if args.length and status in ('done', 'stopped') and not log.progress.closed:
@@ -1073,8 +1118,8 @@ def sample_only(args):
         else ""
     print(f"sampling from {checkpoint_path(args.out_dir, name)} (step {int(ck['step'])}{val})",
           file=sys.stderr)
-    vocab = Vocab(ck['vocab'])
-    config = build_config(args, len(vocab.chars), ck['config'])
+    vocab = make_vocab(args, None, ck['vocab'])
+    config = build_config(args, vocab.size, ck['config'])
     model = restore_model(ck, config)
     tt.manual_seed(args.seed)
     print(sample_text(model, vocab, args.prompt, args.length, args.temperature, args.top_k))
