@@ -1738,7 +1738,7 @@ def test_autocast_to_a_dtype_the_cpu_refuses_warns_in_one_line_and_runs_as_it_is
         tt.autocast('cuda', dtype=tt.float16)
 
 
-def test_grad_scaler_scales_unscales_skips_and_grows_as_pytorch_defines():
+def test_grad_scaler_scales_unscales_skips_and_grows_by_its_documented_rules():
     scaler = tt.amp.GradScaler('cpu')
     assert scaler.get_scale() == 65536.0 and scaler.get_growth_interval() == 2000
     assert (scaler.get_growth_factor(), scaler.get_backoff_factor()) == (2.0, 0.5)
