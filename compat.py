@@ -8,7 +8,8 @@ This file gives those, and nothing computes here:
 
   - the import rule: `import tinytorch.nn.functional as F` is nn.py, `tinytorch.utils.data`
     is data.py (each taken from tinytorch.py's own folder), `tinytorch.float` is float32;
-  - stand-ins for torch.cuda, torch.backends, torch.amp, torch.accelerator on a CPU;
+  - stand-ins for torch.cuda, torch.backends, torch.accelerator on a CPU (torch.amp and
+    torch.autocast are amp.py's, which computes: mixed precision);
   - one clear line for what tinytorch deliberately lacks (several processes, a compiler,
     bfloat16), at the point of use.
 
@@ -45,7 +46,8 @@ class _NoSuchDtype:
 _DTYPE_NAMES = {'float': tt.float32, 'double': tt.float64, 'half': tt.float16, 'long': tt.int64,
                 'int': tt.int32, 'short': np.dtype(np.int16), 'bool': tt.bool_,
                 'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
-                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16')}
+                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16'),
+                'qint8': np.dtype(np.int8)}  # quantized weights' storage (compress.py)
 
 
 def _refuse(what, why):
@@ -60,60 +62,9 @@ _NO_GPU = ("tinytorch computes with NumPy on the CPU: there is no GPU here (to r
            "on a GPU, export it to PyTorch with export.py)")
 
 
-class _GradScaler:
-    """torch.amp.GradScaler on a machine without a GPU: PyTorch disables it (a warning if
-    enabled=True was asked for), so scale() returns the loss as it is and step() steps."""
-
-    def __init__(self, device='cuda', init_scale=65536.0, growth_factor=2.0,
-                 backoff_factor=0.5, growth_interval=2000, enabled=True):
-        if enabled:
-            warnings.warn("GradScaler is enabled, but there is no GPU (tinytorch computes in "
-                          "float32 or float64 on the CPU). Disabling.")
-        self._enabled = False
-
-    def scale(self, outputs):
-        return outputs
-
-    def unscale_(self, optimizer):
-        pass
-
-    def step(self, optimizer, *args, **kwargs):
-        return optimizer.step(*args, **kwargs)
-
-    def update(self, new_scale=None):
-        pass
-
-    def is_enabled(self):
-        return self._enabled
-
-    def get_scale(self):
-        return 1.0
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
-
-
-class _autocast:
-    """torch.autocast on the CPU: tinytorch has no lower-precision kernels, so the block
-    runs in the tensors' own dtype (a warning says so once); on 'cuda', the one clear line."""
-
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
-        tt._cpu_only(device_type, 'autocast')
-        if enabled:
-            warnings.warn("autocast: tinytorch computes in each tensor's own dtype (no "
-                          "float16 or bfloat16 kernels); the block runs as it is")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __call__(self, fn):
-        return fn
+def _amp():
+    """amp.py: torch.autocast and torch.amp.GradScaler, computing (mixed precision)."""
+    return tt._companion('amp')
 
 
 def _module(name, doc, **attrs):
@@ -191,6 +142,9 @@ _PATHS = {
     'utils.data.dataset': lambda: tt._companion('data'),
     'utils.data.sampler': lambda: tt._companion('data'),
     'utils.tensorboard': lambda: tt._companion('lookinside'),
+    'utils.checkpoint': lambda: _module(
+        'utils.checkpoint', "torch.utils.checkpoint: activation checkpointing (tinytorch.py's, "
+                            "section 16)", checkpoint=tt._checkpoint),
     'autograd': lambda: _as_module('autograd', tt.autograd),
     'distributed': lambda: _module(
         'distributed', "torch.distributed: one process here",
@@ -203,8 +157,9 @@ _PATHS = {
         is_available=lambda: False, device_count=lambda: 0, is_bf16_supported=lambda: False,
         manual_seed=lambda seed: None, manual_seed_all=lambda seed: None,
         synchronize=lambda device=None: None, empty_cache=lambda: None,
-        amp=_module('cuda.amp', "torch.cuda.amp", GradScaler=_GradScaler,
-                    autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
+        amp=_module('cuda.amp', "torch.cuda.amp: there is no GPU (amp.py's GradScaler disables itself)",
+                    GradScaler=lambda *a, **k: _amp().GradScaler('cuda', *a, **k),
+                    autocast=lambda *a, **k: _amp().autocast('cuda', *a, **k)),
         current_device=_refuse('torch.cuda.current_device', _NO_GPU),
         get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU),
         # the memory a GPU holds: 0 bytes, PyTorch's answer on a machine without one
@@ -226,8 +181,7 @@ _PATHS = {
         'accelerator', "torch.accelerator: there is none",
         is_available=lambda: False, current_accelerator=lambda: None,
         device_count=lambda: 0),
-    'amp': lambda: _module('amp', "torch.amp on the CPU", GradScaler=_GradScaler,
-                           autocast=_autocast),
+    'amp': lambda: _amp(),
     'testing': lambda: _module('testing', "torch.testing", assert_close=tt.assert_close),
     'random': lambda: _module('random', "torch.random: the default generator's seed",
                               manual_seed=tt.manual_seed, seed=tt.seed, initial_seed=tt.initial_seed,
@@ -252,6 +206,15 @@ _PATHS = {
                                          'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
                                          'normalization', 'container', 'flatten')},
         Module=tt._companion('nn').Module),
+    'ao': lambda: _module('ao', "torch.ao: quantization (compress.py's)"),
+    'ao.quantization': lambda: _module(
+        'ao.quantization', "torch.ao.quantization: dynamic quantization (compress.py's)",
+        quantize_dynamic=tt._companion('compress').quantize_dynamic),
+    'nn.utils.prune': lambda: _module(
+        'nn.utils.prune', "torch.nn.utils.prune: pruning (compress.py's)",
+        **{n: getattr(tt._companion('compress'), n) for n in (
+            'l1_unstructured', 'random_unstructured', 'global_unstructured', 'remove',
+            'is_pruned', 'L1Unstructured', 'RandomUnstructured')}),
     'nn.utils.rnn': lambda: _module(
         'nn.utils.rnn', "torch.nn.utils.rnn: padded and packed batches of sequences (nn.py's)",
         **{n: getattr(tt._companion('nn'), n) for n in (
@@ -287,7 +250,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mo
 # name in it says in one line which feature tinytorch lacks. (torch.types is left out:
 # tinytorch.types is Python's types module, which tinytorch.py uses.)
 _LACKING = {
-    'ao': "quantization (torch.ao)", 'compiler': "compiler (torch.compile returns the model "
+    'compiler': "compiler (torch.compile returns the model "
     "as it is)", 'contrib': "torch.contrib", 'export': "graph export (torch.export; export.py "
     "writes safetensors for PyTorch and Hugging Face)", 'fft': "Fourier transforms (torch.fft)",
     'foreach': "foreach kernels (torch.foreach)", 'func': "function transforms (torch.func: "
@@ -319,7 +282,7 @@ _LACKING = {
     "(torch.nn.utils.fusion)", 'nn.utils.memory_format': "memory formats (NumPy's arrays "
     "have strides, no channels_last)", 'nn.utils.parametrizations': "parametrizations "
     "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
-    "(torch.nn.utils.parametrize)", 'nn.utils.prune': "pruning (torch.nn.utils.prune)",
+    "(torch.nn.utils.parametrize)",
     'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
     'utils._pytree': "PyTorch's private pytree helpers (torch.utils._pytree)",
     **{f'utils.{n}': f"torch.utils.{n}" for n in (
@@ -348,9 +311,6 @@ _PATHS.update({
         clip_grad_norm_=tt._companion('optim').clip_grad_norm_,
         clip_grad_value_=tt._companion('optim').clip_grad_value_),
     'nn.utils.init': lambda: _as_module('nn.init', tt._companion('nn').init),
-    'utils.checkpoint': lambda: _partial_module(
-        'utils.checkpoint', "tinytorch has checkpoint only (which keeps every activation)",
-        checkpoint=lambda function, *args, use_reentrant=None, **kwargs: function(*args)),
     **{name: functools.partial(_refusing_module, name, f"tinytorch has no {feature}")
        for name, feature in _LACKING.items()},
 })
@@ -388,7 +348,7 @@ def get_float32_matmul_precision():
 
 # Names a program reads from tinytorch itself: tinytorch.float, tinytorch.nn (no import
 # needed), tinytorch.autocast, tinytorch.compile, ...
-_ATTRIBUTES = {'autocast': _autocast, 'compile': compile,
+_ATTRIBUTES = {'compile': compile,
                'set_default_tensor_type': set_default_tensor_type,
                **{n: _refuse(n, _NO_COMPLEX) for n in ('view_as_real', 'view_as_complex',
                                                         'polar', 'complex')},
@@ -403,6 +363,8 @@ def attribute(name):
         return _DTYPE_NAMES[name]
     if name in _ATTRIBUTES:
         return _ATTRIBUTES[name]
+    if name in ('autocast', 'is_autocast_enabled', 'is_autocast_available'):
+        return getattr(_amp(), name)
     if name in _PATHS:
         return importlib.import_module(f'{tt.__name__}.{name}')
     raise AttributeError(f"module {tt.__name__!r} has no attribute {name!r}")

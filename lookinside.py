@@ -9,7 +9,8 @@
     print(lookinside.summary(model))                       # each module's parameter count
 
   1. seeing the graph: draw_graph and grad_path
-  2. looking inside a run: profile and detect_anomaly
+  2. looking inside a run: profile and detect_anomaly; memory (what a step keeps for
+     backward, per module) and memory_growth (how it grows with block size or batch)
   3. logging a run: SummaryWriter (tinytorch.utils.tensorboard's, for PyTorch programs);
      StopRequest (Ctrl-C ends a training loop after its step)
   4. a model's size: summary (the parameter counts that print(model) leaves out, as PyTorch)
@@ -353,6 +354,7 @@ class profile(_Hook):
         self._held = {}  # id(rule) -> (op, bytes) still held for backward
         self._seen = {}  # id -> weak reference of each memory block counted so far
         self._last_op = None
+        self._rule_starts = []
 
     def _row(self, op):
         if op not in self.rows:
@@ -408,12 +410,12 @@ class profile(_Hook):
         return by_op
 
     def rule_start(self, node):
-        self._rule_start = time.perf_counter()
+        self._rule_starts.append(time.perf_counter())  # a stack: a checkpoint's rule runs rules
 
     def rule_end(self, node, grads):
         now = time.perf_counter()
         row = self._row(node._op)
-        row['backward_ms'] += (now - self._rule_start) * 1000
+        row['backward_ms'] += (now - self._rule_starts.pop()) * 1000
         if node._op in FLOPS:
             n = BACKWARD_FLOPS_FACTOR.get(node._op) or sum(
                 1 for p, pg in zip(node._parents, grads) if pg is not None and p.ndim >= 2)
@@ -518,6 +520,142 @@ class _KeyAverages:
         return self.prof.table(row_limit=None if row_limit < 0 else row_limit)
 
     __str__ = table
+
+
+class memory(_Hook):
+    """What one training step keeps for backward, per module, and the step's peak:
+
+        with lookinside.memory(model) as mem:
+            loss = model(x, y)[1]
+            loss.backward()
+        print(mem)
+
+    Every op made in the step is charged to the innermost module whose forward was running
+    (the ops of GPT.forward itself to the model, '(model)'; ops outside the model to
+    '(outside)'); what it keeps is profile's "kept" (its output if the graph holds it, and
+    the arrays its rule captured, each memory block counted once). "kept" is what the
+    forward pass leaves for backward; "recomputed" what backward makes again (activation
+    checkpointing). peak_bytes is the most held for backward at once: it grows as the
+    forward pass runs and falls as each rule runs and frees what its op kept. The
+    parameters and their gradients come on top (param_bytes each)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.kept, self.recomputed = {}, {}  # module name -> bytes (its own ops only)
+        self.held = self.peak_bytes = 0
+        self.param_bytes = sum(p.array.nbytes for p in model.parameters())
+        self._held = {}  # id(rule) -> bytes still held
+        self._seen = {}  # id -> weak reference of each memory block counted so far
+        self._names = ['(outside)']  # the modules whose forward runs now, innermost last
+        self._backward = False  # True from the first rule on
+
+    def __enter__(self):
+        self._own = []  # (module, its own forward attribute or None): put back at the end
+        for name, m in self.model.named_modules():
+            self._own.append((m, m.__dict__.get('forward')))
+            object.__setattr__(m, 'forward', self._charged(name or '(model)', m.forward))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        for m, own in self._own:
+            if own is None:
+                del m.__dict__['forward']  # the class's forward again
+            else:
+                object.__setattr__(m, 'forward', own)
+
+    def _charged(self, name, forward):
+        def charged(*args, **kwargs):
+            self._names.append(name)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self._names.pop()
+        return charged
+
+    def op(self, out, op, parents):
+        if not out.requires_grad:
+            return
+        kept = _kept_bytes(out, self._seen)
+        table = self.recomputed if self._backward else self.kept
+        table[self._names[-1]] = table.get(self._names[-1], 0) + kept
+        self._held[id(out._backward)] = (kept, self._names[-1])
+        self.held += kept
+        self.peak_bytes = max(self.peak_bytes, self.held)
+
+    def rule_start(self, node):
+        self._backward = True
+        # what a rule computes (a checkpoint's recomputation) is charged to the op's module
+        self._names.append(self._held.get(id(node._backward), (0, self._names[-1]))[1])
+
+    def rule_end(self, node, grads):
+        self._names.pop()
+        self.held -= self._held.pop(id(node._backward), (0, None))[0]  # freed by backward
+
+    @property
+    def kept_bytes(self):
+        return sum(self.kept.values())
+
+    def totals(self, depth=None):
+        """module name -> (kept, recomputed) of its own ops and those of the modules under
+        it, for the modules at most `depth` dots deep (None: all)."""
+        out = {}
+        for name, _ in self.model.named_modules():
+            name = name or '(model)'
+            if depth is not None and name.count('.') >= depth:
+                continue
+            inside = lambda n: n == name or name == '(model)' or n.startswith(name + '.')  # noqa: E731
+            out[name] = (sum(b for n, b in self.kept.items() if inside(n) and n != '(outside)'),
+                         sum(b for n, b in self.recomputed.items() if inside(n) and n != '(outside)'))
+        return out
+
+    def table(self, depth=2):
+        types = {name or '(model)': type(m).__name__ for name, m in self.model.named_modules()}
+        rows = [(n, types[n], k, r) for n, (k, r) in self.totals(depth).items() if k or r]
+        if self.kept.get('(outside)') or self.recomputed.get('(outside)'):
+            rows.append(('(outside)', '', self.kept.get('(outside)', 0),
+                         self.recomputed.get('(outside)', 0)))
+        width = max([len(r[0]) for r in rows] + [6])
+        lines = [f"{'module':<{width}}  {'type':<20} {'kept MB':>9} {'recomputed MB':>14}"]
+        lines += [f"{n:<{width}}  {t:<20} {k / 1e6:>9.3f} {r / 1e6:>14.3f}" for n, t, k, r in rows]
+        lines.append(f"kept for backward {self.kept_bytes / 1e6:.3f} MB; peak held "
+                     f"{self.peak_bytes / 1e6:.3f} MB; parameters {self.param_bytes / 1e6:.3f} MB "
+                     f"(and as much for their gradients)")
+        return '\n'.join(lines)
+
+    __str__ = table
+
+
+def memory_growth(step_for, values, name='block size', path=None):
+    """How a step's memory grows with one setting: step_for(v) returns (model, step) for the
+    setting v, step() runs one forward and backward; each runs under `memory`. Returns a
+    table (kept for backward, peak held, and the peak relative to the first value's); with
+    `path` (a .png) and matplotlib installed, also a plot of both against the setting."""
+    rows = []
+    for v in values:
+        model, step = step_for(v)
+        with memory(model) as mem:
+            step()
+        rows.append((v, mem.kept_bytes, mem.peak_bytes))
+    lines = [f"{name:>12} {'kept MB':>10} {'peak MB':>10} {'peak x':>7}"]
+    lines += [f"{v!s:>12} {k / 1e6:>10.2f} {p / 1e6:>10.2f} {p / rows[0][2]:>7.2f}"
+              for v, k, p in rows]
+    if path is not None:
+        try:
+            import matplotlib
+            matplotlib.use('Agg')
+            import matplotlib.pyplot as plt
+        except ImportError:
+            lines.append("(no plot: matplotlib is not installed)")
+        else:
+            fig, ax = plt.subplots(figsize=(5, 3.5))
+            ax.plot([r[0] for r in rows], [r[2] / 1e6 for r in rows], 'o-', label='peak held')
+            ax.plot([r[0] for r in rows], [r[1] / 1e6 for r in rows], 's--', label='kept after forward')
+            ax.set_xlabel(name), ax.set_ylabel('MB'), ax.legend()
+            fig.tight_layout()
+            fig.savefig(path)
+            plt.close(fig)
+    return '\n'.join(lines)
 
 
 class AnomalyError(RuntimeError):

@@ -1941,7 +1941,7 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     loss.backward()
     scaler.unscale_(opt), scaler.step(opt), scaler.update()
     assert w.tolist() == [0.0, 0.0] and not scaler.is_enabled()
-    with pytest.warns(UserWarning, match="autocast: tinytorch computes in each tensor's own dtype"):
+    with pytest.warns(UserWarning, match="autocast: tinytorch has no bfloat16"):
         with tt.autocast(device_type='cpu', dtype=tt.bfloat16):
             assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
@@ -1958,6 +1958,122 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     assert f"{tt.tensor([1.5]):>6.2f}" == "  1.50"
     with pytest.raises(TypeError):
         [1, 2][tt.tensor(1.0)]  # a float tensor is no index, as in PyTorch
+
+
+
+# Mixed precision on the CPU: torch.autocast and torch.amp.GradScaler (amp.py)
+def test_autocast_computes_the_listed_ops_in_float16_and_the_losses_in_float32():
+    # float16 keeps 11 significant bits: 2049 rounds to 2048 (a tie, to the even one), so
+    # [2049, 1] @ [1, 1] is 2050 in float32 and 2048 + 1 = 2049 -> 2048 under autocast
+    x = tt.tensor([[2049.0, 1.0]])
+    w = tt.tensor([[1.0], [1.0]], requires_grad=True)
+    assert (x @ w).tolist() == [[2050.0]]
+    with tt.autocast('cpu', dtype=tt.float16):
+        assert tt.is_autocast_enabled('cpu') and not tt.is_autocast_enabled()
+        y = x @ w
+        lin = nn.linear(x, w.T, tt.tensor([0.5]))  # 2048 + 1 + 0.5 = 2049.5 -> 2050 (steps of 2)
+        ce = nn.cross_entropy(tt.tensor([[0.0, 0.0]], dtype=tt.float16), tt.tensor([0]))
+        plain = x + x  # not listed: its own dtype
+        f64 = tt.ones(1, 2, dtype=tt.float64) @ tt.ones(2, 1, dtype=tt.float64)  # left alone
+        with tt.autocast('cpu', enabled=False):
+            off = x @ w
+    assert not tt.is_autocast_enabled('cpu')
+    assert y.dtype == lin.dtype == tt.float16 and y.tolist() == [[2048.0]] and lin.tolist() == [[2050.0]]
+    assert ce.dtype == tt.float32 and abs(ce.item() - math.log(2)) < 1e-7  # log 2, in float32
+    assert plain.dtype == tt.float32 and f64.dtype == tt.float64 and off.tolist() == [[2050.0]]
+    # the gradient: the product's rule at the rounded input, dW = x^T g = [2048, 1], in the
+    # weight's own float32
+    y.sum().backward()
+    assert w.grad.dtype == tt.float32 and w.grad.tolist() == [[2048.0], [1.0]]
+
+    @tt.autocast('cpu', dtype=tt.float16)
+    def product(a, b):
+        return a @ b
+    assert product(x, w).dtype == tt.float16 and (x @ w).dtype == tt.float32
+
+
+def test_autocast_to_a_dtype_the_cpu_refuses_warns_in_one_line_and_runs_as_it_is():
+    for dtype in (tt.float32, tt.float64, tt.int32):
+        with pytest.warns(UserWarning) as record:
+            with tt.autocast('cpu', dtype=dtype):
+                assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
+        assert [str(r.message) for r in record] == [
+            "In CPU autocast, but the target dtype is not supported. Disabling autocast. CPU "
+            "Autocast only supports dtypes of torch.bfloat16, torch.float16 currently."]
+    with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
+        tt.autocast('cuda', dtype=tt.float16)
+
+
+def test_grad_scaler_scales_unscales_skips_and_grows_by_its_documented_rules():
+    scaler = tt.amp.GradScaler('cpu')
+    assert scaler.get_scale() == 65536.0 and scaler.get_growth_interval() == 2000
+    assert (scaler.get_growth_factor(), scaler.get_backoff_factor()) == (2.0, 0.5)
+    # a scripted run: init_scale 4, growth every 2 good steps; the 4th step overflows
+    scaler = tt.amp.GradScaler('cpu', init_scale=4.0, growth_interval=2)
+    w = tt.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    scales, grads, weights = [], [], []
+    for factor in [1.0, 1.0, 1.0, math.inf, 1.0, 1.0]:
+        opt.zero_grad()
+        scaler.scale((w * factor).sum()).backward()
+        grads.append(w.grad.tolist()[0])  # scaled: factor x scale
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        weights.append(w.tolist()[0])
+    # scale 4: good (1 in a row), good (2: doubled to 8), good (1), overflow (halved to 4,
+    # count reset, step skipped), good (1), good (2: doubled to 8)
+    assert grads == [4.0, 4.0, 8.0, math.inf, 4.0, 4.0]
+    assert scales == [4.0, 8.0, 8.0, 4.0, 4.0, 8.0]
+    # each good step moves w by lr x 1 (the gradient unscaled); the overflow's is skipped
+    assert np.allclose(weights, [0.9, 0.8, 0.7, 0.7, 0.6, 0.5], rtol=0, atol=1e-6)
+    assert scaler.state_dict() == {'scale': 8.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,
+                                   'growth_interval': 2, '_growth_tracker': 0}
+    opt.zero_grad()
+    scaler.scale(w.sum()).backward()
+    scaler.unscale_(opt)
+    assert w.grad.tolist() == [1.0, 1.0]  # 8 / 8
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        scaler.unscale_(opt)
+    other = tt.amp.GradScaler('cpu')
+    other.load_state_dict(scaler.state_dict())
+    assert other.get_scale() == 8.0 and other.get_growth_interval() == 2
+    with pytest.raises(RuntimeError, match="The source state dict is empty"):
+        other.load_state_dict({})
+
+
+def test_autocast_and_grad_scaler_match_pytorch():
+    torch = need_torch()
+    rng = np.random.default_rng(0)
+    a, b, bias = rng.standard_normal((5, 7)), rng.standard_normal((3, 7)), rng.standard_normal(3)
+    got = []
+    for lib, F in ((tt, nn), (torch, torch.nn.functional)):
+        x, w = lib.tensor(a, dtype=lib.float32), lib.tensor(b, dtype=lib.float32, requires_grad=True)
+        with lib.autocast('cpu', dtype=lib.float16):
+            y, z = F.linear(x, w, lib.tensor(bias, dtype=lib.float32)), x @ w.T
+            loss = F.cross_entropy(y, lib.tensor([0, 1, 2, 0, 1]))
+        loss.backward()
+        got.append((str(y.dtype), str(z.dtype), str(loss.dtype), str(w.grad.dtype),
+                    y.detach().float().numpy(), z.detach().float().numpy(), w.grad.numpy()))
+    assert [d.replace('torch.', '') for d in got[1][:4]] == list(got[0][:4]) == [
+        'float16', 'float16', 'float32', 'float32']
+    for mine, theirs in zip(got[0][4:], got[1][4:]):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-3, atol=2e-3)  # float16's ulp
+    # the same scripted run with an overflow: the same scales, the same weights
+    runs = []
+    for lib, opt_mod in ((tt, optim), (torch, torch.optim)):
+        scaler = lib.amp.GradScaler('cpu', init_scale=4.0, growth_interval=2)
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        opt = opt_mod.SGD([w], lr=0.1)
+        trace = []
+        for factor in [1.0, 1.0, 1.0, math.inf, 1.0, 1.0, math.nan, 1.0]:
+            opt.zero_grad()
+            scaler.scale((w * factor).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+            trace.append((scaler.get_scale(), round(w.detach().numpy()[0].item(), 6)))
+        runs.append(trace + [scaler.state_dict()])
+    assert runs[0] == runs[1]
 
 
 def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
@@ -5271,6 +5387,195 @@ def test_init_gains_fans_and_spreads_match_pytorch():
         assert np.abs(ours).max() == pytest.approx(np.abs(theirs).max(), rel=0.1), name
 
 
+# Pruning: torch.nn.utils.prune (compress.py)
+def _pruned_linear():
+    lin = nn.Linear(3, 2).double()
+    with tt.no_grad():
+        lin.weight.copy_(tt.tensor([[0.1, -0.5, 0.3], [-0.2, 0.6, -0.05]], dtype=tt.float64))
+    return lin
+
+
+def test_l1_unstructured_masks_the_smallest_weights_and_keeps_them_zero_while_training():
+    import tinytorch.nn.utils.prune as prune
+    lin = _pruned_linear()
+    weight = lin.weight
+    assert prune.l1_unstructured(lin, 'weight', amount=0.5) is lin
+    # half of 6 = 3 entries, the smallest |w|: 0.05, 0.1 and 0.2
+    assert lin.weight_mask.tolist() == [[0, 1, 1], [0, 1, 0]]
+    assert lin.weight.tolist() == [[0, -0.5, 0.3], [0, 0.6, 0]] and lin.weight_orig is weight
+    assert [n for n, _ in lin.named_parameters()] == ['bias', 'weight_orig']
+    assert list(lin.state_dict()) == ['bias', 'weight_orig', 'weight_mask'] and prune.is_pruned(lin)
+    # the gradient reaches weight_orig through the mask: d sum(x W^T)/dW_orig = mask * x
+    x = tt.tensor([[1.0, 2.0, 3.0]], dtype=tt.float64)
+    lin(x).sum().backward()
+    assert lin.weight_orig.grad.tolist() == [[0, 2, 3], [0, 2, 0]]
+    optim.SGD(lin.parameters(), lr=0.1).step()  # weight_orig moves, the forward pre-hook
+    lin(x)  # masks it again: the pruned entries stay 0
+    assert lin.weight.tolist()[0][0] == 0 and lin.weight_orig.tolist()[0][0] == 0.1
+    # again: an int amount counts entries, among those left (0.3 is the smallest left)
+    prune.l1_unstructured(lin, 'weight', amount=1)
+    assert lin.weight_mask.tolist() == [[0, 1, 0], [0, 1, 0]]
+    prune.remove(lin, 'weight')
+    assert isinstance(lin.weight, nn.Parameter) and lin.weight is weight
+    assert np.allclose(lin.weight.tolist(), [[0, -0.7, 0], [0, 0.4, 0]])  # after SGD: -0.2 each
+    assert list(lin.state_dict()) == ['bias', 'weight'] and not prune.is_pruned(lin)
+    assert not vars(lin)['_forward_pre_hooks']
+
+
+def test_random_and_global_unstructured_prune_the_counts_asked_for():
+    import tinytorch.nn.utils.prune as prune
+    tt.manual_seed(0)
+    lin = nn.Linear(5, 2)
+    prune.random_unstructured(lin, 'weight', amount=0.4)  # round(0.4 x 10) = 4 entries
+    assert lin.weight_mask.array.sum() == 6 and (lin.weight.array == 0).sum() == 4
+    # global: 5 weights in two layers, 60% = 3, the smallest |w| of all: 0.05, 0.1, 0.2
+    a, b = nn.Linear(2, 1, bias=False), nn.Linear(3, 1, bias=False)
+    with tt.no_grad():
+        a.weight.copy_(tt.tensor([[0.1, 0.9]]))
+        b.weight.copy_(tt.tensor([[0.2, -0.3, 0.05]]))
+    prune.global_unstructured([(a, 'weight'), (b, 'weight')],
+                              pruning_method=prune.L1Unstructured, amount=0.6)
+    assert a.weight_mask.tolist() == [[0, 1]] and b.weight_mask.tolist() == [[0, 1, 0]]
+
+
+def test_pruning_amounts_out_of_range_are_one_line():
+    import tinytorch.nn.utils.prune as prune
+    for amount in (1.5, -0.1, -1):
+        with pytest.raises(ValueError) as e:
+            prune.l1_unstructured(_pruned_linear(), 'weight', amount=amount)
+        assert str(e.value) == (f"amount={amount} should either be a float in the range [0, 1] "
+                                "or a non-negative integer")
+    with pytest.raises(ValueError, match="amount=7 should be smaller than the number of "
+                                         "parameters to prune=6"):
+        prune.l1_unstructured(_pruned_linear(), 'weight', amount=7)
+    with pytest.raises(TypeError, match="Invalid type for amount: half"):
+        prune.l1_unstructured(_pruned_linear(), 'weight', amount='half')
+    with pytest.raises(ValueError, match="has to be pruned before pruning can be removed"):
+        prune.remove(_pruned_linear(), 'weight')
+
+
+def test_pruning_matches_pytorch():
+    torch = need_torch()
+    import torch.nn.utils.prune  # noqa: F401 (PyTorch's is imported explicitly, as ours)
+    import tinytorch.nn.utils.prune as prune
+    w0 = np.random.default_rng(1).standard_normal((4, 6))
+    v0 = np.random.default_rng(2).standard_normal((3, 4)) * 0.5
+    got = []
+    for lib, P in ((nn, prune), (torch.nn, torch.nn.utils.prune)):
+        l1, l2 = lib.Linear(6, 4).double(), lib.Linear(4, 3).double()
+        with (torch if lib is torch.nn else tt).no_grad():
+            l1.weight.copy_(torch.tensor(w0) if lib is torch.nn else tt.tensor(w0))
+            l2.weight.copy_(torch.tensor(v0) if lib is torch.nn else tt.tensor(v0))
+        P.l1_unstructured(l1, 'weight', amount=0.25)
+        P.l1_unstructured(l1, 'weight', amount=0.5)  # half of what is left
+        P.global_unstructured([(l1, 'weight'), (l2, 'weight')], pruning_method=P.L1Unstructured,
+                              amount=5)
+        keys = list(l1.state_dict())
+        masks = [l1.weight_mask.numpy().copy(), l2.weight_mask.numpy().copy()]
+        P.remove(l2, 'weight')
+        got.append((keys, list(l2.state_dict()), masks, l1.weight.detach().numpy(),
+                    l2.weight.detach().numpy()))
+    assert got[0][:2] == got[1][:2]
+    for a, b in zip(got[0][2] + list(got[0][3:]), got[1][2] + list(got[1][3:])):
+        np.testing.assert_array_equal(a, b)
+
+
+# Dynamic quantization: torch.ao.quantization.quantize_dynamic (compress.py)
+def test_quantize_dynamic_stores_int8_weights_and_sums_in_int32():
+    from tinytorch.ao.quantization import quantize_dynamic
+    lin = nn.Linear(2, 2)
+    with tt.no_grad():
+        lin.weight.copy_(tt.tensor([[1.0, -0.5], [0.25, 0.0]]))
+        lin.bias.zero_()
+    model = nn.Sequential(lin)
+    q = quantize_dynamic(model, {nn.Linear}, dtype=tt.qint8)
+    assert type(q[0]).__name__ == 'DynamicQuantizedLinear' and model[0] is lin  # a copy
+    # scale_w = max|W| / 127.5; W x 127.5 = [[127.5, -63.75], [31.875, 0]] rounds (half to
+    # even) to [[128 -> 127 (clipped), -64], [32, 0]]
+    sd = q.state_dict()
+    assert list(sd) == ['0.weight', '0.weight_scale', '0.bias'] and sd['0.weight'].dtype == np.int8
+    assert sd['0.weight'].tolist() == [[127, -64], [32, 0]]
+    assert sd['0.weight_scale'].item() == np.float32(1 / 127.5)
+    # x = [2, -1]: range [-1, 2] over [0, 127]: scale_x = 3/127, zero point rint(42.33) = 42,
+    # x_q = [rint(84.67) + 42, rint(-42.33) + 42] = [127, 0]. int32 sums: row 0: 127 x 127
+    # - 42 x (127 - 64) = 13483; row 1: 127 x 32 - 42 x 32 = 2720; times 3/127 / 127.5
+    y = q(tt.tensor([[2.0, -1.0]]))
+    np.testing.assert_allclose(y.array, [[13483 * 3 / 127 / 127.5, 2720 * 3 / 127 / 127.5]],
+                               rtol=1e-6)
+    assert abs(y.tolist()[0][0] - 2.5) < 0.01  # the float answer: 2 + 0.5 = 2.5
+    with pytest.raises(NotImplementedError, match="nn.Linear to torch.qint8 only"):
+        quantize_dynamic(model, {nn.Conv2d})
+
+
+def test_quantize_dynamic_makes_a_gpt_s_linear_weights_a_quarter():
+    import compress
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=8, tie_weights=False))
+    x = tt.randint(0, 65, (2, 8))
+    before, loss = compress.model_bytes(model), model(x, x)[1].item()
+    q = compress.quantize_dynamic(model)
+    # the Linear weights: c_attn 48x16, attn c_proj 16x16, c_fc 64x16, mlp c_proj 16x64 and
+    # the head 65x16: 768 + 256 + 1024 + 1024 + 1040 = 4,112 values, 4 bytes each before, 1
+    # after (plus a 4-byte scale each of the 5)
+    assert before - compress.model_bytes(q) == 4112 * 3 - 5 * 4
+    with tt.no_grad():
+        assert abs(q(x, x)[1].item() - loss) < 0.01
+
+
+def test_quantize_dynamic_matches_pytorch():
+    torch = need_torch()
+    from torch.ao.quantization import quantize_dynamic as torch_quantize
+    from tinytorch.ao.quantization import quantize_dynamic
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x = rng.standard_normal((4, 3, 7)).astype(np.float32)
+    got = []
+    for lib, quantize in ((tt, quantize_dynamic), (torch, torch_quantize)):
+        m = lib.nn.Sequential(lib.nn.Linear(7, 5))
+        with lib.no_grad():
+            m[0].weight.copy_(lib.tensor(w)), m[0].bias.copy_(lib.tensor(b))
+        with _warnings.catch_warnings():
+            _warnings.simplefilter('ignore')  # PyTorch 2.15: eager quantization moves to torchao
+            q = quantize(m, {lib.nn.Linear}, dtype=lib.qint8)
+        weight = q[0].weight().int_repr().numpy() if lib is torch else q[0].weight.numpy()
+        scale = q[0].weight().q_scale() if lib is torch else q[0].weight_scale.item()
+        got.append((q(lib.tensor(x)).numpy(), weight, scale))
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    assert got[0][2] == pytest.approx(got[1][2], rel=1e-7)
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-5, atol=1e-5)
+
+
+# Byte-level BPE (tokens.py)
+def test_bpe_learns_the_most_frequent_pair_first_and_round_trips_any_text(tmp_path):
+    import tokens
+    # 'aaabdaaabac' in bytes (a = 97): pairs aa x4 (aaa holds two), ab x2, ...: aa -> 256;
+    # then [256, a, b, d, 256, a, b, a, c]: (256, a) and (a, b) twice each, (256, a) seen
+    # first -> 257 ('aaa'); then (257, b) twice -> 258 ('aaab'): [258, d, 258, a, c]
+    bpe = tokens.BPE.train('aaabdaaabac', vocab_size=259)
+    assert bpe.merges == [(97, 97), (256, 97), (257, 98)] and bpe.vocab_size == 259
+    assert bpe.encode('aaabdaaabac').tolist() == [258, 100, 258, 97, 99]
+    assert bpe.pieces[258] == b'aaab' and bpe.encode('aaaa').tolist() == [256, 256]
+    text = "héllo wörld, héllo ✓ wörld\n" * 20
+    big = tokens.BPE.train(text, vocab_size=300)
+    ids = big.encode(text)
+    assert big.decode(ids) == text and len(ids) < len(text) / 5
+    assert big.decode([0xE2, 0x9C]) == '\ufffd'  # the first two of ✓'s three bytes
+    big.save(tmp_path / 'merges.txt')
+    assert tokens.BPE.load(tmp_path / 'merges.txt').merges == big.merges
+    assert tokens.BPE.train('ab', vocab_size=300).merges == []  # no pair repeats
+
+
+def test_bpe_refuses_a_vocabulary_below_the_bytes_and_a_bad_merges_file(tmp_path):
+    import tokens
+    with pytest.raises(ValueError) as e:
+        tokens.BPE.train('some text', vocab_size=200)
+    assert str(e.value) == ("vocab_size 200 is too small: byte-level BPE has 256 byte tokens "
+                            "before its first merge (use 256 or more)")
+    (tmp_path / 'm.txt').write_text("97 97\n256 999\n")
+    with pytest.raises(ValueError, match=r"m.txt, line 2: not a merge of two earlier tokens"):
+        tokens.BPE.load(tmp_path / 'm.txt')
+
+
 # ---------------------------------------------------------------------------
 # state_dict and checkpoints
 # ---------------------------------------------------------------------------
@@ -6132,6 +6437,88 @@ def test_autograd_function_and_grad_match_pytorch():
     g, = tt.autograd.grad((y * y).sum(), x)
     gt, = torch.autograd.grad((yt * yt).sum(), xt)
     np.testing.assert_allclose(g.array, gt.numpy(), rtol=1e-10)
+
+
+# Activation checkpointing: torch.utils.checkpoint.checkpoint (tinytorch.py section 16)
+def test_checkpoint_recomputes_in_backward_and_gives_the_plain_gradients():
+    from tinytorch.utils.checkpoint import checkpoint
+    calls = []
+
+    def f(x, w):
+        calls.append(tt.is_grad_enabled())
+        return (w * x) ** 2
+    x = tt.tensor([1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    w = tt.tensor(3.0, dtype=tt.float64, requires_grad=True)
+    y = checkpoint(f, x, w, use_reentrant=False)
+    assert calls == [False]  # forward: no graph inside, one node outside
+    assert y.tolist() == [9.0, 36.0] and y.grad_fn.name() == 'CheckpointBackward0'
+    y.sum().backward()
+    assert calls == [False, True]  # backward ran f again, with a graph
+    # sum (w x)^2: d/dx = 2 w^2 x = [18, 36]; d/dw = 2 w (x1^2 + x2^2) = 2 * 3 * 5 = 30
+    assert x.grad.tolist() == [18.0, 36.0] and w.grad.item() == 30.0
+    # finite differences (float64) through the checkpoint, inputs and a closure's leaf
+    v = tt.tensor([0.5, -1.5, 2.0], dtype=tt.float64, requires_grad=True)
+    check(lambda a, b: checkpoint(lambda t: (t * v).tanh() * b, a, use_reentrant=False),
+          t64(3, seed=1), t64(3, seed=2))
+
+
+def test_checkpoint_of_a_module_with_dropout_matches_the_plain_run_exactly():
+    """A block's parameters are read through its attributes, not passed: they still get
+    their gradients; dropout draws the same mask again (the generator's state is kept),
+    and the generator ends where the plain run leaves it."""
+    from tinytorch.utils.checkpoint import checkpoint
+    block = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Tanh(), nn.Linear(8, 3)).double()
+    x0 = np.random.default_rng(0).standard_normal((5, 4))
+    runs = []
+    for use in (False, True):
+        tt.manual_seed(7)
+        block.zero_grad()
+        x = tt.tensor(x0, requires_grad=True)
+        y = checkpoint(block, x, use_reentrant=False) if use else block(x)
+        (y * y).sum().backward()
+        runs.append([x.grad.array] + [p.grad.array for p in block.parameters()]
+                    + [tt.rand(1).array])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)  # identical, not close
+
+
+def test_checkpoint_refuses_what_it_cannot_recompute_in_one_line():
+    from tinytorch.utils.checkpoint import checkpoint
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2  # computed outside, read by the function without being passed
+    with pytest.raises(RuntimeError, match=r"reads a tensor computed outside it \(made by 'mul'"):
+        checkpoint(lambda t: t + h, x, use_reentrant=False)
+    with pytest.raises(NotImplementedError, match="non-reentrant variant only"):
+        checkpoint(lambda t: t * 2, x, use_reentrant=True)
+    with pytest.raises(TypeError, match="must return one Tensor, got tuple"):
+        checkpoint(lambda t: (t, t), x, use_reentrant=False)
+    with pytest.warns(UserWarning, match="use_reentrant parameter should be passed explicitly"):
+        checkpoint(lambda t: t * 2, x)
+
+
+def test_checkpoint_gradients_match_pytorch():
+    torch = need_torch()
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+    from tinytorch.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(3)
+    x0, w1, w2 = rng.standard_normal((4, 5)), rng.standard_normal((6, 5)), rng.standard_normal((2, 6))
+
+    def block(lib, F):
+        lin1, lin2 = lib.nn.Linear(5, 6, bias=False).double(), lib.nn.Linear(6, 2, bias=False).double()
+        with lib.no_grad():
+            lin1.weight.copy_(lib.tensor(w1)), lin2.weight.copy_(lib.tensor(w2))
+        return lin1, lin2, (lambda t: lin2(F.gelu(lin1(t))) * t[:, :2])
+
+    got = []
+    for lib, ck in ((tt, checkpoint), (torch, torch_checkpoint)):
+        lin1, lin2, f = block(lib, lib.nn.functional)
+        x = lib.tensor(x0, requires_grad=True)
+        y = ck(f, x, use_reentrant=False)
+        y.pow(2).sum().backward()
+        got.append([y.detach().numpy(), x.grad.numpy(), lin1.weight.grad.numpy(),
+                    lin2.weight.grad.numpy()])
+    for a, b in zip(*got):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_readme_own_function_runs_as_shown():
@@ -8415,7 +8802,9 @@ HOSTILE_CHECKPOINTS = [  # (edit of ckpt.npz, --resume or --sample, the line aft
      + NOT_OURS),
     (_put('best', [3]), 'sample', ": its 'best' is [3], not a dict" + NOT_OURS),
     (_put('vocab', list(range(15))), 'sample', ": its 'vocab' is [0, 1, 2, 3, 4, 5, ...], not a "
-     "string of characters" + NOT_OURS),
+     "string of characters or a BPE's merges" + NOT_OURS),
+    (_put('vocab', {'bpe_merges': [[0, 300]]}), 'sample', ": its vocab {'bpe_merges': [...]} "
+     "is not a BPE's merges (pairs of earlier tokens)" + NOT_OURS),
     (_put('vocab', "zyxwvutsrqponml"), 'resume', ": its vocab 'zyxwvutsrqponml' is not its "
      "characters in sorted order, each once" + NOT_OURS),
     (_put('step', 'x'), 'sample', ": its step is 'x', not a whole number 0 or more" + NOT_OURS),
@@ -9600,6 +9989,72 @@ def test_charlm_resume_adds_the_health_columns_to_an_old_metrics_file(corpus, tm
     assert rows[0]['grad_norm'] == '' and float(rows[2]['grad_norm']) > 0
 
 
+def test_charlm_checkpoint_blocks_trains_the_same_numbers(corpus, tmp_path):
+    """--checkpoint-blocks recomputes each block in backward with the same dropout masks:
+    the run's metrics are the plain run's, digit for digit."""
+    rows = []
+    for flag in ([], ['--checkpoint-blocks']):
+        run = tmp_path / f"run{len(rows)}"
+        r = run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--dropout', '0.2',
+                       '--length', '0', '--out-dir', str(run), *flag)
+        assert r.returncode == 0, r.stderr
+        rows.append([row[:3] for row in csv.reader(open(run / 'metrics.csv'))])
+    assert rows[0] == rows[1] and len(rows[0]) == 5
+    r = run_charlm(corpus, *TINY_RNN, '--model', 'lstm', '--checkpoint-blocks',
+                   '--out-dir', str(tmp_path / 'r'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --checkpoint-blocks is for --model gpt only: --model lstm has no Transformer "
+        "blocks")
+
+
+def test_charlm_amp_trains_under_autocast_with_a_loss_scale(corpus, tmp_path):
+    """--amp: float16 matmuls change the losses in the last digits only (tiny logits), the
+    checkpoint keeps the scaler's state (no overflow in 4 steps: the default scale stays)."""
+    losses = []
+    for flag in ([], ['--amp']):
+        run = tmp_path / f"run{len(losses)}"
+        r = run_charlm(corpus, *TINY, '--steps', '4', '--eval-interval', '2', '--length', '0',
+                       '--out-dir', str(run), *flag)
+        assert r.returncode == 0, r.stderr
+        losses.append([float(row[1]) for row in list(csv.reader(open(run / 'metrics.csv')))[1:]])
+    assert len(losses[1]) == 4 and losses[0] != losses[1]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    ck = nn.load(tmp_path / 'run1' / 'ckpt.npz')
+    assert ck['scaler'] == {'scale': 65536.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,
+                            'growth_interval': 2000, '_growth_tracker': 4}
+    assert nn.load(tmp_path / 'run0' / 'ckpt.npz')['scaler'] == {}
+    r = run_charlm(corpus, *TINY_RNN, '--model', 'gru', '--amp', '--out-dir', str(tmp_path / 'r'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --amp is for --model gpt only: --model gru's recurrent layers have no float16 "
+        "path")
+
+
+def test_charlm_bpe_tokenizer_saves_its_merges_and_reports_the_loss_per_character(corpus, tmp_path):
+    import tokens
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--tokenizer', 'bpe', '--vocab-size', '280', '--steps', '4',
+                   '--eval-interval', '2', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    ck = nn.load(run / 'ckpt.npz')
+    merges = tokens.BPE.load(run / 'merges.txt').merges
+    assert [list(m) for m in merges] == ck['vocab']['bpe_merges'] and len(merges) == 24
+    assert ck['config']['vocab_size'] == 280
+    m = re.search(r"validation loss ([\d.]+) per token is ([\d.]+) per character \(([\d.]+) "
+                  r"characters a token", r.stdout)
+    per_token, per_char, ratio = map(float, m.groups())
+    # the printed ratio has 2 decimals: 0.005 in 1.5 or more is at most 0.33%
+    assert ratio > 1.5 and per_char == pytest.approx(per_token / ratio, rel=3.4e-3)
+    assert "--- sample ---" in r.stdout
+    r = run_charlm('--sample', '--out-dir', str(run), '--length', '30', '--prompt', 'the cat')
+    assert r.returncode == 0 and r.stdout.startswith('the cat'), r.stderr
+    r = run_charlm(corpus, '--resume', '--steps', '6', '--out-dir', str(run), '--length', '0')
+    assert r.returncode == 0 and "finished 6 steps" in r.stdout, r.stderr
+    r = run_charlm(corpus, '--tokenizer', 'bpe', '--vocab-size', '255', '--out-dir', str(tmp_path / 'x'))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --vocab-size 255 is out of range: byte-level BPE has 256 byte tokens before "
+        "its first merge; use 256 or more")
+
+
 def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):
     run = tmp_path / "run"
     r = run_charlm(corpus, *TINY, '--profile', '--out-dir', str(run))
@@ -10112,6 +10567,82 @@ def test_torch_profiler_program_runs_on_both_pytorch():
             y.backward()
         table = prof.key_averages().table(sort_by='cpu_time_total', row_limit=20)
         assert 'my_step' in table and matmul in table, table
+
+
+class _ScaleTanh(nn.Module):
+    def __init__(self, n):
+        self.w = nn.Parameter(tt.ones(n, dtype=tt.float64))
+
+    def forward(self, x):
+        return (x * self.w).tanh()
+
+
+class _TwoScaleTanh(nn.Module):
+    def __init__(self, n, checkpoint_b=False):
+        self.a, self.b, self.checkpoint_b = _ScaleTanh(n), _ScaleTanh(n), checkpoint_b
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.checkpoint_b:
+            return tt.utils.checkpoint.checkpoint(self.b, h, use_reentrant=False)
+        return self.b(h)
+
+
+def test_memory_charges_each_module_what_its_ops_keep_and_finds_the_peak():
+    """Values by hand, B = 3 rows of n = 4 float64 (96 bytes a tensor). A _ScaleTanh keeps
+    mul's output (96; its rule reads x and w, tensors kept anyway) and tanh's output (96;
+    its rule reads that same output, counted once): 192. sum's 0-d output: 8 bytes."""
+    x = tt.tensor(np.ones((3, 4)))
+    model = _TwoScaleTanh(4)
+    with lookinside.memory(model) as mem:
+        model(x).sum().backward()
+    assert mem.kept == {'a': 192, 'b': 192, '(outside)': 8} and mem.recomputed == {}
+    assert mem.kept_bytes == 392 and mem.peak_bytes == 392 and mem.held == 0
+    assert mem.totals() == {'(model)': (384, 0), 'a': (192, 0), 'b': (192, 0)}
+    assert mem.param_bytes == 64 and 'forward' not in vars(model.a)  # the tool leaves no trace
+    # b under checkpoint: its forward keeps nothing; the checkpoint node keeps its output
+    # (96, charged to the model, whose forward made it); backward makes b's 192 bytes again
+    # while a's 192 and the node's 96 are held: the peak is 96 + 192 + 192 = 480
+    model = _TwoScaleTanh(4, checkpoint_b=True)
+    with lookinside.memory(model) as mem:
+        model(x).sum().backward()
+    assert mem.kept == {'a': 192, '(model)': 96, '(outside)': 8} and mem.recomputed == {'b': 192}
+    assert mem.kept_bytes == 296 and mem.peak_bytes == 480 and mem.held == 0
+    lines = str(mem).splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == ['(model)', 'a', 'b', '(outside)']
+    assert lines[-1].startswith("kept for backward 0.000 MB; peak held 0.000 MB")
+
+
+def test_memory_growth_is_linear_in_the_batch():
+    """n = 62,500 float64 values a row: a _ScaleTanh keeps 2 x 500,000 bytes = 1 MB per row,
+    the two of them 2 MB per row (and sum's 8 bytes): 2, 4 and 8 MB for B = 1, 2, 4."""
+    model = _TwoScaleTanh(62500)
+    text = lookinside.memory_growth(
+        lambda b: (model, lambda: model(tt.tensor(np.ones((b, 62500)))).sum().backward()),
+        [1, 2, 4], name='batch')
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert rows == [['1', '2.00', '2.00', '1.00'], ['2', '4.00', '4.00', '2.00'],
+                    ['4', '8.00', '8.00', '4.00']]
+
+
+def test_memory_of_a_checkpointed_gpt_block_is_its_output():
+    """Each checkpointed block keeps only its output, B x T x C float32 values = 2 x 8 x 16
+    x 4 = 1024 bytes, and backward recomputes exactly what the plain block keeps."""
+    tt.manual_seed(0)
+    model = tf.GPT(tf.GPTConfig(n_layer=2, n_embd=16, n_head=2, block_size=8, dropout=0.0))
+    x = tt.randint(0, 65, (2, 8))
+    with lookinside.memory(model) as plain:
+        model(x, x)[1].backward()
+    for block in model.h:
+        f = block.forward
+        object.__setattr__(block, 'forward', lambda h, cache=None, layer=0, f=f:
+                           tt.utils.checkpoint.checkpoint(f, h, use_reentrant=False))
+    with lookinside.memory(model) as ck:
+        model(x, x)[1].backward()
+    for i in range(2):
+        assert ck.totals()[f'h.{i}'] == (1024, plain.totals()[f'h.{i}'][0])
+    assert plain.totals()['h.0'][0] > 10 * 1024
+    assert ck.kept_bytes < plain.kept_bytes / 2 and ck.peak_bytes < plain.peak_bytes
 
 
 # ===========================================================================
@@ -13357,11 +13888,12 @@ def test_census_layers_match_pytorch():
 
 # ---- issue 38: one of each, checked: the code a reader reads is the code that runs ----
 _PROJECT_FILES = ('tinytorch.py', 'compat.py', 'tuning.py', 'lookinside.py', 'files.py', 'nn.py',
-                  'optim.py', 'data.py', 'distributions.py', 'transformer.py', 'train_linear.py',
-                  'train_charlm.py', 'train_digits.py', 'export.py', 'bench.py')
+                  'optim.py', 'amp.py', 'data.py', 'distributions.py', 'transformer.py',
+                  'compress.py', 'tokens.py', 'train_linear.py', 'train_charlm.py',
+                  'train_digits.py', 'export.py', 'bench.py')
 # The companion files in the README's order: each may import only NumPy and the files before it.
-_LIBRARY_ORDER = ('tinytorch', 'compat', 'tuning', 'lookinside', 'files', 'nn', 'optim', 'data',
-                  'distributions', 'transformer')
+_LIBRARY_ORDER = ('tinytorch', 'compat', 'tuning', 'lookinside', 'files', 'nn', 'optim', 'amp',
+                  'data', 'distributions', 'transformer', 'compress', 'tokens')
 
 
 def _top_level_bindings(tree):
@@ -13628,6 +14160,18 @@ _COPY_USES = {
              "nn.mse_loss(m(tt.ones(4, 3)), tt.zeros(4, 1)).backward()\n"
              "o.step()\n"
              "print(bool((m.weight != before).all()))\n",
+    'amp': "import amp, tinytorch as torch\n"
+           "with torch.autocast('cpu', dtype=torch.float16):\n"
+           "    y = torch.ones(2, 3) @ torch.ones(3, 2)\n"
+           "print(y.dtype == torch.float16 and torch.amp.GradScaler('cpu').get_scale() == 65536.0)\n",
+    'compress': "import compress, nn, tinytorch as torch\n"
+                "from tinytorch.nn.utils import prune\n"
+                "m = nn.Linear(4, 2)\n"
+                "prune.l1_unstructured(m, 'weight', amount=0.5)\n"
+                "print(int((m(torch.ones(1, 4)) is not None) and (m.weight.detach().numpy() == 0).sum()) == 4)\n",
+    'tokens': "import tokens\n"
+              "bpe = tokens.BPE.train('the cat sat on the mat', 260)\n"
+              "print(bpe.decode(bpe.encode('the bat')) == 'the bat')\n",
     'data': "import data, tinytorch as tt\n"
             "ds = data.TensorDataset(tt.arange(10.0), tt.arange(10))\n"
             "print([tuple(x.shape) for x, y in data.DataLoader(ds, batch_size=4)] == [(4,), (4,), (2,)])\n",

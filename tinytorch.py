@@ -123,6 +123,50 @@ class enable_grad(_GradMode):
     enabled = True
 
 
+# Mixed precision: inside `with torch.autocast('cpu', dtype=torch.float16)` (amp.py) this is
+# float16, and the ops PyTorch's CPU autocast lists run through _autocast_op (one decorator
+# line each): matmul (section 4), and in nn.py linear, the convolutions and attention compute
+# in float16; the losses compute in float32. Outside the block: None, and every op is as is.
+_autocast_dtype = None
+
+
+def _autocast_op(policy):
+    """The decorator of an op autocast lists. policy 'lower': under autocast the op computes
+    in the autocast dtype; 'float32': in float32 (the losses)."""
+    def decorate(op):
+        @functools.wraps(op)
+        def op_or_autocast(*args, **kwargs):
+            if _autocast_dtype is None:  # the usual case: the op itself
+                return op(*args, **kwargs)
+            return _autocast_call(op, policy, args, kwargs)
+        return op_or_autocast
+    return decorate
+
+
+def _autocast_call(op, policy, args, kwargs):
+    """op(*args, **kwargs) under autocast, with autocast off inside it (as PyTorch's). 'float32':
+    float16 tensor arguments cast to float32. 'lower': float32 and float16 ones rounded to the
+    autocast dtype, the op computed in float32 on those values and its result rounded to the
+    autocast dtype (NumPy's float16 matmul is about 20x slower than its float32 one; this
+    is float16 products with float32 sums). float64 tensors are left as they are."""
+    global _autocast_dtype
+    low, _autocast_dtype = _autocast_dtype, None
+    try:
+        if policy == 'float32':
+            def cast(t):
+                return to(t, float32) if isinstance(t, Tensor) and t.dtype == low else t
+        else:
+            def cast(t):
+                if isinstance(t, Tensor) and t.dtype in (float32, low):
+                    return to(to(t, low), float32)
+                return t
+        out = op(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
+        lowered = policy == 'lower' and isinstance(out, Tensor) and out.dtype == float32
+        return to(out, low) if lowered else out
+    finally:
+        _autocast_dtype = low
+
+
 # ---------------------------------------------------------------------------
 # 2. The Tensor and how an op enters the graph
 # ---------------------------------------------------------------------------
@@ -877,6 +921,7 @@ def _same_dtype(op, **tensors):
                                f"have the same dtype: convert one (x.float() for a float32 model)")
 
 
+@_autocast_op('lower')  # inside torch.autocast: in float16 (section 1); else as below
 def matmul(a, b):
     """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
 
@@ -4519,6 +4564,93 @@ class autograd:
     FunctionCtx = FunctionCtx
     grad = staticmethod(_autograd_grad)
     backward = staticmethod(_autograd_backward)
+
+
+# Activation checkpointing, PyTorch's torch.utils.checkpoint.checkpoint (compat.py's path):
+# memory for time. The function (a Transformer block, say) runs under no_grad, so none of
+# its intermediates are kept; ONE graph node stands for it, holding only its inputs. The
+# node's rule runs the function again, this time with a graph and the same random numbers
+# (dropout), walks back through that graph (autograd.grad) and hands on the gradients of
+# the function's inputs and of the parameters it read, which are the node's inputs too.
+import warnings  # noqa: E402 (this section's own tool: checkpoint's warning, as PyTorch's)
+
+
+class _Reads:
+    """A tool (section 17's hooks) noting the tensors that require grad an op reads: under
+    no_grad those are the function's inputs, its parameters, and tensors from outside."""
+
+    def __init__(self):
+        self.found = {}  # id -> tensor, in the order first read
+
+    def op(self, out, op, parents):
+        for p in parents:
+            if isinstance(p, Tensor) and p.requires_grad:
+                self.found.setdefault(id(p), p)
+
+    def rule_start(self, node):
+        pass
+
+    def rule_end(self, node, grads):
+        pass
+
+    def renamed(self, node, op):
+        pass
+
+    def region(self, name, ms):
+        pass
+
+
+def _checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
+    """torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False): function(*args,
+    **kwargs), whose intermediates are recomputed in backward instead of kept."""
+    if use_reentrant is None:
+        warnings.warn("torch.utils.checkpoint: the use_reentrant parameter should be passed "
+                      "explicitly; use_reentrant=False is recommended", stacklevel=2)
+    elif use_reentrant:
+        raise NotImplementedError("checkpoint: tinytorch has the non-reentrant variant only; "
+                                  "pass use_reentrant=False (PyTorch's recommendation)")
+    rng = get_rng_state() if preserve_rng_state else None
+    reads = _Reads()
+    _hooks.append(reads)
+    try:
+        with no_grad():
+            out = function(*args, **kwargs)
+    finally:
+        _hooks.remove(reads)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"checkpoint: the function must return one Tensor, got "
+                        f"{type(out).__name__} (checkpoint each output's function separately)")
+    given = {id(a) for a in args if isinstance(a, Tensor)}
+    for t in reads.found.values():
+        if id(t) not in given and t._backward is not None:
+            raise RuntimeError("checkpoint: the function reads a tensor computed outside it "
+                               f"(made by '{t._op}', shape {tuple(t.shape)}) that requires "
+                               "grad; pass it to checkpoint as an argument")
+    inputs = tuple(a for a in args if isinstance(a, Tensor))
+    params = tuple(t for t in reads.found.values() if id(t) not in given)
+
+    def backward(g):
+        """d function/d(inputs, parameters): function run again with a graph, walked back"""
+        now = get_rng_state()
+        if rng is not None:
+            set_rng_state(rng)  # the same dropout masks as the forward pass
+        try:
+            with enable_grad():
+                copies = [detach(a).requires_grad_(a.requires_grad) if isinstance(a, Tensor)
+                          else a for a in args]
+                again = function(*copies, **kwargs)
+        finally:
+            set_rng_state(now)
+        leaves = [c for c in copies if isinstance(c, Tensor)] + list(params)
+        wanted = [t for t in leaves if t.requires_grad]
+        grads = iter(_autograd_grad(again, wanted, _constant(g), allow_unused=True)
+                     if again.requires_grad else [None] * len(wanted))
+        return tuple(_array_or_none(next(grads)) if t.requires_grad else None for t in leaves)
+    return from_op(out.array, 'checkpoint', inputs + params, backward, saved=inputs + params)
+
+
+def _array_or_none(t):
+    return None if t is None else t.array
 
 
 # y.grad_fn: the graph as PyTorch shows it. tinytorch's graph is the tensors themselves

@@ -29,6 +29,7 @@ import numpy as np
 import lookinside
 import nn
 import optim
+import tokens
 from transformer import GPT, GPTConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +67,12 @@ def parse_args(argv=None):
     g.add_argument('--block-size', type=int,
                    help=f"context length in characters; for lstm and gru, the training window "
                         f"(default {MODEL_FLAGS['block_size']})")
+    g.add_argument('--tokenizer', choices=('char', 'bpe'),
+                   help="char (default): one token per character. bpe: byte-level BPE learned "
+                        "from the text (tokens.py), its merges saved as OUT_DIR/merges.txt")
+    g.add_argument('--vocab-size', type=int,
+                   help="with --tokenizer bpe: the vocabulary, 256 bytes + the merges "
+                        "(default 512)")
     g.add_argument('--dropout', type=float,
                    help=f"dropout rate (default {MODEL_FLAGS['dropout']})")
     t = p.add_argument_group("training (when resuming: the run's own, unless given)")
@@ -93,6 +100,15 @@ def parse_args(argv=None):
     t.add_argument('--stop-after', type=int, default=None,
                    help="stop after this many steps in this run (as if interrupted), saving a "
                         "checkpoint; --resume continues it")
+    t.add_argument('--checkpoint-blocks', action='store_true',
+                   help="activation checkpointing (torch.utils.checkpoint): each Transformer "
+                        "block keeps only its output for backward and runs its forward again "
+                        "there: less memory, more time, the same numbers (GPT only)")
+    t.add_argument('--amp', action='store_true',
+                   help="mixed precision, as PyTorch's on a CPU: the forward pass under "
+                        "torch.autocast('cpu', dtype=torch.float16) (matmuls in float16, the "
+                        "loss in float32), the loss scaled by torch.amp.GradScaler (a step whose "
+                        "gradients overflow is skipped); GPT only")
     t.add_argument('--profile', action='store_true',
                    help="print where the time, FLOPs and memory of one training step of the "
                         "configured model go (lookinside.profile), then exit; nothing is written")
@@ -181,6 +197,17 @@ def check_flags(args):
     if args.n_head is not None and args.model in ('lstm', 'gru'):
         raise UserError(f"--n-head is for --model gpt only: --model {args.model} is a recurrent "
                         "network, with no attention heads")
+    if args.vocab_size is not None and args.vocab_size < 256:
+        raise UserError(f"--vocab-size {args.vocab_size} is out of range: byte-level BPE has 256 "
+                        "byte tokens before its first merge; use 256 or more")
+    if args.vocab_size is not None and args.tokenizer != 'bpe':
+        raise UserError("--vocab-size is the BPE vocabulary: give it with --tokenizer bpe")
+    if args.checkpoint_blocks and args.model in ('lstm', 'gru'):
+        raise UserError(f"--checkpoint-blocks is for --model gpt only: --model {args.model} has "
+                        "no Transformer blocks")
+    if args.amp and args.model in ('lstm', 'gru'):
+        raise UserError(f"--amp is for --model gpt only: --model {args.model}'s recurrent "
+                        "layers have no float16 path")
     if not (args.resume or args.sample or args.model in ('lstm', 'gru')):
         # a new GPT: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
@@ -257,6 +284,7 @@ class Vocab:
         self.chars = ''.join(sorted(set(chars)))
         self.index = {c: i for i, c in enumerate(self.chars)}
         self.codes = _codepoints(self.chars)  # sorted, so searchsorted finds each id
+        self.size = len(self.chars)
 
     def encode(self, text):
         missing = sorted(set(text) - set(self.index))
@@ -267,6 +295,32 @@ class Vocab:
 
     def decode(self, ids):
         return ''.join(self.chars[i] for i in ids)
+
+
+class BPEVocab:
+    """--tokenizer bpe: tokens.BPE behind Vocab's interface. `chars` is what the checkpoint
+    keeps of it (the merges); every text can be encoded (bytes)."""
+
+    def __init__(self, bpe):
+        self.bpe, self.size = bpe, bpe.vocab_size
+        self.chars = {'bpe_merges': [list(m) for m in bpe.merges]}
+        self.index = {'\n': 10}  # sample_text's default prompt, a newline, is byte 10
+
+    def encode(self, text):
+        return self.bpe.encode(text)
+
+    def decode(self, ids):
+        return self.bpe.decode(ids)
+
+
+def make_vocab(args, text, saved=None):
+    """The run's tokens: the checkpoint's BPE (saved: its 'vocab'), a BPE learned from the
+    text (--tokenizer bpe), or the text's characters."""
+    if isinstance(saved, dict):
+        return BPEVocab(tokens.BPE(saved['bpe_merges']))
+    if saved is None and getattr(args, 'tokenizer', None) == 'bpe':
+        return BPEVocab(tokens.BPE.train(text, args.vocab_size or 512))
+    return Vocab(text if saved is None else saved)
 
 
 def split_data(data, block_size):
@@ -370,6 +424,22 @@ def make_model(config):
     return GPT(config) if isinstance(config, GPTConfig) else CharRNN(config)
 
 
+def checkpoint_blocks(model):
+    """--checkpoint-blocks: each block of the GPT runs under torch.utils.checkpoint (tinytorch's
+    checkpoint: the block's forward keeps nothing, backward runs it again); generation (with
+    a cache, or under no_grad) runs the blocks as they are."""
+    if not isinstance(model, GPT):
+        raise UserError("--checkpoint-blocks is for a GPT: this run's model is a recurrent "
+                        "network, with no Transformer blocks")
+    for block in model.h:
+        def forward(x, cache=None, layer=0, plain=block.forward):
+            if cache is not None or not tt.is_grad_enabled():
+                return plain(x, cache, layer)
+            return tt.utils.checkpoint.checkpoint(plain, x, use_reentrant=False)
+        object.__setattr__(block, 'forward', forward)  # this model's blocks only
+    return model
+
+
 def describe(config):
     """The model in a few words, for the first lines of a run and --profile."""
     if isinstance(config, GPTConfig):
@@ -449,8 +519,8 @@ def check_checkpoint(ck, path, tail=NOT_OURS):
         raise UserError(f"{path}: {what}; {tail}")
 
     kinds = {'model': (dict, "a dict of weights"), 'config': (dict, "a dict of model settings"),
-             'settings': (dict, "a dict of training settings"), 'vocab': (str, "a string of "
-             "characters"), 'best': (dict, "a dict"), 'optimizer': (dict, "a dict"),
+             'settings': (dict, "a dict of training settings"), 'vocab': ((str, dict), "a string "
+             "of characters or a BPE's merges"), 'best': (dict, "a dict"), 'optimizer': (dict, "a dict"),
              'rng': (dict, "a dict"), 'metrics_rows': (list, "a list of rows"),
              'source': (str, "a string")}
     for key, (kind, words) in kinds.items():
@@ -476,7 +546,18 @@ def check_checkpoint(ck, path, tail=NOT_OURS):
     if 'config' in ck:
         check_config(ck['config'], weights, path, tail)
     vocab = ck.get('vocab')
-    if vocab is not None:
+    if isinstance(vocab, dict):  # --tokenizer bpe: merge i makes token 256 + i of two before it
+        merges = vocab.get('bpe_merges')
+        if set(vocab) != {'bpe_merges'} or not isinstance(merges, list) or not all(
+                isinstance(m, (list, tuple)) and len(m) == 2 and all(
+                    isinstance(t, WHOLE) and not isinstance(t, bool) and 0 <= t < 256 + i
+                    for t in m) for i, m in enumerate(merges)):
+            bad(f"its vocab {show(vocab)} is not a BPE's merges (pairs of earlier tokens)")
+        size = ck.get('config', {}).get('vocab_size', 256 + len(merges))
+        if size != 256 + len(merges):
+            bad(f"its BPE has {256 + len(merges):,} tokens, its config says vocab_size "
+                f"{show(size)}")
+    elif vocab is not None:
         if not vocab or vocab != ''.join(sorted(set(vocab))):
             bad(f"its vocab {show(vocab)} is not its characters in sorted order, each once")
         size = ck.get('config', {}).get('vocab_size', len(vocab))
@@ -953,17 +1034,20 @@ def profile_step(args):
     """--profile: one step of the configured model, measured op by op; nothing written."""
     settle_settings(args)
     text, source = read_corpus(args)
-    vocab = Vocab(text)
-    config = build_config(args, len(vocab.chars))
+    vocab = make_vocab(args, text)
+    config = build_config(args, vocab.size)
     check_memory(config, args.batch_size)
     train_data, _ = split_data(vocab.encode(text), config.block_size)
     tt.manual_seed(args.seed)
     model = make_model(config)
+    if args.checkpoint_blocks:
+        checkpoint_blocks(model)
     optimizer = make_optimizer(model, args)
 
     def step():
         x, y = get_batch(train_data, config.block_size, args.batch_size, tt._numpy_rng())
-        _, loss = model(x, y)
+        with tt.autocast('cpu', dtype=tt.float16, enabled=args.amp):
+            _, loss = model(x, y)
         optimizer.zero_grad()
         loss.backward()
         optim.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -1185,10 +1269,10 @@ def train(args):
     if ck is not None and os.path.exists(metrics_file):
         read_metrics(metrics_file)  # a bad one is refused now, before any work
     settle_settings(args, ck.get('settings') if ck else None)
-    vocab = Vocab(text)
+    vocab = make_vocab(args, text, ck['vocab'] if ck and isinstance(ck['vocab'], dict) else None)
     if ck is not None:
         check_vocabulary(ck, vocab)
-    config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
+    config = build_config(args, vocab.size, ck['config'] if ck else None)
     check_memory(config, args.batch_size, args.eval_iters)
     train_data, val_data = split_data(vocab.encode(text), config.block_size)
     prepare_out_dir(args.out_dir)
@@ -1196,12 +1280,17 @@ def train(args):
     # -- the model, the optimizer and the schedule (from the checkpoint when resuming) -
     tt.manual_seed(args.seed)
     model = restore_model(ck, config) if ck else make_model(config)
+    if args.checkpoint_blocks:
+        checkpoint_blocks(model)
     optimizer = make_optimizer(model, args)
     # the schedule belongs to the run: a resumed run keeps the length it started with, so
     # more --steps than that continue at --min-lr instead of stretching the cosine again
     schedule_steps = int(ck.get('schedule_steps', args.steps)) if ck is not None else args.steps
     scheduler = optim.WarmupCosineLR(optimizer, args.warmup, schedule_steps, min_lr=args.min_lr)
     step = resume_from(ck, optimizer, scheduler, args, schedule_steps) if ck is not None else 0
+    scaler = tt.amp.GradScaler('cpu', enabled=args.amp)  # --amp: the loss scale (disabled: a no-op)
+    if ck is not None and args.amp and ck.get('scaler'):
+        scaler.load_state_dict(ck['scaler'])
     best = {'step': 0, 'val_loss': math.inf}  # the best validation so far, kept across resumes
     if ck is not None:
         best.update(ck.get('best', {}))
@@ -1219,9 +1308,10 @@ def train(args):
         return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
                 'vocab': vocab.chars, 'config': config.to_dict(), 'step': at_step,
                 'rng': tt.get_rng_state(), 'schedule_steps': schedule_steps, 'best': dict(best),
-                'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS}}
+                'source': source, 'settings': {k: getattr(args, k) for k in RUN_FLAGS},
+                'scaler': scaler.state_dict()}
 
-    print(f"training on {source}: {len(text):,} characters, vocabulary {len(vocab.chars)}, "
+    print(f"training on {source}: {len(text):,} characters, vocabulary {vocab.size}, "
           f"{model.num_parameters():,} parameters")
     print(f"model: {describe(config)}; batch {args.batch_size}, {args.steps} steps"
           + (f", resuming at step {step}" if step else ''))
@@ -1246,14 +1336,16 @@ def train(args):
                 x, y = get_batch(train_data, config.block_size, args.batch_size,
                                  tt._numpy_rng())
                 rng_state = tt.get_rng_state()
-                # forward, backward, clip
-                _, loss = model(x, y)
+                # forward (--amp: under autocast), backward (of the scaled loss), clip
+                with tt.autocast('cpu', dtype=tt.float16, enabled=args.amp):
+                    _, loss = model(x, y)
                 loss_value, grad_norm = loss.item(), math.nan
                 if math.isfinite(loss_value):
                     optimizer.zero_grad()
-                    loss.backward()
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
                     grad_norm = optim.clip_grad_norm_(model.parameters(), args.grad_clip).item()
-                if not math.isfinite(grad_norm):
+                if not math.isfinite(grad_norm) and not (args.amp and math.isfinite(loss_value)):
                     log.progress.clear()
                     return report_nan(model, x, y, rng_state, step, loss_value, grad_norm,
                                       args.out_dir)
@@ -1261,7 +1353,8 @@ def train(args):
                 lr = scheduler.get_last_lr()[0]
                 evaluated = step + 1 == args.steps or (step + 1) % args.eval_interval == 0
                 before = [p.array.copy() for p in model.parameters()] if evaluated else None
-                optimizer.step()
+                scaler.step(optimizer)  # (--amp: skipped if a gradient overflowed)
+                scaler.update()
                 scheduler.step()
                 step += 1
                 # evaluate, log, and at each evaluation save the checkpoints
@@ -1285,9 +1378,15 @@ def train(args):
 
     # -- the end: a last checkpoint, what happened, a sample unless stopped early ------
     files.save(checkpoint(step))
+    if isinstance(vocab, BPEVocab):  # the merges beside the checkpoint, readable
+        vocab.bpe.save(os.path.join(args.out_dir, 'merges.txt'))
     status = ('interrupted' if stop.requested else 'done' if step >= args.steps
               else 'output closed' if log.progress.closed else 'stopped')
     report_end(status, step, args, last_val, best, log.elapsed())
+    if isinstance(vocab, BPEVocab) and math.isfinite(last_val):  # comparable with --tokenizer char
+        chars_per_token = len(vocab.decode(val_data)) / len(val_data)
+        print(f"validation loss {last_val:.4f} per token is {last_val / chars_per_token:.4f} per "
+              f"character ({chars_per_token:.2f} characters a token in the validation text)")
     if args.plot:
         plot_metrics(files.metrics_file, os.path.join(args.out_dir, 'loss.png'))
     if args.length and status in ('done', 'stopped') and not log.progress.closed:
@@ -1306,8 +1405,8 @@ def sample_only(args):
         else ""
     print(f"sampling from {checkpoint_path(args.out_dir, name)} (step {int(ck['step'])}{val})",
           file=sys.stderr)
-    vocab = Vocab(ck['vocab'])
-    config = build_config(args, len(vocab.chars), ck['config'])
+    vocab = make_vocab(args, None, ck['vocab'])
+    config = build_config(args, vocab.size, ck['config'])
     check_memory(config, 1, sampling=True)
     model = restore_model(ck, config)
     tt.manual_seed(args.seed)

@@ -1,0 +1,101 @@
+"""tokens.py: byte-level BPE, the tokenizer of GPT-2, trained on your own text.
+
+    bpe = tokens.BPE.train(text, vocab_size=512)   # 256 bytes + 256 merges
+    ids = bpe.encode(text)                         # fewer tokens than characters
+    assert bpe.decode(ids) == text
+    bpe.save('merges.txt')                         # one merge a line, readable
+
+A token is a byte (ids 0-255) or a merge of two tokens (ids 256 and up, in the order they
+were learned). Training starts from the text's UTF-8 bytes and repeats: count every pair
+of neighbouring tokens, give the most frequent pair (the first seen, on a tie) the next id
+and replace it everywhere. Encoding repeats the merges in the same order. Needs only
+NumPy.
+"""
+import numpy as np
+
+
+def _merge(ids, pair, new):
+    """ids with every occurrence of pair (left to right, not overlapping) replaced by new."""
+    a, b = pair
+    at = np.flatnonzero((ids[:-1] == a) & (ids[1:] == b))
+    if a == b and at.size:  # 'aaa' holds the pair twice, overlapping: keep every other one
+        keep, last = [], -2
+        for p in at.tolist():
+            if p != last + 1:
+                keep.append(p)
+                last = p
+        at = np.array(keep)
+    if not at.size:
+        return ids
+    out = ids.copy()
+    out[at] = new
+    return np.delete(out, at + 1)
+
+
+class BPE:
+    """A byte-level BPE tokenizer: `merges` is the list of (left, right) token-id pairs;
+    merge k makes token 256 + k."""
+
+    def __init__(self, merges):
+        self.merges = [tuple(int(t) for t in m) for m in merges]
+        self.pieces = [bytes([i]) for i in range(256)]  # token id -> its bytes
+        for a, b in self.merges:
+            self.pieces.append(self.pieces[a] + self.pieces[b])
+
+    @property
+    def vocab_size(self):
+        return 256 + len(self.merges)
+
+    @classmethod
+    def train(cls, text, vocab_size):
+        """Learn vocab_size - 256 merges from text (fewer if no pair repeats any more)."""
+        if vocab_size < 256:
+            raise ValueError(f"vocab_size {vocab_size} is too small: byte-level BPE has 256 "
+                             "byte tokens before its first merge (use 256 or more)")
+        ids = np.frombuffer(text.encode('utf-8'), dtype=np.uint8).astype(np.int64)
+        merges = []
+        while 256 + len(merges) < vocab_size and ids.size > 1:
+            pairs = ids[:-1] * vocab_size + ids[1:]  # each neighbouring pair as one number
+            counts = np.bincount(pairs)
+            if counts.max() < 2:
+                break
+            best = np.isin(pairs, np.flatnonzero(counts == counts.max()))
+            code = int(pairs[np.argmax(best)])  # the most frequent; on a tie, the first seen
+            pair = (code // vocab_size, code % vocab_size)
+            ids = _merge(ids, pair, 256 + len(merges))
+            merges.append(pair)
+        return cls(merges)
+
+    def encode(self, text):
+        ids = np.frombuffer(text.encode('utf-8'), dtype=np.uint8).astype(np.int64)
+        for k, pair in enumerate(self.merges):
+            ids = _merge(ids, pair, 256 + k)
+        return ids
+
+    def decode(self, ids):
+        """The text of token ids; a cut through a character's bytes (a sample may end
+        there) becomes U+FFFD, as GPT-2's decoder does."""
+        return b''.join(self.pieces[int(i)] for i in ids).decode('utf-8', errors='replace')
+
+    def save(self, path):
+        """One merge a line: 'left right' ids, then the merged bytes as Python writes them."""
+        with open(path, 'w', encoding='utf-8') as f:
+            f.write("# tinytorch byte-level BPE: one merge a line, token 256 first\n")
+            for k, (a, b) in enumerate(self.merges):
+                f.write(f"{a} {b}  # {256 + k} = {self.pieces[256 + k]!r}\n")
+
+    @classmethod
+    def load(cls, path):
+        merges = []
+        with open(path, encoding='utf-8') as f:
+            for n, line in enumerate(f, 1):
+                line = line.split('#', 1)[0].strip()
+                if not line:
+                    continue
+                parts = line.split()
+                if len(parts) != 2 or not all(p.isdigit() for p in parts) or \
+                        max(int(p) for p in parts) >= 256 + len(merges):
+                    raise ValueError(f"{path}, line {n}: not a merge of two earlier tokens "
+                                     f"({line[:40]!r})")
+                merges.append((int(parts[0]), int(parts[1])))
+        return cls(merges)
