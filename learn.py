@@ -17,14 +17,18 @@ float64 with broadcast operands and a tensor used twice, and at the end of a ste
 real run on your engine. When a check fails, it names the symptom and its likely cause.
 Needs only NumPy.
 """
+import _thread
 import ast
+import contextlib
 import difflib
 import json
 import math
 import re
 import shutil
+import signal
 import sys
 import textwrap
+import threading
 import time
 import traceback
 import types
@@ -477,13 +481,19 @@ def is_stub(ws, ex):
     return f'"exercise {ex}: not implemented yet' in (ws / EXERCISES[ex]['file']).read_text()
 
 
-def next_step(ws, states):
+def next_step(ws, states, runs_ok=None):
     """What to do next: the first exercise that fails (states[ex] False), or has no result
-    yet and is not started."""
+    yet and is not started. runs_ok: whether the steps' runs passed (None: not run)."""
     todo = [ex for ex in ORDER if states.get(ex) is False
             or states.get(ex) is not True and is_stub(ws, ex)]
     if not todo and len(states) == len(ORDER) and all(states.values()):
-        return f"All {len(ORDER)} exercises pass."
+        if runs_ok is False:
+            return (f"All {len(ORDER)} exercises pass their checks, but a step's run fails (its "
+                    "line above says what it found): fix that, then check again.")
+        if runs_ok is None:
+            return (f"All {len(ORDER)} exercises pass their checks. Now the steps' runs on your "
+                    f"engine: python learn.py check{_dir_arg(ws)}")
+        return f"All {len(ORDER)} exercises pass, and every step's run."
     if not todo:
         return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
                 f"python learn.py check{_dir_arg(ws)}")
@@ -528,11 +538,17 @@ def load(ws):
                 m = types.ModuleType(name)
                 m.__file__ = str(path)
                 sys.modules[name] = m
-                exec(code, m.__dict__)
+                with time_limit(LIMIT):
+                    exec(code, m.__dict__)
                 mods[name] = m
+            except KeyboardInterrupt:
+                raise
+            except Hang as e:
+                sys.modules.pop(name, None)
+                mods[name] = f"your {ws / f} {_endless(LIMIT)} (importing it){_hang_place(e, ws)[1]}"
             except BaseException as e:  # noqa: BLE001 (the learner's file: report, go on)
                 sys.modules.pop(name, None)
-                mods[name] = f"your {f} does not import: {_where(e, ws)}"
+                mods[name] = f"your {ws / f} does not import: {_where(e, ws)}"
     finally:
         sys.modules.clear()
         sys.modules.update(saved_modules)
@@ -1323,6 +1339,12 @@ def check_8_1(m):
 
 
 CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
+# The other exercises whose code each check runs (found by tracing the checks on the
+# shipped answers; a test traces them again): a failure is blamed on the first of these
+# whose own check fails.
+DEPS = {ex: () for ex in EXERCISES}
+DEPS.update({'1.2': ('1.1',), '1.3': ('1.1',), '1.4': ('1.1',), '1.5': ('1.1',),
+             '3.1': ('1.1',), '4.2': ('1.1',), '7.2': ('7.1',), '8.1': ('6.2', '7.1', '7.2')})
 
 
 # ---------------------------------------------------------------------------
@@ -1510,11 +1532,58 @@ def run_8(m, steps=150, target=0.3):
 
 
 RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
+PROBES = {}
 
 
 # ---------------------------------------------------------------------------
-# Running checks
+# Running checks: each under a time limit, each result kept for the rest of the command
 # ---------------------------------------------------------------------------
+LIMIT = 5  # seconds for one exercise's check (each takes well under 0.2 s on the shipped code)
+RUN_LIMIT = 60  # seconds for a step's run (the longest, step 8's, takes about 1 s)
+_doing = ['']  # what runs now, for the one line a Ctrl-C prints
+
+
+class Hang(BaseException):
+    """The time limit ran out inside the learner's code. A BaseException, so that an
+    `except Exception` in their code does not swallow it (the alarm repeats for a bare
+    `except:`)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise Hang in the code of the with-block after `seconds` (a POSIX alarm, or on
+    Windows a timer that interrupts the main thread). Off the main thread: no limit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if hasattr(signal, 'setitimer'):
+        def ring(signum, frame):
+            raise Hang()
+        old = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)  # then every 0.5 s until stopped
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        return
+    rang = []
+
+    def interrupt():
+        rang.append(True)
+        _thread.interrupt_main()
+    timer = threading.Timer(seconds, interrupt)
+    timer.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if rang:
+            raise Hang() from None
+        raise
+    finally:
+        timer.cancel()
+
+
 def needs(ex):
     """The modules an exercise's check uses."""
     step = EXERCISES[ex]['step']
@@ -1522,30 +1591,74 @@ def needs(ex):
             + (('transformer',) if step >= 7 else ()))
 
 
-def attempt(fn, mods, mod_names, ex, ws):
-    """(passed, message) of one check or run."""
+def exercise_at(ws, f, line):
+    """The exercise whose lines in the workspace's file f hold line `line` (1-based)."""
+    try:
+        text = (ws / f).read_text()
+    except OSError:
+        return None
+    return next((e for e, _, _, a, b in regions(text) if a < line <= b), None)
+
+
+def _frames(e, ws):
+    """[(file name, line number, line text)] of the traceback's frames in the workspace,
+    innermost first."""
+    out = []
+    for fr in traceback.extract_tb(e.__traceback__):
+        if Path(fr.filename).parent in (ws, ws.resolve()):
+            out.append((Path(fr.filename).name, fr.lineno, (fr.line or '').strip()))
+    return out[::-1]
+
+
+def _hang_place(e, ws):
+    """(exercise or None, ' (file line N: code)') of where the time ran out: the innermost
+    frame in the workspace that is inside an exercise, else the innermost one there."""
+    frames = _frames(e, ws)
+    at = next(((f, n, code, exercise_at(ws, f, n)) for f, n, code in frames
+               if exercise_at(ws, f, n)), frames[0] + (None,) if frames else None)
+    return (at[3], f" ({ws / at[0]} line {at[1]}: {at[2]})") if at else (None, '')
+
+
+def _endless(seconds):
+    return f"did not finish in {seconds:g} s: look for a loop that never ends"
+
+
+def attempt(fn, mods, mod_names, ex, ws, limit=None):
+    """(passed, message, hung) of one check or run, within limit seconds (LIMIT): hung is
+    None, or the exercise whose code did not finish in time (the one being checked when no
+    other is to blame)."""
+    limit = limit or LIMIT
     for name in mod_names:
         if isinstance(mods[name], str):
-            return False, mods[name]
+            return False, mods[name], None
     try:
-        with np.errstate(all='ignore'):
+        with np.errstate(all='ignore'), time_limit(limit):
             msg = fn(mods)
-        return True, msg or ''
+        return True, msg or '', None
+    except Hang as e:
+        blame, where = _hang_place(e, ws)
+        if blame and blame != ex:
+            whose = f"needs exercise {blame} first: its" if ex else f"exercise {blame}'s"
+            return False, f"{whose} code {_endless(limit)}{where}", blame
+        return False, f"your code {_endless(limit)}{where}", ex or '?'
     except Fail as e:
-        return False, str(e)
+        return False, str(e), None
     except NotImplementedError as e:
         text = str(e)
         got = re.match(r'exercise (\d+\.\d+): not implemented yet', text)
         if got and ex is not None and got.group(1) != ex:
-            return False, f"needs exercise {got.group(1)} first (it is not implemented yet)"
+            return False, f"needs exercise {got.group(1)} first (it is not implemented yet)", None
         if got:
             f, line = locate(ws, got.group(1))
-            return False, f"not implemented yet: write it in {f}, line {line}"
-        return False, _where(e, ws)
+            return False, f"not implemented yet: write it in {ws / f}, line {line}", None
+        return False, _where(e, ws), None
     except RecursionError:
-        return False, "RecursionError: your code recursed too deep (a loop in the graph walk?)"
-    except Exception as e:  # noqa: BLE001 (the learner's code: explain, do not crash)
-        return False, f"your code raised {_where(e, ws)}"
+        return False, ("RecursionError: your code recursed too deep (a loop in the graph "
+                       "walk?)"), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 (the learner's code: explain, do not crash)
+        return False, f"your code raised {_where(e, ws)}", None
 
 
 def select(arg):
@@ -1560,41 +1673,111 @@ def select(arg):
                 f"{ORDER[0]} .. {ORDER[-1]} (python learn.py lists them)")
 
 
+class Session:
+    """One command's checks on a workspace: its modules loaded once, each exercise's result
+    kept, and after a check that did not finish, no more checks (the interrupted code may
+    have left the modules half-changed, and every later check would wait out its limit)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        _doing[0] = f"loading {ws}/"
+        self.mods = load(ws)
+        self.done = {}  # exercise -> (passed, message)
+        self.hung = None  # the exercise whose code did not finish in time
+
+    def own(self, ex):
+        """(passed, message) of the exercise's own check."""
+        if ex not in self.done:
+            _doing[0] = f"checking exercise {ex}"
+            passed, msg, hung = attempt(CHECKS[ex], self.mods, needs(ex), ex, self.ws)
+            self.hung = self.hung or hung
+            self.done[ex] = passed, msg
+        return self.done[ex]
+
+    def verdict(self, ex):
+        """(passed, message), a failure blamed on the first exercise this one's check runs
+        (DEPS) whose own check fails: its mistake shows up here too, so it is the one to fix."""
+        passed, msg = self.own(ex)
+        if passed or self.hung or msg.startswith(('needs exercise', 'not implemented yet')):
+            return passed, msg
+        for d in DEPS[ex]:
+            ok, why = self.own(d)
+            if self.hung:
+                return False, why
+            if not ok and why.startswith('not implemented yet'):
+                return False, f"needs exercise {d} first (it is not implemented yet)"
+            if not ok:
+                return False, (f"needs exercise {d} first ({EXERCISES[d]['title']}, which this "
+                               f"check runs, fails its own check: {why})")
+        return passed, msg
+
+    def run(self, step, out):
+        """A step's run, once every exercise up to it passes; a failure names the likely
+        culprit (PROBES). True when it passed."""
+        mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+        blocked = [e for e in mine if not self.hung and not self.verdict(e)[0]]
+        if blocked:
+            out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
+                f"{' ...' if len(blocked) > 4 else ''}")
+            return False
+        _doing[0] = f"the step {step} run"
+        passed, msg, hung = attempt(RUN_FNS[step], self.mods, needs(mine[-1]), None, self.ws,
+                                    RUN_LIMIT)
+        self.hung = self.hung or hung
+        if not passed and not hung:
+            msg += self.likely_cause(step)
+        out(f"✓ step {step} run: {msg}" if passed else f"✗ step {step} run ({RUNS[step]}): {msg}")
+        return passed
+
+    def likely_cause(self, step):
+        """After a failed run whose exercises all pass: the first probe of the code the run
+        uses (outside the exercises, or beyond what their checks try) that fails."""
+        for probe in PROBES.get(step, ()):
+            ok, why, hung = attempt(probe, self.mods, needs(ORDER[-1]), None, self.ws)
+            self.hung = self.hung or hung
+            if not ok:
+                return f"; likely cause: {why}"
+        return ""
+
+
+def _mark(passed, msg):
+    return '✓' if passed else '·' if msg.startswith('not implemented yet') else '✗'
+
+
 def check(ws, arg, out=print):
     exercises, runs = select(arg)
     read_stamp(ws)
-    mods = load(ws)
-    results = {}
-    ok = True
+    s = Session(ws)
+    results, skipped = {}, []
+    ok = runs_ok = True
     for ex in exercises:
-        passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+        if s.hung:
+            skipped.append(ex)
+            continue
+        passed, msg = s.verdict(ex)
         results[ex] = passed
         ok &= passed
         title = EXERCISES[ex]['title']
-        out(f"✓ {ex} {title}" if passed else f"✗ {ex} {title}: {msg}")
+        out(f"✓ {ex} {title}" if passed else f"{_mark(passed, msg)} {ex} {title}: {msg}")
         step = EXERCISES[ex]['step']
-        if step in runs and ex == [e for e in ORDER if EXERCISES[e]['step'] == step][-1]:
-            ok &= do_run(step, mods, ws, out)
+        if step in runs and ex == [e for e in ORDER if EXERCISES[e]['step'] == step][-1] \
+                and not s.hung:
+            runs_ok &= s.run(step, out)
     for step in runs:  # runs of steps none of whose exercises were chosen
-        if not any(EXERCISES[e]['step'] == step for e in exercises):
-            ok &= do_run(step, mods, ws, out)
+        if not any(EXERCISES[e]['step'] == step for e in exercises) and not s.hung:
+            runs_ok &= s.run(step, out)
+    ok &= runs_ok
+    if s.hung:
+        listed = ', '.join(skipped) if len(skipped) < 5 else f"{skipped[0]} .. {skipped[-1]}"
+        out(f"· not checked{': ' + listed if skipped else ''}"
+            f"{' and the runs' if runs else ''}: exercise {s.hung}'s code must finish first"
+            if skipped or runs else f"(stuck? python learn.py hint {s.hung}{_dir_arg(ws)})")
+        return False, results
     if ok or len(exercises) > 1:
-        out(next_step(ws, results))
+        out(next_step(ws, results, runs_ok if runs else None))
     else:
         out(f"(stuck? python learn.py hint {exercises[0]}{_dir_arg(ws)})")
     return ok, results
-
-
-def do_run(step, mods, ws, out):
-    mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
-    blocked = [e for e in mine if not attempt(CHECKS[e], mods, needs(e), e, ws)[0]]
-    if blocked:
-        out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
-            f"{' ...' if len(blocked) > 4 else ''}")
-        return False
-    passed, msg = attempt(RUN_FNS[step], mods, needs(mine[-1]), None, ws)
-    out(f"✓ step {step} run: {msg}" if passed else f"✗ step {step} run ({RUNS[step]}): {msg}")
-    return passed
 
 
 def status(ws):
@@ -1604,12 +1787,11 @@ def status(ws):
     states = {}
     if have:
         read_stamp(ws)
-        mods = load(ws)
+        s = Session(ws)
         for ex in ORDER:
-            if is_stub(ws, ex):
-                states[ex] = None
-            else:
-                states[ex] = attempt(CHECKS[ex], mods, needs(ex), ex, ws)[0]
+            if s.hung:
+                break
+            states[ex] = None if is_stub(ws, ex) else s.verdict(ex)[0]
     for step, what in STEPS.items():
         print(f"Step {step}. {what}")
         for ex in ORDER:
@@ -1630,7 +1812,11 @@ def status(ws):
         done = sum(1 for v in states.values() if v)
         print(f"{ws}/: {done} of {len(ORDER)} exercises pass (✓ passes, ✗ written but failing, "
               "· not started).")
-        print(next_step(ws, states))
+        if s.hung:
+            print(f"Exercise {s.hung}'s code did not finish in {LIMIT} s (the later ones were "
+                  f"not checked): python learn.py check {s.hung}{_dir_arg(ws)}")
+        else:
+            print(next_step(ws, states))
 
 
 def hint(ws, ex):
@@ -1659,8 +1845,7 @@ def diff(ws, ex):
     if ex not in EXERCISES:
         raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]}")
     read_stamp(ws)
-    mods = load(ws)
-    passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+    passed, msg = Session(ws).verdict(ex)
     if not passed:
         print(f"✗ {ex} {EXERCISES[ex]['title']}: {msg}")
         print(f"diff shows the shipped answer once your check passes (python learn.py check {ex}).")
@@ -1756,11 +1941,20 @@ def main(argv):
     return 0 if diff(ws, rest[0]) else 1
 
 
-if __name__ == '__main__':
+def cli(argv):
+    """main, with its errors as one line: exit 2 for a bad argument, 130 for Ctrl-C."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        sys.exit(main(argv))
     except Usage as e:
         print(f"learn.py: {e}", file=sys.stderr)
         sys.exit(2)
     except BrokenPipeError:  # python learn.py hint 1.1 | head
         sys.exit(0)
+    except KeyboardInterrupt:
+        print(f"learn.py: stopped (Ctrl-C){' while ' + _doing[0] if _doing[0] else ''}",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == '__main__':
+    cli(sys.argv[1:])

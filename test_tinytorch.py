@@ -12632,8 +12632,9 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
     ok, lines = _learn_check(ws, None)
     assert not ok
     for ex in _learn.ORDER:
-        line, = [ln for ln in lines if ln.startswith(f'✗ {ex} ') or ln.startswith(f'✓ {ex} ')]
-        assert line.startswith(f'✗ {ex} ') and 'not implemented yet' in line, line
+        line, = [ln for ln in lines if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
+        assert line.startswith(f'· {ex} ') and 'not implemented yet' in line, line  # the legend's '·'
+        assert f'{ws / _learn.EXERCISES[ex]["file"]}, line ' in line  # the workspace's file, not ours
         assert f'exercise {ex}: not implemented yet' in (ws / _learn.EXERCISES[ex]['file']).read_text()
     assert sys.modules['tinytorch'] is tt  # the project's engine was never replaced
     # the workspace imports nothing from the project: its files work from anywhere
@@ -12758,6 +12759,88 @@ def test_learn_bad_arguments_are_one_line_and_exit_2(_learn_filled, tmp_path):
                            capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 2 and r.stdout == '' and says in r.stderr, r
         assert len(r.stderr.strip().split('\n')) == 1, r.stderr
+
+
+# A learner's unbroadcast that never ends: `grad.sum(axis=0)` without assigning it.
+_LEARN_ENDLESS = ("    lead = grad.ndim - len(shape)\n    axes = tuple(range(lead))",
+                  "    while grad.ndim > len(shape):\n        grad.sum(axis=0)  # never assigned\n"
+                  "    lead = grad.ndim - len(shape)\n    axes = tuple(range(lead))")
+
+
+def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '1.1', *_LEARN_ENDLESS)
+    learn_py = os.path.join(HERE, 'learn.py')
+    t0 = _time.perf_counter()
+    r = subprocess.run([sys.executable, learn_py, 'check', '--dir', str(ws)], capture_output=True,
+                       text=True, timeout=120)
+    took = _time.perf_counter() - t0
+    lines = r.stdout.strip().split('\n')
+    assert r.returncode == 1 and r.stderr == '', r
+    assert lines[0].startswith(f"✗ 1.1 unbroadcast: your code did not finish in {_learn.LIMIT} s: "
+                               "look for a loop that never ends") and 'line ' in lines[0], lines
+    assert re.search(r'tinytorch.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis=0\)  '
+                     r'# never assigned)\)$', lines[0]), lines[0]  # a line of the loop it was stuck in
+    assert lines[1] == "· not checked: 1.2 .. 8.1 and the runs: exercise 1.1's code must finish first"
+    assert len(lines) == 2
+    assert took < _learn.LIMIT + 8, took  # one limit, not one per check: the rest wait
+    # checked alone, an exercise that calls it names the exercise that hangs, not itself
+    _learn.LIMIT, keep = 1, _learn.LIMIT
+    try:
+        ok, lines = _learn_check(ws, '1.2')
+    finally:
+        _learn.LIMIT = keep
+    assert not ok and lines[0].startswith("✗ 1.2 add's backward: needs exercise 1.1 first: its code "
+                                          "did not finish in 1 s"), lines
+    # Ctrl-C while it hangs: one line, exit 130 (as a shell reports SIGINT), no traceback
+    p = subprocess.Popen([sys.executable, '-c', f'import learn; learn.LIMIT = 60; '
+                          f'learn.cli(["check", "--dir", {str(ws)!r}])'], cwd=HERE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _time.sleep(6)  # well inside the check (it starts within a second or two)
+    p.send_signal(__import__('signal').SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == 'learn.py: stopped (Ctrl-C) while checking exercise 1.1\n', (out, err)
+
+
+def test_learn_a_file_that_never_finishes_importing_is_one_line(_learn_filled, tmp_path, monkeypatch):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    with open(ws / 'optim.py', 'a') as f:
+        f.write('\nwhile True:\n    pass\n')
+    monkeypatch.setattr(_learn, 'LIMIT', 1)
+    ok, lines = _learn_check(ws, '4.3')
+    n = len((ws / 'optim.py').read_text().split('\n'))  # the loop's two lines are n - 2, n - 1
+    assert not ok and lines[0] in [f"✗ 4.3 SGD's update: your {ws / 'optim.py'} did not finish in 1 s: "
+                                   f"look for a loop that never ends (importing it) "
+                                   f"({ws / 'optim.py'} line {k}: {code})"
+                                   for k, code in ((n - 2, 'while True:'), (n - 1, 'pass'))], lines
+
+
+def test_learn_deps_are_the_exercises_each_check_runs(_learn_filled):
+    """DEPS (who is blamed when a check fails) is what tracing each check on the shipped
+    answers finds, so it cannot drift from the checks."""
+    mods = _learn.load(_learn_filled)
+    spans = {}
+    for f in _learn.FILES:
+        for e, _, _, a, b in _learn.regions((_learn_filled / f).read_text()):
+            spans.setdefault(str(_learn_filled / f), []).append((e, a, b))
+    for ex in _learn.ORDER:
+        hit = set()
+
+        def local(frame, event, arg):
+            for e, a, b in spans[frame.f_code.co_filename]:
+                if a < frame.f_lineno <= b:
+                    hit.add(e)
+            return local
+        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename in spans else None)
+        try:
+            with np.errstate(all='ignore'):
+                _learn.CHECKS[ex](mods)
+        finally:
+            sys.settrace(None)
+        assert ex in hit, ex  # a check runs the exercise's own lines
+        assert _learn.DEPS[ex] == tuple(e for e in _learn.ORDER if e in hit - {ex}), ex
 
 
 # ---- issue 33: checkpoints no file can subvert: a safe tt.load, atomic saves, files that agree ----
