@@ -118,10 +118,10 @@ EXERCISES = {
         math="The multivariable chain rule: d root/d x is the sum over every path from x to "
              "root. So add pg to grads[id(p)] if a gradient is there already, else store pg."),
     '2.3': dict(
-        what="t: a leaf tensor; g: an array, d root / d t from this backward call.\nMake t.grad "
-             "hold the sum of every backward call's gradient so far (t._grad = _constant(array) "
-             "sets it;\nt._grad.array is its array). g may be shared with the caller: never "
-             "store g itself.",
+        what="t: a leaf tensor; g: an array, d root / d t from this backward call. Make t.grad "
+             "hold the sum of every backward call's gradient so far: t._grad = "
+             "_constant(array) sets it, t._grad.array is its array. g may be shared (x + y "
+             "hands x and y one array) or read-only: never store g itself, store a copy.",
         think="Call backward twice without zeroing: what does PyTorch's .grad hold? And if "
               "you store g itself, who else may still write into that array?",
         math="If t._grad is None: t._grad = _constant(a copy of g in t's dtype); else add g "
@@ -201,10 +201,10 @@ EXERCISES = {
         think="Differentiate (x - y)^2 by x, then by y.",
         math="d (x-y)^2/dx = 2 (x - y), d (x-y)^2/dy = -2 (x - y), each times g."),
     '6.1': dict(
-        what="logits.array: (N, C) numbers, as large as 1000. Define five arrays (the lines "
-             "after use them all):\nshifted (N, C): the logits minus something that keeps exp "
-             "from overflowing; e = exp(shifted) (N, C);\nsumexp: e's row sums (N, 1); lse: "
-             "their log (N,); logp: log_softmax (N, C).",
+        what="logits.array: (N, C) numbers, as large as 1000, in any float dtype. Define "
+             "three arrays: e (N, C), the exp of the logits shifted by something that keeps "
+             "exp from overflowing (softmax's numerators); sumexp (N, 1), e's row sums; logp "
+             "(N, C), log_softmax of the logits, finite wherever the logits are.",
         think="exp(1000) is inf in float64. softmax(z) = softmax(z - c) for any c per row: "
               "which c makes every exponent <= 0, and one of them exactly 0?",
         math="shifted = z - max_j z_j (per row, keepdims=True); e = exp(shifted); sumexp = "
@@ -270,8 +270,11 @@ class Fail(Exception):
 # ---------------------------------------------------------------------------
 # The exercises in the source. The shipped files are the answer key and carry no
 # markers: each exercise is found by its function (with ast) and, where it is only part
-# of the function, by the first and last statement of its lines. A renamed function or
-# statement makes learn.py refuse to run (and the tests fail), never a silent drift.
+# of the function, by its first and last statement. A statement is found by its code
+# (comments and line breaks do not count), or, when no statement has that code, by the
+# one clearly most like it: so renaming a local, reflowing a comment or adding a
+# statement near an exercise changes nothing, and an anchor that is gone is one line
+# naming the exercise and the file (the tests fail too), never a silent drift.
 # ---------------------------------------------------------------------------
 LOCATE = {  # exercise: (file, title, [(function, first statement, last statement), ...])
     # first None: the function's body after its docstring; last None: to the body's end
@@ -280,9 +283,11 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
     '1.3': ('tinytorch.py', "sub's backward", [('sub.backward', None, None)]),
     '1.4': ('tinytorch.py', "mul's backward", [('mul.backward', None, None)]),
     '1.5': ('tinytorch.py', "div's backward", [('div.backward', None, None)]),
-    '2.1': ('tinytorch.py', "the reverse topological order", [('_topological_order', None, None)]),
+    '2.1': ('tinytorch.py', "the topological order (inputs before outputs)",
+            [('_topological_order', None, None)]),
     '2.2': ('tinytorch.py', "backward: pass each gradient on to the inputs",
-            [('_walk', 'for p, pg in zip(', 'for p, pg in zip(')]),
+            [('_walk', 'for p, pg in zip(_inputs(node), rule_out):',
+              'for p, pg in zip(_inputs(node), rule_out):')]),
     '2.3': ('tinytorch.py', "accumulate into .grad", [('_accumulate', None, None)]),
     '3.1': ('tinytorch.py', "matmul's backward", [('matmul.backward', 'ga = gb = None', None)]),
     '3.2': ('tinytorch.py', "sum's and mean's backward", [('_expand_back', None, None)]),
@@ -292,19 +297,23 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
             [('pow.backward_scalar', None, None)]),
     '4.1': ('nn.py', "collect the parameters of a module tree",
             [('Module._named_members', None, None)]),
-    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(', None)]),
+    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(rows, outs)', None)]),
     '4.3': ('optim.py', "SGD's update", [('SGD._update', "p.array -= group['lr'] * g", None)]),
     '4.4': ('optim.py', "zero_grad", [('Optimizer.zero_grad', None, None)]),
     '5.1': ('nn.py', "mse_loss's backward", [('mse_loss.backward', None, None)]),
     '6.1': ('nn.py', "a stable log-softmax (inside cross_entropy)",
-            [('cross_entropy', 'shifted = ', 'logp = ')]),
-    '6.2': ('nn.py', "layer norm's normalisation", [('layer_norm', 'first = ', 'xhat *= rstd')]),
+            [('cross_entropy', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)',
+              'logp = shifted - lse[:, None]')]),
+    '6.2': ('nn.py', "layer norm's normalisation",
+            [('layer_norm', 'first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)',
+              'xhat *= rstd')]),
     '7.1': ('nn.py', "attention weights",
-            [('attention_weights', 'scale = ', 'if not zero_empty_rows')]),
-    '7.2': ('transformer.py', "multi-head", [('CausalSelfAttention.attend', 'q = q.reshape(',
-                                              'v = v.reshape('),
-                                             ('CausalSelfAttention.attend', 'return y.transpose(',
-                                              None)]),
+            [('attention_weights', 'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale',
+              'if not zero_empty_rows:')]),
+    '7.2': ('transformer.py', "multi-head",
+            [('CausalSelfAttention.attend', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)',
+              'v = v.reshape(B, T, H, C // H).transpose(1, 2)'),
+             ('CausalSelfAttention.attend', 'return y.transpose(1, 2).reshape(B, T, C)', None)]),
     '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
 }
 for _k, (_f, _title, _) in LOCATE.items():
@@ -312,6 +321,10 @@ for _k, (_f, _title, _) in LOCATE.items():
 _MARK = re.compile(r'^(\s*)# exercise (\d+\.\d+): (.*)$')
 _END = re.compile(r'^\s*# end exercise\s*$')
 _blocks = {}
+
+
+class Mismatch(Exception):
+    """The shipped files no longer hold an exercise's lines: one line, exit 2."""
 
 
 def _find(tree, path, before):
@@ -338,35 +351,77 @@ def _statements(fn):
     return out
 
 
+def _code(st):
+    """A statement's first line as ast writes it: no comments, one line however it wraps."""
+    return ast.unparse(st).split('\n')[0]
+
+
+def _skeleton(st):
+    """A statement's form without its names: what renaming a local leaves unchanged (the
+    header only of a for, if, while or with)."""
+    parts = [type(st).__name__]
+    for field, value in ast.iter_fields(st):
+        if field in ('body', 'orelse', 'finalbody', 'handlers', 'type_comment'):
+            continue
+        for v in (value if isinstance(value, list) else [value]):
+            parts.append(ast.dump(v) if isinstance(v, ast.AST) else repr(v))
+    return re.sub(r"(id|arg)='[^']*'", r"\1=_", ' '.join(parts))
+
+
+def _anchor(candidates, anchor):
+    """The index in candidates (statements) of the one an anchor names: the first whose
+    code starts with it; else, when the anchor is a whole statement, the one of the same
+    form with other names (a renamed local), the one most like it if several, or None."""
+    for k, st in enumerate(candidates):
+        if _code(st).startswith(anchor):
+            return k
+    try:
+        want = _skeleton(ast.parse(anchor + ('\n    pass' if anchor.endswith(':') else '')).body[0])
+    except SyntaxError:  # a prefix, not a statement: only the exact match counts
+        return None
+    same = [(difflib.SequenceMatcher(None, anchor, _code(st)).ratio(), k)
+            for k, st in enumerate(candidates) if _skeleton(st) == want]
+    same.sort(reverse=True)
+    if len(same) == 1 or len(same) > 1 and same[1][0] <= same[0][0] - 0.1:
+        return same[0][1]
+    return None
+
+
 def blocks(ex):
     """[(first line, end line) as 0-based slice bounds, indent] of an exercise's shipped lines."""
     if ex in _blocks:
         return _blocks[ex]
     f, _, specs = LOCATE[ex]
-    text = (HERE / f).read_text()
+    try:
+        text = (HERE / f).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise Mismatch(f"exercise {ex}: cannot read {HERE / f} ({type(e).__name__}: {e})") from None
     lines = text.split('\n')
     end = next((i + 1 for i, ln in enumerate(lines) if ln.startswith('# END OF PART I')),
                len(lines) + 1)  # tinytorch.py: the exercises are in Part I
-    tree = ast.parse(text)
     out = []
     for path, first, last in specs:
         fn = _find(tree, path, end)
         if fn is None:
-            raise RuntimeError(f"learn.py: exercise {ex}: {f} has no {path} (before line {end})")
+            raise Mismatch(f"exercise {ex}: {f} has no {path}{' in Part I' if end <= len(lines) else ''}: "
+                           "this learn.py does not match the files beside it")
         body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
         if first is not None:
-            def starts(st, text_):
-                return lines[st.lineno - 1].strip().startswith(text_)
-            body = next(([st for st in stmts[k:]] for stmts in _statements(fn)
-                         for k, st in enumerate(stmts) if starts(st, first)), None)
-            if body is None:
-                raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no statement "
-                                   f"starting {first!r}")
+            sibling_lists = [stmts for stmts in _statements(fn)]
+            flat = [(stmts, k) for stmts in sibling_lists for k in range(len(stmts))]
+            k = _anchor([stmts[i] for stmts, i in flat], first)
+            if k is None:
+                raise Mismatch(f"exercise {ex}: {path} in {f} has no statement like {first!r}: "
+                               "this learn.py does not match the files beside it")
+            stmts, i = flat[k]
+            body = stmts[i:]
             if last is not None:
-                stop = next((k for k, st in enumerate(body) if starts(st, last)), None)
+                stop = _anchor(body, last)
                 if stop is None:
-                    raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no "
-                                       f"statement starting {last!r} after {first!r}")
+                    raise Mismatch(f"exercise {ex}: {path} in {f} has no statement like "
+                                   f"{last!r} after {first!r}: this learn.py does not match "
+                                   "the files beside it")
                 body = body[:stop + 1]
         a, b = body[0].lineno - 1, body[-1].end_lineno
         indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
@@ -403,13 +458,51 @@ def _index_exercises():
         blocks(ex)
 
 
+def _wrap(text, width):
+    """text as lines of at most width, never breaking a parenthesised phrase of up to 60
+    characters (so `(_causal_mask(Tq, Tk) is that bool mask)` stays whole)."""
+    chars, opened = list(' '.join(text.split())), []
+    for i, c in enumerate(chars):
+        if c == '(':
+            opened.append(i)
+        elif c == ')' and opened:
+            a = opened.pop()
+            if i - a <= 60:
+                chars[a:i] = [('\0' if x == ' ' else x) for x in chars[a:i]]
+    return [ln.replace('\0', ' ') for ln in textwrap.wrap(''.join(chars), width,
+                                                           break_long_words=False,
+                                                           break_on_hyphens=False)]
+
+
+def reads_after(ex, k=0):
+    """The names block k of an exercise sets that its function reads after it (for a stub
+    to name: they are what the learner's lines must define)."""
+    f, _, specs = LOCATE[ex]
+    path, first, _ = specs[k]
+    if first is None:
+        return []
+    text = (HERE / f).read_text()
+    a, b, _ = blocks(ex)[k]
+    fn = _find(ast.parse(text), path, len(text))
+    stored, read = [], set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Store) and a < n.lineno <= b and n.id not in stored:
+                stored.append(n.id)
+            elif isinstance(n.ctx, ast.Load) and n.lineno > b:
+                read.add(n.id)
+    return [name for name in stored if name in read]
+
+
 def stub(ex, indent, block):
     """The lines that replace an exercise's code in the workspace."""
     e = EXERCISES[ex]
     say = [f"{indent}# TODO exercise {ex} ({e['title']}){' continued' if block else ''}:"]
-    if not block:
-        for line in e['what'].split('\n'):
-            say += [f"{indent}#   {part}" for part in textwrap.wrap(line, 96 - len(indent))]
+    what = e['what'] if not block else ''
+    names = reads_after(ex, block)
+    if names:
+        what += f" (The lines after this block read {', '.join(names)}.)"
+    say += [f"{indent}#   {part}" for part in _wrap(what, 92 - len(indent))]
     say.append(f'{indent}raise NotImplementedError("exercise {ex}: not implemented yet; write it '
                f'here, then run: python learn.py check {ex}")')
     return say
@@ -459,9 +552,10 @@ def start(ws):
     if ws.exists():
         raise Usage(f"{ws} already exists; learn.py never overwrites: pick another name "
                     f"(python learn.py start OTHERDIR) or check it with --dir {ws}")
+    texts = {f: workspace_text(f) for f in FILES}  # all found before anything is made
     ws.mkdir(parents=True)
     for f in FILES:
-        (ws / f).write_text(workspace_text(f))
+        (ws / f).write_text(texts[f])
     write_stamp(ws, {'version': VERSION, 'hints': {}})
     print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(ORDER)} exercises to fill in.")
     print(next_step(ws, {}))
@@ -1915,7 +2009,6 @@ def main(argv):
     bad = [a for a in args if a.startswith('-')]
     if bad:
         raise Usage(f"unknown option {bad[0]!r}; {USAGE}")
-    _index_exercises()
     cmd, rest = (args[0], args[1:]) if args else ('status', [])
     if cmd not in ('status', 'start', 'check', 'hint', 'diff'):
         raise Usage(f"unknown command {cmd!r}; {USAGE}")
@@ -1925,6 +2018,7 @@ def main(argv):
     if cmd == 'start':
         if ws is not None and rest:
             raise Usage("start takes the folder once: python learn.py start DIR")
+        _index_exercises()  # before making anything: every exercise must be found
         start(Path(rest[0] if rest else ws or DEFAULT_DIR))
         return 0
     if ws is None:  # run from inside a workspace: that one
@@ -1945,7 +2039,7 @@ def cli(argv):
     """main, with its errors as one line: exit 2 for a bad argument, 130 for Ctrl-C."""
     try:
         sys.exit(main(argv))
-    except Usage as e:
+    except (Usage, Mismatch) as e:
         print(f"learn.py: {e}", file=sys.stderr)
         sys.exit(2)
     except BrokenPipeError:  # python learn.py hint 1.1 | head
