@@ -916,6 +916,16 @@ def check_2_1(m):
                 raise Fail(f"wrong order: '{node._op}' comes before its input "
                            f"'{p._op or 'leaf'}'; every node must come after all of its inputs "
                            "(append a node only when all its inputs are done: post-order)")
+    twice = tt._topological_order(mul(x, x))  # both inputs one tensor: pushed twice
+    if [id(n) for n in twice].count(id(x)) > 1:
+        raise Fail(f"x * x: your order lists x {[id(n) for n in twice].count(id(x))} times: both "
+                   "of mul's inputs are x, so x is pushed twice before it is expanded; when you "
+                   "take a node that is already visited, skip it")
+    c = leaf(tt, [2.0, 3.0], grad=False)
+    if any(n is c for n in tt._topological_order(mul(x, c))):
+        raise Fail("x * c with a c that does not require grad: your order lists c; leave out "
+                   "inputs whose requires_grad is False (no gradient goes to them, and a graph "
+                   "full of constants would be walked for nothing)")
     chain = x
     for _ in range(3000):
         chain = tt.from_op(chain.array, 'id', (chain,), lambda g: (g,))
@@ -992,14 +1002,16 @@ def check_2_3(m):
     if not isinstance(t.grad, tt.Tensor):
         raise Fail(f".grad must be a Tensor (t._grad = _constant(array)), got "
                    f"{type(t.grad).__name__}")
+    if np.shares_memory(t.grad.array, g1):
+        raise Fail("your .grad is the caller's array itself (it shares g's memory): x + y hands "
+                   "x and y one gradient array, so their .grads would be one array, and scaling "
+                   "one in place (clip_grad_norm_) changes both, or fails on a read-only g; "
+                   "store a copy (g.astype(t.dtype, copy=True))")
     g2 = np.array([10.0, 20.0])
     tt._accumulate(t, g2)
     if close(t.grad.array, g2):
         raise Fail("the second backward overwrote .grad: gradients must accumulate across "
                    "backward calls (add into t._grad.array), until zero_grad clears them")
-    if not close(g1, [1.0, 1.0]):
-        raise Fail("your .grad is the caller's array itself: the second call's += changed the "
-                   "first gradient array; store a copy (g.astype(t.dtype, copy=True))")
     if not close(t.grad.array, g1 + g2):
         raise Fail(f"after gradients {g1.tolist()} and {g2.tolist()} .grad must be "
                    f"{(g1 + g2).tolist()}, got {t.grad.array.tolist()}")
@@ -1086,6 +1098,12 @@ def check_3_4(m):
 def check_3_5(m):
     tt = m['tinytorch']
     r = rng(8)
+    at0 = np.array([0.0, 2.0, -1.5])
+    got, = rule_grads(tt.pow(leaf(tt, at0), 0), np.ones(3), 1)
+    if np.isnan(np.asarray(got, dtype=np.float64)).any():
+        raise Fail("x ** 0 at x = 0: your gradient is nan, but x^0 is the constant 1, whose "
+                   "gradient is 0 everywhere; p x^(p-1) at p = 0, x = 0 is 0 * inf = nan, so give "
+                   "zeros when p == 0")
     x = r.uniform(0.5, 2.0, (2, 3))
     for p in (3, 2.5, -1, 0):
         g = r.standard_normal(x.shape)
@@ -1267,6 +1285,21 @@ def check_6_1(m):
         if not close(grad, want_g):
             raise Fail(f"{what}: the backward (which reads e and sumexp) is wrong: e must be "
                        "exp(shifted) (N, C) and sumexp its row sums (N, 1)")
+    _far_below(tt, nn)
+
+
+def _far_below(tt, nn):
+    """Logits [0, -200] in float32 with target 1: the loss is 200 (the target's logit is 200
+    below the other), but exp(-200) is 0 in float32, so log(softmax) is log 0 = -inf."""
+    far = tt.tensor(np.array([[0.0, -200.0]], dtype=np.float32), requires_grad=True)
+    with np.errstate(all='ignore'):
+        v = float(nn.cross_entropy(far, np.array([1])).array)
+    if not abs(v - 200.0) < 1e-3:
+        raise Fail(f"logits [0, -200] (float32), target 1: the loss is {v:.6g}, but it is 200 "
+                   "(-log_softmax = 200 - 0 + log(1 + e^-200)): log(softmax) underflows "
+                   "(e^-200 is 0 in float32, log 0 = -inf); compute logp = shifted - "
+                   "log(sumexp), never the log of e / sumexp" if not np.isfinite(v) else
+                   f"logits [0, -200] (float32), target 1: the loss is {v:.6g}, expected 200")
 
 
 def check_6_2(m):
@@ -1333,6 +1366,12 @@ def check_7_1(m):
                    "keys (the last dim) must sum to 1")
     if not close(w, want):
         raise Fail("the weights differ from softmax(q @ k^T / sqrt(d)) over the last dim")
+    w = tr.attention_weights(leaf(tt, q), leaf(tt, k), scale=0.5).array
+    if close(w, want):
+        raise Fail("attention_weights ignored its scale= argument: with scale=0.5 the scores "
+                   "are q @ k^T * 0.5; 1/sqrt(d) is only the default, for scale=None")
+    if not close(w, _softmax(raw * 0.5)):
+        raise Fail("with scale=0.5 the weights must be softmax(q @ k^T * 0.5) over the last dim")
     q2, k2 = q[:, :4], k[:, :4]
     w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), is_causal=True).array
     allowed = np.tril(np.ones((4, 4), dtype=bool))

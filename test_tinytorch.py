@@ -12491,7 +12491,6 @@ _LEARN_MISTAKES = [
     return order""", "recursion limit"),
     ('2.2', 'tinytorch.py', "grads[key] = grads[key] + pg if key in grads else pg", "grads[key] = pg", "gave half the gradient"),
     ('2.3', 'tinytorch.py', "    if t._grad is not None:\n        t._grad.array += g", "    if False:\n        pass", "overwrote .grad"),
-    ('2.3', 'tinytorch.py', "t._grad = _constant(g.astype(t.dtype, copy=True))  # g may", "t._grad = _constant(g)  # g may", "the caller's array itself"),
     ('3.1', 'tinytorch.py', "np.matmul(G, np.swapaxes(B, -1, -2))", "np.matmul(G, B)", "transposed matmul rule: dA"),
     ('3.1', 'tinytorch.py', "gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)", "gb = np.matmul(np.swapaxes(A, -1, -2), G)", "summed over the batch dims"),
     ('3.2', 'tinytorch.py', "    if not keepdim and axes:\n        g = np.expand_dims(g, axes)", "    pass", "put the reduced dims back"),
@@ -12527,6 +12526,13 @@ _LEARN_MISTAKES = [
      "q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)", "heads are mixed up"),
     ('7.2', 'transformer.py', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)", "putting the heads back"),
     ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)", "x = self.attn(self.ln_1(x), cache, layer)", "residual is missing"),
+    # the six that passed the check before (issue 47)
+    ('6.1', 'nn.py', "logp = shifted - lse[:, None]  # log_softmax", "logp = np.log(e / sumexp)  # log_softmax", "log(softmax) underflows"),
+    ('2.3', 'tinytorch.py', None, "    if t._grad is not None:\n        t._grad = _constant(t._grad.array + g)\n    else:\n        t._grad = _constant(g)", "the caller's array itself (it shares g's memory)"),
+    ('7.1', 'nn.py', "scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale", "scale = 1.0 / math.sqrt(q.shape[-1])", "ignored its scale= argument"),
+    ('3.5', 'tinytorch.py', "(p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)", "(p * _power_of(a.array, p - 1)),)", "x ** 0 at x = 0: your gradient is nan"),
+    ('2.1', 'tinytorch.py', "        if id(node) in visited:\n            continue\n        visited.add(id(node))", "        visited.add(id(node))", "x * x: your order lists x 2 times"),
+    ('2.1', 'tinytorch.py', "if p.requires_grad and id(p) not in visited:", "if id(p) not in visited:", "your order lists c"),
     ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))",
      "x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))", "post-LN"),
 ]
@@ -12552,7 +12558,7 @@ _LEARN_OTHER_ANSWERS = [
             stack.pop()
             order.append(node)
     return order"""),
-    ('3.5', """            return (g * p * a.array ** (p - 1),)"""),
+    ('3.5', """            return (g * p * a.array ** (p - 1) if p != 0 else np.zeros_like(g),)"""),
     ('4.1', """        seen = set()
         for mp, mod in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
             for name, value in mod._own(kind):
@@ -12569,7 +12575,7 @@ _LEARN_OTHER_ANSWERS = [
     var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)
     rstd = 1 / np.sqrt(var + eps)
     xhat = (rows - mean) * rstd"""),
-    ('7.1', """    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    ('7.1', """    scores = q @ k.transpose(-2, -1) * (scale or 1 / math.sqrt(q.shape[-1]))
     allowed = np.ones(scores.shape[-2:], dtype=bool)
     if is_causal:
         allowed = _causal_mask(q.shape[-2], k.shape[-2])
