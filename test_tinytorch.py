@@ -12700,6 +12700,50 @@ def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
     assert ok, lines
 
 
+
+# Mistakes outside the exercises that only a step's run shows: (file, shipped text, mistaken
+# text, the step, what the run's line must name as the likely cause).
+_LEARN_RUN_MISTAKES = [
+    ('optim.py', "buf = state['momentum_buffer'] = g.copy()", "buf = g.copy()", '6',
+     "likely cause: momentum (optim.py, SGD._update): the buffer must persist between steps"),
+    ('optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m\n    v_hat = v", '8',
+     "likely cause: Adam (optim.py, adam_step): the bias correction is missing"),
+]
+
+
+@pytest.mark.parametrize('f, old, new, step, says', _LEARN_RUN_MISTAKES,
+                         ids=['momentum reset every step', 'Adam without bias correction'])
+def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, old, new, step, says):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    text = (ws / f).read_text()
+    assert text.count(old) == 1
+    (ws / f).write_text(text.replace(old, new))
+    ok, lines = _learn_check(ws, step)
+    run, = [ln for ln in lines if ln.startswith(f'✗ step {step} run')]
+    assert not ok and says in run, lines
+    assert all(ln.startswith('✓') for ln in lines if ln[:1] in '✓✗·' and ' run' not in ln[:12])
+    assert lines[-1].startswith("These exercises pass their checks, but a step's run fails"), lines
+    ok, lines = _learn_check(ws, None)  # everything: never "All 23 exercises pass" under it
+    assert not ok and lines[-1].startswith("All 23 exercises pass their checks, but a step's run "
+                                           "fails"), lines[-1]
+
+
+def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '7.2', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)")
+    ok, lines = _learn_check(ws, '8.1')  # 8.1 alone: its block runs the broken multi-head
+    assert not ok and lines[0].startswith("✗ 8.1 the Transformer block: needs exercise 7.2 first "
+                                          "(multi-head, which this check runs, fails its own check: "
+                                          "putting the heads back"), lines
+    assert lines[-1] == f"(stuck? python learn.py hint 7.2 --dir {ws})"
+    # every probe passes on the shipped answers (so a failing one is a finding)
+    mods = _learn.load(_learn_filled)
+    for probes in _learn.PROBES.values():
+        for probe in probes:
+            assert _learn.attempt(probe, mods, _learn.needs('8.1'), None, _learn_filled)[0], probe
+
 def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
     for f in _learn.FILES:  # the shipped files carry no markers: the code is the answer key
         assert '# exercise ' not in open(os.path.join(HERE, f)).read()
