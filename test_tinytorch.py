@@ -12744,6 +12744,43 @@ def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp
         for probe in probes:
             assert _learn.attempt(probe, mods, _learn.needs('8.1'), None, _learn_filled)[0], probe
 
+
+@pytest.mark.parametrize('ex, code, line', [
+    # exp's rule with g doubled and halved: a gradient 2x (or x/2) the finite differences'
+    ('3.3', "        return (2 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is twice the right one (d e^x/dx = e^x)"),
+    ('3.3', "        return (g * out / 2,)",
+     "✗ 3.3 exp's backward: the gradient for x is half the right one (d e^x/dx = e^x)"),
+    # log's rule with log(x) where 1/x belongs, and with x (the predicate above it)
+    ('3.4', "        return (g * np.log(x.array),)",
+     "✗ 3.4 log's backward: log's rule used log(x): its derivative is 1/x"),
+    ('3.4', "        return (g * x.array,)",
+     "✗ 3.4 log's backward: log's rule multiplied g by x: d log(x)/dx = 1/x, so divide g by x"),
+], ids=['twice', 'half', 'log(x)', 'times x'])
+def test_learn_each_diagnosis_tests_its_own_condition(_learn_filled, tmp_path, ex, code, line):
+    """The exact line, so that a diagnosis testing another condition (swapped, or copied
+    from the line above) fails here."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, ex, None, code)
+    ok, lines = _learn_check(ws, ex)
+    assert not ok and lines[0] == line, lines
+
+
+def test_learn_refuses_a_workspace_without_its_stamp(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    (ws / '.learn.json').unlink()
+    for args in (['check', '--dir', str(ws)], ['hint', '1.1', '--dir', str(ws)], ['--dir', str(ws)]):
+        with pytest.raises(_learn.Usage) as e:
+            _learn.main(args)
+        assert str(e.value) == (f"{ws}/ was not made by this learn.py (workspace version none, this "
+                                f"is {_learn.VERSION}): start a new one with python learn.py start "
+                                "NEWDIR and copy your answers over")
+    (ws / '.learn.json').write_text('not json')
+    with pytest.raises(_learn.Usage, match='workspace version none'):
+        _learn.main(['check', '--dir', str(ws)])
+
 def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
     for f in _learn.FILES:  # the shipped files carry no markers: the code is the answer key
         assert '# exercise ' not in open(os.path.join(HERE, f)).read()
