@@ -8,14 +8,18 @@
                                         finally the shipped answer
     python learn.py diff EXERCISE       your code beside the shipped one (once its check passes)
 
+Without --dir the workspace is the folder you are in if it is one, else mytorch/ there, else
+mytorch/ beside learn.py. Each check stops after a few seconds (a loop that never ends is
+named as such) and Ctrl-C stops learn.py with one line. Needs only NumPy.
+
 The exercises are the seed article's checklist, in the order of tinytorch.py's Part I, then
 nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves (LOCATE
 below names each one's function and statements, so the shipped files are the answer key and
 carry no markers), and your workspace gets the same files with those lines replaced by a stub
-that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks run your workspace's code (never this folder's): finite differences in
-float64 with broadcast operands and a tensor used twice, and at the end of a step a small
-real run on your engine. When a check fails, it names the symptom and its likely cause.
-Needs only NumPy.
+that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks
+run your workspace's code (never this folder's): finite differences in float64 with
+broadcast operands and a tensor used twice, and at the end of a step a small real run on
+your engine. When a check fails, it names the symptom and its likely cause.
 """
 import _thread
 import ast
@@ -23,6 +27,7 @@ import contextlib
 import difflib
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -41,6 +46,8 @@ FILES = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py')  # in import ord
 VERSION = 1  # of the workspace layout: a workspace stamped otherwise is refused
 STAMP = '.learn.json'
 DEFAULT_DIR = 'mytorch'
+ME = 'learn.py'  # this file as the commands it suggests call it (main: relative to the folder you are in)
+FOUND = None  # the workspace main found without --dir (then the suggested commands need none)
 
 STEPS = {
     1: "Tensor data, shapes and basic ops: add, sub, mul, div and their broadcasting",
@@ -247,6 +254,25 @@ EXERCISES = {
               "from the output straight back to x?",
         math="x = x + attn(ln_1(x)); return x + mlp(ln_2(x))."),
 }
+# Where the shipped answer carries guards for edge cases a first answer need not have, hint
+# 3 shows hint 2 as plain code first (checked by the tests like every answer), then those.
+EXERCISES['2.3'].update(plain="""\
+if t._grad is None:
+    t._grad = _constant(g.astype(t.dtype, copy=True))  # a copy: g may be shared
+else:
+    t._grad.array += g""", guards="a path that keeps g itself when nothing else can hold it "
+                                  "(section 19's speed-up)")
+EXERCISES['3.5'].update(plain="""\
+return (np.zeros_like(g) if p == 0 else g * p * a.array ** (p - 1),)""",
+                        guards="a bool exponent (p is False), and _power_of: sqrt for 0.5 and "
+                               "-0.5, as PyTorch, so that edge values (-inf, -0.0) agree")
+EXERCISES['6.2'].update(plain="""\
+mean = rows.mean(axis=1, keepdims=True)
+var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)
+rstd = 1 / np.sqrt(var + eps)
+xhat = (rows - mean) * rstd""", guards="a shift by each row's first value, so that a large "
+                                       "mean costs no digits; an overflowing variance as nan, as "
+                                       "PyTorch's; xhat built in place, one array, not four")
 for _k, _v in EXERCISES.items():
     _v['step'] = int(_k.split('.')[0])
 ORDER = sorted(EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
@@ -528,7 +554,7 @@ def workspace_text(f):
 # ---------------------------------------------------------------------------
 def read_stamp(ws):
     if not ws.is_dir():
-        raise Usage(f"no workspace at {ws}/: make one with: python learn.py start {ws}")
+        raise Usage(f"no workspace at {ws}/: make one with: python {ME} start {ws}")
     try:
         stamp = json.loads((ws / STAMP).read_text())
     except (OSError, ValueError):
@@ -536,7 +562,7 @@ def read_stamp(ws):
     if stamp.get('version') != VERSION:
         raise Usage(f"{ws}/ was not made by this learn.py (workspace version "
                     f"{stamp.get('version', 'none')}, this is {VERSION}): start a new one with "
-                    f"python learn.py start NEWDIR and copy your answers over")
+                    f"python {ME} start NEWDIR and copy your answers over")
     missing = [f for f in FILES if not (ws / f).is_file()]
     if missing:
         raise Usage(f"{ws}/ lacks {', '.join(missing)}: start a new workspace with python "
@@ -551,7 +577,7 @@ def write_stamp(ws, stamp):
 def start(ws):
     if ws.exists():
         raise Usage(f"{ws} already exists; learn.py never overwrites: pick another name "
-                    f"(python learn.py start OTHERDIR) or check it with --dir {ws}")
+                    f"(python {ME} start OTHERDIR) or check it with --dir {ws}")
     texts = {f: workspace_text(f) for f in FILES}  # all found before anything is made
     ws.mkdir(parents=True)
     for f in FILES:
@@ -583,23 +609,23 @@ def next_step(ws, states, runs_ok=None):
     if not todo and len(states) == len(ORDER) and all(states.values()):
         if runs_ok is None:
             return (f"All {len(ORDER)} exercises pass their checks. Now the steps' runs on your "
-                    f"engine: python learn.py check{_dir_arg(ws)}")
+                    f"engine: python {ME} check{_dir_arg(ws)}")
         return f"All {len(ORDER)} exercises pass, and every step's run."
     if not todo:
         return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
-                f"python learn.py check{_dir_arg(ws)}")
+                f"python {ME} check{_dir_arg(ws)}")
     ex = todo[0]
     f, line = locate(ws, ex)
     where = f"{ws}/{f}" + (f", line {line}" if line else "")
     do = ("read the TODO comment there and replace the raise with your code" if is_stub(ws, ex)
           else "fix it (its check says what is wrong)")
     return (f"Next: exercise {ex} ({EXERCISES[ex]['title']}) in {where}: {do}.\n"
-            f"Then: python learn.py check {ex}{_dir_arg(ws)}   (stuck? python learn.py hint {ex}"
+            f"Then: python {ME} check {ex}{_dir_arg(ws)}   (stuck? python {ME} hint {ex}"
             f"{_dir_arg(ws)})")
 
 
 def _dir_arg(ws):
-    return '' if str(ws) == DEFAULT_DIR else f' --dir {ws}'
+    return '' if str(ws) == DEFAULT_DIR or FOUND is not None and ws == FOUND else f' --dir {ws}'
 
 
 # ---------------------------------------------------------------------------
@@ -653,11 +679,13 @@ def load(ws):
 def _where(e, ws):
     """An exception as one line, with the last place in the workspace it passed."""
     if isinstance(e, SyntaxError):
-        return f"SyntaxError in {Path(e.filename or '?').name} line {e.lineno}: {e.msg}"
+        return f"SyntaxError in {ws / Path(e.filename or '?').name} line {e.lineno}: {e.msg}"
     place = ''
-    for fr in traceback.extract_tb(e.__traceback__):
-        if Path(fr.filename).parent == ws.resolve() or Path(fr.filename).parent == ws:
-            place = f" ({Path(fr.filename).name} line {fr.lineno}: {fr.line})"
+    frames = _frames(e, ws)
+    if frames:
+        f, n, code = frames[0]
+        inside = exercise_at(ws, f, n)
+        place = f" ({ws / f} line {n}{', exercise ' + inside if inside else ''}: {code})"
     msg = str(e).split('\n')[0]
     return f"{type(e).__name__}: {msg}{place}"
 
@@ -1208,6 +1236,10 @@ def check_4_4(m):
     opt = optim.SGD([p, q], lr=0.1)
     p.grad = tt.tensor(np.array([1.0, 1.0]))
     opt.zero_grad()
+    if isinstance(p.grad, tt.Tensor) and close(p.grad.array, [0.0, 0.0]):
+        raise Fail("zero_grad() wrote zeros into .grad, but its default is set_to_none=True (as "
+                   "PyTorch's): set p.grad = None; zeros in the existing .grad are for "
+                   "set_to_none=False")
     if p.grad is not None:
         raise Fail("zero_grad() left the old gradients: the next backward adds onto them, so "
                    "every step would use the sum of all past gradients; set p.grad = None")
@@ -1938,7 +1970,7 @@ def select(arg):
     if arg in EXERCISES:
         return [arg], []
     raise Usage(f"unknown exercise or step {arg!r}: the steps are 1-{len(STEPS)}, the exercises "
-                f"{ORDER[0]} .. {ORDER[-1]} (python learn.py lists them)")
+                f"{ORDER[0]} .. {ORDER[-1]} (python {ME} lists them)")
 
 
 class Session:
@@ -2040,17 +2072,17 @@ def check(ws, arg, out=print):
         listed = ', '.join(skipped) if len(skipped) < 5 else f"{skipped[0]} .. {skipped[-1]}"
         out(f"· not checked{': ' + listed if skipped else ''}"
             f"{' and the runs' if runs else ''}: exercise {s.hung}'s code must finish first"
-            if skipped or runs else f"(stuck? python learn.py hint {s.hung}{_dir_arg(ws)})")
+            if skipped or runs else f"(stuck? python {ME} hint {s.hung}{_dir_arg(ws)})")
         return False, results
     if not runs_ok and all(results.values()):
         out(f"{'All ' + str(len(ORDER)) if len(results) == len(ORDER) else 'These'} exercises "
             "pass their checks, but a step's run fails (its line above says what it found): fix "
-            f"that, then: python learn.py check{' ' + arg if arg else ''}{_dir_arg(ws)}")
+            f"that, then: python {ME} check{' ' + arg if arg else ''}{_dir_arg(ws)}")
     elif ok or len(exercises) > 1:
         out(next_step(ws, results, runs_ok if runs else None))
     else:
         blamed = re.match(r'needs exercise (\d+\.\d+) first', s.verdict(exercises[0])[1])
-        out(f"(stuck? python learn.py hint {blamed.group(1) if blamed else exercises[0]}"
+        out(f"(stuck? python {ME} hint {blamed.group(1) if blamed else exercises[0]}"
             f"{_dir_arg(ws)})")
     return ok, results
 
@@ -2078,18 +2110,18 @@ def status(ws):
             print(f"     then a run: {RUNS[step]}")
     print()
     if not have:
-        print(f"No workspace yet. Start with:  python learn.py start   (makes {DEFAULT_DIR}/: "
+        print(f"No workspace yet. Start with:  python {ME} start   (makes {DEFAULT_DIR}/: "
               "your copies of tinytorch.py, nn.py, optim.py, transformer.py with the exercises "
               "cut out)")
-        print("Then:  python learn.py check 1.1    python learn.py hint 1.1    "
-              "python learn.py diff 1.1")
+        print(f"Then:  python {ME} check 1.1    python {ME} hint 1.1    "
+              f"python {ME} diff 1.1")
     else:
         done = sum(1 for v in states.values() if v)
         print(f"{ws}/: {done} of {len(ORDER)} exercises pass (✓ passes, ✗ written but failing, "
               "· not started).")
         if s.hung:
             print(f"Exercise {s.hung}'s code did not finish in {LIMIT} s (the later ones were "
-                  f"not checked): python learn.py check {s.hung}{_dir_arg(ws)}")
+                  f"not checked): python {ME} check {s.hung}{_dir_arg(ws)}")
         else:
             print(next_step(ws, states))
 
@@ -2097,7 +2129,7 @@ def status(ws):
 def hint(ws, ex):
     if ex not in EXERCISES:
         raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]} "
-                    "(python learn.py lists them)")
+                    f"(python {ME} lists them)")
     stamp = read_stamp(ws)
     level = min(stamp.setdefault('hints', {}).get(ex, 0) + 1, 3)
     stamp['hints'][ex] = level
@@ -2108,12 +2140,18 @@ def hint(ws, ex):
         print(e['think'])
     elif level == 2:
         print(e['math'])
+    elif 'plain' in e:
+        print("Hint 2 as code, a complete answer:")
+        print(textwrap.indent(e['plain'], blocks(ex)[0][2]))
+        print(f"tinytorch's own file says the same, with guards you may skip ({e['guards']}):")
+        for block in shipped_code(ex):
+            print(block)
     else:
         print("The shipped answer (this is what tinytorch's own file says):")
         for block in shipped_code(ex):
             print(block)
     if level < 3:
-        print(f"(python learn.py hint {ex} again for more)")
+        print(f"(python {ME} hint {ex} again for more)")
 
 
 def diff(ws, ex):
@@ -2123,7 +2161,7 @@ def diff(ws, ex):
     passed, msg = Session(ws).verdict(ex)
     if not passed:
         print(f"✗ {ex} {EXERCISES[ex]['title']}: {msg}")
-        print(f"diff shows the shipped answer once your check passes (python learn.py check {ex}).")
+        print(f"diff shows the shipped answer once your check passes (python {ME} check {ex}).")
         return False
     f = EXERCISES[ex]['file']
     lines = (ws / f).read_text().split('\n')
@@ -2170,8 +2208,29 @@ def _pairs(a, b):
     return out
 
 
-USAGE = ("usage: python learn.py [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "
-         "diff EXERCISE] [--dir DIR]")
+def usage():
+    return (f"usage: python {ME} [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "
+            f"diff EXERCISE] [--dir DIR]  (python {ME} --help says more)")
+
+
+def _find_workspace():
+    """The workspace when no --dir is given: this folder if it is one, else mytorch/ here,
+    else mytorch/ beside learn.py (so check works from any folder); None if none is."""
+    if Path(STAMP).is_file() and not Path(DEFAULT_DIR).is_dir():
+        return Path('.')
+    for ws in (Path(DEFAULT_DIR), HERE / DEFAULT_DIR):
+        if ws.is_dir():
+            return Path(_short(ws))
+    return None
+
+
+def _short(path):
+    """A path as short as it can be written from the folder you are in."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return rel if len(rel) <= len(str(path)) else str(path)
 
 
 def main(argv):
@@ -2179,7 +2238,14 @@ def main(argv):
         sys.stdout.reconfigure(errors='replace')
     except (AttributeError, ValueError):
         pass
+    global ME, FOUND
+    ME = _short(HERE / 'learn.py')
     args = list(argv)
+    if '-h' in args or '--help' in args:
+        print(__doc__.split('\n\nThe exercises are')[0])
+        if ME != 'learn.py':
+            print(f"(From this folder, learn.py is: python {ME})")
+        return 0
     ws = None
     if '--dir' in args:
         i = args.index('--dir')
@@ -2189,21 +2255,22 @@ def main(argv):
         del args[i:i + 2]
     bad = [a for a in args if a.startswith('-')]
     if bad:
-        raise Usage(f"unknown option {bad[0]!r}; {USAGE}")
+        raise Usage(f"unknown option {bad[0]!r}; {usage()}")
     cmd, rest = (args[0], args[1:]) if args else ('status', [])
     if cmd not in ('status', 'start', 'check', 'hint', 'diff'):
-        raise Usage(f"unknown command {cmd!r}; {USAGE}")
+        raise Usage(f"unknown command {cmd!r}; {usage()}")
     if len(rest) > 1 or cmd in ('hint', 'diff') and len(rest) != 1:
         what = 'one exercise, as in 2.1' if cmd in ('hint', 'diff') else 'too many arguments'
-        raise Usage(f"{cmd}: {what}; {USAGE}")
+        raise Usage(f"{cmd}: {what}; {usage()}")
     if cmd == 'start':
         if ws is not None and rest:
-            raise Usage("start takes the folder once: python learn.py start DIR")
+            raise Usage(f"start takes the folder once: python {ME} start DIR")
         _index_exercises()  # before making anything: every exercise must be found
         start(Path(rest[0] if rest else ws or DEFAULT_DIR))
         return 0
-    if ws is None:  # run from inside a workspace: that one
-        ws = '.' if Path(STAMP).is_file() and not Path(DEFAULT_DIR).is_dir() else DEFAULT_DIR
+    if ws is None:  # inside a workspace: that one; else mytorch/ here or beside learn.py
+        FOUND = _find_workspace()
+        ws = FOUND or DEFAULT_DIR
     ws = Path(ws)
     if cmd == 'status':
         status(ws)

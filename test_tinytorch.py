@@ -12505,6 +12505,7 @@ _LEARN_MISTAKES = [
     ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= g", "ignores the learning rate"),
     ('4.4', 'optim.py', "                p.grad = None\n            elif", "                pass\n            elif", "left the old gradients"),
     ('4.4', 'optim.py', "p.grad.array[...] = 0", "p.grad = None", "keep the existing .grad tensor"),
+    ('4.4', 'optim.py', "                p.grad = None\n            elif", "                if p.grad is not None:\n                    p.grad.array[...] = 0\n            elif", "wrote zeros into .grad, but its default is set_to_none=True"),
     ('5.1', 'nn.py', "gd = 2 * g * d", "gd = g * d", "factor 2 is missing"),
     ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array", "overflowed on logits of 1000"),
     ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max()", "OWN max"),
@@ -12691,10 +12692,14 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     assert len({says for *_, says in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
+_LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
+
+
 @pytest.mark.parametrize('ex, code', _LEARN_OTHER_ANSWERS, ids=[a[0] for a in _LEARN_OTHER_ANSWERS])
 def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
+    code = code or textwrap.indent(_learn.EXERCISES[ex]['plain'], _learn.blocks(ex)[0][2])
     _learn_edit(ws, ex, None, code)
     ok, lines = _learn_check(ws, ex)
     assert ok, lines
@@ -12861,6 +12866,34 @@ def test_learn_anchors_survive_renamed_locals_reflowed_comments_and_added_statem
     assert cut['4.2'][0].startswith('        grows = g.reshape(rows, outs)'), cut
 
 
+
+def test_learn_finds_its_workspace_from_any_folder_and_says_how_to_call_it(tmp_path):
+    proj = _learn_scratch(tmp_path, [])
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+
+    def run(cwd, *args):
+        r = subprocess.run([sys.executable] + list(args), cwd=cwd, capture_output=True, text=True,
+                           timeout=120)
+        return r.returncode, r.stdout.strip().split('\n'), r.stderr
+    assert run(proj, 'learn.py', 'start')[0] == 0
+    n = _learn.locate(proj / 'mytorch', '3.3')[1]
+    rc, out, err = run(elsewhere, '../scratch/learn.py', 'check', '3.3')  # mytorch/ beside learn.py
+    assert (rc, err) == (1, '') and out == [
+        f"· 3.3 exp's backward: not implemented yet: write it in ../scratch/mytorch/tinytorch.py, line {n}",
+        "(stuck? python ../scratch/learn.py hint 3.3)"], out
+    rc, out, err = run(proj / 'mytorch', '../learn.py', 'check', '3.3')  # inside the workspace
+    assert (rc, err) == (1, '') and out == [
+        f"· 3.3 exp's backward: not implemented yet: write it in tinytorch.py, line {n}",
+        "(stuck? python ../learn.py hint 3.3)"], out
+    rc, out, err = run(proj / 'mytorch', '../learn.py', '--help')
+    assert (rc, err) == (0, '') and out[0].startswith('learn.py: build tinytorch yourself')
+    assert any(ln.strip().startswith('python learn.py check [STEP|EXERCISE] [--dir DIR]') for ln in out)
+    assert out[-1] == '(From this folder, learn.py is: python ../learn.py)'
+    rc, out, err = run(elsewhere, '../scratch/learn.py', 'check', '--dir', 'none')
+    assert rc == 2 and err == ("learn.py: no workspace at none/: make one with: python "
+                               "../scratch/learn.py start none\n"), err
+
 @pytest.mark.parametrize('f, old, new, says', [
     ('tinytorch.py', 'def _accumulate(t, g):', 'def _accumulate_grad(t, g):',
      "exercise 2.3: tinytorch.py has no _accumulate in Part I"),
@@ -12914,7 +12947,14 @@ def test_learn_hint_is_progressive_and_diff_waits_for_the_check(_learn_filled, t
         said.append(capsys.readouterr().out)
     assert [s.split('\n')[0][:10] for s in said] == ['Hint 1 of '] + ['Hint 2 of '] + ['Hint 3 of '] * 2
     assert 'its own derivative' in said[0] and 'e^x' in said[1] and 'return (g * out,)' in said[2]
-    assert json.loads((ws / '.learn.json').read_text())['hints'] == {'3.3': 3}
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    capsys.readouterr()
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    third = capsys.readouterr().out  # hint 2's formula as code first, then the guarded answer
+    assert third.index('    var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)') < \
+        third.index("tinytorch's own file says the same, with guards") < third.index('np.isinf(var)')
+    assert json.loads((ws / '.learn.json').read_text())['hints'] == {'3.3': 3, '6.2': 3}
     assert _learn.main(['diff', '3.3', '--dir', str(ws)]) == 1
     assert 'once your check passes' in capsys.readouterr().out
     _learn_edit(ws, '3.3', None, '        return (out * g,)')
