@@ -1032,6 +1032,11 @@ def check_2_3(m):
                    "x and y one gradient array, so their .grads would be one array, and scaling "
                    "one in place (clip_grad_norm_) changes both, or fails on a read-only g; "
                    "store a copy (g.astype(t.dtype, copy=True))")
+    t32 = tt.tensor(np.array([1.0, 2.0], dtype=np.float32), requires_grad=True)
+    tt._accumulate(t32, np.array([0.5, 0.25]))  # a float64 gradient for a float32 tensor
+    if t32.grad.array.dtype != np.float32:
+        raise Fail(f".grad must have its tensor's dtype: a float32 tensor got a "
+                   f"{t32.grad.array.dtype} .grad; store g.astype(t.dtype, copy=True)")
     g2 = np.array([10.0, 20.0])
     tt._accumulate(t, g2)
     if close(t.grad.array, g2):
@@ -1065,7 +1070,9 @@ def check_3_1(m):
         wa = numeric(np.matmul, [a.copy(), b.copy()], 0, g)
         wb = numeric(np.matmul, [a.copy(), b.copy()], 1, g)
         mist_a = [(lambda got: sa == sb and close(got, g @ b), "transposed matmul rule: dA = g @ "
-                   "B^T (you used g @ B); check the shapes: (n, m) @ (m, k) gives (n, k)")]
+                   "B^T (you used g @ B); check the shapes: (n, m) @ (m, k) gives (n, k)"),
+                  (lambda got: sa == sb and close(got, b.T @ g), "dA's factors are swapped: "
+                   "dA = g @ B^T, with g on the left (matrix products do not commute)")]
         mist_b = [(lambda got: sa == sb and close(got, g @ a) or sa == sb and close(got, a @ g),
                    "transposed matmul rule: dB = A^T @ g (A transposed, on the left)"),
                   (lambda got: len(sa) > 2 and got.shape == sa[:-2] + sb,
@@ -1091,7 +1098,11 @@ def check_3_2(m):
                            f"over {x.shape}: put the reduced dims back as size 1 first "
                            f"(np.expand_dims) when keepdim is False ({e})") from None
             want = numeric(lambda v: npf(v, axis=dim, keepdims=keep), [x.copy()], 0, g)
-            check_input_grad(f'x in {op}(dim={dim}, keepdim={keep})', got, want, x.shape, (),
+            spread = [(lambda got: np.size(got) < x.size,
+                       f"{op}(dim={dim}, keepdim={keep}): the gradient has shape "
+                       f"{np.shape(got)}, but x has {x.shape}: spread g back over the reduced "
+                       "dims (np.broadcast_to(g, shape)), each element of a slice gets g")]
+            check_input_grad(f'x in {op}(dim={dim}, keepdim={keep})', got, want, x.shape, spread,
                              "every element of a reduced slice gets g (mean: g / n)")
 
 
@@ -1190,12 +1201,19 @@ def check_4_2(m):
         B = leaf(tt, b) if bias else None
         out = nn.linear(X, W, B)
         g = r.standard_normal(out.shape)
-        grads = rule_grads(out, g, 3 if bias else 2)
+        try:
+            grads = rule_grads(out, g, 3 if bias else 2)
+        except ValueError as e:
+            raise Fail(f"linear's rule fails for x {xs} and a weight {(o, i)} ({e}): check the "
+                       "shapes: dx = g @ W is (rows, out) @ (out, in), dW = g^T @ x is (out, "
+                       "rows) @ (rows, in)") from None
         f = (lambda x_, w_, b_: x_ @ w_.T + b_) if bias else (lambda x_, w_: x_ @ w_.T)
         arrays = [x, w, b] if bias else [x, w]
         rows_g, rows_x = g.reshape(-1, o), x.reshape(-1, i)
         mist = {
-            'x': [],
+            'x': [(lambda got: i == o and close(got, (rows_g @ w.T).reshape(xs)),
+                   "transposed matmul rule for x: W is (out, in), so dx = g @ W (you gave "
+                   "g @ W^T)")],
             'weight': [(lambda got: got.shape == (i, o) and i != o
                         or i == o and close(got, rows_x.T @ rows_g),
                         "transposed matmul rule for the weight: W is (out, in), so dW = g^T @ x "
@@ -1227,6 +1245,16 @@ def check_4_3(m):
     if not close(p.array, want):
         raise Fail(f"p = [1, -2], grad = [0.5, 0.25], lr = 0.1 must give {want.tolist()}, got "
                    f"{p.array.tolist()}")
+    p = leaf(tt, [1.0])
+    p.grad = tt.tensor(np.array([0.5]))
+    optim.SGD([p], lr=0.1, weight_decay=0.1).step()  # g = 0.5 + 0.1 * 1 = 0.6: p = 1 - 0.06
+    if close(p.array, [0.95]):
+        raise Fail("with weight_decay=0.1 the step ignored the decay: step with g (the lines "
+                   "before yours add the decay into it: 0.5 + 0.1 * 1), not p.grad; p must "
+                   "become 0.94")
+    if not close(p.array, [0.94]):
+        raise Fail(f"p = [1], grad = [0.5], lr = 0.1, weight_decay = 0.1 must give [0.94] (g = "
+                   f"0.6), got {p.array.tolist()}")
 
 
 def check_4_4(m):
@@ -1308,7 +1336,12 @@ def check_6_1(m):
             raise Fail(f"{what}: cross-entropy {v:.6g}, expected {want:.6g}: check logp = "
                        "shifted - lse (log-softmax) and lse = log of the row sums of e")
         with np.errstate(all='ignore'):
-            grad, = rule_grads(loss, np.ones(()), 1)
+            try:
+                grad, = rule_grads(loss, np.ones(()), 1)
+            except ValueError as e:
+                raise Fail(f"{what}: the backward (which reads e and sumexp) fails ({e}): "
+                           "sumexp must be e's row sums as (N, 1) (keepdims=True), so that "
+                           "e / sumexp lines up with the rows") from None
         s = np.exp(logits - logits.max(1, keepdims=True))
         want_g = (s / s.sum(1, keepdims=True) - np.eye(3)[t]) / len(t)
         if not close(grad, want_g):
@@ -1350,6 +1383,12 @@ def check_6_2(m):
     if close(y[[0, 2]], ((x - mu) / (np.sqrt(x.var(1, keepdims=True)) + 1e-5))[[0, 2]], 1e-9) \
             and not close(y, want, 1e-9):
         raise Fail("eps goes inside the square root: 1 / sqrt(var + eps)")
+    if close(y, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)):
+        raise Fail("the mean and variance were taken down the columns (axis 0): LayerNorm "
+                   "normalises each row over its own n values (axis=1, keepdims=True)")
+    if close(y, (x - mu) * np.sqrt(x.var(1, keepdims=True) + 1e-5)):
+        raise Fail("the rows were multiplied by their standard deviation: rstd = 1 / sqrt(var "
+                   "+ eps) is its reciprocal, so xhat = (rows - mean) * rstd divides by it")
     if not close(y, want, 1e-7):
         raise Fail(f"layer_norm's output is wrong: row 0 gives {np.round(y[0], 4).tolist()}, "
                    f"expected {np.round(want[0], 4).tolist()} ((x - mean) / sqrt(var + eps))")
@@ -1488,10 +1527,16 @@ def check_8_1(m):
                        ref.mlp(ref.ln_2(X + h)), X + h]  # the second one missing
         post = ref.ln_1(X + ref.attn(X))
         post = ref.ln_2(post + ref.mlp(post)).array
+        raw_in = [X + h + ref.mlp(X + h)]  # the MLP's input not normalised
+        h1 = ref.attn(X)
+        raw_in.append(X + h1 + ref.mlp(ref.ln_2(X + h1)))  # the attention's
     if any(np.allclose(y, v.array, atol=1e-5) for v in no_residual):
         raise Fail("the residual is missing: each sub-layer adds to its input (x = x + "
                    "attn(ln_1(x)), then x + mlp(ln_2(x))); without it the gradient has no "
                    "direct path back")
+    if any(np.allclose(y, v.array, atol=1e-5) for v in raw_in):
+        raise Fail("a sub-layer gets x itself: a pre-LN block normalises each sub-layer's input "
+                   "(attn(ln_1(x)), mlp(ln_2(x))) and adds the result to the unnormalised x")
     if np.allclose(y, post, atol=1e-5):
         raise Fail("that is a post-LN block (normalise after the residual sum); this model is "
                    "pre-LN: x + attn(ln_1(x)), then x + mlp(ln_2(x))")

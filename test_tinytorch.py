@@ -12467,75 +12467,72 @@ def test_print_model_with_runs_of_equal_blocks_as_pytorch():
 import learn as _learn
 
 # Each typical mistake as a small edit of the shipped answer: (exercise, file, the shipped
-# text, the mistaken text (old None: the whole exercise block), what its message must say).
+# text, the mistaken text (old None: the whole exercise block), what its message must say,
+# the mistake in a few words). README's table of planted mistakes is these, with what
+# check says (a test runs them and compares).
 _LEARN_MISTAKES = [
-    ('1.1', 'tinytorch.py', "axes = tuple(range(lead)) + tuple(", "axes = () + tuple(", "summed over the leading dim"),
-    ('1.1', 'tinytorch.py', "if n == 1 and grad.shape[lead + i] != 1)", "if False)", "dim where the operand has size 1"),
-    ('1.2', 'tinytorch.py', "unbroadcast(g, sb) if b.requires_grad else None)", "g if b.requires_grad else None)", "did you sum the gradient back to the shape of b?"),
-    ('1.3', 'tinytorch.py', "unbroadcast(-g, sb) if b.requires_grad", "unbroadcast(g, sb) if b.requires_grad", "sign error"),
-    ('1.4', 'tinytorch.py', "return (unbroadcast(g * b.array, sa)", "return (unbroadcast(g * a.array, sa)", "mul's rule is swapped"),
-    ('1.5', 'tinytorch.py', "-g * a.array / (b.array * b.array), sb)", "-g * a.array / b.array, sb)", "divide by b twice"),
-    ('2.1', 'tinytorch.py', "        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:",
-     "        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad:", "visited twice"),
-    ('2.1', 'tinytorch.py', "order.append(node)  # all of node's inputs are already in order\n            continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))",
-     "continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        order.append(node)", "wrong order"),
-    ('2.1', 'tinytorch.py', None, """    order, visited = [], set()
-
-    def visit(node):
-        visited.add(id(node))
-        for p in _inputs(node):
-            if p.requires_grad and id(p) not in visited:
-                visit(p)
-        order.append(node)
-    visit(root)
-    return order""", "recursion limit"),
-    ('2.2', 'tinytorch.py', "grads[key] = grads[key] + pg if key in grads else pg", "grads[key] = pg", "gave half the gradient"),
-    ('2.3', 'tinytorch.py', "    if t._grad is not None:\n        t._grad.array += g", "    if False:\n        pass", "overwrote .grad"),
-    ('3.1', 'tinytorch.py', "np.matmul(G, np.swapaxes(B, -1, -2))", "np.matmul(G, B)", "transposed matmul rule: dA"),
-    ('3.1', 'tinytorch.py', "gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)", "gb = np.matmul(np.swapaxes(A, -1, -2), G)", "summed over the batch dims"),
-    ('3.2', 'tinytorch.py', "    if not keepdim and axes:\n        g = np.expand_dims(g, axes)", "    pass", "put the reduced dims back"),
-    ('3.3', 'tinytorch.py', "return (g * out,)", "return (g,)", "passed g through unchanged"),
-    ('3.4', 'tinytorch.py', "return (g / x.array,)", "return (g * x.array,)", "divide g by x"),
-    ('3.5', 'tinytorch.py', "_power_of(a.array, p - 1)", "_power_of(a.array, p)", "off by one"),
-    ('4.1', 'nn.py', "tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])", "tree = [(prefix, self)]", "missed the parameters of nested modules"),
-    ('4.1', 'nn.py', "                if id(value) in seen:\n                    continue\n", "", "listed twice"),
-    ('4.2', 'nn.py', "gw = g2.T @ x2 if", "gw = x2.T @ g2 if", "transposed matmul rule for the weight"),
-    ('4.2', 'nn.py', "tt.unbroadcast(sum_leading(g2), bs)", "g2", "shape of the bias"),
-    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array += group['lr'] * g", "went uphill"),
-    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= g", "ignores the learning rate"),
-    ('4.4', 'optim.py', "                p.grad = None\n            elif", "                pass\n            elif", "left the old gradients"),
-    ('4.4', 'optim.py', "p.grad.array[...] = 0", "p.grad = None", "keep the existing .grad tensor"),
-    ('4.4', 'optim.py', "                p.grad = None\n            elif", "                if p.grad is not None:\n                    p.grad.array[...] = 0\n            elif", "wrote zeros into .grad, but its default is set_to_none=True"),
-    ('5.1', 'nn.py', "gd = 2 * g * d", "gd = g * d", "factor 2 is missing"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array", "overflowed on logits of 1000"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max()", "OWN max"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max(axis=1)", "keepdims=True so that it lines up"),
-    ('6.2', 'nn.py', "np.nan, var) + eps)", "np.nan, var))", "add eps inside the square root"),
-    ('6.2', 'nn.py', "sum_last(xhat * xhat) / n\n", "sum_last(xhat * xhat) / (n - 1)\n", "biased variance"),
-    ('7.1', 'nn.py', "scores = (q @ k.transpose(-2, -1)) * scale", "scores = q @ k.transpose(-2, -1)", "not scaled by 1/sqrt(d)"),
-    ('7.1', 'nn.py', "return scores.softmax(-1)", "return scores.softmax(-2)", "over the queries"),
-    ('7.1', 'nn.py', None, """    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    w = ((q @ k.transpose(-2, -1)) * scale).softmax(-1)
-    if is_causal:
-        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), 0.0)
-    if mask is not None:
-        m = mask.array if isinstance(mask, tt.Tensor) else mask
-        w = w.masked_fill(~m, 0.0)
-    if not zero_empty_rows:
-        return w""", "after the softmax"),
-    ('7.2', 'transformer.py', "q = q.reshape(B, T, H, C // H).transpose(1, 2)\n        k = k.reshape(B, T, H, C // H).transpose(1, 2)\n        v = v.reshape(B, T, H, C // H).transpose(1, 2)",
-     "q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)", "heads are mixed up"),
-    ('7.2', 'transformer.py', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)", "putting the heads back"),
-    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)", "x = self.attn(self.ln_1(x), cache, layer)", "residual is missing"),
-    # the six that passed the check before (issue 47)
-    ('6.1', 'nn.py', "logp = shifted - lse[:, None]  # log_softmax", "logp = np.log(e / sumexp)  # log_softmax", "log(softmax) underflows"),
-    ('2.3', 'tinytorch.py', None, "    if t._grad is not None:\n        t._grad = _constant(t._grad.array + g)\n    else:\n        t._grad = _constant(g)", "the caller's array itself (it shares g's memory)"),
-    ('7.1', 'nn.py', "scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale", "scale = 1.0 / math.sqrt(q.shape[-1])", "ignored its scale= argument"),
-    ('3.5', 'tinytorch.py', "(p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)", "(p * _power_of(a.array, p - 1)),)", "x ** 0 at x = 0: your gradient is nan"),
-    ('2.1', 'tinytorch.py', "        if id(node) in visited:\n            continue\n        visited.add(id(node))", "        visited.add(id(node))", "x * x: your order lists x 2 times"),
-    ('2.1', 'tinytorch.py', "if p.requires_grad and id(p) not in visited:", "if id(p) not in visited:", "your order lists c"),
-    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))",
-     "x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))", "post-LN"),
+    ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = () + tuple(', 'summed over the leading dim', 'unbroadcast sums only the dims of size 1, not the leading dims broadcasting added'),
+    ('1.1', 'tinytorch.py', 'if n == 1 and grad.shape[lead + i] != 1)', 'if False)', 'dim where the operand has size 1', 'unbroadcast sums only the leading dims, not the dims stretched from 1'),
+    ('1.2', 'tinytorch.py', 'unbroadcast(g, sb) if b.requires_grad else None)', 'g if b.requires_grad else None)', 'did you sum the gradient back to the shape of b?', "add's rule hands b the gradient g without summing it back to b's shape"),
+    ('1.3', 'tinytorch.py', 'unbroadcast(-g, sb) if b.requires_grad', 'unbroadcast(g, sb) if b.requires_grad', 'sign error', "sub's rule gives b +g"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (unbroadcast(g * a.array, sa)', "mul's rule is swapped", "mul's rule multiplies a's gradient by a instead of b"),
+    ('1.5', 'tinytorch.py', '-g * a.array / (b.array * b.array), sb)', '-g * a.array / b.array, sb)', 'divide by b twice', "div's rule for b divides by b once: -g a / b"),
+    ('2.1', 'tinytorch.py', '        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:', '        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad:', 'visited twice', 'the order keeps no visited set: a tensor used twice is listed twice'),
+    ('2.1', 'tinytorch.py', "order.append(node)  # all of node's inputs are already in order\n            continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))", 'continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        order.append(node)', 'wrong order', 'a node appended before its inputs (pre-order)'),
+    ('2.1', 'tinytorch.py', None, '    order, visited = [], set()\n\n    def visit(node):\n        visited.add(id(node))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:\n                visit(p)\n        order.append(node)\n    visit(root)\n    return order', 'recursion limit', 'the order walked by recursion'),
+    ('2.2', 'tinytorch.py', 'grads[key] = grads[key] + pg if key in grads else pg', 'grads[key] = pg', 'gave half the gradient', 'a tensor reached twice: its second gradient overwrites the first'),
+    ('2.3', 'tinytorch.py', '    if t._grad is not None:\n        t._grad.array += g', '    if False:\n        pass', 'overwrote .grad', '.grad overwritten by each backward instead of accumulated'),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(G, B)', 'transposed matmul rule: dA', 'dA = g @ B (B not transposed)'),
+    ('3.1', 'tinytorch.py', 'gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)', 'gb = np.matmul(np.swapaxes(A, -1, -2), G)', 'summed over the batch dims', "a batched matmul: b's gradient not summed over the batch"),
+    ('3.2', 'tinytorch.py', '    if not keepdim and axes:\n        g = np.expand_dims(g, axes)', '    pass', 'put the reduced dims back', 'the reduced dims not put back before broadcasting g (keepdim=False)'),
+    ('3.3', 'tinytorch.py', 'return (g * out,)', 'return (g,)', 'passed g through unchanged', "exp's rule passes g through"),
+    ('3.4', 'tinytorch.py', 'return (g / x.array,)', 'return (g * x.array,)', 'divide g by x', "log's rule multiplies g by x"),
+    ('3.5', 'tinytorch.py', '_power_of(a.array, p - 1)', '_power_of(a.array, p)', 'off by one', "pow's rule p x^p"),
+    ('4.1', 'nn.py', 'tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])', 'tree = [(prefix, self)]', 'missed the parameters of nested modules', "parameters() looks only at the module's own attributes"),
+    ('4.1', 'nn.py', '                if id(value) in seen:\n                    continue\n', '', 'listed twice', 'a tied weight listed once per module that holds it'),
+    ('4.2', 'nn.py', 'gw = g2.T @ x2 if', 'gw = x2.T @ g2 if', 'transposed matmul rule for the weight', 'dW = x^T @ g'),
+    ('4.2', 'nn.py', 'tt.unbroadcast(sum_leading(g2), bs)', 'g2', 'shape of the bias', 'the bias gradient not summed over the rows'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array += group['lr'] * g", 'went uphill', 'p += lr * g'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", 'p.array -= g', 'ignores the learning rate', 'p -= g, no learning rate'),
+    ('4.4', 'optim.py', '                p.grad = None\n            elif', '                pass\n            elif', 'left the old gradients', 'zero_grad does nothing'),
+    ('4.4', 'optim.py', 'p.grad.array[...] = 0', 'p.grad = None', 'keep the existing .grad tensor', 'zero_grad(set_to_none=False) sets .grad to None'),
+    ('4.4', 'optim.py', '                p.grad = None\n            elif', '                if p.grad is not None:\n                    p.grad.array[...] = 0\n            elif', 'wrote zeros into .grad, but its default is set_to_none=True', 'zero_grad writes zeros by default (set_to_none=True)'),
+    ('5.1', 'nn.py', 'gd = 2 * g * d', 'gd = g * d', 'factor 2 is missing', "mse_loss's rule without the factor 2"),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array', 'overflowed on logits of 1000', 'no shift before exp'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array - logits.array.max()', 'OWN max', 'one max for the whole batch'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array - logits.array.max(axis=1)', 'keepdims=True so that it lines up', 'the row max without keepdims'),
+    ('6.2', 'nn.py', 'np.nan, var) + eps)', 'np.nan, var))', 'add eps inside the square root', 'no eps: 1 / sqrt(var)'),
+    ('6.2', 'nn.py', 'sum_last(xhat * xhat) / n\n', 'sum_last(xhat * xhat) / (n - 1)\n', 'biased variance', 'the unbiased variance (n - 1)'),
+    ('7.1', 'nn.py', 'scores = (q @ k.transpose(-2, -1)) * scale', 'scores = q @ k.transpose(-2, -1)', 'not scaled by 1/sqrt(d)', 'scores not scaled'),
+    ('7.1', 'nn.py', 'return scores.softmax(-1)', 'return scores.softmax(-2)', 'over the queries', 'softmax over the queries (dim -2)'),
+    ('7.1', 'nn.py', None, '    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale\n    w = ((q @ k.transpose(-2, -1)) * scale).softmax(-1)\n    if is_causal:\n        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), 0.0)\n    if mask is not None:\n        m = mask.array if isinstance(mask, tt.Tensor) else mask\n        w = w.masked_fill(~m, 0.0)\n    if not zero_empty_rows:\n        return w', 'after the softmax', 'the mask applied after the softmax (weights set to 0)'),
+    ('7.2', 'transformer.py', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)\n        k = k.reshape(B, T, H, C // H).transpose(1, 2)\n        v = v.reshape(B, T, H, C // H).transpose(1, 2)', 'q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)', 'heads are mixed up', 'heads split with reshape(B, H, T, D)'),
+    ('7.2', 'transformer.py', 'return y.transpose(1, 2).reshape(B, T, C)', 'return y.reshape(B, T, C)', 'putting the heads back', 'heads merged without the transpose back'),
+    ('8.1', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = self.attn(self.ln_1(x), cache, layer)', 'residual is missing', "the attention's residual missing"),
+    ('6.1', 'nn.py', 'logp = shifted - lse[:, None]  # log_softmax', 'logp = np.log(e / sumexp)  # log_softmax', 'log(softmax) underflows', 'cross-entropy as log(softmax): logp = log(e / sumexp)'),
+    ('2.3', 'tinytorch.py', None, '    if t._grad is not None:\n        t._grad = _constant(t._grad.array + g)\n    else:\n        t._grad = _constant(g)', "the caller's array itself (it shares g's memory)", ".grad holds the caller's g (later a new array for the sum)"),
+    ('7.1', 'nn.py', 'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale', 'scale = 1.0 / math.sqrt(q.shape[-1])', 'ignored its scale= argument', 'scale= ignored: always 1/sqrt(d)'),
+    ('3.5', 'tinytorch.py', '(p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)', '(p * _power_of(a.array, p - 1)),)', 'x ** 0 at x = 0: your gradient is nan', "pow's rule p x^(p-1) without the p = 0 case"),
+    ('2.1', 'tinytorch.py', '        if id(node) in visited:\n            continue\n        visited.add(id(node))', '        visited.add(id(node))', 'x * x: your order lists x 2 times', 'a node marked visited but not skipped when taken again'),
+    ('2.1', 'tinytorch.py', 'if p.requires_grad and id(p) not in visited:', 'if id(p) not in visited:', 'your order lists c', 'inputs that need no grad listed too'),
+    ('8.1', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))', 'x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))', 'post-LN', 'a post-LN block'),
+    # caught since the tutor's round (issue 47), beyond the issue's list
+    ('1.3', 'tinytorch.py', None, '        return (unbroadcast(-g, sa) if a.requires_grad else None,\n                unbroadcast(-g, sb) if b.requires_grad else None)', 'the gradient for a is the negative', "sub's rule negates both gradients"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (g * b.array', 'the gradient for a has the broadcast shape', "mul's rule without unbroadcast"),
+    ('1.5', 'tinytorch.py', 'unbroadcast(g / b.array, sa)', 'unbroadcast(g * b.array, sa)', "div's gradient for a multiplies by b", "div's rule for a: g * b"),
+    ('2.3', 'tinytorch.py', None, '    if t._grad is None:\n        t._grad = _constant(g.copy())\n    else:\n        t._grad.array += g', "must have its tensor's dtype", ".grad in g's dtype (float64 for a float32 tensor)"),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(np.swapaxes(B, -1, -2), G)', "dA's factors are swapped", 'dA = B^T @ g'),
+    ('3.2', 'tinytorch.py', 'return np.broadcast_to(g, shape)', 'return g', 'spread g back over the reduced dims', "sum's rule returns g as it is"),
+    ('3.3', 'tinytorch.py', 'return (g * out,)', 'return (g * x.array,)', 'multiplied g by x: the derivative of e^x', "exp's rule g * x"),
+    ('4.1', 'nn.py', "yield module_prefix + ('.' if module_prefix else '') + name, value", 'yield name, value', 'module name, a dot, then the parameter name', "names without the module's path"),
+    ('4.2', 'nn.py', 'gx = (g2 @ weight.array).reshape(xs)', 'gx = (g2 @ weight.array.T).reshape(xs)', 'transposed matmul rule for x', 'dx = g @ W^T'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= group['lr'] * p.grad.array", 'ignored the decay', 'the step uses p.grad, not g (weight decay lost)'),
+    ('5.1', 'nn.py', '-gd if target.requires_grad', 'gd if target.requires_grad', 'the gradient for target is the negative', "the target's gradient with the input's sign"),
+    ('6.1', 'nn.py', 'sumexp = sum_last(e)  # (N, 1)\n    lse = np.log(sumexp[:, 0])', 'sumexp = e.sum(axis=1)\n    lse = np.log(sumexp)', "sumexp must be e's row sums as (N, 1)", 'sumexp without keepdims'),
+    ('6.2', 'nn.py', None, '    mean = rows.mean(axis=0, keepdims=True)\n    var = ((rows - mean) ** 2).mean(axis=0, keepdims=True)\n    rstd = 1 / np.sqrt(var + eps)\n    xhat = (rows - mean) * rstd', 'taken down the columns (axis 0)', 'mean and variance over axis 0'),
+    ('6.2', 'nn.py', 'rstd = 1.0 / np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'rstd = np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'multiplied by their standard deviation', 'rstd = sqrt(var + eps)'),
+    ('7.1', 'nn.py', 'scores = scores.masked_fill(~m, -math.inf)', 'scores = scores.masked_fill(m, -math.inf)', 'is not applied as -inf where it is False', 'a bool mask read the other way (True = masked)'),
+    ('8.1', 'transformer.py', 'return x + self.mlp(self.ln_2(x))', 'return x + self.mlp(x)', 'a sub-layer gets x itself', "the MLP's input not normalised"),
 ]
 
 # Correct answers written differently from the shipped ones: no check may flag them.
@@ -12586,6 +12583,18 @@ _LEARN_OTHER_ANSWERS = [
     if not zero_empty_rows:
         return scores.softmax(-1)"""),
 ]
+
+
+def _learn_row(mistake, where, says):
+    """A row of README's table of planted mistakes."""
+    return f"| {mistake} | {where} | {says.replace('|', chr(92) + '|')} |"
+
+
+def _learn_readme_rows():
+    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    head = "| the mistake | exercise | what `python learn.py check` says |\n| --- | --- | --- |\n"
+    assert head in readme
+    return readme.split(head)[1].split('\n\n')[0].split('\n')
 
 
 def _learn_edit(ws, ex, old, new, f=None):
@@ -12677,7 +12686,7 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     with its own message (in one test: the workspace copies share the compiled files)."""
     assert len(_LEARN_MISTAKES) >= 20
     messages = []
-    for ex, f, old, new, says in _LEARN_MISTAKES:
+    for ex, f, old, new, says, _ in _LEARN_MISTAKES:
         ws = tmp_path / f'ws{len(messages)}'
         shutil.copytree(_learn_filled, ws)
         _learn_edit(ws, ex, old, new, f)
@@ -12685,11 +12694,17 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
         messages.append(lines[0])
     assert len(set(messages)) == len(messages)
+    # README's table of planted mistakes is exactly these, each with what check says
+    titles = {ex: f"✗ {ex} {_learn.EXERCISES[ex]['title']}: " for ex in _learn.ORDER}
+    rows = [_learn_row(m[5], m[0], msg[len(titles[m[0]]):]) for m, msg in zip(_LEARN_MISTAKES, messages)]
+    table = _learn_readme_rows()
+    assert table[:len(rows)] == rows, '\n'.join(r for r in rows if r not in table)
+    assert len(table) == len(rows) + len(_LEARN_RUN_MISTAKES) >= 40
     readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
     sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
     shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
     assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
-    assert len({says for *_, says in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
+    assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
 _LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
@@ -12710,15 +12725,18 @@ def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
 # text, the step, what the run's line must name as the likely cause).
 _LEARN_RUN_MISTAKES = [
     ('optim.py', "buf = state['momentum_buffer'] = g.copy()", "buf = g.copy()", '6',
-     "likely cause: momentum (optim.py, SGD._update): the buffer must persist between steps"),
+     "likely cause: momentum (optim.py, SGD._update): the buffer must persist between steps",
+     "SGD's momentum buffer not kept between steps"),
     ('optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m\n    v_hat = v", '8',
-     "likely cause: Adam (optim.py, adam_step): the bias correction is missing"),
+     "likely cause: Adam (optim.py, adam_step): the bias correction is missing",
+     "Adam without bias correction"),
 ]
 
 
-@pytest.mark.parametrize('f, old, new, step, says', _LEARN_RUN_MISTAKES,
-                         ids=['momentum reset every step', 'Adam without bias correction'])
-def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, old, new, step, says):
+@pytest.mark.parametrize('f, old, new, step, says, mistake', _LEARN_RUN_MISTAKES,
+                         ids=[m[5] for m in _LEARN_RUN_MISTAKES])
+def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, old, new, step, says,
+                                                   mistake):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
     text = (ws / f).read_text()
@@ -12727,6 +12745,9 @@ def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, o
     ok, lines = _learn_check(ws, step)
     run, = [ln for ln in lines if ln.startswith(f'✗ step {step} run')]
     assert not ok and says in run, lines
+    # README's table: the run's numbers elided, the likely cause as check says it
+    row = _learn_row(mistake, f'step {step} run', '(what the run reached); ' + run[run.index(says):])
+    assert row in _learn_readme_rows(), row
     assert all(ln.startswith('✓') for ln in lines if ln[:1] in '✓✗·' and ' run' not in ln[:12])
     assert lines[-1].startswith("These exercises pass their checks, but a step's run fails"), lines
     ok, lines = _learn_check(ws, None)  # everything: never "All 23 exercises pass" under it
