@@ -58,7 +58,10 @@ STEPS = {
     6: "Stable softmax, normalisation and cross-entropy (and a spiral classifier)",
     7: "Single-head attention, then multi-head",
     8: "A Transformer block, validated on a small text",
+    9: "Optional, past the checklist: an LSTM cell, and backpropagation through time",
 }
+OPTIONAL = 9  # steps from here on go past the seed's checklist: `check` alone skips them
+              # until you start one
 
 # What each stub says (inputs, output, what the backward returns; never how), then two
 # hints: what to think about, and the math. The third hint is the shipped answer itself.
@@ -253,6 +256,19 @@ EXERCISES = {
         think="Where does the normalisation go in a pre-LN block, and what keeps a path "
               "from the output straight back to x?",
         math="x = x + attn(ln_1(x)); return x + mlp(ln_2(x))."),
+    '9.1': dict(
+        what="x: (N, input); h, c: (N, hidden), the previous hidden state and cell; w_ih (4 "
+             "hidden, input), w_hh (4 hidden, hidden), b_ih, b_hh (4 hidden,) or None: PyTorch's "
+             "weights, their four blocks in PyTorch's order i (input gate), f (forget gate), g "
+             "(the candidate), o (output gate). Set c, the new cell, and h, the new hidden "
+             "state, with tinytorch ops (linear, .chunk(4, -1), .sigmoid(), .tanh()): then the "
+             "gradient flows back through time by itself.",
+        think="A cell carries a memory c. Which gate decides how much of the old memory to "
+              "keep, which how much of the new candidate to write, and which how much of the "
+              "memory to show as h? Which of the four is content rather than a gate, and what "
+              "range should content have?",
+        math="z = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh); i, f, g, o = z.chunk(4, -1); "
+             "i, f, o = sigmoid of each; g = tanh(g); c = f * c + i * g; h = o * tanh(c)."),
 }
 # Where the shipped answer carries guards for edge cases a first answer need not have, hint
 # 3 shows hint 2 as plain code first (checked by the tests like every answer), then those.
@@ -276,13 +292,15 @@ xhat = (rows - mean) * rstd""", guards="a shift by each row's first value, so th
 for _k, _v in EXERCISES.items():
     _v['step'] = int(_k.split('.')[0])
 ORDER = sorted(EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
+CORE = [ex for ex in ORDER if EXERCISES[ex]['step'] < OPTIONAL]  # the seed's checklist
 RUNS = {2: "gradients of a broadcast expression with a tensor used three times, through "
            "your ops and your backward, vs finite differences",
         3: "gradients of a small model through your whole engine vs finite differences",
         5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
         6: "a spiral classifier, and cross-entropy on logits of 1000",
         7: "multi-head attention vs the shipped implementation (values and gradients)",
-        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)"}
+        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)",
+        9: "an LSTM on your cell learns 'hello world! ' (loss below 0.1 within 150 steps)"}
 
 
 class Usage(Exception):
@@ -341,6 +359,9 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
               'v = v.reshape(B, T, H, C // H).transpose(1, 2)'),
              ('CausalSelfAttention.attend', 'return y.transpose(1, 2).reshape(B, T, C)', None)]),
     '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
+    '9.1': ('nn.py', "an LSTM cell",
+            [('lstm_cell', 'i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)',
+              'h = o * c.tanh()')]),
 }
 for _k, (_f, _title, _) in LOCATE.items():
     EXERCISES[_k].update(file=_f, title=_title)
@@ -583,7 +604,8 @@ def start(ws):
     for f in FILES:
         (ws / f).write_text(texts[f])
     write_stamp(ws, {'version': VERSION, 'hints': {}})
-    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(ORDER)} exercises to fill in.")
+    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(CORE)} exercises to fill in "
+          f"(and {len(ORDER) - len(CORE)} optional ones past the checklist).")
     print(next_step(ws, {}))
 
 
@@ -605,12 +627,15 @@ def next_step(ws, states, runs_ok=None):
     """What to do next: the first exercise that fails (states[ex] False), or has no result
     yet and is not started. runs_ok: whether the steps' runs passed (None: not run)."""
     todo = [ex for ex in ORDER if states.get(ex) is False
-            or states.get(ex) is not True and is_stub(ws, ex)]
-    if not todo and len(states) == len(ORDER) and all(states.values()):
+            or states.get(ex) is not True and is_stub(ws, ex) and ex in CORE]
+    if not todo and all(states.get(ex) for ex in CORE):
         if runs_ok is None:
-            return (f"All {len(ORDER)} exercises pass their checks. Now the steps' runs on your "
+            return (f"All {len(CORE)} exercises pass their checks. Now the steps' runs on your "
                     f"engine: python {ME} check{_dir_arg(ws)}")
-        return f"All {len(ORDER)} exercises pass, and every step's run."
+        more = [ex for ex in ORDER if ex not in CORE and is_stub(ws, ex)]
+        return (f"All {len(CORE)} exercises pass, and every step's run." + (
+            f" Past the checklist, optional: exercise {more[0]} ({EXERCISES[more[0]]['title']}): "
+            f"python {ME} check {more[0]}{_dir_arg(ws)}" if more else ""))
     if not todo:
         return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
                 f"python {ME} check{_dir_arg(ws)}")
@@ -1545,13 +1570,82 @@ def check_8_1(m):
                    "x + mlp(ln_2(x))")
 
 
+# -- step 9 (optional): an LSTM cell ---------------------------------------------------------
+def _sig(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm_np(x, h, c, w, order='ifgo', g_act=np.tanh, forget=True, h_tanh=True, new_c=True):
+    """One LSTM step in NumPy, or one of the typical mistakes (the keywords)."""
+    z = x @ w[0].T + w[2] + h @ w[1].T + w[3]
+    d = dict(zip(order, np.split(z, 4, -1)))
+    i, f, g, o = _sig(d['i']), _sig(d['f']), g_act(d['g']), _sig(d['o'])
+    c2 = f * c + i * g if forget else c + i * g
+    return o * (np.tanh(c2 if new_c else c) if h_tanh else c2), c2
+
+
+def check_9_1(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(17)
+    x, h, c = r.standard_normal((2, 3)), r.standard_normal((2, 4)), r.standard_normal((2, 4))
+    w = [r.standard_normal((16, 3)) * 0.7, r.standard_normal((16, 4)) * 0.7,
+         r.standard_normal(16) * 0.5, r.standard_normal(16) * 0.5]
+    got = nn.lstm_cell(leaf(tt, x), (leaf(tt, h), leaf(tt, c)), *[leaf(tt, a) for a in w])
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Fail("lstm_cell must return (h, c): the lines after your code return them")
+    gh, gc = (np.asarray(t.array) for t in got)
+    want_h, want_c = _lstm_np(x, h, c, w)
+    if close(gh, want_h) and close(gc, want_c):
+        pass
+    else:
+        for kw, msg in (
+                (dict(order='ifog'), "the chunks are in PyTorch's order i, f, g, o: the third is the "
+                                     "candidate g, the fourth the output gate o"),
+                (dict(order='figo'), "the chunks are in PyTorch's order i, f, g, o: the input gate "
+                                     "comes first, then the forget gate"),
+                (dict(g_act=_sig), "the candidate g is tanh(...), not a sigmoid: it is the new content "
+                                   "(between -1 and 1); only the gates i, f, o are sigmoids"),
+                (dict(forget=False), "c = f * c + i * g: the old cell must be multiplied by the "
+                                     "forget gate f, or the memory only ever grows"),
+                (dict(h_tanh=False), "h = o * tanh(c): you left out the tanh of the cell"),
+                (dict(new_c=False), "h shows the new cell: h = o * tanh(c) with the c you just "
+                                    "computed, not the old one")):
+            mh, mc = _lstm_np(x, h, c, w, **kw)
+            if close(gh, mh) and close(gc, mc):
+                raise Fail(msg)
+        if not close(gc, want_c):
+            raise Fail("the new cell c is wrong: c = f * c + i * g, with i, f, o sigmoids and g a "
+                       "tanh of the four chunks of linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)")
+        raise Fail("the new cell c is right but h is not: h = o * tanh(c)")
+    # backpropagation through time: three steps of the cell, the loss on the last h
+    xs = r.standard_normal((3, 2, 3))
+    G = r.standard_normal((2, 4))
+
+    def f_np(xs_, whh):
+        hh, cc = h, c
+        for t in range(3):
+            hh, cc = _lstm_np(xs_[t], hh, cc, [w[0], whh, w[2], w[3]])
+        return hh
+    X, Whh = leaf(tt, xs), leaf(tt, w[1])
+    hh, cc = leaf(tt, h, grad=False), leaf(tt, c, grad=False)
+    wts = [leaf(tt, w[0], grad=False), Whh, leaf(tt, w[2], grad=False), leaf(tt, w[3], grad=False)]
+    for t in range(3):
+        hh, cc = nn.lstm_cell(X[t], (hh, cc), *wts)
+    hh.backward(tt.tensor(G))
+    _check_leaf_grads((('the inputs', X), ('w_hh', Whh)), f_np, (xs, w[1]), G, tol=1e-4,
+                      says=lambda name, why: f"backpropagation through time: d h_3 / d {name} "
+                                             f"through 3 steps of your cell differs from finite "
+                                             f"differences: {why}")
+
+
 CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
 # The other exercises whose code each check runs (found by tracing the checks on the
 # shipped answers; a test traces them again): a failure is blamed on the first of these
 # whose own check fails.
 DEPS = {ex: () for ex in EXERCISES}
 DEPS.update({'1.2': ('1.1',), '1.3': ('1.1',), '1.4': ('1.1',), '1.5': ('1.1',),
-             '3.1': ('1.1',), '4.2': ('1.1',), '7.2': ('7.1',), '8.1': ('6.2', '7.1', '7.2')})
+             '3.1': ('1.1',), '4.2': ('1.1',), '7.2': ('7.1',), '8.1': ('6.2', '7.1', '7.2'),
+             '9.1': ('1.1', '1.2', '1.4', '2.1', '2.2', '2.3', '4.2')})
 
 
 # ---------------------------------------------------------------------------
@@ -1738,7 +1832,41 @@ def run_8(m, steps=150, target=0.3):
             f"{step + 1} steps ({secs:.0f} s)")
 
 
-RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
+HELLO = "hello world! "
+
+
+def run_9(m, steps=150, target=0.1):
+    """An LSTM (your cell, in nn.LSTM's loop over time) learns to continue 'hello world! ':
+    after 'l' comes 'l', 'o' or 'd', so it must remember what came before."""
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    chars = sorted(set(HELLO))
+    v = len(chars)
+    ids = np.array([chars.index(ch) for ch in HELLO * 8])
+    eye = np.eye(v, dtype=np.float32)
+    tt.manual_seed(0)
+    lstm, head = nn.LSTM(v, 24, batch_first=True), nn.Linear(24, v)
+    opt = optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=0.03)
+    r = rng(25)
+    for step in range(steps):
+        starts = r.integers(0, len(ids) - 13, 8)
+        xb = np.stack([ids[k:k + 12] for k in starts])
+        yb = np.stack([ids[k + 1:k + 13] for k in starts])
+        out, _ = lstm(tt.tensor(eye[xb]))
+        loss = nn.cross_entropy(head(out).reshape(-1, v), yb.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if float(loss.array) < target:
+            break
+    final = float(loss.array)
+    if not final < target:
+        raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
+                   f"{math.log(v):.2f}); expected below {target}")
+    return (f"an LSTM on your cell continues {HELLO.strip()!r}: loss {final:.3f} after "
+            f"{step + 1} steps")
+
+
+RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8, 9: run_9}
 
 
 # -- after a failed run: probes of the code it uses, each with a closed form ------------------
@@ -2006,9 +2134,11 @@ def attempt(fn, mods, mod_names, ex, ws, limit=None):
         return False, f"your code raised {_where(e, ws)}", None
 
 
-def select(arg):
-    if arg is None:
-        return list(ORDER), sorted(RUN_FNS)
+def select(arg, ws=None):
+    if arg is None:  # the checklist, and each optional exercise once started
+        mine = [ex for ex in ORDER if ex in CORE or ws is not None and not is_stub(ws, ex)]
+        return mine, sorted({s for s in RUN_FNS if s < OPTIONAL}
+                            | {EXERCISES[ex]['step'] for ex in mine if ex not in CORE})
     if re.fullmatch(r'\d+', arg) and int(arg) in STEPS:
         s = int(arg)
         return [ex for ex in ORDER if EXERCISES[ex]['step'] == s], [s] if s in RUN_FNS else []
@@ -2091,8 +2221,8 @@ def _mark(passed, msg):
 
 
 def check(ws, arg, out=print):
-    exercises, runs = select(arg)
     read_stamp(ws)
+    exercises, runs = select(arg, ws)
     s = Session(ws)
     results, skipped = {}, []
     ok = runs_ok = True
@@ -2120,7 +2250,7 @@ def check(ws, arg, out=print):
             if skipped or runs else f"(stuck? python {ME} hint {s.hung}{_dir_arg(ws)})")
         return False, results
     if not runs_ok and all(results.values()):
-        out(f"{'All ' + str(len(ORDER)) if len(results) == len(ORDER) else 'These'} exercises "
+        out(f"{'All ' + str(len(CORE)) if set(CORE) <= set(results) else 'These'} exercises "
             "pass their checks, but a step's run fails (its line above says what it found): fix "
             f"that, then: python {ME} check{' ' + arg if arg else ''}{_dir_arg(ws)}")
     elif ok or len(exercises) > 1:
@@ -2145,7 +2275,7 @@ def status(ws):
                 break
             states[ex] = None if is_stub(ws, ex) else s.verdict(ex)[0]
     for step, what in STEPS.items():
-        print(f"Step {step}. {what}")
+        print(f"Step {step}. {what}" if step < OPTIONAL else f"Step {step} ({what[0].lower()}{what[1:]})")
         for ex in ORDER:
             if EXERCISES[ex]['step'] != step:
                 continue
@@ -2161,8 +2291,8 @@ def status(ws):
         print(f"Then:  python {ME} check 1.1    python {ME} hint 1.1    "
               f"python {ME} diff 1.1")
     else:
-        done = sum(1 for v in states.values() if v)
-        print(f"{ws}/: {done} of {len(ORDER)} exercises pass (✓ passes, ✗ written but failing, "
+        done = sum(1 for ex, v in states.items() if v and ex in CORE)
+        print(f"{ws}/: {done} of {len(CORE)} exercises pass (✓ passes, ✗ written but failing, "
               "· not started).")
         if s.hung:
             print(f"Exercise {s.hung}'s code did not finish in {LIMIT} s (the later ones were "

@@ -12533,6 +12533,12 @@ _LEARN_MISTAKES = [
     ('6.2', 'nn.py', 'rstd = 1.0 / np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'rstd = np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'multiplied by their standard deviation', 'rstd = sqrt(var + eps)'),
     ('7.1', 'nn.py', 'scores = scores.masked_fill(~m, -math.inf)', 'scores = scores.masked_fill(m, -math.inf)', 'is not applied as -inf where it is False', 'a bool mask read the other way (True = masked)'),
     ('8.1', 'transformer.py', 'return x + self.mlp(self.ln_2(x))', 'return x + self.mlp(x)', 'a sub-layer gets x itself', "the MLP's input not normalised"),
+    # the optional step 9: an LSTM cell
+    ('9.1', 'nn.py', "i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)", "i, f, o, g = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)", "the third is the candidate g", "the gates taken as i, f, o, g"),
+    ('9.1', 'nn.py', "i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()", "i, f, g, o = i.sigmoid(), f.sigmoid(), g.sigmoid(), o.sigmoid()", "the candidate g is tanh(...), not a sigmoid", "the candidate g through a sigmoid"),
+    ('9.1', 'nn.py', "c = f * c + i * g ", "c = c + i * g ", "multiplied by the forget gate f", "no forget gate on the old cell"),
+    ('9.1', 'nn.py', "h = o * c.tanh() ", "h = o * c ", "you left out the tanh of the cell", "h = o * c"),
+    ('9.1', 'nn.py', "c = f * c + i * g            # forget some of the old cell, write some of the new\n    h = o * c.tanh() ", "h = o * c.tanh()\n    c = f * c + i * g ", "h shows the new cell", "h from the old cell"),
 ]
 
 # Correct answers written differently from the shipped ones: no check may flag them.
@@ -12646,9 +12652,10 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
     _learn.start(ws)
     assert 'Next: exercise 1.1' in capsys.readouterr().out
     ok, lines = _learn_check(ws, None)
-    assert not ok
+    ok9, lines9 = _learn_check(ws, '9')  # the optional step: checked when asked for (or started)
+    assert not ok and not ok9 and not any(ln[2:].startswith('9.1 ') for ln in lines)
     for ex in _learn.ORDER:
-        line, = [ln for ln in lines if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
+        line, = [ln for ln in lines + lines9 if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
         assert line.startswith(f'· {ex} ') and 'not implemented yet' in line, line  # the legend's '·'
         assert f'{ws / _learn.EXERCISES[ex]["file"]}, line ' in line  # the workspace's file, not ours
         assert f'exercise {ex}: not implemented yet' in (ws / _learn.EXERCISES[ex]['file']).read_text()
@@ -12663,7 +12670,7 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
 
 
 def test_learn_shipped_answers_pass_every_check(_learn_filled):
-    for arg in _learn.ORDER + ['2', '3', '5', '6', '7']:
+    for arg in _learn.ORDER + ['2', '3', '5', '6', '7', '9']:
         ok, lines = _learn_check(_learn_filled, arg)
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
         assert lines[-1].startswith('No exercise is left unwritten. Check them all')
@@ -13031,7 +13038,7 @@ def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tm
                                "look for a loop that never ends") and 'line ' in lines[0], lines
     assert re.search(r'tinytorch.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis=0\)  '
                      r'# never assigned)\)$', lines[0]), lines[0]  # a line of the loop it was stuck in
-    assert lines[1] == "· not checked: 1.2 .. 8.1 and the runs: exercise 1.1's code must finish first"
+    assert lines[1] == "· not checked: 1.2 .. 9.1 and the runs: exercise 1.1's code must finish first"
     assert len(lines) == 2
     assert took < _learn.LIMIT + 8, took  # one limit, not one per check: the rest wait
     # checked alone, an exercise that calls it names the exercise that hangs, not itself
