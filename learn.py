@@ -46,7 +46,7 @@ FILES = ('tinytorch.py', 'nn.py', 'optim.py', 'transformer.py')  # in import ord
 VERSION = 1  # of the workspace layout: a workspace stamped otherwise is refused
 STAMP = '.learn.json'
 DEFAULT_DIR = 'mytorch'
-ME = 'learn.py'  # this file as the commands it suggests call it (main: relative to the folder you are in)
+ME = 'learn.py'  # this file as the suggested commands call it (main: from the folder you are in)
 FOUND = None  # the workspace main found without --dir (then the suggested commands need none)
 
 STEPS = {
@@ -341,7 +341,8 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
             [('pow.backward_scalar', None, None)]),
     '4.1': ('nn.py', "collect the parameters of a module tree",
             [('Module._named_members', None, None)]),
-    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(rows, outs)', None)]),
+    '4.2': ('nn.py', "linear's backward",
+            [('linear.backward', 'g2 = g.reshape(rows, outs)', None)]),
     '4.3': ('optim.py', "SGD's update", [('SGD._update', "p.array -= group['lr'] * g", None)]),
     '4.4': ('optim.py', "zero_grad", [('Optimizer.zero_grad', None, None)]),
     '5.1': ('nn.py', "mse_loss's backward", [('mse_loss.backward', None, None)]),
@@ -352,7 +353,8 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
             [('layer_norm', 'first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)',
               'xhat *= rstd')]),
     '7.1': ('nn.py', "attention weights",
-            [('attention_weights', 'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale',
+            [('attention_weights',
+              'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale',
               'if not zero_empty_rows:')]),
     '7.2': ('transformer.py', "multi-head",
             [('CausalSelfAttention.attend', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)',
@@ -360,7 +362,8 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
              ('CausalSelfAttention.attend', 'return y.transpose(1, 2).reshape(B, T, C)', None)]),
     '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
     '9.1': ('nn.py', "an LSTM cell",
-            [('lstm_cell', 'i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)',
+            [('lstm_cell',
+              'i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)',
               'h = o * c.tanh()')]),
 }
 for _k, (_f, _title, _) in LOCATE.items():
@@ -451,8 +454,9 @@ def blocks(ex):
     for path, first, last in specs:
         fn = _find(tree, path, end)
         if fn is None:
-            raise Mismatch(f"exercise {ex}: {f} has no {path}{' in Part I' if end <= len(lines) else ''}: "
-                           "this learn.py does not match the files beside it")
+            part = ' in Part I' if end <= len(lines) else ''
+            raise Mismatch(f"exercise {ex}: {f} has no {path}{part}: this learn.py does not "
+                           "match the files beside it")
         body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
         if first is not None:
             sibling_lists = [stmts for stmts in _statements(fn)]
@@ -604,8 +608,9 @@ def start(ws):
     for f in FILES:
         (ws / f).write_text(texts[f])
     write_stamp(ws, {'version': VERSION, 'hints': {}})
-    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(CORE)} exercises to fill in "
-          f"(and {len(ORDER) - len(CORE)} optional ones past the checklist).")
+    extra = [ex for ex in ORDER if ex not in CORE]
+    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(CORE)} exercises to fill in"
+          + (f" (and, past the checklist, optional {', '.join(extra)})." if extra else "."))
     print(next_step(ws, {}))
 
 
@@ -687,7 +692,8 @@ def load(ws):
                 raise
             except Hang as e:
                 sys.modules.pop(name, None)
-                mods[name] = f"your {ws / f} {_endless(LIMIT)} (importing it){_hang_place(e, ws)[1]}"
+                where = _hang_place(e, ws)[1]
+                mods[name] = f"your {ws / f} {_endless(LIMIT)} (importing it){where}"
             except BaseException as e:  # noqa: BLE001 (the learner's file: report, go on)
                 sys.modules.pop(name, None)
                 mods[name] = f"your {ws / f} does not import: {_where(e, ws)}"
@@ -1599,12 +1605,13 @@ def check_9_1(m):
         pass
     else:
         for kw, msg in (
-                (dict(order='ifog'), "the chunks are in PyTorch's order i, f, g, o: the third is the "
-                                     "candidate g, the fourth the output gate o"),
+                (dict(order='ifog'), "the chunks are in PyTorch's order i, f, g, o: the third is "
+                                     "the candidate g, the fourth the output gate o"),
                 (dict(order='figo'), "the chunks are in PyTorch's order i, f, g, o: the input gate "
                                      "comes first, then the forget gate"),
-                (dict(g_act=_sig), "the candidate g is tanh(...), not a sigmoid: it is the new content "
-                                   "(between -1 and 1); only the gates i, f, o are sigmoids"),
+                (dict(g_act=_sig), "the candidate g is tanh(...), not a sigmoid: it is the new "
+                                   "content (between -1 and 1); only the gates i, f, o are "
+                                   "sigmoids"),
                 (dict(forget=False), "c = f * c + i * g: the old cell must be multiplied by the "
                                      "forget gate f, or the memory only ever grows"),
                 (dict(h_tanh=False), "h = o * tanh(c): you left out the tanh of the cell"),
@@ -2049,9 +2056,9 @@ def time_limit(seconds):
     timer.start()
     try:
         yield
-    except KeyboardInterrupt:
-        if rang:
-            raise Hang() from None
+    except KeyboardInterrupt as e:
+        if rang:  # the timer's: a Hang, with the place it interrupted
+            raise Hang().with_traceback(e.__traceback__) from None
         raise
     finally:
         timer.cancel()
@@ -2201,7 +2208,8 @@ class Session:
         self.hung = self.hung or hung
         if not passed and not hung:
             msg += self.likely_cause(step)
-        out(f"✓ step {step} run: {msg}" if passed else f"✗ step {step} run ({RUNS[step]}): {msg}")
+        out(f"✓ step {step} run: {msg}" if passed
+            else f"✗ step {step} run ({RUNS[step]}): {msg}")
         return passed
 
     def likely_cause(self, step):
@@ -2275,7 +2283,8 @@ def status(ws):
                 break
             states[ex] = None if is_stub(ws, ex) else s.verdict(ex)[0]
     for step, what in STEPS.items():
-        print(f"Step {step}. {what}" if step < OPTIONAL else f"Step {step} ({what[0].lower()}{what[1:]})")
+        print(f"Step {step}. {what}" if step < OPTIONAL
+              else f"Step {step} ({what[0].lower()}{what[1:]})")
         for ex in ORDER:
             if EXERCISES[ex]['step'] != step:
                 continue

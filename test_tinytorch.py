@@ -13059,6 +13059,23 @@ def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tm
     assert p.returncode == 130 and err == 'learn.py: stopped (Ctrl-C) while checking exercise 1.1\n', (out, err)
 
 
+
+def test_learn_time_limit_without_an_alarm_as_on_windows(_learn_filled, tmp_path, monkeypatch):
+    """Where there is no SIGALRM a timer thread interrupts the main thread: the same line,
+    with the place it stopped."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '1.1', *_LEARN_ENDLESS)
+    monkeypatch.delattr(__import__('signal'), 'setitimer')
+    monkeypatch.setattr(_learn, 'LIMIT', 1)
+    t0 = _time.perf_counter()
+    ok, lines = _learn_check(ws, '1.2')
+    assert _time.perf_counter() - t0 < 1 + 8
+    assert not ok and re.fullmatch(r"✗ 1\.2 add's backward: needs exercise 1\.1 first: its code did "
+                                   r"not finish in 1 s: look for a loop that never ends \(.*tinytorch"
+                                   r"\.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis="
+                                   r"0\)  # never assigned)\)", lines[0]), lines
+
 def test_learn_a_file_that_never_finishes_importing_is_one_line(_learn_filled, tmp_path, monkeypatch):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
