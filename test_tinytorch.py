@@ -12468,7 +12468,7 @@ import learn as _learn
 
 # Each typical mistake as a small edit of the shipped answer: (exercise, file, the shipped
 # text, the mistaken text (old None: the whole exercise block), what its message must say,
-# the mistake in a few words). README's table of planted mistakes is these, with what
+# the mistake in a few words). MISTAKES.md's table of planted mistakes is these, with what
 # check says (a test runs them and compares).
 _LEARN_MISTAKES = [
     ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = () + tuple(', 'summed over the leading dim', 'unbroadcast sums only the dims of size 1, not the leading dims broadcasting added'),
@@ -12592,15 +12592,18 @@ _LEARN_OTHER_ANSWERS = [
 
 
 def _learn_row(mistake, where, says):
-    """A row of README's table of planted mistakes."""
+    """A row of MISTAKES.md's table of planted mistakes."""
     return f"| {mistake} | {where} | {says.replace('|', chr(92) + '|')} |"
 
 
-def _learn_readme_rows():
+def _learn_table_rows():
+    """The rows of MISTAKES.md's table (README's Build it yourself links it)."""
     readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    assert '[MISTAKES.md](MISTAKES.md) lists' in readme.split('## Build it yourself')[1]
+    table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
     head = "| the mistake | exercise | what `python learn.py check` says |\n| --- | --- | --- |\n"
-    assert head in readme
-    return readme.split(head)[1].split('\n\n')[0].split('\n')
+    assert head in table
+    return table.split(head)[1].split('\n\n')[0].strip().split('\n')
 
 
 def _learn_edit(ws, ex, old, new, f=None):
@@ -12701,10 +12704,10 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
         messages.append(lines[0])
     assert len(set(messages)) == len(messages)
-    # README's table of planted mistakes is exactly these, each with what check says
+    # MISTAKES.md's table of planted mistakes is exactly these, each with what check says
     titles = {ex: f"✗ {ex} {_learn.EXERCISES[ex]['title']}: " for ex in _learn.ORDER}
     rows = [_learn_row(m[5], m[0], msg[len(titles[m[0]]):]) for m, msg in zip(_LEARN_MISTAKES, messages)]
-    table = _learn_readme_rows()
+    table = _learn_table_rows()
     assert table[:len(rows)] == rows, '\n'.join(r for r in rows if r not in table)
     assert len(table) == len(rows) + len(_LEARN_RUN_MISTAKES) >= 40
     readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
@@ -12752,9 +12755,9 @@ def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, o
     ok, lines = _learn_check(ws, step)
     run, = [ln for ln in lines if ln.startswith(f'✗ step {step} run')]
     assert not ok and says in run, lines
-    # README's table: the run's numbers elided, the likely cause as check says it
+    # MISTAKES.md's table: the run's numbers elided, the likely cause as check says it
     row = _learn_row(mistake, f'step {step} run', '(what the run reached); ' + run[run.index(says):])
-    assert row in _learn_readme_rows(), row
+    assert row in _learn_table_rows(), row
     assert all(ln.startswith('✓') for ln in lines if ln[:1] in '✓✗·' and ' run' not in ln[:12])
     assert lines[-1].startswith("These exercises pass their checks, but a step's run fails"), lines
     ok, lines = _learn_check(ws, None)  # everything: never "All 23 exercises pass" under it
