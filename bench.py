@@ -96,8 +96,8 @@ import optim  # noqa: E402
 from train_digits import make_model  # noqa: E402
 from transformer import GPT, GPTConfig  # noqa: E402
 
-if ARGS is not None and ARGS.worker != 'torch':  # PyTorch runs as a user gets it: untuned
-    tt.tune()
+# the settings tt.tune() made in this process (PyTorch runs as a user gets it: untuned)
+TUNED = tt.tune() if ARGS is not None and ARGS.worker != 'torch' else []
 
 
 # ---------------------------------------------------------------------------
@@ -438,9 +438,9 @@ def main():
     print(f"NumPy {np.__version__}, BLAS: {blas_info()}"
           + (f", OPENBLAS_CORETYPE={coretype} (from the environment)" if coretype else ""))
     print(f"tinytorch: {tt.get_num_threads()} threads of its own, malloc tuning "
-          f"{'on' if tt.malloc_tuned else 'off'}, OpenBLAS idle spin "
+          f"{'on' if 'malloc' in TUNED else 'off'}, OpenBLAS idle spin "
           f"2^{os.environ.get('OPENBLAS_THREAD_TIMEOUT', '28 (its default)')} cycles, sharing the "
-          f"cores with other programs {'on' if tt._share_on and tt.fast else 'off'}")
+          f"cores with other programs {'on' if 'share_cores' in TUNED and tt.fast else 'off'}")
     if torch_version:
         print(f"PyTorch {torch_version}, {args.threads} threads (torch.set_num_threads), "
               "its default allocator settings")

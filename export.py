@@ -91,6 +91,70 @@ def _is_mask(name):
 
 
 # ---------------------------------------------------------------------------
+# Settings and vocabularies read from another program's files
+# ---------------------------------------------------------------------------
+# each file's name for a GPT setting: train_charlm.py's name, whose rule checks it
+HF_SETTINGS = {'vocab_size': 'vocab_size', 'n_positions': 'block_size', 'n_layer': 'n_layer',
+               'n_head': 'n_head', 'n_embd': 'n_embd'}
+NANOGPT_SETTINGS = {'vocab_size': 'vocab_size', 'block_size': 'block_size', 'n_layer': 'n_layer',
+                    'n_head': 'n_head', 'n_embd': 'n_embd'}
+DROPOUT = {'resid_pdrop': 'dropout', 'dropout': 'dropout'}  # optional: 0.0 when absent
+THEIRS = "the file is damaged, or not a model tinytorch's GPT can read"
+
+
+def check_gpt_settings(settings, names, path):
+    """A model's settings from another program's file (config.json, nanoGPT's model_args),
+    each checked as train_charlm.py checks its flag (train_charlm.setting_problem, in the
+    same words) before any work; names maps the file's name to train_charlm.py's."""
+    if not isinstance(settings, dict):
+        raise UserError(f"{path} holds {train_charlm.show(settings)}, not a dict of settings; "
+                        f"{THEIRS}")
+    missing = [k for k in names if k not in settings]
+    if missing:
+        raise UserError(f"{path} has no {', '.join(missing)}; {THEIRS}")
+    for theirs, ours in {**names, **DROPOUT}.items():
+        problem = (train_charlm.setting_problem(ours, settings[theirs])
+                   if theirs in settings else None)
+        if problem:
+            raise UserError(f"{path}: {theirs} {train_charlm.show(settings[theirs])} {problem}; "
+                            f"{THEIRS}")
+    n_embd, n_head = settings['n_embd'], settings['n_head']
+    if n_embd % n_head:
+        raise UserError(f"{path}: n_embd {n_embd} is not a multiple of n_head {n_head} (each "
+                        f"head gets n_embd / n_head channels); {THEIRS}")
+
+
+def vocab_from(itos, path, size, key):
+    """The vocabulary string from id -> character (vocab.json's keys '0', '1', ...: key=str;
+    meta.pkl's 0, 1, ...: key=int): size one-character strings, distinct and in sorted
+    order, as train_charlm.py numbers characters (its ids are their ranks), else one
+    UserError line."""
+    if not isinstance(itos, dict):
+        raise UserError(f"{path} holds {train_charlm.show(itos)}, not a dict of id -> "
+                        f"character; {THEIRS}")
+    if len(itos) != size:
+        raise UserError(f"{path} has {len(itos)} characters, the model's vocab_size is {size}; "
+                        f"{THEIRS}")
+    chars = [itos.get(key(i)) for i in range(size)]
+    for i, c in enumerate(chars):
+        if not isinstance(c, str) or len(c) != 1:
+            raise UserError(f"{path}: id {i} is {train_charlm.show(c)}, not one character; "
+                            f"{THEIRS}")
+    vocab = ''.join(chars)
+    if vocab != ''.join(sorted(set(vocab))):
+        raise UserError(f"{path}: its characters are not distinct and in sorted order, as "
+                        f"train_charlm.py numbers them; {THEIRS}")
+    return vocab
+
+
+def checked(ck, source):
+    """An imported checkpoint, checked as train_charlm.py checks the checkpoints it reads
+    (the config against the shapes of the weights), before it is written."""
+    train_charlm.check_checkpoint(ck, source, tail=THEIRS)
+    return ck
+
+
+# ---------------------------------------------------------------------------
 # Hugging Face GPT-2
 # ---------------------------------------------------------------------------
 def gpt2_config(config):
@@ -141,13 +205,17 @@ def from_hf(folder):
             raise UserError(f"{path} not found: --from-hf needs a folder with config.json, "
                             "model.safetensors and vocab.json (as --to hf writes them)")
     try:
-        with open(files['config.json']) as f:
+        with open(files['config.json'], encoding='utf-8') as f:
             hf = json.load(f)
         with open(files['vocab.json'], encoding='utf-8') as f:
             ids = json.load(f)
-        vocab = ''.join(ids[str(i)] for i in range(len(ids)))
+    except (OSError, ValueError, RecursionError) as e:  # unreadable, not JSON or UTF-8, too deep
+        raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
+    check_gpt_settings(hf, HF_SETTINGS, files['config.json'])
+    vocab = vocab_from(ids, files['vocab.json'], hf['vocab_size'], key=str)
+    try:
         tensors, _ = nn.load_safetensors(files['model.safetensors'])
-    except (ValueError, KeyError, nn.CheckpointError) as e:
+    except nn.CheckpointError as e:
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
     if hf.get('model_type') != 'gpt2':
         raise UserError(f"{folder}: tinytorch reads GPT-2 models (model_type 'gpt2'); this one "
@@ -161,17 +229,16 @@ def from_hf(folder):
     config = GPTConfig(vocab_size=hf['vocab_size'], block_size=hf['n_positions'],
                        n_layer=hf['n_layer'], n_head=hf['n_head'], n_embd=hf['n_embd'],
                        dropout=hf.get('resid_pdrop', 0.0)).to_dict()
-    if len(vocab) != config['vocab_size']:
-        raise UserError(f"{folder}: vocab.json has {len(vocab)} characters, config.json "
-                        f"says {config['vocab_size']}")
     state = {}
     for name, a in tensors.items():
         if _is_mask(name):
             continue  # older GPT-2 files store the causal mask as a buffer
         name = name.removeprefix('transformer.')
         state[name] = a.T if name.endswith(CONV1D) else a
-    state.setdefault('lm_head.weight', state.get('wte.weight'))
-    return _imported(config, state, vocab, f"Hugging Face GPT-2 model in {folder}")
+    if 'wte.weight' in state:  # the head tied to the embedding: GPT-2 stores it once
+        state.setdefault('lm_head.weight', state['wte.weight'])
+    return checked(_imported(config, state, vocab, f"Hugging Face GPT-2 model in {folder}"),
+                   folder)
 
 
 # ---------------------------------------------------------------------------
@@ -247,27 +314,38 @@ def from_nanogpt(path, meta_path=None):
         with open(meta_path, 'rb') as f:
             meta = _PlainUnpickler(f).load()
         args, model = pt['model_args'], pt['model']
-        vocab = ''.join(meta['itos'][i] for i in range(meta['vocab_size']))
-    except (pickle.UnpicklingError, KeyError, RuntimeError, EOFError, OSError) as e:
+    except (pickle.UnpicklingError, KeyError, TypeError, RuntimeError, EOFError, OSError) as e:
         raise UserError(f"cannot read {path} with {meta_path} ({type(e).__name__}: "
                         f"{str(e)[:120]})") from None
+    check_gpt_settings(args, NANOGPT_SETTINGS, f"{path}'s model_args")
+    if not isinstance(meta, dict) or not isinstance(model, dict) or \
+            not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()):
+        raise UserError(f"{path} with {meta_path}: not a nanoGPT checkpoint (a dict of tensors "
+                        f"as model, a dict as meta.pkl); {THEIRS}")
+    vocab = vocab_from(meta.get('itos'), meta_path, args['vocab_size'], key=int)
     config = GPTConfig(vocab_size=args['vocab_size'], block_size=args['block_size'],
                        n_layer=args['n_layer'], n_head=args['n_head'], n_embd=args['n_embd'],
                        dropout=args.get('dropout', 0.0), bias=args.get('bias', True)).to_dict()
     state = {k.removeprefix('_orig_mod.').removeprefix('transformer.'): v.float().numpy()
              for k, v in model.items() if not _is_mask(k)}
     optimizer = None
-    if 'optimizer' in pt:
-        o = pt['optimizer']
-        optimizer = {'state': {int(i): {'step': int(s['step']),
-                                        'exp_avg': s['exp_avg'].float().numpy(),
-                                        'exp_avg_sq': s['exp_avg_sq'].float().numpy()}
-                               for i, s in o['state'].items()},
-                     'param_groups': [{'weight_decay': g['weight_decay'], 'lr': g['lr'],
-                                       'betas': tuple(g['betas']), 'eps': g['eps'],
-                                       'params': list(g['params'])} for g in o['param_groups']]}
-    return _imported(config, state, vocab, f"nanoGPT checkpoint {path}", pt.get('iter_num', 0),
-                     pt.get('best_val_loss'), optimizer)
+    try:  # the optimizer's state and the step count, as nanoGPT writes them
+        if 'optimizer' in pt:
+            o = pt['optimizer']
+            optimizer = {'state': {int(i): {'step': int(s['step']),
+                                            'exp_avg': s['exp_avg'].float().numpy(),
+                                            'exp_avg_sq': s['exp_avg_sq'].float().numpy()}
+                                   for i, s in o['state'].items()},
+                         'param_groups': [{'weight_decay': g['weight_decay'], 'lr': g['lr'],
+                                           'betas': tuple(g['betas']), 'eps': g['eps'],
+                                           'params': list(g['params'])}
+                                          for g in o['param_groups']]}
+        ck = _imported(config, state, vocab, f"nanoGPT checkpoint {path}", pt.get('iter_num', 0),
+                       pt.get('best_val_loss'), optimizer)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise UserError(f"{path}: its optimizer state or iter_num is not nanoGPT's "
+                        f"({type(e).__name__}: {str(e)[:120]}); {THEIRS}") from None
+    return checked(ck, path)
 
 
 # ---------------------------------------------------------------------------

@@ -338,7 +338,7 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
     '3.3': ('tinytorch.py', "exp's backward", [('exp.backward', None, None)]),
     '3.4': ('tinytorch.py', "log's backward", [('log.backward', None, None)]),
     '3.5': ('tinytorch.py', "pow's backward (a number as the exponent)",
-            [('pow.backward_scalar', None, None)]),
+            [('_pow_number.backward', None, None)]),
     '4.1': ('nn.py', "collect the parameters of a module tree",
             [('Module._named_members', None, None)]),
     '4.2': ('nn.py', "linear's backward",

@@ -3153,7 +3153,8 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='
 
 
 def DataParallel(module, *args, **kwargs):
-    raise RuntimeError(f"nn.DataParallel: {tt._NO_GPU}")
+    raise RuntimeError("nn.DataParallel: tinytorch computes with NumPy on the CPU: there is no "
+                       "GPU here (to run a model on a GPU, export it to PyTorch with export.py)")
 
 
 def _no_packed_sequences(name):

@@ -70,12 +70,12 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# The one speed switch. Part I runs the plain code; the file's last lines (section 19)
-# replace this with True unless the environment says TINYTORCH_PLAIN=1. Every fast twin
-# (a Speed kernel, nn.py's fused conv, pool and recurrent direction, transformer.py's fused
-# attention, optim.py's adam_step_) runs only while it is True: set tt.fast = False to step
-# through the plain code.
-fast = False
+# The one speed switch. Part I has no fast code: every op in it is the plain code. Later
+# ops may have a fast twin (a Speed kernel in section 19, nn.py's fused conv, pool and
+# recurrent direction, transformer.py's fused attention, optim.py's adam_step_), which
+# computes the same numbers and runs only while this is True: TINYTORCH_PLAIN=1 in the
+# environment, or tt.fast = False, runs the plain code everywhere.
+fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 
 _grad_enabled = True
 
@@ -85,8 +85,14 @@ def is_grad_enabled():
 
 
 class _GradMode:
-    """Base of no_grad / enable_grad: a context manager and a decorator."""
+    """Base of no_grad / enable_grad: a context manager and a decorator, with or without
+    parentheses (@no_grad() and @no_grad both decorate, as in PyTorch)."""
     enabled = True
+
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):  # @no_grad, bare: args[0] is fn
+            return cls()(args[0])
+        return object.__new__(cls)
 
     def __enter__(self):
         global _grad_enabled
@@ -143,9 +149,10 @@ class Tensor:
     `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
     the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
     `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
-    `name` (optional, for draw_graph). A Part I reader can skip the others, explained later:
-    `_saved` and `_vc` in section 8 (the version counter), `_view` and `_views` in
-    section 11 (views), `_seq`, `_older` and `_shared` in section 13 (in-place ops).
+    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter, after
+    from_op below) and `_seq` and `_older` (the order ops ran, and what an in-place op
+    rewrote: _inputs, section 6). A Part I reader can skip the others, explained later:
+    `_view` and `_views` in section 11 (views), `_shared` in section 13 (in-place ops).
     """
     __slots__ = ('array', '_grad', 'requires_grad', '_parents', '_backward', '_op',
                  '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
@@ -261,10 +268,10 @@ def _init_result(out, data, vc=None):
     out._op = None
     out._retains_grad = False
     out.name = None
-    out._saved = ()  # section 8
-    out._vc = [0] if vc is None else vc  # the version counter (section 8), shared with views
+    out._saved = ()  # the version counter (_guard_saved, below)
+    out._vc = [0] if vc is None else vc  # the version counter, shared with views
     out._view = None  # section 11
-    out._seq = 0  # section 13
+    out._seq = 0  # the order its op ran (from_op; _inputs, section 6)
 
 
 def _methods(**fns):
@@ -275,8 +282,7 @@ def _methods(**fns):
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # tools watching every op and rule (lookinside.py, section 17): usually none
-_array_text = functools.partial(np.array2string, separator=', ', prefix='tensor(', precision=4)
+_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, below): usually none
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -285,8 +291,8 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
 
     `saved` lists the tensors whose values the backward rule reads (inputs, masks,
     indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    section 8 guards them against later in-place changes. `view_of`: the output is a
-    view of that input's memory (section 11).
+    _guard_saved (below) guards them against later in-place changes. `view_of`: the
+    output is a view of that input's memory (section 11).
     """
     if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
         if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
@@ -311,27 +317,120 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             out.requires_grad = True
             out._parents = parents
             out._backward = backward
-            out._seq = next(_clock)  # the order ops ran (section 13 needs it)
+            out._seq = next(_clock)  # the order ops ran (_inputs, section 6, reads it)
             if saved or saves_output:
                 _guard_saved(out, saved, saves_output)
     if _hooks:
-        _watch_op(out, op, parents)  # section 17
+        _watch_op(out, op, parents)  # (below)
     return out
 
 
-# Part II makes the engine safe and complete by replacing these placeholders; each
-# names the section that does. In Part I they do nothing.
+# The version counter. A rule often reads arrays from the forward pass: mul's rule reads
+# both factors, exp's its own output. If one of them is changed in place before backward
+# (x += 1), the rule would return a wrong gradient without a word. So every tensor has a
+# version counter, `_vc`: a one-element list, shared with its views and bumped by every
+# in-place change (section 13). from_op records (counter, version now, shape) of each
+# array the rule reads in the output's `_saved`, and backward compares before it runs the
+# rule (_check_saved, in section 6).
 def _guard_saved(out, saved, saves_output):
-    """Section 8 records the version of each array the rule reads."""
+    """Record the version of each array out's rule reads."""
+    # the counter, not the tensor, so that an output saving itself makes no reference cycle
+    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
+    if saves_output:
+        records.append((out._vc, out._vc[0], out.array.shape))
+    out._saved = records
 
 
-def _check_saved(node):
-    """Section 8 refuses to run a rule whose saved arrays were changed in place."""
+_methods(_version=property(lambda self: self._vc[0]))  # x._version: how often x was changed
 
 
-def _inputs(node):
-    """node's inputs as its op read them. Section 13 (in-place ops) refines this."""
-    return node._parents
+# The tools in lookinside.py (profile, detect_anomaly) watch every op and every backward
+# rule: `with` puts them in the list _hooks, and then from_op and backward call these two.
+# When no tool is on, that costs one check of an empty list per op.
+def _watch_op(out, op, parents):
+    """Tell the tools that watch that op made out."""
+    for hook in _hooks:
+        hook.op(out, op, parents)
+
+
+def _run_rule(node, g):
+    """Run node's backward rule; the tools that watch see it start and end."""
+    for hook in _hooks:
+        hook.rule_start(node)
+    grads = node._backward(g)
+    for hook in _hooks:
+        hook.rule_end(node, grads)
+    return grads
+
+
+# How a tensor prints: as PyTorch prints it, with set_printoptions' options (section 18).
+_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
+_print_options = dict(_PRINT_DEFAULTS)
+
+
+def _array_text(a):
+    """A tensor's values as PyTorch prints them: 4 decimals, or e-notation where the
+    magnitudes span more than 1000x (or pass 1e8, or go under 1e-4); floats that are whole
+    numbers as "2."; lines of at most 80 characters; an empty tensor with more than one dim
+    says its size. Other digits, widths or sci_mode, once set_printoptions set them."""
+    if a.size == 0 and a.ndim > 1:
+        return f'[], size={a.shape}'
+    o = _print_options
+    threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
+    with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
+        if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
+            sci = o['sci_mode']
+            return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                                   max_line_width=o['linewidth'], floatmode='fixed',
+                                   suppress_small=not sci,
+                                   formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
+                                   if sci else None)
+        finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
+        nonzero = finite[finite != 0]
+        wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
+        whole = np.all(finite == np.floor(finite)) and not wide
+        small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
+        return np.array2string(a, separator=', ', prefix='tensor(', precision=4,
+                               max_line_width=80,
+                               floatmode='maxprec_equal' if whole else 'fixed',
+                               suppress_small=not (wide or small))
+
+
+class device:
+    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
+    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        type, _, number = str(type).partition(':')
+        self.type, self.index = type, int(number) if number else index
+
+    def __repr__(self):
+        more = '' if self.index is None else f', index={self.index}'
+        return f"device(type='{self.type}'{more})"
+
+    def __str__(self):
+        return self.type if self.index is None else f'{self.type}:{self.index}'
+
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+_CPU = device('cpu')
+
+
+def _cpu_only(where, what):
+    """device=... arguments: None or the CPU; any other device gets one clear line."""
+    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
+                                          device(where).type == 'cpu'):
+        return _CPU
+    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
+                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
+                       "PyTorch with export.py)")
 
 
 def _dtype_of_python_data(data):
@@ -352,9 +451,11 @@ def _dtype_of_python_data(data):
     return arr
 
 
-def tensor(data, dtype=None, requires_grad=False):
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
-    keeps its dtype (float64 stays float64)."""
+    keeps its dtype (float64 stays float64). device: the CPU (None, 'cpu'); pin_memory is
+    accepted and changes nothing (it speeds copies to a GPU)."""
+    _cpu_only(device, 'tensor')
     return Tensor(data, dtype=dtype, requires_grad=requires_grad)
 
 
@@ -426,15 +527,87 @@ def detach(x):
 # ---------------------------------------------------------------------------
 # 3. Arithmetic with broadcasting
 # ---------------------------------------------------------------------------
+# Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
+#   1. Categories rank bool < integer < floating.
+#   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
+#      (Python or NumPy numbers; a scalar counts as bool, int64 or the default float32,
+#      whatever its NumPy width).
+#   3. Within a tier, the higher category wins and keeps its own width (int64 with
+#      float32 is float32, where NumPy says float64); within a category the wider wins.
+#   4. A lower tier changes the result only when its category is higher than the
+#      tiers above it:
+#        float32 tensor * 2.5 -> float32            int64 tensor * 2.5 -> float32
+#        float32 tensor * float64 0-d -> float32    int32 tensor * float64 0-d -> float64
+#        int32 tensor + int64 tensor -> int64       int tensor / int tensor -> float32
+_CATEGORY = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
+
+
+def promote_types(type1, type2):
+    """The dtype that holds both (rule 3 above), as torch.promote_types."""
+    type1, type2 = np.dtype(type1), np.dtype(type2)
+    c1, c2 = _CATEGORY[type1.kind], _CATEGORY[type2.kind]
+    if c1 != c2:
+        return type1 if c1 > c2 else type2
+    return np.promote_types(type1, type2)
+
+
+def _scalar_dtype(x):
+    """A Python or NumPy number as an operand: bool, int64 or the default float (a NumPy
+    bool scalar too: PyTorch reads np.bool_(True) as 1.0)."""
+    if isinstance(x, bool):
+        return bool_
+    if isinstance(x, (int, np.integer)):
+        return int64
+    if isinstance(x, (float, np.floating, np.bool_)):
+        return default_dtype
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
+def result_type(*operands):
+    """The dtype of an op's result on these operands (tensors, arrays or numbers),
+    by the promotion rule above; as torch.result_type."""
+    tiers = [None, None, None]  # tensors with dims, 0-d tensors, scalars
+    for x in operands:
+        if isinstance(x, (Tensor, np.ndarray)):
+            tier, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            tier, dt = 2, _scalar_dtype(x)
+        tiers[tier] = dt if tiers[tier] is None else promote_types(tiers[tier], dt)
+    result = None
+    for dt in tiers:  # from the highest tier down: a lower one needs a higher category
+        if dt is not None and (result is None or _CATEGORY[dt.kind] > _CATEGORY[result.kind]):
+            result = dt
+    return result
+
+
+def _as(x, dtype):
+    """x as a tensor of dtype: a cast in the graph for a tensor (its gradient comes
+    back in its own dtype), a constant for a number or an array."""
+    if isinstance(x, Tensor):
+        return x if x.dtype == dtype else to(x, dtype)
+    if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
+        return _constant(np.array(x, dtype=dtype))  # a copy: later changes to x can't leak in
+    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
+
+
 def _operands(a, b, floating=False):
-    """Both operands of a binary op as tensors of one dtype. Part I's rule: a number
-    takes the tensor's dtype (x * 2 stays float32). Section 7 replaces this with
-    PyTorch's full rule for mixed dtypes (and floating: int / int is a float)."""
-    if not isinstance(a, Tensor):
-        a = _constant(np.array(a, dtype=b.dtype))
-    if not isinstance(b, Tensor):
-        b = _constant(np.array(b, dtype=a.dtype))
-    return a, b
+    """Both operands of a binary op as tensors of the promoted dtype (a float one
+    if floating: int / int is float32)."""
+    # the common cases first: two tensors of one dtype, a float tensor with a Python number
+    # (rule 4: a number never changes a float tensor's dtype)
+    if isinstance(a, Tensor):
+        dtype = a.array.dtype
+        if isinstance(b, Tensor):
+            if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):
+                return a, b
+        elif type(b) in (float, int) and dtype.kind == 'f':
+            return a, _constant(np.array(b, dtype=dtype))
+    elif type(a) in (float, int) and isinstance(b, Tensor) and b.array.dtype.kind == 'f':
+        return _constant(np.array(a, dtype=b.array.dtype)), b
+    dtype = result_type(a, b)
+    if floating and dtype.kind not in 'fc':
+        dtype = default_dtype
+    return _as(a, dtype), _as(b, dtype)
 
 
 def _floating(x):
@@ -476,8 +649,21 @@ def _broadcast_op(op, fn, a, b):
 
 # In a two-input rule each input's gradient is computed only if that input requires
 # grad, then summed back to the input's shape (unbroadcast).
-def _scaled(a, b, alpha):  # add's and sub's operands a and alpha b (section 7: a + b's dtype)
-    return _operands(a, b if alpha == 1 else b * alpha)
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
+    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
+    a bool one; for bools, alpha * b is b and bool(alpha)."""
+    if type(alpha) is int and alpha == 1:
+        return _operands(a, b)
+    dtype = result_type(a, b)
+    if isinstance(alpha, bool) and dtype != bool_:
+        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
+    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
+        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
+                        f"a float, got {alpha!r}")
+    if dtype == bool_:
+        return _as(a, dtype), _as(b if alpha else b * False, dtype)
+    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
 
 def add(a, b, alpha=1):
@@ -532,15 +718,11 @@ def div(a, b):
 
 def pow(a, b):
     """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):  # tensor ** number
-        a = _operands(a, b)[0]
-        p = b.item() if isinstance(b, np.generic) else b  # a NumPy scalar acts as a Python one
-
-        def backward_scalar(g):
-            """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
-            return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
-        out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (_power_of, above)
-        return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward_scalar, saved=(a,))
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):
+        return _pow_number(a, b)
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
+            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
+        return _pow_integer_exponent(a, b)
     a, b = _operands(a, b)
     out = _broadcast_op('pow', _power, a, b)
 
@@ -560,7 +742,52 @@ def pow(a, b):
     return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
 
 
-_power = np.power  # section 7 adds PyTorch's rule for an integer to a negative power
+def _pow_number(a, p):
+    """tensor ** number."""
+    if a.dtype.kind in 'iub' and isinstance(p, (int, np.integer)) and not isinstance(p, bool) \
+            and p < 0:  # (an empty tensor too, as PyTorch)
+        raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
+                           f"({a.dtype} ** {p}); use a float exponent ({p}.0) or .float()")
+    a = _operands(a, p)[0]
+    p = p.item() if isinstance(p, np.generic) else p  # a NumPy scalar acts as a Python one
+
+    def backward(g):
+        """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
+        return (g * (p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)
+    out = _power_of(a.array, p)  # x ** 0.5 as sqrt(x), as PyTorch (_power_of, below)
+    return from_op(out.astype(a.dtype, copy=False), 'pow', (a,), backward, saved=(a,))
+
+
+def _pow_integer_exponent(a, b):
+    """float tensor ** integer tensor: the rule takes b - 1 in b's integer dtype, as PyTorch
+    (INT64_MIN - 1 wraps to INT64_MAX, whose float is even: (-inf)^(b-1) = +inf), and only
+    then the base's float dtype."""
+    e = _as(b, a.dtype)  # the exponent in the base's dtype
+    out = _broadcast_op('pow', _power, a, e)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
+        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
+            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
+                               "tensor is not supported (the rule computes exponent - 1)")
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            below = (b.array - 1).astype(a.dtype)
+            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
+    return from_op(out, 'pow', (a,), backward, saved=(a, b))
+
+
+def _power(a, b):
+    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
+    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
+    A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
+    if a.dtype == bool_ and np.asarray(b).dtype == bool_:
+        raise RuntimeError("pow: a bool to the power of a bool tensor is not supported, as in "
+                           "PyTorch; cast one of them with .int() or .float()")
+    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
 
 
 def _power_of(x, p):
@@ -571,9 +798,22 @@ def _power_of(x, p):
         return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
-def _rtruediv(self, other):
-    """number / tensor."""
-    return div(other, self)
+def _rtruediv(x, other):
+    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: (1 / x) * number, two
+    roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an int
+    tensor's 1 / x is float32). Anything else (an array) divides."""
+    if not isinstance(other, (bool, int, float, np.number)):
+        return div(other, x)
+    x = _floating(x)
+    c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+        r = 1 / x.array  # (r is the rule's own: no later change of x can reach it)
+
+    def backward(g):
+        """d(c/x)/dx = -c/x^2  (as PyTorch: (g c) times d(1/x)/dx = -(1/x)^2)"""
+        with np.errstate(over='ignore', invalid='ignore'):
+            return (-(g * c) * (r * r),)
+    return from_op(r * c, 'div', (x,), backward)
 
 
 def _no_bool_subtraction(a, b):
@@ -595,12 +835,24 @@ def neg(a):
     return from_op(-a.array, 'neg', (a,), backward)
 
 
+# Comparisons give boolean tensors outside the graph: a step has no gradient (as PyTorch).
+def _compare(fn):
+    def compare(self, other):
+        a, b = _operands(self, other)
+        return _constant(_broadcast_op(fn.__name__, fn, a, b))
+    return compare
+
+
+eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
+                                                np.greater, np.greater_equal))
+
+
+_methods(__eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt,
+         le=le, gt=gt, ge=ge)
 _methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
          __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
          __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
-         __rtruediv__=lambda self, other: _rtruediv(self, other),  # section 9 refines it
-         __pow__=lambda self, exponent: pow(self, exponent),
-         pow=lambda self, exponent: pow(self, exponent),  # pow by name: section 7 refines it
+         __rtruediv__=_rtruediv, __pow__=pow, pow=pow,
          __rpow__=lambda self, other: pow(*_operands(other, self)), __neg__=neg, neg=neg)
 
 
@@ -656,11 +908,7 @@ def matmul(a, b):
         if a.requires_grad:
             ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
         if b.requires_grad:
-            if fast and B.ndim == 2 < A.ndim and A.shape[:-2] == G.shape[:-2]:
-                gb = shared_matrix_grad(A, G)  # a weight shared by the batch (section 19)
-            else:
-                gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)
-            gb = gb.reshape(b.shape)
+            gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(b.shape)
         return ga, gb
     return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
 
@@ -776,7 +1024,7 @@ def _walk(root, g_root, retain_graph=False):
             continue
         g = grads.pop(key)
         if node._saved:
-            _check_saved(node)  # section 8
+            _check_saved(node)  # the version counter (section 2)
         # the op's rule: one step of the chain rule (section 17 lets tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
@@ -789,7 +1037,26 @@ def _walk(root, g_root, retain_graph=False):
             grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
         if not retain_graph:
             _free(node)
-        g = rule_out = pg = None  # the walk holds no gradient: a leaf's .grad can take it
+
+
+def _inputs(node):
+    """node's inputs as node's op read them. Usually just node._parents; but an input
+    changed in place after node's op ran (h += 1: section 13 (in-place ops)) has a new
+    history since, and its value as node read it is an older self: h._older, numbered by
+    the order ops ran (_seq). Without in-place ops, every input ran before node and this
+    returns _parents."""
+    parents = node._parents
+    for p in parents:
+        if p._seq >= node._seq:
+            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
+    return parents
+
+
+def _as_read_by(node, p):
+    """The version of p that node's op read (p's history was rewritten since)."""
+    while p._seq >= node._seq:
+        p = p._older
+    return p
 
 
 def _topological_order(root):
@@ -835,9 +1102,7 @@ def _accumulate(t, g):
     """t.grad += g: gradients accumulate across backward calls, never overwrite."""
     if t._grad is not None:
         t._grad.array += g
-    elif fast and g.dtype == t.dtype and unshared(g):  # g itself, no copy (section 19)
-        t._grad = _constant(g)
-    else:
+    else:  # (add's rule gives its one g to both inputs)
         t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
 
 
@@ -856,6 +1121,17 @@ def _wrong_gradient(node, x, pg):
         problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
                    "input's dtype (cast with .astype(x.dtype))")
     raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
+
+
+def _check_saved(node):
+    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
+    (it would return a wrong gradient without a word)."""
+    for counter, version, shape in node._saved:
+        if counter[0] != version:
+            raise RuntimeError(
+                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                f"saved for backward was modified in place (it is at version {counter[0]}, "
+                f"expected version {version}); use an out-of-place op or .clone() first")
 
 
 def _freed_graph(g):
@@ -881,165 +1157,10 @@ _methods(backward=backward)
 # ===========================================================================
 
 # ---------------------------------------------------------------------------
-# 7. Type promotion: PyTorch's rule for operands of different dtypes
+# 7. Casts by name
 # ---------------------------------------------------------------------------
-# Part I's _operands gave a number the tensor's dtype. This section replaces it with
-# PyTorch's whole rule, and adds casts (x.to(dtype), x.float(), ...).
-#
-# Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
-#   1. Categories rank bool < integer < floating.
-#   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
-#      (Python or NumPy numbers; a scalar counts as bool, int64 or the default float32,
-#      whatever its NumPy width).
-#   3. Within a tier, the higher category wins and keeps its own width (int64 with
-#      float32 is float32, where NumPy says float64); within a category the wider wins.
-#   4. A lower tier changes the result only when its category is higher than the
-#      tiers above it:
-#        float32 tensor * 2.5 -> float32            int64 tensor * 2.5 -> float32
-#        float32 tensor * float64 0-d -> float32    int32 tensor * float64 0-d -> float64
-#        int32 tensor + int64 tensor -> int64       int tensor / int tensor -> float32
-_CATEGORY = {'b': 0, 'i': 1, 'u': 1, 'f': 2, 'c': 3}
-
-
-def promote_types(type1, type2):
-    """The dtype that holds both (rule 3 above), as torch.promote_types."""
-    type1, type2 = np.dtype(type1), np.dtype(type2)
-    c1, c2 = _CATEGORY[type1.kind], _CATEGORY[type2.kind]
-    if c1 != c2:
-        return type1 if c1 > c2 else type2
-    return np.promote_types(type1, type2)
-
-
-def _scalar_dtype(x):
-    """A Python or NumPy number as an operand: bool, int64 or the default float (a NumPy
-    bool scalar too: PyTorch reads np.bool_(True) as 1.0)."""
-    if isinstance(x, bool):
-        return bool_
-    if isinstance(x, (int, np.integer)):
-        return int64
-    if isinstance(x, (float, np.floating, np.bool_)):
-        return default_dtype
-    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
-
-
-def result_type(*operands):
-    """The dtype of an op's result on these operands (tensors, arrays or numbers),
-    by the promotion rule above; as torch.result_type."""
-    tiers = [None, None, None]  # tensors with dims, 0-d tensors, scalars
-    for x in operands:
-        if isinstance(x, (Tensor, np.ndarray)):
-            tier, dt = (0 if x.ndim else 1), x.dtype
-        else:
-            tier, dt = 2, _scalar_dtype(x)
-        tiers[tier] = dt if tiers[tier] is None else promote_types(tiers[tier], dt)
-    result = None
-    for dt in tiers:  # from the highest tier down: a lower one needs a higher category
-        if dt is not None and (result is None or _CATEGORY[dt.kind] > _CATEGORY[result.kind]):
-            result = dt
-    return result
-
-
-def _as(x, dtype):
-    """x as a tensor of dtype: a cast in the graph for a tensor (its gradient comes
-    back in its own dtype), a constant for a number or an array."""
-    if isinstance(x, Tensor):
-        return x if x.dtype == dtype else x.to(dtype)
-    if isinstance(x, (list, tuple, np.ndarray, np.generic, bool, int, float)):
-        return _constant(np.array(x, dtype=dtype))  # a copy: later changes to x can't leak in
-    raise TypeError(f"expected a Tensor or a number, got {type(x).__name__}")
-
-
-def _promoting_operands(a, b, floating=False):
-    """Both operands of a binary op as tensors of the promoted dtype (a float one
-    if floating: int / int is float32)."""
-    # the common cases first: two tensors of one dtype, a float tensor with a Python number
-    # (rule 4: a number never changes a float tensor's dtype)
-    if isinstance(a, Tensor):
-        dtype = a.array.dtype
-        if isinstance(b, Tensor):
-            if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):
-                return a, b
-        elif type(b) in (float, int) and dtype.kind == 'f':
-            return a, _constant(np.array(b, dtype=dtype))
-    elif type(a) in (float, int) and isinstance(b, Tensor) and b.array.dtype.kind == 'f':
-        return _constant(np.array(a, dtype=b.array.dtype)), b
-    dtype = result_type(a, b)
-    if floating and dtype.kind not in 'fc':
-        dtype = default_dtype
-    return _as(a, dtype), _as(b, dtype)
-
-
-_operands = _promoting_operands  # replaces Part I's rule (a number takes the tensor's dtype)
-
-
-def _promoting_scaled(a, b, alpha):
-    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
-    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
-    a bool one; for bools, alpha * b is b and bool(alpha)."""
-    if type(alpha) is int and alpha == 1:
-        return _operands(a, b)
-    dtype = result_type(a, b)
-    if isinstance(alpha, bool) and dtype != bool_:
-        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
-    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
-        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
-                        f"a float, got {alpha!r}")
-    if dtype == bool_:
-        return _as(a, dtype), _as(b if alpha else b * False, dtype)
-    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
-
-
-_scaled = _promoting_scaled  # replaces Part I's _scaled
-
-
-def _integer_power(a, b):
-    """a ** b of arrays. NumPy refuses an integer to a negative integer power; PyTorch
-    truncates 1 / a ** n to an integer: 1 for a = 1, +-1 for a = -1 (by n's parity), else 0.
-    A bool to a bool tensor power is refused, as PyTorch's (a bool ** True is Part I's)."""
-    if a.dtype == bool_ and np.asarray(b).dtype == bool_:
-        raise RuntimeError("pow: a bool to the power of a bool tensor is not supported, as in "
-                           "PyTorch; cast one of them with .int() or .float()")
-    if a.dtype.kind not in 'iu' or not (np.asarray(b) < 0).any():
-        return np.power(a, b)
-    a, b = np.broadcast_arrays(a, b)
-    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
-    return np.where(b < 0, neg, np.power(a, np.where(b < 0, 0, b)))
-
-
-_power = _integer_power  # replaces Part I's np.power
-
-
-_pow_of_part_1 = pow
-
-
-def _promoting_pow(a, b):
-    """a ** b as in Part I; for a float base with an integer exponent tensor, the rule takes
-    b - 1 in b's integer dtype, as PyTorch (INT64_MIN - 1 wraps to INT64_MAX, whose float
-    is even: (-inf)^(b-1) = +inf), and only then the base's float dtype."""
-    if isinstance(a, Tensor) and a.dtype.kind in 'iub' and isinstance(b, (int, np.integer)) \
-            and not isinstance(b, bool) and b < 0:  # (an empty tensor too, as PyTorch)
-        raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
-                           f"({a.dtype} ** {b}); use a float exponent ({b}.0) or .float()")
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
-            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
-        return _pow_of_part_1(a, b)
-    e = _as(b, a.dtype)  # the exponent in the base's dtype
-    out = _broadcast_op('pow', _power, a, e)
-
-    def backward(g):
-        """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
-        if b.dtype == bool_:  # as PyTorch, whose rule computes b - 1
-            raise RuntimeError("pow backward: subtraction, the `-` operator, with a bool "
-                               "tensor is not supported (the rule computes exponent - 1)")
-        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            below = (b.array - 1).astype(a.dtype)
-            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array ** below)), a.shape),)
-    return from_op(out, 'pow', (a,), backward, saved=(a, b))
-
-
-pow = _promoting_pow  # replaces Part I's pow (Tensor's ** and .pow call pow by name)
-
-
+# Part I (section 3) has PyTorch's rule for operands of different dtypes and to(dtype);
+# here are the casts by name (x.float(), ...) and the test for a float dtype.
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
@@ -1049,45 +1170,13 @@ _methods(is_floating_point=is_floating_point, float=lambda self: to(self, float3
 
 
 # ---------------------------------------------------------------------------
-# 8. The version counter: backward refuses a rule whose saved arrays were changed
+# 8. Indices, masks and conditions: what a rule reads besides its inputs
 # ---------------------------------------------------------------------------
-# A rule often reads arrays from the forward pass: mul's rule reads both factors, exp's
-# its own output. If one of them is changed in place before backward (x += 1), the rule
-# would return a wrong gradient without a word. So every tensor has a version counter,
-# `_vc`: a one-element list, shared with its views and bumped by every in-place change
-# (section 13). from_op records (counter, version now, shape) of each array the rule
-# reads in the output's `_saved`, and backward compares before it runs the rule.
-# This section replaces Part I's placeholders _guard_saved and _check_saved.
-def _guard_saved_versions(out, saved, saves_output):
-    """Record the version of each array out's rule reads."""
-    # the counter, not the tensor, so that an output saving itself makes no reference cycle
-    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
-    if saves_output:
-        records.append((out._vc, out._vc[0], out.array.shape))
-    out._saved = records
-
-
-def _check_saved_versions(node):
-    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
-    (it would return a wrong gradient without a word)."""
-    for counter, version, shape in node._saved:
-        if counter[0] != version:
-            raise RuntimeError(
-                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
-                f"saved for backward was modified in place (it is at version {counter[0]}, "
-                f"expected version {version}); use an out-of-place op or .clone() first")
-
-
-_guard_saved = _guard_saved_versions  # replaces Part I's placeholder
-_check_saved = _check_saved_versions  # replaces Part I's placeholder
-
-
+# where, masked_fill, indexing, gather and scatter read tensors that are not inputs of the
+# graph (an index has no gradient); the version counter guards them like saved inputs.
 def _tensors_in(idx):
     """The tensors in an index, mask or condition (an op's backward reads them)."""
     return tuple(i for i in (idx if isinstance(idx, tuple) else (idx,)) if isinstance(i, Tensor))
-
-
-_methods(_version=property(lambda self: self._vc[0]))
 
 
 # ---------------------------------------------------------------------------
@@ -1417,72 +1506,79 @@ def _fits(value, dtype, op):
 
 def masked_fill(x, mask, value):
     """Positions where mask is true become `value`; they pass no gradient to x. A 0-d
-    tensor value gets the gradient of the positions it filled (as where(mask, value, x))."""
-    _fits(value, x.dtype, 'masked_fill')
-    m_shape = np.shape(mask.array if isinstance(mask, Tensor) else mask)
-    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked below)
-        shape = np.broadcast_shapes(x.shape, m_shape)
+    tensor value gets the gradient of the positions it filled. The result is row-major
+    whatever x's layout, as PyTorch's (which clones x row-major, then fills it)."""
+    return _fill_where(x, mask, value, 'masked_fill', row_major=True)
+
+
+def _fill_where(x, mask, value, op, row_major):
+    """masked_fill's work, and index_fill's (row_major=False: the result has x's layout,
+    as PyTorch's index_fill)."""
+    _fits(value, x.dtype, op)
+    m = mask.array if isinstance(mask, Tensor) else np.asarray(mask)
+    try:  # the result has the shape x and mask broadcast to (in place: x's own, checked there)
+        shape = np.broadcast_shapes(x.shape, m.shape)
     except ValueError:
-        shape = x.shape  # refused below, with the shapes named
+        raise ValueError(f"{op}: mask of shape {tuple(m.shape)} cannot be broadcast to the "
+                         f"tensor's shape {tuple(x.shape)}") from None
     if shape != x.shape:
         x = expand(x, shape)
+    v = None  # a 0-d tensor value, cast to x's dtype (in the graph)
     if isinstance(value, Tensor):
         if value.ndim != 0:
-            raise RuntimeError(f"masked_fill: only a 0-dim value tensor can fill, got one with "
+            raise RuntimeError(f"{op}: only a 0-dim value tensor can fill, got one with "
                                f"{value.ndim} dim(s)")
-        out = where(mask, _as(value, x.dtype), x)
-        if out.shape != x.shape:
-            raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(mask))} cannot be "
-                             f"broadcast to the tensor's shape {tuple(x.shape)}")
-        return out
-    m = mask.array if isinstance(mask, Tensor) else mask
-    try:
-        out = np.where(m, np.asarray(value, dtype=x.dtype), x.array)
-    except ValueError:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}") from None
-    if out.shape != x.shape:
-        raise ValueError(f"masked_fill: mask of shape {tuple(np.shape(m))} cannot be "
-                         f"broadcast to the tensor's shape {tuple(x.shape)}")
+        v = _as(value, x.dtype)
+    m = m.astype(bool, copy=False)
+    out = np.array(x.array, order='C') if row_major else _copy_keeping_layout(x.array)
+    np.copyto(out, v.array if v is not None else np.asarray(value, dtype=x.dtype), where=m)
 
     def backward(g):
-        """d masked_fill(x)/dx = 0 where the mask is true, else 1"""
-        return (np.where(m, 0, g),)
-    return from_op(out, 'masked_fill', (x,), backward, saved=_tensors_in(mask))
+        """d masked_fill(x)/dx = 0 where the mask is true, else 1
+        d masked_fill(x)/d value = 1 at each position it filled  (g summed there)"""
+        gx = np.where(m, 0, g) if x.requires_grad else None
+        if v is None or not v.requires_grad:
+            return (gx,) if v is None else (gx, None)
+        return gx, np.asarray(np.where(m, g, 0).sum(), dtype=g.dtype)
+    parents = (x,) if v is None else (x, v)
+    return from_op(out, op, parents, backward, saved=_tensors_in(mask))
 
 
 clamp_min = lambda x, min: clamp(x, min=min)
 clamp_max = lambda x, max: clamp(x, max=max)
 
 
-# The smaller elementwise functions, one table: each row is the function on arrays, its
-# derivative (from x and the output) and the rule's math, which grad_path prints.
+# The smaller elementwise functions, one table: each row is the function on arrays, what
+# its rule reads ('x' the input, 'y' the output, None nothing), the derivative as a
+# function of that (or a number, where it is one) and the rule's math, which grad_path
+# prints. A rule saves only what it reads: a later in-place change of anything else is
+# fine (section 8 guards what is saved), as PyTorch's rules save (1/x reads its output).
 _FUNCTIONS = {
-    'square': (np.square, lambda x, y: 2 * x, "d x^2/dx = 2x"),
-    'rsqrt': (lambda x: 1 / np.sqrt(x), lambda x, y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
-    'reciprocal': (lambda x: 1 / x, lambda x, y: -y * y, "d (1/x)/dx = -1/x^2"),
-    'log2': (np.log2, lambda x, y: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
-    'log10': (np.log10, lambda x, y: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
-    'exp2': (np.exp2, lambda x, y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
-    'sinh': (np.sinh, lambda x, y: np.cosh(x), "d sinh(x)/dx = cosh(x)"),
-    'cosh': (np.cosh, lambda x, y: np.sinh(x), "d cosh(x)/dx = sinh(x)"),
-    'asin': (np.arcsin, lambda x, y: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
-    'acos': (np.arccos, lambda x, y: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
-    'atan': (np.arctan, lambda x, y: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
-    'frac': (lambda x: x - np.trunc(x), lambda x, y: np.ones_like(x), "d frac(x)/dx = 1"),
+    'square': (np.square, 'x', lambda x: 2 * x, "d x^2/dx = 2x"),
+    'rsqrt': (lambda x: 1 / np.sqrt(x), 'y', lambda y: -0.5 * y ** 3, "d x^(-1/2)/dx = -x^(-3/2) / 2"),
+    'reciprocal': (lambda x: 1 / x, 'y', lambda y: -y * y, "d (1/x)/dx = -1/x^2"),
+    'log2': (np.log2, 'x', lambda x: 1 / (x * math.log(2)), "d log2(x)/dx = 1/(x ln 2)"),
+    'log10': (np.log10, 'x', lambda x: 1 / (x * math.log(10)), "d log10(x)/dx = 1/(x ln 10)"),
+    'exp2': (np.exp2, 'y', lambda y: y * math.log(2), "d 2^x/dx = 2^x ln 2"),
+    'sinh': (np.sinh, 'x', np.cosh, "d sinh(x)/dx = cosh(x)"),
+    'cosh': (np.cosh, 'x', np.sinh, "d cosh(x)/dx = sinh(x)"),
+    'asin': (np.arcsin, 'x', lambda x: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
+    'acos': (np.arccos, 'x', lambda x: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
+    'atan': (np.arctan, 'x', lambda x: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'frac': (lambda x: x - np.trunc(x), None, 1, "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
-    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), lambda x, y: np.zeros_like(x),
+    'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), None, 0,
              "d sign(x)/dx = 0"),  # sign(nan) is 0, as PyTorch's
-    'floor': (np.floor, lambda x, y: np.zeros_like(x), "d floor(x)/dx = 0"),
-    'ceil': (np.ceil, lambda x, y: np.zeros_like(x), "d ceil(x)/dx = 0"),
-    'round': (np.round, lambda x, y: np.zeros_like(x), "d round(x)/dx = 0"),
-    'trunc': (np.trunc, lambda x, y: np.zeros_like(x), "d trunc(x)/dx = 0"),
+    'floor': (np.floor, None, 0, "d floor(x)/dx = 0"),
+    'ceil': (np.ceil, None, 0, "d ceil(x)/dx = 0"),
+    'round': (np.round, None, 0, "d round(x)/dx = 0"),
+    'trunc': (np.trunc, None, 0, "d trunc(x)/dx = 0"),
 }
 _KEEP_INTEGERS = ('square', 'sign', 'floor', 'ceil', 'round', 'trunc')  # int in, int out
 
 
 def _function(name):
-    fn, derivative, words = _FUNCTIONS[name]
+    fn, reads, derivative, words = _FUNCTIONS[name]
 
     def op(x):
         if name == 'frac' and x.dtype.kind != 'f':
@@ -1491,7 +1587,7 @@ def _function(name):
         if x.dtype == bool_ and name in ('floor', 'ceil', 'round', 'trunc'):
             raise TypeError(f"{name}: bool inputs are not supported (as in PyTorch)")
         if x.dtype == bool_ and name == 'sign':
-            return _constant(x.array.copy())  # a bool is its own sign
+            return _constant(_copy_keeping_layout(x.array))  # a bool is its own sign
         if x.dtype == bool_ and name == 'square':
             x = _constant(x.array.astype(int64))  # PyTorch: an int64 result
         elif name not in _KEEP_INTEGERS:
@@ -1501,12 +1597,14 @@ def _function(name):
 
         def backward(g):
             """d f(x)/dx: its row of _FUNCTIONS (the words, set below)"""
-            if name in _KEEP_INTEGERS[1:]:  # the steps: zeros, even where g is nan (as PyTorch)
-                return (np.zeros_like(g),)
+            if reads is None:  # 1: g itself; 0: zeros, even where g is nan (as PyTorch)
+                return (g if derivative == 1 else np.zeros_like(g),)
             with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-                return (g * derivative(x.array, out).astype(g.dtype, copy=False),)
+                slope = derivative(x.array if reads == 'x' else out)
+                return (g * slope.astype(g.dtype, copy=False),)
         backward.__doc__ = words
-        return from_op(out, name, (x,), backward, saved=(x,), saves_output=True)
+        return from_op(out, name, (x,), backward, saved=(x,) if reads == 'x' else (),
+                       saves_output=reads == 'y')
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"{name}(x), elementwise; {words}."
     return op
@@ -1538,28 +1636,8 @@ def atan2(input, other):
 arctan2 = atan2
 
 
-def _rtruediv_as_pytorch(self, other):
-    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: self.reciprocal() * other,
-    two roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an
-    int tensor's reciprocal is float32), and reciprocal's rule times the number backward.
-    Anything else (an array) divides, as in Part I."""
-    if isinstance(other, (bool, int, float, np.number)):
-        return mul(reciprocal(self), other)
-    return div(other, self)
-
-
-_rtruediv = _rtruediv_as_pytorch  # replaces Part I's _rtruediv (div(other, self))
-
-
-# Comparisons, tests and logic give boolean tensors outside the graph (they have no
-# gradient); so do the bitwise ops, and // and % give no gradient either (as PyTorch).
-def _compare(fn):
-    def compare(self, other):
-        a, b = _operands(self, other)
-        return _constant(_broadcast_op(fn.__name__, fn, a, b))
-    return compare
-
-
+# Tests and logic give boolean tensors outside the graph (no gradient), as the comparisons
+# do (section 3); so do the bitwise ops, and // and % give no gradient either (as PyTorch).
 def _constant_op(fn, name):
     """An op outside the graph: a constant result from the tensors' values."""
     def op(a, b):
@@ -1569,8 +1647,6 @@ def _constant_op(fn, name):
     return op
 
 
-eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
-                                                np.greater, np.greater_equal))
 def remainder(a, b):
     """a - floor(a / b) * b: the sign of the divisor, as PyTorch (Python's %)."""
     return _modulo(a, b, _remainder, np.floor_divide, 'remainder')  # Python's a // b
@@ -1684,9 +1760,8 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
          clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
          log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
          sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
-         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, __eq__=eq,
-         __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
-         ge=ge, __floordiv__=floor_divide, __mod__=remainder,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc,
+         __floordiv__=floor_divide, __mod__=remainder,
          __rfloordiv__=lambda self, other: floor_divide(other, self),
          __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
          __or__=bitwise_or, __xor__=bitwise_xor, __rand__=bitwise_and, __ror__=bitwise_or,
@@ -1699,6 +1774,12 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
 # ---------------------------------------------------------------------------
 # 10. Reductions
 # ---------------------------------------------------------------------------
+def _row_major(a):
+    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
+    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
 def _no_dim(dim):
     """dim=None or dim=(): the whole tensor is reduced."""
     return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
@@ -1741,7 +1822,7 @@ def var(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
             return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
             return (g * centered * (np.float64(2.0) / dof).astype(g.dtype),)
-    return from_op(out, 'var', (x,), backward)
+    return from_op(_row_major(out), 'var', (x,), backward)
 
 
 @_numpy_keywords  # x.std(axis=, keepdims=) too, as PyTorch
@@ -1760,7 +1841,7 @@ def std(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
                 var_grad = np.where(centered == 0, np.nan, np.inf).astype(g.dtype)
                 return (g * np.where(out == 0, 0, 0.5 / out) * var_grad,)
             return (np.where(out == 0, 0, g * (centered / (dof * out))),)  # 0 even for g = nan
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'std', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'std', (x,), backward,
                    saves_output=True)  # backward reads out
 
 
@@ -1784,7 +1865,7 @@ def _extreme(x, dim, keepdim, op, fn, select=False):
         with np.errstate(divide='ignore', invalid='ignore'):
             share = _expand_back(g, xs, axes, keepdim) / count
             return (np.where(mask, share, 0) if select else share * mask,)
-    return from_op(res, op, (x,), backward)
+    return from_op(_row_major(res), op, (x,), backward)
 
 
 @_numpy_keywords  # x.amax(axis=, keepdims=) too, as PyTorch
@@ -1826,8 +1907,9 @@ def _extreme_dim(x, dim, keepdim, op, argfn, result):
         np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)
         return (gx,)
     if keepdim:
-        return result(from_op(values, op, (x,), backward), Tensor(idx))
-    return result(from_op(np.squeeze(values, d), op, (x,), backward), Tensor(np.squeeze(idx, d)))
+        return result(from_op(_row_major(values), op, (x,), backward), Tensor(_row_major(idx)))
+    return result(from_op(_row_major(np.squeeze(values, d)), op, (x,), backward),
+                  Tensor(_row_major(np.squeeze(idx, d))))
 
 
 @_numpy_keywords  # x.max(axis=, keepdims=) too, as PyTorch
@@ -1866,7 +1948,7 @@ def logsumexp(x, dim, keepdim=False):
     def backward(g):
         """d logsumexp / dx_i = exp(x_i - logsumexp) = softmax(x)_i"""
         return (_expand_back(g, x.shape, axes, keepdim) * np.exp(x.array - out),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'logsumexp', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'logsumexp', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -1894,15 +1976,15 @@ def norm(x, p='fro', dim=None, keepdim=False):
         out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g, xs=x.shape):
-        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|)"""
+        """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|; p = 0: none)"""
+        if p == 0:  # a count of non-zeros is flat in x: no gradient at all (not zeros, which
+            return (None,)  # the op before would multiply: 0 * nan is nan), as PyTorch
         g = _expand_back(g, xs, axes, keepdim)
         sign = np.where(np.isnan(x.array), 0, np.sign(x.array))  # PyTorch's sign(nan) is 0
         with np.errstate(divide='ignore', invalid='ignore'):
             if p == math.inf or p == -math.inf:  # to the extreme elements (and nans), ties share
                 hit = (ax == out) | np.isnan(ax)  # evenly; multiplied by the mask, as PyTorch
                 return (sign * (g / np.sum(hit, axis=axes, keepdims=True) * hit).astype(g.dtype),)
-            if p == 0:  # a count of non-zeros is flat in x: d/dx_i = 0
-                return (np.zeros_like(g),)
             if p == 1:  # d/dx_i = sign(x_i)
                 return (g * sign,)
             # written as PyTorch's rule: a 0 where the norm is 0 is selected, a 0 element
@@ -1913,8 +1995,8 @@ def norm(x, p='fro', dim=None, keepdim=False):
                 return (sign * np.where(ax == 0, 0, ax ** (p - 1)) * g * out ** (1 - p),)
             # d/dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)
             return (sign * ax ** (p - 1) * np.where(out == 0, 0, g / out ** (p - 1)),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'norm', (x,), backward,
-                   saved=(x,), saves_output=True)
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'norm', (x,), backward,
+                   saved=(x,) if p != 0 else (), saves_output=p not in (0, 1))  # what it reads
 
 
 @_numpy_keywords  # x.prod(axis=, keepdims=) too, as PyTorch
@@ -1946,7 +2028,7 @@ def prod(x, dim=None, keepdim=False):
             if dim is None:
                 return (g * _prod_of_others(x.array.reshape(-1), 0).reshape(xs),)
             return (g * _prod_of_others(x.array, axes[0]),)
-    return from_op(out if keepdim else np.squeeze(out, axis=axes), 'prod', (x,), backward,
+    return from_op(_row_major(out if keepdim else np.squeeze(out, axis=axes)), 'prod', (x,), backward,
                    saved=(x,), saves_output=True)
 
 
@@ -1974,7 +2056,7 @@ def cumsum(x, dim):
     out = _scan(np.cumsum, data, d)
     if out.dtype.kind == 'f':
         out += 0.0  # PyTorch's running sum starts at +0.0: a run of -0.0 sums to +0.0
-    return from_op(out, 'cumsum', (x,), backward)
+    return from_op(_row_major(out), 'cumsum', (x,), backward)
 
 
 def _scan(fn, a, d):
@@ -2015,7 +2097,7 @@ def cumprod(x, dim):
                                        np.take(out, np.arange(xs[d] - 1), axis=d)], axis=d)
             gx = np.where(first, previous * total, gx)
         return (gx.astype(x.dtype, copy=False),)
-    return from_op(out, 'cumprod', (x,), backward, saved=(x,), saves_output=True)
+    return from_op(_row_major(out), 'cumprod', (x,), backward, saved=(x,), saves_output=True)
 
 
 CummaxResult = namedtuple('cummax', ['values', 'indices'])
@@ -2043,7 +2125,7 @@ def _cumulative_extreme(x, dim, op, better, result):
         np.add.at(np.moveaxis(gx, d, 0), (np.moveaxis(idx, d, 0),) + tuple(np.indices(
             np.moveaxis(idx, d, 0).shape, sparse=True)[1:]), np.moveaxis(g, d, 0))
         return (gx,)
-    return result(from_op(values, op, (x,), backward), _constant(idx))
+    return result(from_op(_row_major(values), op, (x,), backward), _constant(_row_major(idx)))
 
 
 def cummax(x, dim):
@@ -2100,9 +2182,13 @@ SortResult = namedtuple('sort', ['values', 'indices'])
 TopkResult = namedtuple('topk', ['values', 'indices'])
 
 
-def _select_along(x, idx, d, op, result):
+def _select_along(x, idx, d, op, result, layout=None):
     """values = x at idx along dim d, as a pair (values, indices); each value's gradient
-    goes back to the position it came from."""
+    goes back to the position it came from. layout: an array whose order of dims in memory
+    both take (sort's are x's, as PyTorch's), else row-major."""
+    data = np.take_along_axis(x.array, idx, axis=d)
+    if layout is not None:
+        data, idx = _laid_out_as(data, layout), _laid_out_as(idx, layout)
     indices = _constant(idx)
 
     def backward(g, xs=x.shape):
@@ -2110,8 +2196,7 @@ def _select_along(x, idx, d, op, result):
         gx = np.zeros_like(g, shape=xs)
         np.put_along_axis(gx, idx, g, axis=d)  # positions are distinct: no adding needed
         return (gx,)
-    values = from_op(np.take_along_axis(x.array, idx, axis=d), op, (x,), backward,
-                     saved=(indices,))  # the indices returned are the ones backward reads
+    values = from_op(data, op, (x,), backward, saved=(indices,))  # the indices returned are the ones backward reads
     return result(values, indices)
 
 
@@ -2121,11 +2206,11 @@ def argsort(x, dim=-1, descending=False, stable=False):
     if x.ndim == 0:
         return _on_0d(argsort, x, descending)
     if not descending:
-        return _constant(np.argsort(x.array, axis=d, kind='stable').astype(int64))
-    # descending and stable: sort the reversed array ascending, then reverse back
-    n = x.shape[d] if x.ndim else 1
-    idx = np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
-    return _constant((n - 1 - idx).astype(int64))
+        idx = np.argsort(x.array, axis=d, kind='stable')
+    else:  # descending and stable: sort the reversed array ascending, then reverse back
+        n = x.shape[d] if x.ndim else 1
+        idx = n - 1 - np.flip(np.argsort(np.flip(x.array, d), axis=d, kind='stable'), d)
+    return _constant(_laid_out_as(idx.astype(int64), x.array))  # in x's layout, as PyTorch's
 
 
 def sort(x, dim=-1, descending=False, stable=False):
@@ -2133,7 +2218,7 @@ def sort(x, dim=-1, descending=False, stable=False):
     d = _dim(dim, x.ndim, 'sort')
     if x.ndim == 0:
         return _on_0d(sort, x, descending)
-    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult)
+    return _select_along(x, argsort(x, d, descending).array, d, 'sort', SortResult, x.array)
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
@@ -2194,6 +2279,16 @@ def clone(x):
     return from_op(_copy_keeping_layout(x.array), 'clone', (x,), backward)
 
 
+def _laid_out_as(a, like):
+    """a (an array of like's shape) copied into like's order of dims in memory, unless it
+    already lies so (sort's values and indices take the input's layout, as PyTorch's)."""
+    out = _empty_in_layout_of(like, a.dtype)
+    if out.strides == a.strides:
+        return a
+    np.copyto(out, a)
+    return out
+
+
 def _copy_keeping_layout(a):
     """A copy of a with a's order of dims in memory (a transposed matrix stays transposed,
     a transposed slice too) when no two of a's elements share memory; else (expand) a
@@ -2203,13 +2298,33 @@ def _copy_keeping_layout(a):
     return out
 
 
-def _empty_in_layout_of(a):
-    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed)
-    when no two elements of a share memory, else in row-major order (PyTorch's rule)."""
-    order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-    if _overlaps(a):  # expanded
-        return np.empty_like(a, order='C')
-    return np.empty(tuple(a.shape[i] for i in order), a.dtype).transpose(np.argsort(order))
+def _empty_in_layout_of(a, dtype=None):
+    """An empty array of a's shape whose dims lie in memory in a's order (gaps closed),
+    as PyTorch's empty_like: when a is expanded, its dims of stride 0 keep their row-major
+    place and the others are ordered by stride around them (infer_dense_strides). dtype:
+    another than a's."""
+    dtype = a.dtype if dtype is None else dtype
+    if not _overlaps(a):
+        order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
+        return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
+
+    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: no order
+        s0, s1 = a.strides[d0], a.strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        return -1 if s0 < s1 else 1 if s0 > s1 or a.shape[d0] > a.shape[d1] else 0
+    perm = list(range(a.ndim - 1, -1, -1))  # dims from inner to outer: row-major to start
+    for i in range(1, a.ndim):  # PyTorch's insertion sort, as it writes it
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    order = perm[::-1]
+    return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
 
 
 def contiguous(x):
@@ -2618,8 +2733,10 @@ def _scatter(input, dim, index, src, op, add):
     where_ = _along(idx, d)
     block = tuple(slice(0, n) for n in idx.shape)
     is_tensor = isinstance(src, Tensor)
-    if is_tensor:
-        src = _as(src, input.dtype)
+    if is_tensor and src.dtype != input.dtype:  # (a number is cast, as in PyTorch)
+        raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype (got "
+                           f"{input.dtype} and {src.dtype}), as in PyTorch; convert src first: "
+                           f"src.to({input.dtype})")
     values = src.array[block] if is_tensor else np.asarray(src, dtype=input.dtype)
     out = input.array.copy()
     written = None  # scatter: where input's values were replaced
@@ -2686,7 +2803,10 @@ def index_add(input, dim, index, source, alpha=1):
     (a position named twice gets both)."""
     d = _dim(dim, input.ndim, 'index_add')
     idx = _index_tensor(index, 'index_add')
-    source = _as(source, input.dtype)
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_add(): self ({input.dtype}) and source ({source.dtype}) must "
+                           f"have the same dtype, as in PyTorch; convert source first: "
+                           f"source.to({input.dtype})")
     out = input.array.copy()
     np.add.at(np.moveaxis(out, d, 0), idx.reshape(-1), np.moveaxis(source.array * alpha, d, 0))
 
@@ -2706,7 +2826,7 @@ def index_fill(input, dim, index, value):
     shape = [1] * input.ndim
     if input.ndim:
         shape[d] = -1
-    return masked_fill(input, _constant(mask.reshape(shape)), value)
+    return _fill_where(input, _constant(mask.reshape(shape)), value, 'index_fill', row_major=False)
 
 
 ModeResult = namedtuple('mode', ['values', 'indices'])
@@ -2755,7 +2875,7 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
-    dtype = result_type(*tensors)  # the promotion rule over all of them (section 7)
+    dtype = result_type(*tensors)  # the promotion rule over all of them (section 3)
     tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
     parents = tuple(tensors)
     # PyTorch's legacy rule: a tensor of shape (0,) is skipped, whatever the others' shape
@@ -2933,7 +3053,7 @@ def repeat(x, *sizes):
         """d repeat(x)/dx = 1 for each copy  (g summed over the copies)"""
         pairs = [n for r, s in zip(sizes, shape) for n in (r, s)]  # (r0, s0, r1, s1, ...)
         return (g.reshape(pairs).sum(axis=tuple(range(0, len(pairs), 2))).reshape(xs),)
-    return from_op(np.tile(x.array.reshape(shape), sizes), 'repeat', (x,), backward)
+    return from_op(_row_major(np.tile(x.array.reshape(shape), sizes)), 'repeat', (x,), backward)
 
 
 def _matrix(x, op):
@@ -3301,7 +3421,7 @@ def softmax(x, dim, dtype=None):
         return _on_0d(softmax, x)
     with np.errstate(invalid='ignore'):  # an all -inf slice: -inf - -inf, nan as PyTorch
         e = np.exp(x.array - _max_or_0(x.array, d))
-        out = e / np.sum(e, axis=d, keepdims=True)
+        out = _row_major(e / np.sum(e, axis=d, keepdims=True))  # row-major, as PyTorch's
 
     def backward(g):
         """d softmax/dx: p * (g - sum(p * g))  (the Jacobian diag(p) - p p^T applied to g)"""
@@ -3318,7 +3438,7 @@ def log_softmax(x, dim, dtype=None):
         return _on_0d(log_softmax, x)
     with np.errstate(divide='ignore', invalid='ignore'):  # an empty dim: log(0) = -inf, as
         shifted = x.array - _max_or_0(x.array, d)        # PyTorch; an all -inf slice: nan
-        out = shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+        out = _row_major(shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True)))
 
     def backward(g):
         """d log_softmax/dx: g - softmax(x) * sum(g)"""
@@ -3358,30 +3478,20 @@ _methods(softmax=softmax, log_softmax=log_softmax)
 # CopySlices(old h, y) (PyTorch's node: y's region from y, the rest from the old h), and every other
 # live view of h is made again from the new h, so that its history matches its values.
 #
-# This section replaces Part I's placeholder _inputs: backward, and the tools, ask it
-# for the inputs of a node as its op read them.
-def _inputs_as_read(node):
-    """node's inputs as node read them: an input changed in place after node's op ran is
-    represented by its older self. Usually just node._parents."""
-    parents = node._parents
-    for p in parents:
-        if p._seq >= node._seq:
-            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
-    return parents
+# Backward, and the tools, ask _inputs (section 6) for the inputs of a node as its op
+# read them.
 
 
-_inputs = _inputs_as_read  # replaces Part I's _inputs (node._parents)
-
-
-def _as_read_by(node, p):
-    """The version of p that node's op read (p's history was rewritten since)."""
-    while p._seq >= node._seq:
-        p = p._older
-    return p
-
-
-def _check_inplace(x, op):
-    if not x.array.flags.writeable:
+def _check_inplace(x, op, written=None):
+    """Refuse an in-place op that can't be done (or differentiated). written: the array the
+    op writes, when it is not all of x's (x[idx] = v writes a region)."""
+    w = x.array if written is None else written
+    flags = w.flags
+    if not (flags.c_contiguous or flags.f_contiguous) and _overlaps_itself(w):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the "
+                           "written-to tensor refers to a single memory location (an expanded "
+                           "view, or strides that reach a location twice); call .clone() first")
+    if not (flags if written is None else x.array.flags).writeable:
         raise RuntimeError(f"{op}: this tensor is read-only (an expanded view: several of its "
                            "elements are one memory location); call .clone() first")
     if not _grad_enabled:
@@ -3420,6 +3530,26 @@ def _in_place_operand(x, other, op, floating=False):
     return other  # the op computes in the promoted dtype; _in_place rounds into x's
 
 
+def _overlaps_itself(a):
+    """Whether two elements of array a are one memory location: a stride of 0 (expand), or
+    strides such as (1, 1) over a (3, 3) view (as_strided, or a file that says so)."""
+    if a.size < 2:
+        return False
+    reach = a.itemsize  # the bytes the dims taken so far span: a dim whose stride is at
+    for stride, n in sorted((builtins.abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < reach:  # least that can't step into them; else look at every offset
+            offsets = np.zeros(1, dtype=np.int64)
+            for s, k in zip(a.strides, a.shape):
+                offsets = (offsets[:, None] + np.arange(k, dtype=np.int64) * s).reshape(-1)
+            return bool((np.diff(np.sort(offsets)) < a.itemsize).any())
+        reach += stride * (n - 1)
+    return False
+
+
+_ONE_LOCATION = ("unsupported operation: some elements of the input tensor and the written-to "
+                 "tensor refer to a single memory location")  # PyTorch's words
+
+
 def _no_partial_overlap(written, operand, op):
     """Refuse an operand that shares some, but not all, of its memory with the array an
     in-place op writes: the answer would depend on the order the elements are visited."""
@@ -3428,8 +3558,18 @@ def _no_partial_overlap(written, operand, op):
     same = (written.__array_interface__['data'][0] == operand.__array_interface__['data'][0]
             and written.shape == operand.shape and written.strides == operand.strides)
     if not same and np.shares_memory(written, operand):
-        raise RuntimeError(f"{op}: the operand shares some of its memory with the tensor it "
-                           "changes in place; pass a copy of it (.clone())")
+        raise RuntimeError(f"{op}: {_ONE_LOCATION} (the operand shares some of its memory with "
+                           "the tensor it changes); pass a copy of it (.clone())")
+
+
+def _no_shared_memory(x, operands, op):
+    """An index write (x[idx] = v, scatter_, index_add_) refuses a source or index that
+    shares any memory with x, as PyTorch does: its writes would read values they changed."""
+    for t in operands:
+        if isinstance(t, Tensor) and np.may_share_memory(x.array, t.array) and \
+                np.shares_memory(x.array, t.array):
+            raise RuntimeError(f"{op}: {_ONE_LOCATION} (its source or index is a part of the "
+                               "tensor it changes); pass a copy of it (.clone())")
 
 
 def _in_place(x, op, result):
@@ -3625,11 +3765,33 @@ def _last_writes(shape, idx):
     return owner[idx] == slots
 
 
+def _writes_nothing(a, items):
+    """Whether a[items] = v reaches no element (items: what _ints_first leaves: slices, None
+    and index arrays). PyTorch checks an index's values only where it writes, so an index
+    out of range passes then, even into a dim of size 0 (zeros(0, 2)[tensor([0]), 1:1] = v),
+    where NumPy (and reading, in PyTorch too) refuses it."""
+    d, arrays = 0, []
+    for i in items:
+        if i is None:
+            continue
+        if isinstance(i, slice):
+            if len(range(*i.indices(a.shape[d]))) == 0:
+                return True
+            d += 1
+        else:  # an index array: a mask picks its true positions over as many dims as it has
+            arrays.append(np.zeros(int(i.sum())) if i.dtype == bool else i)
+            d += i.ndim if i.dtype == bool else 1
+    try:
+        picked = np.broadcast_shapes(*(np.shape(i) for i in arrays))
+    except ValueError:
+        return False  # refused, with NumPy's words
+    return math.prod(picked) == 0 or 0 in a.shape[d:]
+
+
 def setitem(x, idx, value):
     """x[idx] = value, with every index getitem takes. In the graph, x's history becomes
     this write: the written positions get their gradient from value, the others from x's
     old value."""
-    _check_inplace(x, '__setitem__')
     _check_mask(x, idx, '__setitem__')
     i = _index_data(idx)
     basic = _is_basic_index(i)
@@ -3637,19 +3799,28 @@ def setitem(x, idx, value):
 
     def at(a):  # the part of a the index (its tensors, masks, slices) then picks from
         return a if first is None else a[first]  # a view: writing into it writes into a
+    try:
+        region = at(x.array)[i] if basic else at(x.array)  # what the write may reach
+    except IndexError:
+        region = np.zeros(0)  # an index out of range: refused below, with the shape named
+    _check_inplace(x, '__setitem__', region)
     if not isinstance(value, Tensor) or not basic and value.array.size == 1:  # as PyTorch
         _fits(value, x.dtype, '__setitem__')  # a number (one value with a mask) must fit
-    if isinstance(value, Tensor):
-        _no_partial_overlap(at(x.array)[i] if basic else x.array, value.array, '__setitem__')
+    if isinstance(value, Tensor) and basic:  # a copy into a region: the very same memory is fine
+        _no_partial_overlap(region, value.array, '__setitem__')
+    elif not basic:  # an index write: no shared memory at all (a mask is copied, as PyTorch's)
+        _no_shared_memory(x, (value,) + tuple(t for t in _tensors_in(idx) if t.dtype != bool_),
+                          '__setitem__')
     v = value if not isinstance(value, Tensor) or value.dtype == x.dtype else value.to(x.dtype)
     recording = _grad_enabled and (x.requires_grad or _requires_grad(v))
+    nothing = False  # a write to no element (its out-of-range index passes, as in PyTorch)
     try:
         last = None if not recording or basic else _last_writes(at(x.array).shape, i)
         at(x.array)[i] = v.array if isinstance(v, Tensor) else v
     except (ValueError, IndexError) as e:
-        if isinstance(e, IndexError) and not basic and _picking_nothing(at(x.array), i):
-            return  # a write to no element (its out-of-range index passes, as in PyTorch)
-        raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        if not (isinstance(e, IndexError) and not basic and _writes_nothing(at(x.array), i)):
+            raise type(e)(f"setitem: {e} (tensor of shape {tuple(x.shape)})") from None
+        nothing = True
     _bump(x)
     if not recording:
         return
@@ -3658,6 +3829,8 @@ def setitem(x, idx, value):
     def backward(g, vs=np.shape(v)):
         """d setitem/dx = 1 where not written, 0 where written
         d setitem/d value = 1 at the places it was written to  (the last write, where repeated)"""
+        if nothing:  # (x still joins the graph, as PyTorch's: the value's gradient is 0)
+            return (g,) if len(parents) == 1 else (g, np.zeros(vs, g.dtype))
         gx = g.copy()
         at(gx)[i] = 0  # written over: no gradient to the old values there
         if len(parents) == 1:
@@ -3669,13 +3842,37 @@ def setitem(x, idx, value):
     _record(x, from_op(x.array, '__setitem__', parents, backward, saved=_tensors_in(idx)))
 
 
-# More in-place forms: the out-of-place op, written back by _in_place.
-def _in_place_form(name, fn):
+# The index writes: their out-of-place op written back, after _no_shared_memory.
+def scatter_(x, dim, index, src=None, *, value=None):
+    _no_shared_memory(x, (index, src), 'scatter_')
+    return _in_place(x, 'scatter_', scatter(x, dim, index, src, value=value))
+
+
+def scatter_add_(x, dim, index, src):
+    _no_shared_memory(x, (index, src), 'scatter_add_')
+    return _in_place(x, 'scatter_add_', scatter_add(x, dim, index, src))
+
+
+def index_add_(x, dim, index, source, alpha=1):
+    _no_shared_memory(x, (index, source), 'index_add_')
+    return _in_place(x, 'index_add_', index_add(x, dim, index, source, alpha))
+
+
+def index_fill_(x, dim, index, value):
+    _no_shared_memory(x, (index,), 'index_fill_')  # (a 0-d value tensor is read once, first)
+    return _in_place(x, 'index_fill_', index_fill(x, dim, index, value))
+
+
+# More in-place forms: the out-of-place op, written back by _in_place. reads_input: the
+# op's rule reads its input (d|x|/dx = sign(x), d sin(x)/dx = cos(x)), whose old values the
+# write destroys, so it gets a copy of them (_keep_old), as mul_ by a tensor does. A rule
+# that reads its output (exp, 1/x) reads x's new values, and the steps (floor) read nothing.
+def _in_place_form(name, fn, reads_input=False):
     def op(x, *args, **kwargs):
-        return _in_place(x, name, fn(x, *args, **kwargs))
+        old = _keep_old(x, None, reads_input and x.requires_grad)[0]
+        return _in_place(x, name, fn(old, *args, **kwargs))
     op.__name__ = name
     return op
-
 
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
@@ -3697,20 +3894,20 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
-_methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
-         log_=_in_place_form('log_', log), tanh_=_in_place_form('tanh_', tanh),
+_methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form('exp_', exp),
+         log_=_in_place_form('log_', log, reads_input=True), tanh_=_in_place_form('tanh_', tanh),
          sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
          neg_=_in_place_form('neg_', neg), floor_=_in_place_form('floor_', floor),
          ceil_=_in_place_form('ceil_', ceil), round_=_in_place_form('round_', round),
-         trunc_=_in_place_form('trunc_', trunc), sin_=_in_place_form('sin_', sin),
-         cos_=_in_place_form('cos_', cos), square_=_in_place_form('square_', square),
-         reciprocal_=_in_place_form('reciprocal_', reciprocal),
+         trunc_=_in_place_form('trunc_', trunc), sign_=_in_place_form('sign_', sign),
+         sin_=_in_place_form('sin_', sin, reads_input=True),
+         cos_=_in_place_form('cos_', cos, reads_input=True),
+         square_=_in_place_form('square_', square, reads_input=True),  # (its table row says 'x')
+         reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
-         scatter_=_in_place_form('scatter_', scatter),
-         scatter_add_=_in_place_form('scatter_add_', scatter_add),
-         index_add_=_in_place_form('index_add_', index_add),
-         index_fill_=_in_place_form('index_fill_', index_fill),
+         scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
+         index_fill_=index_fill_,
          unsqueeze_=lambda self, dim: _new_shape_in_place(self, 'unsqueeze_', lambda t: unsqueeze(t, dim)),
          squeeze_=lambda self, dim=None: _new_shape_in_place(self, 'squeeze_', lambda t: squeeze(t, dim)),
          t_=lambda self: _new_shape_in_place(self, 't_', lambda t: t.t()), add_=add_, sub_=sub_,
@@ -3724,43 +3921,6 @@ _methods(abs_=_in_place_form('abs_', abs), exp_=_in_place_form('exp_', exp),
 # ---------------------------------------------------------------------------
 # 14. Creation functions and the random generator
 # ---------------------------------------------------------------------------
-class device:
-    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
-    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
-
-    def __init__(self, type, index=None):
-        if isinstance(type, device):
-            type, index = type.type, type.index
-        type, _, number = str(type).partition(':')
-        self.type, self.index = type, int(number) if number else index
-
-    def __repr__(self):
-        more = '' if self.index is None else f', index={self.index}'
-        return f"device(type='{self.type}'{more})"
-
-    def __str__(self):
-        return self.type if self.index is None else f'{self.type}:{self.index}'
-
-    def __eq__(self, other):
-        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
-
-    def __hash__(self):
-        return hash((self.type, self.index))
-
-
-_CPU = device('cpu')
-
-
-def _cpu_only(where, what):
-    """device=... arguments: None or the CPU; any other device gets one clear line."""
-    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
-                                          device(where).type == 'cpu'):
-        return _CPU
-    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
-                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
-                       "PyTorch with export.py)")
-
-
 # Every random op (randn, dropout, sampling, shuffling) draws from a Generator: the one
 # you pass as generator=..., else the library's default_generator, which manual_seed(s)
 # reseeds. A Generator wraps a NumPy one.
@@ -3825,15 +3985,6 @@ def set_rng_state(state):
     default_generator.set_state(state)
 
 
-def _tensor_on_cpu(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """torch.tensor: Part I's tensor(), with PyTorch's device= (the CPU) and pin_memory=."""
-    _cpu_only(device, 'tensor')
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
-
-
-tensor = _tensor_on_cpu  # replaces Part I's tensor()
-
-
 def as_tensor(data, dtype=None, device=None):
     """torch.as_tensor: no copy where none is needed (a tensor, or a NumPy array of the
     dtype asked for, is shared)."""
@@ -3884,14 +4035,22 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
                          dtype=dtype), requires_grad)
 
 
+def _filled_like(x, value, dtype, op):
+    """x's shape and order of dims in memory (a transposed x gives a transposed result, as
+    PyTorch's *_like: memory_format=torch.preserve_format), filled with value."""
+    out = _empty_in_layout_of(x.array, np.dtype(dtype or x.dtype))
+    out[...] = _fits(value, out.dtype, op)
+    return out
+
+
 def zeros_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'zeros_like')
-    return _leaf(np.zeros(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 0, dtype, 'zeros_like'), requires_grad)
 
 
 def ones_like(x, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'ones_like')
-    return _leaf(np.ones(x.shape, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, 1, dtype, 'ones_like'), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -3982,15 +4141,17 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     _cpu_only(device, 'full_like')
-    return _leaf(np.full(x.shape, fill_value, dtype=dtype or x.dtype), requires_grad)
+    return _leaf(_filled_like(x, fill_value, dtype, 'full_like'), requires_grad)
 
 
 def rand_like(x, dtype=None, device=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = rand(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)  # x's layout, as zeros_like
 
 
 def randn_like(x, dtype=None, device=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
+    r = randn(*x.shape, dtype=dtype or x.dtype, device=device)
+    return _leaf(_laid_out_as(r.array, x.array), requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
@@ -4468,25 +4629,7 @@ _methods(grad_fn=property(_grad_fn))
 # ---------------------------------------------------------------------------
 # 17. Hooks: where the tools watch the ops and the rules
 # ---------------------------------------------------------------------------
-# lookinside.py's profile and detect_anomaly watch every op and every backward rule:
-# `with` puts them in Part I's list _hooks, and then from_op and backward call these two.
-# When no tool is on, that costs one check of an empty list per op.
-def _watch_op(out, op, parents):
-    """Tell the tools that watch that op made out."""
-    for hook in _hooks:
-        hook.op(out, op, parents)
-
-
-def _run_rule(node, g):
-    """Run node's backward rule; the tools that watch see it start and end."""
-    for hook in _hooks:
-        hook.rule_start(node)
-    grads = node._backward(g)
-    for hook in _hooks:
-        hook.rule_end(node, grads)
-    return grads
-
-
+# record_function: a named row in lookinside's profile (the hooks are in section 2).
 class record_function:
     """A named row in an active profile for a block that is not an op (the optimizer's
     step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
@@ -4511,13 +4654,10 @@ class record_function:
 # a device (always the CPU), what a GPU program asks of torch.cuda / torch.backends /
 # torch.amp (answered for a machine without one), torch.save / torch.load, and PyTorch's
 # module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
-import importlib  # noqa: E402 (this section's own tools; nothing above needs them)
-import importlib.util  # noqa: E402
-import io  # noqa: E402
+import io  # noqa: E402 (this section's own tools; nothing above needs them)
 import operator  # noqa: E402
 import pickle  # noqa: E402
 import types  # noqa: E402
-import warnings  # noqa: E402
 import zipfile  # noqa: E402
 
 
@@ -4550,282 +4690,7 @@ class inference_mode(no_grad):
         self.enabled = not mode
 
 
-class _NoSuchDtype:
-    """torch.bfloat16 and the like: a name a program may mention but tinytorch (NumPy)
-    cannot compute in; np.dtype() of it fails."""
 
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"tinytorch.{self.name} (not supported: NumPy has no {self.name})"
-
-
-# Module attributes PyTorch has and tinytorch gives only when asked for (float and int are
-# also Python's own names, which the code above keeps using). Section 1 has float32 and co.
-_DTYPE_NAMES = {'float': float32, 'double': float64, 'half': float16, 'long': int64,
-                'int': int32, 'short': np.dtype(np.int16), 'bool': bool_,
-                'uint8': np.dtype(np.uint8), 'int8': np.dtype(np.int8),
-                'int16': np.dtype(np.int16), 'bfloat16': _NoSuchDtype('bfloat16')}
-
-
-def _refuse(what, why):
-    def refused(*args, **kwargs):
-        raise RuntimeError(f"{what}: {why}")
-    refused.__name__ = what.rsplit('.', 1)[-1]
-    return refused
-
-
-_ONE_PROCESS = "tinytorch trains in one process on the CPU (run the program without torchrun)"
-_NO_GPU = ("tinytorch computes with NumPy on the CPU: there is no GPU here (to run a model "
-           "on a GPU, export it to PyTorch with export.py)")
-
-
-class _GradScaler:
-    """torch.amp.GradScaler on a machine without a GPU: PyTorch disables it (a warning if
-    enabled=True was asked for), so scale() returns the loss as it is and step() steps."""
-
-    def __init__(self, device='cuda', init_scale=65536.0, growth_factor=2.0,
-                 backoff_factor=0.5, growth_interval=2000, enabled=True):
-        if enabled:
-            warnings.warn("GradScaler is enabled, but there is no GPU (tinytorch computes in "
-                          "float32 or float64 on the CPU). Disabling.")
-        self._enabled = False
-
-    def scale(self, outputs):
-        return outputs
-
-    def unscale_(self, optimizer):
-        pass
-
-    def step(self, optimizer, *args, **kwargs):
-        return optimizer.step(*args, **kwargs)
-
-    def update(self, new_scale=None):
-        pass
-
-    def is_enabled(self):
-        return self._enabled
-
-    def get_scale(self):
-        return 1.0
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state_dict):
-        pass
-
-
-class _autocast:
-    """torch.autocast on the CPU: tinytorch has no lower-precision kernels, so the block
-    runs in the tensors' own dtype (a warning says so once); on 'cuda', the one clear line."""
-
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
-        _cpu_only(device_type, 'autocast')
-        if enabled:
-            warnings.warn("autocast: tinytorch computes in each tensor's own dtype (no "
-                          "float16 or bfloat16 kernels); the block runs as it is")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __call__(self, fn):
-        return fn
-
-
-def _module(name, doc, **attrs):
-    """A stand-in module for one of PyTorch's module paths (tinytorch.cuda, ...)."""
-    m = types.ModuleType(f'{__name__}.{name}', doc)
-    m.__dict__.update(attrs, __path__=[])
-    return m
-
-
-def _companion(file):
-    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported from that
-    folder and never from elsewhere on sys.path: a learner's own data.py must not become
-    tinytorch.utils.data. It is the module `import nn` gives where that finds the same file;
-    else it is imported under a name of its own (tinytorch._nn)."""
-    folder = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(folder, file + '.py')
-    if not os.path.isfile(path):
-        raise ImportError(f"{__name__}: this path needs {file}.py, and there is none beside "
-                          f"tinytorch.py (in {folder}); copy {file}.py from the tinytorch project "
-                          "into that folder")
-    mod = sys.modules.get(file)
-    if mod is None:
-        try:
-            spec = importlib.util.find_spec(file)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and _same_file(spec.origin, path):
-            return importlib.import_module(file)
-    elif _same_file(getattr(mod, '__file__', None), path):
-        return mod
-    own = f'{__name__}._{file}'
-    if own not in sys.modules:
-        spec = importlib.util.spec_from_file_location(own, path)
-        sys.modules[own] = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(sys.modules[own])
-        except BaseException:
-            del sys.modules[own]
-            raise
-    return sys.modules[own]
-
-
-def _same_file(a, b):
-    try:
-        return a is not None and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _nn_utils():
-    optim_ = _companion('optim')
-    return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
-                   clip_grad_norm_=optim_.clip_grad_norm_,
-                   clip_grad_value_=getattr(optim_, 'clip_grad_value_', None))
-
-
-def _as_module(name, obj):
-    """A module holding obj's public names (nn.init, autograd)."""
-    if isinstance(obj, types.ModuleType):
-        return obj
-    return _module(name, obj.__doc__, **{k: getattr(obj, k) for k in dir(obj)
-                                         if not k.startswith('_')})
-
-
-# PyTorch's module path -> what it is here. `import tinytorch.X` and `tinytorch.X` (no
-# import) both reach these; `torch` in a program's import lines becomes `tinytorch`.
-_PATHS = {
-    'nn': lambda: _companion('nn'),
-    'nn.functional': lambda: _companion('nn'),
-    'nn.init': lambda: _as_module('nn.init', _companion('nn').init),
-    'nn.utils': _nn_utils,
-    'nn.parallel': lambda: _module(
-        'nn.parallel', "torch.nn.parallel: one process here",
-        DistributedDataParallel=_refuse('DistributedDataParallel', _ONE_PROCESS),
-        DataParallel=_refuse('DataParallel', _NO_GPU)),
-    'optim': lambda: _companion('optim'),
-    'optim.lr_scheduler': lambda: _companion('optim'),
-    'utils': lambda: _module('utils', "torch.utils"),
-    'utils.data': lambda: _companion('data'),
-    'utils.data.dataloader': lambda: _companion('data'),
-    'utils.data.dataset': lambda: _companion('data'),
-    'utils.data.sampler': lambda: _companion('data'),
-    'utils.tensorboard': lambda: _companion('lookinside'),
-    'autograd': lambda: _as_module('autograd', autograd),
-    'distributed': lambda: _module(
-        'distributed', "torch.distributed: one process here",
-        is_available=lambda: False, is_initialized=lambda: False,
-        **{n: _refuse(f'torch.distributed.{n}', _ONE_PROCESS) for n in (
-            'init_process_group', 'destroy_process_group', 'barrier', 'all_reduce',
-            'broadcast', 'get_rank', 'get_world_size')}),
-    'cuda': lambda: _module(
-        'cuda', "torch.cuda on a machine without a GPU",
-        is_available=lambda: False, device_count=lambda: 0, is_bf16_supported=lambda: False,
-        manual_seed=lambda seed: None, manual_seed_all=lambda seed: None,
-        synchronize=lambda device=None: None, empty_cache=lambda: None,
-        amp=_module('cuda.amp', "torch.cuda.amp", GradScaler=_GradScaler,
-                    autocast=lambda *a, **k: _autocast('cuda', *a, **k)),
-        current_device=_refuse('torch.cuda.current_device', _NO_GPU),
-        get_device_name=_refuse('torch.cuda.get_device_name', _NO_GPU)),
-    'backends': lambda: _module(
-        'backends', "torch.backends: the flags a GPU program sets, accepted",
-        cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
-                                   is_built=lambda: False),
-        cudnn=types.SimpleNamespace(allow_tf32=False, benchmark=False, deterministic=False,
-                                    enabled=False, is_available=lambda: False),
-        mps=types.SimpleNamespace(is_available=lambda: False, is_built=lambda: False)),
-    'accelerator': lambda: _module(
-        'accelerator', "torch.accelerator: there is none",
-        is_available=lambda: False, current_accelerator=lambda: None,
-        device_count=lambda: 0),
-    'amp': lambda: _module('amp', "torch.amp on the CPU", GradScaler=_GradScaler,
-                           autocast=_autocast),
-}
-autocast = _autocast
-compile = _refuse('compile', "tinytorch has no compiler; run the model as it is "
-                             "(nanoGPT: --compile=False)")
-
-
-def set_float32_matmul_precision(precision):
-    """Accepted: NumPy's float32 matmul has one precision."""
-
-
-def get_float32_matmul_precision():
-    return 'highest'
-
-
-def __getattr__(name):
-    """tinytorch.float, tinytorch.nn, ...: the names in _DTYPE_NAMES and _PATHS, made on
-    first use (PEP 562: Python calls this only for a name the module does not have)."""
-    if name in _DTYPE_NAMES:
-        return _DTYPE_NAMES[name]
-    if name in _PATHS:
-        return importlib.import_module(f'{__name__}.{name}')
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _PathFinder:
-    """Python's import system asks each finder on sys.meta_path for a module by name;
-    this one answers for tinytorch.<a path in _PATHS> with the module _PATHS makes."""
-
-    @staticmethod
-    def find_spec(fullname, path=None, target=None):
-        sub = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + '.') else None
-        return importlib.util.spec_from_loader(fullname, _PathFinder) if sub in _PATHS else None
-
-    @staticmethod
-    def create_module(spec):
-        module = _PATHS[spec.name[len(__name__) + 1:]]()
-        if not hasattr(module, '__path__'):
-            module.__path__ = []  # so that its own children (nn.functional) can be imported
-        sub = spec.name[len(__name__) + 1:]
-        if '__getattr__' not in module.__dict__:  # tinytorch.nn.utils without an import
-            module.__getattr__ = functools.partial(_child, sub)
-        return module
-
-    @staticmethod
-    def exec_module(module):
-        pass
-
-
-def _child(parent, name):
-    if f'{parent}.{name}' in _PATHS:
-        return importlib.import_module(f'{__name__}.{parent}.{name}')
-    raise AttributeError(f"module '{__name__}.{parent}' has no attribute {name!r}")
-
-
-__path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
-if not builtins.any(getattr(f, '__qualname__', '') == '_PathFinder' for f in sys.meta_path):
-    sys.meta_path.append(_PathFinder)
-
-
-def _array_text_as_pytorch(a):
-    """A tensor's values as PyTorch prints them (Part I's repr calls this): 4 decimals, or
-    e-notation where the magnitudes span more than 1000x (or pass 1e8, or go under 1e-4);
-    floats that are whole numbers as "2."; lines of at most 80 characters; an empty
-    tensor with more than one dim says its size."""
-    if a.size == 0 and a.ndim > 1:
-        return f'[], size={a.shape}'
-    finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
-    nonzero = finite[finite != 0]
-    wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
-    whole = np.all(finite == np.floor(finite)) and not wide
-    small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
-    return np.array2string(a, separator=', ', prefix='tensor(', precision=4, max_line_width=80,
-                           floatmode='maxprec_equal' if whole else 'fixed',
-                           suppress_small=not (wide or small))
-
-
-# torch.set_printoptions: the options tensors print with (repr and print)
-_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
-_print_options = dict(_PRINT_DEFAULTS)
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
@@ -4845,28 +4710,6 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
         if v is not None:
             _print_options[k] = v
     _print_options['sci_mode'] = sci_mode
-
-
-def _array_text_with_options(a):
-    """_array_text_as_pytorch with set_printoptions' options."""
-    o = _print_options
-    if o == _PRINT_DEFAULTS:
-        return _array_text_as_pytorch(a)
-    with np.printoptions(threshold=sys.maxsize if o['threshold'] == math.inf else o['threshold'],
-                         edgeitems=o['edgeitems']):
-        if o['sci_mode'] is None and (o['precision'], o['linewidth']) == (4, 80):
-            return _array_text_as_pytorch(a)
-        if a.size == 0 and a.ndim > 1:
-            return f'[], size={a.shape}'
-        sci = o['sci_mode']
-        return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
-                               max_line_width=o['linewidth'], floatmode='fixed',
-                               suppress_small=not sci,
-                               formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
-                               if sci else None)
-
-
-_array_text = _array_text_with_options  # replaces Part I's _array_text
 
 
 HistogramResult = namedtuple('histogram', ['hist', 'bin_edges'])
@@ -5185,16 +5028,6 @@ def _load_pytorch_file(f, weights_only):
 # CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
 # use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
 # one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
-def _bare_decorator(cls, *args, **kwargs):
-    """@no_grad without parentheses: no_grad(fn) decorates fn, as PyTorch allows."""
-    if len(args) == 1 and not kwargs and callable(args[0]):
-        return cls()(args[0])
-    return object.__new__(cls)
-
-
-_GradMode.__new__ = _bare_decorator  # adds to Part I's class (bound nowhere else): @no_grad bare
-
-
 class set_grad_enabled(_GradMode):
     """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
     manager it restores the previous mode at the end, as a decorator it sets the mode for
@@ -5457,62 +5290,6 @@ def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, che
                              f"{atol} allowed)")
 
 
-def _refusing_module(name, why):
-    """A module path tinytorch deliberately lacks: importing works, using any name in it
-    says why in one line."""
-    m = _module(name, f"torch.{name}: {why}")
-
-    def refuse(attr):
-        if attr.startswith('__'):
-            raise AttributeError(attr)
-        raise RuntimeError(f"torch.{name}.{attr}: {why}")
-    m.__getattr__ = refuse
-    return m
-
-
-def _with(path, **attrs):
-    """_PATHS[path] with more names (those it already has stay)."""
-    make = _PATHS[path]
-
-    def made():
-        m = make()
-        for k, v in attrs.items():
-            if k not in m.__dict__:
-                setattr(m, k, v)
-        return m
-    _PATHS[path] = made
-
-
-_with('cuda', **{n: _refuse(f'torch.cuda.{n}', _NO_GPU) for n in (
-    'set_device', 'get_device_capability', 'get_device_properties', 'memory_allocated',
-    'memory_reserved', 'max_memory_allocated', 'reset_peak_memory_stats', 'Event', 'Stream')})
-_PATHS.update({
-    'testing': lambda: _module('testing', "torch.testing", assert_close=assert_close),
-    'random': lambda: _module('random', "torch.random: the default generator's seed",
-                              manual_seed=manual_seed, seed=seed, initial_seed=initial_seed,
-                              get_rng_state=get_rng_state, set_rng_state=set_rng_state),
-    'version': lambda: _module('version', "torch.version", __version__=__version__,
-                               cuda=None, hip=None, git_version='tinytorch'),
-    'multiprocessing': lambda: _refusing_module('multiprocessing', _ONE_PROCESS),
-    'utils.data.distributed': lambda: _refusing_module('utils.data.distributed', _ONE_PROCESS),
-    'profiler': lambda: _refusing_module(
-        'profiler', "tinytorch has its own profiler: `with lookinside.profile() as p:` "
-                    "(README, 'Look inside a run')"),
-    'nn.modules': lambda: _module(  # torch.nn.modules.linear.Linear is nn.Linear
-        'nn.modules', "torch.nn.modules: PyTorch's files of nn; here all are nn.py",
-        **{f: _companion('nn') for f in ('module', 'linear', 'conv', 'activation', 'loss',
-                                         'pooling', 'batchnorm', 'dropout', 'sparse', 'rnn',
-                                         'normalization', 'container', 'flatten')},
-        Module=_companion('nn').Module),
-    'nn.utils.rnn': lambda: _module(
-        'nn.utils.rnn', "torch.nn.utils.rnn: padded batches (nn.py's pad_sequence)",
-        pad_sequence=_companion('nn').pad_sequence,
-        **{n: _companion('nn')._no_packed_sequences(n) for n in (
-            'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence', 'PackedSequence')}),
-    'distributions': lambda: _refusing_module(
-        'distributions', "tinytorch has no probability distributions; sample with "
-                         "torch.multinomial, torch.normal or torch.rand"),
-})
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
@@ -5528,31 +5305,13 @@ _methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda sel
 # ---------------------------------------------------------------------------
 # 19. Speed
 # ---------------------------------------------------------------------------
-def tune_malloc():
-    """Keep freed memory in the process instead of handing it back to the OS.
-
-    A training step allocates and frees the same large arrays every time. glibc's
-    malloc serves blocks over a (dynamic) threshold with mmap and returns them to
-    the OS on free, and trims the top of the heap as soon as 128 KiB are free, so
-    each step pays for fresh zeroed pages again (page faults cost as much as the
-    arithmetic here). Raising both thresholds keeps those pages for reuse: about
-    25% faster steps, while the peak memory stays the same. tune() calls it (on Linux);
-    TINYTORCH_TUNE_MALLOC=0 leaves the allocator alone even then.
-    Returns True if the settings were applied.
-    """
-    import ctypes
-    if os.environ.get('TINYTORCH_TUNE_MALLOC', '1') == '0' or not sys.platform.startswith('linux'):
-        return False
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2 ** 20)  # glibc's maximum
-                    and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 30))
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to do
-        return False
-
-
-malloc_tuned = False  # tune() sets it
+# What a user may call is everything public above this line (`from tinytorch import *`
+# gives it, but the modules this file uses and the names that would hide Python's builtins:
+# sum, max, abs, round, pow, ...; after it sum([1, 2]) is still Python's), and of this
+# section tune() and the thread count. The kernels below are the ops' business.
+__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
+           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]
+__all__ += ['tune', 'get_num_threads', 'set_num_threads']
 
 
 def _threads_from_env():
@@ -5565,6 +5324,33 @@ def _threads_from_env():
 _num_threads = _threads_from_env()
 _threads_pinned = False  # set_num_threads(n) pins the number
 _pool, _pool_pid = None, None
+_sharing = None  # tuning.py, once tune() turned on sharing the cores with other programs
+
+
+def tune():
+    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
+    thing. Importing tinytorch changes nothing in the process; this call does, for the whole
+    process: glibc keeps freed memory for reuse, and tinytorch's threads and OpenBLAS's
+    follow the cores other programs leave free. tuning.py, beside this file, holds both
+    (and says why). Returns the names of the settings made."""
+    global _sharing
+    tuning = _companion('tuning')
+    done = tuning.tune()
+    _sharing = tuning if 'share_cores' in done else None
+    return done
+
+
+def _share_cores():
+    """Once tune() turned sharing on: look at the machine if it is time (tuning.share_cores)."""
+    if _sharing is not None:
+        _sharing.share_cores()
+
+
+def _threads_now():
+    """The threads parallel_for uses: the setting, less what other programs take."""
+    if _threads_pinned or _sharing is None:
+        return _num_threads
+    return builtins.min(_num_threads, _sharing.cores_free())
 # Below this many elements a job stays on one thread (waking a thread costs 20-60 us here:
 # GELU on 2^17 floats took 268 us on 2 threads, 232 on one).
 PARALLEL_MIN_SIZE = 2 ** 17
@@ -5616,7 +5402,7 @@ def parallel_for(fn, n, size, threads=None, piece=None):
     # up waiting on itself.
     on_a_worker = threading.current_thread().name.startswith('tinytorch')
     if not on_a_worker:
-        share_cores()  # fewer threads while other programs take the cores (below)
+        _share_cores()  # fewer threads while other programs take the cores (tune())
     k = builtins.min(_threads_now(), n, threads or _num_threads)
     if not fast or k < 2 or size < PARALLEL_MIN_SIZE or on_a_worker:
         fn(0, n)
@@ -5632,159 +5418,6 @@ def parallel_for(fn, n, size, threads=None, piece=None):
     finally:
         for f in futures:
             f.result()  # waits, and re-raises an error from a worker
-
-
-# ---------------------------------------------------------------------------
-# Sharing the cores with other programs
-# ---------------------------------------------------------------------------
-# Threads pay only while each has a core. When other programs keep the cores busy (a
-# browser, a build, another training run), threads that wait for each other (the two
-# halves of a split matmul in OpenBLAS, the ranges of a parallel_for) are descheduled in
-# turn, and each wait lasts one of the scheduler's time slices (milliseconds) instead of
-# microseconds. On the 2-core dev VM with two busy processes a GPT step took 10-30x its
-# quiet time with 2 threads, and 2-3x with 1 (README, Performance). So, four times a
-# second, share_cores looks at the machine: /proc/stat's procs_running counts the threads
-# that run or wait for a core, machine-wide; less this process's own, that leaves the
-# others. The cores they leave (at least one) are what tinytorch's parallel_for and
-# OpenBLAS may use: fewer as soon as two looks in a row see the others (one look alone
-# can catch a process that woke for a moment), more again only after 2 seconds of room
-# (a spell that comes and goes would otherwise flip it back and forth). Looking costs
-# about 0.1 ms. OpenBLAS's count is set through its own openblas_set_num_threads, found in
-# the library NumPy loaded. Only Linux has /proc; elsewhere nothing changes.
-# tune() turns it on (TINYTORCH_TUNE_THREADS=0 keeps it off); the plain path and
-# set_num_threads(n) turn it off.
-SHARE_LOOK_EVERY = 0.25  # seconds between two looks at the machine
-SHARE_RISE_AFTER = 2.0  # seconds the cores must stay free before the threads go up again
-_machine_cores = os.cpu_count() or 1
-_cores_free = _machine_cores  # what the threads may use now
-_next_look, _room_since = 0.0, None
-_last_want = _machine_cores  # what the previous look left free: one look alone (a process
-# that woke for a moment, as one look in 200 sees on a quiet machine) lowers nothing
-_share_on = False  # tune() turns it on
-_openblas_found = None  # [(set_num_threads, its count at start)], looked up on first use
-
-
-def cores_to_use(others, cores):
-    """The cores that others (threads of other programs that run or wait) leave free: at
-    least one."""
-    return builtins.max(1, cores - others)
-
-
-def others_running():
-    """Threads of other processes that run or wait for a core right now: /proc/stat's
-    procs_running (the whole machine), less this process's threads in state R. None
-    where there is no /proc (not Linux)."""
-    try:
-        with open('/proc/stat') as f:
-            running = next(int(line.split()[1]) for line in f if line.startswith('procs_running'))
-        mine = 0
-        for tid in os.listdir('/proc/self/task'):
-            try:
-                with open(f'/proc/self/task/{tid}/stat') as f:
-                    stat = f.read()
-            except OSError:  # the thread has just ended
-                continue
-            mine += stat[stat.rindex(')') + 2] == 'R'  # the state follows the name: "(...) R"
-        return builtins.max(0, running - mine)
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def share_cores(now=None, others=None):
-    """If it is time (SHARE_LOOK_EVERY), look at the machine and set the threads parallel_for
-    and OpenBLAS use: fewer at once when other programs take cores, more again after
-    SHARE_RISE_AFTER seconds of room. Called on the caller's thread where threaded work
-    starts (parallel_for, the weight gradients), never from a worker: OpenBLAS's count
-    must not change during a product. now and others let a test inject them."""
-    global _next_look, _room_since, _last_want
-    now = time.monotonic() if now is None else now
-    if now < _next_look:
-        return
-    _next_look = now + SHARE_LOOK_EVERY
-    if not (fast and _share_on):  # switched off: all the cores, at once
-        if _cores_free != _machine_cores:
-            _use_cores(_machine_cores)
-        return
-    others = others_running() if others is None else others
-    if others is None:
-        return
-    want, seen = cores_to_use(others, _machine_cores), _last_want
-    _last_want = want
-    if builtins.max(want, seen) < _cores_free:  # others came, two looks in a row: fewer now
-        _room_since = None
-        _use_cores(builtins.max(want, seen))
-    elif want == _cores_free:
-        _room_since = None
-    elif _room_since is None:  # room: wait to see that it lasts
-        _room_since = now
-    elif now - _room_since >= SHARE_RISE_AFTER:
-        _room_since = None
-        _use_cores(want)
-
-
-def _use_cores(n):
-    global _cores_free
-    _cores_free = n
-    for set_threads, most in _openblas():
-        set_threads(builtins.min(n, most))
-
-
-def _threads_now():
-    """The threads parallel_for uses: the setting, less what other programs take."""
-    return _num_threads if _threads_pinned else builtins.min(_num_threads, _cores_free)
-
-
-def _openblas():
-    """[(openblas_set_num_threads, its thread count at start)] for each OpenBLAS this process
-    loaded, found as threadpoolctl finds them: the shared libraries mapped in
-    /proc/self/maps. NumPy's wheels name the functions scipy_openblas_..._64_. Empty when
-    there is none (another BLAS, or not Linux): then only tinytorch's own threads adapt."""
-    global _openblas_found
-    if _openblas_found is None:
-        _openblas_found = []
-        try:
-            with open('/proc/self/maps') as f:
-                paths = sorted({line.split()[-1] for line in f
-                                if 'openblas' in line.lower() and '/' in line})
-        except OSError:
-            paths = []
-        import ctypes
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)  # already loaded: the same library, not a second copy
-            except OSError:
-                continue
-            for prefix, suffix in itertools.product(('', 'scipy_'), ('', '64_')):
-                setter = getattr(lib, f'{prefix}openblas_set_num_threads{suffix}', None)
-                getter = getattr(lib, f'{prefix}openblas_get_num_threads{suffix}', None)
-                if setter is not None and getter is not None:
-                    _openblas_found.append((setter, getter()))
-                    break
-    return _openblas_found
-
-
-_tuned = False
-
-
-def tune():
-    """Tune this process for training; the scripts (train_*.py, bench.py) call it first
-    thing. Importing tinytorch changes nothing in the process; this call does two things
-    for the whole process: tune_malloc() (glibc keeps freed memory for reuse) and
-    share_cores (tinytorch's threads and OpenBLAS's follow the cores other programs leave
-    free; TINYTORCH_TUNE_THREADS=0 keeps that off). A third setting can't be made here:
-    OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (how long its idle threads spin) only when NumPy
-    loads it, so the scripts set it to 16 (2^16 cycles, about 20 us) in the environment
-    before they import NumPy. Returns the names of the settings made."""
-    global _tuned, malloc_tuned, _share_on
-    done = []
-    malloc_tuned = tune_malloc()
-    if malloc_tuned:
-        done.append('malloc')
-    _share_on = os.environ.get('TINYTORCH_TUNE_THREADS', '1') != '0'
-    if _share_on:
-        done.append('share_cores')
-    _tuned = True
-    return done
 
 
 _ones_cache = {}
@@ -5818,7 +5451,7 @@ def sum_second_last(a):
 def sum_leading(a):
     """Sum over every axis but the last (a bias gradient: one sum per feature), as
     ones @ a on a viewed as (rows, features)."""
-    share_cores()  # (here too: models without parallel_for, an LSTM's, call it every step)
+    _share_cores()  # (here too: models without parallel_for, an LSTM's, call it every step)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (not -1: 0 features are allowed)
     if not fast:
         return np.sum(a2, axis=0)
@@ -5946,47 +5579,85 @@ def _scatter_add_rows(shape, idx, g):
     return gx
 
 
-def shared_matrix_grad(A, G):
-    """matmul's dB = sum over the batch of A^T G, for a matrix B (a weight) that every
-    batch item shared: the batch folded into the rows makes it one 2-D product, with
-    the sum inside BLAS, instead of a batched product and then a sum."""
-    share_cores()
-    rows = math.prod(A.shape[:-1])  # (not -1: a size-0 dim is allowed)
-    return np.matmul(A.reshape(rows, A.shape[-1]).T, G.reshape(rows, G.shape[-1]))
+
+# ---------------------------------------------------------------------------
+# 20. Running PyTorch programs: compat.py takes over
+# ---------------------------------------------------------------------------
+# A PyTorch program with `import tinytorch as torch` goes on to import torch.nn.functional
+# and to ask torch.cuda.is_available(). compat.py, beside this file, answers: PyTorch's
+# module paths (tinytorch.nn is nn.py, tinytorch.utils.data is data.py) and the stand-ins
+# of a machine without a GPU. This file loads it last, when it is there; copied alone,
+# tinytorch.py computes all the same, and only those names are missing.
+import importlib  # noqa: E402 (this section's own tools)
+import importlib.util  # noqa: E402
+
+__path__ = []  # a module with __path__ counts as a package: tinytorch.nn can be imported
 
 
-def unshared(a):
-    """True when nothing but backward's own variable holds gradient array a (and a is not
-    a view of another array): backward then stores a as a leaf's .grad instead of a copy,
-    as PyTorch's AccumulateGrad does. The references counted: backward's variable g,
-    _accumulate's argument, this function's argument and getrefcount's own."""
-    return sys.getrefcount(a) <= _UNSHARED_REFS and a.base is None
+def _companion(file):
+    """One of the files beside tinytorch.py (nn.py, optim.py, data.py), imported from that
+    folder and never from elsewhere on sys.path: a learner's own data.py must not become
+    tinytorch.utils.data. It is the module `import nn` gives where that finds the same file;
+    else it is imported under a name of its own (tinytorch._nn)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(folder, file + '.py')
+    if not os.path.isfile(path):
+        raise ImportError(f"{__name__}: this path needs {file}.py, and there is none beside "
+                          f"tinytorch.py (in {folder}); copy {file}.py from the tinytorch project "
+                          "into that folder")
+    mod = sys.modules.get(file)
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec(file)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and _same_file(spec.origin, path):
+            return importlib.import_module(file)
+    elif _same_file(getattr(mod, '__file__', None), path):
+        return mod
+    own = f'{__name__}._{file}'
+    if own not in sys.modules:
+        spec = importlib.util.spec_from_file_location(own, path)
+        sys.modules[own] = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(sys.modules[own])
+        except BaseException:
+            del sys.modules[own]
+            raise
+    return sys.modules[own]
 
 
-def _count_refs(a):
-    return sys.getrefcount(a)
+def _same_file(a, b):
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
-def _refs_through_two_calls():
-    """What unshared() counts for an array only backward holds: 4 on CPython 3.11 and
-    later, 6 on 3.9 and 3.10 (whose calls hold their arguments twice). Measured once,
-    through the same two calls as backward -> _accumulate -> unshared."""
-    def accumulate(g):  # as _accumulate, passing its argument on
-        return _count_refs(g)
-    g = np.ones(1)
-    return accumulate(g)
+def __getattr__(name):
+    """tinytorch.float, tinytorch.nn, tinytorch.cuda, ...: compat.py's, made on first use
+    (PEP 562: Python calls this only for a name the module does not have)."""
+    if name.startswith('__'):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        compat = _companion('compat')
+    except ImportError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (PyTorch's "
+                             "module paths and stand-ins are in compat.py, which is not "
+                             "beside tinytorch.py)") from None
+    return compat.attribute(name)
 
 
-_UNSHARED_REFS = _refs_through_two_calls()
+class _CompatMissing:
+    """Without compat.py, `import tinytorch.nn` says what to copy, in one line."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname.startswith(__name__ + '.'):
+            _companion('compat')  # raises: "this path needs compat.py, and there is none ..."
 
 
-# The one switch for the plain path: every fast kernel above is used only while fast is
-# True. TINYTORCH_PLAIN=1 in the environment (or tt.fast = False) runs the plain code.
-_FAST_UNLESS_PLAIN = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
-fast = _FAST_UNLESS_PLAIN  # replaces Part I's fast = False
-
-# `from tinytorch import *` gives every public name but the modules this file uses and the
-# ones that would hide Python's builtins (sum, max, abs, round, pow, ...): after it,
-# sum([1, 2]) is still Python's; tt.sum(x) and x.sum() are tinytorch's.
-__all__ = [name for name, value in list(globals().items()) if not name.startswith('_')
-           and not isinstance(value, types.ModuleType) and not hasattr(builtins, name)]
+if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'compat.py')):
+    _companion('compat')  # its import installs the import rule
+elif not builtins.any(getattr(f, '__qualname__', '') == '_CompatMissing' for f in sys.meta_path):
+    sys.meta_path.append(_CompatMissing)

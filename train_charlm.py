@@ -16,6 +16,7 @@ import csv
 import io
 import math
 import os
+import reprlib
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -125,28 +126,58 @@ def default_out_dir(file):
     return 'out_' + (name or 'text')
 
 
+# Each setting's rule, written once: the command line's flags and the settings a file brings
+# back (a checkpoint's config and training settings, export.py's config.json) are checked by
+# it, in the same words.
+AT_LEAST_1 = (lambda v: v >= 1, "it must be at least 1")
+AT_LEAST_0 = (lambda v: v >= 0, "it must be 0 or more")
+MORE_THAN_0 = (lambda v: v > 0, "it must be more than 0")
+SETTING_RULES = {  # name: (int or float, (test, what the test asks))
+    'steps': (int, AT_LEAST_1), 'batch_size': (int, AT_LEAST_1),
+    'eval_interval': (int, AT_LEAST_1), 'eval_iters': (int, AT_LEAST_1),
+    'n_layer': (int, AT_LEAST_1), 'n_head': (int, AT_LEAST_1), 'n_embd': (int, AT_LEAST_1),
+    'block_size': (int, AT_LEAST_1), 'stop_after': (int, AT_LEAST_1), 'top_k': (int, AT_LEAST_1),
+    'vocab_size': (int, AT_LEAST_1),  # no flag: from a checkpoint or export.py's config.json
+    'length': (int, AT_LEAST_0), 'warmup': (int, AT_LEAST_0), 'seed': (int, AT_LEAST_0),
+    'min_lr': (float, AT_LEAST_0), 'weight_decay': (float, AT_LEAST_0),
+    'temperature': (float, (lambda v: v >= 0,
+                            "it must be 0 or more (0 = always the likeliest character)")),
+    'lr': (float, MORE_THAN_0), 'grad_clip': (float, MORE_THAN_0),
+    'dropout': (float, (lambda v: 0 <= v < 1, "it must be in [0, 1)")),
+}
+
+
+def setting_problem(name, value):
+    """None when value is a valid --NAME, else what is wrong, in the words that follow the
+    value in an error line: 'is out of range: it must be at least 1'. A bool is no number
+    (True would pass as 1)."""
+    kind, (test, rule) = SETTING_RULES[name]
+    numbers = (int, np.integer) if kind is int else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, numbers):
+        return f"is not {'a whole number' if kind is int else 'a number'}"
+    return None if test(value) else f"is out of range: {rule}"
+
+
+def heads_problem(n_embd, n_head):
+    """None when n_embd splits into n_head heads, else what is wrong (after the values)."""
+    if n_embd % n_head == 0:
+        return None
+    return (f"is not a multiple of --n-head {n_head}: each head gets n_embd / n_head channels "
+            f"(try --n-embd {n_embd - n_embd % n_head or n_head})")
+
+
+def flag(name):
+    return '--' + name.replace('_', '-')
+
+
 def check_flags(args):
     """Every flag's value in its range, before any work: one UserError line that names the
     flag, the value and what is allowed."""
-    def value(name):
-        return getattr(args, name.replace('-', '_'))
-
-    def bad(name, rule):
-        raise UserError(f"--{name} {value(name)} is out of range: {rule}")
-    for name in ('steps', 'batch-size', 'eval-interval', 'eval-iters', 'n-layer', 'n-head',
-                 'n-embd', 'block-size', 'stop-after', 'top-k'):
-        if value(name) is not None and value(name) < 1:
-            bad(name, "it must be at least 1")
-    for name in ('length', 'warmup', 'min-lr', 'weight-decay'):
-        if value(name) is not None and not value(name) >= 0:
-            bad(name, "it must be 0 or more")
-    if not value('temperature') >= 0:
-        bad('temperature', "it must be 0 or more (0 = always the likeliest character)")
-    for name in ('lr', 'grad-clip'):
-        if value(name) is not None and not value(name) > 0:
-            bad(name, "it must be more than 0")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        bad('dropout', "it must be in [0, 1)")
+    for name, value in vars(args).items():
+        problem = setting_problem(name, value) if name in SETTING_RULES and value is not None \
+            else None
+        if problem:
+            raise UserError(f"{flag(name)} {value} {problem}")
     if args.n_head is not None and args.model in ('lstm', 'gru'):
         raise UserError(f"--n-head is for --model gpt only: --model {args.model} is a recurrent "
                         "network, with no attention heads")
@@ -154,10 +185,9 @@ def check_flags(args):
         # a new GPT: its widths must split into heads
         n_embd = args.n_embd or MODEL_FLAGS['n_embd']
         n_head = args.n_head or MODEL_FLAGS['n_head']
-        if n_embd % n_head:
-            raise UserError(f"--n-embd {n_embd} is not a multiple of --n-head {n_head}: each "
-                            f"head gets n_embd / n_head channels (try --n-embd "
-                            f"{n_embd - n_embd % n_head or n_head})")
+        problem = heads_problem(n_embd, n_head)
+        if problem:
+            raise UserError(f"--n-embd {n_embd} {problem}")
 
 
 # ---------------------------------------------------------------------------
@@ -382,10 +412,141 @@ def read_checkpoint(path, keys=('model', 'config', 'vocab', 'step')):
         ck = nn.load(path)
     except nn.CheckpointError as e:
         raise UserError(str(e)) from None
+    if not isinstance(ck, dict):
+        raise UserError(f"{path} is not a train_charlm.py checkpoint (it holds a "
+                        f"{type(ck).__name__}, not a dict of the run's parts)")
     missing = [k for k in keys if k not in ck]
     if missing:
         raise UserError(f"{path} is not a train_charlm.py checkpoint (no {', '.join(missing)})")
+    check_checkpoint(ck, path)
     return ck
+
+
+NOT_OURS = "the file is damaged or was not written by train_charlm.py"
+WHOLE = (int, np.integer)  # a whole number, as a file's loader may give it back
+NUMBER = (int, float, np.integer, np.floating)
+
+
+SHORT = reprlib.Repr()
+SHORT.maxlevel = 1  # [{...}]: a list of dicts shown one level deep
+
+
+def show(value):
+    """A value from a file, shown short (a file may hold a string of a million characters)."""
+    if isinstance(value, (np.ndarray, tt.Tensor)):
+        return f"an array {tuple(value.shape)} of {value.dtype}"
+    return SHORT.repr(value)
+
+
+def check_checkpoint(ck, path, tail=NOT_OURS):
+    """Every part of a checkpoint that the run reads, checked before any work: the model's
+    config and the training settings as their flags are checked (setting_problem), the
+    config against the shapes of the weights it comes with (a config that says n_embd 8192
+    beside weights 16 wide would build a model of gigabytes first), the vocabulary, the
+    step, the best validation, the metrics rows and the random state. Anything else is
+    one UserError line that names the file, the part and what is wrong, then tail."""
+    def bad(what):
+        raise UserError(f"{path}: {what}; {tail}")
+
+    kinds = {'model': (dict, "a dict of weights"), 'config': (dict, "a dict of model settings"),
+             'settings': (dict, "a dict of training settings"), 'vocab': (str, "a string of "
+             "characters"), 'best': (dict, "a dict"), 'optimizer': (dict, "a dict"),
+             'rng': (dict, "a dict"), 'metrics_rows': (list, "a list of rows"),
+             'source': (str, "a string")}
+    for key, (kind, words) in kinds.items():
+        if key in ck and not isinstance(ck[key], kind):
+            bad(f"its {key!r} is {show(ck[key])}, not {words}")
+    for key, lowest in (('step', 0), ('schedule_steps', 1)):
+        value = ck.get(key, lowest)
+        if isinstance(value, bool) or not isinstance(value, WHOLE) or value < lowest:
+            bad(f"its {key} is {show(value)}, not a whole number {lowest} or more")
+    for name, value in ck.get('settings', {}).items():
+        problem = setting_problem(name, value) if name in RUN_FLAGS else None
+        if problem:
+            bad(f"its setting {flag(name)} {show(value)} {problem}")
+    weights = ck.get('model', {})
+    for name, a in weights.items():
+        if not isinstance(name, str) or not isinstance(a, (np.ndarray, tt.Tensor)):
+            bad(f"its weights hold {show(name)}: {show(a)}, not a name and an array")
+        a = a.array if isinstance(a, tt.Tensor) else a
+        if a.dtype.kind != 'f':
+            bad(f"its weights {name} are {a.dtype}, not floats")
+        if not np.isfinite(a).all():
+            bad(f"its weights {name} hold NaN or inf")
+    if 'config' in ck:
+        check_config(ck['config'], weights, path, tail)
+    vocab = ck.get('vocab')
+    if vocab is not None:
+        if not vocab or vocab != ''.join(sorted(set(vocab))):
+            bad(f"its vocab {show(vocab)} is not its characters in sorted order, each once")
+        size = ck.get('config', {}).get('vocab_size', len(vocab))
+        if size != len(vocab):
+            bad(f"its vocab has {plural(len(vocab), 'character')}, its config says vocab_size "
+                f"{show(size)}")
+    best = ck.get('best', {})
+    if not isinstance(best.get('step', 0), WHOLE) or isinstance(best.get('step'), bool) or \
+            not 0 <= best.get('step', 0) <= ck.get('step', 0):
+        bad(f"its best step {show(best['step'])} is not a whole number from 0 to its step")
+    if not isinstance(best.get('val_loss', 0.0), NUMBER) or isinstance(best.get('val_loss'), bool) \
+            or not best.get('val_loss', 0.0) >= 0:
+        bad(f"its best val_loss {show(best['val_loss'])} is not a loss (a number, 0 or more)")
+    for row in ck.get('metrics_rows', []):
+        if not (isinstance(row, (list, tuple)) and len(row) in (5, len(METRICS_COLUMNS))
+                and isinstance(row[0], WHOLE) and not isinstance(row[0], bool)
+                and 1 <= row[0] <= ck.get('step', 0)
+                and all(isinstance(v, NUMBER) or isinstance(v, str) and len(v) <= 40
+                        and v.isprintable() for v in row[1:])):
+            bad(f"its metrics row {show(row)} is not a row of metrics.csv (a step from 1 to its "
+                f"step, then {len(METRICS_COLUMNS) - 1} numbers or empty fields)")
+    if 'rng' in ck:
+        try:  # NumPy's own check of a generator's state, on a generator of its own
+            np.random.PCG64().state = ck['rng']
+        except (TypeError, ValueError, KeyError, OverflowError):
+            bad(f"its rng {show(ck['rng'])} is not a NumPy PCG64 random state")
+
+
+def check_config(config, weights, path, tail=NOT_OURS):
+    """A checkpoint's model config: its kind, its settings as --n-layer, --n-head, --n-embd,
+    --block-size and --dropout are checked, and agreeing with the weights beside it: the
+    token embedding (vocab_size, n_embd), a GPT's position embedding (block_size, n_embd),
+    one layer of weights per n_layer."""
+    def bad(what):
+        raise UserError(f"{path}: {what}; {tail}")
+    kind = config.get('kind', 'gpt')
+    if kind not in MODELS:
+        bad(f"its config says kind {show(kind)}, not one of {', '.join(MODELS)}")
+    fields = (GPTConfig if kind == 'gpt' else RNNConfig).__dataclass_fields__
+    unknown = [k for k in config if k not in fields]
+    if unknown:
+        bad(f"its config has {show(unknown[0])}, which a {kind.upper()}'s config has not")
+    for name in MODEL_FLAGS:
+        problem = setting_problem(name, config[name]) if name in config else None
+        if problem:
+            bad(f"its config's {flag(name)} {show(config[name])} {problem}")
+    for name in ('bias', 'tie_weights'):
+        if not isinstance(config.get(name, True), bool):
+            bad(f"its config's {name} is {show(config[name])}, not true or false")
+    if 'vocab_size' in config and setting_problem('vocab_size', config['vocab_size']):
+        bad(f"its config's vocab_size {show(config['vocab_size'])} "
+            f"{setting_problem('vocab_size', config['vocab_size'])}")
+    c = (GPTConfig if kind == 'gpt' else RNNConfig)(**config)
+    if kind == 'gpt' and heads_problem(c.n_embd, c.n_head):
+        bad(f"its config's --n-embd {c.n_embd} {heads_problem(c.n_embd, c.n_head)}")
+    # the shapes the config implies, against the weights in the file
+    want = {'wte.weight': ((c.vocab_size, c.n_embd), f"vocab_size {c.vocab_size} and n_embd "
+                                                      f"{c.n_embd}")}
+    if kind == 'gpt':
+        want['wpe.weight'] = ((c.block_size, c.n_embd), f"block_size {c.block_size} and n_embd "
+                                                        f"{c.n_embd}")
+        layers = {k.split('.')[1] for k in weights if k.startswith('h.')}
+    else:
+        layers = {k.rsplit('_l', 1)[1] for k in weights if k.startswith('rnn.weight_ih_l')}
+    for name, (shape, says) in want.items():
+        if name in weights and tuple(np.shape(weights[name])) != shape:
+            bad(f"its config says {says}, but its weights {name} have shape "
+                f"{tuple(np.shape(weights[name]))}")
+    if layers and layers != {str(i) for i in range(c.n_layer)}:
+        bad(f"its config says n_layer {c.n_layer}, its weights hold {plural(len(layers), 'layer')}")
 
 
 def build_config(args, vocab_size, saved=None):
@@ -438,8 +599,9 @@ def restore_model(ck, config):
     model = make_model(config)
     try:
         model.load_state_dict(ck['model'])
-    except KeyError as e:
-        raise UserError(f"the checkpoint does not match the model: {e.args[0]}") from None
+    except KeyError as e:  # nn.StateDictError: its problems one per line, here one line
+        raise UserError("the checkpoint does not match the model: "
+                        + "; ".join(str(e.args[0]).split('\n\t'))) from None
     return model
 
 
@@ -527,8 +689,8 @@ def plot_metrics(metrics_file, png_path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    with open(metrics_file) as f:
-        rows = list(csv.DictReader(f))
+    header, rows, _ = read_metrics(metrics_file)
+    rows = [dict(zip(header, r + [''] * (len(header) - len(r)))) for r in rows]
     steps = [int(r['step']) for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [float(r['train_loss']) for r in rows], label='train')
@@ -595,43 +757,74 @@ METRICS_COLUMNS = ['step', 'train_loss', 'val_loss', 'lr', 'tokens_per_sec', 'gr
                    'update_ratio']
 
 
-def upgrade_metrics(path):
-    """A resumed run's metrics.csv from before the health columns existed gets them
-    (empty in its old rows)."""
-    if not os.path.exists(path):
-        return
-    with open(path, newline='') as f:
-        rows = list(csv.reader(f))
-    if rows and rows[0] == METRICS_COLUMNS:
-        return
-    with open(path, 'w', newline='') as f:
-        w = csv.writer(f)
-        w.writerow(METRICS_COLUMNS)
-        w.writerows(r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in rows[1:])
+LEFT_AS_IT_IS = "it is left as it is: move it aside to continue the run without it"
+
+
+def read_metrics(path):
+    """metrics.csv read strictly, before anything is written: (header, rows, torn). UTF-8;
+    the header metrics.csv's own (or the five columns of an older version); each row a
+    step (a whole number) then numbers or empty fields. A last line without its newline (a
+    kill while it was written) is left out of the rows, and torn says so. Anything else is
+    one UserError line, and the file is not touched."""
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                        f"{e.start}); {LEFT_AS_IT_IS}") from None
+    lines = text.splitlines(keepends=True)
+    torn = bool(lines) and not lines[-1].endswith('\n')
+    if torn:
+        lines.pop()  # the kill came while this line was written
+    reader = csv.reader(lines)
+    try:
+        rows = list(reader)
+    except csv.Error as e:
+        raise UserError(f"{path}: line {reader.line_num} is not CSV ({e}); "
+                        f"{LEFT_AS_IT_IS}") from None
+    header, rows = (rows[0], rows[1:]) if rows else (None, [])
+    if header is not None and header not in (METRICS_COLUMNS, METRICS_COLUMNS[:5]):
+        raise UserError(f"{path}: its first line {show(','.join(header))} is not metrics.csv's "
+                        f"header ({','.join(METRICS_COLUMNS)}); {LEFT_AS_IT_IS}")
+    for n, row in enumerate(rows, 2):
+        if not (len(row) == len(header) and row[0].isascii() and row[0].isdigit()
+                and len(row[0]) < 19 and is_number(row[1])
+                and all(v == '' or is_number(v) for v in row[2:])):
+            raise UserError(f"{path}: row {n} {show(','.join(row))} is not a row of metrics (a "
+                            f"step, then numbers); {LEFT_AS_IT_IS}")
+    return header, rows, torn
+
+
+def is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return len(text) < 40
+
+
+def write_metrics(path, header, rows):
+    """metrics.csv rewritten whole or not at all (a kill midway leaves the old one)."""
+    text = io.StringIO(newline='')
+    csv.writer(text).writerows([header, *rows])
+    tt._atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
 
 
 def agree_metrics(path, ck):
     """After a kill, make metrics.csv tell the story of the checkpoint --resume continues:
     rows past its step and a half-written last line go, and the rows it holds that the
     kill kept from reaching metrics.csv are written (with the header, when the kill came
-    before the first rows: no metrics.csv, or a torn header)."""
-    lines = []
-    if os.path.exists(path):
-        with open(path, newline='') as f:
-            lines = f.read().splitlines(keepends=True)
-    torn = bool(lines) and not lines[-1].endswith('\n')
-    if torn:
-        lines.pop()  # the kill came while this line was written
-    rows = list(csv.reader(lines))
-    header = rows[:1] if rows else [METRICS_COLUMNS]
+    before the first rows: no metrics.csv, or a torn header). A metrics.csv from before the
+    health columns existed gets them, empty in its old rows."""
+    header, rows, torn = read_metrics(path) if os.path.exists(path) else (None, [], False)
     step = int(ck['step'])
-    keep = header + [r for r in rows[1:] if r and r[0].isdigit() and int(r[0]) <= step]
-    last = int(keep[-1][0]) if len(keep) > 1 else 0
+    keep = [r for r in rows if int(r[0]) <= step]
+    last = int(keep[-1][0]) if keep else 0
     keep += [[str(v) for v in r] for r in ck.get('metrics_rows', []) if int(r[0]) > last]
-    if keep != rows or torn:
-        text = io.StringIO(newline='')
-        csv.writer(text).writerows(keep)
-        tt._atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
+    keep = [r + [''] * (len(METRICS_COLUMNS) - len(r)) for r in keep]
+    if header != METRICS_COLUMNS or keep != rows or torn:
+        write_metrics(path, METRICS_COLUMNS, keep)
 
 
 class RunFiles:
@@ -730,10 +923,25 @@ def fmt_bytes(n):
     return f"{n:.1f} {unit}"
 
 
-def check_memory(config, batch_size):
-    """Refuse, before any work, a model whose training step cannot fit in memory."""
-    need, have = step_memory(config, batch_size), available_memory()
-    if have is not None and need > have:
+def check_memory(config, batch_size, eval_iters=0, sampling=False):
+    """Refuse, before any work, a model whose training step cannot fit in memory, or
+    --eval-iters validation batches that cannot (they are made once and kept: two int64
+    arrays of batch_size x block_size each). sampling: a checkpoint's model to sample
+    from, sized as one training step of batch 1 (more than sampling takes)."""
+    have = available_memory()
+    if have is None:
+        return
+    batches = 16 * eval_iters * batch_size * config.block_size
+    if batches > have:
+        raise UserError(f"the {eval_iters:,} validation batches of --eval-iters are kept in "
+                        f"memory: about {fmt_bytes(batches)}, more than the {fmt_bytes(have)} "
+                        "this machine has available; use a smaller --eval-iters")
+    need = step_memory(config, batch_size) + batches
+    if need > have and sampling:
+        raise UserError(f"this checkpoint's model ({describe(config)}) needs about "
+                        f"{fmt_bytes(need)} of memory, more than the {fmt_bytes(have)} this "
+                        "machine has available")
+    if need > have:
         grows = ("the attention scores grow with the square of" if isinstance(config, GPTConfig)
                  else "the activations grow with")
         raise UserError(f"one training step of this model needs about {fmt_bytes(need)} of "
@@ -786,7 +994,8 @@ def resume_from(ck, optimizer, scheduler, args, schedule_steps):
     checkpoint; the lr, its schedule and the weight decay from the run's settings
     (settle_settings: the checkpoint's, unless a flag replaced one)."""
     if 'optimizer' in ck:
-        optimizer.load_state_dict(ck['optimizer'])
+        optimizer.load_state_dict(checked_optimizer_state(ck['optimizer'], optimizer,
+                                                          checkpoint_path(args.out_dir)))
         optimizer.param_groups[0]['weight_decay'] = args.weight_decay
     else:  # weights brought in by export.py from Hugging Face: no moments to continue
         print("note: the checkpoint holds no optimizer state (imported weights); AdamW's "
@@ -800,6 +1009,71 @@ def resume_from(ck, optimizer, scheduler, args, schedule_steps):
     if 'rng' in ck:
         tt.set_rng_state(ck['rng'])
     return step
+
+
+def checked_optimizer_state(saved, optimizer, path):
+    """A checkpoint's AdamW state, checked against this run's optimizer before it is
+    loaded: the same parameter groups, the groups' betas, eps and weight decay by AdamW's
+    own checks, and for each parameter a whole step count and two finite moments of its
+    shape. Returns only what AdamW reads (a key the file adds, such as amsgrad, would
+    change the update); anything else is one UserError line."""
+    def bad(what):
+        raise UserError(f"{path}: its optimizer state {what}; {NOT_OURS}")
+    params = optimizer._params()
+    groups = saved.get('param_groups')
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups) or \
+            [len(g.get('params', ())) for g in groups] != [len(g['params'])
+                                                        for g in optimizer.param_groups]:
+        bad(f"has parameter groups {show(groups)}, where this model's optimizer has "
+            f"{len(optimizer.param_groups)} groups of {', '.join(str(len(g['params'])) for g in optimizer.param_groups)} parameters")
+    clean_groups = []
+    for group in groups:
+        values = {k: group[k] for k in ('lr', 'betas', 'eps', 'weight_decay') if k in group}
+        try:
+            betas = tuple(values.get('betas', (0.9, 0.99)))
+            if len(betas) != 2 or not all(isinstance(b, NUMBER) for b in betas):
+                raise ValueError(f"betas {show(values['betas'])} are not two numbers")
+            optim._betas(betas)
+            for k in ('lr', 'eps', 'weight_decay'):
+                if k in values and (isinstance(values[k], bool) or not isinstance(values[k], NUMBER)
+                                    or not math.isfinite(values[k])):
+                    raise ValueError(f"{k} {show(values[k])} is not a finite number")
+            optim._at_least_0(**{k: values[k] for k in ('lr', 'eps', 'weight_decay')
+                                 if k in values})
+        except (TypeError, ValueError) as e:
+            bad(f"is not AdamW's ({e})")
+        if 'betas' in values:
+            values['betas'] = betas
+        clean_groups.append(values)
+    state = saved.get('state', {})
+    if not isinstance(state, dict):
+        bad(f"has state {show(state)}, not a dict")
+    clean_state = {}
+    for key, s in state.items():
+        i = int(key) if isinstance(key, WHOLE) and not isinstance(key, bool) or \
+            isinstance(key, str) and key.isdecimal() and len(key) < 10 else None
+        if i is None or not 0 <= i < len(params) or i in clean_state:
+            bad(f"refers to parameter {show(key)}, where the model has parameters 0 to "
+                f"{len(params) - 1}")
+        if not isinstance(s, dict):
+            bad(f"of parameter {i} is {show(s)}, not a dict")
+        step = s.get('step')
+        if isinstance(step, bool) or not isinstance(step, WHOLE) or step < 0:
+            bad(f"of parameter {i} has step {show(step)}, not a whole number 0 or more")
+        clean_state[i] = {'step': int(step)}
+        for k in ('exp_avg', 'exp_avg_sq'):
+            m = s.get(k)
+            m = m.array if isinstance(m, tt.Tensor) else m
+            if not isinstance(m, np.ndarray) or m.shape != tuple(params[i].shape) or \
+                    m.dtype.kind != 'f' or not np.isfinite(m).all():
+                bad(f"of parameter {i} has {k} {show(m)}, not finite floats of the "
+                    f"parameter's shape {tuple(params[i].shape)}")
+            clean_state[i][k] = m
+    start = 0  # the groups' params as this optimizer numbers them (the file's are not read)
+    for group, mine in zip(clean_groups, optimizer.param_groups):
+        group['params'] = list(range(start, start + len(mine['params'])))
+        start += len(mine['params'])
+    return {'state': clean_state, 'param_groups': clean_groups}
 
 
 def report_nan(model, x, y, rng_state, step, loss_value, grad_norm, out_dir):
@@ -907,12 +1181,15 @@ def train(args):
         refuse_to_overwrite(args.out_dir)
     text, source = read_corpus(args)
     ck = load_checkpoint(args.out_dir) if args.resume else None
+    metrics_file = os.path.join(args.out_dir, METRICS_NAME)
+    if ck is not None and os.path.exists(metrics_file):
+        read_metrics(metrics_file)  # a bad one is refused now, before any work
     settle_settings(args, ck.get('settings') if ck else None)
     vocab = Vocab(text)
     if ck is not None:
         check_vocabulary(ck, vocab)
     config = build_config(args, len(vocab.chars), ck['config'] if ck else None)
-    check_memory(config, args.batch_size)
+    check_memory(config, args.batch_size, args.eval_iters)
     train_data, val_data = split_data(vocab.encode(text), config.block_size)
     prepare_out_dir(args.out_dir)
 
@@ -937,7 +1214,6 @@ def train(args):
     files = RunFiles(args.out_dir, new_run=ck is None)
     if ck is not None:
         agree_metrics(files.metrics_file, ck)
-        upgrade_metrics(files.metrics_file)
 
     def checkpoint(at_step):
         return {'model': model.state_dict(), 'optimizer': optimizer.state_dict(),
@@ -1032,6 +1308,7 @@ def sample_only(args):
           file=sys.stderr)
     vocab = Vocab(ck['vocab'])
     config = build_config(args, len(vocab.chars), ck['config'])
+    check_memory(config, 1, sampling=True)
     model = restore_model(ck, config)
     tt.manual_seed(args.seed)
     print(sample_text(model, vocab, args.prompt, args.length, args.temperature, args.top_k))

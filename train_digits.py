@@ -16,6 +16,7 @@ are the test set.
 """
 import argparse
 import gzip
+import math
 import os
 import sys
 import time
@@ -33,6 +34,8 @@ import optim
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.join(HERE, 'data', 'digits.csv.gz')
 TEST_SIZE = 360
+MAX_TEXT = 64 * 2 ** 20  # bytes a digits file may inflate to (the 1,797 digits: 270 KB)
+MAX_IDX = 2 ** 30  # values an idx file may declare (MNIST's largest: 47 million)
 MNIST_FILES = {'train_images': 'train-images-idx3-ubyte', 'train_labels': 'train-labels-idx1-ubyte',
                'test_images': 't10k-images-idx3-ubyte', 'test_labels': 't10k-labels-idx1-ubyte'}
 
@@ -72,23 +75,42 @@ def parse_args(argv=None):
 
 # -- data ----------------------------------------------------------------------
 def load_digits(path):
-    """(images (N, 1, 8, 8) float32 in [0, 1], labels (N,) int64) from the CSV file."""
+    """(images (N, 1, 8, 8) float32 in [0, 1], labels (N,) int64) from the CSV file, read
+    as a file from others: at most MAX_TEXT bytes inflated (a gzip bomb stops there), each
+    row 64 pixel values from 0 to 16 (no NaN, no inf) and a label 0-9, more rows than the
+    test set takes."""
     if not os.path.exists(path):
         raise UserError(f"digits file not found: {path}")
     try:
-        with gzip.open(path, 'rt') as f:
-            rows = [line.split(',') for line in f if line.strip()]
-        table = np.array(rows, dtype=np.float64)
+        with gzip.open(path, 'rb') as f:
+            raw = f.read(MAX_TEXT + 1)
+        if len(raw) > MAX_TEXT:
+            raise UserError(f"{path} inflates to more than {MAX_TEXT >> 20} MiB of text, far "
+                            "more than a digits file (the 1,797 digits take 270 KB): it is "
+                            "damaged or was made to attack; nothing was trained")
+        rows = [line.split(',') for line in raw.decode('ascii').splitlines() if line.strip()]
+        for n, row in enumerate(rows, 1):
+            if len(row) != 65:
+                raise UserError(f"{path}: each row must hold 64 pixel values and a label, got "
+                                f"{len(row)} value{'s' * (len(row) != 1)} in row {n}")
+        table = np.array(rows, dtype=np.float64).reshape(-1, 65)
     except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not a gzipped CSV of numbers ({e.__class__.__name__}: "
                         f"{str(e)[:80]})") from None
-    if table.ndim != 2 or table.shape[1] != 65:
-        raise UserError(f"{path}: each row must hold 64 pixel values and a label, got "
-                        f"{table.shape[1] if table.ndim == 2 else 'ragged'} values per row")
-    labels = table[:, 64]
+    pixels, labels = table[:, :64], table[:, 64]
+    bad = np.flatnonzero(~((pixels >= 0) & (pixels <= 16)).all(axis=1))  # NaN fails both
+    if bad.size:
+        n = bad[0]
+        value = pixels[n][~((pixels[n] >= 0) & (pixels[n] <= 16))][0]
+        raise UserError(f"{path}: pixel values must be numbers from 0 to 16, row {n + 1} has "
+                        f"{value}")
     if not np.all((labels >= 0) & (labels <= 9) & (labels == np.round(labels))):
         raise UserError(f"{path}: labels (the last column) must be whole numbers 0-9")
-    images = (table[:, :64] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    if len(labels) <= TEST_SIZE:
+        raise UserError(f"{path} holds {len(labels)} digits; the last {TEST_SIZE} of them (in "
+                        f"a fixed shuffled order) are the test set, so it needs more than "
+                        f"{TEST_SIZE}")
+    images = (pixels / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     return images, labels.astype(np.int64)
 
 
@@ -107,21 +129,29 @@ def read_idx(path, kind):
     else:
         raise UserError(f"MNIST file not found: {path} (or {os.path.basename(path)}.gz)")
     opener = gzip.open if candidate.endswith('.gz') else open
-    try:
-        with opener(candidate, 'rb') as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
-        raise UserError(f"{candidate} cannot be read ({e})") from None
     dims = 3 if kind == 'images' else 1
     magic = 0x0800 + dims  # unsigned bytes, then the number of dims
     header = 4 + 4 * dims
-    if len(raw) < header or int.from_bytes(raw[:4], 'big') != magic:
-        raise UserError(f"{candidate} is not an idx file of {kind} (expected magic number "
-                        f"{magic:#010x})")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], 'big') for i in range(dims))
-    if len(raw) - header != int(np.prod(shape)):
-        raise UserError(f"{candidate} is truncated: its header promises {shape} values")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+    try:
+        with opener(candidate, 'rb') as f:
+            head = f.read(header)
+            if len(head) < header or int.from_bytes(head[:4], 'big') != magic:
+                raise UserError(f"{candidate} is not an idx file of {kind} (expected magic "
+                                f"number {magic:#010x})")
+            shape = tuple(int.from_bytes(head[4 + 4 * i:8 + 4 * i], 'big') for i in range(dims))
+            size = math.prod(shape)  # Python's integers: a product of dims cannot wrap
+            if size > MAX_IDX:
+                raise UserError(f"{candidate}: its header declares {' x '.join(map(str, shape))}"
+                                f" = {size:,} values, more than the {MAX_IDX:,} an idx file may "
+                                "hold here; it is damaged or was made to attack")
+            raw = f.read(size + 1)  # what the header declares, and one byte to see more
+    except (OSError, EOFError) as e:
+        raise UserError(f"{candidate} cannot be read ({e})") from None
+    if len(raw) != size:
+        raise UserError(f"{candidate} is truncated: its header promises {shape} values"
+                        if len(raw) < size else f"{candidate} holds more bytes than the {shape} "
+                        "values its header declares: it is not one idx file")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape)
 
 
 def load_mnist(folder):
@@ -136,7 +166,15 @@ def load_mnist(folder):
             raise UserError(f"MNIST {which}: {len(images)} images but {len(labels)} labels")
         if labels.size and labels.max() > 9:
             raise UserError(f"MNIST {which}: labels must be 0-9, got {labels.max()}")
+        if not len(labels) or min(images.shape[1:]) < 2:
+            raise UserError(f"MNIST {which}: {len(images)} images of "
+                            f"{images.shape[1]}x{images.shape[2]}; it needs at least one "
+                            "image, of at least 2x2 pixels")
         sets.append(((images / 255.0).astype(np.float32)[:, None], labels.astype(np.int64)))
+    if sets[0][0].shape[2:] != sets[1][0].shape[2:]:
+        raise UserError(f"MNIST: the training images are {'x'.join(map(str, sets[0][0].shape[2:]))}"
+                        f", the test images {'x'.join(map(str, sets[1][0].shape[2:]))}; both "
+                        "sets must have one size")
     return sets
 
 
