@@ -309,8 +309,11 @@ def _kept_bytes(node, seen):
     arrays its rule captured (masks, probabilities, copies). A memory block is counted
     once, for the first op that holds it (`seen`: the blocks counted so far, by id)."""
     blocks = {}
-    # a view's memory is its base's, counted there
-    arrays = [node.array] if node.requires_grad and node._view is None else []
+    # a view's memory is its input's, counted there (or, for a leaf's, held by no op). The
+    # hook runs before the view is marked (_view), so the memory itself says it.
+    owner = node.array if node.array.base is None else node.array.base
+    of_an_input = any(owner is p.array or owner is p.array.base for p in node._parents)
+    arrays = [node.array] if node.requires_grad and not of_an_input else []
     for cell in getattr(node._backward, '__closure__', None) or ():
         try:
             v = cell.cell_contents

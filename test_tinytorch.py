@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pickle
+import platform
 import re
 import shutil
 import subprocess
@@ -612,6 +613,16 @@ def test_add_alpha_casts_before_it_scales():
     assert tt.tensor([1, 2]).add(tt.tensor([3, 4]), alpha=2).tolist() == [7, 10]
 
 
+def test_integer_negative_powers_by_hand():
+    """An integer to a negative integer tensor power is 1 / a^n truncated to an integer, as
+    PyTorch computes it: 1 for a = 1, for a = -1 -1 when n is odd and 1 when it is even, and
+    0 for |a| >= 2 (1/2 and 1/4 truncate to 0); a power >= 0 as usual (3^2 = 9)."""
+    a = tt.tensor([-1, -1, 1, 2, -2, -1, 3])
+    n = tt.tensor([-1, -2, -3, -1, -2, -5, 2])
+    assert (a ** n).tolist() == [-1, 1, 1, 0, 0, -1, 9] and (a ** n).dtype == tt.int64
+    assert (tt.tensor(-1) ** tt.tensor([-3, -4])).tolist() == [-1, 1]
+
+
 def test_integer_negative_powers_and_add_alpha_match_pytorch():
     """An integer tensor to a negative integer tensor power (NumPy refuses; PyTorch: 1, +-1
     or 0), and add/sub with alpha, which never changes the dtype of a + b (bool: b and
@@ -882,8 +893,6 @@ def test_masked_fill_of_a_strided_tensor_is_contiguous_as_torchs():
     assert z.stride() == (1, 3) and z.tolist() == [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]
 
 
-@pytest.mark.xfail(strict=True, reason="number ** x is Tensor.__rpow__ in section 3 (the lead's "
-                                       "room): it keeps x's strides, PyTorch's result is contiguous")
 def test_a_number_to_the_power_of_a_strided_tensor_is_contiguous_as_torchs():
     """3.0 ** x.T is row-major in PyTorch (a tensor ** tensor keeps the layout: x ** 2,
     tt.tensor(3.0) ** x). Found by the fuzzer: (3.0 ** x.T).reshape(6) += 1 changed
@@ -1590,7 +1599,18 @@ def test_tensor_creation_dtypes():
     assert tt.tensor([1.0, 2.0]).dtype == np.float32
     assert tt.tensor(3.5).dtype == np.float32
     assert tt.tensor(np.zeros(3)).dtype == np.float64
+    # a NumPy scalar keeps its dtype too, as in PyTorch (a Python float is float32)
+    assert tt.tensor(np.float64(1.5)).dtype == np.float64 and tt.tensor(np.float64(1.5)).shape == ()
+    assert tt.tensor(np.int32(3)).dtype == np.int32 and tt.tensor(np.float16(2)).dtype == np.float16
     assert tt.tensor([1, 2]).dtype == np.int64
+    # tensor(data) copies, as torch.tensor: a later change of the array (or of the tensor it
+    # came from) does not reach it, whichever way the dtype was given
+    a = np.array([1.0, 2.0])
+    made = [tt.tensor(a), tt.tensor(a, dtype=tt.float64), tt.Tensor(a)]
+    made.append(tt.tensor(made[0]))
+    a[0] = 9.0
+    made[0].array[1] = 7.0
+    assert [m.tolist() for m in made] == [[1.0, 7.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
     assert tt.zeros(2, 3).dtype == np.float32 and tt.ones((2, 3)).shape == (2, 3)
     assert tt.arange(5).dtype == np.int64 and tt.arange(0.0, 1.0, 0.25).dtype == np.float32
     assert tt.randn(2, 2).dtype == np.float32 and tt.rand(3).dtype == np.float32
@@ -1776,6 +1796,10 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
             assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
         tt.amp.autocast(device_type='cuda')
+    with _warnings.catch_warnings(), pytest.raises(ZeroDivisionError):
+        _warnings.simplefilter('ignore')
+        with tt.autocast(device_type='cpu'):
+            1 / 0  # an error inside the block goes on, as PyTorch's autocast lets it
     with pytest.raises(TypeError):
         np.dtype(tt.bfloat16)  # a name a program may mention; computing in it is impossible
     with tt.inference_mode():
@@ -2090,6 +2114,13 @@ def test_implicit_gradient_only_for_scalars():
     assert x.grad.tolist() == [2.0, 20.0]
     with pytest.raises(RuntimeError, match="does not require grad"):
         tt.tensor([1.0]).sum().backward()
+    # an empty output is no single number either (PyTorch: numel != 1 is refused); one of
+    # shape (1, 1) is: d(3 x0)/dx = (3, 0)
+    with pytest.raises(RuntimeError, match=r"single-element output, got shape \(0,\)"):
+        (x[:0] * 2).backward()
+    x.grad = None
+    (x[:1].reshape(1, 1) * 3).backward()
+    assert x.grad.tolist() == [3.0, 0.0]
 
 
 def test_no_grad_context_and_decorator():
@@ -2103,6 +2134,15 @@ def test_no_grad_context_and_decorator():
     def f(t):
         return t * 3
     assert not f(x).requires_grad and (x * 3).requires_grad
+    # each block gives back the mode it found: nested, and enable_grad inside no_grad
+    with tt.no_grad():
+        with tt.no_grad():
+            pass
+        assert not tt.is_grad_enabled() and not (x * 2).requires_grad
+        with tt.enable_grad():
+            assert (x * 2).requires_grad
+        assert not tt.is_grad_enabled() and not f(x).requires_grad
+    assert tt.is_grad_enabled()
 
 
 def test_detach_cuts_the_graph():
@@ -2478,6 +2518,19 @@ def test_an_empty_dim_tuple_reduces_every_dim():
     x = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
     assert x.sum(dim=()).item() == 10.0 and x.mean(dim=[]).item() == 2.5
     assert x.var(dim=()).item() == pytest.approx(np.var([1, 2, 3, 4], ddof=1))
+
+
+def test_a_dim_named_twice_is_refused_as_torch_does():
+    """sum over dim (1, 1) or (1, -1) of a 2-D tensor names dim 1 twice: PyTorch refuses
+    ("dim 1 appears multiple times"); summing it once (3 + 7 = 10 for [[1, 2], [3, 4]] over
+    dim 1 gives [3, 7]) or twice would both be a silent guess."""
+    x = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for dims in ((1, 1), (1, -1), [0, -2]):
+        with pytest.raises(ValueError, match=r"sum: dim .* repeats a dimension"):
+            x.sum(dims)
+    with pytest.raises(ValueError, match=r"mean: dim \(0, 0\) repeats a dimension"):
+        x.mean((0, 0))
+    assert x.sum((1, 0)).item() == 10.0 and x.sum((1,)).tolist() == [3.0, 7.0]
 
 
 def test_a_0d_tensor_takes_dim_0_and_minus_1():
@@ -6266,6 +6319,17 @@ def test_optimizer_errors_state_copies_and_a_second_scheduler():
         pytest.approx([0.05, -0.05])
     with pytest.raises(ValueError, match="the saved parameter groups have sizes"):
         optim.Adam([a], lr=0.1).load_state_dict(saved)
+    # moments saved in float64 (a checkpoint's) come back in the parameter's dtype, as
+    # PyTorch casts them; a key that came back as a string ('0') names the same parameter
+    w = tt.zeros(2, requires_grad=True)  # float32
+    state = {'state': {'0': {'step': 1, 'exp_avg': np.array([0.25, -0.5]),
+                             'exp_avg_sq': np.array([1e-3, 4e-3])}},
+             'param_groups': [dict(saved['param_groups'][0], params=[0])]}
+    loaded = optim.Adam([w], lr=0.1)
+    loaded.load_state_dict(state)
+    m = loaded.state[w]['exp_avg']
+    assert m.dtype == np.float32 and m.tolist() == [0.25, -0.5] and loaded.state[w]['step'] == 1
+    assert loaded.state[w]['exp_avg_sq'].dtype == np.float32
     s = optim.StepLR(opt, step_size=1, gamma=0.5)
     s.step()
     s2 = optim.StepLR(opt, step_size=1, gamma=0.5)  # a second schedule starts from the initial lr
@@ -7027,6 +7091,22 @@ def test_parallel_for_covers_every_index_once_and_reraises(threads_everywhere):
     with pytest.raises(ValueError, match="at least 1 thread"):
         tt.set_num_threads(0)
 
+
+def test_thread_count_from_the_environment_skips_zero_and_words(monkeypatch):
+    """TINYTORCH_NUM_THREADS, else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS: the first that
+    holds a whole number >= 1 counts (0 and 'four' are skipped); none: the usable cores."""
+    names = ('TINYTORCH_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')
+    for name, value in zip(names, ('0', 'four', '3')):
+        monkeypatch.setenv(name, value)
+    assert tt._threads_from_env() == 3
+    monkeypatch.setenv('OMP_NUM_THREADS', '5')
+    assert tt._threads_from_env() == 5
+    monkeypatch.setenv('TINYTORCH_NUM_THREADS', '2')
+    assert tt._threads_from_env() == 2
+    for name in names:
+        monkeypatch.delenv(name)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    assert tt._threads_from_env() == cores
 
 def test_parallel_for_nested_in_a_worker_does_not_wait_on_itself(threads_everywhere):
     import threading
@@ -9270,6 +9350,21 @@ def test_profile_counts_an_in_place_op_under_its_own_name_and_frees_its_memory()
     assert prof.rows['relu_']['calls'] == 1 and prof.rows['relu_']['backward_ms'] > 0
     assert prof.kept == 0  # backward went through every node: nothing is held any more
 
+
+def test_profile_keeps_no_memory_for_a_view_of_its_input():
+    """A view (a slice, a reshape, a transpose) holds no memory of its own: its input's. A
+    slice of a leaf of 1000 float64 (8000 bytes, a parameter's memory, held by no op) keeps
+    0 bytes; mul of the 500-element slice by 2 keeps its output, 4000 bytes; the transpose
+    of an op's output keeps 0 too (mul's 4000 are counted once, with mul), and so does a
+    view of a view of the leaf."""
+    w = tt.zeros(1000, dtype=tt.float64, requires_grad=True)
+    with lookinside.profile() as prof:
+        y = w[:500] * 2
+        y.reshape(20, 25).t()
+        w.reshape(40, 25).t()
+    kept = {op: row['kept_bytes'] for op, row in prof.rows.items()}
+    assert kept == {'index': 0, 'mul': 4000, 'reshape': 0, 'transpose': 0}, kept
+    assert prof.peak_kept_bytes == 4000
 
 # ===========================================================================
 # PyTorch programs through the import rule (README: "Run PyTorch code on tinytorch")
@@ -12227,8 +12322,43 @@ def test_census_tensor_names_values_by_hand():
     assert v is r and r.shape == (2, 3) and r[1].tolist() == [3., 4., 5.]
     with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
         r.resize_(7)
+    with pytest.raises(RuntimeError, match=r"resize_: tinytorch cannot change a tensor's memory"):
+        tt.arange(6.).reshape(2, 3).t().resize_(2, 3)  # PyTorch would reread the storage in order
     assert tt.autograd.Variable(tt.ones(1), requires_grad=True).requires_grad
 
+
+def test_random_fills_the_range_its_dtype_holds_exactly():
+    """x.random_() draws integers from [0, 2^(mantissa bits + 1)], as PyTorch: 2^11 = 2048
+    for float16, 2^24 for float32, 2^53 for float64. 2000 draws all in the lower half of
+    that range would have probability 2^-2000: the top half is seen."""
+    tt.manual_seed(0)
+    for dtype, top in ((tt.float16, 2 ** 11), (tt.float32, 2 ** 24), (tt.float64, 2 ** 53)):
+        r = tt.zeros(2000, dtype=dtype).random_().array.astype(np.float64)
+        assert r.min() >= 0 and r.max() <= top and r.max() > top / 2, dtype
+        assert (r == np.round(r)).all()
+    assert set(tt.zeros(200, dtype=tt.bool_).random_().tolist()) == {False, True}
+
+
+def test_bincount_with_weights_by_hand():
+    """Each value's weights summed: values (0, 1, 1, 3) with weights (0.5, 1, 2, 4) give
+    (0.5, 3, 0, 4); float32 weights give float32 counts, other weights float64, as PyTorch."""
+    v = tt.tensor([0, 1, 1, 3])
+    w = tt.tensor([0.5, 1.0, 2.0, 4.0])
+    out = tt.bincount(v, weights=w)
+    assert out.tolist() == [0.5, 3.0, 0.0, 4.0] and out.dtype == tt.float32
+    assert v.bincount(w.double(), minlength=6).tolist() == [0.5, 3.0, 0.0, 4.0, 0.0, 0.0]
+    assert v.bincount(w.double()).dtype == tt.float64 and v.bincount().dtype == tt.int64
+
+def test_bmm_refuses_a_batch_of_one_against_a_batch_of_four():
+    """torch.bmm takes no broadcasting: batch sizes 1 and 4 are refused (matmul, the @
+    operator, broadcasts them: every one of the 4 products is ones(2, 3) @ ones(3, 5), whose
+    elements are each a sum of 3 ones)."""
+    with pytest.raises(RuntimeError, match=r"bmm: the batch sizes differ \(1 and 4\)"):
+        tt.bmm(tt.ones(1, 2, 3), tt.ones(4, 3, 5))
+    with pytest.raises(RuntimeError, match=r"bmm: the batch sizes differ \(4 and 1\)"):
+        tt.ones(4, 2, 3).bmm(tt.ones(1, 3, 5))
+    both = tt.matmul(tt.ones(1, 2, 3), tt.ones(4, 3, 5))
+    assert both.shape == (4, 2, 5) and both.tolist() == [[[3.] * 5] * 2] * 4
 
 def test_census_tan_mm_bmm_dot_addc_gradcheck():
     rng = np.random.default_rng(0)
@@ -12276,6 +12406,33 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
         tt.utils.data.distributed.DistributedSampler
 
 
+def test_assert_close_default_tolerances_per_dtype_by_hand():
+    """PyTorch's defaults: |actual - expected| <= atol + rtol |expected|, float32 rtol 1.3e-6
+    and atol 1e-5: at 1000 that allows 1e-5 + 1.3e-3 = 0.00131, so 1000.001 (0.00098 off in
+    float32) passes and 1000.005 (0.005 off) fails (with the two swapped, 1.3e-6 + 1e-5 * 1000
+    = 0.01 would let it pass); at 0 only atol counts: 5e-6 passes, 2e-5 fails. float64: 1e-7
+    both, so 1 + 1.5e-7 passes (2e-7 allowed) and 1 + 3e-7 fails. float16: rtol 1e-3, atol
+    1e-5: 1000.5 passes (1.0005 allowed), 1002 fails. Integers: exact."""
+    close = tt.testing.assert_close
+    f32 = lambda v: tt.tensor([v])  # noqa: E731
+    close(f32(1000.), f32(1000.001))
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 1"):
+        close(f32(1000.), f32(1000.005))
+    close(f32(0.), f32(5e-6))
+    with pytest.raises(AssertionError):
+        close(f32(0.), f32(2e-5))
+    f64 = lambda v: tt.tensor([v], dtype=tt.float64)  # noqa: E731
+    close(f64(1.), f64(1. + 1.5e-7))
+    with pytest.raises(AssertionError):
+        close(f64(1.), f64(1. + 3e-7))
+    f16 = lambda v: tt.tensor([v], dtype=tt.float16)  # noqa: E731
+    close(f16(1000.), f16(1000.5))
+    with pytest.raises(AssertionError):
+        close(f16(1000.), f16(1002.))
+    close(tt.tensor([3]), tt.tensor([3]))
+    with pytest.raises(AssertionError):
+        close(tt.tensor([3]), tt.tensor([4]))
+
 def test_census_layers_values_by_hand():
     p = tt.tensor([0.5, 0.8])
     y = tt.tensor([1., 0.])
@@ -12302,6 +12459,10 @@ def test_census_layers_values_by_hand():
     assert nn.AdaptiveAvgPool2d(1)(a).tolist() == [[[[2.5]]]]
     assert nn.adaptive_avg_pool2d(a, (None, 1)).tolist() == [[[[1.], [4.]]]]
     n = nn.InstanceNorm2d(1)(tt.tensor([[[[1., 3.]]]]))
+    # the functional form's eps is PyTorch's 1e-5 too: (0, 0.02) has mean 0.01 and variance
+    # 1e-4, so each becomes -+0.01 / sqrt(1e-4 + 1e-5) = -+0.953463
+    f = nn.instance_norm(tt.tensor([[[0., 0.02]]], dtype=tt.float64))
+    assert f.reshape(-1).tolist() == pytest.approx([-0.953463, 0.953463], abs=1e-6)
     assert n.reshape(-1).tolist() == pytest.approx([-1., 1.], abs=1e-4)
     tt.manual_seed(0)
     d = nn.Dropout2d(0.5)(tt.ones(4, 8, 2, 2))
@@ -12319,12 +12480,55 @@ def test_census_layers_values_by_hand():
     ps = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_value=-1)
     assert ps.tolist() == [[1., 2.], [3., -1.]]
     assert pad_sequence([tt.ones(2, 3), tt.ones(1, 3)]).shape == (2, 2, 3)
+    left = pad_sequence([tt.tensor([1., 2.]), tt.tensor([3.])], batch_first=True, padding_side='left')
+    assert left.tolist() == [[1., 2.], [0., 3.]]  # the padding before the shorter sequence
     with pytest.raises(NotImplementedError, match="padded batches only"):
         tt.nn.utils.rnn.pack_padded_sequence(ps, [2, 1])
     with pytest.raises(RuntimeError, match="nn.DataParallel: .*no GPU"):
         nn.DataParallel(nn.Linear(2, 2))
     assert tt.nn.modules.linear.Linear is nn.Linear and tt.nn.modules.conv.Conv2d is nn.Conv2d
 
+
+def test_bce_loss_weight_scales_each_element_by_hand():
+    """-w [y log p + (1 - y) log(1 - p)]: p = (0.5, 0.8), y = (1, 0), w = (2, 0.5) gives
+    2 log 2 = 1.386294 and 0.5 (-log 0.2) = 0.804719, mean 1.095507 (without the weight
+    the mean would be 1.151293). d/dp = w (p - y) / (p (1 - p)) / 2: 2 (-0.5) / 0.25 / 2 = -2
+    and 0.5 (0.8) / 0.16 / 2 = 1.25."""
+    y, w = tt.tensor([1., 0.]), tt.tensor([2., 0.5])
+    p = tt.tensor([0.5, 0.8], requires_grad=True)
+    loss = nn.BCELoss(weight=w)(p, y)
+    assert loss.item() == pytest.approx((2 * math.log(2) - 0.5 * math.log(0.2)) / 2, rel=1e-6)
+    assert loss.item() == pytest.approx(1.095507, abs=1e-6)
+    loss.backward()
+    assert p.grad.tolist() == pytest.approx([-2., 1.25], rel=1e-6)
+    assert nn.BCELoss(weight=w, reduction='sum')(p, y).item() == pytest.approx(2.191013, abs=1e-6)
+    assert nn.binary_cross_entropy(p, y, weight=w, reduction='none').tolist() == \
+        pytest.approx([1.386294, 0.804719], abs=1e-6)
+    # a weight of one row broadcasts over the batch, as PyTorch's
+    batch = nn.BCELoss(weight=w, reduction='none')(tt.tensor([[0.5, 0.8]] * 3), tt.tensor([[1., 0.]] * 3))
+    assert batch.reshape(-1).tolist() == pytest.approx([1.386294, 0.804719] * 3, abs=1e-6)
+
+
+def test_conv_transpose2d_output_padding_goes_bottom_and_right_by_hand():
+    """A 1x1 kernel of one, stride 2: each input pixel lands at (2i, 2j); output size
+    (2 - 1) 2 + 1 = 3, and output_padding=1 adds a row at the bottom and a column at the
+    right (not at the top and left: that would shift every value one place down and right).
+    The bias is added there too, as PyTorch's."""
+    x = tt.tensor([[[[1., 2.], [3., 4.]]]])
+    one = tt.ones(1, 1, 1, 1)
+    assert nn.conv_transpose2d(x, one, stride=2, output_padding=1).tolist() == [[[
+        [1., 0., 2., 0.],
+        [0., 0., 0., 0.],
+        [3., 0., 4., 0.],
+        [0., 0., 0., 0.]]]]
+    assert nn.conv_transpose2d(x, one, tt.tensor([0.5]), stride=2, output_padding=(0, 1)).tolist() == [[[
+        [1.5, 0.5, 2.5, 0.5],
+        [0.5, 0.5, 0.5, 0.5],
+        [3.5, 0.5, 4.5, 0.5]]]]
+    m = nn.ConvTranspose2d(1, 1, 1, stride=2, output_padding=(1, 0), bias=False)
+    with tt.no_grad():
+        m.weight.fill_(2.)
+    assert m(x).tolist() == [[[[2., 0., 4.], [0., 0., 0.], [6., 0., 8.], [0., 0., 0.]]]]
 
 def test_census_layers_gradcheck():
     rng = np.random.default_rng(1)
@@ -12734,7 +12938,40 @@ def test_importing_tinytorch_changes_nothing_in_the_process_until_tune():
     r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith('True')
+    made = "['malloc', 'share_cores']" if platform.libc_ver()[0] == 'glibc' else "['share_cores']"
+    assert r.stdout.split('] ')[0] + ']' == made and r.stdout.split()[-1] == 'True'
+
+
+def test_tune_makes_each_setting_it_names(monkeypatch):
+    """tune() returns the settings it made, and each is made: malloc's two thresholds through
+    glibc's mallopt (M_MMAP_THRESHOLD = -3 to 32 MiB, M_TRIM_THRESHOLD = -1 to 1 GiB; a fake
+    libc records the calls) and core sharing on; TINYTORCH_TUNE_THREADS=0 and
+    TINYTORCH_TUNE_MALLOC=0 each leave one of them out, of the list and of the process."""
+    import ctypes
+    calls = []
+
+    class FakeLibc:
+        def __init__(self, name):
+            assert name == 'libc.so.6'
+
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+    monkeypatch.setattr(ctypes, 'CDLL', FakeLibc)
+    monkeypatch.setattr(sys, 'platform', 'linux')
+    monkeypatch.setattr(tt, '_sharing', None)  # (and back to what it was afterwards)
+    monkeypatch.delenv('TINYTORCH_TUNE_THREADS', raising=False)
+    monkeypatch.delenv('TINYTORCH_TUNE_MALLOC', raising=False)
+    assert tt.tune() == ['malloc', 'share_cores']
+    assert calls == [(-3, 32 * 2 ** 20), (-1, 2 ** 30)]
+    assert tt._sharing is not None and tt._sharing.__name__.endswith('tuning')
+    monkeypatch.setenv('TINYTORCH_TUNE_THREADS', '0')
+    calls.clear()
+    assert tt.tune() == ['malloc'] and tt._sharing is None and len(calls) == 2
+    monkeypatch.delenv('TINYTORCH_TUNE_THREADS')
+    monkeypatch.setenv('TINYTORCH_TUNE_MALLOC', '0')
+    calls.clear()
+    assert tt.tune() == ['share_cores'] and tt._sharing is not None and calls == []
 
 
 def _attention_of(qkv):
@@ -14459,10 +14696,13 @@ def test_optimizers_and_schedulers_refuse_nonsense_settings():
                       (lambda: optim.Adagrad([w], initial_accumulator_value=-1),
                        "Invalid initial_accumulator_value value: -1"),
                       (lambda: optim.Adadelta([w], rho=1.5), "Invalid rho value: 1.5"),
+                      (lambda: optim.Adadelta([w], rho=-0.1), "Invalid rho value: -0.1"),
                       (lambda: optim.SGD([w * 2], lr=0.1), "can't optimize a non-leaf Tensor")]:
         with pytest.raises(ValueError) as e:
             make()
         assert str(e.value) == msg
+    for rho in (0.0, 1.0):  # PyTorch's range for rho is [0, 1], both ends included
+        assert optim.Adadelta([w], rho=rho).defaults['rho'] == rho
     with pytest.raises(TypeError, match=r"^optimizer can only optimize Tensors, but one of the "
                                         r"params is numpy\.ndarray$"):
         optim.SGD([np.zeros(2)], lr=0.1)
@@ -15679,8 +15919,10 @@ def test_review_fixes_assert_close_interpolate_bce_new_random_printoptions():
     tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-2)  # the tolerances given are used
     with pytest.raises(AssertionError):
         tt.testing.assert_close(x, x + 1e-3, rtol=0.0, atol=1e-4)
-    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'"):
+    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'.* got no rtol"):
         tt.testing.assert_close(x, x, atol=1e-2)
+    with pytest.raises(ValueError, match="Both 'rtol' and 'atol'.* got no atol"):
+        tt.testing.assert_close(x, x, rtol=1e-2)
     # nearest interpolation picks floor(i * (in / out)) computed in float32, as PyTorch's kernel
     up = nn.interpolate(tt.arange(2.).reshape(1, 1, 2), size=50).array[0, 0]
     assert up[24] == 0 and up[25] == 1  # float64 arithmetic put 25 on 0

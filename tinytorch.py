@@ -723,8 +723,11 @@ def pow(a, b):
     if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
             and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
         return _pow_integer_exponent(a, b)
+    number_base = not isinstance(a, Tensor)
     a, b = _operands(a, b)
     out = _broadcast_op('pow', _power, a, b)
+    if number_base and not out.flags.c_contiguous:  # number ** x is row-major in PyTorch
+        out = out.copy(order='C')  # (a tensor ** x keeps x's layout, as NumPy does)
 
     def backward(g):
         """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)
@@ -853,7 +856,7 @@ _methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __
          __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
          __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
          __rtruediv__=_rtruediv, __pow__=pow, pow=pow,
-         __rpow__=lambda self, other: pow(*_operands(other, self)), __neg__=neg, neg=neg)
+         __rpow__=lambda self, other: pow(other, self), __neg__=neg, neg=neg)
 
 
 # ---------------------------------------------------------------------------

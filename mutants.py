@@ -1,0 +1,523 @@
+"""mutants.py: plant one bug at a time in a copy of the project and see whether the tests
+catch it (a mutation run). Nothing imports this file; it is a tool for whoever writes tests.
+
+    python mutants.py               # every row: plant, run its tests (-k), caught or survived
+    python mutants.py --full        # each row against the whole suite instead (slow)
+    python mutants.py bce tune      # only the rows whose name contains one of these words
+    python mutants.py --list        # the rows, and whether each snippet still matches
+    python mutants.py -j 2          # two rows at a time (each in its own copy)
+
+Each row of MUTANTS is one plausible bug: a file, an exact snippet of today's code, what
+it becomes, the tests that should catch it (a pytest -k expression; `and not pytorch` is
+added: the run is a learner's, without PyTorch, which is hidden from the tests even where
+it is installed), and a description. A row whose snippet no longer occurs exactly once in
+its file is reported as STALE (the code moved or changed: update the row), never skipped in
+silence. A row's test run ends at the first failure (-x); a run that passes is a survivor:
+add a test that pins the value the bug changes, or say why the bug is harmless.
+
+To add a row: copy the snippet from the code (a line of a function body's logic, with enough
+of it to be unique), write the bug as someone might really write it, and name the tests.
+The exit status is 0 when every row is caught, 1 otherwise.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+Mutant = namedtuple('Mutant', 'name file old new tests why')
+
+MUTANTS = [
+    # -- issue 49's own five: the bugs that passed the suite in the last wave ---------------
+    Mutant('bmm-batch-1', 'tinytorch.py',
+           "if dims == 3 and input.shape[0] != other.shape[0]:",
+           "if dims == 3 and input.shape[0] != other.shape[0] and 1 not in (input.shape[0], other.shape[0]):",
+           'bmm', "bmm lets a batch of 1 broadcast against a batch of 4"),
+    Mutant('bce-weight-ignored', 'nn.py',
+           "return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)",
+           "return binary_cross_entropy(input, target, None, reduction=self.reduction)",
+           'bce or binary_cross_entropy or census_layers', "nn.BCELoss(weight=w) ignores its weight"),
+    Mutant('conv-transpose-output-padding-top-left', 'nn.py',
+           "x = pad(x, (qw, qw + opw, qh, qh + oph))",
+           "x = pad(x, (qw + opw, qw, qh + oph, qh))",
+           'conv_transpose or census_layers', "conv_transpose2d's output_padding on the top/left"),
+    Mutant('assert-close-float32-swapped', 'tinytorch.py',
+           "float32: (1.3e-6, 1e-5)", "float32: (1e-5, 1.3e-6)",
+           'assert_close or testing', "testing.assert_close's float32 rtol and atol swapped"),
+    Mutant('tune-share-not-enabled', 'tinytorch.py',
+           "    _sharing = tuning if 'share_cores' in done else None",
+           "    _sharing = None",
+           'tune', "tt.tune() says 'share_cores' but leaves core sharing off"),
+
+    # -- tinytorch.py Part I: the engine ----------------------------------------------------
+    Mutant('unbroadcast-axis-without-lead', 'tinytorch.py',
+           "lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)",
+           "i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)",
+           'unbroadcast or broadcasting or part_one', "unbroadcast sums the wrong axis of a (k, 1) operand under added dims"),
+    Mutant('sub-rule-sign', 'tinytorch.py',
+           "unbroadcast(-g, sb) if b.requires_grad else None)",
+           "unbroadcast(g, sb) if b.requires_grad else None)",
+           'binary_ops or part_one or micrograd', "sub's rule gives b the gradient +g"),
+    Mutant('div-rule-b-squared', 'tinytorch.py',
+           "unbroadcast(-g * a.array / (b.array * b.array), sb)",
+           "unbroadcast(-g * a.array / b.array, sb)",
+           'binary_ops or part_one or micrograd', "div's rule for b forgets a factor 1/b"),
+    Mutant('mean-rule-without-1-over-n', 'tinytorch.py',
+           "return (_expand_back(g / n, xs, axes, keepdim),)",
+           "return (_expand_back(g, xs, axes, keepdim),)",
+           'reductions or part_one', "mean's rule passes g instead of g / n"),
+    Mutant('dim-range-off-by-one', 'tinytorch.py',
+           "if not -n <= d < n:", "if not -n <= d <= n:",
+           'dim or error_messages or shape_ops', "_dim accepts dim == ndim (wraps it to 0)"),
+    Mutant('dims-repeated-accepted', 'tinytorch.py',
+           "if len(set(axes)) != len(axes):", "if len(set(axes)) > len(axes):",
+           'dim or reductions', "a reduction over dim (1, 1) is not refused"),
+    Mutant('implicit-gradient-of-empty', 'tinytorch.py',
+           "if tensor.array.size != 1:\n            raise RuntimeError(f\"backward: grad can be created",
+           "if tensor.array.size > 1:\n            raise RuntimeError(f\"backward: grad can be created",
+           'implicit_gradient or backward', "backward() of an empty tensor starts from ones instead of refusing"),
+    Mutant('accumulate-overwrites', 'tinytorch.py',
+           "        t._grad.array += g\n", "        t._grad.array[...] = g\n",
+           'accumulate or twice or part_one', "a second backward overwrites .grad instead of adding"),
+    Mutant('matmul-1d-left-row-copied-predicate', 'tinytorch.py',
+           "G = G[..., None, :] if a.ndim == 1 else G",
+           "G = G[..., None, :] if b.ndim == 1 else G",
+           'matmul or part_one', "matmul's rule tests b.ndim for a's lost dim (copied from the line above)"),
+    Mutant('matmul-dtypes-by-kind', 'tinytorch.py',
+           "if t.array.dtype != t0.array.dtype:\n            raise RuntimeError(f\"{op}: {name0} is",
+           "if t.array.dtype.kind != t0.array.dtype.kind:\n            raise RuntimeError(f\"{op}: {name0} is",
+           'mixed_dtypes or refuse_mixed or matmul', "matmul lets float32 meet float64"),
+    Mutant('numpy-scalar-loses-dtype', 'tinytorch.py',
+           "if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype",
+           "if isinstance(data, np.ndarray):  # NumPy data keeps its dtype",
+           'creation or dtype', "tensor(np.float64(1.5)) becomes float32 (PyTorch keeps float64)"),
+    Mutant('tensor-aliases-callers-array', 'tinytorch.py',
+           "            arr = np.copy(arr)  # like torch.tensor", "            arr = arr  # like torch.tensor",
+           'creation or copies or tensor_attributes or part_one', "tt.tensor(a) shares a's memory"),
+    Mutant('pow-minus-half-not-rsqrt', 'tinytorch.py',
+           "np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p",
+           "np.sqrt(x) if p == 0.5 else x ** p",
+           'pow or power', "x ** -0.5 by NumPy's pow: (-0.0) ** -0.5 is inf, not -inf"),
+    Mutant('grad-mode-exit-enables', 'tinytorch.py',
+           "        _grad_enabled = self._prev\n        return False",
+           "        _grad_enabled = True\n        return False",
+           'no_grad or grad_enabled', "leaving a nested no_grad turns grad mode on"),
+    Mutant('walk-frees-with-retain-graph', 'tinytorch.py',
+           "        if not retain_graph:\n            _free(node)",
+           "        if retain_graph:\n            _free(node)",
+           'retain_graph or backward', "backward frees the graph exactly when asked to keep it"),
+
+    # -- section 7: type promotion ----------------------------------------------------------
+    Mutant('promote-types-lower-category', 'tinytorch.py',
+           "return type1 if c1 > c2 else type2", "return type1 if c1 < c2 else type2",
+           'promot or dtype', "promote_types picks the lower category"),
+    Mutant('numpy-bool-scalar-refused', 'tinytorch.py',
+           "if isinstance(x, (float, np.floating, np.bool_)):\n        return default_dtype",
+           "if isinstance(x, (float, np.floating)):\n        return default_dtype",
+           'promot or numpy_scalar or numpy_bool or dtype', "a NumPy bool scalar operand is refused"),
+    Mutant('result-type-0d-as-dims', 'tinytorch.py',
+           "tier, dt = (0 if x.ndim else 1), x.dtype", "tier, dt = 0, x.dtype",
+           'promot or dtype', "a 0-d tensor ranks with the tensors that have dims"),
+    Mutant('result-type-lower-tier-same-category', 'tinytorch.py',
+           "_CATEGORY[dt.kind] > _CATEGORY[result.kind]):", "_CATEGORY[dt.kind] >= _CATEGORY[result.kind]):",
+           'promot or dtype', "a 0-d int64 widens an int32 tensor (same category, lower tier)"),
+    Mutant('int-div-int-stays-int', 'tinytorch.py',
+           "if dtype == b.array.dtype and (not floating or dtype.kind == 'f'):",
+           "if dtype == b.array.dtype:",
+           'promot or dtype or float32 or div', "int / int skips the float promotion (float64 out of NumPy)"),
+    Mutant('add-alpha-scales-before-cast', 'tinytorch.py',
+           "return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale",
+           "return _as(a, dtype), _as(b * alpha, dtype)  # cast, then scale",
+           'alpha', "add(a, b, alpha) scales b before the cast (int32 overflow)"),
+    Mutant('int-negative-power-parity', 'tinytorch.py',
+           "np.where(b % 2 == 0, 1, -1)", "np.where(b % 2 == 0, -1, 1)",
+           'pow or power or integer', "(-1) ** -n gets the wrong sign by n's parity"),
+    Mutant('pow-int-exponent-minus-1-after-cast', 'tinytorch.py',
+           "below = (b.array - 1).astype(a.dtype)", "below = b.array.astype(a.dtype) - 1",
+           'pow', "pow's rule takes b - 1 in the base's float dtype"),
+
+    # -- section 8: the version counter -----------------------------------------------------
+    Mutant('saved-version-check-never-fires', 'tinytorch.py',
+           "        if counter[0] != version:", "        if counter[0] < version:",
+           'version or guarded or in_place', "backward never sees an in-place change of a saved tensor"),
+    Mutant('only-first-saved-guarded', 'tinytorch.py',
+           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved]",
+           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved[:1]]",
+           'version or guarded or in_place', "only the first saved tensor of a rule is guarded"),
+
+    # -- section 13: in-place history -------------------------------------------------------
+    Mutant('as-read-by-one-step', 'tinytorch.py',
+           "    while p._seq >= node._seq:\n        p = p._older",
+           "    if p._seq >= node._seq:\n        p = p._older",
+           'in_place or old_value or view', "an input changed in place twice is read at the wrong version"),
+    Mutant('view-of-leaf-check-copied', 'tinytorch.py',
+           "if info is not None and info[0].requires_grad and info[0].is_leaf:",
+           "if info is not None and x.requires_grad and x.is_leaf:",
+           'leaf', "a view of a leaf that requires grad may be changed in place"),
+    Mutant('in-place-without-bump', 'tinytorch.py',
+           "    _bump(x)\n    if result.requires_grad:\n        for hook in _hooks:",
+           "    if result.requires_grad:\n        for hook in _hooks:",
+           'version or guarded or in_place', "an in-place op does not bump the version counter"),
+    Mutant('copy-slices-region-keeps-base-grad', 'tinytorch.py',
+           "        gv = region.copy()\n        region[...] = 0",
+           "        gv = region.copy()",
+           'view or in_place_through', "a write through a view still sends the old base gradient in its region"),
+    Mutant('setitem-written-keeps-gradient', 'tinytorch.py',
+           "        at(gx)[i] = 0  # written over", "        pass  # written over",
+           'setitem', "x[idx] = v still sends gradient to the overwritten values"),
+    Mutant('setitem-every-repeated-write-counts', 'tinytorch.py',
+           "    return owner[idx] == slots", "    return owner[idx] >= slots",
+           'setitem', "x[[0, 0]] = v gives both writes the gradient, not only the last"),
+    Mutant('fill-keeps-old-gradient', 'tinytorch.py',
+           "        return np.zeros_like(g), g.sum().astype(g.dtype).reshape(())",
+           "        return g, g.sum().astype(g.dtype).reshape(())",
+           'fill or in_place', "fill_'s rule sends gradient to the forgotten values"),
+    Mutant('pow-in-place-keeps-no-copy', 'tinytorch.py',
+           "old, e = _keep_old(x, exponent, x.requires_grad or _requires_grad(exponent))",
+           "old, e = _keep_old(x, exponent, _requires_grad(exponent))",
+           'in_place', "x.pow_(2) on a graph tensor keeps no copy of x (backward refuses)"),
+
+    # -- section 18 / 18b: what PyTorch programs reach for ----------------------------------
+    Mutant('to-copy-ignored', 'tinytorch.py',
+           "return clone(out) if copy and out is self else out", "return out",
+           'devices or torch_style', "x.to(x.dtype, copy=True) returns x itself"),
+    Mutant('inference-mode-builds-graph', 'tinytorch.py',
+           "        self.enabled = not mode", "        self.enabled = mode",
+           'inference or gpu_program or grad_enabled', "torch.inference_mode() builds the graph"),
+    Mutant('companion-from-anywhere', 'tinytorch.py',
+           "if spec is not None and _same_file(spec.origin, path):",
+           "if spec is not None:",
+           'import_rule or companion', "a learner's own data.py becomes tinytorch.utils.data"),
+    Mutant('grad-scaler-step-skipped', 'compat.py',
+           "        return optimizer.step(*args, **kwargs)", "        return None",
+           'gpu_program or scaler or torch_style', "GradScaler.step() does not step"),
+    Mutant('autocast-swallows-errors', 'compat.py',
+           "        return False\n\n    def __call__(self, fn):\n        return fn",
+           "        return True\n\n    def __call__(self, fn):\n        return fn",
+           'gpu_program or autocast or torch_style', "an error inside `with autocast():` vanishes"),
+    Mutant('set-grad-enabled-decorator-leaks', 'tinytorch.py',
+           "        _grad_enabled = self._prev  # decorating changes nothing now",
+           "        pass  # decorating changes nothing now",
+           'set_grad_enabled', "@set_grad_enabled(False) switches grad off at decoration time"),
+    Mutant('equal-nan-equals-nan', 'tinytorch.py',
+           "bool(np.array_equal(input.array, other.array))",
+           "bool(np.array_equal(input.array, other.array, equal_nan=True))",
+           'equal_ravel or census_tensor', "torch.equal says nan equals nan"),
+    Mutant('random-float-range-halved', 'tinytorch.py',
+           "from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'",
+           "from_, to = 0, (2 ** np.finfo(x.dtype).nmant + 1 if x.dtype.kind == 'f'",
+           'random or census or review_fixes', "x.random_() draws from [0, 2^23] for float32 (PyTorch: 2^24)"),
+    Mutant('bincount-float32-weights-to-float64', 'tinytorch.py',
+           "(w.dtype if w.dtype == float32 else float64)", "float64",
+           'bincount or census', "bincount with float32 weights returns float64"),
+    Mutant('resize-of-a-strided-tensor', 'tinytorch.py',
+           "if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:",
+           "if math.prod(shape) != x.numel():",
+           'resize or census', "resize_ of a transposed tensor reshapes a copy silently"),
+    Mutant('addcdiv-divides-the-other-way', 'tinytorch.py',
+           "return x.add_(tensor1 / tensor2 * value)", "return x.add_(tensor2 / tensor1 * value)",
+           'census or addc', "addcdiv_ adds value * tensor2 / tensor1"),
+    Mutant('assert-close-one-tolerance-accepted', 'tinytorch.py',
+           "if (rtol is None) != (atol is None):", "if rtol is None and atol is not None:",
+           'assert_close or testing', "assert_close(rtol=...) without atol is not refused"),
+    Mutant('type-by-module-name', 'tinytorch.py',
+           "name = dtype.rsplit('.', 1)[-1]", "name = dtype.rsplit('.', 1)[0]",
+           'census or legacy', "x.type('torch.LongTensor') looks up 'torch'"),
+
+    # -- section 19: tuning ----------------------------------------------------------------
+    Mutant('mallopt-thresholds-swapped', 'tuning.py',
+           "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3", "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -3, -1",
+           'tune', "tune_malloc sets each threshold to the other's value"),
+    Mutant('cores-to-use-none', 'tuning.py',
+           "return max(1, cores - others)", "return max(0, cores - others)",
+           'cores or share', "a busy machine leaves tinytorch no core"),
+    Mutant('share-drops-after-one-look', 'tuning.py',
+           "if max(want, seen) < _cores_free:", "if want < _cores_free:",
+           'share_cores or parallel_for', "one look at a busy machine lowers the threads"),
+    Mutant('num-threads-zero-from-env', 'tinytorch.py',
+           "if os.environ.get(var, '').isdigit() and int(os.environ[var]) > 0:",
+           "if os.environ.get(var, '').isdigit() and int(os.environ[var]) >= 0:",
+           'thread or tune', "OMP_NUM_THREADS=0 gives zero threads"),
+    Mutant('set-num-threads-zero', 'tinytorch.py',
+           "if int(n) < 1:\n        raise ValueError(f\"set_num_threads",
+           "if int(n) < 0:\n        raise ValueError(f\"set_num_threads",
+           'threads or parallel', "set_num_threads(0) is accepted"),
+    Mutant('parallel-for-last-range-lost', 'tinytorch.py',
+           "bounds = [n * i // k for i in range(k + 1)]", "bounds = [n * i // k for i in range(k)]",
+           'parallel_for or threaded', "parallel_for never runs its last range"),
+
+    # -- nn.py: the census layers and losses --------------------------------------------
+    Mutant('adaptive-pool-floor-end', 'nn.py',
+           "bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]",
+           "bins = [(i * size // o, (i + 1) * size // o) for i in range(o)]",
+           'adaptive or census_layers', "adaptive_avg_pool2d's bins end at floor, not ceil"),
+    Mutant('instance-norm-eps', 'nn.py',
+           "                  use_input_stats=True, momentum=0.1, eps=1e-5):",
+           "                  use_input_stats=True, momentum=0.1, eps=1e-3):",
+           'instance or census_layers', "instance_norm's eps default 1e-3"),
+    Mutant('dropout2d-one-mask-per-sample', 'nn.py',
+           "mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)",
+           "mask = dropout_mask(input.shape[:1] + (1,) * (input.ndim - 1), p, input.dtype)",
+           'dropout2d or census_layers', "dropout2d drops whole samples instead of channels"),
+    Mutant('lazy-linear-reads-batch-dim', 'nn.py',
+           "            self.in_features = x.shape[-1]", "            self.in_features = x.shape[0]",
+           'lazy or census_layers', "LazyLinear takes in_features from the batch size"),
+    Mutant('pad-sequence-left-ignored', 'nn.py',
+           "if padding_side == 'right' else (longest - s.shape[0], 0)",
+           "if padding_side == 'right' else (0, longest - s.shape[0])",
+           'pad_sequence or census_layers', "pad_sequence(padding_side='left') pads on the right"),
+    Mutant('bce-rule-sign', 'nn.py',
+           "gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)",
+           "gp = g * (y - p) / np.maximum(p * (1 - p), 1e-12)",
+           'bce or binary_cross_entropy or census_layers', "binary_cross_entropy's gradient has the wrong sign"),
+    Mutant('conv1d-pads-height', 'nn.py',
+           "pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)",
+           "pad = (padding[0] if isinstance(padding, (tuple, list)) else padding, 0)",
+           'conv1d or census_layers', "conv1d pads the height of its 1-row image, not the length"),
+
+    # -- optim.py -------------------------------------------------------------------------
+    Mutant('rmsprop-centered-plus', 'optim.py',
+           "avg = np.sqrt(v - mean * mean) + eps", "avg = np.sqrt(v + mean * mean) + eps",
+           'rmsprop', "centered RMSprop adds the squared mean instead of subtracting it"),
+    Mutant('adagrad-lr-decay-off-by-one', 'optim.py',
+           "lr_t = group['lr'] / (1 + (state['step'] - 1) * group['lr_decay'])",
+           "lr_t = group['lr'] / (1 + state['step'] * group['lr_decay'])",
+           'adagrad', "Adagrad's lr decay starts one step early"),
+    Mutant('adadelta-rho-zero-refused', 'optim.py',
+           "if not 0.0 <= rho <= 1.0:", "if not 0.0 < rho <= 1.0:",
+           'adadelta or nonsense', "Adadelta refuses rho=0 (PyTorch allows [0, 1])"),
+    Mutant('betas-one-accepted', 'optim.py',
+           "if not 0.0 <= betas[i] < 1.0:", "if not 0.0 <= betas[i] <= 1.0:",
+           'nonsense or adam', "Adam accepts beta = 1.0 (PyTorch refuses it)"),
+    Mutant('param-in-two-groups', 'optim.py',
+           "                any(id(p) in seen for p in group['params']):",
+           "                False:",
+           'param_group or nonsense or optimizer_errors', "add_param_group accepts a parameter already in a group"),
+    Mutant('maximize-ignored', 'optim.py',
+           "                            g = -g  # maximize", "                            g = g  # maximize",
+           'maximize', "maximize=True descends"),
+    Mutant('multistep-at-milestone', 'optim.py',
+           "bisect.bisect_right(self.milestones, t)", "bisect.bisect_left(self.milestones, t)",
+           'schedul and not charlm', "MultiStepLR changes the lr one step after each milestone"),
+    Mutant('linear-lr-past-total-iters', 'optim.py',
+           "progress = min(self.total_iters, t) / self.total_iters",
+           "progress = t / self.total_iters",
+           'schedul and not charlm', "LinearLR keeps changing after total_iters"),
+    Mutant('onecycle-phase-end', 'optim.py',
+           "up = float(pct_start * total_steps) - 1", "up = float(pct_start * total_steps)",
+           '(one_cycle or schedul) and not charlm', "OneCycleLR's peak one step late"),
+    Mutant('optimizer-state-keeps-saved-dtype', 'optim.py',
+           "self.state[p] = {k: (v.astype(p.dtype) if isinstance(v, np.ndarray) else v)",
+           "self.state[p] = {k: (v if isinstance(v, np.ndarray) else v)",
+           'optimizer_errors or exact_resume or optimizer_skips or state_dict', "load_state_dict keeps float64 moments for a float32 model"),
+    Mutant('sgd-dampening-inverted', 'optim.py',
+           "buf += (1 - group['dampening']) * g", "buf += group['dampening'] * g",
+           'sgd', "SGD's dampening multiplies by dampening instead of 1 - dampening"),
+
+    # -- data.py ----------------------------------------------------------------------------
+    Mutant('random-split-remainder-from-last', 'data.py',
+           "counts[k % len(counts)] += 1", "counts[-1 - k % len(counts)] += 1",
+           'random_split', "random_split hands the remainder out from the last length"),
+    Mutant('random-sampler-drops-the-rest', 'data.py',
+           "            yield from rng.permutation(n)[:self.num_samples % n].tolist()\n",
+           "",
+           'sampler', "RandomSampler(num_samples > len) drops the last partial permutation"),
+    Mutant('batch-sampler-len-swapped', 'data.py',
+           "return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)",
+           "return math.ceil(n / self.batch_size) if self.drop_last else n // self.batch_size",
+           'sampler or data_loader', "len(BatchSampler) counts the short batch only when dropped"),
+    Mutant('sampler-with-shuffle-accepted', 'data.py',
+           "if sampler is not None and shuffle:", "if sampler is not None and shuffle is None:",
+           'data_loader or sampler', "DataLoader(sampler=..., shuffle=True) is not refused"),
+    Mutant('collate-floats-to-float32', 'data.py',
+           "return tt.tensor(batch, dtype=tt.float64)", "return tt.tensor(batch, dtype=tt.float32)",
+           'collate', "default_collate makes Python floats float32 (PyTorch: float64)"),
+    Mutant('convert-keeps-tuples', 'data.py',
+           "    if isinstance(data, tuple):\n        return [default_convert(d) for d in data]",
+           "    if isinstance(data, tuple):\n        return tuple(default_convert(d) for d in data)",
+           'collate or convert or data_loader', "default_convert keeps a tuple (PyTorch makes it a list)"),
+    Mutant('tensor-dataset-sizes-unchecked', 'data.py',
+           "if len(set(sizes)) != 1:", "if len(set(sizes)) > 2:",
+           'dataset or data_edge or data_loader', "TensorDataset of 3 and 4 rows is accepted"),
+
+    # -- lookinside.py ----------------------------------------------------------------------
+    Mutant('grad-path-first-rule-line', 'lookinside.py',
+           "words = lines[i] if len(lines) > 1 else lines[0]", "words = lines[0]",
+           'grad_path', "grad_path states input 0's rule for every input"),
+    Mutant('kept-bytes-counts-views', 'lookinside.py',
+           "arrays = [node.array] if node.requires_grad and not of_an_input else []",
+           "arrays = [node.array] if node.requires_grad else []",
+           'profile and not charlm', "profile counts a view's memory again (it is its input's)"),
+    Mutant('kept-bytes-view-of-a-view', 'lookinside.py',
+           "owner is p.array or owner is p.array.base for p in node._parents",
+           "owner is p.array for p in node._parents",
+           'profile and not charlm', "profile counts a view of a view (x.reshape(..).t()) as new memory"),
+    Mutant('profile-keeps-empty-row', 'lookinside.py',
+           "        if not src['calls']:\n            del self.rows[old]",
+           "        if not src['calls']:\n            pass",
+           'profile and not charlm', "profile keeps an empty 'add' row after add_ took its call"),
+    Mutant('anomaly-lets-inf-gradients-pass', 'lookinside.py',
+           "not np.isfinite(pg).all():", "np.isnan(pg).any():",
+           'anomaly', "detect_anomaly misses an infinite gradient"),
+    Mutant('summary-counts-frozen-as-trainable', 'lookinside.py',
+           "trainable = sum(p.numel() for p in params if p.requires_grad)",
+           "trainable = sum(p.numel() for p in params)",
+           'summary or print_model', "summary counts frozen parameters as trainable"),
+    Mutant('summary-writer-header-on-every-open', 'lookinside.py',
+           "        if is_new:\n            self._rows.writerow", "        if True:\n            self._rows.writerow",
+           'summary_writer', "a SummaryWriter reopening a log writes its header again"),
+    Mutant('matmul-flops-without-add', 'lookinside.py',
+           "return 2 * out.array.size * (a.shape[-1] if a.ndim else 1)",
+           "return out.array.size * (a.shape[-1] if a.ndim else 1)",
+           'flops', "profile counts a matmul's multiplies but not its adds"),
+    Mutant('draw-graph-cap-off-by-one', 'lookinside.py',
+           "    order = order[:max_nodes]  # the nodes nearest the output",
+           "    order = order[:max_nodes - 1]  # the nodes nearest the output",
+           'draw_graph', "draw_graph draws one node fewer than max_nodes"),
+]
+
+_NO_TORCH = "raise ImportError('PyTorch is hidden by mutants.py: the run is without it')\n"
+_SKIP = shutil.ignore_patterns('.git', '__pycache__', '.pytest_cache', '.venv', '.benchmarks',
+                               'out', 'out_*', 'runs', '*.npz')
+
+
+def match_count(m, root=HERE):
+    path = os.path.join(root, m.file)
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding='utf-8') as f:
+        return f.read().count(m.old)
+
+
+def _tree(work):
+    """A copy of the project in work/tree, and work/no_torch holding a torch that fails to
+    import (put first on PYTHONPATH: pytest.importorskip('torch') then skips)."""
+    tree = os.path.join(work, 'tree')
+    shutil.copytree(HERE, tree, ignore=_SKIP)
+    os.makedirs(os.path.join(work, 'no_torch', 'torch'))
+    with open(os.path.join(work, 'no_torch', 'torch', '__init__.py'), 'w') as f:
+        f.write(_NO_TORCH)
+    return tree
+
+
+def _pytest(tree, work, selection, timeout):
+    env = {k: v for k, v in os.environ.items() if k != 'TINYTORCH_REQUIRE_TORCH'}
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (os.path.join(work, 'no_torch'),
+                                                    env.get('PYTHONPATH')) if p)
+    env['PYTHONDONTWRITEBYTECODE'] = '1'  # a planted file never meets a stale .pyc
+    cmd = [sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
+           'test_tinytorch.py']
+    if selection:
+        cmd += ['-k', selection]
+    try:
+        r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 'timeout', ''
+    tail = (r.stdout + r.stderr).strip().splitlines()
+    return r.returncode, tail[-1] if tail else ''
+
+
+def run_row(m, tree, work, full, timeout):
+    """Plant m in tree, run its tests, put the file back. Returns (verdict, detail, seconds)."""
+    n = match_count(m, tree)
+    if n != 1:
+        return 'STALE', (f"the snippet occurs {n} times in {m.file}" if n else
+                         f"the snippet is no longer in {m.file}"), 0.0
+    path = os.path.join(tree, m.file)
+    with open(path, encoding='utf-8') as f:
+        original = f.read()
+    start = time.perf_counter()
+    try:
+        with open(path, 'w', encoding='utf-8') as f:
+            f.write(original.replace(m.old, m.new))
+        rc, last = _pytest(tree, work, None if full else f"({m.tests}) and not pytorch", timeout)
+    finally:
+        with open(path, 'w', encoding='utf-8') as f:
+            f.write(original)
+    seconds = time.perf_counter() - start
+    if rc == 'timeout':
+        return 'caught', f"timed out after {timeout} s", seconds
+    if rc == 0:
+        return 'SURVIVED', last, seconds
+    if rc == 1:
+        return 'caught', last, seconds
+    if rc == 5:
+        return 'NO TESTS', f"-k {m.tests!r} selects no test", seconds
+    return 'ERROR', f"pytest exit {rc}: {last}", seconds
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('words', nargs='*', help="only the rows whose name contains one of these")
+    ap.add_argument('--full', action='store_true', help="run the whole suite for each row")
+    ap.add_argument('--list', action='store_true', help="list the rows and whether each matches")
+    ap.add_argument('-j', type=int, default=1, help="rows run at a time (default 1)")
+    ap.add_argument('--timeout', type=int, default=900, help="seconds a row may take")
+    ap.add_argument('--no-baseline', action='store_true',
+                    help="skip the first run of every row's tests on the unchanged copy")
+    args = ap.parse_args(argv)
+    rows = [m for m in MUTANTS if not args.words or any(w in m.name for w in args.words)]
+    names = [m.name for m in MUTANTS]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        sys.exit(f"mutants.py: row names must be unique, repeated: {', '.join(dup)}")
+    if not rows:
+        sys.exit(f"mutants.py: no row's name contains {' or '.join(args.words)}")
+    if args.list:
+        for k, m in enumerate(rows, 1):
+            n = match_count(m)
+            state = 'ok' if n == 1 else 'STALE'
+            print(f"{k:3} {state:<5} {m.file:<14} {m.name:<42} {m.why}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix='mutants-') as tmp:
+        works = []
+        for k in range(max(1, args.j)):
+            work = os.path.join(tmp, f'w{k}')
+            os.makedirs(work)
+            works.append((work, _tree(work)))
+        if not args.no_baseline:  # every selection must pass on the unchanged code
+            selection = None if args.full else ' or '.join(f"({m.tests})" for m in rows)
+            rc, last = _pytest(works[0][1], works[0][0],
+                               selection and f"({selection}) and not pytorch", args.timeout * 4)
+            if rc != 0:
+                print(f"mutants.py: the tests fail on the unchanged code ({last}); fix that first")
+                return 1
+            print(f"baseline: the selected tests pass on the unchanged code ({last})")
+        free, lock = list(works), threading.Lock()
+        results = [None] * len(rows)
+
+        def one(k):
+            with lock:
+                work, tree = free.pop()
+            try:
+                results[k] = run_row(rows[k], tree, work, args.full, args.timeout)
+            finally:
+                with lock:
+                    free.append((work, tree))
+            verdict, detail, seconds = results[k]
+            with lock:
+                print(f"{k + 1:3} {verdict:<8} {rows[k].file:<14} {rows[k].name:<42} "
+                      f"{seconds:5.1f} s  {rows[k].why}" + (f"\n      {detail}" if verdict != 'caught'
+                                                             else ''), flush=True)
+        with ThreadPoolExecutor(len(works)) as pool:
+            list(pool.map(one, range(len(rows))))
+    counts = {}
+    for verdict, _, _ in results:
+        counts[verdict] = counts.get(verdict, 0) + 1
+    print(f"\ncaught {counts.get('caught', 0)} of {len(rows)}" + ''.join(
+        f"; {v.lower()} {n}" for v, n in sorted(counts.items()) if v != 'caught'))
+    for m, (verdict, detail, _) in zip(rows, results):
+        if verdict != 'caught':
+            print(f"  {verdict}: {m.name} ({m.file}): {m.why}")
+    return 0 if counts.get('caught', 0) == len(rows) else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
