@@ -14107,7 +14107,7 @@ def test_learn_stubs_name_what_the_lines_after_them_read():
             stub = _learn.stub(ex, '    ', k)
             for name in _learn.reads_after(ex, k):
                 assert re.search(rf'\b{name}\b', _learn.EXERCISES[ex]['what']), (ex, name)
-                assert any(f'read' in ln and re.search(rf'\b{name}\b', ln) for ln in stub), (ex, stub)
+                assert any('read' in ln and re.search(rf'\b{name}\b', ln) for ln in stub), (ex, stub)
             for ln in stub[1:-1]:
                 assert ln.count('(') == ln.count(')'), (ex, ln)
                 assert len(ln) <= 100, (ex, ln)
@@ -14219,29 +14219,36 @@ def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tm
 
 
 
-def test_learn_time_limit_without_an_alarm_as_on_windows(_learn_filled, tmp_path, monkeypatch):
+def _learn_limited(ws, arg, prelude=''):
+    """learn.py check ARG in a child with a 1 s limit (so that a broken limit fails here
+    within a minute instead of hanging the suite): exit status and stdout's lines."""
+    r = subprocess.run([sys.executable, '-c', f'{prelude}import learn; learn.LIMIT = 1; '
+                        f'learn.cli(["check", {arg!r}, "--dir", {str(ws)!r}])'], cwd=HERE,
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout.strip().split('\n')
+
+
+def test_learn_time_limit_without_an_alarm_as_on_windows(_learn_filled, tmp_path):
     """Where there is no SIGALRM a timer thread interrupts the main thread: the same line,
     with the place it stopped."""
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
     _learn_edit(ws, '1.1', *_LEARN_ENDLESS)
-    monkeypatch.delattr(__import__('signal'), 'setitimer')
-    monkeypatch.setattr(_learn, 'LIMIT', 1)
     t0 = _time.perf_counter()
-    ok, lines = _learn_check(ws, '1.2')
-    assert _time.perf_counter() - t0 < 1 + 8
-    assert not ok and re.fullmatch(r"✗ 1\.2 add's backward: needs exercise 1\.1 first: its code did "
+    rc, lines = _learn_limited(ws, '1.2', prelude='import signal; del signal.setitimer; ')
+    assert _time.perf_counter() - t0 < 1 + 10
+    assert rc == 1 and re.fullmatch(r"✗ 1\.2 add's backward: needs exercise 1\.1 first: its code did "
                                    r"not finish in 1 s: look for a loop that never ends \(.*tinytorch"
                                    r"\.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis="
                                    r"0\)  # never assigned)\)", lines[0]), lines
 
-def test_learn_a_file_that_never_finishes_importing_is_one_line(_learn_filled, tmp_path, monkeypatch):
+def test_learn_a_file_that_never_finishes_importing_is_one_line(_learn_filled, tmp_path):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
     with open(ws / 'optim.py', 'a') as f:
         f.write('\nwhile True:\n    pass\n')
-    monkeypatch.setattr(_learn, 'LIMIT', 1)
-    ok, lines = _learn_check(ws, '4.3')
+    rc, lines = _learn_limited(ws, '4.3')
+    ok = rc == 0
     n = len((ws / 'optim.py').read_text().split('\n'))  # the loop's two lines are n - 2, n - 1
     assert not ok and lines[0] in [f"✗ 4.3 SGD's update: your {ws / 'optim.py'} did not finish in 1 s: "
                                    f"look for a loop that never ends (importing it) "
