@@ -8,23 +8,32 @@
                                         finally the shipped answer
     python learn.py diff EXERCISE       your code beside the shipped one (once its check passes)
 
+Without --dir the workspace is the folder you are in if it is one, else mytorch/ there, else
+mytorch/ beside learn.py. Each check stops after a few seconds (a loop that never ends is
+named as such) and Ctrl-C stops learn.py with one line. Needs only NumPy.
+
 The exercises are the seed article's checklist, in the order of tinytorch.py's Part I, then
 nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves (LOCATE
 below names each one's function and statements, so the shipped files are the answer key and
 carry no markers), and your workspace gets the same files with those lines replaced by a stub
-that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks run your workspace's code (never this folder's): finite differences in
-float64 with broadcast operands and a tensor used twice, and at the end of a step a small
-real run on your engine. When a check fails, it names the symptom and its likely cause.
-Needs only NumPy.
+that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks
+run your workspace's code (never this folder's): finite differences in float64 with
+broadcast operands and a tensor used twice, and at the end of a step a small real run on
+your engine. When a check fails, it names the symptom and its likely cause.
 """
+import _thread
 import ast
+import contextlib
 import difflib
 import json
 import math
+import os
 import re
 import shutil
+import signal
 import sys
 import textwrap
+import threading
 import time
 import traceback
 import types
@@ -37,6 +46,8 @@ FILES = ('tinytorch.py', 'files.py', 'nn.py', 'optim.py', 'transformer.py')  # i
 VERSION = 1  # of the workspace layout: a workspace stamped otherwise is refused
 STAMP = '.learn.json'
 DEFAULT_DIR = 'mytorch'
+ME = 'learn.py'  # this file as the suggested commands call it (main: from the folder you are in)
+FOUND = None  # the workspace main found without --dir (then the suggested commands need none)
 
 STEPS = {
     1: "Tensor data, shapes and basic ops: add, sub, mul, div and their broadcasting",
@@ -47,7 +58,10 @@ STEPS = {
     6: "Stable softmax, normalisation and cross-entropy (and a spiral classifier)",
     7: "Single-head attention, then multi-head",
     8: "A Transformer block, validated on a small text",
+    9: "Optional, past the checklist: an LSTM cell, and backpropagation through time",
 }
+OPTIONAL = 9  # steps from here on go past the seed's checklist: `check` alone skips them
+              # until you start one
 
 # What each stub says (inputs, output, what the backward returns; never how), then two
 # hints: what to think about, and the math. The third hint is the shipped answer itself.
@@ -114,10 +128,10 @@ EXERCISES = {
         math="The multivariable chain rule: d root/d x is the sum over every path from x to "
              "root. So add pg to grads[id(p)] if a gradient is there already, else store pg."),
     '2.3': dict(
-        what="t: a leaf tensor; g: an array, d root / d t from this backward call.\nMake t.grad "
-             "hold the sum of every backward call's gradient so far (t._grad = _constant(array) "
-             "sets it;\nt._grad.array is its array). g may be shared with the caller: never "
-             "store g itself.",
+        what="t: a leaf tensor; g: an array, d root / d t from this backward call. Make t.grad "
+             "hold the sum of every backward call's gradient so far: t._grad = "
+             "_constant(array) sets it, t._grad.array is its array. g may be shared (x + y "
+             "hands x and y one array) or read-only: never store g itself, store a copy.",
         think="Call backward twice without zeroing: what does PyTorch's .grad hold? And if "
               "you store g itself, who else may still write into that array?",
         math="If t._grad is None: t._grad = _constant(a copy of g in t's dtype); else add g "
@@ -197,10 +211,10 @@ EXERCISES = {
         think="Differentiate (x - y)^2 by x, then by y.",
         math="d (x-y)^2/dx = 2 (x - y), d (x-y)^2/dy = -2 (x - y), each times g."),
     '6.1': dict(
-        what="logits.array: (N, C) numbers, as large as 1000. Define five arrays (the lines "
-             "after use them all):\nshifted (N, C): the logits minus something that keeps exp "
-             "from overflowing; e = exp(shifted) (N, C);\nsumexp: e's row sums (N, 1); lse: "
-             "their log (N,); logp: log_softmax (N, C).",
+        what="logits.array: (N, C) numbers, as large as 1000, in any float dtype. Define "
+             "three arrays: e (N, C), the exp of the logits shifted by something that keeps "
+             "exp from overflowing (softmax's numerators); sumexp (N, 1), e's row sums; logp "
+             "(N, C), log_softmax of the logits, finite wherever the logits are.",
         think="exp(1000) is inf in float64. softmax(z) = softmax(z - c) for any c per row: "
               "which c makes every exponent <= 0, and one of them exactly 0?",
         math="shifted = z - max_j z_j (per row, keepdims=True); e = exp(shifted); sumexp = "
@@ -242,17 +256,51 @@ EXERCISES = {
         think="Where does the normalisation go in a pre-LN block, and what keeps a path "
               "from the output straight back to x?",
         math="x = x + attn(ln_1(x)); return x + mlp(ln_2(x))."),
+    '9.1': dict(
+        what="x: (N, input); h, c: (N, hidden), the previous hidden state and cell; w_ih (4 "
+             "hidden, input), w_hh (4 hidden, hidden), b_ih, b_hh (4 hidden,) or None: PyTorch's "
+             "weights, their four blocks in PyTorch's order i (input gate), f (forget gate), g "
+             "(the candidate), o (output gate). Set c, the new cell, and h, the new hidden "
+             "state, with tinytorch ops (linear, .chunk(4, -1), .sigmoid(), .tanh()): then the "
+             "gradient flows back through time by itself.",
+        think="A cell carries a memory c. Which gate decides how much of the old memory to "
+              "keep, which how much of the new candidate to write, and which how much of the "
+              "memory to show as h? Which of the four is content rather than a gate, and what "
+              "range should content have?",
+        math="z = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh); i, f, g, o = z.chunk(4, -1); "
+             "i, f, o = sigmoid of each; g = tanh(g); c = f * c + i * g; h = o * tanh(c)."),
 }
+# Where the shipped answer carries guards for edge cases a first answer need not have, hint
+# 3 shows hint 2 as plain code first (checked by the tests like every answer), then those.
+EXERCISES['2.3'].update(plain="""\
+if t._grad is None:
+    t._grad = _constant(g.astype(t.dtype, copy=True))  # a copy: g may be shared
+else:
+    t._grad.array += g""", guards="a path that keeps g itself when nothing else can hold it "
+                                  "(section 19's speed-up)")
+EXERCISES['3.5'].update(plain="""\
+return (np.zeros_like(g) if p == 0 else g * p * a.array ** (p - 1),)""",
+                        guards="a bool exponent (p is False), and _power_of: sqrt for 0.5 and "
+                               "-0.5, as PyTorch, so that edge values (-inf, -0.0) agree")
+EXERCISES['6.2'].update(plain="""\
+mean = rows.mean(axis=1, keepdims=True)
+var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)
+rstd = 1 / np.sqrt(var + eps)
+xhat = (rows - mean) * rstd""", guards="a shift by each row's first value, so that a large "
+                                       "mean costs no digits; an overflowing variance as nan, as "
+                                       "PyTorch's; xhat built in place, one array, not four")
 for _k, _v in EXERCISES.items():
     _v['step'] = int(_k.split('.')[0])
 ORDER = sorted(EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
+CORE = [ex for ex in ORDER if EXERCISES[ex]['step'] < OPTIONAL]  # the seed's checklist
 RUNS = {2: "gradients of a broadcast expression with a tensor used three times, through "
            "your ops and your backward, vs finite differences",
         3: "gradients of a small model through your whole engine vs finite differences",
         5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
         6: "a spiral classifier, and cross-entropy on logits of 1000",
         7: "multi-head attention vs the shipped implementation (values and gradients)",
-        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)"}
+        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)",
+        9: "an LSTM on your cell learns 'hello world! ' (loss below 0.1 within 150 steps)"}
 
 
 class Usage(Exception):
@@ -266,8 +314,11 @@ class Fail(Exception):
 # ---------------------------------------------------------------------------
 # The exercises in the source. The shipped files are the answer key and carry no
 # markers: each exercise is found by its function (with ast) and, where it is only part
-# of the function, by the first and last statement of its lines. A renamed function or
-# statement makes learn.py refuse to run (and the tests fail), never a silent drift.
+# of the function, by its first and last statement. A statement is found by its code
+# (comments and line breaks do not count), or, when no statement has that code, by the
+# one clearly most like it: so renaming a local, reflowing a comment or adding a
+# statement near an exercise changes nothing, and an anchor that is gone is one line
+# naming the exercise and the file (the tests fail too), never a silent drift.
 # ---------------------------------------------------------------------------
 LOCATE = {  # exercise: (file, title, [(function, first statement, last statement), ...])
     # first None: the function's body after its docstring; last None: to the body's end
@@ -276,9 +327,11 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
     '1.3': ('tinytorch.py', "sub's backward", [('sub.backward', None, None)]),
     '1.4': ('tinytorch.py', "mul's backward", [('mul.backward', None, None)]),
     '1.5': ('tinytorch.py', "div's backward", [('div.backward', None, None)]),
-    '2.1': ('tinytorch.py', "the reverse topological order", [('_topological_order', None, None)]),
+    '2.1': ('tinytorch.py', "the topological order (inputs before outputs)",
+            [('_topological_order', None, None)]),
     '2.2': ('tinytorch.py', "backward: pass each gradient on to the inputs",
-            [('_walk', 'for p, pg in zip(', 'for p, pg in zip(')]),
+            [('_walk', 'for p, pg in zip(_inputs(node), rule_out):',
+              'for p, pg in zip(_inputs(node), rule_out):')]),
     '2.3': ('tinytorch.py', "accumulate into .grad", [('_accumulate', None, None)]),
     '3.1': ('tinytorch.py', "matmul's backward", [('matmul.backward', 'ga = gb = None', None)]),
     '3.2': ('tinytorch.py', "sum's and mean's backward", [('_expand_back', None, None)]),
@@ -288,26 +341,40 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
             [('_pow_number.backward', None, None)]),
     '4.1': ('nn.py', "collect the parameters of a module tree",
             [('Module._named_members', None, None)]),
-    '4.2': ('nn.py', "linear's backward", [('linear.backward', 'g2 = g.reshape(', None)]),
+    '4.2': ('nn.py', "linear's backward",
+            [('linear.backward', 'g2 = g.reshape(rows, outs)', None)]),
     '4.3': ('optim.py', "SGD's update", [('SGD._update', "p.array -= group['lr'] * g", None)]),
     '4.4': ('optim.py', "zero_grad", [('Optimizer.zero_grad', None, None)]),
     '5.1': ('nn.py', "mse_loss's backward", [('mse_loss.backward', None, None)]),
     '6.1': ('nn.py', "a stable log-softmax (inside cross_entropy)",
-            [('cross_entropy', 'shifted = ', 'logp = ')]),
-    '6.2': ('nn.py', "layer norm's normalisation", [('layer_norm', 'first = ', 'xhat *= rstd')]),
+            [('cross_entropy', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)',
+              'logp = shifted - lse[:, None]')]),
+    '6.2': ('nn.py', "layer norm's normalisation",
+            [('layer_norm', 'first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)',
+              'xhat *= rstd')]),
     '7.1': ('nn.py', "attention weights",
-            [('attention_weights', 'scale = ', 'if not zero_empty_rows')]),
-    '7.2': ('transformer.py', "multi-head", [('CausalSelfAttention.attend', 'q = q.reshape(',
-                                              'v = v.reshape('),
-                                             ('CausalSelfAttention.attend', 'return y.transpose(',
-                                              None)]),
+            [('attention_weights',
+              'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale',
+              'if not zero_empty_rows:')]),
+    '7.2': ('transformer.py', "multi-head",
+            [('CausalSelfAttention.attend', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)',
+              'v = v.reshape(B, T, H, C // H).transpose(1, 2)'),
+             ('CausalSelfAttention.attend', 'return y.transpose(1, 2).reshape(B, T, C)', None)]),
     '8.1': ('transformer.py', "the Transformer block", [('Block.forward', None, None)]),
+    '9.1': ('nn.py', "an LSTM cell",
+            [('lstm_cell',
+              'i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)',
+              'h = o * c.tanh()')]),
 }
 for _k, (_f, _title, _) in LOCATE.items():
     EXERCISES[_k].update(file=_f, title=_title)
 _MARK = re.compile(r'^(\s*)# exercise (\d+\.\d+): (.*)$')
 _END = re.compile(r'^\s*# end exercise\s*$')
 _blocks = {}
+
+
+class Mismatch(Exception):
+    """The shipped files no longer hold an exercise's lines: one line, exit 2."""
 
 
 def _find(tree, path, before):
@@ -334,35 +401,78 @@ def _statements(fn):
     return out
 
 
+def _code(st):
+    """A statement's first line as ast writes it: no comments, one line however it wraps."""
+    return ast.unparse(st).split('\n')[0]
+
+
+def _skeleton(st):
+    """A statement's form without its names: what renaming a local leaves unchanged (the
+    header only of a for, if, while or with)."""
+    parts = [type(st).__name__]
+    for field, value in ast.iter_fields(st):
+        if field in ('body', 'orelse', 'finalbody', 'handlers', 'type_comment'):
+            continue
+        for v in (value if isinstance(value, list) else [value]):
+            parts.append(ast.dump(v) if isinstance(v, ast.AST) else repr(v))
+    return re.sub(r"(id|arg)='[^']*'", r"\1=_", ' '.join(parts))
+
+
+def _anchor(candidates, anchor):
+    """The index in candidates (statements) of the one an anchor names: the first whose
+    code starts with it; else, when the anchor is a whole statement, the one of the same
+    form with other names (a renamed local), the one most like it if several, or None."""
+    for k, st in enumerate(candidates):
+        if _code(st).startswith(anchor):
+            return k
+    try:
+        want = _skeleton(ast.parse(anchor + ('\n    pass' if anchor.endswith(':') else '')).body[0])
+    except SyntaxError:  # a prefix, not a statement: only the exact match counts
+        return None
+    same = [(difflib.SequenceMatcher(None, anchor, _code(st)).ratio(), k)
+            for k, st in enumerate(candidates) if _skeleton(st) == want]
+    same.sort(reverse=True)
+    if len(same) == 1 or len(same) > 1 and same[1][0] <= same[0][0] - 0.1:
+        return same[0][1]
+    return None
+
+
 def blocks(ex):
     """[(first line, end line) as 0-based slice bounds, indent] of an exercise's shipped lines."""
     if ex in _blocks:
         return _blocks[ex]
     f, _, specs = LOCATE[ex]
-    text = (HERE / f).read_text()
+    try:
+        text = (HERE / f).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise Mismatch(f"exercise {ex}: cannot read {HERE / f} ({type(e).__name__}: {e})") from None
     lines = text.split('\n')
     end = next((i + 1 for i, ln in enumerate(lines) if ln.startswith('# END OF PART I')),
                len(lines) + 1)  # tinytorch.py: the exercises are in Part I
-    tree = ast.parse(text)
     out = []
     for path, first, last in specs:
         fn = _find(tree, path, end)
         if fn is None:
-            raise RuntimeError(f"learn.py: exercise {ex}: {f} has no {path} (before line {end})")
+            part = ' in Part I' if end <= len(lines) else ''
+            raise Mismatch(f"exercise {ex}: {f} has no {path}{part}: this learn.py does not "
+                           "match the files beside it")
         body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
         if first is not None:
-            def starts(st, text_):
-                return lines[st.lineno - 1].strip().startswith(text_)
-            body = next(([st for st in stmts[k:]] for stmts in _statements(fn)
-                         for k, st in enumerate(stmts) if starts(st, first)), None)
-            if body is None:
-                raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no statement "
-                                   f"starting {first!r}")
+            sibling_lists = [stmts for stmts in _statements(fn)]
+            flat = [(stmts, k) for stmts in sibling_lists for k in range(len(stmts))]
+            k = _anchor([stmts[i] for stmts, i in flat], first)
+            if k is None:
+                raise Mismatch(f"exercise {ex}: {path} in {f} has no statement like {first!r}: "
+                               "this learn.py does not match the files beside it")
+            stmts, i = flat[k]
+            body = stmts[i:]
             if last is not None:
-                stop = next((k for k, st in enumerate(body) if starts(st, last)), None)
+                stop = _anchor(body, last)
                 if stop is None:
-                    raise RuntimeError(f"learn.py: exercise {ex}: {path} in {f} has no "
-                                       f"statement starting {last!r} after {first!r}")
+                    raise Mismatch(f"exercise {ex}: {path} in {f} has no statement like "
+                                   f"{last!r} after {first!r}: this learn.py does not match "
+                                   "the files beside it")
                 body = body[:stop + 1]
         a, b = body[0].lineno - 1, body[-1].end_lineno
         indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
@@ -399,13 +509,51 @@ def _index_exercises():
         blocks(ex)
 
 
+def _wrap(text, width):
+    """text as lines of at most width, never breaking a parenthesised phrase of up to 60
+    characters (so `(_causal_mask(Tq, Tk) is that bool mask)` stays whole)."""
+    chars, opened = list(' '.join(text.split())), []
+    for i, c in enumerate(chars):
+        if c == '(':
+            opened.append(i)
+        elif c == ')' and opened:
+            a = opened.pop()
+            if i - a <= 60:
+                chars[a:i] = [('\0' if x == ' ' else x) for x in chars[a:i]]
+    return [ln.replace('\0', ' ') for ln in textwrap.wrap(''.join(chars), width,
+                                                           break_long_words=False,
+                                                           break_on_hyphens=False)]
+
+
+def reads_after(ex, k=0):
+    """The names block k of an exercise sets that its function reads after it (for a stub
+    to name: they are what the learner's lines must define)."""
+    f, _, specs = LOCATE[ex]
+    path, first, _ = specs[k]
+    if first is None:
+        return []
+    text = (HERE / f).read_text()
+    a, b, _ = blocks(ex)[k]
+    fn = _find(ast.parse(text), path, len(text))
+    stored, read = [], set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Store) and a < n.lineno <= b and n.id not in stored:
+                stored.append(n.id)
+            elif isinstance(n.ctx, ast.Load) and n.lineno > b:
+                read.add(n.id)
+    return [name for name in stored if name in read]
+
+
 def stub(ex, indent, block):
     """The lines that replace an exercise's code in the workspace."""
     e = EXERCISES[ex]
     say = [f"{indent}# TODO exercise {ex} ({e['title']}){' continued' if block else ''}:"]
-    if not block:
-        for line in e['what'].split('\n'):
-            say += [f"{indent}#   {part}" for part in textwrap.wrap(line, 96 - len(indent))]
+    what = e['what'] if not block else ''
+    names = reads_after(ex, block)
+    if names:
+        what += f" (The lines after this block read {', '.join(names)}.)"
+    say += [f"{indent}#   {part}" for part in _wrap(what, 92 - len(indent))]
     say.append(f'{indent}raise NotImplementedError("exercise {ex}: not implemented yet; write it '
                f'here, then run: python learn.py check {ex}")')
     return say
@@ -431,7 +579,7 @@ def workspace_text(f):
 # ---------------------------------------------------------------------------
 def read_stamp(ws):
     if not ws.is_dir():
-        raise Usage(f"no workspace at {ws}/: make one with: python learn.py start {ws}")
+        raise Usage(f"no workspace at {ws}/: make one with: python {ME} start {ws}")
     try:
         stamp = json.loads((ws / STAMP).read_text())
     except (OSError, ValueError):
@@ -439,7 +587,7 @@ def read_stamp(ws):
     if stamp.get('version') != VERSION:
         raise Usage(f"{ws}/ was not made by this learn.py (workspace version "
                     f"{stamp.get('version', 'none')}, this is {VERSION}): start a new one with "
-                    f"python learn.py start NEWDIR and copy your answers over")
+                    f"python {ME} start NEWDIR and copy your answers over")
     missing = [f for f in FILES if not (ws / f).is_file()]
     if missing:
         raise Usage(f"{ws}/ lacks {', '.join(missing)}: start a new workspace with python "
@@ -454,12 +602,15 @@ def write_stamp(ws, stamp):
 def start(ws):
     if ws.exists():
         raise Usage(f"{ws} already exists; learn.py never overwrites: pick another name "
-                    f"(python learn.py start OTHERDIR) or check it with --dir {ws}")
+                    f"(python {ME} start OTHERDIR) or check it with --dir {ws}")
+    texts = {f: workspace_text(f) for f in FILES}  # all found before anything is made
     ws.mkdir(parents=True)
     for f in FILES:
-        (ws / f).write_text(workspace_text(f))
+        (ws / f).write_text(texts[f])
     write_stamp(ws, {'version': VERSION, 'hints': {}})
-    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(ORDER)} exercises to fill in.")
+    extra = [ex for ex in ORDER if ex not in CORE]
+    print(f"Made {ws}/ with your copies of {', '.join(FILES)}: {len(CORE)} exercises to fill in"
+          + (f" (and, past the checklist, optional {', '.join(extra)})." if extra else "."))
     print(next_step(ws, {}))
 
 
@@ -477,28 +628,34 @@ def is_stub(ws, ex):
     return f'"exercise {ex}: not implemented yet' in (ws / EXERCISES[ex]['file']).read_text()
 
 
-def next_step(ws, states):
+def next_step(ws, states, runs_ok=None):
     """What to do next: the first exercise that fails (states[ex] False), or has no result
-    yet and is not started."""
+    yet and is not started. runs_ok: whether the steps' runs passed (None: not run)."""
     todo = [ex for ex in ORDER if states.get(ex) is False
-            or states.get(ex) is not True and is_stub(ws, ex)]
-    if not todo and len(states) == len(ORDER) and all(states.values()):
-        return f"All {len(ORDER)} exercises pass."
+            or states.get(ex) is not True and is_stub(ws, ex) and ex in CORE]
+    if not todo and all(states.get(ex) for ex in CORE):
+        if runs_ok is None:
+            return (f"All {len(CORE)} exercises pass their checks. Now the steps' runs on your "
+                    f"engine: python {ME} check{_dir_arg(ws)}")
+        more = [ex for ex in ORDER if ex not in CORE and is_stub(ws, ex)]
+        return (f"All {len(CORE)} exercises pass, and every step's run." + (
+            f" Past the checklist, optional: exercise {more[0]} ({EXERCISES[more[0]]['title']}): "
+            f"python {ME} check {more[0]}{_dir_arg(ws)}" if more else ""))
     if not todo:
         return (f"No exercise is left unwritten. Check them all, with the steps' runs: "
-                f"python learn.py check{_dir_arg(ws)}")
+                f"python {ME} check{_dir_arg(ws)}")
     ex = todo[0]
     f, line = locate(ws, ex)
     where = f"{ws}/{f}" + (f", line {line}" if line else "")
     do = ("read the TODO comment there and replace the raise with your code" if is_stub(ws, ex)
           else "fix it (its check says what is wrong)")
     return (f"Next: exercise {ex} ({EXERCISES[ex]['title']}) in {where}: {do}.\n"
-            f"Then: python learn.py check {ex}{_dir_arg(ws)}   (stuck? python learn.py hint {ex}"
+            f"Then: python {ME} check {ex}{_dir_arg(ws)}   (stuck? python {ME} hint {ex}"
             f"{_dir_arg(ws)})")
 
 
 def _dir_arg(ws):
-    return '' if str(ws) == DEFAULT_DIR else f' --dir {ws}'
+    return '' if str(ws) == DEFAULT_DIR or FOUND is not None and ws == FOUND else f' --dir {ws}'
 
 
 # ---------------------------------------------------------------------------
@@ -528,11 +685,18 @@ def load(ws):
                 m = types.ModuleType(name)
                 m.__file__ = str(path)
                 sys.modules[name] = m
-                exec(code, m.__dict__)
+                with time_limit(LIMIT):
+                    exec(code, m.__dict__)
                 mods[name] = m
+            except KeyboardInterrupt:
+                raise
+            except Hang as e:
+                sys.modules.pop(name, None)
+                where = _hang_place(e, ws)[1]
+                mods[name] = f"your {ws / f} {_endless(LIMIT)} (importing it){where}"
             except BaseException as e:  # noqa: BLE001 (the learner's file: report, go on)
                 sys.modules.pop(name, None)
-                mods[name] = f"your {f} does not import: {_where(e, ws)}"
+                mods[name] = f"your {ws / f} does not import: {_where(e, ws)}"
     finally:
         sys.modules.clear()
         sys.modules.update(saved_modules)
@@ -546,11 +710,13 @@ def load(ws):
 def _where(e, ws):
     """An exception as one line, with the last place in the workspace it passed."""
     if isinstance(e, SyntaxError):
-        return f"SyntaxError in {Path(e.filename or '?').name} line {e.lineno}: {e.msg}"
+        return f"SyntaxError in {ws / Path(e.filename or '?').name} line {e.lineno}: {e.msg}"
     place = ''
-    for fr in traceback.extract_tb(e.__traceback__):
-        if Path(fr.filename).parent == ws.resolve() or Path(fr.filename).parent == ws:
-            place = f" ({Path(fr.filename).name} line {fr.lineno}: {fr.line})"
+    frames = _frames(e, ws)
+    if frames:
+        f, n, code = frames[0]
+        inside = exercise_at(ws, f, n)
+        place = f" ({ws / f} line {n}{', exercise ' + inside if inside else ''}: {code})"
     msg = str(e).split('\n')[0]
     return f"{type(e).__name__}: {msg}{place}"
 
@@ -806,6 +972,16 @@ def check_2_1(m):
                 raise Fail(f"wrong order: '{node._op}' comes before its input "
                            f"'{p._op or 'leaf'}'; every node must come after all of its inputs "
                            "(append a node only when all its inputs are done: post-order)")
+    twice = tt._topological_order(mul(x, x))  # both inputs one tensor: pushed twice
+    if [id(n) for n in twice].count(id(x)) > 1:
+        raise Fail(f"x * x: your order lists x {[id(n) for n in twice].count(id(x))} times: both "
+                   "of mul's inputs are x, so x is pushed twice before it is expanded; when you "
+                   "take a node that is already visited, skip it")
+    c = leaf(tt, [2.0, 3.0], grad=False)
+    if any(n is c for n in tt._topological_order(mul(x, c))):
+        raise Fail("x * c with a c that does not require grad: your order lists c; leave out "
+                   "inputs whose requires_grad is False (no gradient goes to them, and a graph "
+                   "full of constants would be walked for nothing)")
     chain = x
     for _ in range(3000):
         chain = tt.from_op(chain.array, 'id', (chain,), lambda g: (g,))
@@ -882,14 +1058,21 @@ def check_2_3(m):
     if not isinstance(t.grad, tt.Tensor):
         raise Fail(f".grad must be a Tensor (t._grad = _constant(array)), got "
                    f"{type(t.grad).__name__}")
+    if np.shares_memory(t.grad.array, g1):
+        raise Fail("your .grad is the caller's array itself (it shares g's memory): x + y hands "
+                   "x and y one gradient array, so their .grads would be one array, and scaling "
+                   "one in place (clip_grad_norm_) changes both, or fails on a read-only g; "
+                   "store a copy (g.astype(t.dtype, copy=True))")
+    t32 = tt.tensor(np.array([1.0, 2.0], dtype=np.float32), requires_grad=True)
+    tt._accumulate(t32, np.array([0.5, 0.25]))  # a float64 gradient for a float32 tensor
+    if t32.grad.array.dtype != np.float32:
+        raise Fail(f".grad must have its tensor's dtype: a float32 tensor got a "
+                   f"{t32.grad.array.dtype} .grad; store g.astype(t.dtype, copy=True)")
     g2 = np.array([10.0, 20.0])
     tt._accumulate(t, g2)
     if close(t.grad.array, g2):
         raise Fail("the second backward overwrote .grad: gradients must accumulate across "
                    "backward calls (add into t._grad.array), until zero_grad clears them")
-    if not close(g1, [1.0, 1.0]):
-        raise Fail("your .grad is the caller's array itself: the second call's += changed the "
-                   "first gradient array; store a copy (g.astype(t.dtype, copy=True))")
     if not close(t.grad.array, g1 + g2):
         raise Fail(f"after gradients {g1.tolist()} and {g2.tolist()} .grad must be "
                    f"{(g1 + g2).tolist()}, got {t.grad.array.tolist()}")
@@ -918,7 +1101,9 @@ def check_3_1(m):
         wa = numeric(np.matmul, [a.copy(), b.copy()], 0, g)
         wb = numeric(np.matmul, [a.copy(), b.copy()], 1, g)
         mist_a = [(lambda got: sa == sb and close(got, g @ b), "transposed matmul rule: dA = g @ "
-                   "B^T (you used g @ B); check the shapes: (n, m) @ (m, k) gives (n, k)")]
+                   "B^T (you used g @ B); check the shapes: (n, m) @ (m, k) gives (n, k)"),
+                  (lambda got: sa == sb and close(got, b.T @ g), "dA's factors are swapped: "
+                   "dA = g @ B^T, with g on the left (matrix products do not commute)")]
         mist_b = [(lambda got: sa == sb and close(got, g @ a) or sa == sb and close(got, a @ g),
                    "transposed matmul rule: dB = A^T @ g (A transposed, on the left)"),
                   (lambda got: len(sa) > 2 and got.shape == sa[:-2] + sb,
@@ -944,7 +1129,11 @@ def check_3_2(m):
                            f"over {x.shape}: put the reduced dims back as size 1 first "
                            f"(np.expand_dims) when keepdim is False ({e})") from None
             want = numeric(lambda v: npf(v, axis=dim, keepdims=keep), [x.copy()], 0, g)
-            check_input_grad(f'x in {op}(dim={dim}, keepdim={keep})', got, want, x.shape, (),
+            spread = [(lambda got: np.size(got) < x.size,
+                       f"{op}(dim={dim}, keepdim={keep}): the gradient has shape "
+                       f"{np.shape(got)}, but x has {x.shape}: spread g back over the reduced "
+                       "dims (np.broadcast_to(g, shape)), each element of a slice gets g")]
+            check_input_grad(f'x in {op}(dim={dim}, keepdim={keep})', got, want, x.shape, spread,
                              "every element of a reduced slice gets g (mean: g / n)")
 
 
@@ -976,6 +1165,12 @@ def check_3_4(m):
 def check_3_5(m):
     tt = m['tinytorch']
     r = rng(8)
+    at0 = np.array([0.0, 2.0, -1.5])
+    got, = rule_grads(tt.pow(leaf(tt, at0), 0), np.ones(3), 1)
+    if np.isnan(np.asarray(got, dtype=np.float64)).any():
+        raise Fail("x ** 0 at x = 0: your gradient is nan, but x^0 is the constant 1, whose "
+                   "gradient is 0 everywhere; p x^(p-1) at p = 0, x = 0 is 0 * inf = nan, so give "
+                   "zeros when p == 0")
     x = r.uniform(0.5, 2.0, (2, 3))
     for p in (3, 2.5, -1, 0):
         g = r.standard_normal(x.shape)
@@ -1037,12 +1232,19 @@ def check_4_2(m):
         B = leaf(tt, b) if bias else None
         out = nn.linear(X, W, B)
         g = r.standard_normal(out.shape)
-        grads = rule_grads(out, g, 3 if bias else 2)
+        try:
+            grads = rule_grads(out, g, 3 if bias else 2)
+        except ValueError as e:
+            raise Fail(f"linear's rule fails for x {xs} and a weight {(o, i)} ({e}): check the "
+                       "shapes: dx = g @ W is (rows, out) @ (out, in), dW = g^T @ x is (out, "
+                       "rows) @ (rows, in)") from None
         f = (lambda x_, w_, b_: x_ @ w_.T + b_) if bias else (lambda x_, w_: x_ @ w_.T)
         arrays = [x, w, b] if bias else [x, w]
         rows_g, rows_x = g.reshape(-1, o), x.reshape(-1, i)
         mist = {
-            'x': [],
+            'x': [(lambda got: i == o and close(got, (rows_g @ w.T).reshape(xs)),
+                   "transposed matmul rule for x: W is (out, in), so dx = g @ W (you gave "
+                   "g @ W^T)")],
             'weight': [(lambda got: got.shape == (i, o) and i != o
                         or i == o and close(got, rows_x.T @ rows_g),
                         "transposed matmul rule for the weight: W is (out, in), so dW = g^T @ x "
@@ -1074,6 +1276,16 @@ def check_4_3(m):
     if not close(p.array, want):
         raise Fail(f"p = [1, -2], grad = [0.5, 0.25], lr = 0.1 must give {want.tolist()}, got "
                    f"{p.array.tolist()}")
+    p = leaf(tt, [1.0])
+    p.grad = tt.tensor(np.array([0.5]))
+    optim.SGD([p], lr=0.1, weight_decay=0.1).step()  # g = 0.5 + 0.1 * 1 = 0.6: p = 1 - 0.06
+    if close(p.array, [0.95]):
+        raise Fail("with weight_decay=0.1 the step ignored the decay: step with g (the lines "
+                   "before yours add the decay into it: 0.5 + 0.1 * 1), not p.grad; p must "
+                   "become 0.94")
+    if not close(p.array, [0.94]):
+        raise Fail(f"p = [1], grad = [0.5], lr = 0.1, weight_decay = 0.1 must give [0.94] (g = "
+                   f"0.6), got {p.array.tolist()}")
 
 
 def check_4_4(m):
@@ -1083,6 +1295,10 @@ def check_4_4(m):
     opt = optim.SGD([p, q], lr=0.1)
     p.grad = tt.tensor(np.array([1.0, 1.0]))
     opt.zero_grad()
+    if isinstance(p.grad, tt.Tensor) and close(p.grad.array, [0.0, 0.0]):
+        raise Fail("zero_grad() wrote zeros into .grad, but its default is set_to_none=True (as "
+                   "PyTorch's): set p.grad = None; zeros in the existing .grad are for "
+                   "set_to_none=False")
     if p.grad is not None:
         raise Fail("zero_grad() left the old gradients: the next backward adds onto them, so "
                    "every step would use the sum of all past gradients; set p.grad = None")
@@ -1151,12 +1367,32 @@ def check_6_1(m):
             raise Fail(f"{what}: cross-entropy {v:.6g}, expected {want:.6g}: check logp = "
                        "shifted - lse (log-softmax) and lse = log of the row sums of e")
         with np.errstate(all='ignore'):
-            grad, = rule_grads(loss, np.ones(()), 1)
+            try:
+                grad, = rule_grads(loss, np.ones(()), 1)
+            except ValueError as e:
+                raise Fail(f"{what}: the backward (which reads e and sumexp) fails ({e}): "
+                           "sumexp must be e's row sums as (N, 1) (keepdims=True), so that "
+                           "e / sumexp lines up with the rows") from None
         s = np.exp(logits - logits.max(1, keepdims=True))
         want_g = (s / s.sum(1, keepdims=True) - np.eye(3)[t]) / len(t)
         if not close(grad, want_g):
             raise Fail(f"{what}: the backward (which reads e and sumexp) is wrong: e must be "
                        "exp(shifted) (N, C) and sumexp its row sums (N, 1)")
+    _far_below(tt, nn)
+
+
+def _far_below(tt, nn):
+    """Logits [0, -200] in float32 with target 1: the loss is 200 (the target's logit is 200
+    below the other), but exp(-200) is 0 in float32, so log(softmax) is log 0 = -inf."""
+    far = tt.tensor(np.array([[0.0, -200.0]], dtype=np.float32), requires_grad=True)
+    with np.errstate(all='ignore'):
+        v = float(nn.cross_entropy(far, np.array([1])).array)
+    if not abs(v - 200.0) < 1e-3:
+        raise Fail(f"logits [0, -200] (float32), target 1: the loss is {v:.6g}, but it is 200 "
+                   "(-log_softmax = 200 - 0 + log(1 + e^-200)): log(softmax) underflows "
+                   "(e^-200 is 0 in float32, log 0 = -inf); compute logp = shifted - "
+                   "log(sumexp), never the log of e / sumexp" if not np.isfinite(v) else
+                   f"logits [0, -200] (float32), target 1: the loss is {v:.6g}, expected 200")
 
 
 def check_6_2(m):
@@ -1178,6 +1414,12 @@ def check_6_2(m):
     if close(y[[0, 2]], ((x - mu) / (np.sqrt(x.var(1, keepdims=True)) + 1e-5))[[0, 2]], 1e-9) \
             and not close(y, want, 1e-9):
         raise Fail("eps goes inside the square root: 1 / sqrt(var + eps)")
+    if close(y, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)):
+        raise Fail("the mean and variance were taken down the columns (axis 0): LayerNorm "
+                   "normalises each row over its own n values (axis=1, keepdims=True)")
+    if close(y, (x - mu) * np.sqrt(x.var(1, keepdims=True) + 1e-5)):
+        raise Fail("the rows were multiplied by their standard deviation: rstd = 1 / sqrt(var "
+                   "+ eps) is its reciprocal, so xhat = (rows - mean) * rstd divides by it")
     if not close(y, want, 1e-7):
         raise Fail(f"layer_norm's output is wrong: row 0 gives {np.round(y[0], 4).tolist()}, "
                    f"expected {np.round(want[0], 4).tolist()} ((x - mean) / sqrt(var + eps))")
@@ -1223,6 +1465,12 @@ def check_7_1(m):
                    "keys (the last dim) must sum to 1")
     if not close(w, want):
         raise Fail("the weights differ from softmax(q @ k^T / sqrt(d)) over the last dim")
+    w = tr.attention_weights(leaf(tt, q), leaf(tt, k), scale=0.5).array
+    if close(w, want):
+        raise Fail("attention_weights ignored its scale= argument: with scale=0.5 the scores "
+                   "are q @ k^T * 0.5; 1/sqrt(d) is only the default, for scale=None")
+    if not close(w, _softmax(raw * 0.5)):
+        raise Fail("with scale=0.5 the weights must be softmax(q @ k^T * 0.5) over the last dim")
     q2, k2 = q[:, :4], k[:, :4]
     w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), is_causal=True).array
     allowed = np.tril(np.ones((4, 4), dtype=bool))
@@ -1310,10 +1558,16 @@ def check_8_1(m):
                        ref.mlp(ref.ln_2(X + h)), X + h]  # the second one missing
         post = ref.ln_1(X + ref.attn(X))
         post = ref.ln_2(post + ref.mlp(post)).array
+        raw_in = [X + h + ref.mlp(X + h)]  # the MLP's input not normalised
+        h1 = ref.attn(X)
+        raw_in.append(X + h1 + ref.mlp(ref.ln_2(X + h1)))  # the attention's
     if any(np.allclose(y, v.array, atol=1e-5) for v in no_residual):
         raise Fail("the residual is missing: each sub-layer adds to its input (x = x + "
                    "attn(ln_1(x)), then x + mlp(ln_2(x))); without it the gradient has no "
                    "direct path back")
+    if any(np.allclose(y, v.array, atol=1e-5) for v in raw_in):
+        raise Fail("a sub-layer gets x itself: a pre-LN block normalises each sub-layer's input "
+                   "(attn(ln_1(x)), mlp(ln_2(x))) and adds the result to the unnormalised x")
     if np.allclose(y, post, atol=1e-5):
         raise Fail("that is a post-LN block (normalise after the residual sum); this model is "
                    "pre-LN: x + attn(ln_1(x)), then x + mlp(ln_2(x))")
@@ -1322,7 +1576,83 @@ def check_8_1(m):
                    "x + mlp(ln_2(x))")
 
 
+# -- step 9 (optional): an LSTM cell ---------------------------------------------------------
+def _sig(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm_np(x, h, c, w, order='ifgo', g_act=np.tanh, forget=True, h_tanh=True, new_c=True):
+    """One LSTM step in NumPy, or one of the typical mistakes (the keywords)."""
+    z = x @ w[0].T + w[2] + h @ w[1].T + w[3]
+    d = dict(zip(order, np.split(z, 4, -1)))
+    i, f, g, o = _sig(d['i']), _sig(d['f']), g_act(d['g']), _sig(d['o'])
+    c2 = f * c + i * g if forget else c + i * g
+    return o * (np.tanh(c2 if new_c else c) if h_tanh else c2), c2
+
+
+def check_9_1(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(17)
+    x, h, c = r.standard_normal((2, 3)), r.standard_normal((2, 4)), r.standard_normal((2, 4))
+    w = [r.standard_normal((16, 3)) * 0.7, r.standard_normal((16, 4)) * 0.7,
+         r.standard_normal(16) * 0.5, r.standard_normal(16) * 0.5]
+    got = nn.lstm_cell(leaf(tt, x), (leaf(tt, h), leaf(tt, c)), *[leaf(tt, a) for a in w])
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Fail("lstm_cell must return (h, c): the lines after your code return them")
+    gh, gc = (np.asarray(t.array) for t in got)
+    want_h, want_c = _lstm_np(x, h, c, w)
+    if close(gh, want_h) and close(gc, want_c):
+        pass
+    else:
+        for kw, msg in (
+                (dict(order='ifog'), "the chunks are in PyTorch's order i, f, g, o: the third is "
+                                     "the candidate g, the fourth the output gate o"),
+                (dict(order='figo'), "the chunks are in PyTorch's order i, f, g, o: the input gate "
+                                     "comes first, then the forget gate"),
+                (dict(g_act=_sig), "the candidate g is tanh(...), not a sigmoid: it is the new "
+                                   "content (between -1 and 1); only the gates i, f, o are "
+                                   "sigmoids"),
+                (dict(forget=False), "c = f * c + i * g: the old cell must be multiplied by the "
+                                     "forget gate f, or the memory only ever grows"),
+                (dict(h_tanh=False), "h = o * tanh(c): you left out the tanh of the cell"),
+                (dict(new_c=False), "h shows the new cell: h = o * tanh(c) with the c you just "
+                                    "computed, not the old one")):
+            mh, mc = _lstm_np(x, h, c, w, **kw)
+            if close(gh, mh) and close(gc, mc):
+                raise Fail(msg)
+        if not close(gc, want_c):
+            raise Fail("the new cell c is wrong: c = f * c + i * g, with i, f, o sigmoids and g a "
+                       "tanh of the four chunks of linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)")
+        raise Fail("the new cell c is right but h is not: h = o * tanh(c)")
+    # backpropagation through time: three steps of the cell, the loss on the last h
+    xs = r.standard_normal((3, 2, 3))
+    G = r.standard_normal((2, 4))
+
+    def f_np(xs_, whh):
+        hh, cc = h, c
+        for t in range(3):
+            hh, cc = _lstm_np(xs_[t], hh, cc, [w[0], whh, w[2], w[3]])
+        return hh
+    X, Whh = leaf(tt, xs), leaf(tt, w[1])
+    hh, cc = leaf(tt, h, grad=False), leaf(tt, c, grad=False)
+    wts = [leaf(tt, w[0], grad=False), Whh, leaf(tt, w[2], grad=False), leaf(tt, w[3], grad=False)]
+    for t in range(3):
+        hh, cc = nn.lstm_cell(X[t], (hh, cc), *wts)
+    hh.backward(tt.tensor(G))
+    _check_leaf_grads((('the inputs', X), ('w_hh', Whh)), f_np, (xs, w[1]), G, tol=1e-4,
+                      says=lambda name, why: f"backpropagation through time: d h_3 / d {name} "
+                                             f"through 3 steps of your cell differs from finite "
+                                             f"differences: {why}")
+
+
 CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
+# The other exercises whose code each check runs (found by tracing the checks on the
+# shipped answers; a test traces them again): a failure is blamed on the first of these
+# whose own check fails.
+DEPS = {ex: () for ex in EXERCISES}
+DEPS.update({'1.2': ('1.1',), '1.3': ('1.1',), '1.4': ('1.1',), '1.5': ('1.1',),
+             '3.1': ('1.1',), '4.2': ('1.1',), '7.2': ('7.1',), '8.1': ('6.2', '7.1', '7.2'),
+             '9.1': ('1.1', '1.2', '1.4', '2.1', '2.2', '2.3', '4.2')})
 
 
 # ---------------------------------------------------------------------------
@@ -1509,12 +1839,231 @@ def run_8(m, steps=150, target=0.3):
             f"{step + 1} steps ({secs:.0f} s)")
 
 
-RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8}
+HELLO = "hello world! "
+
+
+def run_9(m, steps=150, target=0.1):
+    """An LSTM (your cell, in nn.LSTM's loop over time) learns to continue 'hello world! ':
+    after 'l' comes 'l', 'o' or 'd', so it must remember what came before."""
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    chars = sorted(set(HELLO))
+    v = len(chars)
+    ids = np.array([chars.index(ch) for ch in HELLO * 8])
+    eye = np.eye(v, dtype=np.float32)
+    tt.manual_seed(0)
+    lstm, head = nn.LSTM(v, 24, batch_first=True), nn.Linear(24, v)
+    opt = optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=0.03)
+    r = rng(25)
+    for step in range(steps):
+        starts = r.integers(0, len(ids) - 13, 8)
+        xb = np.stack([ids[k:k + 12] for k in starts])
+        yb = np.stack([ids[k + 1:k + 13] for k in starts])
+        out, _ = lstm(tt.tensor(eye[xb]))
+        loss = nn.cross_entropy(head(out).reshape(-1, v), yb.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if float(loss.array) < target:
+            break
+    final = float(loss.array)
+    if not final < target:
+        raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
+                   f"{math.log(v):.2f}); expected below {target}")
+    return (f"an LSTM on your cell continues {HELLO.strip()!r}: loss {final:.3f} after "
+            f"{step + 1} steps")
+
+
+RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8, 9: run_9}
+
+
+# -- after a failed run: probes of the code it uses, each with a closed form ------------------
+# A run fails although every exercise up to it passes its check: the mistake is in code
+# the exercises do not cover (the optimizers' state, a module's forward) or in something
+# their checks do not try. Each probe tries one such piece on a case worked out by hand.
+def _probe_sgd(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p, q = leaf(tt, [1.0, -2.0]), leaf(tt, [5.0])
+    opt = optim.SGD([p, q], lr=0.1)
+    for g in ([0.5, 0.25], [1.0, -1.0]):
+        p.grad, q.grad = tt.tensor(np.array(g)), None
+        opt.step()
+    # [1, -2] - 0.1 [0.5, 0.25] - 0.1 [1, -1] = [0.85, -1.925]; q has no gradient: untouched
+    if not (close(p.array, [0.85, -1.925]) and close(q.array, [5.0])):
+        raise Fail(f"SGD's step (optim.py, Optimizer.step and SGD._update): two steps of lr 0.1 "
+                   f"with gradients [0.5, 0.25] then [1, -1] from [1, -2] must give [0.85, "
+                   f"-1.925], and leave a parameter without .grad alone; got "
+                   f"{p.array.tolist()} and {q.array.tolist()}")
+
+
+def _probe_momentum(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p = leaf(tt, [0.0])
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    for _ in range(3):
+        p.grad = tt.tensor(np.array([1.0]))
+        opt.step()
+    # buf = 1, 0.9 * 1 + 1 = 1.9, 0.9 * 1.9 + 1 = 2.71: p = -0.1 (1 + 1.9 + 2.71) = -0.561
+    got = float(p.array[0])
+    if close(got, -0.3):
+        raise Fail("momentum (optim.py, SGD._update): the buffer must persist between steps: "
+                   "after 3 steps of gradient 1 (lr 0.1, momentum 0.9) p moved 0.3, as without "
+                   "momentum; keep it in state['momentum_buffer'] (buf = 0.9 buf + g)")
+    if not close(got, -0.561):
+        raise Fail(f"momentum (optim.py, SGD._update): 3 steps of gradient 1 from 0 (lr 0.1, "
+                   f"momentum 0.9) must give -0.561 (buf = 1, 1.9, 2.71), got {got:.6g}")
+
+
+def _adam_np(g, steps, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, correct=True):
+    p, mo, v = np.zeros_like(g), np.zeros_like(g), np.zeros_like(g)
+    for t in range(1, steps + 1):
+        mo, v = b1 * mo + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        mh, vh = (mo / (1 - b1 ** t), v / (1 - b2 ** t)) if correct else (mo, v)
+        p = p - lr * mh / (np.sqrt(vh) + eps)
+    return p
+
+
+def _probe_adam(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p = leaf(tt, [0.0, 0.0])
+    opt = optim.Adam([p], lr=0.1)
+    g = np.array([1.0, -2.0])
+    for _ in range(2):
+        p.grad = tt.tensor(g)
+        opt.step()
+    # corrected, m/(1-b1^t) = g and v/(1-b2^t) = g^2 at every step of a constant g, so each
+    # step moves p by lr g/|g|: [-0.2, 0.2]. Uncorrected, the first step alone moves it by
+    # lr * 0.1 / sqrt(0.001) = 3.16 lr.
+    if close(p.array, [-0.2, 0.2]):
+        return
+    if close(p.array, _adam_np(g, 2, correct=False)):
+        raise Fail("Adam (optim.py, adam_step): the bias correction is missing: m and v start "
+                   "at 0, so divide m by 1 - b1^t and v by 1 - b2^t; without it the first "
+                   "steps are 3 to 4 times lr instead of lr")
+    raise Fail(f"Adam (optim.py, Adam._update and adam_step): 2 steps of gradient [1, -2] from 0 "
+               f"(lr 0.1) must give [-0.2, 0.2] (each step lr g/|g|), got {p.array.tolist()}")
+
+
+def _probe_relu(m):
+    tt, nn = m['tinytorch'], m['nn']
+    x = leaf(tt, [-1.0, 0.5, 2.0])
+    y = nn.ReLU()(x)
+    y.backward(tt.tensor(np.array([1.0, 2.0, 3.0])))
+    if not (close(y.array, [0.0, 0.5, 2.0]) and close(x.grad.array, [0.0, 2.0, 3.0])):
+        raise Fail(f"ReLU (nn.py): relu([-1, 0.5, 2]) must be [0, 0.5, 2] and pass g = [1, 2, 3] "
+                   f"back as [0, 2, 3]; got {y.array.tolist()} and {x.grad.array.tolist()}")
+
+
+def _probe_linear_module(m):
+    tt, nn = m['tinytorch'], m['nn']
+    lin = nn.Linear(2, 1)
+    lin.weight.array[...] = [[2.0, -1.0]]
+    lin.bias.array[...] = [0.5]
+    x = tt.tensor(np.array([[1.0, 3.0], [2.0, 0.0]], dtype=np.float32))
+    y = lin(x)
+    y.sum().backward()
+    # y = [2 - 3 + 0.5, 4 + 0.5] = [-0.5, 4.5]; dW = column sums of x = [3, 3], db = 2
+    if not (close(y.array, [[-0.5], [4.5]]) and close(lin.weight.grad.array, [[3.0, 3.0]])
+            and close(lin.bias.grad.array, [2.0])):
+        raise Fail("nn.Linear (nn.py, its forward): with W = [[2, -1]], b = [0.5] and x = [[1, 3], "
+                   "[2, 0]], y must be [[-0.5], [4.5]], dW = [[3, 3]] and db = [2]")
+
+
+def _probe_mse(m):
+    tt, nn = m['tinytorch'], m['nn']
+    x = leaf(tt, [1.0, 2.0, 4.0])
+    loss = nn.mse_loss(x, tt.tensor(np.array([1.0, 0.0, 1.0])))
+    loss.backward()
+    # (0 + 4 + 9) / 3 = 13/3; d/dx = 2 (x - y) / 3 = [0, 4/3, 2]
+    if not (close(loss.array, 13 / 3) and close(x.grad.array, [0.0, 4 / 3, 2.0])):
+        raise Fail("mse_loss (nn.py): the mean of (x - y)^2 over [1, 2, 4] and [1, 0, 1] is "
+                   f"13/3 with gradient [0, 4/3, 2]; got {float(loss.array):.6g}")
+
+
+def _probe_cross_entropy(m):
+    tt, nn = m['tinytorch'], m['nn']
+    z = leaf(tt, [[0.0, math.log(3.0)], [0.0, 0.0]])
+    loss = nn.cross_entropy(z, np.array([1, 0]))
+    loss.backward()
+    # row 1: softmax [1/4, 3/4], -log 3/4; row 2: [1/2, 1/2], -log 1/2; the mean of the two;
+    # d/dz = (softmax - onehot) / 2 = [[1/8, -1/8], [-1/4, 1/4]]
+    want = (-math.log(0.75) - math.log(0.5)) / 2
+    if not (close(loss.array, want) and close(z.grad.array, [[0.125, -0.125], [-0.25, 0.25]])):
+        raise Fail(f"cross_entropy (nn.py): logits [[0, log 3], [0, 0]] with targets [1, 0] give "
+                   f"{want:.6g} (the mean of -log 3/4 and -log 1/2), with gradient (softmax - "
+                   f"onehot) / 2; got {float(loss.array):.6g}")
+
+
+def _probe_sdpa(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    q = leaf(tt, [[1.0, 0.0], [0.0, 1.0]])
+    k = leaf(tt, [[1.0, 0.0], [0.0, 1.0]])
+    v = leaf(tt, [[1.0, 2.0], [3.0, 4.0]])
+    y = tr.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # query 0 sees key 0 only: v[0]; query 1: softmax([0, 1/sqrt 2]) weights on v[0], v[1]
+    w = 1 / (1 + math.exp(-1 / math.sqrt(2)))
+    want = [[1.0, 2.0], [1 + 2 * w, 2 + 2 * w]]
+    if not close(y.array, want):
+        raise Fail(f"scaled_dot_product_attention (transformer.py): causal attention of q = k = "
+                   f"I (2x2) on v = [[1, 2], [3, 4]] must give {np.round(want, 4).tolist()} "
+                   f"(weights @ v), got {np.round(y.array, 4).tolist()}")
+
+
+PROBES = {5: [_probe_sgd, _probe_mse, _probe_linear_module],
+          6: [_probe_sgd, _probe_momentum, _probe_relu, _probe_linear_module,
+              _probe_cross_entropy],
+          7: [_probe_sdpa],
+          8: [_probe_adam, _probe_sdpa, _probe_linear_module, _probe_cross_entropy]}
 
 
 # ---------------------------------------------------------------------------
-# Running checks
+# Running checks: each under a time limit, each result kept for the rest of the command
 # ---------------------------------------------------------------------------
+LIMIT = 5  # seconds for one exercise's check (each takes well under 0.2 s on the shipped code)
+RUN_LIMIT = 60  # seconds for a step's run (the longest, step 8's, takes about 1 s)
+_doing = ['']  # what runs now, for the one line a Ctrl-C prints
+
+
+class Hang(BaseException):
+    """The time limit ran out inside the learner's code. A BaseException, so that an
+    `except Exception` in their code does not swallow it (the alarm repeats for a bare
+    `except:`)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise Hang in the code of the with-block after `seconds` (a POSIX alarm, or on
+    Windows a timer that interrupts the main thread). Off the main thread: no limit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if hasattr(signal, 'setitimer'):
+        def ring(signum, frame):
+            raise Hang()
+        old = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)  # then every 0.5 s until stopped
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        return
+    rang = []
+
+    def interrupt():
+        rang.append(True)
+        _thread.interrupt_main()
+    timer = threading.Timer(seconds, interrupt)
+    timer.start()
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if rang:  # the timer's: a Hang, with the place it interrupted
+            raise Hang().with_traceback(e.__traceback__) from None
+        raise
+    finally:
+        timer.cancel()
+
+
 def needs(ex):
     """The modules an exercise's check uses."""
     step = EXERCISES[ex]['step']
@@ -1522,79 +2071,203 @@ def needs(ex):
             + (('transformer',) if step >= 7 else ()))
 
 
-def attempt(fn, mods, mod_names, ex, ws):
-    """(passed, message) of one check or run."""
+def exercise_at(ws, f, line):
+    """The exercise whose lines in the workspace's file f hold line `line` (1-based)."""
+    try:
+        text = (ws / f).read_text()
+    except OSError:
+        return None
+    return next((e for e, _, _, a, b in regions(text) if a < line <= b), None)
+
+
+def _frames(e, ws):
+    """[(file name, line number, line text)] of the traceback's frames in the workspace,
+    innermost first."""
+    out = []
+    for fr in traceback.extract_tb(e.__traceback__):
+        if Path(fr.filename).parent in (ws, ws.resolve()):
+            out.append((Path(fr.filename).name, fr.lineno, (fr.line or '').strip()))
+    return out[::-1]
+
+
+def _hang_place(e, ws):
+    """(exercise or None, ' (file line N: code)') of where the time ran out: the innermost
+    frame in the workspace that is inside an exercise, else the innermost one there."""
+    frames = _frames(e, ws)
+    at = next(((f, n, code, exercise_at(ws, f, n)) for f, n, code in frames
+               if exercise_at(ws, f, n)), frames[0] + (None,) if frames else None)
+    return (at[3], f" ({ws / at[0]} line {at[1]}: {at[2]})") if at else (None, '')
+
+
+def _endless(seconds):
+    return f"did not finish in {seconds:g} s: look for a loop that never ends"
+
+
+def attempt(fn, mods, mod_names, ex, ws, limit=None):
+    """(passed, message, hung) of one check or run, within limit seconds (LIMIT): hung is
+    None, or the exercise whose code did not finish in time (the one being checked when no
+    other is to blame)."""
+    limit = limit or LIMIT
     for name in mod_names:
         if isinstance(mods[name], str):
-            return False, mods[name]
+            return False, mods[name], None
     try:
-        with np.errstate(all='ignore'):
+        with np.errstate(all='ignore'), time_limit(limit):
             msg = fn(mods)
-        return True, msg or ''
+        return True, msg or '', None
+    except Hang as e:
+        blame, where = _hang_place(e, ws)
+        if blame and blame != ex:
+            whose = f"needs exercise {blame} first: its" if ex else f"exercise {blame}'s"
+            return False, f"{whose} code {_endless(limit)}{where}", blame
+        return False, f"your code {_endless(limit)}{where}", ex or '?'
     except Fail as e:
-        return False, str(e)
+        return False, str(e), None
     except NotImplementedError as e:
         text = str(e)
         got = re.match(r'exercise (\d+\.\d+): not implemented yet', text)
         if got and ex is not None and got.group(1) != ex:
-            return False, f"needs exercise {got.group(1)} first (it is not implemented yet)"
+            return False, f"needs exercise {got.group(1)} first (it is not implemented yet)", None
         if got:
             f, line = locate(ws, got.group(1))
-            return False, f"not implemented yet: write it in {f}, line {line}"
-        return False, _where(e, ws)
+            return False, f"not implemented yet: write it in {ws / f}, line {line}", None
+        return False, _where(e, ws), None
     except RecursionError:
-        return False, "RecursionError: your code recursed too deep (a loop in the graph walk?)"
-    except Exception as e:  # noqa: BLE001 (the learner's code: explain, do not crash)
-        return False, f"your code raised {_where(e, ws)}"
+        return False, ("RecursionError: your code recursed too deep (a loop in the graph "
+                       "walk?)"), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 (the learner's code: explain, do not crash)
+        return False, f"your code raised {_where(e, ws)}", None
 
 
-def select(arg):
-    if arg is None:
-        return list(ORDER), sorted(RUN_FNS)
+def select(arg, ws=None):
+    if arg is None:  # the checklist, and each optional exercise once started
+        mine = [ex for ex in ORDER if ex in CORE or ws is not None and not is_stub(ws, ex)]
+        return mine, sorted({s for s in RUN_FNS if s < OPTIONAL}
+                            | {EXERCISES[ex]['step'] for ex in mine if ex not in CORE})
     if re.fullmatch(r'\d+', arg) and int(arg) in STEPS:
         s = int(arg)
         return [ex for ex in ORDER if EXERCISES[ex]['step'] == s], [s] if s in RUN_FNS else []
     if arg in EXERCISES:
         return [arg], []
     raise Usage(f"unknown exercise or step {arg!r}: the steps are 1-{len(STEPS)}, the exercises "
-                f"{ORDER[0]} .. {ORDER[-1]} (python learn.py lists them)")
+                f"{ORDER[0]} .. {ORDER[-1]} (python {ME} lists them)")
+
+
+class Session:
+    """One command's checks on a workspace: its modules loaded once, each exercise's result
+    kept, and after a check that did not finish, no more checks (the interrupted code may
+    have left the modules half-changed, and every later check would wait out its limit)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        _doing[0] = f"loading {ws}/"
+        self.mods = load(ws)
+        self.done = {}  # exercise -> (passed, message)
+        self.hung = None  # the exercise whose code did not finish in time
+
+    def own(self, ex):
+        """(passed, message) of the exercise's own check."""
+        if ex not in self.done:
+            _doing[0] = f"checking exercise {ex}"
+            passed, msg, hung = attempt(CHECKS[ex], self.mods, needs(ex), ex, self.ws)
+            self.hung = self.hung or hung
+            self.done[ex] = passed, msg
+        return self.done[ex]
+
+    def verdict(self, ex):
+        """(passed, message), a failure blamed on the first exercise this one's check runs
+        (DEPS) whose own check fails: its mistake shows up here too, so it is the one to fix."""
+        passed, msg = self.own(ex)
+        if passed or self.hung or msg.startswith(('needs exercise', 'not implemented yet')):
+            return passed, msg
+        for d in DEPS[ex]:
+            ok, why = self.own(d)
+            if self.hung:
+                return False, why
+            if not ok and why.startswith('not implemented yet'):
+                return False, f"needs exercise {d} first (it is not implemented yet)"
+            if not ok:
+                return False, (f"needs exercise {d} first ({EXERCISES[d]['title']}, which this "
+                               f"check runs, fails its own check: {why})")
+        return passed, msg
+
+    def run(self, step, out):
+        """A step's run, once every exercise up to it passes; a failure names the likely
+        culprit (PROBES). True when it passed."""
+        mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+        blocked = [e for e in mine if not self.hung and not self.verdict(e)[0]]
+        if blocked:
+            out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
+                f"{' ...' if len(blocked) > 4 else ''}")
+            return False
+        _doing[0] = f"the step {step} run"
+        passed, msg, hung = attempt(RUN_FNS[step], self.mods, needs(mine[-1]), None, self.ws,
+                                    RUN_LIMIT)
+        self.hung = self.hung or hung
+        if not passed and not hung:
+            msg += self.likely_cause(step)
+        out(f"✓ step {step} run: {msg}" if passed
+            else f"✗ step {step} run ({RUNS[step]}): {msg}")
+        return passed
+
+    def likely_cause(self, step):
+        """After a failed run whose exercises all pass: the first probe of the code the run
+        uses (outside the exercises, or beyond what their checks try) that fails."""
+        mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+        for probe in PROBES.get(step, ()):
+            ok, why, hung = attempt(probe, self.mods, needs(mine[-1]), None, self.ws)
+            self.hung = self.hung or hung
+            if not ok:
+                return f"; likely cause: {why}"
+        return ""
+
+
+def _mark(passed, msg):
+    return '✓' if passed else '·' if msg.startswith('not implemented yet') else '✗'
 
 
 def check(ws, arg, out=print):
-    exercises, runs = select(arg)
     read_stamp(ws)
-    mods = load(ws)
-    results = {}
-    ok = True
+    exercises, runs = select(arg, ws)
+    s = Session(ws)
+    results, skipped = {}, []
+    ok = runs_ok = True
     for ex in exercises:
-        passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+        if s.hung:
+            skipped.append(ex)
+            continue
+        passed, msg = s.verdict(ex)
         results[ex] = passed
         ok &= passed
         title = EXERCISES[ex]['title']
-        out(f"✓ {ex} {title}" if passed else f"✗ {ex} {title}: {msg}")
+        out(f"✓ {ex} {title}" if passed else f"{_mark(passed, msg)} {ex} {title}: {msg}")
         step = EXERCISES[ex]['step']
-        if step in runs and ex == [e for e in ORDER if EXERCISES[e]['step'] == step][-1]:
-            ok &= do_run(step, mods, ws, out)
+        if step in runs and ex == [e for e in ORDER if EXERCISES[e]['step'] == step][-1] \
+                and not s.hung:
+            runs_ok &= s.run(step, out)
     for step in runs:  # runs of steps none of whose exercises were chosen
-        if not any(EXERCISES[e]['step'] == step for e in exercises):
-            ok &= do_run(step, mods, ws, out)
-    if ok or len(exercises) > 1:
-        out(next_step(ws, results))
+        if not any(EXERCISES[e]['step'] == step for e in exercises) and not s.hung:
+            runs_ok &= s.run(step, out)
+    ok &= runs_ok
+    if s.hung:
+        listed = ', '.join(skipped) if len(skipped) < 5 else f"{skipped[0]} .. {skipped[-1]}"
+        out(f"· not checked{': ' + listed if skipped else ''}"
+            f"{' and the runs' if runs else ''}: exercise {s.hung}'s code must finish first"
+            if skipped or runs else f"(stuck? python {ME} hint {s.hung}{_dir_arg(ws)})")
+        return False, results
+    if not runs_ok and all(results.values()):
+        out(f"{'All ' + str(len(CORE)) if set(CORE) <= set(results) else 'These'} exercises "
+            "pass their checks, but a step's run fails (its line above says what it found): fix "
+            f"that, then: python {ME} check{' ' + arg if arg else ''}{_dir_arg(ws)}")
+    elif ok or len(exercises) > 1:
+        out(next_step(ws, results, runs_ok if runs else None))
     else:
-        out(f"(stuck? python learn.py hint {exercises[0]}{_dir_arg(ws)})")
+        blamed = re.match(r'needs exercise (\d+\.\d+) first', s.verdict(exercises[0])[1])
+        out(f"(stuck? python {ME} hint {blamed.group(1) if blamed else exercises[0]}"
+            f"{_dir_arg(ws)})")
     return ok, results
-
-
-def do_run(step, mods, ws, out):
-    mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
-    blocked = [e for e in mine if not attempt(CHECKS[e], mods, needs(e), e, ws)[0]]
-    if blocked:
-        out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
-            f"{' ...' if len(blocked) > 4 else ''}")
-        return False
-    passed, msg = attempt(RUN_FNS[step], mods, needs(mine[-1]), None, ws)
-    out(f"✓ step {step} run: {msg}" if passed else f"✗ step {step} run ({RUNS[step]}): {msg}")
-    return passed
 
 
 def status(ws):
@@ -1604,14 +2277,14 @@ def status(ws):
     states = {}
     if have:
         read_stamp(ws)
-        mods = load(ws)
+        s = Session(ws)
         for ex in ORDER:
-            if is_stub(ws, ex):
-                states[ex] = None
-            else:
-                states[ex] = attempt(CHECKS[ex], mods, needs(ex), ex, ws)[0]
+            if s.hung:
+                break
+            states[ex] = None if is_stub(ws, ex) else s.verdict(ex)[0]
     for step, what in STEPS.items():
-        print(f"Step {step}. {what}")
+        print(f"Step {step}. {what}" if step < OPTIONAL
+              else f"Step {step} ({what[0].lower()}{what[1:]})")
         for ex in ORDER:
             if EXERCISES[ex]['step'] != step:
                 continue
@@ -1621,22 +2294,26 @@ def status(ws):
             print(f"     then a run: {RUNS[step]}")
     print()
     if not have:
-        print(f"No workspace yet. Start with:  python learn.py start   (makes {DEFAULT_DIR}/: "
+        print(f"No workspace yet. Start with:  python {ME} start   (makes {DEFAULT_DIR}/: "
               "your copies of tinytorch.py, nn.py, optim.py, transformer.py with the exercises "
               "cut out)")
-        print("Then:  python learn.py check 1.1    python learn.py hint 1.1    "
-              "python learn.py diff 1.1")
+        print(f"Then:  python {ME} check 1.1    python {ME} hint 1.1    "
+              f"python {ME} diff 1.1")
     else:
-        done = sum(1 for v in states.values() if v)
-        print(f"{ws}/: {done} of {len(ORDER)} exercises pass (✓ passes, ✗ written but failing, "
+        done = sum(1 for ex, v in states.items() if v and ex in CORE)
+        print(f"{ws}/: {done} of {len(CORE)} exercises pass (✓ passes, ✗ written but failing, "
               "· not started).")
-        print(next_step(ws, states))
+        if s.hung:
+            print(f"Exercise {s.hung}'s code did not finish in {LIMIT} s (the later ones were "
+                  f"not checked): python {ME} check {s.hung}{_dir_arg(ws)}")
+        else:
+            print(next_step(ws, states))
 
 
 def hint(ws, ex):
     if ex not in EXERCISES:
         raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]} "
-                    "(python learn.py lists them)")
+                    f"(python {ME} lists them)")
     stamp = read_stamp(ws)
     level = min(stamp.setdefault('hints', {}).get(ex, 0) + 1, 3)
     stamp['hints'][ex] = level
@@ -1647,23 +2324,28 @@ def hint(ws, ex):
         print(e['think'])
     elif level == 2:
         print(e['math'])
+    elif 'plain' in e:
+        print("Hint 2 as code, a complete answer:")
+        print(textwrap.indent(e['plain'], blocks(ex)[0][2]))
+        print(f"tinytorch's own file says the same, with guards you may skip ({e['guards']}):")
+        for block in shipped_code(ex):
+            print(block)
     else:
         print("The shipped answer (this is what tinytorch's own file says):")
         for block in shipped_code(ex):
             print(block)
     if level < 3:
-        print(f"(python learn.py hint {ex} again for more)")
+        print(f"(python {ME} hint {ex} again for more)")
 
 
 def diff(ws, ex):
     if ex not in EXERCISES:
         raise Usage(f"unknown exercise {ex!r}: the exercises are {ORDER[0]} .. {ORDER[-1]}")
     read_stamp(ws)
-    mods = load(ws)
-    passed, msg = attempt(CHECKS[ex], mods, needs(ex), ex, ws)
+    passed, msg = Session(ws).verdict(ex)
     if not passed:
         print(f"✗ {ex} {EXERCISES[ex]['title']}: {msg}")
-        print(f"diff shows the shipped answer once your check passes (python learn.py check {ex}).")
+        print(f"diff shows the shipped answer once your check passes (python {ME} check {ex}).")
         return False
     f = EXERCISES[ex]['file']
     lines = (ws / f).read_text().split('\n')
@@ -1710,8 +2392,29 @@ def _pairs(a, b):
     return out
 
 
-USAGE = ("usage: python learn.py [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "
-         "diff EXERCISE] [--dir DIR]")
+def usage():
+    return (f"usage: python {ME} [start [DIR] | check [STEP|EXERCISE] | hint EXERCISE | "
+            f"diff EXERCISE] [--dir DIR]  (python {ME} --help says more)")
+
+
+def _find_workspace():
+    """The workspace when no --dir is given: this folder if it is one, else mytorch/ here,
+    else mytorch/ beside learn.py (so check works from any folder); None if none is."""
+    if Path(STAMP).is_file() and not Path(DEFAULT_DIR).is_dir():
+        return Path('.')
+    for ws in (Path(DEFAULT_DIR), HERE / DEFAULT_DIR):
+        if ws.is_dir():
+            return Path(_short(ws))
+    return None
+
+
+def _short(path):
+    """A path as short as it can be written from the folder you are in."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return rel if len(rel) <= len(str(path)) else str(path)
 
 
 def main(argv):
@@ -1719,7 +2422,14 @@ def main(argv):
         sys.stdout.reconfigure(errors='replace')
     except (AttributeError, ValueError):
         pass
+    global ME, FOUND
+    ME = _short(HERE / 'learn.py')
     args = list(argv)
+    if '-h' in args or '--help' in args:
+        print(__doc__.split('\n\nThe exercises are')[0])
+        if ME != 'learn.py':
+            print(f"(From this folder, learn.py is: python {ME})")
+        return 0
     ws = None
     if '--dir' in args:
         i = args.index('--dir')
@@ -1729,21 +2439,22 @@ def main(argv):
         del args[i:i + 2]
     bad = [a for a in args if a.startswith('-')]
     if bad:
-        raise Usage(f"unknown option {bad[0]!r}; {USAGE}")
-    _index_exercises()
+        raise Usage(f"unknown option {bad[0]!r}; {usage()}")
     cmd, rest = (args[0], args[1:]) if args else ('status', [])
     if cmd not in ('status', 'start', 'check', 'hint', 'diff'):
-        raise Usage(f"unknown command {cmd!r}; {USAGE}")
+        raise Usage(f"unknown command {cmd!r}; {usage()}")
     if len(rest) > 1 or cmd in ('hint', 'diff') and len(rest) != 1:
         what = 'one exercise, as in 2.1' if cmd in ('hint', 'diff') else 'too many arguments'
-        raise Usage(f"{cmd}: {what}; {USAGE}")
+        raise Usage(f"{cmd}: {what}; {usage()}")
     if cmd == 'start':
         if ws is not None and rest:
-            raise Usage("start takes the folder once: python learn.py start DIR")
+            raise Usage(f"start takes the folder once: python {ME} start DIR")
+        _index_exercises()  # before making anything: every exercise must be found
         start(Path(rest[0] if rest else ws or DEFAULT_DIR))
         return 0
-    if ws is None:  # run from inside a workspace: that one
-        ws = '.' if Path(STAMP).is_file() and not Path(DEFAULT_DIR).is_dir() else DEFAULT_DIR
+    if ws is None:  # inside a workspace: that one; else mytorch/ here or beside learn.py
+        FOUND = _find_workspace()
+        ws = FOUND or DEFAULT_DIR
     ws = Path(ws)
     if cmd == 'status':
         status(ws)
@@ -1756,11 +2467,20 @@ def main(argv):
     return 0 if diff(ws, rest[0]) else 1
 
 
-if __name__ == '__main__':
+def cli(argv):
+    """main, with its errors as one line: exit 2 for a bad argument, 130 for Ctrl-C."""
     try:
-        sys.exit(main(sys.argv[1:]))
-    except Usage as e:
+        sys.exit(main(argv))
+    except (Usage, Mismatch) as e:
         print(f"learn.py: {e}", file=sys.stderr)
         sys.exit(2)
     except BrokenPipeError:  # python learn.py hint 1.1 | head
         sys.exit(0)
+    except KeyboardInterrupt:
+        print(f"learn.py: stopped (Ctrl-C){' while ' + _doing[0] if _doing[0] else ''}",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == '__main__':
+    cli(sys.argv[1:])

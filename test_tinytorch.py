@@ -14942,68 +14942,78 @@ def test_print_model_with_runs_of_equal_blocks_as_pytorch():
 import learn as _learn
 
 # Each typical mistake as a small edit of the shipped answer: (exercise, file, the shipped
-# text, the mistaken text (old None: the whole exercise block), what its message must say).
+# text, the mistaken text (old None: the whole exercise block), what its message must say,
+# the mistake in a few words). MISTAKES.md's table of planted mistakes is these, with what
+# check says (a test runs them and compares).
 _LEARN_MISTAKES = [
-    ('1.1', 'tinytorch.py', "axes = tuple(range(lead)) + tuple(", "axes = () + tuple(", "summed over the leading dim"),
-    ('1.1', 'tinytorch.py', "if n == 1 and grad.shape[lead + i] != 1)", "if False)", "dim where the operand has size 1"),
-    ('1.2', 'tinytorch.py', "unbroadcast(g, sb) if b.requires_grad else None)", "g if b.requires_grad else None)", "did you sum the gradient back to the shape of b?"),
-    ('1.3', 'tinytorch.py', "unbroadcast(-g, sb) if b.requires_grad", "unbroadcast(g, sb) if b.requires_grad", "sign error"),
-    ('1.4', 'tinytorch.py', "return (unbroadcast(g * b.array, sa)", "return (unbroadcast(g * a.array, sa)", "mul's rule is swapped"),
-    ('1.5', 'tinytorch.py', "-g * a.array / (b.array * b.array), sb)", "-g * a.array / b.array, sb)", "divide by b twice"),
-    ('2.1', 'tinytorch.py', "        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:",
-     "        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad:", "visited twice"),
-    ('2.1', 'tinytorch.py', "order.append(node)  # all of node's inputs are already in order\n            continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))",
-     "continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        order.append(node)", "wrong order"),
-    ('2.1', 'tinytorch.py', None, """    order, visited = [], set()
-
-    def visit(node):
-        visited.add(id(node))
-        for p in _inputs(node):
-            if p.requires_grad and id(p) not in visited:
-                visit(p)
-        order.append(node)
-    visit(root)
-    return order""", "recursion limit"),
-    ('2.2', 'tinytorch.py', "grads[key] = grads[key] + pg if key in grads else pg", "grads[key] = pg", "gave half the gradient"),
-    ('2.3', 'tinytorch.py', "    if t._grad is not None:\n        t._grad.array += g", "    if False:\n        pass", "overwrote .grad"),
-    ('2.3', 'tinytorch.py', "t._grad = _constant(g.astype(t.dtype, copy=True))  # g may", "t._grad = _constant(g)  # g may", "the caller's array itself"),
-    ('3.1', 'tinytorch.py', "np.matmul(G, np.swapaxes(B, -1, -2))", "np.matmul(G, B)", "transposed matmul rule: dA"),
-    ('3.1', 'tinytorch.py', "gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)", "gb = np.matmul(np.swapaxes(A, -1, -2), G)", "summed over the batch dims"),
-    ('3.2', 'tinytorch.py', "    if not keepdim and axes:\n        g = np.expand_dims(g, axes)", "    pass", "put the reduced dims back"),
-    ('3.3', 'tinytorch.py', "return (g * out,)", "return (g,)", "passed g through unchanged"),
-    ('3.4', 'tinytorch.py', "return (g / x.array,)", "return (g * x.array,)", "divide g by x"),
-    ('3.5', 'tinytorch.py', "_power_of(a.array, p - 1)", "_power_of(a.array, p)", "off by one"),
-    ('4.1', 'nn.py', "tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])", "tree = [(prefix, self)]", "missed the parameters of nested modules"),
-    ('4.1', 'nn.py', "                if id(value) in seen:\n                    continue\n", "", "listed twice"),
-    ('4.2', 'nn.py', "gw = g2.T @ x2 if", "gw = x2.T @ g2 if", "transposed matmul rule for the weight"),
-    ('4.2', 'nn.py', "tt.unbroadcast(sum_leading(g2), bs)", "g2", "shape of the bias"),
-    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array += group['lr'] * g", "went uphill"),
-    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= g", "ignores the learning rate"),
-    ('4.4', 'optim.py', "                p.grad = None\n            elif", "                pass\n            elif", "left the old gradients"),
-    ('4.4', 'optim.py', "p.grad.array[...] = 0", "p.grad = None", "keep the existing .grad tensor"),
-    ('5.1', 'nn.py', "gd = 2 * g * d", "gd = g * d", "factor 2 is missing"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array", "overflowed on logits of 1000"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max()", "OWN max"),
-    ('6.1', 'nn.py', "shifted = logits.array - logits.array.max(axis=1, keepdims=True)", "shifted = logits.array - logits.array.max(axis=1)", "keepdims=True so that it lines up"),
-    ('6.2', 'nn.py', "np.nan, var) + eps)", "np.nan, var))", "add eps inside the square root"),
-    ('6.2', 'nn.py', "sum_last(xhat * xhat) / n\n", "sum_last(xhat * xhat) / (n - 1)\n", "biased variance"),
-    ('7.1', 'nn.py', "scores = (q @ k.transpose(-2, -1)) * scale", "scores = q @ k.transpose(-2, -1)", "not scaled by 1/sqrt(d)"),
-    ('7.1', 'nn.py', "return scores.softmax(-1)", "return scores.softmax(-2)", "over the queries"),
-    ('7.1', 'nn.py', None, """    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    w = ((q @ k.transpose(-2, -1)) * scale).softmax(-1)
-    if is_causal:
-        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), 0.0)
-    if mask is not None:
-        m = mask.array if isinstance(mask, tt.Tensor) else mask
-        w = w.masked_fill(~m, 0.0)
-    if not zero_empty_rows:
-        return w""", "after the softmax"),
-    ('7.2', 'transformer.py', "q = q.reshape(B, T, H, C // H).transpose(1, 2)\n        k = k.reshape(B, T, H, C // H).transpose(1, 2)\n        v = v.reshape(B, T, H, C // H).transpose(1, 2)",
-     "q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)", "heads are mixed up"),
-    ('7.2', 'transformer.py', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)", "putting the heads back"),
-    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)", "x = self.attn(self.ln_1(x), cache, layer)", "residual is missing"),
-    ('8.1', 'transformer.py', "x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))",
-     "x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))", "post-LN"),
+    ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = () + tuple(', 'summed over the leading dim', 'unbroadcast sums only the dims of size 1, not the leading dims broadcasting added'),
+    ('1.1', 'tinytorch.py', 'if n == 1 and grad.shape[lead + i] != 1)', 'if False)', 'dim where the operand has size 1', 'unbroadcast sums only the leading dims, not the dims stretched from 1'),
+    ('1.2', 'tinytorch.py', 'unbroadcast(g, sb) if b.requires_grad else None)', 'g if b.requires_grad else None)', 'did you sum the gradient back to the shape of b?', "add's rule hands b the gradient g without summing it back to b's shape"),
+    ('1.3', 'tinytorch.py', 'unbroadcast(-g, sb) if b.requires_grad', 'unbroadcast(g, sb) if b.requires_grad', 'sign error', "sub's rule gives b +g"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (unbroadcast(g * a.array, sa)', "mul's rule is swapped", "mul's rule multiplies a's gradient by a instead of b"),
+    ('1.5', 'tinytorch.py', '-g * a.array / (b.array * b.array), sb)', '-g * a.array / b.array, sb)', 'divide by b twice', "div's rule for b divides by b once: -g a / b"),
+    ('2.1', 'tinytorch.py', '        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:', '        todo.append((node, True))\n        for p in _inputs(node):\n            if p.requires_grad:', 'visited twice', 'the order keeps no visited set: a tensor used twice is listed twice'),
+    ('2.1', 'tinytorch.py', "order.append(node)  # all of node's inputs are already in order\n            continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))", 'continue\n        if id(node) in visited:\n            continue\n        visited.add(id(node))\n        order.append(node)', 'wrong order', 'a node appended before its inputs (pre-order)'),
+    ('2.1', 'tinytorch.py', None, '    order, visited = [], set()\n\n    def visit(node):\n        visited.add(id(node))\n        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:\n                visit(p)\n        order.append(node)\n    visit(root)\n    return order', 'recursion limit', 'the order walked by recursion'),
+    ('2.2', 'tinytorch.py', 'grads[key] = grads[key] + pg if key in grads else pg', 'grads[key] = pg', 'gave half the gradient', 'a tensor reached twice: its second gradient overwrites the first'),
+    ('2.3', 'tinytorch.py', '    if t._grad is not None:\n        t._grad.array += g', '    if False:\n        pass', 'overwrote .grad', '.grad overwritten by each backward instead of accumulated'),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(G, B)', 'transposed matmul rule: dA', 'dA = g @ B (B not transposed)'),
+    ('3.1', 'tinytorch.py', 'gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape)', 'gb = np.matmul(np.swapaxes(A, -1, -2), G)', 'summed over the batch dims', "a batched matmul: b's gradient not summed over the batch"),
+    ('3.2', 'tinytorch.py', '    if not keepdim and axes:\n        g = np.expand_dims(g, axes)', '    pass', 'put the reduced dims back', 'the reduced dims not put back before broadcasting g (keepdim=False)'),
+    ('3.3', 'tinytorch.py', 'return (g * out,)', 'return (g,)', 'passed g through unchanged', "exp's rule passes g through"),
+    ('3.4', 'tinytorch.py', 'return (g / x.array,)', 'return (g * x.array,)', 'divide g by x', "log's rule multiplies g by x"),
+    ('3.5', 'tinytorch.py', '_power_of(a.array, p - 1)', '_power_of(a.array, p)', 'off by one', "pow's rule p x^p"),
+    ('4.1', 'nn.py', 'tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])', 'tree = [(prefix, self)]', 'missed the parameters of nested modules', "parameters() looks only at the module's own attributes"),
+    ('4.1', 'nn.py', '                if id(value) in seen:\n                    continue\n', '', 'listed twice', 'a tied weight listed once per module that holds it'),
+    ('4.2', 'nn.py', 'gw = g2.T @ x2 if', 'gw = x2.T @ g2 if', 'transposed matmul rule for the weight', 'dW = x^T @ g'),
+    ('4.2', 'nn.py', 'tt.unbroadcast(sum_leading(g2), bs)', 'g2', 'shape of the bias', 'the bias gradient not summed over the rows'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array += group['lr'] * g", 'went uphill', 'p += lr * g'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", 'p.array -= g', 'ignores the learning rate', 'p -= g, no learning rate'),
+    ('4.4', 'optim.py', '                p.grad = None\n            elif', '                pass\n            elif', 'left the old gradients', 'zero_grad does nothing'),
+    ('4.4', 'optim.py', 'p.grad.array[...] = 0', 'p.grad = None', 'keep the existing .grad tensor', 'zero_grad(set_to_none=False) sets .grad to None'),
+    ('4.4', 'optim.py', '                p.grad = None\n            elif', '                if p.grad is not None:\n                    p.grad.array[...] = 0\n            elif', 'wrote zeros into .grad, but its default is set_to_none=True', 'zero_grad writes zeros by default (set_to_none=True)'),
+    ('5.1', 'nn.py', 'gd = 2 * g * d', 'gd = g * d', 'factor 2 is missing', "mse_loss's rule without the factor 2"),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array', 'overflowed on logits of 1000', 'no shift before exp'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array - logits.array.max()', 'OWN max', 'one max for the whole batch'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array - logits.array.max(axis=1)', 'keepdims=True so that it lines up', 'the row max without keepdims'),
+    ('6.2', 'nn.py', 'np.nan, var) + eps)', 'np.nan, var))', 'add eps inside the square root', 'no eps: 1 / sqrt(var)'),
+    ('6.2', 'nn.py', 'sum_last(xhat * xhat) / n\n', 'sum_last(xhat * xhat) / (n - 1)\n', 'biased variance', 'the unbiased variance (n - 1)'),
+    ('7.1', 'nn.py', 'scores = (q @ k.transpose(-2, -1)) * scale', 'scores = q @ k.transpose(-2, -1)', 'not scaled by 1/sqrt(d)', 'scores not scaled'),
+    ('7.1', 'nn.py', 'return scores.softmax(-1)', 'return scores.softmax(-2)', 'over the queries', 'softmax over the queries (dim -2)'),
+    ('7.1', 'nn.py', None, '    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale\n    w = ((q @ k.transpose(-2, -1)) * scale).softmax(-1)\n    if is_causal:\n        w = w.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2]), 0.0)\n    if mask is not None:\n        m = mask.array if isinstance(mask, tt.Tensor) else mask\n        w = w.masked_fill(~m, 0.0)\n    if not zero_empty_rows:\n        return w', 'after the softmax', 'the mask applied after the softmax (weights set to 0)'),
+    ('7.2', 'transformer.py', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)\n        k = k.reshape(B, T, H, C // H).transpose(1, 2)\n        v = v.reshape(B, T, H, C // H).transpose(1, 2)', 'q = q.reshape(B, H, T, C // H)\n        k = k.reshape(B, H, T, C // H)\n        v = v.reshape(B, H, T, C // H)', 'heads are mixed up', 'heads split with reshape(B, H, T, D)'),
+    ('7.2', 'transformer.py', 'return y.transpose(1, 2).reshape(B, T, C)', 'return y.reshape(B, T, C)', 'putting the heads back', 'heads merged without the transpose back'),
+    ('8.1', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = self.attn(self.ln_1(x), cache, layer)', 'residual is missing', "the attention's residual missing"),
+    ('6.1', 'nn.py', 'logp = shifted - lse[:, None]  # log_softmax', 'logp = np.log(e / sumexp)  # log_softmax', 'log(softmax) underflows', 'cross-entropy as log(softmax): logp = log(e / sumexp)'),
+    ('2.3', 'tinytorch.py', None, '    if t._grad is not None:\n        t._grad = _constant(t._grad.array + g)\n    else:\n        t._grad = _constant(g)', "the caller's array itself (it shares g's memory)", ".grad holds the caller's g (later a new array for the sum)"),
+    ('7.1', 'nn.py', 'scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale', 'scale = 1.0 / math.sqrt(q.shape[-1])', 'ignored its scale= argument', 'scale= ignored: always 1/sqrt(d)'),
+    ('3.5', 'tinytorch.py', '(p * _power_of(a.array, p - 1)) if p != 0 or p is False else np.zeros_like(g),)', '(p * _power_of(a.array, p - 1)),)', 'x ** 0 at x = 0: your gradient is nan', "pow's rule p x^(p-1) without the p = 0 case"),
+    ('2.1', 'tinytorch.py', '        if id(node) in visited:\n            continue\n        visited.add(id(node))', '        visited.add(id(node))', 'x * x: your order lists x 2 times', 'a node marked visited but not skipped when taken again'),
+    ('2.1', 'tinytorch.py', 'if p.requires_grad and id(p) not in visited:', 'if id(p) not in visited:', 'your order lists c', 'inputs that need no grad listed too'),
+    ('8.1', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)\n        return x + self.mlp(self.ln_2(x))', 'x = self.ln_1(x + self.attn(x, cache, layer))\n        return self.ln_2(x + self.mlp(x))', 'post-LN', 'a post-LN block'),
+    # caught since the tutor's round (issue 47), beyond the issue's list
+    ('1.3', 'tinytorch.py', None, '        return (unbroadcast(-g, sa) if a.requires_grad else None,\n                unbroadcast(-g, sb) if b.requires_grad else None)', 'the gradient for a is the negative', "sub's rule negates both gradients"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (g * b.array', 'the gradient for a has the broadcast shape', "mul's rule without unbroadcast"),
+    ('1.5', 'tinytorch.py', 'unbroadcast(g / b.array, sa)', 'unbroadcast(g * b.array, sa)', "div's gradient for a multiplies by b", "div's rule for a: g * b"),
+    ('2.3', 'tinytorch.py', None, '    if t._grad is None:\n        t._grad = _constant(g.copy())\n    else:\n        t._grad.array += g', "must have its tensor's dtype", ".grad in g's dtype (float64 for a float32 tensor)"),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(np.swapaxes(B, -1, -2), G)', "dA's factors are swapped", 'dA = B^T @ g'),
+    ('3.2', 'tinytorch.py', 'return np.broadcast_to(g, shape)', 'return g', 'spread g back over the reduced dims', "sum's rule returns g as it is"),
+    ('3.3', 'tinytorch.py', 'return (g * out,)', 'return (g * x.array,)', 'multiplied g by x: the derivative of e^x', "exp's rule g * x"),
+    ('4.1', 'nn.py', "yield module_prefix + ('.' if module_prefix else '') + name, value", 'yield name, value', 'module name, a dot, then the parameter name', "names without the module's path"),
+    ('4.2', 'nn.py', 'gx = (g2 @ weight.array).reshape(xs)', 'gx = (g2 @ weight.array.T).reshape(xs)', 'transposed matmul rule for x', 'dx = g @ W^T'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= group['lr'] * p.grad.array", 'ignored the decay', 'the step uses p.grad, not g (weight decay lost)'),
+    ('5.1', 'nn.py', '-gd if target.requires_grad', 'gd if target.requires_grad', 'the gradient for target is the negative', "the target's gradient with the input's sign"),
+    ('6.1', 'nn.py', 'sumexp = sum_last(e)  # (N, 1)\n    lse = np.log(sumexp[:, 0])', 'sumexp = e.sum(axis=1)\n    lse = np.log(sumexp)', "sumexp must be e's row sums as (N, 1)", 'sumexp without keepdims'),
+    ('6.2', 'nn.py', None, '    mean = rows.mean(axis=0, keepdims=True)\n    var = ((rows - mean) ** 2).mean(axis=0, keepdims=True)\n    rstd = 1 / np.sqrt(var + eps)\n    xhat = (rows - mean) * rstd', 'taken down the columns (axis 0)', 'mean and variance over axis 0'),
+    ('6.2', 'nn.py', 'rstd = 1.0 / np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'rstd = np.sqrt(np.where(np.isinf(var), np.nan, var) + eps)', 'multiplied by their standard deviation', 'rstd = sqrt(var + eps)'),
+    ('7.1', 'nn.py', 'scores = scores.masked_fill(~m, -math.inf)', 'scores = scores.masked_fill(m, -math.inf)', 'is not applied as -inf where it is False', 'a bool mask read the other way (True = masked)'),
+    ('8.1', 'transformer.py', 'return x + self.mlp(self.ln_2(x))', 'return x + self.mlp(x)', 'a sub-layer gets x itself', "the MLP's input not normalised"),
+    # the optional step 9: an LSTM cell
+    ('9.1', 'nn.py', "i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)", "i, f, o, g = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)", "the third is the candidate g", "the gates taken as i, f, o, g"),
+    ('9.1', 'nn.py', "i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()", "i, f, g, o = i.sigmoid(), f.sigmoid(), g.sigmoid(), o.sigmoid()", "the candidate g is tanh(...), not a sigmoid", "the candidate g through a sigmoid"),
+    ('9.1', 'nn.py', "c = f * c + i * g ", "c = c + i * g ", "multiplied by the forget gate f", "no forget gate on the old cell"),
+    ('9.1', 'nn.py', "h = o * c.tanh() ", "h = o * c ", "you left out the tanh of the cell", "h = o * c"),
+    ('9.1', 'nn.py', "c = f * c + i * g            # forget some of the old cell, write some of the new\n    h = o * c.tanh() ", "h = o * c.tanh()\n    c = f * c + i * g ", "h shows the new cell", "h from the old cell"),
 ]
 
 # Correct answers written differently from the shipped ones: no check may flag them.
@@ -15027,7 +15037,7 @@ _LEARN_OTHER_ANSWERS = [
             stack.pop()
             order.append(node)
     return order"""),
-    ('3.5', """        return (g * p * a.array ** (p - 1),)"""),
+    ('3.5', """        return (g * p * a.array ** (p - 1) if p != 0 else np.zeros_like(g),)"""),
     ('4.1', """        seen = set()
         for mp, mod in (self.named_modules(prefix=prefix) if recurse else [(prefix, self)]):
             for name, value in mod._own(kind):
@@ -15044,7 +15054,7 @@ _LEARN_OTHER_ANSWERS = [
     var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)
     rstd = 1 / np.sqrt(var + eps)
     xhat = (rows - mean) * rstd"""),
-    ('7.1', """    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    ('7.1', """    scores = q @ k.transpose(-2, -1) * (scale or 1 / math.sqrt(q.shape[-1]))
     allowed = np.ones(scores.shape[-2:], dtype=bool)
     if is_causal:
         allowed = _causal_mask(q.shape[-2], k.shape[-2])
@@ -15054,6 +15064,21 @@ _LEARN_OTHER_ANSWERS = [
     if not zero_empty_rows:
         return scores.softmax(-1)"""),
 ]
+
+
+def _learn_row(mistake, where, says):
+    """A row of MISTAKES.md's table of planted mistakes."""
+    return f"| {mistake} | {where} | {says.replace('|', chr(92) + '|')} |"
+
+
+def _learn_table_rows():
+    """The rows of MISTAKES.md's table (README's Build it yourself links it)."""
+    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
+    assert '[MISTAKES.md](MISTAKES.md) lists' in readme.split('## Build it yourself')[1]
+    table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
+    head = "| the mistake | exercise | what `python learn.py check` says |\n| --- | --- | --- |\n"
+    assert head in table
+    return table.split(head)[1].split('\n\n')[0].strip().split('\n')
 
 
 def _learn_edit(ws, ex, old, new, f=None):
@@ -15105,10 +15130,12 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
     _learn.start(ws)
     assert 'Next: exercise 1.1' in capsys.readouterr().out
     ok, lines = _learn_check(ws, None)
-    assert not ok
+    ok9, lines9 = _learn_check(ws, '9')  # the optional step: checked when asked for (or started)
+    assert not ok and not ok9 and not any(ln[2:].startswith('9.1 ') for ln in lines)
     for ex in _learn.ORDER:
-        line, = [ln for ln in lines if ln.startswith(f'✗ {ex} ') or ln.startswith(f'✓ {ex} ')]
-        assert line.startswith(f'✗ {ex} ') and 'not implemented yet' in line, line
+        line, = [ln for ln in lines + lines9 if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
+        assert line.startswith(f'· {ex} ') and 'not implemented yet' in line, line  # the legend's '·'
+        assert f'{ws / _learn.EXERCISES[ex]["file"]}, line ' in line  # the workspace's file, not ours
         assert f'exercise {ex}: not implemented yet' in (ws / _learn.EXERCISES[ex]['file']).read_text()
     assert sys.modules['tinytorch'] is tt  # the project's engine was never replaced
     # the workspace imports nothing from the project: its files work from anywhere
@@ -15121,7 +15148,7 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
 
 
 def test_learn_shipped_answers_pass_every_check(_learn_filled):
-    for arg in _learn.ORDER + ['2', '3', '5', '6', '7']:
+    for arg in _learn.ORDER + ['2', '3', '5', '6', '7', '9']:
         ok, lines = _learn_check(_learn_filled, arg)
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
         assert lines[-1].startswith('No exercise is left unwritten. Check them all')
@@ -15144,7 +15171,7 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     with its own message (in one test: the workspace copies share the compiled files)."""
     assert len(_LEARN_MISTAKES) >= 20
     messages = []
-    for ex, f, old, new, says in _LEARN_MISTAKES:
+    for ex, f, old, new, says, _ in _LEARN_MISTAKES:
         ws = tmp_path / f'ws{len(messages)}'
         shutil.copytree(_learn_filled, ws)
         _learn_edit(ws, ex, old, new, f)
@@ -15152,21 +15179,118 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
         messages.append(lines[0])
     assert len(set(messages)) == len(messages)
+    # MISTAKES.md's table of planted mistakes is exactly these, each with what check says
+    titles = {ex: f"✗ {ex} {_learn.EXERCISES[ex]['title']}: " for ex in _learn.ORDER}
+    rows = [_learn_row(m[5], m[0], msg[len(titles[m[0]]):]) for m, msg in zip(_LEARN_MISTAKES, messages)]
+    table = _learn_table_rows()
+    assert table[:len(rows)] == rows, '\n'.join(r for r in rows if r not in table)
+    assert len(table) == len(rows) + len(_LEARN_RUN_MISTAKES) >= 40
     readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
     sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
     shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
     assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
-    assert len({says for *_, says in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
+    assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
+
+
+_LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
 
 
 @pytest.mark.parametrize('ex, code', _LEARN_OTHER_ANSWERS, ids=[a[0] for a in _LEARN_OTHER_ANSWERS])
 def test_learn_other_correct_answers_pass(_learn_filled, tmp_path, ex, code):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
+    code = code or textwrap.indent(_learn.EXERCISES[ex]['plain'], _learn.blocks(ex)[0][2])
     _learn_edit(ws, ex, None, code)
     ok, lines = _learn_check(ws, ex)
     assert ok, lines
 
+
+
+# Mistakes outside the exercises that only a step's run shows: (file, shipped text, mistaken
+# text, the step, what the run's line must name as the likely cause).
+_LEARN_RUN_MISTAKES = [
+    ('optim.py', "buf = state['momentum_buffer'] = g.copy()", "buf = g.copy()", '6',
+     "likely cause: momentum (optim.py, SGD._update): the buffer must persist between steps",
+     "SGD's momentum buffer not kept between steps"),
+    ('optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m\n    v_hat = v", '8',
+     "likely cause: Adam (optim.py, adam_step): the bias correction is missing",
+     "Adam without bias correction"),
+]
+
+
+@pytest.mark.parametrize('f, old, new, step, says, mistake', _LEARN_RUN_MISTAKES,
+                         ids=[m[5] for m in _LEARN_RUN_MISTAKES])
+def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, old, new, step, says,
+                                                   mistake):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    text = (ws / f).read_text()
+    assert text.count(old) == 1
+    (ws / f).write_text(text.replace(old, new))
+    ok, lines = _learn_check(ws, step)
+    run, = [ln for ln in lines if ln.startswith(f'✗ step {step} run')]
+    assert not ok and says in run, lines
+    # MISTAKES.md's table: the run's numbers elided, the likely cause as check says it
+    row = _learn_row(mistake, f'step {step} run', '(what the run reached); ' + run[run.index(says):])
+    assert row in _learn_table_rows(), row
+    assert all(ln.startswith('✓') for ln in lines if ln[:1] in '✓✗·' and ' run' not in ln[:12])
+    assert lines[-1].startswith("These exercises pass their checks, but a step's run fails"), lines
+    ok, lines = _learn_check(ws, None)  # everything: never "All 23 exercises pass" under it
+    assert not ok and lines[-1].startswith("All 23 exercises pass their checks, but a step's run "
+                                           "fails"), lines[-1]
+
+
+def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '7.2', "return y.transpose(1, 2).reshape(B, T, C)", "return y.reshape(B, T, C)")
+    ok, lines = _learn_check(ws, '8.1')  # 8.1 alone: its block runs the broken multi-head
+    assert not ok and lines[0].startswith("✗ 8.1 the Transformer block: needs exercise 7.2 first "
+                                          "(multi-head, which this check runs, fails its own check: "
+                                          "putting the heads back"), lines
+    assert lines[-1] == f"(stuck? python learn.py hint 7.2 --dir {ws})"
+    # every probe passes on the shipped answers (so a failing one is a finding)
+    mods = _learn.load(_learn_filled)
+    for probes in _learn.PROBES.values():
+        for probe in probes:
+            assert _learn.attempt(probe, mods, _learn.needs('8.1'), None, _learn_filled)[0], probe
+
+
+@pytest.mark.parametrize('ex, code, line', [
+    # exp's rule with g doubled and halved: a gradient 2x (or x/2) the finite differences'
+    ('3.3', "        return (2 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is twice the right one (d e^x/dx = e^x)"),
+    ('3.3', "        return (g * out / 2,)",
+     "✗ 3.3 exp's backward: the gradient for x is half the right one (d e^x/dx = e^x)"),
+    # log's rule with log(x) where 1/x belongs, and with x (the predicate above it)
+    ('3.4', "        return (g * np.log(x.array),)",
+     "✗ 3.4 log's backward: log's rule used log(x): its derivative is 1/x"),
+    ('3.4', "        return (g * x.array,)",
+     "✗ 3.4 log's backward: log's rule multiplied g by x: d log(x)/dx = 1/x, so divide g by x"),
+], ids=['twice', 'half', 'log(x)', 'times x'])
+def test_learn_each_diagnosis_tests_its_own_condition(_learn_filled, tmp_path, ex, code, line):
+    """The exact line, so that a diagnosis testing another condition (swapped, or copied
+    from the line above) fails here."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, ex, None, code)
+    ok, lines = _learn_check(ws, ex)
+    assert not ok and lines[0] == line, lines
+
+
+def test_learn_refuses_a_workspace_without_its_stamp(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    (ws / '.learn.json').unlink()
+    for args in (['check', '--dir', str(ws)], ['hint', '1.1', '--dir', str(ws)], ['--dir', str(ws)]):
+        with pytest.raises(_learn.Usage) as e:
+            _learn.main(args)
+        assert str(e.value) == (f"{ws}/ was not made by this learn.py (workspace version none, this "
+                                f"is {_learn.VERSION}): start a new one with python learn.py start "
+                                "NEWDIR and copy your answers over")
+    (ws / '.learn.json').write_text('not json')
+    with pytest.raises(_learn.Usage, match='workspace version none'):
+        _learn.main(['check', '--dir', str(ws)])
 
 def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
     for f in _learn.FILES:  # the shipped files carry no markers: the code is the answer key
@@ -15174,11 +15298,140 @@ def test_learn_finds_each_exercise_in_the_shipped_code_or_refuses(monkeypatch):
     assert _learn.shipped_code('3.3') == ['        return (g * out,)']
     monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.rule', None, None)]))
     monkeypatch.setattr(_learn, '_blocks', {})
-    with pytest.raises(RuntimeError, match="exercise 3.3: tinytorch.py has no exp.rule"):
+    with pytest.raises(_learn.Mismatch, match="exercise 3.3: tinytorch.py has no exp.rule in Part I"):
         _learn._index_exercises()
     monkeypatch.setitem(_learn.LOCATE, '3.3', ('tinytorch.py', "exp", [('exp.backward', 'x =', None)]))
-    with pytest.raises(RuntimeError, match="has no statement starting 'x ='"):
+    with pytest.raises(_learn.Mismatch, match="has no statement like 'x ='"):
         _learn._index_exercises()
+
+
+def _learn_scratch(tmp_path, edits):
+    """A scratch copy of learn.py and the shipped files, each edit (file, old, new) made once."""
+    scr = tmp_path / 'scratch'
+    scr.mkdir()
+    for f in ('learn.py',) + _learn.FILES:
+        shutil.copy(os.path.join(HERE, f), scr / f)
+    for f, old, new in edits:
+        text = (scr / f).read_text()
+        assert text.count(old) == 1, (f, old)
+        (scr / f).write_text(text.replace(old, new))
+    return scr
+
+
+def _renamed_in(scr, f, fn, old, new):
+    """Rename a local throughout one top-level function of a scratch file."""
+    text = (scr / f).read_text()
+    a = text.index(f'\ndef {fn}(')
+    b = text.index('\ndef ', a + 1)
+    assert re.search(rf'\b{old}\b', text[a:b])
+    (scr / f).write_text(text[:a] + re.sub(rf'\b{old}\b', new, text[a:b]) + text[b:])
+
+
+def test_learn_anchors_survive_renamed_locals_reflowed_comments_and_added_statements(tmp_path):
+    scr = _learn_scratch(tmp_path, [
+        # a statement added just before an exercise and one inside another
+        ('nn.py', "    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale\n",
+         "    assert q.ndim >= 2, 'q: (..., T, d)'\n"
+         "    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale\n"),
+        ('nn.py', "    xhat -= shift\n", "    xhat -= shift\n    assert xhat.shape == rows.shape  # added\n"),
+        # a comment reflowed: the anchor statement now spans three lines with comments between
+        ('nn.py', "    first = np.where(np.isfinite(rows[:, :1]), rows[:, :1], 0)  # (an inf first: no shift)",
+         "    # an inf first:\n    # no shift\n    first = np.where(np.isfinite(rows[:, :1]),  # finite?\n"
+         "                     rows[:, :1], 0)"),
+        ('optim.py', "p.array -= group['lr'] * g", "p.array -= group['lr'] * g  # downhill")])
+    # locals renamed where the anchors name them: 6.1's first and last statements, 4.2's first
+    _renamed_in(scr, 'nn.py', 'cross_entropy', 'shifted', 'centred')
+    text = (scr / 'nn.py').read_text()
+    assert text.count('g2 = g.reshape(rows, outs)') == 1
+    (scr / 'nn.py').write_text(re.sub(r'\bg2\b', 'grows', text))
+    script = textwrap.dedent(f"""
+        import json, sys, shutil
+        from pathlib import Path
+        import learn
+        sys.path.insert(0, {HERE!r})
+        from test_tinytorch import _learn_fill
+        import test_tinytorch
+        test_tinytorch._learn = learn
+        ws = Path('ws')
+        learn.main(['start', str(ws)])
+        _learn_fill(ws)
+        ok, _ = learn.check(ws, None, out=print)
+        print('OK' if ok else 'FAILED')
+        print(json.dumps({{ex: learn.shipped_code(ex) for ex in ('6.1', '6.2', '7.1', '4.2')}}))
+    """)
+    r = subprocess.run([sys.executable, '-c', script], cwd=scr, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and 'OK\n' in r.stdout, (r.stdout[-3000:], r.stderr[-3000:])
+    cut = json.loads(r.stdout.split('OK\n')[1])  # each exercise as cut from the edited files
+    assert cut['6.1'][0].startswith('    centred = logits.array - logits.array.max(') and \
+        cut['6.1'][0].endswith('logp = centred - lse[:, None]  # log_softmax'), cut
+    assert cut['6.2'][0].startswith('    # an inf first:') is False  # the comment above stays out
+    assert cut['6.2'][0].startswith('    first = np.where(') and 'xhat.shape == rows.shape  # added' \
+        in cut['6.2'][0] and cut['6.2'][0].endswith('xhat *= rstd'), cut  # the added line is in
+    assert cut['7.1'][0].startswith('    scale = 1.0 / math.sqrt(')  # the added assert is not
+    assert cut['4.2'][0].startswith('        grows = g.reshape(rows, outs)'), cut
+
+
+
+def test_learn_finds_its_workspace_from_any_folder_and_says_how_to_call_it(tmp_path):
+    proj = _learn_scratch(tmp_path, [])
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+
+    def run(cwd, *args):
+        r = subprocess.run([sys.executable] + list(args), cwd=cwd, capture_output=True, text=True,
+                           timeout=120)
+        return r.returncode, r.stdout.strip().split('\n'), r.stderr
+    assert run(proj, 'learn.py', 'start')[0] == 0
+    n = _learn.locate(proj / 'mytorch', '3.3')[1]
+    rc, out, err = run(elsewhere, '../scratch/learn.py', 'check', '3.3')  # mytorch/ beside learn.py
+    assert (rc, err) == (1, '') and out == [
+        f"· 3.3 exp's backward: not implemented yet: write it in ../scratch/mytorch/tinytorch.py, line {n}",
+        "(stuck? python ../scratch/learn.py hint 3.3)"], out
+    rc, out, err = run(proj / 'mytorch', '../learn.py', 'check', '3.3')  # inside the workspace
+    assert (rc, err) == (1, '') and out == [
+        f"· 3.3 exp's backward: not implemented yet: write it in tinytorch.py, line {n}",
+        "(stuck? python ../learn.py hint 3.3)"], out
+    rc, out, err = run(proj / 'mytorch', '../learn.py', '--help')
+    assert (rc, err) == (0, '') and out[0].startswith('learn.py: build tinytorch yourself')
+    assert any(ln.strip().startswith('python learn.py check [STEP|EXERCISE] [--dir DIR]') for ln in out)
+    assert out[-1] == '(From this folder, learn.py is: python ../learn.py)'
+    rc, out, err = run(elsewhere, '../scratch/learn.py', 'check', '--dir', 'none')
+    assert rc == 2 and err == ("learn.py: no workspace at none/: make one with: python "
+                               "../scratch/learn.py start none\n"), err
+
+@pytest.mark.parametrize('f, old, new, says', [
+    ('tinytorch.py', 'def _accumulate(t, g):', 'def _accumulate_grad(t, g):',
+     "exercise 2.3: tinytorch.py has no _accumulate in Part I"),
+    ('nn.py', '    xhat *= rstd\n', '    xhat = xhat * rstd\n',
+     "exercise 6.2: layer_norm in nn.py has no statement like 'xhat *= rstd' after 'first = "),
+], ids=['function renamed', 'statement removed'])
+def test_learn_a_removed_anchor_is_one_line_naming_the_exercise_and_file(tmp_path, f, old, new, says):
+    scr = _learn_scratch(tmp_path, [(f, old, new)])
+    r = subprocess.run([sys.executable, 'learn.py', 'start', 'ws'], cwd=scr, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == '' and r.stderr.startswith(f'learn.py: {says}'), r
+    assert len(r.stderr.strip().split('\n')) == 1 and not (scr / 'ws').exists(), r.stderr
+    r = subprocess.run([sys.executable, 'learn.py', 'hint', '1.1', '--dir', 'none'], cwd=scr,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and 'no workspace at none/' in r.stderr  # the others still work
+
+
+def test_learn_stubs_name_what_the_lines_after_them_read():
+    """A stub says which names its lines must define (reads_after, from the code, so it
+    survives a rename); the hand-written text names each of them too, and no line of a
+    stub's comment breaks a short parenthesised phrase."""
+    for ex in _learn.ORDER:
+        for k, _ in enumerate(_learn.blocks(ex)):
+            stub = _learn.stub(ex, '    ', k)
+            for name in _learn.reads_after(ex, k):
+                assert re.search(rf'\b{name}\b', _learn.EXERCISES[ex]['what']), (ex, name)
+                assert any('read' in ln and re.search(rf'\b{name}\b', ln) for ln in stub), (ex, stub)
+            for ln in stub[1:-1]:
+                assert ln.count('(') == ln.count(')'), (ex, ln)
+                assert len(ln) <= 100, (ex, ln)
+    assert _learn.reads_after('6.1') == ['e', 'sumexp', 'logp']
+    assert _learn.reads_after('7.2', 0) == ['q', 'k', 'v'] and _learn.reads_after('7.2', 1) == []
 
 
 def test_learn_start_never_overwrites(tmp_path):
@@ -15200,7 +15453,14 @@ def test_learn_hint_is_progressive_and_diff_waits_for_the_check(_learn_filled, t
         said.append(capsys.readouterr().out)
     assert [s.split('\n')[0][:10] for s in said] == ['Hint 1 of '] + ['Hint 2 of '] + ['Hint 3 of '] * 2
     assert 'its own derivative' in said[0] and 'e^x' in said[1] and 'return (g * out,)' in said[2]
-    assert json.loads((ws / '.learn.json').read_text())['hints'] == {'3.3': 3}
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    capsys.readouterr()
+    _learn.main(['hint', '6.2', '--dir', str(ws)])
+    third = capsys.readouterr().out  # hint 2's formula as code first, then the guarded answer
+    assert third.index('    var = ((rows - mean) ** 2).mean(axis=1, keepdims=True)') < \
+        third.index("tinytorch's own file says the same, with guards") < third.index('np.isinf(var)')
+    assert json.loads((ws / '.learn.json').read_text())['hints'] == {'3.3': 3, '6.2': 3}
     assert _learn.main(['diff', '3.3', '--dir', str(ws)]) == 1
     assert 'once your check passes' in capsys.readouterr().out
     _learn_edit(ws, '3.3', None, '        return (out * g,)')
@@ -15233,6 +15493,112 @@ def test_learn_bad_arguments_are_one_line_and_exit_2(_learn_filled, tmp_path):
                            capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 2 and r.stdout == '' and says in r.stderr, r
         assert len(r.stderr.strip().split('\n')) == 1, r.stderr
+
+
+# A learner's unbroadcast that never ends: `grad.sum(axis=0)` without assigning it.
+_LEARN_ENDLESS = ("    lead = grad.ndim - len(shape)\n    axes = tuple(range(lead))",
+                  "    while grad.ndim > len(shape):\n        grad.sum(axis=0)  # never assigned\n"
+                  "    lead = grad.ndim - len(shape)\n    axes = tuple(range(lead))")
+
+
+def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '1.1', *_LEARN_ENDLESS)
+    learn_py = os.path.join(HERE, 'learn.py')
+    t0 = _time.perf_counter()
+    r = subprocess.run([sys.executable, learn_py, 'check', '--dir', str(ws)], capture_output=True,
+                       text=True, timeout=120)
+    took = _time.perf_counter() - t0
+    lines = r.stdout.strip().split('\n')
+    assert r.returncode == 1 and r.stderr == '', r
+    assert lines[0].startswith(f"✗ 1.1 unbroadcast: your code did not finish in {_learn.LIMIT} s: "
+                               "look for a loop that never ends") and 'line ' in lines[0], lines
+    assert re.search(r'tinytorch.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis=0\)  '
+                     r'# never assigned)\)$', lines[0]), lines[0]  # a line of the loop it was stuck in
+    assert lines[1] == "· not checked: 1.2 .. 9.1 and the runs: exercise 1.1's code must finish first"
+    assert len(lines) == 2
+    assert took < _learn.LIMIT + 8, took  # one limit, not one per check: the rest wait
+    # checked alone, an exercise that calls it names the exercise that hangs, not itself
+    _learn.LIMIT, keep = 1, _learn.LIMIT
+    try:
+        ok, lines = _learn_check(ws, '1.2')
+    finally:
+        _learn.LIMIT = keep
+    assert not ok and lines[0].startswith("✗ 1.2 add's backward: needs exercise 1.1 first: its code "
+                                          "did not finish in 1 s"), lines
+    # Ctrl-C while it hangs: one line, exit 130 (as a shell reports SIGINT), no traceback
+    p = subprocess.Popen([sys.executable, '-c', f'import learn; learn.LIMIT = 60; '
+                          f'learn.cli(["check", "--dir", {str(ws)!r}])'], cwd=HERE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _time.sleep(6)  # well inside the check (it starts within a second or two)
+    p.send_signal(__import__('signal').SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == 'learn.py: stopped (Ctrl-C) while checking exercise 1.1\n', (out, err)
+
+
+
+def _learn_limited(ws, arg, prelude=''):
+    """learn.py check ARG in a child with a 1 s limit (so that a broken limit fails here
+    within a minute instead of hanging the suite): exit status and stdout's lines."""
+    r = subprocess.run([sys.executable, '-c', f'{prelude}import learn; learn.LIMIT = 1; '
+                        f'learn.cli(["check", {arg!r}, "--dir", {str(ws)!r}])'], cwd=HERE,
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout.strip().split('\n')
+
+
+def test_learn_time_limit_without_an_alarm_as_on_windows(_learn_filled, tmp_path):
+    """Where there is no SIGALRM a timer thread interrupts the main thread: the same line,
+    with the place it stopped."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, '1.1', *_LEARN_ENDLESS)
+    t0 = _time.perf_counter()
+    rc, lines = _learn_limited(ws, '1.2', prelude='import signal; del signal.setitimer; ')
+    assert _time.perf_counter() - t0 < 1 + 10
+    assert rc == 1 and re.fullmatch(r"✗ 1\.2 add's backward: needs exercise 1\.1 first: its code did "
+                                   r"not finish in 1 s: look for a loop that never ends \(.*tinytorch"
+                                   r"\.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis="
+                                   r"0\)  # never assigned)\)", lines[0]), lines
+
+def test_learn_a_file_that_never_finishes_importing_is_one_line(_learn_filled, tmp_path):
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    with open(ws / 'optim.py', 'a') as f:
+        f.write('\nwhile True:\n    pass\n')
+    rc, lines = _learn_limited(ws, '4.3')
+    ok = rc == 0
+    n = len((ws / 'optim.py').read_text().split('\n'))  # the loop's two lines are n - 2, n - 1
+    assert not ok and lines[0] in [f"✗ 4.3 SGD's update: your {ws / 'optim.py'} did not finish in 1 s: "
+                                   f"look for a loop that never ends (importing it) "
+                                   f"({ws / 'optim.py'} line {k}: {code})"
+                                   for k, code in ((n - 2, 'while True:'), (n - 1, 'pass'))], lines
+
+
+def test_learn_deps_are_the_exercises_each_check_runs(_learn_filled):
+    """DEPS (who is blamed when a check fails) is what tracing each check on the shipped
+    answers finds, so it cannot drift from the checks."""
+    mods = _learn.load(_learn_filled)
+    spans = {}
+    for f in _learn.FILES:
+        for e, _, _, a, b in _learn.regions((_learn_filled / f).read_text()):
+            spans.setdefault(str(_learn_filled / f), []).append((e, a, b))
+    for ex in _learn.ORDER:
+        hit = set()
+
+        def local(frame, event, arg):
+            for e, a, b in spans[frame.f_code.co_filename]:
+                if a < frame.f_lineno <= b:
+                    hit.add(e)
+            return local
+        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename in spans else None)
+        try:
+            with np.errstate(all='ignore'):
+                _learn.CHECKS[ex](mods)
+        finally:
+            sys.settrace(None)
+        assert ex in hit, ex  # a check runs the exercise's own lines
+        assert _learn.DEPS[ex] == tuple(e for e in _learn.ORDER if e in hit - {ex}), ex
 
 
 # ---- issue 33: checkpoints no file can subvert: a safe tt.load, atomic saves, files that agree ----
