@@ -277,7 +277,7 @@ if t._grad is None:
     t._grad = _constant(g.astype(t.dtype, copy=True))  # a copy: g may be shared
 else:
     t._grad.array += g""", guards="a path that keeps g itself when nothing else can hold it "
-                                  "(section 19's speed-up)")
+                                  "(section 20's speed-up)")
 EXERCISES['3.5'].update(plain="""\
 return (np.zeros_like(g) if p == 0 else g * p * a.array ** (p - 1),)""",
                         guards="a bool exponent (p is False), and _power_of: sqrt for 0.5 and "

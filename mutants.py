@@ -183,7 +183,7 @@ MUTANTS = [
            "old, e = _keep_old(x, exponent, _requires_grad(exponent))",
            'in_place', "x.pow_(2) on a graph tensor keeps no copy of x (backward refuses)"),
 
-    # -- section 18 / 18b: what PyTorch programs reach for ----------------------------------
+    # -- section 18 / 18b and compat.py: what PyTorch programs reach for ----------------------------------
     Mutant('to-copy-ignored', 'tinytorch.py',
            "return clone(out) if copy and out is self else out", "return out",
            'devices or torch_style', "x.to(x.dtype, copy=True) returns x itself"),
@@ -230,7 +230,7 @@ MUTANTS = [
            "name = dtype.rsplit('.', 1)[-1]", "name = dtype.rsplit('.', 1)[0]",
            'census or legacy', "x.type('torch.LongTensor') looks up 'torch'"),
 
-    # -- section 19: tuning ----------------------------------------------------------------
+    # -- tuning.py and section 20: tuning and threads ----------------------------------------------------------------
     Mutant('mallopt-thresholds-swapped', 'tuning.py',
            "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3", "M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -3, -1",
            'tune', "tune_malloc sets each threshold to the other's value"),

@@ -1,20 +1,24 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
-Read this file top to bottom. Part I is a complete engine on its own: a reader who
-stops at the line "END OF PART I" (about line 900) has seen everything a gradient
-needs, from the Tensor to backward.
+Read this file top to bottom. Part I is the engine as it runs: a reader who stops at
+the line "END OF PART I" (about line 1,200) has seen everything a gradient needs, from the
+Tensor to backward, and every name it uses is defined there once, in the form that runs;
+it calls nothing below it (a test runs the same programs on it alone and on the file).
 
 Part I: the engine
-  1. dtypes and grad mode
-  2. the Tensor, and how an op enters the graph (from_op)
-  3. arithmetic with broadcasting (add, sub, mul, div, pow) and its backward: unbroadcast
+  1. dtypes, grad mode and the one speed switch
+  2. the Tensor, how an op enters the graph (from_op), the version counter that guards
+     what a rule reads, the tools' hooks, printing, the device
+  3. PyTorch's type promotion; arithmetic with broadcasting (add, sub, mul, div, pow) and
+     its backward, unbroadcast; comparisons
   4. matmul
   5. sum and mean, exp and log
-  6. backward: walking the graph in reverse topological order
+  6. backward: walking the graph in reverse topological order (following the history an
+     in-place op rewrote)
 Part II: the rest, each section saying what it adds to Part I
-  7. type promotion: PyTorch's rule for operands of different dtypes
-  8. the version counter: backward refuses a rule whose saved arrays were changed
-  9. elementwise functions (tanh, gelu, clamp, where, comparisons, ...)
+  7. casts by name
+  8. indices, masks and conditions: what a rule reads besides its inputs
+  9. elementwise functions (tanh, gelu, clamp, where, ...)
  10. reductions (var, max, logsumexp, norm, sort, ...)
  11. shape and indexing; views share memory with their base
  12. unfold (im2col: each image patch to a column): a convolution is a matmul over patches; softmax
@@ -22,15 +26,20 @@ Part II: the rest, each section saying what it adds to Part I
  14. creation functions and the random generator
  15. gradcheck: finite differences against the analytic gradient
  16. your own op as a class: autograd.Function, autograd.grad, autograd.backward
- 17. hooks: where the tools in lookinside.py (draw_graph, grad_path, profile,
-     detect_anomaly) watch the ops and the rules
- 18. running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
-     import rule (`import tinytorch.nn.functional as F` works)
- 19. speed: tune() (the allocator and thread settings, for the scripts to ask for:
-     importing tinytorch changes nothing in the process), parallel_for, and the fast kernels that
-     some ops call in one line (each computes what the op's plain code says, faster; a
-     test checks that they agree). TINYTORCH_PLAIN=1 (or tt.fast = False) turns every
-     one of them off, so the plain code is what runs. Nothing before it needs it.
+ 17. record_function: a named region for the tools in lookinside.py
+ 18. PyTorch's other forms (x.to(device), print options, histograms), and 18b, the names
+     teaching code reaches for
+ 19. saving and loading: a checkpoint is data, read by a grammar (tt.save writes
+     PyTorch's zip format; tt.load interprets a closed set of pickle opcodes)
+ 20. speed: parallel_for, the thread count and tune() (which hands over to tuning.py: the
+     allocator and the threads that share the cores; importing tinytorch changes nothing
+     in the process), and the fast kernels that some ops call in one line (each computes
+     what the op's plain code says, faster; a test checks that they agree).
+     TINYTORCH_PLAIN=1 (or tt.fast = False) turns every one of them off, so the plain code
+     is what runs. Nothing before it needs it.
+ 21. running PyTorch programs: compat.py, beside this file, takes over (PyTorch's module
+     paths, `import tinytorch.nn.functional as F`, and the stand-ins of a machine without
+     a GPU)
 
 Every op is a forward line on NumPy arrays plus a backward rule: a function that
 receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
@@ -71,7 +80,7 @@ bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
 # The one speed switch. Part I has no fast code: every op in it is the plain code. Later
-# ops may have a fast twin (a Speed kernel in section 19, nn.py's fused conv, pool and
+# ops may have a fast twin (a Speed kernel in section 20, nn.py's fused conv, pool and
 # recurrent direction, transformer.py's fused attention, optim.py's adam_step_), which
 # computes the same numbers and runs only while this is True: TINYTORCH_PLAIN=1 in the
 # environment, or tt.fast = False, runs the plain code everywhere.
@@ -276,7 +285,7 @@ class Tensor:
     __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
 
     def __repr__(self):
-        body = _array_text(self.array)  # the values, 4 decimals (section 18: as PyTorch)
+        body = _array_text(self.array)  # the values, as PyTorch prints them (below)
         extra = f', dtype=torch.{self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
         if self._backward is not None:
             extra += f', grad_fn=<{self._op}>'
@@ -1073,7 +1082,7 @@ def _walk(root, g_root, retain_graph=False):
         g = grads.pop(key)
         if node._saved:
             _check_saved(node)  # the version counter (section 2)
-        # the op's rule: one step of the chain rule (section 17 lets tools watch it)
+        # the op's rule: one step of the chain rule (_run_rule lets the tools watch it)
         rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
         yield node, g, rule_out
         for p, pg in zip(_inputs(node), rule_out):
@@ -1393,7 +1402,7 @@ def _erf_plain(x):
 
 def erf(x):
     # erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x. NumPy has none: the plain path
-    # asks math.erf element by element; section 19's _erf_np does the array at once.
+    # asks math.erf element by element; section 20's _erf_np does the array at once.
     x = _floating(x)
     out = _erf_np(x.array) if fast else _erf_plain(x.array)
 
@@ -1419,7 +1428,7 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 19)
+    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 20)
         out, dgelu = gelu_float32(xd)
     else:
         erf_ = _erf_np if fast else _erf_plain
@@ -2708,7 +2717,7 @@ def getitem(x, idx):
 
     def backward(g, xs=x.shape):
         """d x[idx]/dx = 1 at the picked positions  (g placed there, repeats added)"""
-        if fast and rows:  # x[int array]: np.add.at below, faster (section 19)
+        if fast and rows:  # x[int array]: np.add.at below, faster (section 20)
             return (_scatter_add_rows(xs, idx[0], g),)
         gx = np.zeros_like(g, shape=xs)
         if basic:
@@ -3639,7 +3648,7 @@ def _in_place(x, op, result):
         x.array[...] = result.array  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
-        for hook in _hooks:  # a profile counted the twin under its own name (section 17)
+        for hook in _hooks:  # a profile counted the twin under its own name (section 2)
             hook.renamed(result, op)
         result._op = op
         _record(x, result)
@@ -4576,7 +4585,7 @@ import warnings  # noqa: E402 (this section's own tool: checkpoint's warning, as
 
 
 class _Reads:
-    """A tool (section 17's hooks) noting the tensors that require grad an op reads: under
+    """A tool (section 2's hooks) noting the tensors that require grad an op reads: under
     no_grad those are the function's inputs, its parameters, and tensors from outside."""
 
     def __init__(self):
@@ -4763,9 +4772,9 @@ _methods(grad_fn=property(_grad_fn))
 
 
 # ---------------------------------------------------------------------------
-# 17. Hooks: where the tools watch the ops and the rules
+# 17. record_function: a named region for the tools
 # ---------------------------------------------------------------------------
-# record_function: a named row in lookinside's profile (the hooks are in section 2).
+# A named row in lookinside's profile (the hooks the tools watch through are in section 2).
 class record_function:
     """A named row in an active profile for a block that is not an op (the optimizer's
     step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
@@ -4783,13 +4792,11 @@ class record_function:
 
 
 # ---------------------------------------------------------------------------
-# 18. Running PyTorch programs: devices, the CUDA stand-ins, save and load, and the
-#     import rule (in a PyTorch program's import lines, `torch` becomes `tinytorch`)
+# 18. PyTorch's other forms: x.to(device), print options, histograms
 # ---------------------------------------------------------------------------
-# Nothing here computes anything new. It gives PyTorch programs the names they reach for:
-# a device (always the CPU), what a GPU program asks of torch.cuda / torch.backends /
-# torch.amp (answered for a machine without one), torch.save / torch.load, and PyTorch's
-# module paths (tinytorch.nn.functional is nn.py, tinytorch.utils.data is data.py).
+# Tensor methods and functions PyTorch programs reach for that compute nothing new: the
+# device forms of to() (the one device is the CPU), set_printoptions, histogram. (PyTorch's
+# module paths and the stand-ins of a machine without a GPU are compat.py's, section 21.)
 import operator  # noqa: E402
 import types  # noqa: E402
 
@@ -4863,7 +4870,285 @@ def histc(input, bins=100, min=0, max=0):
 
 
 # ---------------------------------------------------------------------------
-# Saving and loading: a checkpoint is data, read by a grammar
+# 18b. The names teaching code reaches for
+# ---------------------------------------------------------------------------
+# CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
+# use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
+# one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
+    manager it restores the previous mode at the end, as a decorator it sets the mode for
+    each call of the function only."""
+
+    def __init__(self, mode):
+        global _grad_enabled
+        self._prev, self.enabled = _grad_enabled, bool(mode)
+        _grad_enabled = self.enabled
+
+    def __enter__(self):
+        pass  # already set by __init__
+
+    def __call__(self, fn):
+        global _grad_enabled
+        _grad_enabled = self._prev  # decorating changes nothing now; each call does
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def is_tensor(obj):
+    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """torch.numel: the number of elements."""
+    return input.numel()
+
+
+def equal(input, other):
+    """torch.equal: True if both have the same shape and the same values (nan is not equal
+    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
+    for name, t in (('input', input), ('other', other)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
+                            f"{type(t).__name__}")
+    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
+
+
+def ravel(input):
+    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
+    return reshape(input, -1)
+
+
+def _matmul_of(op, dims):
+    def product(input, other):
+        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if (input.ndim, other.ndim) != (dims, dims):
+            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
+                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
+        if dims == 3 and input.shape[0] != other.shape[0]:
+            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
+                               f"{other.shape[0]})")
+        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
+            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
+                               "cannot be multiplied")
+        return matmul(input, other)
+    product.__name__ = op
+    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
+    return product
+
+
+mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
+multiply = mul
+
+
+def tan(x):
+    x = _floating(x)
+    out = np.tan(x.array)
+
+    def backward(g):
+        """d tan(x)/dx = 1 + tan(x)^2"""
+        return (g * (1 + out * out),)
+    return from_op(out, 'tan', (x,), backward, saves_output=True)
+
+
+def nonzero(input, *, as_tuple=False):
+    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
+    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
+    if as_tuple:
+        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
+            input.shape or (1,))))
+    return _constant(np.argwhere(input.array).astype(int64))
+
+
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
+    gradient)."""
+    if input.ndim != 1 or input.dtype.kind not in 'iu':
+        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
+                           f"{input.dtype}")
+    w = None if weights is None else weights.array
+    out = np.bincount(input.array, w, minlength)
+    return _constant(out.astype(int64 if w is None else
+                                (w.dtype if w.dtype == float32 else float64)))
+
+
+def _normal_(x, mean=0.0, std=1.0, *, generator=None):
+    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
+    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
+    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
+    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
+    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _random_(x, from_=None, to=None, *, generator=None):
+    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
+    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
+    if from_ is None:  # the range the dtype holds exactly
+        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
+                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
+    elif to is None:
+        from_, to = 0, from_
+    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
+
+
+def _addcmul_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 * tensor2"""
+    return x.add_(tensor1 * tensor2 * value)
+
+
+def _addcdiv_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 / tensor2"""
+    return x.add_(tensor1 / tensor2 * value)
+
+
+def _detach_(x):
+    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
+    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
+    return x
+
+
+# legacy names: torch.FloatTensor, x.type(), x.new(...)
+_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
+               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
+               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
+               bool_: 'BoolTensor'}
+
+
+class _LegacyTensorType(type):
+    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
+    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
+    isinstance(x, torch.FloatTensor) asks for x's dtype."""
+
+    def __call__(cls, *args):
+        if args and builtins.all(isinstance(a, int) for a in args):
+            return zeros(*args, dtype=cls.dtype)
+        return tensor(args[0] if args else [], dtype=cls.dtype)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+    def __repr__(cls):
+        return f"<class 'torch.{cls.__name__}'>"
+
+
+for _dt, _name in _TYPE_NAMES.items():
+    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
+
+
+def _type(x, dtype=None, non_blocking=False, **kwargs):
+    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
+    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
+    if dtype is None:
+        return 'torch.' + _TYPE_NAMES[x.dtype]
+    if isinstance(dtype, str):
+        name = dtype.rsplit('.', 1)[-1]
+        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
+        if dtype is None:
+            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
+    dtype = getattr(dtype, 'dtype', dtype)
+    return x if x.dtype == dtype else to(x, dtype)
+
+
+def _new(x, *args):
+    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
+    x's dtype."""
+    if not args:
+        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
+    if builtins.all(isinstance(a, int) for a in args):
+        return zeros(*args, dtype=x.dtype)
+    return tensor(args[0], dtype=x.dtype)
+
+
+def _resize_(x, *sizes, memory_format=None):
+    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
+    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
+    shape = _sizes(sizes)
+    if x.requires_grad:
+        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
+    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
+        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
+                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
+                           "(torch.zeros(...)) or use reshape")
+    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
+
+
+def _bfloat16(x, *args, **kwargs):
+    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
+                    "use .float() (float32)")
+
+
+_methods(ravel=ravel, equal=equal, mm=mm, bmm=bmm, dot=dot, multiply=multiply, tan=tan,
+         nonzero=nonzero, bincount=bincount, multinomial=multinomial, normal_=_normal_,
+         uniform_=_uniform_, random_=_random_, addcmul_=_addcmul_, addcdiv_=_addcdiv_,
+         detach_=_detach_, type=_type, new=_new, bfloat16=_bfloat16, resize_=_resize_,
+         tan_=_in_place_form('tan_', tan), byte=lambda x: to(x, np.dtype(np.uint8)),
+         where=lambda x, condition, other: where(condition, x, other),
+         data_ptr=lambda x: x.array.__array_interface__['data'][0])
+
+pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
+
+
+def _variable(data, requires_grad=False, volatile=False):
+    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
+    return data.requires_grad_(True) if requires_grad else data
+
+
+autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
+
+
+def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
+                 msg=None, **kwargs):
+    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
+    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
+    float64: 1e-7 both; integers: exact)."""
+    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
+    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
+    if a.shape != b.shape:
+        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
+                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
+    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
+        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
+                             f"{a.dtype} != {b.dtype}.")
+    if (rtol is None) != (atol is None):
+        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
+                         f"no {'rtol' if rtol is None else 'atol'}.")
+    if rtol is None:
+        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
+                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not close.all():
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
+                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
+                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
+                             f"{atol} allowed)")
+
+
+__version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
+
+
+_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
+         cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
+         pin_memory=lambda self: self,
+         __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
+         __format__=_format, histc=histc)
+
+
+# ---------------------------------------------------------------------------
+# 19. Saving and loading: a checkpoint is data, read by a grammar
 # ---------------------------------------------------------------------------
 # torch.save / torch.load. A file from someone else is hostile: it is read, never run.
 #
@@ -5791,6 +6076,10 @@ def _no_setstate(self, state):
     raise _BadFile(f"sets a tensor's fields directly (save() never writes that); {_HOSTILE}")
 
 
+_methods(__reduce__=lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad)),
+         __setstate__=_no_setstate)  # pickle's BUILD on a tensor: refused (load's safety)
+
+
 def _in_grammar(obj, depth=0, path=None):
     """obj is what data.pkl can hold (else save() pickles it whole): containers of
     numbers, strings, tensors of a storage dtype, Size, device and dtype, no cycle."""
@@ -6064,287 +6353,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
 
 
 # ---------------------------------------------------------------------------
-# 18b. The names teaching code reaches for
-# ---------------------------------------------------------------------------
-# CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
-# use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
-# one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
-class set_grad_enabled(_GradMode):
-    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
-    manager it restores the previous mode at the end, as a decorator it sets the mode for
-    each call of the function only."""
-
-    def __init__(self, mode):
-        global _grad_enabled
-        self._prev, self.enabled = _grad_enabled, bool(mode)
-        _grad_enabled = self.enabled
-
-    def __enter__(self):
-        pass  # already set by __init__
-
-    def __call__(self, fn):
-        global _grad_enabled
-        _grad_enabled = self._prev  # decorating changes nothing now; each call does
-        enabled = self.enabled
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(enabled):
-                return fn(*args, **kwargs)
-        return wrapper
-
-
-def is_tensor(obj):
-    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
-    return isinstance(obj, Tensor)
-
-
-def numel(input):
-    """torch.numel: the number of elements."""
-    return input.numel()
-
-
-def equal(input, other):
-    """torch.equal: True if both have the same shape and the same values (nan is not equal
-    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
-    for name, t in (('input', input), ('other', other)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
-                            f"{type(t).__name__}")
-    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
-
-
-def ravel(input):
-    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
-    return reshape(input, -1)
-
-
-def _matmul_of(op, dims):
-    def product(input, other):
-        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-        if (input.ndim, other.ndim) != (dims, dims):
-            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
-                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
-        if dims == 3 and input.shape[0] != other.shape[0]:
-            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
-                               f"{other.shape[0]})")
-        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
-            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
-                               "cannot be multiplied")
-        return matmul(input, other)
-    product.__name__ = op
-    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
-    return product
-
-
-mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
-multiply = mul
-
-
-def tan(x):
-    x = _floating(x)
-    out = np.tan(x.array)
-
-    def backward(g):
-        """d tan(x)/dx = 1 + tan(x)^2"""
-        return (g * (1 + out * out),)
-    return from_op(out, 'tan', (x,), backward, saves_output=True)
-
-
-def nonzero(input, *, as_tuple=False):
-    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
-    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
-    if as_tuple:
-        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
-            input.shape or (1,))))
-    return _constant(np.argwhere(input.array).astype(int64))
-
-
-def bincount(input, weights=None, minlength=0):
-    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
-    gradient)."""
-    if input.ndim != 1 or input.dtype.kind not in 'iu':
-        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
-                           f"{input.dtype}")
-    w = None if weights is None else weights.array
-    out = np.bincount(input.array, w, minlength)
-    return _constant(out.astype(int64 if w is None else
-                                (w.dtype if w.dtype == float32 else float64)))
-
-
-def _normal_(x, mean=0.0, std=1.0, *, generator=None):
-    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
-    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
-    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
-    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
-    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _random_(x, from_=None, to=None, *, generator=None):
-    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
-    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
-    if from_ is None:  # the range the dtype holds exactly
-        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
-                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
-    elif to is None:
-        from_, to = 0, from_
-    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
-
-
-def _addcmul_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 * tensor2"""
-    return x.add_(tensor1 * tensor2 * value)
-
-
-def _addcdiv_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 / tensor2"""
-    return x.add_(tensor1 / tensor2 * value)
-
-
-def _detach_(x):
-    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
-    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
-    return x
-
-
-# legacy names: torch.FloatTensor, x.type(), x.new(...)
-_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
-               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
-               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
-               bool_: 'BoolTensor'}
-
-
-class _LegacyTensorType(type):
-    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
-    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
-    isinstance(x, torch.FloatTensor) asks for x's dtype."""
-
-    def __call__(cls, *args):
-        if args and builtins.all(isinstance(a, int) for a in args):
-            return zeros(*args, dtype=cls.dtype)
-        return tensor(args[0] if args else [], dtype=cls.dtype)
-
-    def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
-
-    def __repr__(cls):
-        return f"<class 'torch.{cls.__name__}'>"
-
-
-for _dt, _name in _TYPE_NAMES.items():
-    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
-
-
-def _type(x, dtype=None, non_blocking=False, **kwargs):
-    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
-    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
-    if dtype is None:
-        return 'torch.' + _TYPE_NAMES[x.dtype]
-    if isinstance(dtype, str):
-        name = dtype.rsplit('.', 1)[-1]
-        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
-        if dtype is None:
-            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
-    dtype = getattr(dtype, 'dtype', dtype)
-    return x if x.dtype == dtype else to(x, dtype)
-
-
-def _new(x, *args):
-    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
-    x's dtype."""
-    if not args:
-        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
-    if builtins.all(isinstance(a, int) for a in args):
-        return zeros(*args, dtype=x.dtype)
-    return tensor(args[0], dtype=x.dtype)
-
-
-def _resize_(x, *sizes, memory_format=None):
-    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
-    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
-    shape = _sizes(sizes)
-    if x.requires_grad:
-        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
-    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
-        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
-                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
-                           "(torch.zeros(...)) or use reshape")
-    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
-
-
-def _bfloat16(x, *args, **kwargs):
-    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
-                    "use .float() (float32)")
-
-
-_methods(ravel=ravel, equal=equal, mm=mm, bmm=bmm, dot=dot, multiply=multiply, tan=tan,
-         nonzero=nonzero, bincount=bincount, multinomial=multinomial, normal_=_normal_,
-         uniform_=_uniform_, random_=_random_, addcmul_=_addcmul_, addcdiv_=_addcdiv_,
-         detach_=_detach_, type=_type, new=_new, bfloat16=_bfloat16, resize_=_resize_,
-         tan_=_in_place_form('tan_', tan), byte=lambda x: to(x, np.dtype(np.uint8)),
-         where=lambda x, condition, other: where(condition, x, other),
-         data_ptr=lambda x: x.array.__array_interface__['data'][0])
-
-pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
-
-
-def _variable(data, requires_grad=False, volatile=False):
-    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
-    return data.requires_grad_(True) if requires_grad else data
-
-
-autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
-
-
-def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
-                 msg=None, **kwargs):
-    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
-    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
-    float64: 1e-7 both; integers: exact)."""
-    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
-    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
-    if a.shape != b.shape:
-        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
-                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
-    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
-        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
-                             f"{a.dtype} != {b.dtype}.")
-    if (rtol is None) != (atol is None):
-        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
-                         f"no {'rtol' if rtol is None else 'atol'}.")
-    if rtol is None:
-        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
-                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
-    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-    if not close.all():
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
-                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
-                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
-                             f"{atol} allowed)")
-
-
-__version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
-
-
-_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
-         cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
-         pin_memory=lambda self: self,
-         __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
-         __format__=_format, histc=histc,
-         __reduce__=lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad)),
-         __setstate__=_no_setstate)  # pickle's BUILD on a tensor: refused (load's safety)
-
-
-# ---------------------------------------------------------------------------
-# 19. Speed
+# 20. Speed
 # ---------------------------------------------------------------------------
 # What a user may call is everything public above this line (`from tinytorch import *`
 # gives it, but the modules this file uses and the names that would hide Python's builtins:
@@ -6622,7 +6631,7 @@ def _scatter_add_rows(shape, idx, g):
 
 
 # ---------------------------------------------------------------------------
-# 20. Running PyTorch programs: compat.py takes over
+# 21. Running PyTorch programs: compat.py takes over
 # ---------------------------------------------------------------------------
 # A PyTorch program with `import tinytorch as torch` goes on to import torch.nn.functional
 # and to ask torch.cuda.is_available(). compat.py, beside this file, answers: PyTorch's
