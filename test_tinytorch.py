@@ -4775,6 +4775,10 @@ def test_clone_keeps_the_order_of_dims_in_memory_as_torchs():
 # repeat are row-major; sort, the *_like functions and sign of a bool keep x's order; clone,
 # sort and zeros_like of e put its stride-0 dim outermost and keep the rest in e's order.
 _LAYOUTS = {
+    'sum(2, keepdim)': (lambda m, x, e: x.sum(2, keepdim=True), (3, 1, 1)),
+    'sum(0)': (lambda m, x, e: x.sum(0), (2, 1)),
+    'mean(1)': (lambda m, x, e: x.mean(1), (2, 1)),
+    'log(expanded int)': (lambda m, x, e: m.arange(3).expand(2, 3).log(), (3, 1)),
     'cumsum(0)': (lambda m, x, e: x.cumsum(0), (6, 2, 1)),
     'cumprod(1)': (lambda m, x, e: x.cumprod(1), (6, 2, 1)),
     'cummax(0)': (lambda m, x, e: x.cummax(0).indices, (6, 2, 1)),
@@ -4822,6 +4826,7 @@ def test_results_are_laid_out_in_memory_as_torchs(name):
     assert out.stride() == strides
     a = np.arange(24.0).reshape(2, 3, 4).transpose(2, 1, 0)  # x's values: x[i, j, k] = 12k + 4j + i
     want = {'sort(0)': a, 'argsort(1)': np.zeros((4, 3, 2)) + np.arange(3)[:, None],
+            'sum(0)': a.sum(0), 'mean(1)': a.mean(1), 'sum(2, keepdim)': a.sum(2, keepdims=True),
             'cumsum(0)': np.cumsum(a, 0), 'prod(0)': np.prod(a, 0), 'repeat': a}.get(name)
     if want is not None:  # the values, by hand (x is sorted along every dim already)
         assert out.tolist() == want.tolist()
@@ -17921,11 +17926,7 @@ _FUZZ_CI_COUNT = 500  # programs per family: 4,500 in all, under a minute on 2 c
 # Families that mismatch PyTorch today, with the causes the fuzzer names (none from issue 23
 # to issue 46, whose layout comparison found one outside the sections it changed; a family
 # added here must fail its test: strict=True says so).
-_FUZZ_FAILING = {
-    'edges': "sum: layout (contiguous in PyTorch only): x.T.sum(2, keepdim=True) keeps NumPy's "
-             "order of dims; PyTorch's reductions are row-major (sum and mean are in section 5, "
-             "the lead's room: their results need _row_major, as section 10's reductions have)",
-}
+_FUZZ_FAILING = {}
 
 
 @pytest.mark.parametrize('family', [

@@ -668,7 +668,8 @@ def _floating(x):
     default float dtype, as in PyTorch; a float tensor stays as it is."""
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a Tensor, got {type(x).__name__}; wrap arrays with tt.tensor(...)")
-    return x if x.dtype.kind in 'fc' else _constant(x.array.astype(default_dtype))
+    order = 'C' if _overlaps(x.array) else 'K'  # an expanded int tensor: row-major, as to()
+    return x if x.dtype.kind in 'fc' else _constant(x.array.astype(default_dtype, order=order))
 
 
 def unbroadcast(grad, shape):
@@ -985,6 +986,12 @@ def _expand_back(g, shape, axes, keepdim):
     return np.broadcast_to(g, shape)
 
 
+def _row_major(a):
+    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
+    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
 def _numpy_keywords(fn):
     """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
     @functools.wraps(fn)
@@ -1006,7 +1013,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g, xs=x.array.shape):
         """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
         return (_expand_back(g, xs, axes, keepdim),)
-    return from_op(np.sum(x.array, axis=axes, keepdims=keepdim), 'sum', (x,), backward)
+    return from_op(_row_major(np.sum(x.array, axis=axes, keepdims=keepdim)), 'sum', (x,), backward)
 
 
 @_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
@@ -1022,7 +1029,7 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g, xs=x.array.shape):
         """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
         return (_expand_back(g / n, xs, axes, keepdim),)
-    return from_op(np.mean(x.array, axis=axes, keepdims=keepdim), 'mean', (x,), backward)
+    return from_op(_row_major(np.mean(x.array, axis=axes, keepdims=keepdim)), 'mean', (x,), backward)
 
 
 def exp(x):
@@ -1831,12 +1838,6 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
 # ---------------------------------------------------------------------------
 # 10. Reductions
 # ---------------------------------------------------------------------------
-def _row_major(a):
-    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
-    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
-    return a if a.flags.c_contiguous else a.copy(order='C')
-
-
 def _no_dim(dim):
     """dim=None or dim=(): the whole tensor is reduced."""
     return dim is None or isinstance(dim, (tuple, list)) and len(dim) == 0
