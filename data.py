@@ -234,8 +234,12 @@ class BatchSampler(Sampler):
             yield batch
 
     def __len__(self):
-        n = len(self.sampler)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return _batches(len(self.sampler), self.batch_size, self.drop_last)
+
+
+def _batches(n, batch_size, drop_last):
+    """How many batches n examples make: the short last one counts unless it is dropped."""
+    return n // batch_size if drop_last else math.ceil(n / batch_size)
 
 
 class DistributedSampler(Sampler):
@@ -353,7 +357,7 @@ class DataLoader:
             n = len(self.dataset)
             if self.batch_size is None:
                 return n
-            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+            return _batches(n, self.batch_size, self.drop_last)
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
 
     def __iter__(self):
