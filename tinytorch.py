@@ -57,6 +57,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import namedtuple
 
@@ -2680,6 +2681,23 @@ def _check_mask(x, idx, op):
                          f"shape of the indexed tensor {list(x.shape[:m.ndim])}")
 
 
+def _into_an_empty_dim(a, idx):
+    """Whether an index array with elements indexes a dim of size 0 of a: PyTorch refuses
+    that even where the result is empty (NumPy 2.0 only warns; later NumPy refuses too)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    covers = [getattr(i, 'ndim', 1) if getattr(i, 'dtype', None) == bool else 0 if i is None
+              else 1 for i in items if i is not Ellipsis]
+    dim = 0
+    for i in items:
+        if i is Ellipsis:
+            dim += a.ndim - builtins.sum(covers)
+            continue
+        if isinstance(i, np.ndarray) and i.dtype.kind in 'iu' and i.size and a.shape[dim] == 0:
+            return True
+        dim += getattr(i, 'ndim', 1) if getattr(i, 'dtype', None) == bool else 0 if i is None else 1
+    return False
+
+
 def _picking_nothing(a, idx):
     """PyTorch checks an index tensor only where the result has elements: x[1:1, :, [5]] is
     empty, not an error. For an index that NumPy refused, (the same index with its tensors'
@@ -2691,6 +2709,8 @@ def _picking_nothing(a, idx):
     try:
         out = a[zeros]
     except IndexError:  # an index into a dim of size 0: refused, as in PyTorch
+        return None
+    if _into_an_empty_dim(a, zeros):
         return None
     return (zeros, out) if out.size == 0 else None
 
@@ -2708,6 +2728,8 @@ def getitem(x, idx):
         first, idx = _ints_first(idx, x.ndim)
     try:
         out = x.array[idx] if first is None else x.array[first][idx]
+        if out.size == 0 and _into_an_empty_dim(x.array if first is None else x.array[first], idx):
+            raise IndexError("an index is out of bounds for a dim of size 0")
     except IndexError as e:
         nothing = _picking_nothing(x.array if first is None else x.array[first], idx)
         if nothing is None:
@@ -4582,7 +4604,6 @@ class autograd:
 # node's rule runs the function again, this time with a graph and the same random numbers
 # (dropout), walks back through that graph (autograd.grad) and hands on the gradients of
 # the function's inputs and of the parameters it read, which are the node's inputs too.
-import warnings  # noqa: E402 (this section's own tool: checkpoint's warning, as PyTorch's)
 
 
 class _Reads:
