@@ -2685,16 +2685,26 @@ def _into_an_empty_dim(a, idx):
     """Whether an index array with elements indexes a dim of size 0 of a: PyTorch refuses
     that even where the result is empty (NumPy 2.0 only warns; later NumPy refuses too)."""
     items = idx if isinstance(idx, tuple) else (idx,)
-    covers = [getattr(i, 'ndim', 1) if getattr(i, 'dtype', None) == bool else 0 if i is None
-              else 1 for i in items if i is not Ellipsis]
+    arrays = [(np.count_nonzero(i),) if i.dtype == bool else i.shape
+              for i in items if isinstance(i, np.ndarray)]
+    try:
+        if math.prod(np.broadcast_shapes(*arrays)) == 0:  # the index arrays pick nothing
+            return False
+    except ValueError:  # (arrays that don't broadcast: NumPy's own error says so)
+        return False
+
+    def dims_taken(i):  # how many of a's dims an index item stands for
+        if i is None or isinstance(i, (bool, np.bool_)):  # a new dim of size 1 (or 0)
+            return 0
+        return i.ndim if isinstance(i, np.ndarray) and i.dtype == bool else 1
     dim = 0
     for i in items:
         if i is Ellipsis:
-            dim += a.ndim - builtins.sum(covers)
+            dim += a.ndim - builtins.sum(dims_taken(j) for j in items if j is not Ellipsis)
             continue
         if isinstance(i, np.ndarray) and i.dtype.kind in 'iu' and i.size and a.shape[dim] == 0:
             return True
-        dim += getattr(i, 'ndim', 1) if getattr(i, 'dtype', None) == bool else 0 if i is None else 1
+        dim += dims_taken(i)
     return False
 
 
