@@ -4095,6 +4095,23 @@ def test_remainder_gradient_uses_the_quotient_the_forward_used():
     check(lambda p, q: p % q, t64(3, 4, low=0.5), t64(4, seed=1, low=0.5))
 
 
+def test_remainder_by_a_number_reads_nothing_a_later_change_can_break():
+    """x % 2.0's rule for x is g itself (d mod(a, b)/da = 1): it reads neither operand, so an
+    in-place change of x afterwards is no reason to refuse backward (as PyTorch; found by the
+    fuzzer). r = t % 2 with t = x * 1, then t *= 2: dr/dx = 1 each."""
+    x = tt.tensor([-0.15, 3.5], dtype=tt.float64, requires_grad=True)
+    t = x * 1
+    r = t % 2.0
+    t.mul_(2)
+    r.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0] and r.tolist() == [1.85, 1.5]
+    u = tt.tensor([3.0], dtype=tt.float64, requires_grad=True) * 1  # a divisor requiring grad:
+    s = x[:1] % u  # its rule reads both (d/du = -floor(x/u)): a change of u is refused
+    u.mul_(2)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        s.sum().backward()
+
+
 def test_remainder_of_a_zero_result_keeps_the_dividends_sign():
     # PyTorch's % is fmod, then + b where the signs differ: a 0 result is fmod's, signed as
     # the dividend (NumPy's remainder signs it as the divisor); the same from number % tensor

@@ -1753,7 +1753,8 @@ def _modulo(a, b, fn, rounding, name):
             gb = -g * rounding(a.array, b.array) if b.requires_grad else None
         return (unbroadcast(g, a.shape) if a.requires_grad else None,
                 None if gb is None else unbroadcast(gb.astype(g.dtype, copy=False), b.shape))
-    return from_op(out, name, (a, b), backward, saved=(a, b))
+    # saved: what the rule reads, both operands for b's gradient (a's is g itself)
+    return from_op(out, name, (a, b), backward, saved=(a, b) if b.requires_grad else ())
 
 
 def floor_divide(a, b):
