@@ -4095,6 +4095,18 @@ def test_remainder_gradient_uses_the_quotient_the_forward_used():
     check(lambda p, q: p % q, t64(3, 4, low=0.5), t64(4, seed=1, low=0.5))
 
 
+def test_a_numpy_bool_exponent_is_a_number_and_its_output_is_not_saved():
+    """x ** np.bool_(False) is x ** 0 with a number exponent (PyTorch reads a NumPy bool as a
+    number): ones, gradient 0, and the rule reads x only, not its output, so dividing the
+    output in place afterwards is no reason to refuse backward (found by the fuzzer)."""
+    x = tt.tensor([0.5, -2.0], dtype=tt.float64, requires_grad=True)
+    z = x ** np.bool_(False)
+    assert z.tolist() == [1.0, 1.0] and z.dtype == tt.float64
+    z.div_(2.0)
+    z.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+
+
 def test_remainder_by_a_number_reads_nothing_a_later_change_can_break():
     """x % 2.0's rule for x is g itself (d mod(a, b)/da = 1): it reads neither operand, so an
     in-place change of x afterwards is no reason to refuse backward (as PyTorch; found by the

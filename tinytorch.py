@@ -773,7 +773,7 @@ def div(a, b):
 
 def pow(a, b):
     """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number)):
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number, np.bool_)):
         return _pow_number(a, b)
     if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
             and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
