@@ -4808,6 +4808,7 @@ _LAYOUTS = {
     'sum(0)': (lambda m, x, e: x.sum(0), (2, 1)),
     'mean(1)': (lambda m, x, e: x.mean(1), (2, 1)),
     'log(expanded int)': (lambda m, x, e: m.arange(3).expand(2, 3).log(), (3, 1)),
+    'gelu(float32)': (lambda m, x, e: m.nn.functional.gelu(x.float()), (1, 4, 12)),
     'cumsum(0)': (lambda m, x, e: x.cumsum(0), (6, 2, 1)),
     'cumprod(1)': (lambda m, x, e: x.cumprod(1), (6, 2, 1)),
     'cummax(0)': (lambda m, x, e: x.cummax(0).indices, (6, 2, 1)),
