@@ -641,7 +641,7 @@ def _describe(p):
 # ---------------------------------------------------------------------------
 # 2. Layers
 # ---------------------------------------------------------------------------
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 1)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def linear(x, weight, bias=None):
     """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
     folded into rows, so the whole batch is a single 2-D matrix multiply."""
@@ -1190,7 +1190,7 @@ def _image(x, op, channels=None):
                          f"(input of shape {tuple(x.shape)})")
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 1)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     """(N, C, H, W) * weight (O, C, kh, kw) -> (N, O, oh, ow), as F.conv2d (groups=1)."""
     if weight.ndim != 4:
@@ -1818,7 +1818,7 @@ def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_r
     return weights
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 1)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
@@ -2153,7 +2153,7 @@ def _reduce(loss, reduction, op):
     raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def mse_loss(input, target, reduction='mean'):
     target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
     if input.shape != target.shape:  # as PyTorch: a warning, then the two broadcast
@@ -2180,7 +2180,7 @@ def mse_loss(input, target, reduction='mean'):
     return _reduce(loss, reduction, 'mse_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction='mean', label_smoothing=0.0):
     """Fused log-softmax + negative log-likelihood, on (N, C) logits and N class indices.
@@ -2310,7 +2310,7 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
     return _reduce(-terms.sum(d), reduction, 'cross_entropy')  # 'mean': over N, d1, ...
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
     as PyTorch does: log sigma(x) = min(x, 0) - log(1 + exp(-|x|)) is stable, an infinite
@@ -2368,7 +2368,7 @@ def _weights(weight, input, op):
     return weight
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
     """|input - target| (its gradient sign(input - target), 0 where they are equal).
     weight (input's shape) scales each element; 'mean' then divides by its sum."""
@@ -2400,7 +2400,7 @@ def _huber(input, target, delta, op):
     return from_op(out, op, (input, target), backward, saved=(input, target))  # as PyTorch's
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = input - target): Huber's
     loss divided by beta, and l1_loss for beta = 0."""
@@ -2413,7 +2413,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mea
     return _reduce(_huber(input, target, beta, 'smooth_l1') / beta, reduction, 'smooth_l1_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target.
     weight (input's shape) scales each element ('mean' still divides by the count)."""
@@ -2428,7 +2428,7 @@ def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     return _reduce(loss, reduction, 'huber_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction='mean'):
     """Negative log-likelihood: loss_i = -weight[t_i] * input[i, t_i], where input holds
@@ -2473,7 +2473,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return loss.sum() / total if total else loss.sum() * np.nan  # PyTorch's 0 / 0
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_target=False):
     """Kullback-Leibler divergence of the target distribution from the input one, with
     input as log-probabilities: target (log target - input) pointwise, taking
@@ -2758,7 +2758,7 @@ from files import CheckpointError, load, load_safetensors, save, save_safetensor
 # 7b. The names teaching code reaches for (CENSUS.md): layers and losses that two or more
 #    widely read PyTorch teaching repositories use, each built from the ops above
 # ---------------------------------------------------------------------------
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 1)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction='mean'):
     """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
@@ -2800,7 +2800,7 @@ class BCELoss(Module):
         return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 1)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
     if groups != 1:
@@ -2837,7 +2837,7 @@ class Conv1d(Module):
     extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 1)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups=1, dilation=1):
     """The transpose of conv2d (the gradient of conv2d with respect to its input): weight

@@ -11,7 +11,7 @@ Part I: the engine
      what a rule reads, the tools' hooks, printing, the device
   3. PyTorch's type promotion; arithmetic with broadcasting (add, sub, mul, div, pow) and
      its backward, unbroadcast; comparisons
-  4. matmul
+  4. matmul (and autocast: the listed ops computed in float16 inside torch.autocast)
   5. sum and mean, exp and log
   6. backward: walking the graph in reverse topological order (following the history an
      in-place op rewrote)
@@ -131,50 +131,6 @@ class no_grad(_GradMode):
 
 class enable_grad(_GradMode):
     enabled = True
-
-
-# Mixed precision: inside `with torch.autocast('cpu', dtype=torch.float16)` (amp.py) this is
-# float16, and the ops PyTorch's CPU autocast lists run through _autocast_op (one decorator
-# line each): matmul (section 4), and in nn.py linear, the convolutions and attention compute
-# in float16; the losses compute in float32. Outside the block: None, and every op is as is.
-_autocast_dtype = None
-
-
-def _autocast_op(policy):
-    """The decorator of an op autocast lists. policy 'lower': under autocast the op computes
-    in the autocast dtype; 'float32': in float32 (the losses)."""
-    def decorate(op):
-        @functools.wraps(op)
-        def op_or_autocast(*args, **kwargs):
-            if _autocast_dtype is None:  # the usual case: the op itself
-                return op(*args, **kwargs)
-            return _autocast_call(op, policy, args, kwargs)
-        return op_or_autocast
-    return decorate
-
-
-def _autocast_call(op, policy, args, kwargs):
-    """op(*args, **kwargs) under autocast, with autocast off inside it (as PyTorch's). 'float32':
-    float16 tensor arguments cast to float32. 'lower': float32 and float16 ones rounded to the
-    autocast dtype, the op computed in float32 on those values and its result rounded to the
-    autocast dtype (NumPy's float16 matmul is about 20x slower than its float32 one; this
-    is float16 products with float32 sums). float64 tensors are left as they are."""
-    global _autocast_dtype
-    low, _autocast_dtype = _autocast_dtype, None
-    try:
-        if policy == 'float32':
-            def cast(t):
-                return to(t, float32) if isinstance(t, Tensor) and t.dtype == low else t
-        else:
-            def cast(t):
-                if isinstance(t, Tensor) and t.dtype in (float32, low):
-                    return to(to(t, low), float32)
-                return t
-        out = op(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
-        lowered = policy == 'lower' and isinstance(out, Tensor) and out.dtype == float32
-        return to(out, low) if lowered else out
-    finally:
-        _autocast_dtype = low
 
 
 # ---------------------------------------------------------------------------
@@ -917,6 +873,50 @@ _methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __
 # ---------------------------------------------------------------------------
 # 4. Matrix multiplication
 # ---------------------------------------------------------------------------
+# Mixed precision: inside `with torch.autocast('cpu', dtype=torch.float16)` (amp.py) this is
+# float16, and the ops PyTorch's CPU autocast lists run through _autocast_op (one decorator
+# line each): matmul (below), and in nn.py linear, the convolutions and attention compute
+# in float16; the losses compute in float32. Outside the block: None, and every op is as is.
+_autocast_dtype = None
+
+
+def _autocast_op(policy):
+    """The decorator of an op autocast lists. policy 'lower': under autocast the op computes
+    in the autocast dtype; 'float32': in float32 (the losses)."""
+    def decorate(op):
+        @functools.wraps(op)
+        def op_or_autocast(*args, **kwargs):
+            if _autocast_dtype is None:  # the usual case: the op itself
+                return op(*args, **kwargs)
+            return _autocast_call(op, policy, args, kwargs)
+        return op_or_autocast
+    return decorate
+
+
+def _autocast_call(op, policy, args, kwargs):
+    """op(*args, **kwargs) under autocast, with autocast off inside it (as PyTorch's). 'float32':
+    float16 tensor arguments cast to float32. 'lower': float32 and float16 ones rounded to the
+    autocast dtype, the op computed in float32 on those values and its result rounded to the
+    autocast dtype (NumPy's float16 matmul is about 20x slower than its float32 one; this
+    is float16 products with float32 sums). float64 tensors are left as they are."""
+    global _autocast_dtype
+    low, _autocast_dtype = _autocast_dtype, None
+    try:
+        if policy == 'float32':
+            def cast(t):
+                return to(t, float32) if isinstance(t, Tensor) and t.dtype == low else t
+        else:
+            def cast(t):
+                if isinstance(t, Tensor) and t.dtype in (float32, low):
+                    return to(to(t, low), float32)
+                return t
+        out = op(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
+        lowered = policy == 'lower' and isinstance(out, Tensor) and out.dtype == float32
+        return to(out, low) if lowered else out
+    finally:
+        _autocast_dtype = low
+
+
 def _same_dtype(op, **tensors):
     """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
     to float64 silently would double the memory and the time of a whole model."""
@@ -932,7 +932,7 @@ def _same_dtype(op, **tensors):
                                f"have the same dtype: convert one (x.float() for a float32 model)")
 
 
-@_autocast_op('lower')  # inside torch.autocast: in float16 (section 1); else as below
+@_autocast_op('lower')  # inside torch.autocast: in float16 (above); else as below
 def matmul(a, b):
     """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
 
