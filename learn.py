@@ -59,6 +59,11 @@ STEPS = {
     7: "Single-head attention, then multi-head",
     8: "A Transformer block, validated on a small text",
     9: "Optional, past the checklist: an LSTM cell, and backpropagation through time",
+    10: "Optional, past the checklist: Adam and AdamW (moments, bias correction, decoupled "
+        "weight decay)",
+    11: "Optional, past the checklist: convolution as a matmul over patches (im2col and its "
+        "fold back), max pooling, and a CNN that reads digits",
+    12: "Optional, past the checklist: a KV cache for generation",
 }
 OPTIONAL = 9  # steps from here on go past the seed's checklist: `check` alone skips them
               # until you start one
@@ -269,6 +274,102 @@ EXERCISES = {
               "range should content have?",
         math="z = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh); i, f, g, o = z.chunk(4, -1); "
              "i, f, o = sigmoid of each; g = tanh(g); c = f * c + i * g; h = o * tanh(c)."),
+    '10.1': dict(
+        what="p: the parameter's array, g: its gradient; m, v: the moving averages of g and of "
+             "g^2, arrays the optimizer keeps between steps: change them in place (m[...] = "
+             "...), or the next step sees the old ones; t: the step number, counted from 1; "
+             "lr, b1, b2, eps: the settings.\nFirst block: update m and v. Second "
+             "block: one Adam step of p, in place, with each average corrected for having "
+             "started at 0.",
+        think="m and v start at 0: after the first step m = (1 - b1) g, a tenth of g, and v a "
+              "thousandth of g^2. What number undoes that at step t? And what is the size of "
+              "a step when g is the same every time?",
+        math="m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2 (both in place: m[...] = ...); "
+             "m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t); p -= lr * m_hat / "
+             "(sqrt(v_hat) + eps)."),
+    '10.2': dict(
+        what="wd: the weight decay; group['decoupled_weight_decay']: True in AdamW; lr: the "
+             "learning rate; p.array: the parameter; g: its gradient (an array). Apply the "
+             "decay: in Adam (decoupled False) as PyTorch's Adam does, as L2 regularisation "
+             "through the gradient; in AdamW decoupled from the gradient: p itself shrinks "
+             "by the fraction lr * wd, in place, before the Adam step. With wd = 0 nothing "
+             "changes.",
+        think="Adam divides every step by sqrt(v). A decay term added to g is divided too: "
+              "how much does a large weight with a small gradient then shrink? Which version "
+              "shrinks every weight by the same fraction each step, whatever its gradient?",
+        math="Adam: g = g + wd * p.array (L2: the gradient of wd/2 |p|^2). AdamW: p.array *= "
+             "1 - lr * wd, and g stays as it is."),
+    '11.1': dict(
+        what="x: the padded image, an array (N, C, H + 2 ph, W + 2 pw); w: the window: "
+             "w.kernel = (kh, kw), w.dilation = (dh, dw), w.stride = (sh, sw), and w.out = "
+             "(oh, ow), the number of patch positions. Define cols, an array (N, C, kh, kw, "
+             "oh, ow): cols[n, c, i, j, y, x] is kernel element (i, j) of the patch at output "
+             "position (y, x), the padded image at row y*sh + i*dh, column x*sw + j*dw.",
+        think="A loop over all oh * ow patch positions works, but there are few kernel "
+              "elements and many positions: which pixels does kernel element (i, j) visit, "
+              "over all the positions? Is that a slice of the image?",
+        math="For each (i, j): cols[:, :, i, j] = x[..., i*dh : i*dh + sh*(oh-1) + 1 : sh, "
+             "j*dw : j*dw + sw*(ow-1) + 1 : sw] (that is _window_slice(w, i, j)): kh * kw "
+             "strided copies of the image."),
+    '11.2': dict(
+        what="g: d loss / d cols, (N, C*kh*kw, oh*ow); xs: the padded image's shape; w, n, c, "
+             "kh, kw, oh, ow, ph, pw, h, wd: as in the forward (h, wd: the unpadded height and "
+             "width). Return (gx,): gx (N, C, h, wd), d loss / d the input image.",
+        think="The forward copied each pixel into every patch that covers it. How many "
+              "patches cover a pixel when the stride is 1 and the kernel 3x3, and what does "
+              "the chain rule do with a value used several times? And the padding: is it "
+              "part of the input?",
+        math="gx = zeros(xs); for each (i, j): gx[..., _window_slice(w, i, j)] += g[:, :, i, "
+             "j] (g reshaped to (n, c, kh, kw, oh, ow)); overlapping patches add up; return "
+             "(gx[:, :, ph:ph+h, pw:pw+wd],): the padding's part dropped."),
+    '11.3': dict(
+        what="input: (N, C, H, W); weight: (O, C, kh, kw); bias: (O,) or None; kernel, "
+             "dilation, padding, stride: as given; n, o: N and O; oh, ow: the output's height "
+             "and width. With tinytorch ops (tt.unfold, reshape, @, +), return the "
+             "convolution (N, O, oh, ow).",
+        think="tt.unfold gives every patch as a column (N, C*kh*kw, oh*ow). One output "
+              "value is the dot product of a kernel with a patch: which matrix of kernels, "
+              "times the columns, gives every output channel at every position at once? And "
+              "where does the bias, one number per output channel, line up?",
+        math="cols = tt.unfold(input, kernel, dilation, padding, stride); out = "
+             "weight.reshape(o, -1) @ cols ((O, C*kh*kw) @ (N, C*kh*kw, L) -> (N, O, L)); out "
+             "= out + bias.reshape(o, 1); return out.reshape(n, o, oh, ow)."),
+    '11.4': dict(
+        what="g: d loss / d the max along dim d (the result's shape: dim d dropped unless "
+             "keepdim); idx: the index of the first largest element along d (an array with "
+             "dim d kept, of size 1); xs: x's shape. Return (gx,): gx of shape xs, "
+             "d loss / d x.",
+        think="Nudge an element that is not the largest: does the max move? Nudge the "
+              "largest one? And when two are equal, which one did max pick?",
+        math="d max/dx_i = 1 at the index returned, 0 elsewhere: gx = zeros(xs); "
+             "np.put_along_axis(gx, idx, g (np.expand_dims(g, d) unless keepdim), axis=d)."),
+    '12.1': dict(
+        what="q, k, v: this call's queries, keys and values (B, H, T, D) for its T new "
+             "positions; cache.layers[layer]: None on the first call, else the (keys, values) "
+             "of every earlier position, (B, H, past, D) each. Set past (the number of "
+             "earlier positions), make k and v hold the earlier positions' keys and values "
+             "followed by the new ones, and keep them in cache.layers[layer] for the next "
+             "call.",
+        think="A new token's query must see every earlier key and value, which earlier calls "
+              "computed already. Which dim of (B, H, T, D) is the positions? And the mask "
+              "after your lines: where does query i of this call sit among all positions?",
+        math="if cache.layers[layer] is not None: past_k, past_v = cache.layers[layer]; past = "
+             "past_k.shape[2]; k = tt.cat([past_k, k], dim=2), the same for v; then, in every "
+             "case, cache.layers[layer] = (k, v)."),
+    '12.2': dict(
+        what="idx: the tokens so far (B, n); window: its last block_size tokens; use_cache: "
+             "whether to keep a KVCache; cache: None at first; bs: the block size. Set logits "
+             "(B, T, vocab), the model's logits for the window (the lines after read the last "
+             "position's). Without the cache: the model on the window. With it: the first "
+             "call encodes the window into a new KVCache(self.config.n_layer); afterwards only the newest "
+             "token goes through the model; once the text is longer than bs, rebuild the "
+             "cache from the window each step.",
+        think="The cache holds keys and values computed at fixed positions. Once the window "
+              "slides by one token, every token sits one position earlier than when it was "
+              "cached: what does that do to its position embedding, and so to its key?",
+        math="if not use_cache: logits, _ = self(window); elif cache is None or idx.shape[1] "
+             "> bs: cache = KVCache(self.config.n_layer); logits, _ = self(window, cache=cache); else: "
+             "logits, _ = self(idx[:, -1:], cache=cache)."),
 }
 # Where the shipped answer carries guards for edge cases a first answer need not have, hint
 # 3 shows hint 2 as plain code first (checked by the tests like every answer), then those.
@@ -299,8 +400,13 @@ RUNS = {2: "gradients of a broadcast expression with a tensor used three times, 
         5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
         6: "a spiral classifier, and cross-entropy on logits of 1000",
         7: "multi-head attention vs the shipped implementation (values and gradients)",
-        8: "a tiny Transformer learns a small text (loss below 0.3 within 150 steps)",
-        9: "an LSTM on your cell learns 'hello world! ' (loss below 0.1 within 150 steps)"}
+        8: "a tiny Transformer learns a small text (loss below 0.3 within 300 steps)",
+        9: "an LSTM on your cell learns 'hello world! ' (loss below 0.1 within 150 steps)",
+        10: "a spiral classifier trained by your AdamW (at least 95% within 300 steps)",
+        11: "a CNN on your convolution and max pooling reads handwritten digits (at least 93% "
+            "of 297 unseen digits after 300 steps)",
+        12: "a small GPT generates 40 tokens past its block size with your cache and without: "
+            "the same tokens"}
 
 
 class Usage(Exception):
@@ -365,6 +471,27 @@ LOCATE = {  # exercise: (file, title, [(function, first statement, last statemen
             [('lstm_cell',
               'i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)',
               'h = o * c.tanh()')]),
+    # past the checklist, from Part II of tinytorch.py too
+    '10.1': ('optim.py', "Adam's step (moments and bias correction)",
+             [('adam_step', 'm[...] = b1 * m + (1 - b1) * g', 'v[...] = b2 * v + (1 - b2) * g * g'),
+              ('adam_step', 'm_hat = m / (1 - b1 ** t)', None)]),
+    '10.2': ('optim.py', "weight decay: Adam's L2 and AdamW's decoupled",
+             [('Adam._update', "if wd and group['decoupled_weight_decay']:",
+               "if wd and group['decoupled_weight_decay']:")]),
+    '11.1': ('tinytorch.py', "im2col: every patch becomes a column (unfold)",
+             [('unfold', 'cols = np.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)',
+               'for i in range(kh):')]),
+    '11.2': ('tinytorch.py', "the columns folded back: unfold's backward (col2im)",
+             [('unfold.backward', None, None)]),
+    '11.3': ('nn.py', "a convolution as one matmul over the patches",
+             [('conv2d', 'cols = tt.unfold(input, kernel, dilation, padding, stride)', None)]),
+    '11.4': ('tinytorch.py', "max's backward (max pooling's gradient)",
+             [('_extreme_dim.backward', None, None)]),
+    '12.1': ('transformer.py', "the KV cache: the keys and values of earlier positions",
+             [('CausalSelfAttention.attend', 'if cache.layers[layer] is not None:',
+               'cache.layers[layer] = (k, v)')]),
+    '12.2': ('transformer.py', "generate with the cache: only the newest token runs",
+             [('GPT.generate', 'if not use_cache:', 'if not use_cache:')]),
 }
 for _k, (_f, _title, _) in LOCATE.items():
     EXERCISES[_k].update(file=_f, title=_title)
@@ -449,7 +576,9 @@ def blocks(ex):
         raise Mismatch(f"exercise {ex}: cannot read {HERE / f} ({type(e).__name__}: {e})") from None
     lines = text.split('\n')
     end = next((i + 1 for i, ln in enumerate(lines) if ln.startswith('# END OF PART I')),
-               len(lines) + 1)  # tinytorch.py: the exercises are in Part I
+               len(lines) + 1)  # tinytorch.py: the checklist's exercises are in Part I
+    if EXERCISES[ex]['step'] >= OPTIONAL:  # the optional steps' may be anywhere in the file
+        end = len(lines) + 1
     out = []
     for path, first, last in specs:
         fn = _find(tree, path, end)
@@ -762,11 +891,11 @@ def close(a, b, tol=1e-5):
     return a.shape == b.shape and np.allclose(a, b, rtol=tol, atol=tol)
 
 
-def worst(got, want):
+def worst(got, want, who="finite differences say"):
     d = np.abs(np.asarray(got, dtype=np.float64) - want)
     i = np.unravel_index(np.argmax(d), d.shape) if d.ndim else ()
     return (f"at index {tuple(int(k) for k in i)} you gave {float(np.asarray(got)[i]):.6g}, "
-            f"finite differences say {float(want[i]):.6g}")
+            f"{who} {float(want[i]):.6g}")
 
 
 def rule_grads(out, g, n):
@@ -1645,6 +1774,500 @@ def check_9_1(m):
                                              f"differences: {why}")
 
 
+# -- step 10 (optional): Adam and AdamW ------------------------------------------------------
+def _adam_np(gs, p0, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, mistake=''):
+    """Adam's steps from p0, one per gradient in gs, in NumPy; or, with mistake, one of the
+    typical mistakes: 'correction' (none), 'power' (1 - b1, not 1 - b1^t), 't+1', 'eps'
+    (inside the square root), 'sqrt' (none), 'lr' (none), 'betas' (swapped)."""
+    p, m, v = np.array(p0, dtype=np.float64), 0.0, 0.0
+    for t, g in enumerate(gs, 1):
+        g = np.asarray(g, dtype=np.float64)
+        a1, a2 = (b2, b1) if mistake == 'betas' else (b1, b2)
+        m, v = a1 * m + (1 - a1) * g, a2 * v + (1 - a2) * g * g
+        k = t + 1 if mistake == 't+1' else t
+        c1, c2 = ((1, 1) if mistake == 'correction' else (1 - b1, 1 - b2) if mistake == 'power'
+                  else (1 - b1 ** k, 1 - b2 ** k))
+        m_hat, v_hat = m / c1, v / c2
+        den = (np.sqrt(v_hat + eps) if mistake == 'eps' else v_hat + eps if mistake == 'sqrt'
+               else np.sqrt(v_hat) + eps)
+        p = p - (1 if mistake == 'lr' else lr) * m_hat / den
+    return p
+
+
+_ADAM_MISTAKES = (
+    ('correction', "the bias correction is missing: m and v start at 0, so early on they are "
+                   "far too small (m = 0.1 g after one step); divide m by 1 - b1^t and v by "
+                   "1 - b2^t"),
+    ('power', "the correction is 1 - b1^t and 1 - b2^t, with t the step number: it fades as t "
+              "grows (1 - b1 alone is right for the first step only)"),
+    ('t+1', "t counts from 1 (the first step has t = 1, so 1 - b1^t = 1 - b1 then): you "
+            "corrected with t + 1"),
+    ('sqrt', "the step divides by the square root of v_hat: lr * m_hat / (sqrt(v_hat) + eps) is "
+             "about lr * g / |g|, a step of about lr whatever the gradient's scale"),
+    ('eps', "eps goes outside the square root, sqrt(v_hat) + eps, as in PyTorch's Adam: inside, "
+            "it swamps gradients of about 1e-4 (sqrt(1e-8 + 1e-8) instead of 1e-4)"),
+    ('lr', "the step ignores the learning rate: p -= lr * m_hat / (sqrt(v_hat) + eps)"),
+)
+
+
+def check_10_1(m):
+    optim = m['optim']
+    r = rng(26)
+    cases = [([np.array([1.0, -2.0, 0.5])] * 2, "a constant gradient [1, -2, 0.5]"),
+             ([r.standard_normal(4) * 1e-4 for _ in range(3)], "3 gradients of about 1e-4"),
+             ([r.standard_normal(4) for _ in range(5)], "5 random gradients")]
+    for gs, what in cases:
+        p0 = r.standard_normal(gs[0].shape)
+        p, mm, vv = p0.copy(), np.zeros_like(p0), np.zeros_like(p0)
+        for t, g in enumerate(gs, 1):
+            optim.adam_step(p, g, mm, vv, t, 0.1, 0.9, 0.999, 1e-8)
+            if t > 1:
+                continue
+            def same(a, b):  # relative: the moments of gradients of 1e-4 are tiny
+                return np.allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
+            if not mm.any() and not vv.any():
+                raise Fail("m and v are still 0 after a step: `m = ...` gives the name m a new "
+                           "array and leaves the optimizer's (the state kept for the next step) "
+                           "at 0; write into it: m[...] = b1 * m + (1 - b1) * g, and v likewise")
+            if same(mm, 0.001 * g) or same(vv, 0.1 * g * g):
+                raise Fail("the betas are swapped: m averages g with b1 = 0.9 (it follows g "
+                           "quickly), v averages g^2 with b2 = 0.999 (slowly)")
+            if same(vv, 0.001 * g):
+                raise Fail("v is the moving average of the squared gradient: v = b2 v + "
+                           "(1 - b2) g * g (you averaged g itself)")
+            if not (same(mm, 0.1 * g) and same(vv, 0.001 * g * g)):
+                raise Fail(f"after one step from m = v = 0 with g = {np.round(g, 4).tolist()}, m "
+                           f"must be (1 - b1) g = 0.1 g and v (1 - b2) g^2 = 0.001 g^2; got m = "
+                           f"{np.round(mm, 6).tolist()}, v = {np.round(vv, 8).tolist()}")
+            if close(p, p0):
+                raise Fail("p did not change: `p = p - ...` makes a new array; change the "
+                           "parameter's own array in place (p -= ...)")
+        want = _adam_np(gs, p0)
+        if close(p, want, 1e-7):
+            continue
+        for mistake, msg in _ADAM_MISTAKES:
+            if close(p, _adam_np(gs, p0, mistake=mistake), 1e-7):
+                raise Fail(msg)
+        if close(p - p0, p0 - want):
+            raise Fail("Adam stepped uphill: p -= lr * m_hat / (sqrt(v_hat) + eps)")
+        raise Fail(f"after {len(gs)} steps with {what} (lr 0.1, betas (0.9, 0.999), eps 1e-8), "
+                   f"p must be {np.round(want, 6).tolist()}, you gave {np.round(p, 6).tolist()}")
+
+
+def _decay_np(p0, gs, lr, wd, how):
+    """Adam's steps with weight decay applied `how`: 'decoupled' (AdamW), 'l2' (Adam), or a
+    typical mistake: 'none', 'both', 'nolr' (1 - wd), 'subtract' (p - lr wd), 'grew'
+    (1 + lr wd), 'replace' (g = wd p)."""
+    p, m, v = np.array(p0, dtype=np.float64), 0.0, 0.0
+    for t, g in enumerate(gs, 1):
+        factor = {'decoupled': 1 - lr * wd, 'both': 1 - lr * wd, 'nolr': 1 - wd,
+                  'grew': 1 + lr * wd}.get(how, 1)
+        p = p * factor - (lr * wd if how == 'subtract' else 0)
+        g = g + wd * p if how in ('l2', 'both') else wd * p if how == 'replace' else g
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        p = p - lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    return p
+
+
+_DECAY_MISTAKES = {
+    'AdamW': ('decoupled', {
+        'l2': "AdamW decayed through the gradient (g + wd * p is Adam's L2): Adam's division by "
+              "sqrt(v) then makes the decay a step of about lr whatever the weight; AdamW "
+              "shrinks p itself: p.array *= 1 - lr * wd",
+        'none': "AdamW ignored weight_decay: with decoupled_weight_decay, shrink p itself, "
+                "p.array *= 1 - lr * wd",
+        'both': "AdamW decayed twice, directly and through g: its decay is only the decoupled "
+                "one (p.array *= 1 - lr * wd; g stays as it is)",
+        'nolr': "AdamW's decay is scaled by the learning rate: p.array *= 1 - lr * wd (you used "
+                "1 - wd)",
+        'subtract': "decoupled decay multiplies, p.array *= 1 - lr * wd, taking the same fraction "
+                    "off every weight: you subtracted lr * wd",
+        'grew': "the weights grew: decay shrinks them, p.array *= 1 - lr * wd"}),
+    'Adam': ('l2', {
+        'decoupled': "Adam's weight_decay is L2, as in PyTorch's Adam: add wd * p to the gradient "
+                     "(g = g + wd * p.array); only AdamW (decoupled_weight_decay=True) shrinks p "
+                     "directly",
+        'none': "Adam ignored weight_decay: as PyTorch's Adam, add wd * p to the gradient "
+                "(g = g + wd * p.array)",
+        'both': "Adam decayed twice, through g and directly: Adam's decay is only the L2 term "
+                "g = g + wd * p.array",
+        'replace': "the decay term is added to the gradient, g = g + wd * p.array: you replaced "
+                   "g with it"})}
+
+
+def check_10_2(m):
+    tt, optim = m['tinytorch'], m['optim']
+    p0, lr, wd = np.array([2.0, -4.0, 0.5]), 0.1, 0.5
+    gs = [np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.5, -2.0])]
+
+    def train(cls, decay):
+        p = leaf(tt, p0)
+        opt = cls([p], lr=lr, weight_decay=decay)
+        for g in gs:
+            p.grad = tt.tensor(g)
+            opt.step()
+        return p.array
+    for name, (right, mistakes) in _DECAY_MISTAKES.items():
+        got = train(getattr(optim, name), wd)
+        if close(got, _decay_np(p0, gs, lr, wd, right)):
+            continue
+        for how, msg in mistakes.items():
+            if close(got, _decay_np(p0, gs, lr, wd, how)):
+                raise Fail(msg)
+        raise Fail(f"{name}(lr=0.1, weight_decay=0.5), 2 steps from {p0.tolist()}: p must be "
+                   f"{np.round(_decay_np(p0, gs, lr, wd, right), 6).tolist()}, you gave "
+                   f"{np.round(got, 6).tolist()} ({'p *= 1 - lr * wd before the step' if right == 'decoupled' else 'g = g + wd * p'})")
+    for name in _DECAY_MISTAKES:
+        got = train(getattr(optim, name), 0.0)
+        if not close(got, _decay_np(p0, gs, lr, 0.0, 'none')):
+            raise Fail(f"{name} with weight_decay=0 must be plain Adam: p "
+                       f"{np.round(_decay_np(p0, gs, lr, 0.0, 'none'), 6).tolist()}, you gave "
+                       f"{np.round(got, 6).tolist()}")
+
+
+# -- step 11 (optional): convolution as a matmul over patches, max pooling -------------------
+def _unfold_np(x, k, d=(1, 1), p=(0, 0), s=(1, 1), dilate=True, stride=True):
+    """unfold by its definition, one patch element at a time: (N, C*kh*kw, oh*ow); with
+    dilate or stride False, a typical mistake (that one ignored)."""
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
+    out = np.zeros((n, c, k[0], k[1], oh, ow))
+    for y in range(oh):
+        for x_ in range(ow):
+            for i in range(k[0]):
+                for j in range(k[1]):
+                    out[:, :, i, j, y, x_] = xp[:, :, y * ss[0] + i * dd[0], x_ * ss[1] + j * dd[1]]
+    return out.reshape(n, c * k[0] * k[1], oh * ow)
+
+
+def _fold_np(g, shape, k, d=(1, 1), p=(0, 0), s=(1, 1), add=True, crop=True):
+    """unfold's adjoint by its definition: each column entry back onto its pixel, added
+    (add False: assigned, a typical mistake), the padding cropped (crop False: kept)."""
+    n, c, h, w = shape
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    g = g.reshape(n, c, k[0], k[1], oh, ow)
+    gx = np.zeros((n, c, h + 2 * p[0], w + 2 * p[1]))
+    for i in range(k[0]):
+        for j in range(k[1]):
+            for y in range(oh):
+                for x_ in range(ow):
+                    at = (slice(None), slice(None), y * s[0] + i * d[0], x_ * s[1] + j * d[1])
+                    gx[at] = gx[at] + g[:, :, i, j, y, x_] if add else g[:, :, i, j, y, x_]
+    return gx[:, :, p[0]:p[0] + h, p[1]:p[1] + w] if crop else gx
+
+
+# (input shape, kernel, dilation, padding, stride): a square kernel at stride 1, then each
+# of stride, dilation and padding on its own, then all of them
+_WINDOWS = (((2, 2, 5, 5), (3, 3), (1, 1), (0, 0), (1, 1)),
+            ((1, 2, 6, 7), (2, 3), (1, 1), (0, 0), (2, 3)),
+            ((1, 1, 7, 6), (3, 2), (2, 1), (0, 0), (1, 1)),
+            ((2, 1, 4, 5), (3, 3), (1, 1), (1, 2), (1, 1)),
+            ((1, 2, 8, 7), (2, 3), (2, 1), (1, 1), (2, 2)))
+
+
+def _window_says(k, d, p, s):
+    return f"kernel {k}, dilation {d}, padding {p}, stride {s}"
+
+
+def check_11_1(m):
+    tt = m['tinytorch']
+    r = rng(28)
+    for shape, k, d, p, s in _WINDOWS:
+        x = r.standard_normal(shape)
+        try:
+            got = np.asarray(tt.unfold(leaf(tt, x), k, d, p, s).array)
+        except (ValueError, IndexError, TypeError) as e:
+            raise Fail(f"for a {_window_says(k, d, p, s)} your code raised {type(e).__name__}: "
+                       f"{str(e).splitlines()[0]}: kernel element (i, j) visits oh x ow pixels, "
+                       "rows i*dh, i*dh + sh, ... and columns j*dw, j*dw + sw, ...") from None
+        want = _unfold_np(x, k, d, p, s)
+        if close(got, want):
+            continue
+        if d != (1, 1) and close(got, _unfold_np(x, k, d, p, s, dilate=False)):
+            raise Fail(f"with dilation {d} the kernel's elements are spread out: element (i, j) "
+                       f"sits i*dh rows and j*dw columns into its patch (you used i and j)")
+        if s != (1, 1) and close(got, _unfold_np(x, k, d, p, s, stride=False)):
+            raise Fail(f"with stride {s} the patches start every sh-th row and sw-th column: the "
+                       "patch at output position (y, x) starts at row y*sh, column x*sw (you "
+                       "moved by 1)")
+        if k[0] == k[1] and close(got, want.reshape(shape[:2] + k + (-1,)).swapaxes(2, 3)
+                                  .reshape(want.shape)):
+            raise Fail("the kernel's rows and columns are swapped: cols[:, :, i, j] is kernel "
+                       "element (i, j), row i and column j of each patch")
+        raise Fail(f"the columns of unfold for a {_window_says(k, d, p, s)} differ from the "
+                   f"patches: {worst(got, want, 'the patch holds')}")
+
+
+def check_11_2(m):
+    tt = m['tinytorch']
+    r = rng(29)
+    for shape, k, d, p, s in _WINDOWS:
+        x = r.standard_normal(shape)
+        out = tt.unfold(leaf(tt, x), k, d, p, s)
+        g = r.standard_normal(out.shape)
+        gx, = rule_grads(out, g, 1)
+        gx = np.asarray(gx)
+        want = _fold_np(g, shape, k, d, p, s)
+        if p != (0, 0) and gx.shape == _fold_np(g, shape, k, d, p, s, crop=False).shape:
+            raise Fail(f"the gradient has the padded image's shape {gx.shape}: the padding is not "
+                       f"part of the input, so drop its part (gx[:, :, ph:ph + h, pw:pw + wd])")
+        check_input_grad(
+            f'the image ({_window_says(k, d, p, s)})', gx, want, shape,
+            [(lambda got: close(got, _fold_np(g, shape, k, d, p, s, add=False)),
+              f"patches overlap (a {k[0]}x{k[1]} kernel at stride {s}): a pixel in several "
+              "patches gets the sum of their gradients; add into gx (+=), do not assign")],
+            "d unfold/dx: each column entry goes back onto the pixel it came from, and "
+            "overlapping patches add up")
+
+
+def _conv_np(x, w, b, s, p, d):
+    """A convolution by its definition: out[n, o, y, x] = sum over c, i, j of w[o, c, i, j]
+    times the padded input at (y*sh + i*dh, x*sw + j*dw), plus b[o]."""
+    n, o = x.shape[0], w.shape[0]
+    cols = _unfold_np(x, w.shape[2:], d, p, s)
+    out = np.einsum('ok,nkl->nol', w.reshape(o, -1), cols)
+    if b is not None:
+        out = out + b[:, None]
+    oh = (x.shape[2] + 2 * p[0] - d[0] * (w.shape[2] - 1) - 1) // s[0] + 1
+    return out.reshape(n, o, oh, -1)
+
+
+def check_11_3(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(30)
+    for xs, ws, bias, s, p, d in (((2, 3, 5, 5), (4, 3, 3, 3), True, (1, 1), (1, 1), (1, 1)),
+                                  ((1, 2, 6, 5), (3, 2, 2, 3), False, (2, 1), (0, 0), (1, 1)),
+                                  ((2, 1, 6, 6), (2, 1, 3, 2), True, (1, 2), (1, 0), (2, 1))):
+        x, w = r.standard_normal(xs), r.standard_normal(ws)
+        b = r.standard_normal(ws[0]) if bias else None
+        X, W = leaf(tt, x), leaf(tt, w)
+        B = leaf(tt, b) if bias else None
+        say = (f"x {xs}, weight {ws}{', a bias' if bias else ', no bias'}, stride {s}, "
+               f"padding {p}, dilation {d}")
+        try:
+            out = nn.conv2d(X, W, B, s, p, d)
+        except NotImplementedError:  # a stub (a RuntimeError too): attempt names it
+            raise
+        except (ValueError, IndexError, TypeError, RuntimeError) as e:
+            raise Fail(f"for {say} your conv2d raised {type(e).__name__}: "
+                       f"{str(e).splitlines()[0]}: weight.reshape(o, -1) is (O, C*kh*kw), the "
+                       "columns (N, C*kh*kw, L), their product (N, O, L); the bias (O,) "
+                       "reshaped to (O, 1) adds to every position") from None
+        want = _conv_np(x, w, b, s, p, d)
+        if tuple(out.shape) != want.shape:
+            raise Fail(f"for {say} the result has shape {tuple(out.shape)}, expected "
+                       f"{want.shape} (N, O, oh, ow): the product (N, O, L) reshaped, the "
+                       "positions last")
+        if not close(out.array, want):
+            if bias and close(out.array, _conv_np(x, w, None, s, p, d)):
+                raise Fail("the bias was not added: out = out + bias.reshape(o, 1), one number "
+                           "per output channel at every position")
+            raise Fail(f"for {say} the convolution differs from its definition (the sum over "
+                       f"c, i, j of w[o, c, i, j] times the patch's pixel): "
+                       f"{worst(out.array, want, 'the definition gives')}")
+        g = r.standard_normal(want.shape)
+        out.backward(tt.tensor(g))
+        arrays = [x, w] + ([b] if bias else [])
+        leaves = [('x', X), ('the weight', W)] + ([('the bias', B)] if bias else [])
+        _check_leaf_grads(leaves, lambda *a: _conv_np(a[0], a[1], a[2] if bias else None, s, p, d),
+                          arrays, g, tol=1e-4, says=lambda name, why: (
+                              f"for {say}, d out/d {name} through your unfold, matmul and "
+                              f"reshape differs from finite differences: {why}"))
+
+
+def check_11_4(m):
+    tt, nn = m['tinytorch'], m['nn']
+    r = rng(31)
+    x = r.permutation(24).reshape(2, 3, 4).astype(np.float64)  # no ties
+    for dim in (0, 1, -1):
+        for keepdim in (False, True):
+            out = leaf(tt, x).max(dim=dim, keepdim=keepdim).values
+            g = r.standard_normal(out.shape)
+            try:
+                gx, = rule_grads(out, g, 1)
+            except ValueError as e:
+                raise Fail(f"max(dim={dim}, keepdim={keepdim}): your rule raised ValueError: "
+                           f"{str(e).splitlines()[0]}: without keepdim, g lost dim d: put it "
+                           "back (np.expand_dims(g, d)) to line up with idx") from None
+            want = np.zeros(x.shape)
+            np.put_along_axis(want, np.expand_dims(x.argmax(dim), dim),
+                              g if keepdim else np.expand_dims(g, dim), axis=dim)
+            check_input_grad(
+                f'x in max(dim={dim}, keepdim={keepdim})', gx, want, x.shape,
+                [(lambda got: close(got, np.broadcast_to(g if keepdim else np.expand_dims(g, dim),
+                                                         x.shape)),
+                  "max's gradient is not sum's: only the largest element moved the result, so "
+                  "only it gets g; the others get 0")], "d max/dx_i = 1 at the largest, else 0")
+    tie = leaf(tt, [[1.0, 3.0, 3.0, 2.0]])
+    gx, = rule_grads(tie.max(dim=1).values, np.array([5.0]), 1)
+    if close(gx, [[0, 5, 5, 0]]) or close(gx, [[0, 2.5, 2.5, 0]]):
+        raise Fail(f"a tie: max([1, 3, 3, 2]) with g = 5 gave {np.asarray(gx).tolist()}: the "
+                   "gradient goes to one element, the first of the largest (the index max "
+                   "returns, idx), as in PyTorch")
+    if not close(gx, [[0, 5, 0, 0]]):
+        raise Fail(f"max([1, 3, 3, 2]) with g = 5 must give the gradient [0, 5, 0, 0], got "
+                   f"{np.asarray(gx).tolist()}")
+    # max pooling: the maximum of each window's column, so its gradient goes to each
+    # window's largest pixel (a pixel in two windows gets both)
+    for kernel, stride, padding in ((2, 2, 0), (3, 2, 1), (2, 1, 0)):
+        img = r.standard_normal((2, 2, 5, 5)) - (padding * 3)  # padded windows: all negative
+        X = leaf(tt, img)
+        out = nn.max_pool2d(X, kernel, stride, padding)
+        g = r.standard_normal(out.shape)
+        out.backward(tt.tensor(g))
+        k2, p2, s2 = (kernel, kernel), (padding, padding), (stride, stride)
+        cols = _unfold_np(img, k2, (1, 1), p2, s2).reshape(4, 1, kernel * kernel, -1)
+        cols = np.where(_unfold_np(np.ones((1, 1, 5, 5)), k2, (1, 1), p2, s2) == 1, cols, -np.inf)
+        want_out = cols.max(axis=2).reshape(out.shape)
+        pick = np.zeros(cols.shape)
+        np.put_along_axis(pick, cols.argmax(axis=2)[:, :, None], g.reshape(4, 1, 1, -1), axis=2)
+        want = _fold_np(pick.reshape(4, 1, -1), (4, 1, 5, 5), k2, (1, 1), p2, s2).reshape(img.shape)
+        if not close(out.array, want_out):
+            raise Fail(f"max_pool2d(kernel {kernel}, stride {stride}, padding {padding}) gives "
+                       f"other values than each window's largest: {worst(out.array, want_out, 'the largest is')}")
+        if X.grad is None or not close(X.grad.array, want):
+            raise Fail(f"max_pool2d(kernel {kernel}, stride {stride}, padding {padding}): the "
+                       f"image's gradient must be g at each window's largest pixel (added up "
+                       f"where windows overlap), 0 elsewhere: "
+                       f"{worst(X.grad.array, want, 'it should be') if X.grad is not None else 'no .grad'}")
+
+
+# -- step 12 (optional): a KV cache for generation -------------------------------------------
+def _cached_attention_np(x, attn, calls, how=''):
+    """CausalSelfAttention on x in NumPy, called once per (first, end) span of calls with a
+    cache; how: '' as it should be, or 'reversed' (the new keys before the cached ones, a
+    typical mistake)."""
+    W, b = attn.c_attn.weight.array.astype(np.float64), attn.c_attn.bias.array
+    Wp, bp = attn.c_proj.weight.array.astype(np.float64), attn.c_proj.bias.array
+    B, _, C = x.shape
+    H = attn.n_head
+    D = C // H
+    q, k, v = np.split(x @ W.T + b, 3, axis=-1)
+
+    def heads(a):
+        return a.reshape(B, -1, H, D).transpose(0, 2, 1, 3)
+    K = V = None
+    outs = []
+    for first, end in calls:
+        qq, kk, vv = heads(q[:, first:end]), heads(k[:, first:end]), heads(v[:, first:end])
+        past = 0 if K is None else K.shape[2]
+        if K is not None:
+            kk, vv = ((np.concatenate([kk, K], 2), np.concatenate([vv, V], 2)) if how == 'reversed'
+                      else (np.concatenate([K, kk], 2), np.concatenate([V, vv], 2)))
+        K, V = kk, vv
+        allowed = np.tril(np.ones((end - first, past + end - first), dtype=bool), k=past)
+        w = _softmax(np.where(allowed, qq @ kk.transpose(0, 1, 3, 2) / math.sqrt(D), -np.inf))
+        outs.append((w @ vv).transpose(0, 2, 1, 3).reshape(B, end - first, C) @ Wp.T + bp)
+    return np.concatenate(outs, 1)
+
+
+def check_12_1(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    cfg = tr.GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8, dropout=0.0,
+                       bias=True)
+    tt.manual_seed(3)
+    attn = tr.CausalSelfAttention(cfg)
+    x = rng(32).standard_normal((2, 6, 8)).astype(np.float32)
+    calls = ((0, 3), (3, 4), (4, 6))  # a prompt of 3, then one token, then two at once
+    cache, outs = tr.KVCache(1), []
+    for first, end in calls:
+        held = cache.length
+        try:
+            outs.append(np.asarray(attn(tt.tensor(x[:, first:end]), cache, 0).array))
+        except NotImplementedError:  # a stub (a RuntimeError too): attempt names it
+            raise
+        except (ValueError, IndexError, RuntimeError, TypeError) as e:
+            why = ("set past to the number of cached positions (past_k.shape[2]): the mask after "
+                   "your lines is (T, past + T), a column for every key" if cache.length == end
+                   else "keys and values are (B, H, T, D), the positions are dim 2")
+            raise Fail(f"with the cache holding {held} positions, a call on {end - first} new "
+                       f"ones raised {type(e).__name__}: {str(e).splitlines()[0]}: {why}") from None
+        if cache.layers[0] is None:
+            raise Fail("after a call with the cache, cache.layers[layer] is still None: keep this "
+                       "call's keys and values there, cache.layers[layer] = (k, v)")
+        if cache.length != end:
+            raise Fail(f"after {end} positions the cache holds {cache.length}: keep the keys and "
+                       "values of every position so far (the cached ones followed by the new "
+                       "ones, after the concatenation) in cache.layers[layer]" + (
+                           ", not only this call's" if cache.length == end - first else ""))
+    got = np.concatenate(outs, 1)
+    want = _cached_attention_np(x, attn, calls)
+    if close(got, want, 1e-4):
+        return
+    if close(got, _cached_attention_np(x, attn, calls, 'reversed'), 1e-4):
+        raise Fail("the cached keys go first: tt.cat([past_k, k], dim=2) keeps the positions in "
+                   "order, which the causal mask assumes (the same for the values)")
+    raise Fail(f"with the cache (calls on positions 0-2, then 3, then 4-5) the outputs differ "
+               f"from attention over all the positions so far: {worst(got, want, 'attention over them gives')}")
+
+
+def _greedy_np(model, prompt, n):
+    """Greedy generation by its definition: the model (no cache) on the last block_size
+    tokens, the most likely next token, n times."""
+    idx = np.array(prompt)
+    for _ in range(n):
+        logits, _ = model(idx[:, -model.config.block_size:])
+        idx = np.concatenate([idx, logits.array[:, -1].argmax(-1)[:, None]], axis=1)
+    return idx
+
+
+def check_12_2(m):
+    tt, tr = m['tinytorch'], m['transformer']
+    cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=2, n_head=2, n_embd=16, dropout=0.0,
+                       bias=True)
+    tt.manual_seed(4)
+    model = tr.GPT(cfg)
+    for p in model.parameters():
+        p.array *= 20  # weights of about 0.4: logits far apart, so each token is clear
+    prompt, n = np.array([[1, 2, 3], [4, 5, 6]]), 9  # 3 + 9 tokens: past the block of 8
+    want = _greedy_np(model, prompt, n)
+    got = model.generate(tt.tensor(prompt), n, temperature=0, use_cache=False)
+    if not np.array_equal(np.asarray(got.array), want):
+        raise Fail("without the cache, generate must run the model on the window (the last "
+                   "block_size tokens) each step: logits, _ = self(window)")
+    calls, forward = [], model.forward
+
+    def counting(idx, targets=None, cache=None):
+        calls.append((idx.shape[1], cache is not None))
+        return forward(idx, targets, cache)
+    model.forward = counting
+    try:
+        got = model.generate(tt.tensor(prompt), n, temperature=0, use_cache=True)
+    except ValueError as e:
+        raise Fail(f"with the cache, generation past the block size raised ValueError: "
+                   f"{str(e).splitlines()[0]}" + (
+                       ": the cache already holds the earlier tokens' keys and values, so after "
+                       "the first call only the newest token goes through the model "
+                       "(idx[:, -1:])" if any(t > 1 for t, _ in calls[1:3]) else
+                       ": once the text is longer than the block size the window slides, every "
+                       "token sits one position earlier than when it was cached, so rebuild the "
+                       "cache from the window each step (when idx.shape[1] > bs)")) from None
+    finally:
+        del model.forward
+    expect = [(min(3 + s, 8) if s == 0 or 3 + s > 8 else 1, True) for s in range(n)]
+    if calls[0][0] == 1 and calls[0][1]:
+        raise Fail("the first call must encode the whole window (the prompt) into the new "
+                   "cache: you ran only the newest token, so the others' keys were never made")
+    if not all(c for _, c in calls):
+        raise Fail("with use_cache=True a step ran the model without the cache: pass "
+                   "cache=cache (a KVCache(self.config.n_layer) made on the first call)")
+    if calls != expect and [t for t, _ in calls[1:6]] == [3 + s for s in range(1, 6)]:
+        raise Fail("with use_cache=True every step ran the whole window through the model: the "
+                   "cache already holds the earlier tokens, so after the first call feed only "
+                   "the newest one, idx[:, -1:]")
+    if not np.array_equal(np.asarray(got.array), want):
+        raise Fail(f"with the cache, generate gave other tokens than without it: "
+                   f"{np.asarray(got.array)[0].tolist()} instead of {want[0].tolist()}")
+    if calls != expect:
+        raise Fail(f"with the cache the model should run on {[t for t, _ in expect]} tokens per "
+                   f"step (the window once, then the newest token, and the window again each "
+                   f"step once it slides), it ran on {[t for t, _ in calls]}")
+
+
 CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
 # The other exercises whose code each check runs (found by tracing the checks on the
 # shipped answers; a test traces them again): a failure is blamed on the first of these
@@ -1652,7 +2275,10 @@ CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}
 DEPS = {ex: () for ex in EXERCISES}
 DEPS.update({'1.2': ('1.1',), '1.3': ('1.1',), '1.4': ('1.1',), '1.5': ('1.1',),
              '3.1': ('1.1',), '4.2': ('1.1',), '7.2': ('7.1',), '8.1': ('6.2', '7.1', '7.2'),
-             '9.1': ('1.1', '1.2', '1.4', '2.1', '2.2', '2.3', '4.2')})
+             '9.1': ('1.1', '1.2', '1.4', '2.1', '2.2', '2.3', '4.2'), '10.2': ('10.1',),
+             '11.2': ('11.1',), '11.3': ('1.1', '1.2', '2.1', '2.2', '2.3', '3.1', '11.1', '11.2'),
+             '11.4': ('2.1', '2.2', '2.3', '11.1', '11.2'), '12.1': ('7.1', '7.2'),
+             '12.2': ('4.1', '6.2', '7.1', '7.2', '8.1', '12.1')})
 
 
 # ---------------------------------------------------------------------------
@@ -1809,7 +2435,9 @@ def run_7(m):
 TEXT = "the cat sat on the mat. the dog sat on the log. "
 
 
-def run_8(m, steps=150, target=0.3):
+def run_8(m, steps=300, target=0.3):
+    """A 1-layer GPT learns a small text, everything on your code: the engine, the block,
+    and your SGD with momentum (Adam is an optional step of its own, 10)."""
     tt, tr, optim = m['tinytorch'], m['transformer'], m['optim']
     chars = sorted(set(TEXT))
     ids = np.array([chars.index(c) for c in TEXT * 4])
@@ -1817,7 +2445,7 @@ def run_8(m, steps=150, target=0.3):
                        dropout=0.0, bias=True)
     tt.manual_seed(0)
     model = tr.GPT(cfg)
-    opt = optim.Adam(model.parameters(), lr=1e-2)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     r = rng(24)
     t0 = time.perf_counter()
     for step in range(steps):
@@ -1827,16 +2455,35 @@ def run_8(m, steps=150, target=0.3):
         opt.zero_grad()
         _, loss = model(tt.tensor(xb), tt.tensor(yb))
         loss.backward()
+        if step == 0:  # a mistake that only slows learning shows here, in the gradients
+            _same_gradients_as_shipped(model, cfg, xb, yb)
         opt.step()
         if float(loss.array) < target:
             break
     secs = time.perf_counter() - t0
     final = float(loss.array)
     if not final < target:
-        raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
+        raise Fail(f"after {steps} SGD steps the loss is {final:.3f} (it starts near "
                    f"{math.log(len(chars)):.2f}); expected below {target}")
     return (f"a 1-layer GPT learned {len(TEXT)} characters of text: loss {final:.3f} after "
             f"{step + 1} steps ({secs:.0f} s)")
+
+
+def _same_gradients_as_shipped(model, cfg, xb, yb):
+    """Your GPT's gradients on one batch against the shipped engine's, from the same weights."""
+    rt, _, rtr = reference()
+    ref = rtr.GPT(rtr.GPTConfig(**vars(cfg)))
+    mine = dict(model.named_parameters())
+    for name, p in ref.named_parameters():
+        p.array[...] = mine[name].array
+    _, loss = ref(rt.tensor(xb), rt.tensor(yb))
+    loss.backward()
+    for name, p in ref.named_parameters():
+        got = mine[name].grad
+        if got is None or not close(got.array, p.grad.array, 1e-4):
+            raise Fail(f"the first batch's gradient for {name} differs from the shipped engine's "
+                       f"(from the same weights): "
+                       f"{worst(got.array, p.grad.array, 'the shipped one') if got is not None else 'no .grad'}")
 
 
 HELLO = "hello world! "
@@ -1852,7 +2499,7 @@ def run_9(m, steps=150, target=0.1):
     eye = np.eye(v, dtype=np.float32)
     tt.manual_seed(0)
     lstm, head = nn.LSTM(v, 24, batch_first=True), nn.Linear(24, v)
-    opt = optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=0.03)
+    opt = optim.SGD(list(lstm.parameters()) + list(head.parameters()), lr=0.5, momentum=0.9)
     r = rng(25)
     for step in range(steps):
         starts = r.integers(0, len(ids) - 13, 8)
@@ -1867,13 +2514,105 @@ def run_9(m, steps=150, target=0.1):
             break
     final = float(loss.array)
     if not final < target:
-        raise Fail(f"after {steps} Adam steps the loss is {final:.3f} (it starts near "
+        raise Fail(f"after {steps} SGD steps the loss is {final:.3f} (it starts near "
                    f"{math.log(v):.2f}); expected below {target}")
     return (f"an LSTM on your cell continues {HELLO.strip()!r}: loss {final:.3f} after "
             f"{step + 1} steps")
 
 
-RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8, 9: run_9}
+def run_10(m, steps=300):
+    """The spiral of step 6, learned by your AdamW instead of SGD with momentum."""
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    x, y = spiral()
+    tt.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 3))
+    opt = optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.01)
+    X = tt.tensor(x)
+    for step in range(steps):
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+    acc = float((model(X).array.argmax(1) == y).mean())
+    if acc < 0.95:
+        raise Fail(f"the spiral classifier reached only {acc:.0%} training accuracy (loss "
+                   f"{float(loss.array):.3f}) after {steps} AdamW steps (lr 0.02, weight decay "
+                   f"0.01); expected at least 95%")
+    return (f"spiral (3 classes) with your AdamW: {acc:.0%} after {steps} steps (loss "
+            f"{float(loss.array):.3f})")
+
+
+def digits():
+    """The handwritten digits this project ships (data/digits.csv.gz beside learn.py): 1797
+    images of 8x8 pixels valued 0-16, each row 64 pixels and the label."""
+    import gzip
+    path = HERE / 'data' / 'digits.csv.gz'
+    try:
+        with gzip.open(path, 'rt') as f:
+            rows = np.loadtxt(f, delimiter=',')
+    except (OSError, ValueError, EOFError) as e:
+        raise Fail(f"cannot read {path} ({type(e).__name__}): the step 11 run needs the digits "
+                   "that tinytorch ships in data/") from None
+    if rows.ndim != 2 or rows.shape[1] != 65:
+        raise Fail(f"{path} is not 65 numbers a row (64 pixels and the label)")
+    x = (rows[:, :64] / 16).astype(np.float32).reshape(-1, 1, 8, 8)
+    return x, rows[:, 64].astype(np.int64)
+
+
+def run_11(m, steps=300):
+    """A small CNN (your conv2d and max pooling) learns 1500 of the digits and reads the
+    other 297, which it never saw."""
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    x, y = digits()
+    order = rng(34).permutation(len(y))
+    x, y = x[order], y[order]  # the file is sorted by writer: mix them
+    tt.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    r = rng(33)
+    for step in range(steps):
+        batch = r.integers(0, 1500, 64)
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(tt.tensor(x[batch])), y[batch])
+        loss.backward()
+        opt.step()
+    acc = float((model(tt.tensor(x[1500:])).array.argmax(1) == y[1500:]).mean())
+    if acc < 0.93:
+        raise Fail(f"the CNN read only {acc:.0%} of the 297 unseen digits after {steps} steps "
+                   f"(training loss {float(loss.array):.3f}); expected at least 93%")
+    return (f"a CNN on your convolution and max pooling read {acc:.1%} of 297 unseen digits "
+            f"after {steps} steps")
+
+
+def run_12(m, n=40):
+    """A small GPT (random weights, made large so that its choices are clear) samples 40
+    tokens past its block size with your cache and without, from the same seed."""
+    tt, tr = m['tinytorch'], m['transformer']
+    cfg = tr.GPTConfig(block_size=32, vocab_size=11, n_layer=2, n_head=2, n_embd=32,
+                       dropout=0.0, bias=True)
+    tt.manual_seed(5)
+    model = tr.GPT(cfg)
+    for p in model.parameters():
+        p.array *= 10
+    prompt = tt.tensor(np.array([[1, 2, 3, 4]]))
+    out, secs = {}, {}
+    for use_cache in (False, True):
+        tt.manual_seed(6)
+        t0 = time.perf_counter()
+        out[use_cache] = np.asarray(model.generate(prompt, n, use_cache=use_cache).array)[0]
+        secs[use_cache] = (time.perf_counter() - t0) / n
+    if not np.array_equal(out[True], out[False]):
+        k = int(np.argmax(out[True] != out[False]))
+        raise Fail(f"sampled from the same seed, generation with the cache gave other tokens "
+                   f"than without it, from token {k} on: {out[True][k:k + 8].tolist()} instead "
+                   f"of {out[False][k:k + 8].tolist()}")
+    return (f"{n} tokens sampled past the block size of {cfg.block_size}: the same with your cache "
+            f"and without ({1000 * secs[True]:.1f} ms a token against {1000 * secs[False]:.1f})")
+
+
+RUN_FNS = {2: run_2, 3: run_3, 5: run_5, 6: run_6, 7: run_7, 8: run_8, 9: run_9, 10: run_10,
+           11: run_11, 12: run_12}
 
 
 # -- after a failed run: probes of the code it uses, each with a closed form ------------------
@@ -1913,15 +2652,6 @@ def _probe_momentum(m):
                    f"momentum 0.9) must give -0.561 (buf = 1, 1.9, 2.71), got {got:.6g}")
 
 
-def _adam_np(g, steps, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, correct=True):
-    p, mo, v = np.zeros_like(g), np.zeros_like(g), np.zeros_like(g)
-    for t in range(1, steps + 1):
-        mo, v = b1 * mo + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        mh, vh = (mo / (1 - b1 ** t), v / (1 - b2 ** t)) if correct else (mo, v)
-        p = p - lr * mh / (np.sqrt(vh) + eps)
-    return p
-
-
 def _probe_adam(m):
     tt, optim = m['tinytorch'], m['optim']
     p = leaf(tt, [0.0, 0.0])
@@ -1935,7 +2665,7 @@ def _probe_adam(m):
     # lr * 0.1 / sqrt(0.001) = 3.16 lr.
     if close(p.array, [-0.2, 0.2]):
         return
-    if close(p.array, _adam_np(g, 2, correct=False)):
+    if close(p.array, _adam_np([g, g], [0.0, 0.0], mistake='correction')):
         raise Fail("Adam (optim.py, adam_step): the bias correction is missing: m and v start "
                    "at 0, so divide m by 1 - b1^t and v by 1 - b2^t; without it the first "
                    "steps are 3 to 4 times lr instead of lr")
@@ -1993,6 +2723,20 @@ def _probe_cross_entropy(m):
                    f"onehot) / 2; got {float(loss.array):.6g}")
 
 
+def _probe_embedding(m):
+    tt, nn = m['tinytorch'], m['nn']
+    w = leaf(tt, np.zeros((3, 2)))
+    out = nn.embedding(tt.tensor(np.array([1, 1, 2])), w)
+    out.backward(tt.tensor(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])))
+    # token 1 is picked twice: its row gets both gradients, [1 + 3, 2 + 4]; row 0 none
+    if w.grad is None or not close(w.grad.array, [[0.0, 0.0], [4.0, 6.0], [5.0, 6.0]]):
+        got = w.grad.array.tolist() if w.grad is not None else None
+        raise Fail(f"an embedding's gradient (tinytorch.py, getitem's backward): rows [1, 1, 2] "
+                   f"with g = [[1, 2], [3, 4], [5, 6]] must give [[0, 0], [4, 6], [5, 6]] (a "
+                   f"token picked twice gets both gradients: np.add.at, not gx[idx] = g); got "
+                   f"{got}")
+
+
 def _probe_sdpa(m):
     tt, tr = m['tinytorch'], m['transformer']
     q = leaf(tt, [[1.0, 0.0], [0.0, 1.0]])
@@ -2012,7 +2756,13 @@ PROBES = {5: [_probe_sgd, _probe_mse, _probe_linear_module],
           6: [_probe_sgd, _probe_momentum, _probe_relu, _probe_linear_module,
               _probe_cross_entropy],
           7: [_probe_sdpa],
-          8: [_probe_adam, _probe_sdpa, _probe_linear_module, _probe_cross_entropy]}
+          8: [_probe_sgd, _probe_momentum, _probe_embedding, _probe_sdpa, _probe_linear_module,
+              _probe_cross_entropy],
+          9: [_probe_sgd, _probe_momentum, _probe_linear_module, _probe_cross_entropy],
+          10: [_probe_adam, _probe_relu, _probe_linear_module, _probe_cross_entropy],
+          11: [_probe_sgd, _probe_momentum, _probe_relu, _probe_linear_module,
+               _probe_cross_entropy],
+          12: [_probe_sdpa]}
 
 
 # ---------------------------------------------------------------------------
@@ -2062,6 +2812,13 @@ def time_limit(seconds):
         raise
     finally:
         timer.cancel()
+
+
+def upto(step):
+    """The exercises a step's run uses: the checklist's up to that step, and an optional
+    step's own (each optional step builds on the checklist, not on the other ones)."""
+    return [e for e in ORDER if EXERCISES[e]['step'] <= step
+            and (e in CORE or EXERCISES[e]['step'] == step)]
 
 
 def needs(ex):
@@ -2173,6 +2930,11 @@ class Session:
             _doing[0] = f"checking exercise {ex}"
             passed, msg, hung = attempt(CHECKS[ex], self.mods, needs(ex), ex, self.ws)
             self.hung = self.hung or hung
+            first = re.match(r'needs exercise (\d+\.\d+) first \(it is not implemented', msg)
+            if first and is_stub(self.ws, ex):  # neither started: this one is not started yet
+                f, line = locate(self.ws, ex)
+                msg = (f"not implemented yet: write it in {self.ws / f}, line {line} (after "
+                       f"exercise {first.group(1)}, which it needs)")
             self.done[ex] = passed, msg
         return self.done[ex]
 
@@ -2196,7 +2958,7 @@ class Session:
     def run(self, step, out):
         """A step's run, once every exercise up to it passes; a failure names the likely
         culprit (PROBES). True when it passed."""
-        mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+        mine = upto(step)
         blocked = [e for e in mine if not self.hung and not self.verdict(e)[0]]
         if blocked:
             out(f"· step {step} run ({RUNS[step]}): waits for {', '.join(blocked[:4])}"
@@ -2215,7 +2977,7 @@ class Session:
     def likely_cause(self, step):
         """After a failed run whose exercises all pass: the first probe of the code the run
         uses (outside the exercises, or beyond what their checks try) that fails."""
-        mine = [e for e in ORDER if EXERCISES[e]['step'] <= step]
+        mine = upto(step)
         for probe in PROBES.get(step, ()):
             ok, why, hung = attempt(probe, self.mods, needs(mine[-1]), None, self.ws)
             self.hung = self.hung or hung

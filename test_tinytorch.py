@@ -14414,6 +14414,42 @@ _LEARN_MISTAKES = [
     ('9.1', 'nn.py', "c = f * c + i * g ", "c = c + i * g ", "multiplied by the forget gate f", "no forget gate on the old cell"),
     ('9.1', 'nn.py', "h = o * c.tanh() ", "h = o * c ", "you left out the tanh of the cell", "h = o * c"),
     ('9.1', 'nn.py', "c = f * c + i * g            # forget some of the old cell, write some of the new\n    h = o * c.tanh() ", "h = o * c.tanh()\n    c = f * c + i * g ", "h shows the new cell", "h from the old cell"),
+    # the optional step 10: Adam and AdamW
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m\n    v_hat = v", "the bias correction is missing", "Adam without bias correction"),
+    ('10.1', 'optim.py', "m[...] = b1 * m + (1 - b1) * g\n    v[...] = b2 * v + (1 - b2) * g * g", "m = b1 * m + (1 - b1) * g\n    v = b2 * v + (1 - b2) * g * g", "still 0 after a step", "the moments given new arrays (m = ...) instead of updated in place"),
+    ('10.1', 'optim.py', "m[...] = b1 * m + (1 - b1) * g\n    v[...] = b2 * v + (1 - b2) * g * g", "m[...] = b2 * m + (1 - b2) * g\n    v[...] = b1 * v + (1 - b1) * g * g", "the betas are swapped", "b1 and b2 swapped"),
+    ('10.1', 'optim.py', "v[...] = b2 * v + (1 - b2) * g * g", "v[...] = b2 * v + (1 - b2) * g", "moving average of the squared gradient", "v averages g, not g^2"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m / (1 - b1)\n    v_hat = v / (1 - b2)", "it fades as t grows", "the correction without the power t"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m / (1 - b1 ** (t + 1))\n    v_hat = v / (1 - b2 ** (t + 1))", "you corrected with t + 1", "the correction with t + 1 (t taken as counted from 0)"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / np.sqrt(v_hat + eps)", "eps goes outside the square root", "eps inside the square root"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / (v_hat + eps)", "divides by the square root of v_hat", "the step divided by v_hat, not its square root"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p = p - lr * m_hat / (np.sqrt(v_hat) + eps)", "p did not change", "p = p - ... (a new array, the parameter unchanged)"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "g = g + wd * p.array", "AdamW decayed through the gradient", "AdamW's decay added to the gradient (Adam's L2)"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "p.array *= 1 - wd", "scaled by the learning rate", "AdamW's decay without the learning rate: p *= 1 - wd"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "p.array -= lr * wd", "you subtracted lr * wd", "AdamW's decay subtracted: p -= lr * wd"),
+    ('10.2', 'optim.py', None, "        if wd:\n            p.array *= 1 - lr * wd", "Adam's weight_decay is L2", "Adam's decay decoupled too"),
+    ('10.2', 'optim.py', "g = g + wd * p.array", "g = wd * p.array", "you replaced g with it", "Adam's L2 term replaces the gradient"),
+    # the optional step 11: convolution as a matmul over patches, max pooling
+    ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, i, j] = x[..., i * w.dilation[0]:i * w.dilation[0] + oh, j * w.dilation[1]:j * w.dilation[1] + ow]", "the patches start every sh-th row", "the patches taken at stride 1 whatever the stride"),
+    ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, i, j] = x[..., i:i + w.stride[0] * (oh - 1) + 1:w.stride[0], j:j + w.stride[1] * (ow - 1) + 1:w.stride[1]]", "the kernel's elements are spread out", "dilation ignored"),
+    ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, j, i] = x[(..., *_window_slice(w, i, j))]", "rows and columns are swapped", "kernel element (i, j) stored as (j, i)"),
+    ('11.2', 'tinytorch.py', "gx[(..., *_window_slice(w, i, j))] += g[:, :, i, j]", "gx[(..., *_window_slice(w, i, j))] = g[:, :, i, j]", "add into gx (+=), do not assign", "overlapping patches' gradients assigned, not added"),
+    ('11.2', 'tinytorch.py', "return (gx[:, :, ph:ph + h, pw:pw + wd],)", "return (gx,)", "the padded image's shape", "the padding's part of the gradient kept"),
+    ('11.3', 'nn.py', "out = out + bias.reshape(o, 1)", "out = out + bias", "reshaped to (O, 1) adds to every position", "the bias (O,) added to (N, O, L) as it is"),
+    ('11.3', 'nn.py', "    if bias is not None:\n        out = out + bias.reshape(o, 1)\n", "", "the bias was not added", "the bias forgotten"),
+    ('11.3', 'nn.py', "return out.reshape(n, o, oh, ow)", "return out.reshape(n, oh, ow, o)", "the positions last", "the result reshaped to (N, oh, ow, O)"),
+    ('11.4', 'tinytorch.py', None, "        return (np.broadcast_to(g if keepdim else np.expand_dims(g, d), xs),)", "max's gradient is not sum's", "max's rule spreads g over the whole dim (sum's rule)"),
+    ('11.4', 'tinytorch.py', "g if keepdim else np.expand_dims(g, d)", "g", "without keepdim, g lost dim d", "g not given back its reduced dim (keepdim=False)"),
+    ('11.4', 'tinytorch.py', None, "        top = x.array == np.take_along_axis(x.array, idx, axis=d)\n        return (np.where(top, g if keepdim else np.expand_dims(g, d), 0),)", "the gradient goes to one element", "on a tie, every largest element gets g"),
+    # the optional step 12: a KV cache for generation
+    ('12.1', 'transformer.py', "                past = past_k.shape[2]\n", "", "set past to the number of cached positions", "past left at 0 (the mask not shifted)"),
+    ('12.1', 'transformer.py', "tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)", "tt.cat([k, past_k], dim=2), tt.cat([v, past_v], dim=2)", "the cached keys go first", "the new keys put before the cached ones"),
+    ('12.1', 'transformer.py', "tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)", "tt.cat([past_k, k], dim=1), tt.cat([past_v, v], dim=1)", "the positions are dim 2", "the keys concatenated along the heads (dim 1)"),
+    ('12.1', 'transformer.py', None, "            new = (k, v)\n            if cache.layers[layer] is not None:\n                past_k, past_v = cache.layers[layer]\n                past = past_k.shape[2]\n                k, v = tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)\n            cache.layers[layer] = new", "not only this call's", "the cache keeps only the newest keys and values"),
+    ('12.2', 'transformer.py', "elif cache is None or idx.shape[1] > bs:", "elif cache is None:", "rebuild the cache from the window each step", "the cache never rebuilt once the window slides"),
+    ('12.2', 'transformer.py', "logits, _ = self(idx[:, -1:], cache=cache)", "logits, _ = self(window, cache=cache)", "only the newest token goes through the model", "the whole window fed again with the cache"),
+    ('12.2', 'transformer.py', "cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)", "cache = KVCache(self.config.n_layer)\n                logits, _ = self(idx[:, -1:], cache=cache)", "must encode the whole window", "the prompt never encoded into the cache"),
+    ('12.2', 'transformer.py', "elif cache is None or idx.shape[1] > bs:", "elif True:", "every step ran the whole window", "the cache rebuilt at every step (never used)"),
 ]
 
 
@@ -14497,9 +14533,9 @@ def _learn_edit(ws, ex, old, new, f=None):
     (ws / f).write_text(text)
 
 
-def _learn_fill(ws):
-    """Fill every exercise of a fresh workspace with the shipped answer."""
-    for ex in _learn.ORDER:
+def _learn_fill(ws, exercises=_learn.ORDER):
+    """Fill every exercise (or those given) of a fresh workspace with the shipped answer."""
+    for ex in exercises:
         for block in _learn.shipped_code(ex):
             f = _learn.EXERCISES[ex]['file']
             text = (ws / f).read_text()
@@ -14531,10 +14567,15 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
     _learn.start(ws)
     assert 'Next: exercise 1.1' in capsys.readouterr().out
     ok, lines = _learn_check(ws, None)
-    ok9, lines9 = _learn_check(ws, '9')  # the optional step: checked when asked for (or started)
-    assert not ok and not ok9 and not any(ln[2:].startswith('9.1 ') for ln in lines)
+    optional = sorted({e['step'] for e in _learn.EXERCISES.values() if e['step'] >= _learn.OPTIONAL})
+    assert optional == [9, 10, 11, 12]
+    for step in optional:  # the optional steps: checked when asked for (or started)
+        ok_step, more = _learn_check(ws, str(step))
+        assert not ok_step and not any(ln[2:].startswith(f'{step}.') for ln in lines)
+        lines += more
+    assert not ok
     for ex in _learn.ORDER:
-        line, = [ln for ln in lines + lines9 if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
+        line, = [ln for ln in lines if ln[:1] in '✗✓·' and ln[2:].startswith(f'{ex} ')]
         assert line.startswith(f'· {ex} ') and 'not implemented yet' in line, line  # the legend's '·'
         assert f'{ws / _learn.EXERCISES[ex]["file"]}, line ' in line  # the workspace's file, not ours
         assert f'exercise {ex}: not implemented yet' in (ws / _learn.EXERCISES[ex]['file']).read_text()
@@ -14549,7 +14590,7 @@ def test_learn_fresh_workspace_fails_every_check_as_not_implemented(tmp_path, ca
 
 
 def test_learn_shipped_answers_pass_every_check(_learn_filled):
-    for arg in _learn.ORDER + ['2', '3', '5', '6', '7', '9']:
+    for arg in _learn.ORDER + ['2', '3', '5', '6', '7', '9', '10', '11', '12']:
         ok, lines = _learn_check(_learn_filled, arg)
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
         assert lines[-1].startswith('No exercise is left unwritten. Check them all')
@@ -14557,6 +14598,26 @@ def test_learn_shipped_answers_pass_every_check(_learn_filled):
             readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
             assert lines[-2] in readme  # the README's sample run line is what the run prints
     assert sys.modules['tinytorch'] is tt
+
+
+def test_learn_the_checklist_done_and_the_optional_steps_untouched_passes(tmp_path, capsys):
+    """No run of the checklist (nor of an optional step) needs another optional step's code:
+    the step 8 run trains with the learner's SGD, not with Adam (step 10's)."""
+    _learn._index_exercises()
+    ws = tmp_path / 'core'
+    _learn.start(ws)
+    _learn_fill(ws, _learn.CORE)
+    ok, lines = _learn_check(ws, None)
+    assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
+    assert lines[-1] == ("All 23 exercises pass, and every step's run. Past the checklist, optional: "
+                         f"exercise 9.1 (an LSTM cell): python learn.py check 9.1 --dir {ws}")
+    for step in ('9', '10', '11', '12'):
+        mine = [ex for ex in _learn.ORDER if _learn.EXERCISES[ex]['step'] == int(step)]
+        ws_step = tmp_path / f'core{step}'
+        shutil.copytree(ws, ws_step)
+        _learn_fill(ws_step, mine)
+        ok, lines = _learn_check(ws_step, step)
+        assert ok and lines[-2].startswith(f'✓ step {step} run: '), lines
 
 
 def test_learn_transformer_run_learns_the_text(_learn_filled):
@@ -14612,9 +14673,9 @@ _LEARN_RUN_MISTAKES = [
     ('optim.py', "buf = state['momentum_buffer'] = g.copy()", "buf = g.copy()", '6',
      "likely cause: momentum (optim.py, SGD._update): the buffer must persist between steps",
      "SGD's momentum buffer not kept between steps"),
-    ('optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m\n    v_hat = v", '8',
-     "likely cause: Adam (optim.py, adam_step): the bias correction is missing",
-     "Adam without bias correction"),
+    ('tinytorch.py', "np.add.at(gx if first is None else gx[first], idx, g)", "gx[idx] = g", '8',
+     "likely cause: an embedding's gradient (tinytorch.py, getitem's backward)",
+     "a row picked twice (an embedding's token) keeps one of its gradients: gx[idx] = g"),
 ]
 
 
@@ -14712,6 +14773,7 @@ def _learn_scratch(tmp_path, edits):
     scr.mkdir()
     for f in ('learn.py',) + _learn.FILES:
         shutil.copy(os.path.join(HERE, f), scr / f)
+    shutil.copytree(os.path.join(HERE, 'data'), scr / 'data')  # the step 11 run's digits
     for f, old, new in edits:
         text = (scr / f).read_text()
         assert text.count(old) == 1, (f, old)
@@ -14917,7 +14979,7 @@ def test_learn_a_check_that_never_ends_stops_at_its_time_limit(_learn_filled, tm
                                "look for a loop that never ends") and 'line ' in lines[0], lines
     assert re.search(r'tinytorch.py line \d+: (while grad.ndim > len\(shape\):|grad.sum\(axis=0\)  '
                      r'# never assigned)\)$', lines[0]), lines[0]  # a line of the loop it was stuck in
-    assert lines[1] == "· not checked: 1.2 .. 9.1 and the runs: exercise 1.1's code must finish first"
+    assert lines[1] == "· not checked: 1.2 .. 12.2 and the runs: exercise 1.1's code must finish first"
     assert len(lines) == 2
     assert took < _learn.LIMIT + 8, took  # one limit, not one per check: the rest wait
     # checked alone, an exercise that calls it names the exercise that hangs, not itself

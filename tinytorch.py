@@ -3488,7 +3488,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
 
     def backward(g, xs=x.shape):
         """d unfold(x)/dx = 1 where each patch came from  (fold, col2im: columns back to the image)"""
-        gx = np.zeros(xs, dtype=g.dtype)  # from; overlapping patches add up
+        gx = np.zeros(xs, dtype=g.dtype)  # overlapping patches add up
         g = g.reshape(n, c, kh, kw, oh, ow)
         for i in range(kh):
             for j in range(kw):
