@@ -15297,13 +15297,17 @@ def test_chinese_readme_shows_the_same_tested_code_and_links_back():
     zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
     assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
     blocks = re.findall(r"```python\n.*?```", zh, re.S)
-    assert len(blocks) == 5  # the three lines, tanh, in-place ops, convolution, the gradient walkthrough
+    # the three lines, tanh, in-place ops, convolution, the gradient walkthrough, and the
+    # systems section's three: lookinside.memory, autocast with GradScaler, pruning
+    assert len(blocks) == 8
     for block in blocks:  # each one runs in the English README's tests
         assert block in en
     commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
     assert commands and all(c in en for c in commands)  # the two commands, word for word
     for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查"):
+                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查",
+                    "## 系统工具", "### 一步训练的内存", "### 混合精度", "### 分词", "### 剪枝",
+                    "### 量化"):
         assert heading in zh
 
 
