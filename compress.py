@@ -261,8 +261,7 @@ def quantize_dynamic(model, qconfig_spec=None, dtype=qint8, mapping=None, inplac
     model = model if inplace else copy.deepcopy(model)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                object.__delattr__(parent, name)
+            if type(child) is nn.Linear:  # replaced where it stands: a Sequential keeps its order
                 parent.add_module(name, DynamicQuantizedLinear(child))
     return model
 

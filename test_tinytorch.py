@@ -7236,6 +7236,27 @@ def test_quantize_dynamic_stores_int8_weights_and_sums_in_int32():
         quantize_dynamic(model, {nn.Conv2d})
 
 
+def test_quantize_dynamic_keeps_each_layer_in_its_place():
+    """A Sequential runs its children in order: each Linear is replaced where it stands
+    (before: removed and added back at the end, so Linear, ReLU, Linear ran as ReLU, Linear,
+    Linear, with no error)."""
+    import compress
+    lin1, lin2 = nn.Linear(2, 2), nn.Linear(2, 1)
+    with tt.no_grad():
+        lin1.weight.copy_(tt.tensor([[1.0, 0.0], [0.0, -1.0]]))
+        lin1.bias.zero_()
+        lin2.weight.copy_(tt.tensor([[1.0, 1.0]]))
+        lin2.bias.zero_()
+    model = nn.Sequential(lin1, nn.ReLU(), lin2)
+    q = compress.quantize_dynamic(model)
+    assert [type(m).__name__ for m in q] == ['DynamicQuantizedLinear', 'ReLU', 'DynamicQuantizedLinear']
+    assert list(q.state_dict()) == ['0.weight', '0.weight_scale', '0.bias', '2.weight',
+                                    '2.weight_scale', '2.bias']
+    # x = [1, 1]: lin1 gives [1, -1], ReLU [1, 0], lin2 1 (quantized: within a percent)
+    y = q(tt.tensor([[1.0, 1.0]])).item()
+    assert abs(y - 1.0) < 0.01, y
+
+
 def test_quantize_dynamic_makes_a_gpt_s_linear_weights_a_quarter():
     import compress
     tt.manual_seed(0)
