@@ -361,15 +361,15 @@ EXERCISES = {
              "whether to keep a KVCache; cache: None at first; bs: the block size. Set logits "
              "(B, T, vocab), the model's logits for the window (the lines after read the last "
              "position's). Without the cache: the model on the window. With it: the first "
-             "call encodes the window into a new KVCache(self.config.n_layer); afterwards only the newest "
-             "token goes through the model; once the text is longer than bs, rebuild the "
-             "cache from the window each step.",
+             "call encodes the window into a new KVCache(self.config.n_layer); afterwards "
+             "only the newest token goes through the model; once the text is longer than bs, "
+             "rebuild the cache from the window each step.",
         think="The cache holds keys and values computed at fixed positions. Once the window "
               "slides by one token, every token sits one position earlier than when it was "
               "cached: what does that do to its position embedding, and so to its key?",
         math="if not use_cache: logits, _ = self(window); elif cache is None or idx.shape[1] "
-             "> bs: cache = KVCache(self.config.n_layer); logits, _ = self(window, cache=cache); else: "
-             "logits, _ = self(idx[:, -1:], cache=cache)."),
+             "> bs: cache = KVCache(self.config.n_layer); logits, _ = self(window, "
+             "cache=cache); else: logits, _ = self(idx[:, -1:], cache=cache)."),
 }
 # Where the shipped answer carries guards for edge cases a first answer need not have, hint
 # 3 shows hint 2 as plain code first (checked by the tests like every answer), then those.
@@ -1914,9 +1914,10 @@ def check_10_2(m):
         for how, msg in mistakes.items():
             if close(got, _decay_np(p0, gs, lr, wd, how)):
                 raise Fail(msg)
+        rule = 'p *= 1 - lr * wd before the step' if right == 'decoupled' else 'g = g + wd * p'
         raise Fail(f"{name}(lr=0.1, weight_decay=0.5), 2 steps from {p0.tolist()}: p must be "
                    f"{np.round(_decay_np(p0, gs, lr, wd, right), 6).tolist()}, you gave "
-                   f"{np.round(got, 6).tolist()} ({'p *= 1 - lr * wd before the step' if right == 'decoupled' else 'g = g + wd * p'})")
+                   f"{np.round(got, 6).tolist()} ({rule})")
     for name in _DECAY_MISTAKES:
         got = train(getattr(optim, name), 0.0)
         if not close(got, _decay_np(p0, gs, lr, 0.0, 'none')):
@@ -2128,12 +2129,14 @@ def check_11_4(m):
         want = _fold_np(pick.reshape(4, 1, -1), (4, 1, 5, 5), k2, (1, 1), p2, s2).reshape(img.shape)
         if not close(out.array, want_out):
             raise Fail(f"max_pool2d(kernel {kernel}, stride {stride}, padding {padding}) gives "
-                       f"other values than each window's largest: {worst(out.array, want_out, 'the largest is')}")
+                       f"other values than each window's largest: "
+                       f"{worst(out.array, want_out, 'the largest is')}")
         if X.grad is None or not close(X.grad.array, want):
             raise Fail(f"max_pool2d(kernel {kernel}, stride {stride}, padding {padding}): the "
                        f"image's gradient must be g at each window's largest pixel (added up "
                        f"where windows overlap), 0 elsewhere: "
-                       f"{worst(X.grad.array, want, 'it should be') if X.grad is not None else 'no .grad'}")
+                       + (worst(X.grad.array, want, 'it should be') if X.grad is not None
+                          else 'no .grad'))
 
 
 # -- step 12 (optional): a KV cache for generation -------------------------------------------
@@ -2202,7 +2205,8 @@ def check_12_1(m):
         raise Fail("the cached keys go first: tt.cat([past_k, k], dim=2) keeps the positions in "
                    "order, which the causal mask assumes (the same for the values)")
     raise Fail(f"with the cache (calls on positions 0-2, then 3, then 4-5) the outputs differ "
-               f"from attention over all the positions so far: {worst(got, want, 'attention over them gives')}")
+               f"from attention over all the positions so far: "
+               f"{worst(got, want, 'attention over them gives')}")
 
 
 def _greedy_np(model, prompt, n):
@@ -2482,8 +2486,9 @@ def _same_gradients_as_shipped(model, cfg, xb, yb):
         got = mine[name].grad
         if got is None or not close(got.array, p.grad.array, 1e-4):
             raise Fail(f"the first batch's gradient for {name} differs from the shipped engine's "
-                       f"(from the same weights): "
-                       f"{worst(got.array, p.grad.array, 'the shipped one') if got is not None else 'no .grad'}")
+                       f"(from the same weights): " + (
+                           worst(got.array, p.grad.array, 'the shipped one gives')
+                           if got is not None else 'no .grad'))
 
 
 HELLO = "hello world! "
