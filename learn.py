@@ -280,7 +280,7 @@ EXERCISES = {
              "...), or the next step sees the old ones; t: the step number, counted from 1; "
              "lr, b1, b2, eps: the settings.\nFirst block: update m and v. Second "
              "block: one Adam step of p, in place, with each average corrected for having "
-             "started at 0.",
+             "started at 0 and eps added after the square root, as in PyTorch's Adam.",
         think="m and v start at 0: after the first step m = (1 - b1) g, a tenth of g, and v a "
               "thousandth of g^2. What number undoes that at step t? And what is the size of "
               "a step when g is the same every time?",
@@ -292,8 +292,9 @@ EXERCISES = {
              "learning rate; p.array: the parameter; g: its gradient (an array). Apply the "
              "decay: in Adam (decoupled False) as PyTorch's Adam does, as L2 regularisation "
              "through the gradient; in AdamW decoupled from the gradient: p itself shrinks "
-             "by the fraction lr * wd, in place, before the Adam step. With wd = 0 nothing "
-             "changes.",
+             "by the fraction lr * wd, in place, before the Adam step (Adam with "
+             "decoupled_weight_decay=True too). With wd = 0 nothing changes. g may be p.grad's "
+             "own array: never change it in place.",
         think="Adam divides every step by sqrt(v). A decay term added to g is divided too: "
               "how much does a large weight with a small gradient then shrink? Which version "
               "shrinks every weight by the same fraction each step, whatever its gradient?",
@@ -326,7 +327,8 @@ EXERCISES = {
         what="input: (N, C, H, W); weight: (O, C, kh, kw); bias: (O,) or None; kernel, "
              "dilation, padding, stride: as given; n, o: N and O; oh, ow: the output's height "
              "and width. With tinytorch ops (tt.unfold, reshape, @, +), return the "
-             "convolution (N, O, oh, ow).",
+             "convolution (N, O, oh, ow). tt.unfold takes input, kernel_size, dilation, "
+             "padding, stride, in that order.",
         think="tt.unfold gives every patch as a column (N, C*kh*kw, oh*ow). One output "
               "value is the dot product of a kernel with a patch: which matrix of kernels, "
               "times the columns, gives every output channel at every position at once? And "
@@ -337,8 +339,9 @@ EXERCISES = {
     '11.4': dict(
         what="g: d loss / d the max along dim d (the result's shape: dim d dropped unless "
              "keepdim); idx: the index of the first largest element along d (an array with "
-             "dim d kept, of size 1); xs: x's shape. Return (gx,): gx of shape xs, "
-             "d loss / d x.",
+             "dim d kept, of size 1); xs: x's shape. Return (gx,): gx of shape xs and g's "
+             "dtype, d loss / d x. The same rule serves min (then idx is the smallest's): "
+             "use idx, do not search x again.",
         think="Nudge an element that is not the largest: does the max move? Nudge the "
               "largest one? And when two are equal, which one did max pick?",
         math="d max/dx_i = 1 at the index returned, 0 elsewhere: gx = zeros(xs); "
@@ -349,7 +352,8 @@ EXERCISES = {
              "of every earlier position, (B, H, past, D) each. Set past (the number of "
              "earlier positions), make k and v hold the earlier positions' keys and values "
              "followed by the new ones, and keep them in cache.layers[layer] for the next "
-             "call.",
+             "call. Take past from this layer's entry: cache.length counts layer 0's, which "
+             "layer 0 has already extended when the next layer runs.",
         think="A new token's query must see every earlier key and value, which earlier calls "
               "computed already. Which dim of (B, H, T, D) is the positions? And the mask "
               "after your lines: where does query i of this call sit among all positions?",
@@ -362,8 +366,9 @@ EXERCISES = {
              "(B, T, vocab), the model's logits for the window (the lines after read the last "
              "position's). Without the cache: the model on the window. With it: the first "
              "call encodes the window into a new KVCache(self.config.n_layer); afterwards "
-             "only the newest token goes through the model; once the text is longer than bs, "
-             "rebuild the cache from the window each step.",
+             "only the newest token goes through the model; when idx.shape[1] > bs (the "
+             "window slides), rebuild the cache from the window each step. self(tokens, "
+             "cache=cache) returns (logits, loss).",
         think="The cache holds keys and values computed at fixed positions. Once the window "
               "slides by one token, every token sits one position earlier than when it was "
               "cached: what does that do to its position embedding, and so to its key?",
@@ -665,8 +670,16 @@ def reads_after(ex, k=0):
     a, b, _ = blocks(ex)[k]
     fn = _find(ast.parse(text), path, len(text))
     stored, read = [], set()
+    own = set()  # the reads inside a nested function of a name it binds itself (its own loop)
+    for inner in ast.walk(fn):
+        if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.Lambda)):
+            names = list(ast.walk(inner))
+            binds = ({n.id for n in names
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                     | {a.arg for a in ast.walk(inner.args) if isinstance(a, ast.arg)})
+            own |= {id(n) for n in names if isinstance(n, ast.Name) and n.id in binds}
     for n in ast.walk(fn):
-        if isinstance(n, ast.Name):
+        if isinstance(n, ast.Name) and id(n) not in own:
             if isinstance(n.ctx, ast.Store) and a < n.lineno <= b and n.id not in stored:
                 stored.append(n.id)
             elif isinstance(n.ctx, ast.Load) and n.lineno > b:
@@ -767,7 +780,11 @@ def next_step(ws, states, runs_ok=None):
             return (f"All {len(CORE)} exercises pass their checks. Now the steps' runs on your "
                     f"engine: python {ME} check{_dir_arg(ws)}")
         more = [ex for ex in ORDER if ex not in CORE and is_stub(ws, ex)]
-        return (f"All {len(CORE)} exercises pass, and every step's run." + (
+        extra = [ex for ex in ORDER if ex not in CORE]
+        done = sum(1 for ex in extra if states.get(ex))
+        return (f"All {len(CORE)} exercises pass, and every step's run" + (
+            f"; past the checklist, {done} of {len(extra)} optional exercises pass too." if done
+            else ".") + (
             f" Past the checklist, optional: exercise {more[0]} ({EXERCISES[more[0]]['title']}): "
             f"python {ME} check {more[0]}{_dir_arg(ws)}" if more else ""))
     if not todo:
@@ -1777,8 +1794,10 @@ def check_9_1(m):
 # -- step 10 (optional): Adam and AdamW ------------------------------------------------------
 def _adam_np(gs, p0, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, mistake=''):
     """Adam's steps from p0, one per gradient in gs, in NumPy; or, with mistake, one of the
-    typical mistakes: 'correction' (none), 'power' (1 - b1, not 1 - b1^t), 't+1', 'eps'
-    (inside the square root), 'sqrt' (none), 'lr' (none), 'betas' (swapped)."""
+    typical mistakes: 'correction' (none), 'm only' / 'v only' (one of the two corrected),
+    'power' (1 - b1, not 1 - b1^t), 't+1', 'root' (sqrt(v) / (1 - b2^t)), 'paper' (the Adam
+    paper's efficient form: eps added before the correction), 'eps' (inside the square
+    root), 'sqrt' (none), 'lr' (none), 'betas' (swapped)."""
     p, m, v = np.array(p0, dtype=np.float64), 0.0, 0.0
     for t, g in enumerate(gs, 1):
         g = np.asarray(g, dtype=np.float64)
@@ -1787,9 +1806,12 @@ def _adam_np(gs, p0, lr=0.1, b1=0.9, b2=0.999, eps=1e-8, mistake=''):
         k = t + 1 if mistake == 't+1' else t
         c1, c2 = ((1, 1) if mistake == 'correction' else (1 - b1, 1 - b2) if mistake == 'power'
                   else (1 - b1 ** k, 1 - b2 ** k))
-        m_hat, v_hat = m / c1, v / c2
-        den = (np.sqrt(v_hat + eps) if mistake == 'eps' else v_hat + eps if mistake == 'sqrt'
-               else np.sqrt(v_hat) + eps)
+        m_hat = m if mistake == 'v only' else m / c1
+        v_hat = v if mistake == 'm only' else v / c2
+        den = {'eps': lambda: np.sqrt(v_hat + eps), 'sqrt': lambda: v_hat + eps,
+               'root': lambda: np.sqrt(v) / c2 + eps,
+               'paper': lambda: (np.sqrt(v) + eps) / math.sqrt(c2)}.get(
+                   mistake, lambda: np.sqrt(v_hat) + eps)()
         p = p - (1 if mistake == 'lr' else lr) * m_hat / den
     return p
 
@@ -1798,6 +1820,15 @@ _ADAM_MISTAKES = (
     ('correction', "the bias correction is missing: m and v start at 0, so early on they are "
                    "far too small (m = 0.1 g after one step); divide m by 1 - b1^t and v by "
                    "1 - b2^t"),
+    ('m only', "v needs its correction too: v_hat = v / (1 - b2^t); v starts at 0 like m, and "
+               "after one step it is a thousandth of g^2"),
+    ('v only', "m needs its correction too: m_hat = m / (1 - b1^t); m starts at 0 like v, and "
+               "after one step it is a tenth of g"),
+    ('root', "the correction of v goes under the square root: sqrt(v / (1 - b2^t)); you divided "
+             "sqrt(v) by 1 - b2^t"),
+    ('paper', "eps goes after the square root of the corrected v, sqrt(v_hat) + eps, as in "
+              "PyTorch's Adam; the Adam paper's efficient form adds it to sqrt(v) before the "
+              "correction, which matters for small gradients"),
     ('power', "the correction is 1 - b1^t and 1 - b2^t, with t the step number: it fades as t "
               "grows (1 - b1 alone is right for the first step only)"),
     ('t+1', "t counts from 1 (the first step has t = 1, so 1 - b1^t = 1 - b1 then): you "
@@ -1835,6 +1866,11 @@ def check_10_1(m):
             if same(vv, 0.001 * g):
                 raise Fail("v is the moving average of the squared gradient: v = b2 v + "
                            "(1 - b2) g * g (you averaged g itself)")
+            if same(mm, g):
+                raise Fail("after one step m must be (1 - b1) g = 0.1 g, yours is g: either the "
+                           "new gradient was not weighted by 1 - b1, or the correction divided m "
+                           "itself (m_hat = m then m_hat /= ... changes the state: m_hat = m / "
+                           "(1 - b1^t) makes a new array)")
             if not (same(mm, 0.1 * g) and same(vv, 0.001 * g * g)):
                 raise Fail(f"after one step from m = v = 0 with g = {np.round(g, 4).tolist()}, m "
                            f"must be (1 - b1) g = 0.1 g and v (1 - b2) g^2 = 0.001 g^2; got m = "
@@ -1845,6 +1881,10 @@ def check_10_1(m):
         want = _adam_np(gs, p0)
         if close(p, want, 1e-7):
             continue
+        if not np.all(np.isfinite(p)):
+            raise Fail(f"p became {'nan' if np.isnan(p).any() else 'inf'}: look at the "
+                       "corrections, m / (1 - b1^t) with its brackets and t counted from 1 (at "
+                       "t = 0, 1 - b1^t is 0), and at what goes under the square root")
         for mistake, msg in _ADAM_MISTAKES:
             if close(p, _adam_np(gs, p0, mistake=mistake), 1e-7):
                 raise Fail(msg)
@@ -1900,12 +1940,16 @@ def check_10_2(m):
     p0, lr, wd = np.array([2.0, -4.0, 0.5]), 0.1, 0.5
     gs = [np.array([0.0, 0.0, 1.0]), np.array([1.0, 0.5, -2.0])]
 
-    def train(cls, decay):
+    def train(cls, decay, **kw):
         p = leaf(tt, p0)
-        opt = cls([p], lr=lr, weight_decay=decay)
+        opt = cls([p], lr=lr, weight_decay=decay, **kw)
         for g in gs:
             p.grad = tt.tensor(g)
             opt.step()
+            if not close(p.grad.array, g):
+                raise Fail("the step changed p.grad: g is p.grad's own array, so g += wd * "
+                           "p.array writes the decay into the gradient the user sees; make a "
+                           "new array: g = g + wd * p.array")
         return p.array
     for name, (right, mistakes) in _DECAY_MISTAKES.items():
         got = train(getattr(optim, name), wd)
@@ -1918,6 +1962,10 @@ def check_10_2(m):
         raise Fail(f"{name}(lr=0.1, weight_decay=0.5), 2 steps from {p0.tolist()}: p must be "
                    f"{np.round(_decay_np(p0, gs, lr, wd, right), 6).tolist()}, you gave "
                    f"{np.round(got, 6).tolist()} ({rule})")
+    got = train(optim.Adam, wd, decoupled_weight_decay=True)
+    if not close(got, _decay_np(p0, gs, lr, wd, 'decoupled')):
+        raise Fail("Adam(decoupled_weight_decay=True) must decay as AdamW does (AdamW is that "
+                   "Adam): test group['decoupled_weight_decay'], not the optimizer's class")
     for name in _DECAY_MISTAKES:
         got = train(getattr(optim, name), 0.0)
         if not close(got, _decay_np(p0, gs, lr, 0.0, 'none')):
@@ -1944,9 +1992,11 @@ def _unfold_np(x, k, d=(1, 1), p=(0, 0), s=(1, 1), dilate=True, stride=True):
     return out.reshape(n, c * k[0] * k[1], oh * ow)
 
 
-def _fold_np(g, shape, k, d=(1, 1), p=(0, 0), s=(1, 1), add=True, crop=True):
-    """unfold's adjoint by its definition: each column entry back onto its pixel, added
-    (add False: assigned, a typical mistake), the padding cropped (crop False: kept)."""
+def _fold_np(g, shape, k, d=(1, 1), p=(0, 0), s=(1, 1), add=True, crop=True, dilate=True,
+             stride=True):
+    """unfold's adjoint by its definition: each column entry back onto its pixel, added; or
+    a typical mistake: add False (assigned), crop False (the padding kept), dilate or stride
+    False (that one ignored)."""
     n, c, h, w = shape
     oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
     ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
@@ -1956,7 +2006,8 @@ def _fold_np(g, shape, k, d=(1, 1), p=(0, 0), s=(1, 1), add=True, crop=True):
         for j in range(k[1]):
             for y in range(oh):
                 for x_ in range(ow):
-                    at = (slice(None), slice(None), y * s[0] + i * d[0], x_ * s[1] + j * d[1])
+                    dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
+                    at = (slice(None), slice(None), y * ss[0] + i * dd[0], x_ * ss[1] + j * dd[1])
                     gx[at] = gx[at] + g[:, :, i, j, y, x_] if add else g[:, :, i, j, y, x_]
     return gx[:, :, p[0]:p[0] + h, p[1]:p[1] + w] if crop else gx
 
@@ -1999,6 +2050,11 @@ def check_11_1(m):
                                   .reshape(want.shape)):
             raise Fail("the kernel's rows and columns are swapped: cols[:, :, i, j] is kernel "
                        "element (i, j), row i and column j of each patch")
+        if got.shape == want.shape and close(np.sort(got, axis=None), np.sort(want, axis=None)):
+            raise Fail(f"for a {_window_says(k, d, p, s)} cols holds the right pixels in the "
+                       "wrong places: it is (N, C, kh, kw, oh, ow), cols[n, c, i, j, y, x] the "
+                       "pixel of kernel element (i, j) in the patch at (y, x); the lines after "
+                       "reshape it to (N, C*kh*kw, oh*ow), row c*kh*kw + i*kw + j")
         raise Fail(f"the columns of unfold for a {_window_says(k, d, p, s)} differ from the "
                    f"patches: {worst(got, want, 'the patch holds')}")
 
@@ -2016,13 +2072,30 @@ def check_11_2(m):
         if p != (0, 0) and gx.shape == _fold_np(g, shape, k, d, p, s, crop=False).shape:
             raise Fail(f"the gradient has the padded image's shape {gx.shape}: the padding is not "
                        f"part of the input, so drop its part (gx[:, :, ph:ph + h, pw:pw + wd])")
+        if gx.shape != shape:
+            raise Fail(f"the gradient has shape {gx.shape}, the image {shape}: after folding "
+                       f"into the padded image, cut out the image itself, exactly h rows from "
+                       f"ph and wd columns from pw: gx[:, :, ph:ph + h, pw:pw + wd]")
+        say = _window_says(k, d, p, s)
         check_input_grad(
-            f'the image ({_window_says(k, d, p, s)})', gx, want, shape,
+            'the image', gx, want, shape,
             [(lambda got: close(got, _fold_np(g, shape, k, d, p, s, add=False)),
               f"patches overlap (a {k[0]}x{k[1]} kernel at stride {s}): a pixel in several "
-              "patches gets the sum of their gradients; add into gx (+=), do not assign")],
-            "d unfold/dx: each column entry goes back onto the pixel it came from, and "
-            "overlapping patches add up")
+              "patches gets the sum of their gradients; add into gx (+=), do not assign"),
+             (lambda got: s != (1, 1) and close(got, _fold_np(g, shape, k, d, p, s, stride=False)),
+              f"with stride {s} the patch at output position (y, x) starts at row y*sh, column "
+              "x*sw: its entries go back there (you moved by 1)"),
+             (lambda got: d != (1, 1) and close(got, _fold_np(g, shape, k, d, p, s, dilate=False)),
+              f"with dilation {d} kernel element (i, j) sits i*dh rows and j*dw columns into "
+              "its patch: its entries go back there (you used i and j)")],
+            f"for a {say}: d unfold/dx: each column entry goes back onto the pixel it came from, "
+            "and overlapping patches add up")
+    x32 = r.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    out = tt.unfold(tt.tensor(x32, requires_grad=True), 2)
+    gx, = rule_grads(out, np.ones(out.shape, dtype=np.float32), 1)
+    if np.asarray(gx).dtype != np.float32:
+        raise Fail(f"for a float32 image the gradient is {np.asarray(gx).dtype}: a rule returns "
+                   "its input's dtype; make gx in g's dtype (np.zeros(xs, dtype=g.dtype))")
 
 
 def _conv_np(x, w, b, s, p, d):
@@ -2054,10 +2127,14 @@ def check_11_3(m):
         except NotImplementedError:  # a stub (a RuntimeError too): attempt names it
             raise
         except (ValueError, IndexError, TypeError, RuntimeError) as e:
+            why = ("test `bias is not None`: a tensor of several numbers is neither true nor "
+                   "false" if 'truth value' in str(e) else
+                   "tt.unfold takes (input, kernel_size, dilation, padding, stride), in that "
+                   "order; weight.reshape(o, -1) is (O, C*kh*kw), the columns (N, C*kh*kw, L), "
+                   "their product (N, O, L); the bias (O,) reshaped to (O, 1) adds to every "
+                   "position")
             raise Fail(f"for {say} your conv2d raised {type(e).__name__}: "
-                       f"{str(e).splitlines()[0]}: weight.reshape(o, -1) is (O, C*kh*kw), the "
-                       "columns (N, C*kh*kw, L), their product (N, O, L); the bias (O,) "
-                       "reshaped to (O, 1) adds to every position") from None
+                       f"{str(e).splitlines()[0]}: {why}") from None
         want = _conv_np(x, w, b, s, p, d)
         if tuple(out.shape) != want.shape:
             raise Fail(f"for {say} the result has shape {tuple(out.shape)}, expected "
@@ -2067,6 +2144,13 @@ def check_11_3(m):
             if bias and close(out.array, _conv_np(x, w, None, s, p, d)):
                 raise Fail("the bias was not added: out = out + bias.reshape(o, 1), one number "
                            "per output channel at every position")
+            if close(out.array, _conv_np(x, w[:, :, ::-1, ::-1], b, s, p, d)):
+                raise Fail("the kernel was flipped: deep learning's convolution is a "
+                           "cross-correlation (PyTorch's conv2d does not flip), each output the "
+                           "dot product of the kernel with the patch as it is")
+            if s != d and close(out.array, _conv_np(x, w, b, d, p, s)):
+                raise Fail(f"stride and dilation swapped ({say}): tt.unfold takes (input, "
+                           "kernel_size, dilation, padding, stride), in that order")
             raise Fail(f"for {say} the convolution differs from its definition (the sum over "
                        f"c, i, j of w[o, c, i, j] times the patch's pixel): "
                        f"{worst(out.array, want, 'the definition gives')}")
@@ -2090,10 +2174,12 @@ def check_11_4(m):
             g = r.standard_normal(out.shape)
             try:
                 gx, = rule_grads(out, g, 1)
-            except ValueError as e:
-                raise Fail(f"max(dim={dim}, keepdim={keepdim}): your rule raised ValueError: "
-                           f"{str(e).splitlines()[0]}: without keepdim, g lost dim d: put it "
-                           "back (np.expand_dims(g, d)) to line up with idx") from None
+            except (ValueError, IndexError) as e:
+                why = ("with keepdim=True g already has dim d (of size 1): use it as it is" if
+                       keepdim else "without keepdim, g lost dim d: put it back "
+                       "(np.expand_dims(g, d)) to line up with idx")
+                raise Fail(f"max(dim={dim}, keepdim={keepdim}): your rule raised "
+                           f"{type(e).__name__}: {str(e).splitlines()[0]}: {why}") from None
             want = np.zeros(x.shape)
             np.put_along_axis(want, np.expand_dims(x.argmax(dim), dim),
                               g if keepdim else np.expand_dims(g, dim), axis=dim)
@@ -2103,6 +2189,19 @@ def check_11_4(m):
                                                          x.shape)),
                   "max's gradient is not sum's: only the largest element moved the result, so "
                   "only it gets g; the others get 0")], "d max/dx_i = 1 at the largest, else 0")
+    # the same rule serves min (its idx is the smallest's) and must use idx, not find the
+    # largest again: in float64, 1 + 1e-9 is larger than 1 (in float32 they are equal)
+    for op, xs, at in (('min', [[2.0, -1.0, 3.0]], 1), ('max', [[1.0, 1.0 + 1e-9]], 1)):
+        gx, = rule_grads(getattr(leaf(tt, xs), op)(dim=1).values, np.array([1.0]), 1)
+        if not close(gx, np.eye(len(xs[0]))[at][None]):
+            raise Fail(f"{op}({xs[0]}, dim=1) must send its gradient to index {at} (the index "
+                       f"{op} returned, idx), got {np.asarray(gx).tolist()}: use idx, which the "
+                       "forward found on x itself; do not search for the largest again")
+    gx, = rule_grads(tt.tensor(np.float32([[1.0, 2.0]]), requires_grad=True).max(dim=1).values,
+                     np.float32([1.0]), 1)
+    if np.asarray(gx).dtype != np.float32:
+        raise Fail(f"for a float32 x the gradient is {np.asarray(gx).dtype}: a rule returns its "
+                   "input's dtype; make gx in g's dtype (np.zeros_like(g, shape=xs))")
     tie = leaf(tt, [[1.0, 3.0, 3.0, 2.0]])
     gx, = rule_grads(tie.max(dim=1).values, np.array([5.0]), 1)
     if close(gx, [[0, 5, 5, 0]]) or close(gx, [[0, 2.5, 2.5, 0]]):
@@ -2170,106 +2269,153 @@ def _cached_attention_np(x, attn, calls, how=''):
 
 def check_12_1(m):
     tt, tr = m['tinytorch'], m['transformer']
-    cfg = tr.GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=2, n_embd=8, dropout=0.0,
+    cfg = tr.GPTConfig(block_size=8, vocab_size=5, n_layer=2, n_head=2, n_embd=8, dropout=0.0,
                        bias=True)
     tt.manual_seed(3)
-    attn = tr.CausalSelfAttention(cfg)
+    layers = [tr.CausalSelfAttention(cfg) for _ in range(2)]  # two layers, one cache
     x = rng(32).standard_normal((2, 6, 8)).astype(np.float32)
     calls = ((0, 3), (3, 4), (4, 6))  # a prompt of 3, then one token, then two at once
-    cache, outs = tr.KVCache(1), []
+    cache, outs = tr.KVCache(2), [[], []]
     for first, end in calls:
-        held = cache.length
-        try:
-            outs.append(np.asarray(attn(tt.tensor(x[:, first:end]), cache, 0).array))
-        except NotImplementedError:  # a stub (a RuntimeError too): attempt names it
-            raise
-        except (ValueError, IndexError, RuntimeError, TypeError) as e:
-            why = ("set past to the number of cached positions (past_k.shape[2]): the mask after "
-                   "your lines is (T, past + T), a column for every key" if cache.length == end
-                   else "keys and values are (B, H, T, D), the positions are dim 2")
-            raise Fail(f"with the cache holding {held} positions, a call on {end - first} new "
-                       f"ones raised {type(e).__name__}: {str(e).splitlines()[0]}: {why}") from None
-        if cache.layers[0] is None:
-            raise Fail("after a call with the cache, cache.layers[layer] is still None: keep this "
-                       "call's keys and values there, cache.layers[layer] = (k, v)")
-        if cache.length != end:
-            raise Fail(f"after {end} positions the cache holds {cache.length}: keep the keys and "
-                       "values of every position so far (the cached ones followed by the new "
-                       "ones, after the concatenation) in cache.layers[layer]" + (
-                           ", not only this call's" if cache.length == end - first else ""))
-    got = np.concatenate(outs, 1)
-    want = _cached_attention_np(x, attn, calls)
-    if close(got, want, 1e-4):
-        return
-    if close(got, _cached_attention_np(x, attn, calls, 'reversed'), 1e-4):
-        raise Fail("the cached keys go first: tt.cat([past_k, k], dim=2) keeps the positions in "
-                   "order, which the causal mask assumes (the same for the values)")
-    raise Fail(f"with the cache (calls on positions 0-2, then 3, then 4-5) the outputs differ "
-               f"from attention over all the positions so far: "
-               f"{worst(got, want, 'attention over them gives')}")
+        for layer, attn in enumerate(layers):
+            held = 0 if cache.layers[layer] is None else cache.layers[layer][0].shape[2]
+            try:
+                outs[layer].append(np.asarray(attn(tt.tensor(x[:, first:end]), cache,
+                                                   layer).array))
+            except NotImplementedError:  # a stub (a RuntimeError too): attempt names it
+                raise
+            except (ValueError, IndexError, RuntimeError, TypeError) as e:
+                kept = cache.layers[layer]
+                why = ("keys and values are (B, H, T, D), the positions are dim 2"
+                       if kept is None or kept[0].shape[2] != end else
+                       "the values must grow with the keys: v = tt.cat([past_v, v], dim=2)"
+                       if kept[1].shape[2] != end else
+                       "set past from this layer's cached keys (past_k.shape[2]): cache.length "
+                       "counts layer 0's, which layer 0 has already extended when layer 1 runs"
+                       if layer else
+                       "set past to the number of cached positions (past_k.shape[2]): the mask "
+                       "after your lines is (T, past + T), a column for every key")
+                raise Fail(f"layer {layer}, with the cache holding {held} positions, a call on "
+                           f"{end - first} new ones raised {type(e).__name__}: "
+                           f"{str(e).splitlines()[0]}: {why}") from None
+            kept = cache.layers[layer]
+            if kept is None:
+                raise Fail("after a call with the cache, cache.layers[layer] is still None: keep "
+                           "this call's keys and values there, cache.layers[layer] = (k, v)")
+            if kept[0].shape[2] != end:
+                raise Fail(f"after {end} positions the cache holds {kept[0].shape[2]}: keep the "
+                           "keys and values of every position so far (the cached ones followed "
+                           "by the new ones, after the concatenation) in cache.layers[layer]" + (
+                               ", not only this call's" if kept[0].shape[2] == end - first
+                               else ""))
+    for layer, attn in enumerate(layers):
+        got = np.concatenate(outs[layer], 1)
+        want = _cached_attention_np(x, attn, calls)
+        if close(got, want, 1e-4):
+            continue
+        if close(got, _cached_attention_np(x, attn, calls, 'reversed'), 1e-4):
+            raise Fail("the cached keys go first: tt.cat([past_k, k], dim=2) keeps the positions "
+                       "in order, which the causal mask assumes (the same for the values)")
+        raise Fail(f"layer {layer}, with the cache (calls on positions 0-2, then 3, then 4-5): "
+                   f"the outputs differ from attention over all the positions so far: "
+                   f"{worst(got, want, 'attention over them gives')}")
 
 
-def _greedy_np(model, prompt, n):
-    """Greedy generation by its definition: the model (no cache) on the last block_size
-    tokens, the most likely next token, n times."""
+def _generate_np(tt, model, prompt, n, temperature):
+    """Generation by its definition: the model (no cache) on the last block_size tokens,
+    then the next token as generate's lines after the exercise pick it, n times."""
     idx = np.array(prompt)
     for _ in range(n):
         logits, _ = model(idx[:, -model.config.block_size:])
-        idx = np.concatenate([idx, logits.array[:, -1].argmax(-1)[:, None]], axis=1)
+        logits = logits.array[:, -1, :]
+        if temperature == 0:
+            nxt = np.argmax(logits, axis=-1)[:, None]
+        else:
+            nxt = tt.multinomial(tt.softmax(tt.tensor(logits / temperature), -1), 1).array
+        idx = np.concatenate([idx, nxt.astype(idx.dtype)], axis=1)
     return idx
 
 
 def check_12_2(m):
     tt, tr = m['tinytorch'], m['transformer']
-    cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=2, n_head=2, n_embd=16, dropout=0.0,
-                       bias=True)
+    cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=3, n_head=2, n_embd=16, dropout=0.0,
+                       bias=True)  # n_layer is not n_head: a cache sized by the wrong one fails
     tt.manual_seed(4)
     model = tr.GPT(cfg)
     for p in model.parameters():
         p.array *= 20  # weights of about 0.4: logits far apart, so each token is clear
     prompt, n = np.array([[1, 2, 3], [4, 5, 6]]), 9  # 3 + 9 tokens: past the block of 8
-    want = _greedy_np(model, prompt, n)
-    got = model.generate(tt.tensor(prompt), n, temperature=0, use_cache=False)
-    if not np.array_equal(np.asarray(got.array), want):
-        raise Fail("without the cache, generate must run the model on the window (the last "
-                   "block_size tokens) each step: logits, _ = self(window)")
     calls, forward = [], model.forward
 
-    def counting(idx, targets=None, cache=None):
-        calls.append((idx.shape[1], cache is not None))
+    def counting(idx, targets=None, cache=None):  # what each step runs the model on
+        calls.append((tuple(idx.shape), cache is not None))
         return forward(idx, targets, cache)
-    model.forward = counting
-    try:
-        got = model.generate(tt.tensor(prompt), n, temperature=0, use_cache=True)
-    except ValueError as e:
-        raise Fail(f"with the cache, generation past the block size raised ValueError: "
-                   f"{str(e).splitlines()[0]}" + (
-                       ": the cache already holds the earlier tokens' keys and values, so after "
-                       "the first call only the newest token goes through the model "
-                       "(idx[:, -1:])" if any(t > 1 for t, _ in calls[1:3]) else
-                       ": once the text is longer than the block size the window slides, every "
-                       "token sits one position earlier than when it was cached, so rebuild the "
-                       "cache from the window each step (when idx.shape[1] > bs)")) from None
-    finally:
-        del model.forward
-    expect = [(min(3 + s, 8) if s == 0 or 3 + s > 8 else 1, True) for s in range(n)]
-    if calls[0][0] == 1 and calls[0][1]:
-        raise Fail("the first call must encode the whole window (the prompt) into the new "
-                   "cache: you ran only the newest token, so the others' keys were never made")
-    if not all(c for _, c in calls):
-        raise Fail("with use_cache=True a step ran the model without the cache: pass "
-                   "cache=cache (a KVCache(self.config.n_layer) made on the first call)")
-    if calls != expect and [t for t, _ in calls[1:6]] == [3 + s for s in range(1, 6)]:
-        raise Fail("with use_cache=True every step ran the whole window through the model: the "
-                   "cache already holds the earlier tokens, so after the first call feed only "
-                   "the newest one, idx[:, -1:]")
-    if not np.array_equal(np.asarray(got.array), want):
-        raise Fail(f"with the cache, generate gave other tokens than without it: "
-                   f"{np.asarray(got.array)[0].tolist()} instead of {want[0].tolist()}")
-    if calls != expect:
-        raise Fail(f"with the cache the model should run on {[t for t, _ in expect]} tokens per "
-                   f"step (the window once, then the newest token, and the window again each "
-                   f"step once it slides), it ran on {[t for t, _ in calls]}")
+
+    def generate(use_cache, temperature):
+        calls.clear()
+        tt.manual_seed(7)
+        model.forward = counting
+        try:
+            return np.asarray(model.generate(tt.tensor(prompt), n, temperature=temperature,
+                                             use_cache=use_cache).array)
+        finally:
+            del model.forward
+    for temperature in (0, 4.0):  # greedy, then sampled from the same seed
+        tt.manual_seed(7)
+        want = _generate_np(tt, model, prompt, n, temperature)
+        try:
+            got = generate(False, temperature)
+        except (ValueError, IndexError) as e:
+            raise Fail(f"without the cache, generation past the block size raised "
+                       f"{type(e).__name__}: {str(e).splitlines()[0]}: run the model on the "
+                       "window (the last block_size tokens), logits, _ = self(window)") from None
+        if any(c for _, c in calls):
+            raise Fail("with use_cache=False generate must not use a cache: logits, _ = "
+                       "self(window)")
+        if not np.array_equal(got, want):
+            raise Fail("without the cache, generate must give the tokens of the model run on the "
+                       "window each step (logits, _ = self(window))" + (
+                           f"; at temperature {temperature} the tokens differ: the lines after "
+                           "your block divide by the temperature, your block only sets logits"
+                           if temperature else ""))
+        try:
+            got = generate(True, temperature)
+        except (ValueError, IndexError) as e:
+            says = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            if any(len(shape) != 2 for shape, _ in calls):
+                raise Fail(f"with the cache, generation raised {says}: the model takes (B, T) "
+                           "token ids; idx[:, -1:] keeps the time dim (idx[:, -1] drops it)"
+                           ) from None
+            if isinstance(e, IndexError):
+                raise Fail(f"with the cache, generation raised {says}: the cache has one entry "
+                           "per layer, KVCache(self.config.n_layer)") from None
+            raise Fail(f"with the cache, generation past the block size raised {says}" + (
+                ": the cache already holds the earlier tokens' keys and values, so after the "
+                "first call only the newest token goes through the model (idx[:, -1:])"
+                if any(shape[1] > 1 for shape, _ in calls[1:3]) else
+                ": once the text is longer than the block size the window slides, every token "
+                "sits one position earlier than when it was cached, so rebuild the cache from "
+                "the window each step (when idx.shape[1] > bs)")) from None
+        ran = [(shape[1], cached) for shape, cached in calls]
+        expect = [(min(3 + s, 8) if s == 0 or 3 + s > 8 else 1, True) for s in range(n)]
+        if ran[0] == (1, True):
+            raise Fail("the first call must encode the whole window (the prompt) into the new "
+                       "cache: you ran only the newest token, so the others' keys were never "
+                       "made")
+        if not all(c for _, c in ran):
+            raise Fail("with use_cache=True a step ran the model without the cache: pass "
+                       "cache=cache (a KVCache(self.config.n_layer) made on the first call)")
+        if ran != expect and [t for t, _ in ran[1:6]] == [3 + s for s in range(1, 6)]:
+            raise Fail("with use_cache=True every step ran the whole window through the model: "
+                       "the cache already holds the earlier tokens, so after the first call "
+                       "feed only the newest one, idx[:, -1:]")
+        if not np.array_equal(got, want):
+            raise Fail(f"with the cache, generate gave other tokens than without it: "
+                       f"{got[0].tolist()} instead of {want[0].tolist()}")
+        if ran != expect:
+            raise Fail(f"with the cache the model should run on {[t for t, _ in expect]} tokens "
+                       f"per step (the window once, then the newest token, and the window again "
+                       f"each step once it slides), it ran on {[t for t, _ in ran]}")
 
 
 CHECKS = {ex: globals()['check_' + ex.replace('.', '_')] for ex in EXERCISES}

@@ -14445,32 +14445,54 @@ _LEARN_MISTAKES = [
     ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / np.sqrt(v_hat + eps)", "eps goes outside the square root", "eps inside the square root"),
     ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / (v_hat + eps)", "divides by the square root of v_hat", "the step divided by v_hat, not its square root"),
     ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p = p - lr * m_hat / (np.sqrt(v_hat) + eps)", "p did not change", "p = p - ... (a new array, the parameter unchanged)"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / (np.sqrt(v) + eps)", "v needs its correction too", "v left uncorrected: sqrt(v), not sqrt(v_hat)"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)", "m_hat = m\n    m_hat /= 1 - b1 ** t", "yours is g", "the correction divides the state m itself (m_hat = m; m_hat /= ...)"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * m_hat / (np.sqrt(v) / (1 - b2 ** t) + eps)", "goes under the square root", "sqrt(v) / (1 - b2^t): the correction outside the root"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)\n    p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps)", "the Adam paper's efficient form", "the Adam paper's efficient form (eps before the correction)"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)\n    v_hat = v / (1 - b2 ** t)", "m_hat = m / 1 - b1 ** t\n    v_hat = v / 1 - b2 ** t", "p became nan", "m / 1 - b1^t and v / 1 - b2^t: the corrections' brackets lost"),
     ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "g = g + wd * p.array", "AdamW decayed through the gradient", "AdamW's decay added to the gradient (Adam's L2)"),
     ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "p.array *= 1 - wd", "scaled by the learning rate", "AdamW's decay without the learning rate: p *= 1 - wd"),
     ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g", "p.array -= lr * wd", "you subtracted lr * wd", "AdamW's decay subtracted: p -= lr * wd"),
     ('10.2', 'optim.py', None, "        if wd:\n            p.array *= 1 - lr * wd", "Adam's weight_decay is L2", "Adam's decay decoupled too"),
     ('10.2', 'optim.py', "g = g + wd * p.array", "g = wd * p.array", "you replaced g with it", "Adam's L2 term replaces the gradient"),
+    ('10.2', 'optim.py', "if wd and group['decoupled_weight_decay']:", "if wd and isinstance(self, AdamW):", "not the optimizer's class", "the decay decoupled for the AdamW class only (Adam(decoupled_weight_decay=True) left out)"),
+    ('10.2', 'optim.py', "g = g + wd * p.array", "g += wd * p.array", "the step changed p.grad", "Adam's L2 term added into p.grad's own array (g += wd * p)"),
     # the optional step 11: convolution as a matmul over patches, max pooling
     ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, i, j] = x[..., i * w.dilation[0]:i * w.dilation[0] + oh, j * w.dilation[1]:j * w.dilation[1] + ow]", "the patches start every sh-th row", "the patches taken at stride 1 whatever the stride"),
     ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, i, j] = x[..., i:i + w.stride[0] * (oh - 1) + 1:w.stride[0], j:j + w.stride[1] * (ow - 1) + 1:w.stride[1]]", "the kernel's elements are spread out", "dilation ignored"),
     ('11.1', 'tinytorch.py', "cols[:, :, i, j] = x[(..., *_window_slice(w, i, j))]", "cols[:, :, j, i] = x[(..., *_window_slice(w, i, j))]", "rows and columns are swapped", "kernel element (i, j) stored as (j, i)"),
     ('11.2', 'tinytorch.py', "gx[(..., *_window_slice(w, i, j))] += g[:, :, i, j]", "gx[(..., *_window_slice(w, i, j))] = g[:, :, i, j]", "add into gx (+=), do not assign", "overlapping patches' gradients assigned, not added"),
     ('11.2', 'tinytorch.py', "return (gx[:, :, ph:ph + h, pw:pw + wd],)", "return (gx,)", "the padded image's shape", "the padding's part of the gradient kept"),
+    ('11.2', 'tinytorch.py', "return (gx[:, :, ph:ph + h, pw:pw + wd],)", "return (gx[:, :, ph:-ph, pw:-pw],)", "cut out the image itself", "the padding cropped with -ph (empty when ph is 0)"),
+    ('11.2', 'tinytorch.py', "gx[(..., *_window_slice(w, i, j))] += g[:, :, i, j]", "gx[..., i * w.dilation[0]:i * w.dilation[0] + oh, j * w.dilation[1]:j * w.dilation[1] + ow] += g[:, :, i, j]", "its entries go back there (you moved by 1)", "the fold ignores the stride"),
+    ('11.2', 'tinytorch.py', "gx = np.zeros(xs, dtype=g.dtype)", "gx = np.zeros(xs)", "for a float32 image the gradient is float64", "the fold's gradient made in float64 whatever the input"),
     ('11.3', 'nn.py', "out = out + bias.reshape(o, 1)", "out = out + bias", "reshaped to (O, 1) adds to every position", "the bias (O,) added to (N, O, L) as it is"),
     ('11.3', 'nn.py', "    if bias is not None:\n        out = out + bias.reshape(o, 1)\n", "", "the bias was not added", "the bias forgotten"),
     ('11.3', 'nn.py', "return out.reshape(n, o, oh, ow)", "return out.reshape(n, oh, ow, o)", "the positions last", "the result reshaped to (N, oh, ow, O)"),
+    ('11.3', 'nn.py', "out = weight.reshape(o, -1) @ cols", "out = weight.flip((2, 3)).reshape(o, -1) @ cols", "the kernel was flipped", "the kernel flipped (a true convolution)"),
+    ('11.3', 'nn.py', "cols = tt.unfold(input, kernel, dilation, padding, stride)", "cols = tt.unfold(input, kernel, stride, padding, dilation)", "tt.unfold takes (input, kernel_size, dilation, padding, stride)", "tt.unfold called with conv2d's argument order"),
+    ('11.3', 'nn.py', "    if bias is not None:\n        out = out + bias.reshape(o, 1)", "    if bias:\n        out = out + bias.reshape(o, 1)", "test `bias is not None`", "if bias: (a tensor's truth value)"),
     ('11.4', 'tinytorch.py', None, "        return (np.broadcast_to(g if keepdim else np.expand_dims(g, d), xs),)", "max's gradient is not sum's", "max's rule spreads g over the whole dim (sum's rule)"),
     ('11.4', 'tinytorch.py', "g if keepdim else np.expand_dims(g, d)", "g", "without keepdim, g lost dim d", "g not given back its reduced dim (keepdim=False)"),
+    ('11.4', 'tinytorch.py', "g if keepdim else np.expand_dims(g, d)", "np.expand_dims(g, d)", "with keepdim=True g already has dim d", "g given an extra dim even with keepdim=True"),
+    ('11.4', 'tinytorch.py', "np.put_along_axis(gx, idx, g if", "np.put_along_axis(gx, np.expand_dims(np.argmax(x.array, axis=d), d), g if", "do not search for the largest again", "the largest found again (np.argmax) instead of idx: min gets max's gradient"),
+    ('11.4', 'tinytorch.py', None, "        gx = np.zeros(xs)\n        np.put_along_axis(gx, idx, g if keepdim else np.expand_dims(g, d), axis=d)\n        return (gx,)", "for a float32 x the gradient is float64", "max's gradient made in float64 whatever the input"),
     ('11.4', 'tinytorch.py', None, "        top = x.array == np.take_along_axis(x.array, idx, axis=d)\n        return (np.where(top, g if keepdim else np.expand_dims(g, d), 0),)", "the gradient goes to one element", "on a tie, every largest element gets g"),
     # the optional step 12: a KV cache for generation
     ('12.1', 'transformer.py', "                past = past_k.shape[2]\n", "", "set past to the number of cached positions", "past left at 0 (the mask not shifted)"),
     ('12.1', 'transformer.py', "tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)", "tt.cat([k, past_k], dim=2), tt.cat([v, past_v], dim=2)", "the cached keys go first", "the new keys put before the cached ones"),
     ('12.1', 'transformer.py', "tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)", "tt.cat([past_k, k], dim=1), tt.cat([past_v, v], dim=1)", "the positions are dim 2", "the keys concatenated along the heads (dim 1)"),
+    ('12.1', 'transformer.py', "past = past_k.shape[2]", "past = cache.length", "cache.length counts layer 0's", "past = cache.length (layer 0's count, already extended)"),
+    ('12.1', 'transformer.py', "k, v = tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)", "k, v = tt.cat([past_k, k], dim=2), v", "the values must grow with the keys", "the keys extended, the values not"),
     ('12.1', 'transformer.py', None, "            new = (k, v)\n            if cache.layers[layer] is not None:\n                past_k, past_v = cache.layers[layer]\n                past = past_k.shape[2]\n                k, v = tt.cat([past_k, k], dim=2), tt.cat([past_v, v], dim=2)\n            cache.layers[layer] = new", "not only this call's", "the cache keeps only the newest keys and values"),
     ('12.2', 'transformer.py', "elif cache is None or idx.shape[1] > bs:", "elif cache is None:", "rebuild the cache from the window each step", "the cache never rebuilt once the window slides"),
     ('12.2', 'transformer.py', "logits, _ = self(idx[:, -1:], cache=cache)", "logits, _ = self(window, cache=cache)", "only the newest token goes through the model", "the whole window fed again with the cache"),
     ('12.2', 'transformer.py', "cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)", "cache = KVCache(self.config.n_layer)\n                logits, _ = self(idx[:, -1:], cache=cache)", "must encode the whole window", "the prompt never encoded into the cache"),
     ('12.2', 'transformer.py', "elif cache is None or idx.shape[1] > bs:", "elif True:", "every step ran the whole window", "the cache rebuilt at every step (never used)"),
+    ('12.2', 'transformer.py', "logits, _ = self(idx[:, -1:], cache=cache)", "logits, _ = self(idx[:, -1], cache=cache)", "idx[:, -1:] keeps the time dim", "the newest token as idx[:, -1] (the time dim dropped)"),
+    ('12.2', 'transformer.py', "cache = KVCache(self.config.n_layer)", "cache = KVCache(self.config.n_head)", "one entry per layer", "a cache of n_head entries, not n_layer"),
+    ('12.2', 'transformer.py', "            if not use_cache:\n                logits, _ = self(window)\n            elif", "            if", "must not use a cache", "use_cache=False ignored (the cache always used)"),
+    ('12.2', 'transformer.py', "                logits, _ = self(idx[:, -1:], cache=cache)", "                logits, _ = self(idx[:, -1:], cache=cache)\n            if temperature:\n                logits = logits / temperature", "your block only sets logits", "the logits divided by the temperature in the block too"),
 ]
 
 
@@ -14675,6 +14697,17 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
+# a learner's own answers to the optional steps 10-12 (the trial of 2026-12-02), written
+# from the stubs alone
+_LEARN_OTHER_ANSWERS += [
+    ('10.2', "        if wd != 0:\n            if group['decoupled_weight_decay']:\n                p.array *= 1 - lr * wd\n            else:\n                g = g + wd * p.array"),
+    ('11.1', '    (dh, dw), (sh, sw) = w.dilation, w.stride\n    cols = np.zeros((n, c, kh, kw, oh, ow), dtype=x.dtype)\n    rr = np.arange(kh)[:, None] * dh\n    cc = np.arange(kw)[None, :] * dw\n    for y in range(oh):\n        for xo in range(ow):\n            cols[:, :, :, :, y, xo] = x[:, :, y * sh + rr, xo * sw + cc]'),
+    ('11.2', '        (dh, dw), (sh, sw) = w.dilation, w.stride\n        g6 = g.reshape(n, c, kh, kw, oh, ow)\n        gx = np.zeros(xs, dtype=g.dtype)\n        rows = (np.arange(kh) * dh)[:, None] + (np.arange(oh) * sh)[None, :]\n        cls = (np.arange(kw) * dw)[:, None] + (np.arange(ow) * sw)[None, :]\n        np.add.at(gx, (slice(None), slice(None), rows[:, None, :, None], cls[None, :, None, :]), g6)\n        return (gx[:, :, ph:ph + h, pw:pw + wd],)'),
+    ('11.3', '    patches = tt.unfold(input, kernel, dilation=dilation, padding=padding, stride=stride)\n    flat = weight.reshape(o, -1)\n    out = (patches.transpose(1, 2) @ flat.transpose(0, 1)).transpose(1, 2)\n    if bias is not None:\n        out = out + bias.reshape(1, o, 1)\n    return out.reshape(n, o, oh, ow)'),
+    ('11.4', '        shape = [1] * len(xs)\n        shape[d] = xs[d]\n        hit = np.arange(xs[d]).reshape(shape) == idx\n        gg = g if keepdim else np.expand_dims(g, d)\n        return (np.where(hit, gg, 0).astype(g.dtype),)'),
+    ('12.1', '            old = cache.layers[layer]\n            if old is None:\n                past = 0\n            else:\n                past = old[0].shape[-2]\n                k = tt.cat((old[0], k), dim=-2)\n                v = tt.cat((old[1], v), dim=-2)\n            cache.layers[layer] = k, v'),
+    ('12.2', '            if use_cache and cache is not None and idx.shape[1] <= bs:\n                logits, _ = self(idx[:, -1:], cache=cache)\n            elif use_cache:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n            else:\n                logits = self(window)[0]'),
+]
 _LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
 
 
