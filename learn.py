@@ -13,7 +13,9 @@ mytorch/ beside learn.py. Each check stops after a few seconds (a loop that neve
 named as such) and Ctrl-C stops learn.py with one line. Needs only NumPy.
 
 The exercises are the seed article's checklist, in the order of tinytorch.py's Part I, then
-nn.py, optim.py and transformer.py. They are cut out of the shipped files themselves (LOCATE
+nn.py, optim.py and transformer.py; past it, four optional steps (an LSTM cell, Adam and
+AdamW, convolution as a matmul over patches, a KV cache) from the same files, Part II of
+tinytorch.py included. They are cut out of the shipped files themselves (LOCATE
 below names each one's function and statements, so the shipped files are the answer key and
 carry no markers), and your workspace gets the same files with those lines replaced by a stub
 that says what to write, between `# exercise N.k: title` and `# end exercise`. The checks
