@@ -2523,19 +2523,25 @@ def spiral(n=60, classes=3, seed=22):
     return np.concatenate(xs).astype(np.float32), np.concatenate(ys)
 
 
-def run_6(m):
-    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+def train_spiral(m, optimizer, steps):
+    """A 2-64-3 MLP trained on the spiral by optimizer(parameters): (accuracy, final loss)."""
+    tt, nn = m['tinytorch'], m['nn']
     x, y = spiral()
     tt.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 3))
-    opt = optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+    opt = optimizer(model.parameters())
     X = tt.tensor(x)
-    for step in range(400):
+    for step in range(steps):
         opt.zero_grad()
         loss = nn.cross_entropy(model(X), y)
         loss.backward()
         opt.step()
-    acc = float((model(X).array.argmax(1) == y).mean())
+    return float((model(X).array.argmax(1) == y).mean()), loss
+
+
+def run_6(m):
+    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
+    acc, loss = train_spiral(m, lambda params: optim.SGD(params, lr=1.0, momentum=0.9), 400)
     if acc < 0.95:
         raise Fail(f"the spiral classifier reached only {acc:.0%} training accuracy (loss "
                    f"{float(loss.array):.3f}) after 400 steps; expected at least 95%")
@@ -2675,18 +2681,9 @@ def run_9(m, steps=150, target=0.1):
 
 def run_10(m, steps=300):
     """The spiral of step 6, learned by your AdamW instead of SGD with momentum."""
-    tt, nn, optim = m['tinytorch'], m['nn'], m['optim']
-    x, y = spiral()
-    tt.manual_seed(0)
-    model = nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 3))
-    opt = optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.01)
-    X = tt.tensor(x)
-    for step in range(steps):
-        opt.zero_grad()
-        loss = nn.cross_entropy(model(X), y)
-        loss.backward()
-        opt.step()
-    acc = float((model(X).array.argmax(1) == y).mean())
+    optim = m['optim']
+    acc, loss = train_spiral(m, lambda params: optim.AdamW(params, lr=0.02, weight_decay=0.01),
+                             steps)
     if acc < 0.95:
         raise Fail(f"the spiral classifier reached only {acc:.0%} training accuracy (loss "
                    f"{float(loss.array):.3f}) after {steps} AdamW steps (lr 0.02, weight decay "
