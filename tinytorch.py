@@ -646,9 +646,11 @@ def unbroadcast(grad, shape):
 
 
 def _broadcast_op(op, fn, a, b):
-    """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
+    """Run a broadcasting forward, its result laid out in memory as PyTorch's (below); a
+    shape mismatch names the op and both shapes."""
+    x, y = a.array, b.array
     try:
-        return fn(a.array, b.array)
+        out = fn(x, y)
     except ValueError as e:
         try:
             np.broadcast_shapes(a.shape, b.shape)
@@ -656,6 +658,50 @@ def _broadcast_op(op, fn, a, b):
             raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
                              "broadcast together") from None
         raise ValueError(f"{op}: {e}") from None  # another reason (int ** negative int)
+    if x.flags.c_contiguous and y.flags.c_contiguous or x.ndim == 0 or y.ndim == 0:
+        return out  # row-major operands, or one that orders alone: NumPy's order is PyTorch's
+    return _in_torch_order(out, x, y)
+
+
+# The order of a result's dims in memory. When the operands lie in different orders (x.T + y,
+# with x and y row-major), NumPy lets row-major win; PyTorch sorts the dims by the operands'
+# strides, asking them in turn: x.T + y is column-major, as x.T, and y + x.T row-major.
+def _in_torch_order(out, *operands):
+    """out, an elementwise op's result on these arrays (in the op's order), in PyTorch's
+    order of dims in memory (a copy where NumPy's differs): starting row-major, dims move
+    inner by an insertion sort, as TensorIterator writes it; for a pair of dims the first
+    operand with strides that differ decides (equal strides: the smaller dim goes inner). A
+    dim an operand is broadcast along (stride 0) gives that operand no say."""
+    shape, nd = out.shape, out.ndim
+    strides = [(0,) * (nd - a.ndim) + tuple(0 if n != m else s for n, m, s in  # (n != m: n is 1)
+                                            zip(a.shape, shape[nd - a.ndim:], a.strides))
+               for a in operands]
+
+    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: nobody says
+        for s in strides:
+            if s[d0] == 0 or s[d1] == 0:
+                continue
+            if s[d0] != s[d1]:
+                return -1 if s[d0] < s[d1] else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+    perm = list(range(nd - 1, -1, -1))  # dims from inner to outer: row-major to start
+    for i in range(1, nd):  # PyTorch's insertion sort, as it writes it
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    order = perm[::-1]
+    laid = np.empty(tuple(shape[i] for i in order), out.dtype).transpose(np.argsort(order))
+    if laid.strides == out.strides:
+        return out
+    np.copyto(laid, out)
+    return laid
 
 
 # In a two-input rule each input's gradient is computed only if that input requires
@@ -1547,6 +1593,9 @@ def where(condition, a, b):
     except ValueError:
         raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be broadcast together") from None
+    c = np.asarray(cond)
+    if not (c.flags.c_contiguous and a.array.flags.c_contiguous and b.array.flags.c_contiguous):
+        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 3)
 
     def backward(g, sa=a.shape, sb=b.shape):
         """d where(c,a,b)/da = 1 where c, else 0
