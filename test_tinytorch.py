@@ -4859,6 +4859,9 @@ _LAYOUTS = {
     # (2) stride 4, dim 1 stride 8. x - z2: x orders every pair first, (1, 4, 12).
     'broadcast - x': (lambda m, x, e: m.zeros(3, 2) - x, (1, 8, 4)),
     'x - broadcast': (lambda m, x, e: x - m.zeros(3, 2), (1, 4, 12)),
+    # one_hot is row-major whatever its input's layout: (4, 3, 2, 24) has strides
+    # (3 * 2 * 24, 2 * 24, 24, 1) (NumPy's == kept x's order, and the new dim innermost)
+    'one_hot(x)': (lambda m, x, e: m.nn.functional.one_hot(x.long(), 24), (144, 48, 24, 1)),
 }
 
 
