@@ -4859,6 +4859,12 @@ _LAYOUTS = {
     # (2) stride 4, dim 1 stride 8. x - z2: x orders every pair first, (1, 4, 12).
     'broadcast - x': (lambda m, x, e: m.zeros(3, 2) - x, (1, 8, 4)),
     'x - broadcast': (lambda m, x, e: x - m.zeros(3, 2), (1, 4, 12)),
+    # a cast of e (strides (0, 1, 4)) orders its dims as clone does: (12, 1, 4); so does an
+    # int e cast to float for sin, or for + with a float32 zeros(2, 4, 3) (then ordered first)
+    'float of expanded': (lambda m, x, e: e.float(), (12, 1, 4)),
+    'sin of expanded int': (lambda m, x, e: m.arange(12).reshape(3, 4).T.expand(2, -1, -1).sin(), (12, 1, 4)),
+    'expanded int + row-major': (lambda m, x, e: m.arange(12).reshape(3, 4).T.expand(2, -1, -1)
+                                 + m.zeros(2, 4, 3), (12, 1, 4)),
     # one_hot is row-major whatever its input's layout: (4, 3, 2, 24) has strides
     # (3 * 2 * 24, 2 * 24, 24, 1) (NumPy's == kept x's order, and the new dim innermost)
     'one_hot(x)': (lambda m, x, e: m.nn.functional.one_hot(x.long(), 24), (144, 48, 24, 1)),
@@ -4918,7 +4924,8 @@ _BINARY_OPS = {'+': lambda m, a, b: a + b, '-': lambda m, a, b: a - b, '*': lamb
                'maximum': lambda m, a, b: m.maximum(a, b), '**': lambda m, a, b: a ** b,
                'atan2': lambda m, a, b: m.atan2(a, b), '%': lambda m, a, b: a % b,
                'where(a > 2, a, b)': lambda m, a, b: m.where(a > 2, a, b),
-               'where(b > 2, a, b)': lambda m, a, b: m.where(b > 2, a, b)}
+               'where(b > 2, a, b)': lambda m, a, b: m.where(b > 2, a, b),
+               'a + b.long()': lambda m, a, b: a + b.long(), 'a.float() * b': lambda m, a, b: a.float() * b}
 
 
 def test_elementwise_results_are_laid_out_as_pytorch_lays_them_out():
