@@ -4925,7 +4925,10 @@ _BINARY_OPS = {'+': lambda m, a, b: a + b, '-': lambda m, a, b: a - b, '*': lamb
                'atan2': lambda m, a, b: m.atan2(a, b), '%': lambda m, a, b: a % b,
                'where(a > 2, a, b)': lambda m, a, b: m.where(a > 2, a, b),
                'where(b > 2, a, b)': lambda m, a, b: m.where(b > 2, a, b),
-               'a + b.long()': lambda m, a, b: a + b.long(), 'a.float() * b': lambda m, a, b: a.float() * b}
+               'a + b.long()': lambda m, a, b: a + b.long(), 'a.float() * b': lambda m, a, b: a.float() * b,
+               'clamp(a, min=b)': lambda m, a, b: m.clamp(a, min=b),
+               'clamp(b, a, a + 1)': lambda m, a, b: m.clamp(b, a, a + 1),
+               'isclose': lambda m, a, b: m.isclose(a, b)}
 
 
 def test_elementwise_results_are_laid_out_as_pytorch_lays_them_out():

@@ -1546,6 +1546,8 @@ def _clamp_per_element(x, lo, hi):
     x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
     out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
+    if not builtins.all(v.array.flags.c_contiguous for v in inputs):
+        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 3)
 
     def backward(g):
         """d clamp/dx = 1 unless x < lo or x > hi (so 1 at a nan); 1/2 at x = lo < hi or lo < hi = x
@@ -1862,7 +1864,10 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
         raise RuntimeError(f"isclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
     a, b = _operands(a, b)
-    return _constant(np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    out = np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not (a.array.flags.c_contiguous and b.array.flags.c_contiguous):
+        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 3)
+    return _constant(out)
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
