@@ -677,7 +677,8 @@ def _in_torch_order(out, *operands):
     """out, an elementwise op's result on these arrays (in the op's order), in PyTorch's
     order of dims in memory (_torch_order): a copy where NumPy's differs."""
     order = _torch_order(out.shape, *operands)
-    laid = np.empty(tuple(out.shape[i] for i in order), out.dtype).transpose(np.argsort(order))
+    laid = np.empty([out.shape[d] for d in order], out.dtype)
+    laid = laid.transpose([order.index(d) for d in range(out.ndim)])  # dims back in their places
     if laid.strides == out.strides:
         return out
     np.copyto(laid, out)
