@@ -1068,7 +1068,8 @@ def one_hot(tensor, num_classes=-1):
     n = int(idx.max()) + 1 if num_classes == -1 and idx.size else num_classes
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"one_hot: class values must be in [0, {n}), got {idx.min()}..{idx.max()}")
-    return tt.tensor(np.arange(n) == idx[..., None]).long()
+    # row-major, as PyTorch's (NumPy's == keeps a permuted idx's order of dims)
+    return tt.tensor((np.arange(n) == idx[..., None]).astype(np.int64, order='C'))
 
 
 # -- padding, normalizing, and the cosine of two vectors --------------------------

@@ -4835,6 +4835,39 @@ _LAYOUTS = {
     'sort of expanded': (lambda m, x, e: e.sort(0).values, (12, 1, 4)),
     'zeros_like of expanded': (lambda m, x, e: m.zeros_like(e), (12, 1, 4)),
     'clone of expanded, permuted': (lambda m, x, e: e.permute(1, 0, 2).clone(), (1, 4, 8)),
+    # Elementwise ops of two or three operands: PyTorch sorts the dims (from inner to outer,
+    # row-major to start) asking the operands in order, and the first whose strides differ
+    # for a pair of dims orders it (a stride of 0, a broadcast dim, has no say). NumPy lets
+    # row-major win any disagreement. z = zeros(4, 3, 2) is row-major, strides (6, 2, 1).
+    # x + z: x, asked first, orders every pair: x's (1, 4, 12). z + x: z's (6, 2, 1).
+    'x + row-major': (lambda m, x, e: x + m.zeros(4, 3, 2), (1, 4, 12)),
+    'row-major + x': (lambda m, x, e: m.zeros(4, 3, 2) + x, (6, 2, 1)),
+    'x > row-major': (lambda m, x, e: x > m.zeros(4, 3, 2), (1, 4, 12)),
+    'maximum(x, row-major)': (lambda m, x, e: m.maximum(x, m.zeros(4, 3, 2)), (1, 4, 12)),
+    # x's dtype int64, z's float32: the order is still x's (each operand's own strides)
+    'x.long() + row-major': (lambda m, x, e: x.long() + m.zeros(4, 3, 2), (1, 4, 12)),
+    # ones(4, 3, 4)[..., ::2], strides (12, 4, 2): x comes first, x's order
+    'x / sliced': (lambda m, x, e: x / m.ones(4, 3, 4)[..., ::2], (1, 4, 12)),
+    # where(c, z, x): the condition c = x > 3 has x's layout and is asked first
+    'where(x > 3, row-major, x)': (lambda m, x, e: m.where(x > 3, m.zeros(4, 3, 2), x), (1, 4, 12)),
+    # e * zeros(2, 4, 3): dims 2 and 1: e's strides 4 > 1, dim 1 inner. Dim 0 (stride 0 in
+    # e) against dim 2: z's 12 > 1, dim 0 outer. So dim 1 (4) stride 1, dim 2 (3) stride 4,
+    # dim 0 stride 12 (NumPy: z's row-major (12, 3, 1) wins).
+    'expanded * row-major': (lambda m, x, e: e * m.zeros(2, 4, 3), (12, 1, 4)),
+    # zeros(3, 2) broadcast to (4, 3, 2) has strides (0, 2, 1). z2 - x: z2 orders dims 1 and 2
+    # (dim 2 inner); dim 0 has stride 0 in z2, x orders it innermost: dim 0 stride 1, dim 2
+    # (2) stride 4, dim 1 stride 8. x - z2: x orders every pair first, (1, 4, 12).
+    'broadcast - x': (lambda m, x, e: m.zeros(3, 2) - x, (1, 8, 4)),
+    'x - broadcast': (lambda m, x, e: x - m.zeros(3, 2), (1, 4, 12)),
+    # a cast of e (strides (0, 1, 4)) orders its dims as clone does: (12, 1, 4); so does an
+    # int e cast to float for sin, or for + with a float32 zeros(2, 4, 3) (then ordered first)
+    'float of expanded': (lambda m, x, e: e.float(), (12, 1, 4)),
+    'sin of expanded int': (lambda m, x, e: m.arange(12).reshape(3, 4).T.expand(2, -1, -1).sin(), (12, 1, 4)),
+    'expanded int + row-major': (lambda m, x, e: m.arange(12).reshape(3, 4).T.expand(2, -1, -1)
+                                 + m.zeros(2, 4, 3), (12, 1, 4)),
+    # one_hot is row-major whatever its input's layout: (4, 3, 2, 24) has strides
+    # (3 * 2 * 24, 2 * 24, 24, 1) (NumPy's == kept x's order, and the new dim innermost)
+    'one_hot(x)': (lambda m, x, e: m.nn.functional.one_hot(x.long(), 24), (144, 48, 24, 1)),
 }
 
 
@@ -4866,6 +4899,56 @@ def test_results_are_laid_out_in_memory_as_pytorch_does():
     torch = need_torch()
     for name, (op, strides) in sorted(_LAYOUTS.items()):
         assert op(torch, *_layout_inputs(torch)).stride() == strides, name
+
+
+def _operands_in_every_layout(m):
+    """Operands of shapes that broadcast with (2, 3) and (2, 3, 4), in many layouts."""
+    A = lambda *s: m.tensor(np.arange(1.0, 1 + np.prod(s)).reshape(s))
+    return {'(2, 3)': A(2, 3), 'transposed': A(3, 2).T, '(3,)': A(3), '(2, 1)': A(2, 1),
+            '(1, 3) transposed': A(3, 1).T, 'expanded (2, 1)': A(2, 1).expand(2, 3),
+            'expanded (1, 3)': A(1, 3).expand(2, 3), 'step 2': A(2, 6)[:, ::2],
+            'transposed, step 2': A(6, 2)[::2].T, '0-d': A(1).reshape(()), '(1, 1)': A(1, 1),
+            '(2, 3, 4)': A(2, 3, 4), 'permuted (2, 1, 0)': A(4, 3, 2).permute(2, 1, 0),
+            'permuted (1, 0, 2)': A(3, 2, 4).permute(1, 0, 2),
+            'permuted (1, 2, 0)': A(4, 2, 3).permute(1, 2, 0),
+            'permuted (2, 0, 1)': A(3, 4, 2).permute(2, 0, 1),
+            'expanded (2, 1, 4)': A(2, 1, 4).expand(2, 3, 4),
+            'expanded, transposed': A(4, 3).T.expand(2, 3, 4), '(3, 4) transposed': A(4, 3).T,
+            '(3, 1)': A(3, 1), '(2, 1, 1)': A(2, 1, 1), '(1, 3, 4) permuted': A(4, 3, 1).permute(2, 1, 0),
+            '(2, 1, 4) permuted': A(4, 1, 2).permute(2, 1, 0), 'step 2, 3-d': A(2, 3, 8)[..., ::2],
+            'permuted, step 2': A(4, 6, 2).permute(2, 1, 0)[:, ::2]}
+
+
+_BINARY_OPS = {'+': lambda m, a, b: a + b, '-': lambda m, a, b: a - b, '*': lambda m, a, b: a * b,
+               '/': lambda m, a, b: a / b, '>': lambda m, a, b: a > b, '==': lambda m, a, b: a == b,
+               'maximum': lambda m, a, b: m.maximum(a, b), '**': lambda m, a, b: a ** b,
+               'atan2': lambda m, a, b: m.atan2(a, b), '%': lambda m, a, b: a % b,
+               'where(a > 2, a, b)': lambda m, a, b: m.where(a > 2, a, b),
+               'where(b > 2, a, b)': lambda m, a, b: m.where(b > 2, a, b),
+               'a + b.long()': lambda m, a, b: a + b.long(), 'a.float() * b': lambda m, a, b: a.float() * b,
+               'clamp(a, min=b)': lambda m, a, b: m.clamp(a, min=b),
+               'clamp(b, a, a + 1)': lambda m, a, b: m.clamp(b, a, a + 1),
+               'isclose': lambda m, a, b: m.isclose(a, b)}
+
+
+def test_elementwise_results_are_laid_out_as_pytorch_lays_them_out():
+    """Every pair of operand layouts (both orders), each op: the result's strides are
+    PyTorch's along every dim of size > 1 (a dim of size 1 places nothing in memory; where
+    both operands are row-major, tinytorch keeps NumPy's stride for it)."""
+    torch = need_torch()
+    ours, theirs = _operands_in_every_layout(tt), _operands_in_every_layout(torch)
+    for (na, a), (nb, b) in ((p, q) for p in ours.items() for q in ours.items()):
+        assert a.stride() == theirs[na].stride() and b.stride() == theirs[nb].stride()
+        for name, op in _BINARY_OPS.items():
+            try:
+                want = op(torch, theirs[na], theirs[nb])
+            except RuntimeError:  # shapes that don't broadcast
+                continue
+            got = op(tt, a, b)
+            size1 = [n == 1 for n in want.shape]
+            assert [s for s, one in zip(got.stride(), size1) if not one] == \
+                   [s for s, one in zip(want.stride(), size1) if not one], (na, name, nb)
+            assert got.is_contiguous() == want.is_contiguous(), (na, name, nb)
 
 
 def test_var_of_equal_values_is_exactly_zero_and_empty_medians():

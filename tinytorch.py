@@ -504,8 +504,17 @@ def _dims(dim, ndim, op):
 
 def _overlaps(a):
     """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
-    as expand makes): PyTorch copies such a tensor row-major, any other in its own order."""
+    as expand makes): PyTorch copies any other tensor in its own order, such a one in the
+    order of an op's result on it (_in_torch_order, section 3: the stride-0 dims keep their
+    row-major place, the others are ordered by stride around them)."""
     return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
+
+
+def _cast_copy(a, dtype):
+    """Array a cast to dtype: a copy laid out as PyTorch's cast lays it out (_overlaps)."""
+    if _overlaps(a):
+        return _in_torch_order(a.astype(dtype, order='C'), a)
+    return a.astype(dtype, order='K')
 
 
 def to(self, dtype):
@@ -518,9 +527,8 @@ def to(self, dtype):
     def backward(g):
         """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
         return (g.astype(src),)
-    order = 'C' if _overlaps(self.array) else 'K'  # the copy keeps x's order, as PyTorch's
     with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
-        out = from_op(self.array.astype(dtype, order=order), 'to', (self,), backward)
+        out = from_op(_cast_copy(self.array, dtype), 'to', (self,), backward)
     if dtype.kind not in 'fc':
         out = detach(out)
     return out
@@ -625,8 +633,7 @@ def _floating(x):
     default float dtype, as in PyTorch; a float tensor stays as it is."""
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a Tensor, got {type(x).__name__}; wrap arrays with tt.tensor(...)")
-    order = 'C' if _overlaps(x.array) else 'K'  # an expanded int tensor: row-major, as to()
-    return x if x.dtype.kind in 'fc' else _constant(x.array.astype(default_dtype, order=order))
+    return x if x.dtype.kind in 'fc' else _constant(_cast_copy(x.array, default_dtype))
 
 
 def unbroadcast(grad, shape):
@@ -646,9 +653,11 @@ def unbroadcast(grad, shape):
 
 
 def _broadcast_op(op, fn, a, b):
-    """Run a broadcasting forward; a shape mismatch names the op and both shapes."""
+    """Run a broadcasting forward, its result laid out in memory as PyTorch's (below); a
+    shape mismatch names the op and both shapes."""
+    x, y = a.array, b.array
     try:
-        return fn(a.array, b.array)
+        out = fn(x, y)
     except ValueError as e:
         try:
             np.broadcast_shapes(a.shape, b.shape)
@@ -656,6 +665,57 @@ def _broadcast_op(op, fn, a, b):
             raise ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be "
                              "broadcast together") from None
         raise ValueError(f"{op}: {e}") from None  # another reason (int ** negative int)
+    if x.flags.c_contiguous and y.flags.c_contiguous or x.ndim == 0 or y.ndim == 0:
+        return out  # row-major operands, or one that orders alone: NumPy's order is PyTorch's
+    return _in_torch_order(out, x, y)
+
+
+# The order of a result's dims in memory. When the operands lie in different orders (x.T + y,
+# with x and y row-major), NumPy lets row-major win; PyTorch sorts the dims by the operands'
+# strides, asking them in turn: x.T + y is column-major, as x.T, and y + x.T row-major.
+def _in_torch_order(out, *operands):
+    """out, an elementwise op's result on these arrays (in the op's order), in PyTorch's
+    order of dims in memory (_torch_order): a copy where NumPy's differs."""
+    order = _torch_order(out.shape, *operands)
+    laid = np.empty([out.shape[d] for d in order], out.dtype)
+    laid = laid.transpose([order.index(d) for d in range(out.ndim)])  # dims back in their places
+    if laid.strides == out.strides:
+        return out
+    np.copyto(laid, out)
+    return laid
+
+
+def _torch_order(shape, *operands):
+    """The dims, from outer to inner in memory, of PyTorch's result of this shape from an
+    elementwise op on these arrays: starting row-major, dims move inner by an insertion
+    sort, as TensorIterator writes it; for a pair of dims the first operand whose strides
+    differ decides (equal strides: the smaller dim goes inner). A dim an operand is
+    broadcast along (stride 0) gives that operand no say."""
+    nd = len(shape)
+    strides = [(0,) * (nd - a.ndim) + tuple(0 if n != m else s for n, m, s in  # (n != m: n is 1)
+                                            zip(a.shape, shape[nd - a.ndim:], a.strides))
+               for a in operands]
+
+    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: nobody says
+        for s in strides:
+            if s[d0] == 0 or s[d1] == 0:
+                continue
+            if s[d0] != s[d1]:
+                return -1 if s[d0] < s[d1] else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+    perm = list(range(nd - 1, -1, -1))  # dims from inner to outer: row-major to start
+    for i in range(1, nd):  # PyTorch's insertion sort, as it writes it
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    return perm[::-1]
 
 
 # In a two-input rule each input's gradient is computed only if that input requires
@@ -1487,6 +1547,8 @@ def _clamp_per_element(x, lo, hi):
     x, lo, hi = (None if v is None else _as(v, dtype) for v in (x, lo, hi))
     out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
+    if not builtins.all(v.array.flags.c_contiguous for v in inputs):
+        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 3)
 
     def backward(g):
         """d clamp/dx = 1 unless x < lo or x > hi (so 1 at a nan); 1/2 at x = lo < hi or lo < hi = x
@@ -1547,6 +1609,9 @@ def where(condition, a, b):
     except ValueError:
         raise ValueError(f"where: shapes {tuple(np.shape(cond))}, {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be broadcast together") from None
+    c = np.asarray(cond)
+    if not (c.flags.c_contiguous and a.array.flags.c_contiguous and b.array.flags.c_contiguous):
+        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 3)
 
     def backward(g, sa=a.shape, sb=b.shape):
         """d where(c,a,b)/da = 1 where c, else 0
@@ -1800,7 +1865,10 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype:
         raise RuntimeError(f"isclose: {a.dtype} did not match {b.dtype} (as in PyTorch)")
     a, b = _operands(a, b)
-    return _constant(np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    out = np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not (a.array.flags.c_contiguous and b.array.flags.c_contiguous):
+        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 3)
+    return _constant(out)
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
@@ -2364,26 +2432,10 @@ def _empty_in_layout_of(a, dtype=None):
     place and the others are ordered by stride around them (infer_dense_strides). dtype:
     another than a's."""
     dtype = a.dtype if dtype is None else dtype
-    if not _overlaps(a):
+    if _overlaps(a):
+        order = _torch_order(a.shape, a)  # as an op's result on a alone (section 3)
+    else:
         order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
-        return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
-
-    def should_swap(d0, d1):  # 1: d0, placed inside d1, belongs outside it; 0: no order
-        s0, s1 = a.strides[d0], a.strides[d1]
-        if s0 == 0 or s1 == 0:
-            return 0
-        return -1 if s0 < s1 else 1 if s0 > s1 or a.shape[d0] > a.shape[d1] else 0
-    perm = list(range(a.ndim - 1, -1, -1))  # dims from inner to outer: row-major to start
-    for i in range(1, a.ndim):  # PyTorch's insertion sort, as it writes it
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
-    order = perm[::-1]
     return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
 
 
