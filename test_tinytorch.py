@@ -4105,6 +4105,14 @@ def test_a_numpy_bool_exponent_is_a_number_and_its_output_is_not_saved():
     z.div_(2.0)
     z.sum().backward()
     assert x.grad.tolist() == [0.0, 0.0]
+    # at x = 0 too: the number 0's rule gives 0 (a Python False's gives 0 * 0^-1 = nan, as
+    # PyTorch's; the NumPy bool was taken for a Python one; found by the fuzzer)
+    x = tt.tensor([0.0, 3.0], requires_grad=True)
+    (x ** np.bool_(False)).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    x = tt.tensor([0.0, 3.0], requires_grad=True)
+    (x ** np.bool_(True)).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0]
 
 
 def test_remainder_by_a_number_reads_nothing_a_later_change_can_break():
