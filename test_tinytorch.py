@@ -3105,6 +3105,25 @@ def test_version_counter_detects_in_place_change():
         loss.backward()
 
 
+def test_matmul_saves_only_the_operand_its_rules_read():
+    """a @ w with only w requiring grad: w's gradient is a^T @ g, which never reads w, so a
+    change of w between forward and backward (an optimizer's step) is no reason to refuse,
+    as in PyTorch (found by the fuzzer, seed 3). When a requires grad, its rule reads w."""
+    a = tt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    w = tt.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    y = a @ w
+    with tt.no_grad():
+        w[0, 0] = 5.0
+    y.sum().backward()
+    assert w.grad.tolist() == [[4.0, 4.0], [6.0, 6.0]]  # a^T @ ones: the column sums of a
+    a.requires_grad_()
+    y = a @ w
+    with tt.no_grad():
+        w[0, 0] = 6.0
+    with pytest.raises(RuntimeError, match="'matmul'.*modified in place"):
+        y.sum().backward()
+
+
 _OUTPUT_SAVERS = {  # ops whose backward rule reads their own output
     'exp': lambda x: x.exp(), 'sqrt': lambda x: x.abs().sqrt(), 'tanh': lambda x: x.tanh(),
     'sigmoid': lambda x: x.sigmoid(), 'softmax': lambda x: x.softmax(-1),
