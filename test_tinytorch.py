@@ -984,6 +984,16 @@ def test_number_divided_by_a_tensor_is_its_reciprocal_times_the_number():
     a = tt.tensor([0.6], dtype=tt.float64)
     assert (a / tt.tensor([-0.2], dtype=tt.float64)).item() == 0.6 / -0.2  # tensor / tensor divides
     check(lambda t: 0.6 / t, t64(3, 4, low=0.5))
+    # a NumPy bool or number is a number here too: the rule reads 1/x, its own copy, so a
+    # later change of x is no reason to refuse backward (np.bool_ divided as a tensor before,
+    # whose rule read x; found by the fuzzer, seed 5)
+    for c in (np.bool_(True), np.float64(2.0)):
+        x = tt.tensor([0.5, -0.25], dtype=tt.float64, requires_grad=True)
+        y = c / x
+        with tt.no_grad():
+            x.sin_()
+        y.sum().backward()
+        assert x.grad.tolist() == [-4.0 * float(c), -16.0 * float(c)]  # -c / x^2 at the old x
 
 
 def test_add_alpha_casts_before_it_scales():

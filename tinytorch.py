@@ -877,7 +877,7 @@ def _rtruediv(x, other):
     """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: (1 / x) * number, two
     roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an int
     tensor's 1 / x is float32). Anything else (an array) divides."""
-    if not isinstance(other, (bool, int, float, np.number)):
+    if not isinstance(other, (bool, int, float, np.number, np.bool_)):
         return div(other, x)
     x = _floating(x)
     c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
