@@ -3597,6 +3597,168 @@ def test_rules_return_their_inputs_dtype_in_float32():
     assert _value_and_grad(lambda x: x.norm(p=inf), [1.0, -2.0], np.float32)[1] == [0.0, -1.0]
 
 
+# NumPy warns (a RuntimeWarning) where PyTorch computes an edge value silently: log(0) = -inf,
+# 1/0 = inf, 0 * inf = nan, exp(1000) = inf. Every differentiable op of tinytorch.py and nn.py,
+# forward and backward, on the edge values, with warnings as errors: none may reach the user.
+_INF, _NAN = float('inf'), float('nan')
+_EDGE_VALUES = [0.0, -0.0, 1.0, -1.0, _INF, -_INF, _NAN, 1e30, -1e30, 1e-45, 0.5, -2.0, 3e38, -3e38]
+_QUIET_UNARY = {  # name: fn(x), x a 1-D float tensor
+    'exp': tt.exp, 'log': tt.log, 'sqrt': tt.sqrt, 'abs': tt.abs, 'sin': tt.sin, 'cos': tt.cos,
+    'tan': tt.tan, 'tanh': tt.tanh, 'sigmoid': tt.sigmoid, 'relu': tt.relu, 'log1p': tt.log1p,
+    'expm1': tt.expm1, 'silu': tt.silu, 'leaky_relu': tt.leaky_relu, 'softplus': tt.softplus,
+    'erf': tt.erf, 'gelu': tt.gelu, 'gelu_tanh': lambda x: tt.gelu(x, approximate='tanh'),
+    'square': tt.square, 'rsqrt': tt.rsqrt, 'reciprocal': tt.reciprocal, 'log2': tt.log2,
+    'log10': tt.log10, 'exp2': tt.exp2, 'sinh': tt.sinh, 'cosh': tt.cosh, 'asin': tt.asin,
+    'acos': tt.acos, 'atan': tt.atan, 'frac': tt.frac, 'sign': tt.sign, 'floor': tt.floor,
+    'round': lambda x: x.round(), 'neg': lambda x: -x, 'clamp': lambda x: x.clamp(-1, 1),
+    'clamp_inf': lambda x: x.clamp(min=-_INF, max=_INF), 'clamp_nan': lambda x: x.clamp(min=_NAN),
+    'sum': lambda x: x.sum(), 'mean': lambda x: x.mean(), 'prod': lambda x: x.prod(),
+    'prod_dim': lambda x: x.prod(0), 'norm': lambda x: x.norm(), 'norm_1': lambda x: x.norm(p=1),
+    'norm_inf': lambda x: x.norm(p=_INF), 'norm_half': lambda x: x.norm(p=0.5),
+    'norm_3': lambda x: x.norm(p=3), 'var': lambda x: x.var(), 'std': lambda x: x.std(),
+    'var_0': lambda x: x.var(correction=0), 'std_dim': lambda x: x.std(0, correction=5),
+    'logsumexp': lambda x: x.logsumexp(0), 'softmax': lambda x: x.softmax(0),
+    'log_softmax': lambda x: x.log_softmax(0), 'cumsum': lambda x: x.cumsum(0),
+    'cumprod': lambda x: x.cumprod(0), 'amax': lambda x: x.amax(), 'max': lambda x: x.max(),
+    'median': lambda x: x.median(), 'nansum': tt.nansum, 'nanmean': tt.nanmean, 'diff': tt.diff,
+    'outer': lambda x: tt.outer(x, x), 'dot': lambda x: tt.dot(x, x), 'matmul': lambda x: x @ x,
+    'cdist': lambda x: tt.cdist(x.reshape(-1, 1), x.reshape(-1, 1)),
+    'where': lambda x: tt.where(x > 0, x, 1 / x),
+    'nn.elu': nn.elu, 'nn.selu': nn.selu, 'nn.hardtanh': nn.hardtanh, 'nn.relu6': nn.relu6,
+    'nn.normalize': lambda x: nn.normalize(x, dim=0),
+    'nn.cosine_similarity': lambda x: nn.cosine_similarity(x, x.flip(0), dim=0),
+    'nn.layer_norm': lambda x: nn.layer_norm(x, x.shape),
+    'nn.batch_norm': lambda x: nn.batch_norm(x.reshape(-1, 1), None, None, training=True),
+    'nn.attention': lambda x: nn.scaled_dot_product_attention(
+        x.reshape(1, -1, 1), x.reshape(1, -1, 1), x.reshape(1, -1, 1), is_causal=True),
+    'nn.mse_loss': lambda x: nn.mse_loss(x, x.detach().flip(0)),
+    'nn.l1_loss': lambda x: nn.l1_loss(x, x.detach().flip(0)),
+    'nn.smooth_l1_loss': lambda x: nn.smooth_l1_loss(x, x.detach().flip(0)),
+    'nn.huber_loss': lambda x: nn.huber_loss(x, x.detach().flip(0)),
+    'nn.cross_entropy': lambda x: nn.cross_entropy(x.reshape(1, -1), tt.tensor([0])),
+    'nn.cross_entropy_smoothed': lambda x: nn.cross_entropy(x.reshape(1, -1), tt.tensor([0]),
+                                                            label_smoothing=0.1),
+    'nn.cross_entropy_probabilities': lambda x: nn.cross_entropy(
+        x.reshape(1, -1), tt.ones_like(x.detach()).softmax(0).reshape(1, -1)),
+    'nn.nll_loss': lambda x: nn.nll_loss(x.reshape(1, -1), tt.tensor([0])),
+    'nn.bce_with_logits': lambda x: nn.binary_cross_entropy_with_logits(x, tt.ones_like(x.detach())),
+    'nn.binary_cross_entropy': lambda x: nn.binary_cross_entropy(x, tt.ones_like(x.detach())),
+    'nn.kl_div': lambda x: nn.kl_div(x, tt.full_like(x.detach(), 0.5), reduction='sum'),
+    'nn.kl_div_target': lambda x: nn.kl_div(tt.zeros_like(x.detach()), x, reduction='sum'),
+    'nn.kl_div_log_target': lambda x: nn.kl_div(x, x.detach().flip(0), reduction='sum',
+                                                log_target=True),
+}
+_QUIET_BINARY = {  # name: fn(a, b), for two tensors and for a tensor and a Python number
+    'add': lambda a, b: a + b, 'sub': lambda a, b: a - b, 'mul': lambda a, b: a * b,
+    'div': lambda a, b: a / b, 'pow': lambda a, b: a ** b, 'floor_divide': lambda a, b: a // b,
+    'remainder': lambda a, b: a % b, 'fmod': tt.fmod, 'atan2': tt.atan2, 'maximum': tt.maximum,
+    'minimum': tt.minimum, 'clamp': lambda a, b: a.clamp(min=b) if isinstance(b, tt.Tensor)
+    else a.clamp(max=b),
+}
+
+
+def _quietly(fn, *inputs, gradient=None):
+    """fn(*inputs) and its backward (upstream gradient: ones, or the one given), warnings as
+    errors; the gradient is skipped where the op has none (floor_divide, as PyTorch)."""
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('error')
+        y = fn(*inputs)
+        if y.requires_grad and not (y._op == 'floor_divide'):
+            g = tt.ones_like(y) if gradient is None else gradient
+            y.backward(g if y.shape == g.shape else tt.ones_like(y))
+        return y
+
+
+@pytest.mark.parametrize('name', sorted(_QUIET_UNARY))
+def test_unary_ops_compute_edge_values_silently_as_torch(name):
+    fn = _QUIET_UNARY[name]
+    for dtype in (np.float64, np.float32):
+        for values in [[v] for v in _EDGE_VALUES] + [_EDGE_VALUES]:
+            x = tt.tensor(np.array(values, dtype=dtype), requires_grad=True)
+            _quietly(fn, x)
+            _quietly(fn, tt.tensor(x.array, requires_grad=True),  # inf and nan upstream too
+                     gradient=tt.tensor(np.array(values[::-1], dtype=dtype)))
+        try:
+            _quietly(fn, tt.tensor(np.zeros(0, dtype=dtype), requires_grad=True))
+        except (RuntimeError, IndexError) as e:  # an empty tensor refused (max, median), as torch
+            assert 'empty' in str(e) or 'numel' in str(e) or 'zero' in str(e), e
+    for ints in ([0, 1], [-1], [0], [2 ** 62]):  # an integer input computes in float32
+        try:
+            _quietly(fn, tt.tensor(ints))
+        except (TypeError, RuntimeError, NotImplementedError) as e:  # ops refusing integers
+            assert not isinstance(e, Warning), e
+
+
+@pytest.mark.parametrize('name', sorted(_QUIET_BINARY))
+def test_binary_ops_compute_edge_values_silently_as_torch(name):
+    fn = _QUIET_BINARY[name]
+    for dtype in (np.float64, np.float32):
+        column = np.array(_EDGE_VALUES, dtype=dtype)[:, None]
+        a, b = (tt.tensor(column, requires_grad=True), tt.tensor(column.T, requires_grad=True))
+        _quietly(fn, a, b)  # every pair, broadcast
+        for c in _EDGE_VALUES + [0, 2, -3]:  # a Python number on either side
+            _quietly(fn, tt.tensor(column, requires_grad=True), c)
+            if name not in ('fmod', 'atan2', 'maximum', 'minimum', 'clamp'):  # (no number first)
+                _quietly(lambda x: fn(c, x), tt.tensor(column, requires_grad=True))
+    _quietly(fn, tt.tensor([0.0, 1.0], requires_grad=True), tt.tensor([0, 0]))  # / int zero
+    if name not in ('floor_divide', 'remainder', 'fmod'):  # (PyTorch refuses int // 0)
+        _quietly(fn, tt.tensor([0, 1, -1]), tt.tensor([0]))
+
+
+def test_edge_values_are_torchs_infinities_and_nans():
+    """Each worked out by hand (and each PyTorch's):
+    log(+0) = -inf, d/dx = 1/x = +inf; log(-0.0) = -inf, 1/-0.0 = -inf; log(-1) = nan, 1/-1 = -1
+    x / 0 at x = 1, -1, 0: inf, -inf, nan; d(x/0)/dx = 1/0 = inf at each
+    1 / x at x = 0: inf; d/dx = -1/x^2 = -inf
+    exp(1000) = inf (e^709.8 is float64's largest), d/dx = e^x = inf
+    sqrt(-1) = nan, d/dx = 1/(2 sqrt x) = nan; sqrt(0) = 0, d/dx = 1/0 = inf
+    log1p(-1) = log(0) = -inf, d/dx = 1/(1 + x) = 1/0 = inf
+    x // 0 at x = 1, -1, 0: floor(inf) = inf, -inf, nan; x % 0.0 = nan
+    int [0, 1].log() = [-inf, 0.0] in float32
+    inf * 0 = nan, d(x*0)/dx = 0; inf - inf = nan; sum([inf, -inf]) = nan
+    0.0 ** x at x = -1: 1/0 = inf, d/dx = 0^x log(0) = inf * -inf = -inf
+    the mean of nothing: 0/0 = nan; 3e38 * 10 in float32: inf"""
+    inf, nan = _INF, _NAN
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('error')
+        assert _value_and_grad(tt.log, [0.0, -0.0]) == ([-inf, -inf], [inf, -inf])
+        y, g = _value_and_grad(tt.log, [-1.0])
+        assert math.isnan(y[0]) and g == [-1.0]
+        y, g = _value_and_grad(lambda x: x / 0, [1.0, -1.0, 0.0])
+        assert y[:2] == [inf, -inf] and math.isnan(y[2]) and g == [inf, inf, inf]
+        assert _value_and_grad(lambda x: 1 / x, [0.0]) == ([inf], [-inf])
+        assert _value_and_grad(tt.exp, [1000.0]) == ([inf], [inf])
+        y, g = _value_and_grad(tt.sqrt, [-1.0, 0.0])
+        assert math.isnan(y[0]) and math.isnan(g[0]) and (y[1], g[1]) == (0.0, inf)
+        assert _value_and_grad(tt.log1p, [-1.0]) == ([-inf], [inf])
+        q = (tt.tensor([1.0, -1.0, 0.0]) // 0).tolist()
+        assert q[:2] == [inf, -inf] and math.isnan(q[2])
+        assert math.isnan((tt.tensor([1.0]) % 0).item())
+        r = tt.tensor([0, 1]).log()
+        assert r.dtype == tt.float32 and r.tolist() == [-inf, 0.0]
+        y, g = _value_and_grad(lambda x: x * 0, [inf])
+        assert math.isnan(y[0]) and g == [0.0]
+        assert math.isnan((tt.tensor([inf]) - tt.tensor([inf])).item())
+        assert math.isnan(tt.tensor([inf, -inf]).sum().item())
+        assert _value_and_grad(lambda x: 0.0 ** x, [-1.0]) == ([inf], [-inf])
+        assert math.isnan(tt.zeros(0).mean().item())
+        assert (tt.tensor([3e38]) * 10).tolist() == [inf]
+
+
+def test_edge_values_agree_with_torch():
+    torch = need_torch()
+    x = np.array(_EDGE_VALUES)
+    for name in ('log', 'sqrt', 'exp', 'log1p', 'expm1', 'rsqrt', 'reciprocal', 'sin', 'asin',
+                 'acos', 'log2', 'sinh', 'cosh'):
+        a = tt.tensor(x.copy(), requires_grad=True)
+        b = torch.tensor(x.copy(), requires_grad=True)
+        ya, yb = getattr(tt, name)(a), getattr(torch, name)(b)
+        ya.backward(tt.ones_like(ya))
+        yb.backward(torch.ones_like(yb))
+        np.testing.assert_array_equal(ya.array, yb.detach().numpy(), err_msg=name)
+        np.testing.assert_allclose(a.grad.array, b.grad.numpy(), rtol=1e-12, err_msg=name)
+
+
 def test_cat_and_stack_promote_with_the_projects_rule():
     f32 = tt.tensor(np.array([1.0], dtype=np.float32), requires_grad=True)
     assert tt.cat([f32, tt.tensor([2])]).dtype == tt.float32  # NumPy's rule gives float64
