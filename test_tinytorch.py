@@ -1206,6 +1206,113 @@ def test_more_elementwise_functions(fn):
     check(fn, t64(3, 4, low=0.05))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x.asinh(), lambda x: tt.arcsinh(x.T),  # a non-contiguous view
+    lambda x: (x.abs() + 1.1).acosh(), lambda x: (x.tanh() * 0.9).atanh(),
+    lambda x: tt.logit(x.sigmoid()), lambda x: tt.logit(x.sigmoid().T, eps=0.05),
+    lambda x: x.sinc(), lambda x: tt.sinc(x.T * 3),
+    lambda x: tt.xlogy(x, x[0].abs() + 0.5),  # a broadcast operand: (3, 4) and (4,)
+    lambda x: tt.xlogy(x.T, x.T.abs() + 0.5), lambda x: x.xlogy(2.5) + tt.xlogy(3, x.abs() + 0.5),
+], ids=["asinh", "arcsinh transposed", "acosh", "atanh", "logit", "logit eps transposed", "sinc",
+        "sinc transposed", "xlogy broadcast", "xlogy transposed", "xlogy numbers"])
+def test_inverse_hyperbolic_logit_sinc_and_xlogy_gradcheck(fn):
+    check(fn, t64(3, 4, low=0.05))
+
+
+def test_inverse_hyperbolic_logit_sinc_and_xlogy_values_by_hand():
+    """Each worked out by hand (and PyTorch's):
+    atanh(x) = ln((1 + x) / (1 - x)) / 2: atanh(+-1) = +-inf, d/dx = 1/(1 - x^2) = inf there;
+      atanh(0.5) = ln(3) / 2, d/dx = 1/(1 - 1/4) = 4/3; atanh(2) = nan, d/dx = 1/(1 - 4) = -1/3
+    acosh(x) = ln(x + sqrt(x^2 - 1)): acosh(1) = 0, d/dx = 1/sqrt(x^2 - 1) = inf;
+      acosh(2) = ln(2 + sqrt 3), d/dx = 1/sqrt 3; acosh(0.5) = nan (below 1), d/dx = 1/sqrt(-3/4) = nan
+    asinh(x) = ln(x + sqrt(x^2 + 1)): asinh(1) = ln(1 + sqrt 2), d/dx = 1/sqrt(2); asinh(-0.0) = -0.0
+    logit(x) = ln(x / (1 - x)): logit(0.25) = ln(1/3), d/dx = 1/(x (1 - x)) = 16/3; logit(0) = -inf
+      and logit(1) = inf, d/dx = 1/0 = inf; logit(2) = ln(-2) = nan, d/dx nan outside [0, 1]
+    logit(x, eps=0.25): x clamped to [0.25, 0.75]: logit(0) = ln(1/3), d/dx = 0 outside the
+      bounds, 16/3 at a bound (x = 0.25); logit(2) = ln 3, d/dx = 0
+    xlogy(x, y) = x ln y, 0 where x = 0 (unless y is nan): xlogy(0, 0) = 0, xlogy(0, nan) = nan,
+      xlogy(0, -1) = 0, xlogy(1, 0) = -inf, xlogy(2, e) = 2; d/dx = ln y (0 where x = 0 and y <= 0),
+      d/dy = x / y: (0, 0): 0 and 0/0 = nan; (1, 0): -inf and inf; (2, e): 1 and 2/e
+    sinc(x) = sin(pi x) / (pi x), 1 at 0: sinc(0.5) = 1 / (pi/2) = 2/pi, d/dx = (pi x cos(pi x) -
+      sin(pi x)) / (pi x^2) = (0 - 1) / (pi/4) = -4/pi; sinc(0) = 1, d/dx = 0 (even for an inf g)"""
+    inf, nan = math.inf, math.nan
+    y, g = _value_and_grad(tt.atanh, [1.0, -1.0, 0.5])
+    assert y[:2] == [inf, -inf] and g[:2] == [inf, inf]
+    assert y[2] == pytest.approx(math.log(3) / 2, rel=1e-15) and g[2] == pytest.approx(4 / 3, rel=1e-15)
+    y, g = _value_and_grad(tt.atanh, [2.0])
+    assert math.isnan(y[0]) and g[0] == pytest.approx(-1 / 3, rel=1e-15)
+    y, g = _value_and_grad(tt.acosh, [1.0, 2.0, 0.5])
+    assert y[0] == 0.0 and g[0] == inf and math.isnan(y[2]) and math.isnan(g[2])
+    assert y[1] == pytest.approx(math.log(2 + math.sqrt(3)), rel=1e-15)
+    assert g[1] == pytest.approx(1 / math.sqrt(3), rel=1e-15)
+    y, g = _value_and_grad(tt.asinh, [1.0, -0.0])
+    assert y[0] == pytest.approx(math.log(1 + math.sqrt(2)), rel=1e-15) and g[0] == pytest.approx(2 ** -0.5)
+    assert y[1] == 0.0 and math.copysign(1, y[1]) == -1 and g[1] == 1.0
+    y, g = _value_and_grad(tt.logit, [0.25, 0.0, 1.0, 2.0])
+    assert y[0] == pytest.approx(math.log(1 / 3), rel=1e-15) and g[0] == pytest.approx(16 / 3, rel=1e-15)
+    assert y[1:3] == [-inf, inf] and g[1:3] == [inf, inf] and math.isnan(y[3]) and math.isnan(g[3])
+    y, g = _value_and_grad(lambda x: tt.logit(x, eps=0.25), [0.0, 0.25, 0.5, 2.0, nan])
+    assert y[:4] == pytest.approx([-math.log(3), -math.log(3), 0.0, math.log(3)], rel=1e-15)
+    assert g[:4] == pytest.approx([0.0, 16 / 3, 4.0, 0.0], rel=1e-15) and math.isnan(y[4]) and math.isnan(g[4])
+    a = tt.tensor([0.0, 0.0, 0.0, 1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    b = tt.tensor([0.0, nan, -1.0, 0.0, math.e], dtype=tt.float64, requires_grad=True)
+    z = tt.xlogy(a, b)
+    z.sum().backward()
+    r, ga, gb = z.tolist(), a.grad.tolist(), b.grad.tolist()
+    assert r[0] == 0.0 and math.isnan(r[1]) and r[2:4] == [0.0, -inf] and r[4] == pytest.approx(2.0, rel=1e-15)
+    assert ga[0] == 0.0 and math.isnan(ga[1]) and ga[2:4] == [0.0, -inf] and ga[4] == pytest.approx(1.0, rel=1e-15)
+    assert math.isnan(gb[0]) and math.isnan(gb[1]) and gb[3] == inf and gb[4] == pytest.approx(2 / math.e, rel=1e-15)
+    y, g = _value_and_grad(tt.sinc, [0.5, 0.0])
+    assert y == pytest.approx([2 / math.pi, 1.0], rel=1e-15) and g == pytest.approx([-4 / math.pi, 0.0], rel=1e-15)
+    assert _value_and_grad(tt.sinc, [0.0], upstream=[inf]) == ([1.0], [0.0])
+
+
+def test_inverse_hyperbolic_logit_sinc_and_xlogy_promote_integers_and_have_aliases():
+    ints = tt.tensor([0, 1])
+    for y in (ints.asinh(), tt.acosh(ints), ints.atanh(), ints.logit(), tt.sinc(ints), ints.xlogy(ints),
+              tt.xlogy(2, ints), tt.xlogy(ints, 3)):
+        assert y.dtype == tt.float32
+    assert tt.atanh(ints).tolist() == [0.0, math.inf] and tt.logit(ints).tolist() == [-math.inf, math.inf]
+    assert tt.xlogy(tt.tensor([2.0], dtype=tt.float32), tt.tensor([3.0])).dtype == tt.float64
+    assert (tt.arcsinh, tt.arccosh, tt.arctanh) == (tt.asinh, tt.acosh, tt.atanh)
+    x = tt.tensor([0.5, 0.25])
+    for name in ('asinh', 'acosh', 'atanh', 'arcsinh', 'arccosh', 'arctanh', 'logit', 'sinc'):
+        assert name in tt.__all__
+        np.testing.assert_array_equal(getattr(x, name)().array, getattr(tt, name)(x).array)
+    for name, args in (('asinh_', ()), ('arccosh_', ()), ('atanh_', ()), ('logit_', (0.3,)),
+                       ('sinc_', ()), ('xlogy_', (tt.tensor([2.0]),))):
+        y = tt.tensor([0.5, 0.25])
+        want = getattr(tt, name[:-1])(y, *args)
+        assert getattr(y, name)(*args) is y
+        np.testing.assert_array_equal(y.array, want.array)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        tt.tensor([1, 2]).xlogy_(tt.tensor([2.0]))  # an int tensor can't hold the float result
+
+
+def test_inverse_hyperbolic_logit_sinc_and_xlogy_match_torch():
+    torch = need_torch()
+    edges = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -2.0, 1e-200, math.inf, -math.inf, math.nan, 0.3]
+    for dtype in (np.float64, np.float32):
+        v = np.array(edges, dtype=dtype)
+        for fn in (lambda m, x: m.asinh(x), lambda m, x: m.acosh(x), lambda m, x: m.atanh(x),
+                   lambda m, x: m.logit(x), lambda m, x: m.logit(x, eps=0.25),
+                   lambda m, x: m.logit(x, 0.0), lambda m, x: m.sinc(x), lambda m, x: x.arctanh(),
+                   lambda m, x: m.xlogy(x, x.flip(0)), lambda m, x: m.xlogy(x.reshape(-1, 1), x),
+                   lambda m, x: m.xlogy(2.0, x), lambda m, x: x.xlogy(0.0)):
+            got = []
+            for m in (tt, torch):
+                x = m.tensor(v.copy(), requires_grad=True)
+                y = fn(m, x)
+                y.backward(m.tensor(np.linspace(-2, 2, y.numel()).reshape(tuple(y.shape)).astype(dtype)))
+                got.append((y.detach().numpy() if m is torch else y.array, x.grad.numpy() if m is torch
+                            else x.grad.array, str(y.dtype).replace('torch.', '')))
+            (ya, ga, da), (yb, gb, db) = got
+            assert da == db
+            tol = 1e-12 if dtype == np.float64 else 2e-6
+            np.testing.assert_allclose(ya, yb, rtol=tol, atol=1e-300)
+            np.testing.assert_allclose(ga, gb, rtol=tol, atol=1e-300)
+
+
 def test_more_elementwise_values():
     x = tt.tensor([-30.0, -1.0, 0.0, 1e-10, 2.0, 30.0], dtype=tt.float64)
     s = 1 / (1 + np.exp(-x.array))
@@ -3798,7 +3905,7 @@ def test_flatten_refuses_a_start_after_its_end():
 # The names PyTorch code reaches for: the smaller functions, logic, composed ops
 # ---------------------------------------------------------------------------
 _DOMAIN = {'rsqrt': 'positive', 'log2': 'positive', 'log10': 'positive', 'asin': 'unit',
-           'acos': 'unit'}
+           'acos': 'unit', 'atanh': 'unit', 'acosh': 'above one'}
 
 
 def _domain_input(name, *shape, seed=0):
@@ -3808,6 +3915,8 @@ def _domain_input(name, *shape, seed=0):
         a = np.abs(a) + 0.5
     elif _DOMAIN.get(name) == 'unit':
         a = np.tanh(a) * 0.9
+    elif _DOMAIN.get(name) == 'above one':
+        a = np.abs(a) + 1.1
     elif name in ('floor', 'ceil', 'round', 'trunc', 'sign', 'frac'):
         a = a + 0.25 * np.sign(a - np.round(a))  # away from the steps, where it jumps
     return tt.tensor(a, requires_grad=True)
@@ -3828,7 +3937,7 @@ def test_table_functions_gradcheck_and_say_their_rule(name):
 # (README: backward refuses a change only where a rule reads the changed tensor)
 _TABLE_READS = {'square': 'x', 'rsqrt': 'y', 'reciprocal': 'y', 'log2': 'x', 'log10': 'x',
                 'exp2': 'y', 'sinh': 'x', 'cosh': 'x', 'asin': 'x', 'acos': 'x', 'atan': 'x',
-                'frac': None, 'sign': None, 'floor': None, 'ceil': None, 'round': None,
+                'asinh': 'x', 'acosh': 'x', 'atanh': 'x', 'frac': None, 'sign': None, 'floor': None, 'ceil': None, 'round': None,
                 'trunc': None}
 
 
@@ -3845,7 +3954,9 @@ def test_table_functions_save_only_what_their_rule_reads(name):
              'log2': 1 / (a * math.log(2)), 'log10': 1 / (a * math.log(10)),
              'exp2': 2 ** a * math.log(2), 'sinh': np.cosh(a), 'cosh': np.sinh(a),
              'asin': 1 / np.sqrt(1 - a * a), 'acos': -1 / np.sqrt(1 - a * a),
-             'atan': 1 / (1 + a * a), 'frac': np.ones(2)}.get(name, np.zeros(2))
+             'atan': 1 / (1 + a * a), 'asinh': 1 / np.sqrt(a * a + 1),
+             'acosh': 1 / np.sqrt(a * a - 1), 'atanh': 1 / (1 - a * a),  # (acosh: nan below 1)
+             'frac': np.ones(2)}.get(name, np.zeros(2))
     for changed in ('input', 'output'):
         x = tt.tensor(a, requires_grad=True)
         y = x * 1
@@ -5230,12 +5341,16 @@ _IN_PLACE_UNARY = {
     'log_': ([math.log(1.5), math.nan], [2 / 1.5, -4.0]),  # 2 / y (log(-0.5) is nan)
     'exp_': ([math.exp(1.5), math.exp(-0.5)], [2 * math.exp(1.5), 2 * math.exp(-0.5)]),
     'neg_': ([-1.5, 0.5], [-2.0, -2.0]),
+    'asinh_': ([math.asinh(1.5), math.asinh(-0.5)], [2 / math.sqrt(3.25), 2 / math.sqrt(1.25)]),
+    'sinc_': ([math.sin(1.5 * math.pi) / (1.5 * math.pi), math.sin(-0.5 * math.pi) / (-0.5 * math.pi)],
+              # 2 (pi y cos(pi y) - sin(pi y)) / (pi y^2), cos 0 at both: 2 (0 + 1) / (2.25 pi) at
+              [2 / (2.25 * math.pi), 2 / (0.25 * math.pi)]),  # 1.5, 2 (0 + 1) / (0.25 pi) at -0.5
     'tanh_': ([math.tanh(1.5), math.tanh(-0.5)],
               [2 * (1 - math.tanh(1.5) ** 2), 2 * (1 - math.tanh(-0.5) ** 2)]),
 }
 # the rules that read the input keep a copy of it (as mul_ by a tensor does); the others
 # read nothing or their output, which is y's new value: no copy
-_IN_PLACE_KEEPS_A_COPY = ('abs_', 'sin_', 'cos_', 'square_', 'log_')
+_IN_PLACE_KEEPS_A_COPY = ('abs_', 'sin_', 'cos_', 'square_', 'log_', 'asinh_', 'sinc_')
 
 
 @pytest.mark.parametrize('op', sorted(_IN_PLACE_UNARY))
