@@ -1655,6 +1655,9 @@ _FUNCTIONS = {
     'asin': (np.arcsin, 'x', lambda x: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
     'acos': (np.arccos, 'x', lambda x: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
     'atan': (np.arctan, 'x', lambda x: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'asinh': (np.arcsinh, 'x', lambda x: 1 / np.sqrt(x * x + 1), "d asinh(x)/dx = 1/sqrt(x^2 + 1)"),
+    'acosh': (np.arccosh, 'x', lambda x: 1 / np.sqrt(x * x - 1), "d acosh(x)/dx = 1/sqrt(x^2 - 1)"),
+    'atanh': (np.arctanh, 'x', lambda x: 1 / (1 - x * x), "d atanh(x)/dx = 1/(1 - x^2)"),
     'frac': (lambda x: x - np.trunc(x), None, 1, "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
     'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), None, 0,
@@ -1700,9 +1703,9 @@ def _function(name):
     return op
 
 
-square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac, sign, \
-    floor, ceil, round, trunc = (_function(name) for name in _FUNCTIONS)
-arcsin, arccos, arctan, fix = asin, acos, atan, trunc
+square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, asinh, acosh, atanh, \
+    frac, sign, floor, ceil, round, trunc = (_function(name) for name in _FUNCTIONS)
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh, fix = asin, acos, atan, asinh, acosh, atanh, trunc
 
 
 def atan2(input, other):
@@ -1724,6 +1727,55 @@ def atan2(input, other):
 
 
 arctan2 = atan2
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), and 1 at x = 0 (the normalized sinc, as PyTorch's)."""
+    x = _floating(x)
+    with np.errstate(divide='ignore', invalid='ignore'):  # 0/0 at x = 0 (then 1), sinc(inf) = nan
+        out = np.where(x.array == 0, 1, np.sin(np.pi * x.array) / (np.pi * x.array))
+
+    def backward(g):
+        """d sinc(x)/dx = (pi x cos(pi x) - sin(pi x)) / (pi x^2)  (0 where pi x^2 is 0, as PyTorch)"""
+        px, pxx = np.pi * x.array, x.array * x.array * np.pi
+        return (np.where(pxx == 0, 0, g * (px * np.cos(px) - np.sin(px)) / pxx).astype(g.dtype),)
+    return from_op(out.astype(x.dtype, copy=False), 'sinc', (x,), backward, saved=(x,))
+
+
+def logit(x, eps=None):
+    """log(z / (1 - z)), the inverse of sigmoid, with z = x, or x clamped to [eps, 1 - eps]."""
+    x = _floating(x)
+    lo, hi = (0, 1) if eps is None else (eps, 1 - eps)
+    z = x.array if eps is None else _clip(x.array, lo, hi)
+    with np.errstate(divide='ignore', invalid='ignore'):  # logit(0) = -inf, logit(2) = nan, silently
+        out = np.log(z / (1 - z)).astype(x.dtype, copy=False)
+
+    def backward(g):
+        """d logit(x)/dx = 1/(x (1 - x))  (0 outside [eps, 1 - eps]; without eps, nan outside [0, 1])"""
+        a = x.array
+        return (np.where((a < lo) | (a > hi), np.nan if eps is None else 0, g / (a * (1 - a))).astype(g.dtype),)
+    return from_op(out, 'logit', (x,), backward, saved=(x,))
+
+
+def _xlogy(x, y):
+    """x log(y) of arrays, 0 where x is 0 (unless y is nan), as PyTorch's xlogy."""
+    return np.where((x == 0) & ~np.isnan(y), 0, x * np.log(y))
+
+
+def xlogy(input, other):
+    """input * log(other), 0 where input is 0 (even at other = 0; nan at other = nan)."""
+    a, b = _operands(input, other, floating=True)  # int tensors give float32, as PyTorch
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # log(0) = -inf, silently
+        out = _broadcast_op('xlogy', _xlogy, a, b)
+
+    def backward(g):
+        """d xlogy(a,b)/da = log(b)  (xlogy(g, b); 0 where a = 0 and b <= 0, as PyTorch)
+        d xlogy(a,b)/db = a/b"""
+        ga = np.where((a.array == 0) & (b.array <= 0), 0, _xlogy(g, b.array)) if a.requires_grad else None
+        gb = g * a.array / b.array if b.requires_grad else None
+        return (None if ga is None else unbroadcast(ga.astype(g.dtype, copy=False), a.shape),
+                None if gb is None else unbroadcast(gb, b.shape))
+    return from_op(out.astype(a.dtype, copy=False), 'xlogy', (a, b), backward, saved=(a, b))
 
 
 # Tests and logic give boolean tensors outside the graph (no gradient), as the comparisons
@@ -1852,7 +1904,8 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
          clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
          log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
          sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
-         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, asinh=asinh, acosh=acosh, atanh=atanh,
+         arcsinh=asinh, arccosh=acosh, arctanh=atanh, sinc=sinc, logit=logit, xlogy=xlogy,
          __floordiv__=floor_divide, __mod__=remainder,
          __rfloordiv__=lambda self, other: floor_divide(other, self),
          __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
@@ -4029,6 +4082,9 @@ _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form
          cos_=_in_place_form('cos_', cos, reads_input=True),
          square_=_in_place_form('square_', square, reads_input=True),  # (its table row says 'x')
          reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
+         sinc_=_in_place_form('sinc_', sinc, reads_input=True),
+         logit_=_in_place_form('logit_', logit, reads_input=True),
+         xlogy_=_in_place_form('xlogy_', xlogy, reads_input=True),
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
          scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
