@@ -4399,6 +4399,13 @@ def test_a_numpy_bool_exponent_is_a_number_and_its_output_is_not_saved():
     z.div_(2.0)
     z.sum().backward()
     assert x.grad.tolist() == [0.0, 0.0]
+    # a number's rule: zeros even for an inf or nan upstream gradient, as x ** 0's (found by the
+    # fuzzer after acosh(1), whose gradient is inf); a Python False's rule is p x^(p-1):
+    # 0 * inf = nan, as PyTorch's
+    for p, want in ((np.bool_(False), 0.0), (0, 0.0), (False, math.nan)):
+        y = tt.tensor([2.0], dtype=tt.float64, requires_grad=True)
+        (y ** p).backward(tt.tensor([math.inf], dtype=tt.float64))
+        assert y.grad.tolist() == [want] or math.isnan(want) and math.isnan(y.grad.item()), p
 
 
 def test_remainder_by_a_number_reads_nothing_a_later_change_can_break():
