@@ -766,7 +766,8 @@ def _pow_number(a, p):
         raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
                            f"({a.dtype} ** {p}); use a float exponent ({p}.0) or .float()")
     a = _operands(a, p)[0]
-    p = p.item() if isinstance(p, np.generic) else p  # a NumPy scalar acts as a Python one
+    # a NumPy scalar acts as a Python number; a NumPy bool as a float (PyTorch reads it so)
+    p = float(p) if isinstance(p, np.bool_) else p.item() if isinstance(p, np.generic) else p
 
     def backward(g):
         """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
