@@ -4408,6 +4408,31 @@ def test_a_numpy_bool_exponent_is_a_number_and_its_output_is_not_saved():
         assert y.grad.tolist() == [want] or math.isnan(want) and math.isnan(y.grad.item()), p
 
 
+def test_matmul_saves_only_the_operand_its_rule_reads():
+    """Found by the fuzzer: y = a @ b with only b requiring grad saved b too, so b.zero_()
+    under no_grad before backward refused, where PyTorch's rule for b reads a only:
+    d(A@B)/dB = A^T g. By hand, A = [[2], [3]], B = [[5]], g = ones: dB = 2 + 3 = 5, and
+    the other way dA = g B^T = [[5], [5]]. With both requiring grad, a change of either refuses."""
+    a, b = tt.tensor([[2.0], [3.0]]), tt.tensor([[5.0]], requires_grad=True)
+    y = a @ b
+    with tt.no_grad():
+        b.zero_()
+    y.sum().backward()
+    assert b.grad.tolist() == [[5.0]]
+    a, b = tt.tensor([[2.0], [3.0]], requires_grad=True), tt.tensor([[5.0]])
+    y = a @ b
+    with tt.no_grad():
+        a.zero_()
+    y.sum().backward()
+    assert a.grad.tolist() == [[5.0], [5.0]]
+    a, b = tt.tensor([[2.0], [3.0]], requires_grad=True), tt.tensor([[5.0]], requires_grad=True)
+    y = a @ b
+    with tt.no_grad():
+        b.zero_()
+    with pytest.raises(RuntimeError, match="backward through 'matmul'.*modified in place"):
+        y.sum().backward()
+
+
 def test_remainder_by_a_number_reads_nothing_a_later_change_can_break():
     """x % 2.0's rule for x is g itself (d mod(a, b)/da = 1): it reads neither operand, so an
     in-place change of x afterwards is no reason to refuse backward (as PyTorch; found by the
