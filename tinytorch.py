@@ -976,7 +976,9 @@ def matmul(a, b):
         if b.requires_grad:
             gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(b.shape)
         return ga, gb
-    return from_op(out, 'matmul', (a, b), backward, saved=(a, b))
+    # saved: what the rule reads, b for a's gradient and a for b's (as mul, section 3)
+    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
+    return from_op(out, 'matmul', (a, b), backward, saved=saved)
 
 
 _methods(__matmul__=matmul, matmul=matmul,
