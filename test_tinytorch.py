@@ -1288,7 +1288,7 @@ def test_inverse_hyperbolic_logit_sinc_and_xlogy_promote_integers_and_have_alias
         tt.tensor([1, 2]).xlogy_(tt.tensor([2.0]))  # an int tensor can't hold the float result
 
 
-def test_inverse_hyperbolic_logit_sinc_and_xlogy_match_torch():
+def test_inverse_hyperbolic_logit_sinc_and_xlogy_match_pytorch():
     torch = need_torch()
     edges = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -2.0, 1e-200, math.inf, -math.inf, math.nan, 0.3]
     for dtype in (np.float64, np.float32):
@@ -3869,7 +3869,7 @@ def test_add_sub_mul_give_torchs_infinities_and_nans_silently():
         assert (tt.tensor([3e38]) * 10).tolist() == [_INF]
 
 
-def test_edge_values_agree_with_torch():
+def test_edge_values_agree_with_pytorch():
     torch = need_torch()
     x = np.array(_EDGE_VALUES)
     for name in ('log', 'sqrt', 'exp', 'log1p', 'expm1', 'rsqrt', 'reciprocal', 'sin', 'asin',
