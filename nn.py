@@ -736,6 +736,7 @@ class Embedding(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
 
+@np.errstate(invalid='ignore')  # an inf in a row: inf - inf = nan, silently, as PyTorch's
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Fused layer norm: y = (x - mean) / sqrt(var + eps) * weight + bias over the last
     len(normalized_shape) dims, with a hand-derived backward (one node, not ten)."""
@@ -1282,7 +1283,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 def _normalize(input, mean, var, eps, weight, bias, shape):
     """(input - mean) / sqrt(var + eps) * weight + bias, weight and bias viewed as shape
     (batch_norm's and instance_norm's last step)."""
-    out = (input - mean) / (var + eps).sqrt()
+    with np.errstate(invalid='ignore'):  # an inf in the batch: inf - inf = nan, silently, as PyTorch
+        out = (input - mean) / (var + eps).sqrt()
     if weight is not None:
         out = out * weight.reshape(shape)
     if bias is not None:
@@ -2169,7 +2171,9 @@ def mse_loss(input, target, reduction='mean'):
                       "to broadcasting. Please ensure they have the same size.", stacklevel=2)
         input, target = input.expand(shape), target.expand(shape)
     input, target = tt._operands(input, target)
-    d = input.array - target.array
+    with np.errstate(invalid='ignore', over='ignore'):  # inf - inf = nan, 1e30^2 = inf, silently
+        d = input.array - target.array
+        squares = d * d
 
     def backward(g):
         """d (x - y)^2/dx = 2 (x - y)
@@ -2177,11 +2181,12 @@ def mse_loss(input, target, reduction='mean'):
         gd = 2 * g * d
         return gd if input.requires_grad else None, -gd if target.requires_grad else None
     # saved: PyTorch's rule reads both, so an in-place change to either raises there too
-    loss = from_op(d * d, 'mse_loss', (input, target), backward, saved=(input, target))
+    loss = from_op(squares, 'mse_loss', (input, target), backward, saved=(input, target))
     return _reduce(loss, reduction, 'mse_loss')
 
 
 @tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@np.errstate(invalid='ignore')  # a row with an inf: inf - inf = nan, silently, as PyTorch
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction='mean', label_smoothing=0.0):
     """Fused log-softmax + negative log-likelihood, on (N, C) logits and N class indices.
@@ -2375,7 +2380,8 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', wei
     weight (input's shape) scales each element; 'mean' then divides by its sum."""
     target = _pair(input, target, 'l1_loss')
     reduction = _legacy_reduction(size_average, reduce, reduction)
-    loss = (input - target).abs()
+    with np.errstate(invalid='ignore', over='ignore'):  # inf - inf = nan, silently, as PyTorch
+        loss = (input - target).abs()
     if _weights(weight, input, 'l1_loss') is None:
         return _reduce(loss, reduction, 'l1_loss')
     loss = loss * weight
@@ -2386,7 +2392,7 @@ def _huber(input, target, delta, op):
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), for d = input - target
     (broadcast): quadratic near 0, linear (so robust to outliers) beyond delta."""
     input, target = tt._operands(input, target)
-    with np.errstate(invalid='ignore'):  # |nan| < delta: nan, as in PyTorch
+    with np.errstate(invalid='ignore', over='ignore'):  # |nan| < delta: nan, as in PyTorch
         d = input.array - target.array
         ad = np.abs(d)
         small = ad < delta
@@ -2489,6 +2495,9 @@ def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_
         warnings.warn("kl_div: reduction='mean' divides by the number of elements, not the "
                       "batch size; 'batchmean' gives the KL divergence per sample", stacklevel=2)
     target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if input.dtype.kind != 'f' or target.dtype.kind != 'f':
+        raise RuntimeError(f"kl_div: integral inputs are not supported (as in PyTorch), got "
+                           f"{input.dtype} and {target.dtype}; convert them with .float()")
     loss = _kl_pointwise(input, target, log_target)
     if reduction == 'batchmean':
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()
@@ -2498,7 +2507,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_
 def _kl_pointwise(input, target, log_target):
     input, target = tt._operands(input, target)
     x, y = input.array, target.array
-    with np.errstate(divide='ignore', invalid='ignore'):
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # silently, as PyTorch
         if log_target:
             ey = np.exp(y)
             out = ey * (y - x)
@@ -2770,6 +2779,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if target.shape != input.shape:
         raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
                          f"input size {tuple(input.shape)}")
+    if input.dtype.kind != 'f':
+        raise NotImplementedError(f"binary_cross_entropy: not implemented for {input.dtype} input "
+                                  "(as in PyTorch): it takes probabilities, a float tensor")
     if ((input.array < 0) | (input.array > 1)).any():
         raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
                            "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
@@ -2777,9 +2789,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
                            f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
     p, y = input.array, target.array
-    with np.errstate(divide='ignore'):
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # inf * 0, silently
         log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
-    loss = -(y * log_p + (1 - y) * log_q)
+        loss = -(y * log_p + (1 - y) * log_q)
 
     def backward(g):
         """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)

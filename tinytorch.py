@@ -50,6 +50,7 @@ with np.asarray, so array libraries that implement NumPy's dispatch protocols
 (__array_ufunc__, __array_function__: np.exp(a) calls a's own exp; CuPy's GPU arrays) run the same code.
 """
 import builtins  # sum, max, min, abs, round, any and all are redefined below as tensor ops
+import contextvars
 import functools
 import itertools
 import math
@@ -776,7 +777,8 @@ def mul(a, b):
 
 def div(a, b):
     a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
-    out = _broadcast_op('div', np.true_divide, a, b)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0/0 = nan
+        out = _broadcast_op('div', np.true_divide, a, b)  # silently, as PyTorch
 
     def backward(g, sa=a.array.shape, sb=b.array.shape):
         """d(a/b)/da = 1/b
@@ -796,7 +798,8 @@ def pow(a, b):
         return _pow_integer_exponent(a, b)
     number_base = not isinstance(a, Tensor)
     a, b = _operands(a, b)
-    out = _broadcast_op('pow', _power, a, b)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 0 ** -1 = inf, silently,
+        out = _broadcast_op('pow', _power, a, b)  # as PyTorch
     if number_base and not out.flags.c_contiguous:  # number ** x is row-major in PyTorch
         out = out.copy(order='C')  # (a tensor ** x keeps x's layout, as NumPy does)
 
@@ -823,8 +826,8 @@ def _pow_number(a, p):
         raise RuntimeError(f"pow: integers to negative integer powers are not allowed "
                            f"({a.dtype} ** {p}); use a float exponent ({p}.0) or .float()")
     a = _operands(a, p)[0]
-    # a NumPy scalar acts as a Python number; a NumPy bool as the number 0 or 1, as PyTorch
-    p = int(p) if isinstance(p, np.bool_) else p.item() if isinstance(p, np.generic) else p
+    # a NumPy scalar acts as a Python number; a NumPy bool as a float (PyTorch reads it so)
+    p = float(p) if isinstance(p, np.bool_) else p.item() if isinstance(p, np.generic) else p
 
     def backward(g):
         """d(x^p)/dx = p x^(p-1)  (0 for p = 0, even at x = 0; a bool p as PyTorch: not)"""
@@ -838,7 +841,8 @@ def _pow_integer_exponent(a, b):
     (INT64_MIN - 1 wraps to INT64_MAX, whose float is even: (-inf)^(b-1) = +inf), and only
     then the base's float dtype."""
     e = _as(b, a.dtype)  # the exponent in the base's dtype
-    out = _broadcast_op('pow', _power, a, e)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 0 ** -1 = inf, silently
+        out = _broadcast_op('pow', _power, a, e)
 
     def backward(g):
         """d(a^b)/da = b a^(b-1)  (b - 1 in b's integer dtype; 0 where b = 0, even for a nan g)"""
@@ -869,7 +873,7 @@ def _power_of(x, p):
     """x ** p for a number p as PyTorch computes it: sqrt for 0.5 and 1 / sqrt for -0.5, so
     that sqrt(-inf) is nan and (-0.0) ** -0.5 is -inf (NumPy's pow says inf and inf). pow's
     rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch's."""
-    with np.errstate(invalid='ignore', divide='ignore'):  # nan and inf, silently, as PyTorch
+    with np.errstate(invalid='ignore', divide='ignore', over='ignore'):  # nan and inf, silently,
         return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
@@ -881,14 +885,15 @@ def _rtruediv(x, other):
         return div(other, x)
     x = _floating(x)
     c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0 * inf = nan
         r = 1 / x.array  # (r is the rule's own: no later change of x can reach it)
+        out = r * c
 
     def backward(g):
         """d(c/x)/dx = -c/x^2  (as PyTorch: (g c) times d(1/x)/dx = -(1/x)^2)"""
         with np.errstate(over='ignore', invalid='ignore'):
             return (-(g * c) * (r * r),)
-    return from_op(r * c, 'div', (x,), backward)
+    return from_op(out, 'div', (x,), backward)
 
 
 def _no_bool_subtraction(a, b):
@@ -1010,7 +1015,8 @@ def matmul(a, b):
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
                          f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
     try:
-        out = np.matmul(a.array, b.array)
+        with np.errstate(invalid='ignore', over='ignore'):  # 1e30 * 1e30 = inf, silently, as PyTorch
+            out = np.matmul(a.array, b.array)
     except ValueError:
         raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
                          "cannot be broadcast together") from None
@@ -1077,7 +1083,9 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g, xs=x.array.shape):
         """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
         return (_expand_back(g, xs, axes, keepdim),)
-    return from_op(_row_major(np.sum(x.array, axis=axes, keepdims=keepdim)), 'sum', (x,), backward)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
+        out = np.sum(x.array, axis=axes, keepdims=keepdim)
+    return from_op(_row_major(out), 'sum', (x,), backward)
 
 
 @_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
@@ -1093,12 +1101,16 @@ def mean(x, dim=None, keepdim=False, *, dtype=None):
     def backward(g, xs=x.array.shape):
         """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
         return (_expand_back(g / n, xs, axes, keepdim),)
-    return from_op(_row_major(np.mean(x.array, axis=axes, keepdims=keepdim)), 'mean', (x,), backward)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
+        out = (np.mean(x.array, axis=axes, keepdims=keepdim) if n else  # (np.mean warns of 0/0:
+               np.sum(x.array, axis=axes, keepdims=keepdim) / n)  # the mean of nothing is nan)
+    return from_op(_row_major(out), 'mean', (x,), backward)
 
 
 def exp(x):
     x = _floating(x)
-    out = np.exp(x.array)
+    with np.errstate(over='ignore'):  # exp(1000) = inf, silently, as PyTorch
+        out = np.exp(x.array)
 
     def backward(g):
         """d e^x/dx = e^x"""
@@ -1112,7 +1124,8 @@ def log(x):
     def backward(g):
         """d log(x)/dx = 1/x"""
         return (g / x.array,)
-    return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
+    with np.errstate(divide='ignore', invalid='ignore'):  # log(0) = -inf, log(-1) = nan, silently
+        return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
 
 
 _methods(sum=sum, mean=mean, exp=exp, log=log)
@@ -1141,30 +1154,34 @@ def _walk(root, g_root, retain_graph=False):
     grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
     order = _topological_order(root)  # no rule saved a tensor (x + 1): nothing to free, and
     retain_graph = retain_graph or not builtins.any(n._saved for n in order)  # a 2nd walk runs
-    for node in reversed(order):
-        key = id(node)
-        if key not in grads:
-            continue  # no gradient reached it
-        if isinstance(grads[key], np.generic):  # NumPy's arithmetic on 0-d arrays gives
-            grads[key] = np.asarray(grads[key])  # scalars; a gradient is always an array
-        if node._backward is None:  # a leaf
-            yield node, grads.pop(key), None
-            continue
-        g = grads.pop(key)
-        if node._saved:
-            _check_saved(node)  # the version counter (section 2)
-        # the op's rule: one step of the chain rule (_run_rule lets the tools watch it)
-        rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
-        yield node, g, rule_out
-        for p, pg in zip(_inputs(node), rule_out):
-            if pg is None or not p.requires_grad:
+    # A rule computes inf and nan silently, as PyTorch's (log's g / x at x = 0 is inf): NumPy's
+    # warnings are off for the walk, once (per rule it would cost more than a small op), and
+    # so also while the caller adds up what it yields (inf + -inf is nan, silently).
+    with np.errstate(all='ignore'):
+        for node in reversed(order):
+            key = id(node)
+            if key not in grads:
+                continue  # no gradient reached it
+            if isinstance(grads[key], np.generic):  # NumPy's arithmetic on 0-d arrays gives
+                grads[key] = np.asarray(grads[key])  # scalars; a gradient is always an array
+            if node._backward is None:  # a leaf
+                yield node, grads.pop(key), None
                 continue
-            if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:
-                _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
-            key = id(p)
-            grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
-        if not retain_graph:
-            _free(node)
+            g = grads.pop(key)
+            if node._saved:
+                _check_saved(node)  # the version counter (section 2)
+            # the op's rule: one step of the chain rule (_run_rule lets the tools watch it)
+            rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
+            yield node, g, rule_out
+            for p, pg in zip(_inputs(node), rule_out):
+                if pg is None or not p.requires_grad:
+                    continue
+                if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:
+                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+                key = id(p)
+                grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
+            if not retain_graph:
+                _free(node)
 
 
 def _inputs(node):
@@ -1312,7 +1329,8 @@ def _tensors_in(idx):
 # ---------------------------------------------------------------------------
 def sqrt(x):
     x = _floating(x)
-    out = np.sqrt(x.array)
+    with np.errstate(invalid='ignore'):  # sqrt(-1) = nan, silently, as PyTorch
+        out = np.sqrt(x.array)
 
     def backward(g):
         """d sqrt(x)/dx = 1/(2 sqrt(x))"""
@@ -1340,7 +1358,8 @@ def sin(x):
     def backward(g):
         """d sin(x)/dx = cos(x)"""
         return (g * np.cos(x.array),)
-    return from_op(np.sin(x.array), 'sin', (x,), backward, saved=(x,))
+    with np.errstate(invalid='ignore'):  # sin(inf) = nan, silently, as PyTorch
+        return from_op(np.sin(x.array), 'sin', (x,), backward, saved=(x,))
 
 
 def cos(x):
@@ -1349,7 +1368,8 @@ def cos(x):
     def backward(g):
         """d cos(x)/dx = -sin(x)"""
         return (-g * np.sin(x.array),)
-    return from_op(np.cos(x.array), 'cos', (x,), backward, saved=(x,))
+    with np.errstate(invalid='ignore'):  # cos(inf) = nan, silently, as PyTorch
+        return from_op(np.cos(x.array), 'cos', (x,), backward, saved=(x,))
 
 
 def tanh(x):
@@ -1415,12 +1435,14 @@ def log1p(x):
     def backward(g):
         """d log(1 + x)/dx = 1/(1 + x)"""
         return (g / (1 + x.array),)
-    return from_op(np.log1p(x.array), 'log1p', (x,), backward, saved=(x,))  # accurate for tiny x
+    with np.errstate(divide='ignore', invalid='ignore'):  # log1p(-1) = -inf, silently, as PyTorch
+        return from_op(np.log1p(x.array), 'log1p', (x,), backward, saved=(x,))  # accurate for tiny x
 
 
 def expm1(x):
     x = _floating(x)
-    out = np.expm1(x.array)  # e^x - 1, accurate for tiny x
+    with np.errstate(over='ignore'):  # expm1(1000) = inf, silently, as PyTorch
+        out = np.expm1(x.array)  # e^x - 1, accurate for tiny x
 
     def backward(g):
         """d (e^x - 1)/dx = e^x = out + 1"""
@@ -1431,13 +1453,14 @@ def expm1(x):
 def silu(x):
     """x * sigmoid(x) (also called swish)."""
     x = _floating(x)
-    with np.errstate(over='ignore'):  # exp(-x) = inf for x < -88 (float32): s = 0, right
-        s = 1 / (1 + np.exp(-x.array))
+    with np.errstate(over='ignore', invalid='ignore'):  # exp(-x) = inf for x < -88 (float32):
+        s = 1 / (1 + np.exp(-x.array))  # s = 0, right; silu(-inf) = -inf * 0 = nan, as PyTorch
+        out = x.array * s
 
     def backward(g):
         """d x s(x)/dx = s + x s (1 - s) = s (1 + x (1 - s)),  s = sigma(x)"""
         return (g * s * (1 + x.array * (1 - s)),)
-    return from_op(x.array * s, 'silu', (x,), backward, saved=(x,))
+    return from_op(out, 'silu', (x,), backward, saved=(x,))
 
 
 def leaky_relu(x, negative_slope=0.01):
@@ -1490,8 +1513,9 @@ def gelu(x, approximate='none'):
     xd = x.array
     if approximate == 'tanh':
         k = math.sqrt(2 / math.pi)
-        t = np.tanh(k * (xd + 0.044715 * xd ** 3))
-        out = 0.5 * xd * (1 + t)
+        with np.errstate(over='ignore', invalid='ignore'):  # inf and nan, silently, as PyTorch
+            t = np.tanh(k * (xd + 0.044715 * xd ** 3))
+            out = 0.5 * xd * (1 + t)
 
         def backward_tanh(g):
             """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2),  t = tanh(k (x + 0.044715 x^3))"""
@@ -1499,13 +1523,14 @@ def gelu(x, approximate='none'):
         return from_op(out, 'gelu', (x,), backward_tanh, saved=(x,))
     if approximate != 'none':
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 20)
-        out, dgelu = gelu_float32(xd)
-    else:
-        erf_ = _erf_np if fast else _erf_plain
-        cdf = 0.5 * (1 + erf_(xd * (1 / math.sqrt(2))))  # Phi(x)
-        dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))  # Phi + x phi
-        out = xd * cdf
+    with np.errstate(over='ignore', invalid='ignore'):  # x phi(x) at inf: inf * 0, silently
+        if fast and xd.dtype == np.float32:  # the same two arrays, faster (section 20)
+            out, dgelu = gelu_float32(xd)
+        else:
+            erf_ = _erf_np if fast else _erf_plain
+            cdf = 0.5 * (1 + erf_(xd * (1 / math.sqrt(2))))  # Phi(x)
+            dgelu = cdf + xd * np.exp(-0.5 * xd * xd) * (1 / math.sqrt(2 * math.pi))  # Phi + x phi
+            out = xd * cdf
 
     def backward(g):
         """d x Phi(x)/dx = Phi(x) + x phi(x),  phi(x) = exp(-x^2/2) / sqrt(2 pi)"""
@@ -1698,6 +1723,9 @@ _FUNCTIONS = {
     'asin': (np.arcsin, 'x', lambda x: 1 / np.sqrt(1 - x * x), "d asin(x)/dx = 1/sqrt(1 - x^2)"),
     'acos': (np.arccos, 'x', lambda x: -1 / np.sqrt(1 - x * x), "d acos(x)/dx = -1/sqrt(1 - x^2)"),
     'atan': (np.arctan, 'x', lambda x: 1 / (1 + x * x), "d atan(x)/dx = 1/(1 + x^2)"),
+    'asinh': (np.arcsinh, 'x', lambda x: 1 / np.sqrt(x * x + 1), "d asinh(x)/dx = 1/sqrt(x^2 + 1)"),
+    'acosh': (np.arccosh, 'x', lambda x: 1 / np.sqrt(x * x - 1), "d acosh(x)/dx = 1/sqrt(x^2 - 1)"),
+    'atanh': (np.arctanh, 'x', lambda x: 1 / (1 - x * x), "d atanh(x)/dx = 1/(1 - x^2)"),
     'frac': (lambda x: x - np.trunc(x), None, 1, "d frac(x)/dx = 1"),
     # steps: flat almost everywhere, so their gradient is 0 (as PyTorch's)
     'sign': (lambda x: np.where(np.isnan(x), 0, np.sign(x)), None, 0,
@@ -1743,9 +1771,9 @@ def _function(name):
     return op
 
 
-square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, frac, sign, \
-    floor, ceil, round, trunc = (_function(name) for name in _FUNCTIONS)
-arcsin, arccos, arctan, fix = asin, acos, atan, trunc
+square, rsqrt, reciprocal, log2, log10, exp2, sinh, cosh, asin, acos, atan, asinh, acosh, atanh, \
+    frac, sign, floor, ceil, round, trunc = (_function(name) for name in _FUNCTIONS)
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh, fix = asin, acos, atan, asinh, acosh, atanh, trunc
 
 
 def atan2(input, other):
@@ -1767,6 +1795,55 @@ def atan2(input, other):
 
 
 arctan2 = atan2
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), and 1 at x = 0 (the normalized sinc, as PyTorch's)."""
+    x = _floating(x)
+    with np.errstate(divide='ignore', invalid='ignore'):  # 0/0 at x = 0 (then 1), sinc(inf) = nan
+        out = np.where(x.array == 0, 1, np.sin(np.pi * x.array) / (np.pi * x.array))
+
+    def backward(g):
+        """d sinc(x)/dx = (pi x cos(pi x) - sin(pi x)) / (pi x^2)  (0 where pi x^2 is 0, as PyTorch)"""
+        px, pxx = np.pi * x.array, x.array * x.array * np.pi
+        return (np.where(pxx == 0, 0, g * (px * np.cos(px) - np.sin(px)) / pxx).astype(g.dtype),)
+    return from_op(out.astype(x.dtype, copy=False), 'sinc', (x,), backward, saved=(x,))
+
+
+def logit(x, eps=None):
+    """log(z / (1 - z)), the inverse of sigmoid, with z = x, or x clamped to [eps, 1 - eps]."""
+    x = _floating(x)
+    lo, hi = (0, 1) if eps is None else (eps, 1 - eps)
+    z = x.array if eps is None else _clip(x.array, lo, hi)
+    with np.errstate(divide='ignore', invalid='ignore'):  # logit(0) = -inf, logit(2) = nan, silently
+        out = np.log(z / (1 - z)).astype(x.dtype, copy=False)
+
+    def backward(g):
+        """d logit(x)/dx = 1/(x (1 - x))  (0 outside [eps, 1 - eps]; without eps, nan outside [0, 1])"""
+        a = x.array
+        return (np.where((a < lo) | (a > hi), np.nan if eps is None else 0, g / (a * (1 - a))).astype(g.dtype),)
+    return from_op(out, 'logit', (x,), backward, saved=(x,))
+
+
+def _xlogy(x, y):
+    """x log(y) of arrays, 0 where x is 0 (unless y is nan), as PyTorch's xlogy."""
+    return np.where((x == 0) & ~np.isnan(y), 0, x * np.log(y))
+
+
+def xlogy(input, other):
+    """input * log(other), 0 where input is 0 (even at other = 0; nan at other = nan)."""
+    a, b = _operands(input, other, floating=True)  # int tensors give float32, as PyTorch
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # log(0) = -inf, silently
+        out = _broadcast_op('xlogy', _xlogy, a, b)
+
+    def backward(g):
+        """d xlogy(a,b)/da = log(b)  (xlogy(g, b); 0 where a = 0 and b <= 0, as PyTorch)
+        d xlogy(a,b)/db = a/b"""
+        ga = np.where((a.array == 0) & (b.array <= 0), 0, _xlogy(g, b.array)) if a.requires_grad else None
+        gb = g * a.array / b.array if b.requires_grad else None
+        return (None if ga is None else unbroadcast(ga.astype(g.dtype, copy=False), a.shape),
+                None if gb is None else unbroadcast(gb, b.shape))
+    return from_op(out.astype(a.dtype, copy=False), 'xlogy', (a, b), backward, saved=(a, b))
 
 
 # Tests and logic give boolean tensors outside the graph (no gradient), as the comparisons
@@ -1834,8 +1911,9 @@ def floor_divide(a, b):
         d floor(a/b)/db: not defined"""
         raise RuntimeError("backward through floor_divide (//): its derivative is not "
                            "implemented (as in PyTorch); use torch-style a / b and floor()")
-    return from_op(_broadcast_op('floor_divide', np.floor_divide, a, b), 'floor_divide', (a, b),
-                   backward)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1.0 // 0 = inf, silently
+        return from_op(_broadcast_op('floor_divide', np.floor_divide, a, b), 'floor_divide',
+                       (a, b), backward)
 bitwise_and, bitwise_or, bitwise_xor = (_constant_op(f, n) for f, n in (
     (np.bitwise_and, 'bitwise_and'), (np.bitwise_or, 'bitwise_or'), (np.bitwise_xor, 'bitwise_xor')))
 logical_and, logical_or, logical_xor = (_constant_op(f, n) for f, n in (
@@ -1897,7 +1975,8 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
          clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
          log10=log10, exp2=exp2, sinh=sinh, cosh=cosh, asin=asin, acos=acos, atan=atan, frac=frac,
          sign=sign, floor=floor, ceil=ceil, round=round, trunc=trunc, atan2=atan2, arcsin=asin,
-         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc,
+         arccos=acos, arctan=atan, arctan2=atan2, fix=trunc, asinh=asinh, acosh=acosh, atanh=atanh,
+         arcsinh=asinh, arccosh=acosh, arctanh=atanh, sinc=sinc, logit=logit, xlogy=xlogy,
          __floordiv__=floor_divide, __mod__=remainder,
          __rfloordiv__=lambda self, other: floor_divide(other, self),
          __rmod__=lambda self, other: remainder(other, self), __and__=bitwise_and,
@@ -1931,8 +2010,9 @@ def _centered(x, dim, correction, unbiased, op, keepdim):
     # running mean (np.mean of three -0.7s is -0.7000000000000001)
     first = x.array[tuple(slice(0, 1) if a in axes else slice(None) for a in range(x.ndim))]
     shifted = x.array - np.where(np.isfinite(first), first, 0)  # (an inf first: no shift)
-    with np.errstate(invalid='ignore'):  # inf - inf is nan, silently, as in PyTorch
-        return axes, shifted - np.mean(shifted, axis=axes, keepdims=True), n - correction
+    with np.errstate(invalid='ignore'):  # inf - inf and the mean of nothing are nan, silently
+        mean = np.mean(shifted, axis=axes, keepdims=True) if n else shifted.sum(axes, keepdims=True) / n
+        return axes, shifted - mean, n - correction
 
 
 @_numpy_keywords  # x.var(axis=, keepdims=) too, as PyTorch
@@ -1948,7 +2028,7 @@ def var(x, dim=None, *, correction=1, keepdim=None, unbiased=None):
     def backward(g, xs=x.shape):
         """d var / dx_i = 2 (x_i - mean) / (N - correction)"""
         g = _expand_back(g, xs, axes, keepdim)
-        if dof <= 0 and (_no_dim(dim) or len(xs) == 0):  # PyTorch's value (0-d too): nan
+        if dof <= 0 and x.array.size and (_no_dim(dim) or len(xs) == 0):  # PyTorch's (0-d too): nan
             same = x.array == np.mean(x.array, axis=axes, keepdims=True)  # where x_i == mean,
             return (g * np.where(same, np.nan, np.inf).astype(g.dtype),)  # else inf
         with np.errstate(divide='ignore', invalid='ignore'):
@@ -2073,7 +2153,7 @@ def logsumexp(x, dim, keepdim=False):
     axes = _dims(dim, x.ndim, 'logsumexp')
     m = np.max(x.array, axis=axes, keepdims=True, initial=-np.inf)  # -inf for an empty dim
     m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not nan
-    with np.errstate(divide='ignore'):
+    with np.errstate(divide='ignore', over='ignore', invalid='ignore'):  # inf and nan, silently
         out = np.log(np.sum(np.exp(x.array - m), axis=axes, keepdims=True)) + m
 
     def backward(g):
@@ -2104,7 +2184,8 @@ def norm(x, p='fro', dim=None, keepdim=False):
     elif p == 0:
         out = np.sum(ax != 0, axis=axes, keepdims=True).astype(x.dtype)
     else:
-        out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
+        with np.errstate(over='ignore', invalid='ignore'):  # 1e30 ** 2 = inf, silently, as PyTorch
+            out = np.sum(ax ** p, axis=axes, keepdims=True) ** (1.0 / p)
 
     def backward(g, xs=x.shape):
         """d norm / dx_i = sign(x_i) |x_i|^(p-1) / norm^(p-1)  (0 where the norm is 0; p = inf: to the largest |x_i|; p = 0: none)"""
@@ -2193,7 +2274,10 @@ def cumsum(x, dim):
 def _scan(fn, a, d):
     """np.cumsum or np.cumprod along d; float32 adds up in float64, then rounds each running
     value once, as PyTorch's CPU scans do (1.86 - 0.04 - 1.82 is then -3.7e-8, not 0)."""
-    return fn(a, axis=d, dtype=np.float64).astype(a.dtype) if a.dtype == np.float32 else fn(a, axis=d)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf - inf = nan, silently, as PyTorch
+        if a.dtype == np.float32:
+            return fn(a, axis=d, dtype=np.float64).astype(a.dtype)
+        return fn(a, axis=d)
 
 
 def cumprod(x, dim):
@@ -3279,7 +3363,8 @@ def nansum(x, dim=None, keepdim=False):
     def backward(g):
         """d nansum / dx_i = [x_i is not nan]  (a product, as PyTorch: an inf g gives nan at a nan)"""
         return (_expand_back(g, kept.shape, axes, keepdim) * kept,)
-    return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf - inf = nan, silently, as PyTorch
+        return from_op(np.nansum(x.array, axis=axes, keepdims=keepdim), 'nansum', (x,), backward)
 
 
 @_numpy_keywords  # x.nanmean(axis=, keepdims=) too, as PyTorch
@@ -3398,16 +3483,17 @@ def cdist(x1, x2, p=2.0):
                            f"{x1.shape[-1]} X2: {x2.shape[-1]}")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
-    diff = x1.array[..., :, None, :] - x2.array[..., None, :, :]  # (..., P, R, M)
-    ad = np.abs(diff)
-    if p == math.inf:  # PyTorch's kernel takes max(so far, |d|), which passes a nan by
-        out = np.max(np.where(np.isnan(ad), 0, ad), axis=-1, initial=0)
-    elif p == 0:  # min(ceil(|d|), 1) counts a non-zero (and keeps a nan)
-        out = np.sum(np.minimum(np.ceil(ad), 1), axis=-1)
-    elif p == 2:
-        out = np.sqrt(np.sum(ad * ad, axis=-1))
-    else:
-        out = np.sum(ad ** p, axis=-1) ** (1.0 / p)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf - inf = nan, silently, as PyTorch
+        diff = x1.array[..., :, None, :] - x2.array[..., None, :, :]  # (..., P, R, M)
+        ad = np.abs(diff)
+        if p == math.inf:  # PyTorch's kernel takes max(so far, |d|), which passes a nan by
+            out = np.max(np.where(np.isnan(ad), 0, ad), axis=-1, initial=0)
+        elif p == 0:  # min(ceil(|d|), 1) counts a non-zero (and keeps a nan)
+            out = np.sum(np.minimum(np.ceil(ad), 1), axis=-1)
+        elif p == 2:
+            out = np.sqrt(np.sum(ad * ad, axis=-1))
+        else:
+            out = np.sum(ad ** p, axis=-1) ** (1.0 / p)
 
     def backward(g):
         """d cdist_ij / dx1_i = sign(d) |d|^(p-1) / cdist^(p-1), d = x1_i - x2_j  (0 at cdist 0)
@@ -4051,6 +4137,9 @@ _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form
          cos_=_in_place_form('cos_', cos, reads_input=True),
          square_=_in_place_form('square_', square, reads_input=True),  # (its table row says 'x')
          reciprocal_=_in_place_form('reciprocal_', reciprocal),  # (its rule reads the output)
+         sinc_=_in_place_form('sinc_', sinc, reads_input=True),
+         logit_=_in_place_form('logit_', logit, reads_input=True),
+         xlogy_=_in_place_form('xlogy_', xlogy, reads_input=True),
          clamp_min_=_in_place_form('clamp_min_', clamp_min),
          clamp_max_=_in_place_form('clamp_max_', clamp_max),
          scatter_=scatter_, scatter_add_=scatter_add_, index_add_=index_add_,
@@ -5039,7 +5128,8 @@ multiply = mul
 
 def tan(x):
     x = _floating(x)
-    out = np.tan(x.array)
+    with np.errstate(invalid='ignore'):  # tan(inf) = nan, silently, as PyTorch
+        out = np.tan(x.array)
 
     def backward(g):
         """d tan(x)/dx = 1 + tan(x)^2"""
@@ -6550,7 +6640,9 @@ def parallel_for(fn, n, size, threads=None, piece=None):
         _pool = ThreadPoolExecutor(_num_threads - 1, thread_name_prefix='tinytorch')
         _pool_pid = os.getpid()
     bounds = [n * i // k for i in range(k + 1)]
-    futures = [_pool.submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    # each range in a copy of this thread's context: np.errstate (a context variable) holds there
+    futures = [_pool.submit(contextvars.copy_context().run, fn, lo, hi)
+               for lo, hi in zip(bounds[1:-1], bounds[2:])]
     try:
         fn(bounds[0], bounds[1])  # this thread takes the first range
     finally:
