@@ -5153,6 +5153,8 @@ _LAYOUTS = {
     'mean(1)': (lambda m, x, e: x.mean(1), (2, 1)),
     'log(expanded int)': (lambda m, x, e: m.arange(3).expand(2, 3).log(), (3, 1)),
     'gelu(float32)': (lambda m, x, e: m.nn.functional.gelu(x.float()), (1, 4, 12)),
+    'gelu(float32 expanded)': (lambda m, x, e: m.nn.functional.gelu(  # the fast kernel's path
+        m.arange(12, dtype=m.float32).reshape(3, 4).T.expand(2, -1, -1)), (12, 1, 4)),
     'cumsum(0)': (lambda m, x, e: x.cumsum(0), (6, 2, 1)),
     'cumprod(1)': (lambda m, x, e: x.cumprod(1), (6, 2, 1)),
     'cummax(0)': (lambda m, x, e: x.cummax(0).indices, (6, 2, 1)),

@@ -6760,8 +6760,8 @@ def gelu_float32(x):
     xf, of, df = (a.reshape(-1) for a in (x, out, dgelu))  # xf: a copy if x is strided
     parallel_for(lambda lo, hi: _gelu_float32(xf[lo:hi], of[lo:hi], df[lo:hi]), x.size, x.size,
                  piece=CACHE_BLOCK)
-    if not x.flags.c_contiguous:  # the result laid out as x is, as the plain code's (one copy)
-        laid_out = np.empty_like(x)
+    if not x.flags.c_contiguous:  # the result laid out as the plain code's (one copy)
+        laid_out = _empty_in_layout_of(x)
         laid_out[...] = out
         return laid_out, dgelu
     return out, dgelu
