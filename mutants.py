@@ -145,8 +145,8 @@ MUTANTS = [
            "        _grad_enabled = True\n        return False",
            'no_grad or grad_enabled', "leaving a nested no_grad turns grad mode on"),
     Mutant('walk-frees-with-retain-graph', 'tinytorch.py',
-           "        if not retain_graph:\n            _free(node)",
-           "        if retain_graph:\n            _free(node)",
+           "            if not retain_graph:\n                _free(node)",
+           "            if retain_graph:\n                _free(node)",
            'retain_graph or backward', "backward frees the graph exactly when asked to keep it"),
 
     # -- section 7: type promotion ----------------------------------------------------------
