@@ -2179,7 +2179,8 @@ def check_11_4(m):
             except (ValueError, IndexError) as e:
                 why = ("with keepdim=True g already has dim d (of size 1): use it as it is" if
                        keepdim else "without keepdim, g lost dim d: put it back "
-                       "(np.expand_dims(g, d)) to line up with idx")
+                       "(np.expand_dims(g, d)) to line up with idx") + (
+                           "; and take idx as the forward made it (dim d kept, of size 1)")
                 raise Fail(f"max(dim={dim}, keepdim={keepdim}): your rule raised "
                            f"{type(e).__name__}: {str(e).splitlines()[0]}: {why}") from None
             want = np.zeros(x.shape)
