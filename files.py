@@ -152,8 +152,8 @@ def load(path):
     numbered = {}
     for k, a in arrays.items():
         if not re.fullmatch(r'a(0|[1-9][0-9]{0,8})', k):  # a1 and a01 would be one array
-            raise CheckpointError(f"{path} has a member {k}.npy that nn.save never writes (its "
-                                  f"arrays are a0, a1, ...); {_HOSTILE}")
+            raise CheckpointError(tt._one_line(f"{path} has a member {k}.npy that nn.save never "
+                                               f"writes (its arrays are a0, a1, ...); {_HOSTILE}"))
         numbered[int(k[1:])] = a
     try:
         return _decode(json.loads(meta.tobytes().decode('utf-8')), numbered)
@@ -164,9 +164,9 @@ def load(path):
 def _bad_description(path, e):
     what = {RecursionError: "it is nested deeper than Python can follow",
             KeyError: f"it refers to array {e}, which the file lacks"}.get(type(e), f"{e}")
-    return CheckpointError(f"{path}: its tinytorch description does not match its arrays "
-                           f"({type(e).__name__}: {what}); the file is damaged or was made "
-                           "to attack: do not use it")
+    return CheckpointError(tt._one_line(f"{path}: its tinytorch description does not match its "
+                                        f"arrays ({type(e).__name__}: {what}); the file is damaged "
+                                        "or was made to attack: do not use it"))
 
 
 # ---------------------------------------------------------------------------
@@ -286,9 +286,9 @@ def load_safetensors(path):
     """Read a .safetensors file: (name -> NumPy array, metadata dict). bfloat16 tensors
     come back as float32 (NumPy has no bfloat16). Every field of the header is checked:
     a bad one is one line naming the file and the field."""
-    def corrupt(why):
-        return CheckpointError(f"{path} is truncated or corrupt and cannot be loaded ({why}); "
-                               f"{_HOSTILE}")
+    def corrupt(why):  # one line, whatever the file's names hold (tt._one_line)
+        return CheckpointError(tt._one_line(f"{path} is truncated or corrupt and cannot be "
+                                            f"loaded ({why}); {_HOSTILE}"))
     with open(path, 'rb') as f:
         raw = f.read()
     if len(raw) < 8:

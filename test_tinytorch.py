@@ -8029,6 +8029,10 @@ def test_load_refuses_every_global_outside_the_exact_allow_list(tmp_path):
                          r'numpy\.dtypes\.StringDType'),
         'os_system': (_pickled(_op_global('os', 'system') + _op_tuple(_op_str('true')) + b'R'),
                       r'os\.system'),
+        # a name with a line end (and another control character) in it: the message stays one
+        # line, the characters shown escaped (found by the loader fuzzer, seed 5555)
+        'line_end_in_a_name': (_pickled(_op_str('tinytorch') + _op_str('_rebuil\n_ten\x1bsor')
+                                        + b'\x93', 4), r'tinytorch\._rebuil\\n_ten\\x1bsor'),
     }
     for name, (raw, named) in files.items():
         path = str(tmp_path / f'{name}.pt')
@@ -8589,6 +8593,8 @@ def test_nn_load_refuses_names_two_keys_map_to_and_members_that_are_not_arrays(t
         'object': ([('a1.npy', _npy_bytes(np.array([None, 1], dtype=object)))],
                    r"holds pickled Python objects in a1\.npy"),
         'deflated': ([], r"compressed"),
+        # a member's name with a line end: the refusal stays one line, the name escaped
+        'line_end': ([('a\n1.npy', _npy_bytes(np.ones(2)))], r"has a member a\\n1\.npy that nn"),
     }
     for name, (members, match) in cases.items():
         path = str(tmp_path / f'{name}.npz')
@@ -11042,6 +11048,12 @@ def test_safetensors_reads_bfloat16_and_refuses_broken_files(tmp_path):
                           ('foreign', 'not a tinytorch checkpoint')]:
         with pytest.raises(nn.CheckpointError, match=message):
             nn.load(tmp_path / f'{name}.safetensors')
+    # a dtype the file spells with a line end: one line still, the dtype shown escaped
+    header = _json.dumps({'x': {'dtype': 'F3\n2', 'shape': [1], 'data_offsets': [0, 4]}}).encode()
+    (tmp_path / 'nl.safetensors').write_bytes(len(header).to_bytes(8, 'little') + header + bytes(4))
+    with pytest.raises(nn.CheckpointError) as e:
+        nn.load_safetensors(tmp_path / 'nl.safetensors')
+    assert '\n' not in str(e.value) and "has dtype F3\\n2, which tinytorch" in str(e.value), e.value
 
 
 def test_safetensors_files_open_in_the_safetensors_package(tmp_path):

@@ -5392,8 +5392,15 @@ _DTYPE_NAMES_OUT = {np.dtype(t): name for t, _, name in _CODES.values()}
 _TENSOR_CLASSES = {}  # 'Parameter' -> nn.Parameter once nn.py is imported (nn.py adds it)
 
 
+def _one_line(text):
+    """text with each character a file may have put there that is not printable (a line end,
+    a terminal's escape) shown escaped, as repr shows it: a refusal stays one line."""
+    return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _fail(what):
-    raise _BadFile(what)
+    """Refuse the file in one line."""
+    raise _BadFile(_one_line(what))
 
 
 class _Make:
