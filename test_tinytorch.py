@@ -5214,6 +5214,13 @@ _LAYOUTS = {
     # one_hot is row-major whatever its input's layout: (4, 3, 2, 24) has strides
     # (3 * 2 * 24, 2 * 24, 24, 1) (NumPy's == kept x's order, and the new dim innermost)
     'one_hot(x)': (lambda m, x, e: m.nn.functional.one_hot(x.long(), 24), (144, 48, 24, 1)),
+    # advanced indexing: PyTorch's index kernel sorts the dims as an elementwise op does, over
+    # the source with its indexed dims' strides set to 0 and the index tensor (its own strides
+    # on the dims it makes, 0 elsewhere): the source's order decides among its own dims, and
+    # a pair of an indexed dim and another keeps its row-major place (nobody decides)
+    'x[index] of column-major x': (lambda m, x, e: x[m.tensor([3, 0])], (6, 1, 3)),
+    'x[:, index]': (lambda m, x, e: x[:, m.tensor([2, 0])], (1, 4, 8)),
+    'x[index, :, index]': (lambda m, x, e: x[m.tensor([3, 0]), :, m.tensor([1, 0])], (3, 1)),
 }
 
 
@@ -5297,6 +5304,42 @@ def test_elementwise_results_are_laid_out_as_pytorch_lays_them_out():
             assert got.is_contiguous() == want.is_contiguous(), (na, name, nb)
 
 
+def test_advanced_indexing_results_are_laid_out_as_pytorch_lays_them_out():
+    """Sources in several layouts, index patterns (one index tensor or two, adjacent or
+    apart, with slices, steps and None around them, index tensors broadcast or transposed):
+    the result's strides are PyTorch's along every dim of size > 1."""
+    torch = need_torch()
+
+    def sources(m):
+        base = m.tensor(np.arange(120.0).reshape(4, 5, 6))
+        return {'row-major': base, 'column-major': base.permute(2, 1, 0).contiguous().permute(2, 1, 0),
+                'permuted': base.permute(1, 2, 0), 'stepped': base[:, ::2, 1:].transpose(0, 2),
+                'expanded': m.tensor(np.arange(6.0)).expand(4, 5, 6)}
+
+    def patterns(m):
+        i, j = m.tensor([2, 0, 1]), m.tensor([[1], [0]])
+
+        def mask(n):  # every other position of a dim of n
+            return m.tensor(np.arange(n) % 2 == 0)
+        return {'[i]': lambda x: x[i], '[:, i]': lambda x: x[:, i], '[..., i]': lambda x: x[..., i],
+                '[i, j]': lambda x: x[i, j], '[:, i, j]': lambda x: x[:, i, j],
+                '[i, :, j]': lambda x: x[i, :, j], '[None, i]': lambda x: x[None, i],
+                '[i, None]': lambda x: x[i, None], '[1:, i]': lambda x: x[1:, i],
+                '[::2, :, i]': lambda x: x[::2, :, i], '[j.T]': lambda x: x[j.T],
+                '[2, :, i]': lambda x: x[2, :, i], '[i, 1:4:2]': lambda x: x[i, 1:4:2],
+                '[list]': lambda x: x[[0, 2]], '[:, mask]': lambda x: x[:, mask(x.shape[1])],
+                '[mask, 1:3]': lambda x: x[mask(x.shape[0]), 1:3],
+                '[mask]': lambda x: x[mask(x.shape[0])]}
+    for (ns, x), tx in zip(sources(tt).items(), sources(torch).values()):
+        assert x.stride() == tx.stride(), ns
+        for (np_, f), tf in zip(patterns(tt).items(), patterns(torch).values()):
+            got, want = f(x), tf(tx)
+            assert got.tolist() == want.tolist(), (ns, np_)
+            size1 = [n == 1 for n in want.shape]
+            assert [s for s, one in zip(got.stride(), size1) if not one] == \
+                   [s for s, one in zip(want.stride(), size1) if not one], (ns, np_, got.stride(), want.stride())
+
+
 def test_var_of_equal_values_is_exactly_zero_and_empty_medians():
     """The mean of equal values is that value (np.mean of three -0.7s is not), so their
     var is 0 and, with correction >= N, 0 / 0 = nan as in PyTorch (not inf). median() of
@@ -5334,6 +5377,18 @@ def test_cummax_and_cummin_of_an_empty_dim():
         assert values.shape == indices.shape == (0,)
         values.sum().backward()
     assert x.grad.shape == (0,) and tt.zeros(2, 0).cummax(1).values.shape == (2, 0)
+
+
+def test_a_0d_bool_tensor_as_the_index_adds_a_dim_of_one_or_of_none():
+    """x[tensor(True)] is x with a new dim of size 1 in front, x[tensor(False)] the same dim
+    of size 0, as PyTorch (and NumPy) read it; its gradient flows back to x. (Before: the raw
+    NumPy ValueError of nonzero on a 0-d array.)"""
+    x = tt.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    y = x[tt.tensor(True)]
+    assert y.shape == (1, 2, 3) and y.tolist() == [x.tolist()]
+    assert x[tt.tensor(False)].shape == (0, 2, 3)
+    (y * tt.tensor([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])).sum().backward()
+    assert x.grad.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 
 
 def test_an_index_out_of_range_that_picks_nothing_passes_as_in_torch():

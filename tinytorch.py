@@ -2763,7 +2763,7 @@ def _index_data(idx):
         idx = _index_number(idx)
     if isinstance(idx, Tensor):
         idx = idx.array
-    if isinstance(idx, np.ndarray) and idx.dtype == bool:
+    if isinstance(idx, np.ndarray) and idx.dtype == bool and idx.ndim:
         return np.nonzero(idx)  # a boolean mask selects the positions where it is true
     if isinstance(idx, np.ndarray):
         return idx
@@ -2898,9 +2898,51 @@ def getitem(x, idx):
         else:  # a gather may pick an element twice: add, don't overwrite
             np.add.at(gx if first is None else gx[first], idx, g)
         return (gx,)
-    if not basic:  # a copy, laid out in row-major order as PyTorch makes it
-        return from_op(np.ascontiguousarray(out), 'index', (x,), backward, saved=index_tensors)
+    if not basic:  # a copy, laid out in memory as PyTorch's index kernel lays it out
+        out = _index_laid_out(out, x.array if first is None else x.array[first], idx)
+        return from_op(out, 'index', (x,), backward, saved=index_tensors)
     return _view(from_op(out, 'index', (x,), backward, view_of=x), x, lambda t: getitem(t, idx))
+
+
+_Strided = namedtuple('_Strided', 'ndim shape strides')  # what _torch_order reads of an array
+
+
+def _index_laid_out(out, src, items):
+    """out = src[items] (slices, None and integer arrays, the ints applied already) as
+    PyTorch lays it out: its index kernel orders the dims as an elementwise op does
+    (_torch_order, section 3), over the source with its indexed dims' strides set to 0 and
+    over each index array (its strides on the dims it makes, 0 elsewhere; a list is an
+    array, a mask the arrays of its positions). Row-major where all of them are (and for any
+    other kind of index)."""
+    if src.flags.c_contiguous and builtins.all(
+            not isinstance(i, np.ndarray) or i.flags.c_contiguous for i in items):
+        return np.ascontiguousarray(out)  # (a list or a mask makes row-major arrays)
+    listed = [np.asarray(i) if isinstance(i, list) else i for i in items]
+    items = [k for i in listed for k in (np.nonzero(i) if isinstance(i, np.ndarray)
+                                         and i.dtype == bool and i.ndim else (i,))]
+    arrays = [i for i in items if isinstance(i, np.ndarray)]
+    if not builtins.all(i is None or isinstance(i, slice) or isinstance(i, np.ndarray)
+                        and i.dtype.kind in 'iu' for i in items):
+        return np.ascontiguousarray(out)
+    made = np.broadcast_shapes(*(a.shape for a in arrays))  # the dims the arrays make
+    at = [k for k, i in enumerate(items) if isinstance(i, np.ndarray)]
+    others, d = [], 0  # the other dims of out, in order: their strides in src
+    for k, i in enumerate(items):
+        if k == at[0]:  # the arrays' dims go here if the arrays stand together, else first
+            place = len(others) if at == list(range(at[0], at[-1] + 1)) else 0
+        if i is None:
+            others.append(0)
+        elif isinstance(i, slice):
+            others.append(src.strides[d] * (i.step or 1))
+        d += i is not None
+    others += src.strides[d:]
+    if out.ndim != len(others) + len(made):
+        return np.ascontiguousarray(out)
+    source = _Strided(out.ndim, out.shape,
+                      tuple(others[:place]) + (0,) * len(made) + tuple(others[place:]))
+    indices = [_Strided(out.ndim, out.shape, (0,) * place + np.broadcast_to(a, made).strides
+                        + (0,) * (len(others) - place)) for a in arrays]
+    return _in_torch_order(out, source, *indices)
 
 
 def _along(index, dim):
