@@ -770,9 +770,14 @@ def mul(a, b):
         d(a*b)/db = a"""
         return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
                 unbroadcast(g * a.array, sb) if b.requires_grad else None)
-    # saved: what the rule reads, b for a's gradient and a for b's (so x.mul_(2) needs no copy)
-    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
-    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward, saved=saved)
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward,
+                   saved=_each_reads_the_other(a, b))
+
+
+def _each_reads_the_other(a, b):
+    """What a product's rule reads (mul's, matmul's): b for a's gradient and a for b's, only
+    where that gradient is wanted (so x.mul_(2) needs no copy, and w of x @ w can change)."""
+    return (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
 
 
 def div(a, b):
@@ -1036,9 +1041,7 @@ def matmul(a, b):
         if b.requires_grad:
             gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(b.shape)
         return ga, gb
-    # saved: what the rule reads, b for a's gradient and a for b's (as mul, section 3)
-    saved = (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
-    return from_op(out, 'matmul', (a, b), backward, saved=saved)
+    return from_op(out, 'matmul', (a, b), backward, saved=_each_reads_the_other(a, b))
 
 
 _methods(__matmul__=matmul, matmul=matmul,
