@@ -1477,6 +1477,18 @@ def _init_recurrent(module, hidden_size):
         uniform_(p, -bound, bound)
 
 
+def _check_sequence_input(name, input, ndims, said, input_size):
+    """A recurrent cell's or layer's input: a tensor of ndims dims, the last input_size."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
+    if input.ndim not in ndims:
+        raise ValueError(f"{name}: expected input to be {said}, got {input.ndim}-D "
+                         f"(shape {tuple(input.shape)})")
+    if input.shape[-1] != input_size:
+        raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
+                         f"{tuple(input.shape)}), expected input_size={input_size}")
+
+
 class _RNNCellBase(Module):
     def __init__(self, mode, input_size, hidden_size, bias, dtype):
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
@@ -1493,14 +1505,7 @@ class _RNNCellBase(Module):
 
     def _check(self, input, hx):
         name = type(self).__name__
-        if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
-        if input.ndim not in (1, 2):
-            raise ValueError(f"{name}: expected input to be 1-D or 2-D, got {input.ndim}-D "
-                             f"(shape {tuple(input.shape)})")
-        if input.shape[-1] != self.input_size:
-            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
-                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        _check_sequence_input(name, input, (1, 2), "1-D or 2-D", self.input_size)
         batched = input.ndim == 2
         x = input if batched else input.unsqueeze(0)
         zeros = tt.zeros(x.shape[0], self.hidden_size, dtype=self.weight_ih.dtype)
@@ -1705,14 +1710,7 @@ class _RNNBase(Module):
         name = type(self).__name__
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
-        if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: input must be a Tensor, got {type(input).__name__}")
-        if input.ndim not in (2, 3):
-            raise ValueError(f"{name}: expected input to be 2-D (unbatched) or 3-D, got "
-                             f"{input.ndim}-D (shape {tuple(input.shape)})")
-        if input.shape[-1] != self.input_size:
-            raise ValueError(f"{name}: input has {input.shape[-1]} features (shape "
-                             f"{tuple(input.shape)}), expected input_size={self.input_size}")
+        _check_sequence_input(name, input, (2, 3), "2-D (unbatched) or 3-D", self.input_size)
         batched = input.ndim == 3
         x = input if not batched else input.transpose(0, 1) if self.batch_first else input
         x = x if batched else x.unsqueeze(1)  # x: (L, N, features) from here on
