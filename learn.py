@@ -910,6 +910,12 @@ def close(a, b, tol=1e-5):
     return a.shape == b.shape and np.allclose(a, b, rtol=tol, atol=tol)
 
 
+def close_relative(a, b, tol=1e-6):
+    """close() relative to b's largest value: for arrays of tiny numbers (Adam's moments of
+    gradients of 1e-4), which close()'s absolute tolerance would call equal to anything."""
+    return np.allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
 def worst(got, want, who="finite differences say"):
     d = np.abs(np.asarray(got, dtype=np.float64) - want)
     i = np.unravel_index(np.argmax(d), d.shape) if d.ndim else ()
@@ -1856,24 +1862,22 @@ def check_10_1(m):
             optim.adam_step(p, g, mm, vv, t, 0.1, 0.9, 0.999, 1e-8)
             if t > 1:
                 continue
-            def same(a, b):  # relative: the moments of gradients of 1e-4 are tiny
-                return np.allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
             if not mm.any() and not vv.any():
                 raise Fail("m and v are still 0 after a step: `m = ...` gives the name m a new "
                            "array and leaves the optimizer's (the state kept for the next step) "
                            "at 0; write into it: m[...] = b1 * m + (1 - b1) * g, and v likewise")
-            if same(mm, 0.001 * g) or same(vv, 0.1 * g * g):
+            if close_relative(mm, 0.001 * g) or close_relative(vv, 0.1 * g * g):
                 raise Fail("the betas are swapped: m averages g with b1 = 0.9 (it follows g "
                            "quickly), v averages g^2 with b2 = 0.999 (slowly)")
-            if same(vv, 0.001 * g):
+            if close_relative(vv, 0.001 * g):
                 raise Fail("v is the moving average of the squared gradient: v = b2 v + "
                            "(1 - b2) g * g (you averaged g itself)")
-            if same(mm, g):
+            if close_relative(mm, g):
                 raise Fail("after one step m must be (1 - b1) g = 0.1 g, yours is g: either the "
                            "new gradient was not weighted by 1 - b1, or the correction divided m "
                            "itself (m_hat = m then m_hat /= ... changes the state: m_hat = m / "
                            "(1 - b1^t) makes a new array)")
-            if not (same(mm, 0.1 * g) and same(vv, 0.001 * g * g)):
+            if not (close_relative(mm, 0.1 * g) and close_relative(vv, 0.001 * g * g)):
                 raise Fail(f"after one step from m = v = 0 with g = {np.round(g, 4).tolist()}, m "
                            f"must be (1 - b1) g = 0.1 g and v (1 - b2) g^2 = 0.001 g^2; got m = "
                            f"{np.round(mm, 6).tolist()}, v = {np.round(vv, 8).tolist()}")
@@ -1977,13 +1981,19 @@ def check_10_2(m):
 
 
 # -- step 11 (optional): convolution as a matmul over patches, max pooling -------------------
+def _positions(h, w, k, d, p, s):
+    """(oh, ow): how many places a kernel k (dilation d) takes on an h x w image padded by
+    p, at stride s."""
+    return tuple((size + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1
+                 for i, size in enumerate((h, w)))
+
+
 def _unfold_np(x, k, d=(1, 1), p=(0, 0), s=(1, 1), dilate=True, stride=True):
     """unfold by its definition, one patch element at a time: (N, C*kh*kw, oh*ow); with
     dilate or stride False, a typical mistake (that one ignored)."""
     n, c, h, w = x.shape
     xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
-    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    oh, ow = _positions(h, w, k, d, p, s)
     dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
     out = np.zeros((n, c, k[0], k[1], oh, ow))
     for y in range(oh):
@@ -2000,15 +2010,14 @@ def _fold_np(g, shape, k, d=(1, 1), p=(0, 0), s=(1, 1), add=True, crop=True, dil
     a typical mistake: add False (assigned), crop False (the padding kept), dilate or stride
     False (that one ignored)."""
     n, c, h, w = shape
-    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    oh, ow = _positions(h, w, k, d, p, s)
+    dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
     g = g.reshape(n, c, k[0], k[1], oh, ow)
     gx = np.zeros((n, c, h + 2 * p[0], w + 2 * p[1]))
     for i in range(k[0]):
         for j in range(k[1]):
             for y in range(oh):
                 for x_ in range(ow):
-                    dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
                     at = (slice(None), slice(None), y * ss[0] + i * dd[0], x_ * ss[1] + j * dd[1])
                     gx[at] = gx[at] + g[:, :, i, j, y, x_] if add else g[:, :, i, j, y, x_]
     return gx[:, :, p[0]:p[0] + h, p[1]:p[1] + w] if crop else gx
@@ -2108,8 +2117,7 @@ def _conv_np(x, w, b, s, p, d):
     out = np.einsum('ok,nkl->nol', w.reshape(o, -1), cols)
     if b is not None:
         out = out + b[:, None]
-    oh = (x.shape[2] + 2 * p[0] - d[0] * (w.shape[2] - 1) - 1) // s[0] + 1
-    return out.reshape(n, o, oh, -1)
+    return out.reshape((n, o) + _positions(*x.shape[2:], w.shape[2:], d, p, s))
 
 
 def check_11_3(m):
