@@ -9254,6 +9254,220 @@ def test_load_a_torch_save_zip_whose_tensors_share_one_storage_at_offsets(tmp_pa
     assert sd['c'].array[0] == 100 and sd['b'].array[0, 0] == 2
 
 
+# -- golden files: written by PyTorch 2.15, np.savez and Python's pickle (dev/make_golden.py),
+# never by tinytorch. Each value they must give is written here by hand; what tinytorch saves
+# back is read by the standard library (zipfile, pickle, np.load), never by tinytorch.
+_GOLDEN = os.path.join(HERE, 'data', 'golden')
+# torch_dtypes.pt: name -> (dtype, values) of each tensor torch.save wrote
+_GOLDEN_TORCH = {
+    'f16': ('float16', [1.5, -2.0, 65504.0, 2.0 ** -24, -0.0]),  # the largest, the least subnormal
+    'f32': ('float32', [0.15625, -3.5, 3.4028234663852886e38, 2.0 ** -149]),
+    'f64': ('float64', [0.1, -1e308, 5e-324]),
+    'i8': ('int8', [-128, 127, -1, 0]),
+    'u8': ('uint8', [0, 127, 128, 255]),
+    'i16': ('int16', [-32768, 32767, 256, -256]),
+    'i32': ('int32', [-2 ** 31, 2 ** 31 - 1, 65536]),
+    'i64': ('int64', [-2 ** 63, 2 ** 63 - 1, 2 ** 32]),
+    'b': ('bool', [True, False, True]),
+    'c64': ('complex64', [1 + 2j, -0.5j]),
+    'c128': ('complex128', [3 - 4j]),
+    't': ('float32', [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),  # arange(6).reshape(2, 3).t()
+    'scalar': ('int64', 7),
+    'p': ('float32', [0.5, -0.25]),  # an nn.Parameter
+}
+# the ints of pickle_p2..p5.pkl, each side of 2**7, 2**8, 2**15, 2**16, 2**31, 2**63 (pickle
+# writes BININT1 below 256, BININT2 below 65536, BININT in 32 signed bits, else LONG1)
+_GOLDEN_INTS = [0, 1, 127, 128, 255, 256, 32767, 32768, 65535, 65536, 2147483647, 2147483648,
+                9223372036854775807, 9223372036854775808, 18446744073709551616, -1, -128, -129,
+                -256, -32768, -32769, -65536, -2147483648, -2147483649, -9223372036854775808,
+                -9223372036854775809]
+_GOLDEN_PICKLE = {'ints': _GOLDEN_INTS, 'floats': [0.1, -2.5, 1e300, math.inf],
+                  'text': 'h\u00e9llo \u2713 \u91cd\u307f', 'bytes': b'\x00\x7f\x80\xc8\xff',
+                  'tuple': (1, 'a', None), 'bools': [True, False], 'nested': {'k': [[], {}]}}
+# numpy_checkpoint.npz (np.savez in nn.save's layout): name -> (type, dtype, values)
+_GOLDEN_NPZ = {
+    'fortran': ('tensor', 'float64', [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),  # stored in F order
+    'big_endian': ('array', 'int32', [-2 ** 31, 2 ** 31 - 1, 1]),  # stored as '>i4'
+    'octets_\u00e9': ('tensor', 'uint8', [0, 127, 128, 255]),
+    'dims64': ('tensor', 'float32', np.full((1,) * 64, 0.5)),
+    'flags': ('array', 'bool', [True, False]),
+    'step': ('array', 'int64', -7),
+    '\u91cd\u307f': ('array', 'uint16', [65535, 0]),
+}
+
+
+def _same(got, dtype, values, what):
+    """got (an array) holds exactly `values` in `dtype`, -0.0 included."""
+    want = np.array(values, dtype=dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape)
+    np.testing.assert_array_equal(got, want, err_msg=what)
+    if want.dtype.kind == 'f':
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=what)
+
+
+class _StdlibTorchReader(pickle.Unpickler):
+    """A PyTorch zip file read with zipfile and pickle alone: the reader the save-back is
+    checked with (not tinytorch's). Storage names to dtypes by PyTorch's table."""
+    STORAGES = {'FloatStorage': '<f4', 'DoubleStorage': '<f8', 'HalfStorage': '<f2',
+                'ByteStorage': 'u1', 'CharStorage': 'i1', 'ShortStorage': '<i2',
+                'IntStorage': '<i4', 'LongStorage': '<i8', 'BoolStorage': '?',
+                'ComplexFloatStorage': '<c8', 'ComplexDoubleStorage': '<c16'}
+
+    def __init__(self, path):
+        self.zip = _zipfile.ZipFile(path)
+        pkl = [n for n in self.zip.namelist() if n.endswith('/data.pkl')]
+        assert len(pkl) == 1, self.zip.namelist()
+        self.folder = pkl[0][:-len('data.pkl')]
+        super().__init__(io.BytesIO(self.zip.read(pkl[0])))
+
+    def find_class(self, module, name):
+        import collections
+        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
+            return lambda s, offset, size, stride, requires_grad, hooks, *rest: \
+                ('tensor', np.lib.stride_tricks.as_strided(
+                    s[offset:], size, [k * s.itemsize for k in stride]).copy(), requires_grad)
+        if (module, name) == ('torch._utils', '_rebuild_parameter'):
+            return lambda t, requires_grad, hooks: ('parameter', t[1], requires_grad)
+        if (module, name) == ('collections', 'OrderedDict'):
+            return collections.OrderedDict
+        if module == 'torch' and name in self.STORAGES:
+            return name
+        raise AssertionError(f'{module}.{name} in a file tt.save wrote')
+
+    def persistent_load(self, pid):
+        kind, storage, key, location, numel = pid
+        assert kind == 'storage' and location == 'cpu', pid
+        raw = self.zip.read(f'{self.folder}data/{key}')
+        a = np.frombuffer(raw, self.STORAGES[storage])
+        assert a.size == numel, (pid, a.size)
+        return a
+
+
+def test_golden_pytorch_files_load_to_the_values_written_by_hand(tmp_path):
+    d = tt.load(os.path.join(_GOLDEN, 'torch_dtypes.pt'))
+    assert list(d) == [*_GOLDEN_TORCH, 'n', 'name']
+    for name, (dtype, values) in _GOLDEN_TORCH.items():
+        _same(d[name].array, dtype, values, name)
+    assert d['t'].stride() == (1, 3) and not d['t'].is_contiguous()  # PyTorch's view, kept
+    assert type(d['p']) is nn.Parameter and d['p'].requires_grad
+    assert not d['f32'].requires_grad
+    assert d['n'] == 3 and d['name'] == 'poids_\u00e9 \u91cd\u307f'
+    # saved back: a PyTorch file, read here with zipfile and pickle alone
+    tt.save(d, tmp_path / 'back.pt')
+    back = _StdlibTorchReader(tmp_path / 'back.pt').load()
+    assert list(back) == list(d)
+    for name, (dtype, values) in _GOLDEN_TORCH.items():
+        kind, got, requires_grad = back[name]
+        assert (kind, requires_grad) == (('parameter', True) if name == 'p' else ('tensor', False))
+        _same(got, dtype, values, name)
+    assert back['n'] == 3 and back['name'] == 'poids_\u00e9 \u91cd\u307f'
+    # a state_dict: its keys in order, its values, its _metadata; loaded into the same model
+    sd = tt.load(os.path.join(_GOLDEN, 'torch_state_dict.pt'))
+    assert list(sd) == ['0.weight', '0.bias', '1.weight', '1.bias', '1.running_mean',
+                        '1.running_var', '1.num_batches_tracked']
+    assert sd._metadata[''] == {'version': 1} and sd._metadata['1'] == {'version': 2}
+    _same(sd['0.weight'].array, 'float32', [[1.0, -2.0], [0.5, 0.25]], '0.weight')
+    _same(sd['1.running_var'].array, 'float32', [4.0, 0.25], 'running_var')
+    _same(sd['1.num_batches_tracked'].array, 'int64', 3, 'num_batches_tracked')
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    model.load_state_dict(sd)
+    model.eval()
+    # x = [1, 1]: Linear gives [1 - 2 + 0.125, 0.5 + 0.25 - 1] = [-0.875, -0.25]; BatchNorm in
+    # eval: (y - running_mean) / sqrt(running_var + 1e-5) = [-1.375 / sqrt(4.00001), 0.25 / sqrt(0.25001)]
+    out = model(tt.tensor([[1.0, 1.0]])).array
+    np.testing.assert_allclose(out, [[-1.375 / math.sqrt(4.00001), 0.25 / math.sqrt(0.25001)]],
+                               rtol=1e-6)
+    assert model[1].num_batches_tracked.item() == 3
+    # a zip with a comment after its end record (bytes above 127 in it)
+    _same(tt.load(os.path.join(_GOLDEN, 'torch_comment.pt'))['w'].array, 'float32', [1.0, 2.0],
+          'comment')
+    # 64 dims (NumPy's limit) load; 65 (PyTorch has no such limit) are refused in one line
+    x = tt.load(os.path.join(_GOLDEN, 'torch_64dims.pt'))
+    assert x.shape == (1,) * 64 and x.array.item() == 2.5
+    tt.save(x, tmp_path / 'dims64.pt')
+    assert _StdlibTorchReader(tmp_path / 'dims64.pt').load()[1].shape == (1,) * 64
+    _refused(os.path.join(_GOLDEN, 'torch_65dims.pt'), r'has a tensor whose size is .* \(a tuple '
+             r'of at most 64 counts of 0 or more\)')
+    # bfloat16: NumPy has none; refused in one line that names the storage
+    _refused(os.path.join(_GOLDEN, 'torch_bfloat16.pt'), r'BFloat16Storage')
+
+
+def test_golden_pickles_of_protocols_2_to_5_load_to_the_values_written_by_hand(tmp_path):
+    for protocol in (2, 3, 4, 5):
+        path = os.path.join(_GOLDEN, f'pickle_p{protocol}.pkl')
+        d = tt.load(path)
+        assert d.pop('ints') == _GOLDEN_INTS, protocol
+        arrays = {k: d.pop(k) for k in ('fortran', 'big_endian', 'scalar') if protocol < 5}
+        assert d == {k: v for k, v in _GOLDEN_PICKLE.items() if k != 'ints'}, protocol
+        assert type(d['tuple']) is tuple and type(d['bytes']) is bytes, protocol
+        if protocol < 5:  # NumPy's own pickle: a Fortran-ordered array, a big-endian one, a scalar
+            _same(arrays['fortran'], 'float32', [[1.5, -2.0, 3.0], [4.0, 5.0, -6.0]], protocol)
+            _same(arrays['big_endian'], 'int16', [1, -2, 300], protocol)
+            assert type(arrays['scalar']) is np.float64 and arrays['scalar'] == 0.25
+    # saved back: ints beyond 64 bits make it one plain pickle, which pickle reads
+    d = tt.load(os.path.join(_GOLDEN, 'pickle_p2.pkl'))
+    tt.save(d, tmp_path / 'plain.pt')
+    with open(tmp_path / 'plain.pt', 'rb') as f:
+        back = pickle.load(f)
+    assert back['ints'] == _GOLDEN_INTS and back['text'] == _GOLDEN_PICKLE['text']
+    _same(back['fortran'], 'float32', [[1.5, -2.0, 3.0], [4.0, 5.0, -6.0]], 'plain')
+    # the ints of 64 bits go in PyTorch's zip: each written as pickle writes it at protocol 2
+    # (BININT within 32 signed bits, LONG1 past them: 2**31 and -2**31 - 1 are the edges)
+    import pickletools
+    in_range = [n for n in _GOLDEN_INTS if -2 ** 63 <= n < 2 ** 63]
+    tt.save({'ints': in_range}, tmp_path / 'ints.pt')
+    reader = _StdlibTorchReader(tmp_path / 'ints.pt')
+    assert reader.load() == {'ints': in_range}
+    ops = [(op.name, arg) for op, arg, _ in pickletools.genops(reader.zip.read('archive/data.pkl'))
+           if 'INT' in op.name or 'LONG' in op.name]
+    assert [arg for _, arg in ops] == in_range
+    for name, n in ops:
+        assert name in ('BININT', 'BININT1', 'BININT2', 'LONG1'), (name, n)
+        assert (name == 'LONG1') == (not -2 ** 31 <= n < 2 ** 31), (name, n)
+
+
+def test_golden_npz_loads_with_nn_load_to_the_values_written_by_hand(tmp_path):
+    d = nn.load(os.path.join(_GOLDEN, 'numpy_checkpoint.npz'))  # a zip comment after its end
+    assert list(d) == [*_GOLDEN_NPZ, 'lr', 'note']
+    for name, (kind, dtype, values) in _GOLDEN_NPZ.items():
+        assert type(d[name]) is (tt.Tensor if kind == 'tensor' else np.ndarray), name
+        _same(d[name].array if kind == 'tensor' else d[name], dtype, values, name)
+    assert d['lr'] == 0.5 and d['note'] == 'caf\u00e9'
+    # saved back with nn.save: read with np.load and json alone
+    nn.save(d, tmp_path / 'back.npz')
+    with np.load(tmp_path / 'back.npz', allow_pickle=False) as z:
+        meta = json.loads(z['__tinytorch_meta__'].tobytes().decode('utf-8'))['__dict__']
+        assert list(meta) == list(d) and meta['lr'] == 0.5 and meta['note'] == 'caf\u00e9'
+        for name, (kind, dtype, values) in _GOLDEN_NPZ.items():
+            _same(z[f"a{meta[name]['__tensor__' if kind == 'tensor' else '__array__']}"], dtype,
+                  values, name)
+
+
+def test_golden_files_and_their_save_back_match_pytorch(tmp_path):
+    """The hand-written values above are PyTorch's own (torch.load of the golden files),
+    and what tinytorch saves back loads in PyTorch to them."""
+    torch = need_torch()
+    golden = os.path.join(_GOLDEN, 'torch_dtypes.pt')
+    tt.save(tt.load(golden), tmp_path / 'back.pt')
+    for path in (golden, tmp_path / 'back.pt'):
+        d = torch.load(path, weights_only=True)
+        for name, (dtype, values) in _GOLDEN_TORCH.items():
+            _same(d[name].detach().numpy(), dtype, values, name)
+        assert isinstance(d['p'], torch.nn.Parameter) and d['n'] == 3
+    for protocol in (2, 3, 4, 5):
+        with open(os.path.join(_GOLDEN, f'pickle_p{protocol}.pkl'), 'rb') as f:
+            assert pickle.load(f)['ints'] == _GOLDEN_INTS
+    sd = torch.load(os.path.join(_GOLDEN, 'torch_state_dict.pt'), weights_only=True)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    model.load_state_dict(sd)
+    out = model.eval()(torch.tensor([[1.0, 1.0]])).detach().numpy()
+    np.testing.assert_allclose(out, [[-1.375 / math.sqrt(4.00001), 0.25 / math.sqrt(0.25001)]],
+                               rtol=1e-6)
+    x = tt.load(os.path.join(_GOLDEN, 'torch_64dims.pt'))
+    tt.save(x, tmp_path / 'dims64.pt')
+    assert torch.load(tmp_path / 'dims64.pt', weights_only=True).shape == (1,) * 64
+
+
 # ---------------------------------------------------------------------------
 # Recurrent layers, attention and Transformer modules, autograd.Function
 # ---------------------------------------------------------------------------
