@@ -9254,6 +9254,121 @@ def test_load_a_torch_save_zip_whose_tensors_share_one_storage_at_offsets(tmp_pa
     assert sd['c'].array[0] == 100 and sd['b'].array[0, 0] == 2
 
 
+def test_every_loader_limit_holds_at_the_limit_and_refuses_one_past_it(tmp_path):
+    """Each count, size and depth the readers allow, at its value (loads) and one past it
+    (refused in one line): nesting 200 deep, 64 dims on every road an array takes (PyTorch's
+    zip, NumPy's pickle, .npy, safetensors), an int of 64 bytes (LONG4), dict keys below 2**60,
+    tuple keys of 16 items nested 4 deep, a GLOBAL's line of 255 characters, an .npy header of
+    64 KiB, a storage key of 64 characters."""
+    def write(name, raw):
+        path = str(tmp_path / name)
+        open(path, 'wb').write(raw)
+        return path
+
+    def nested(n):  # n lists, one inside the other: [[...[]...]]
+        return _pickled(b']' * n + b'a' * (n - 1))
+    assert tt.load(write('deep200.pt', nested(200))) == json.loads('[' * 200 + ']' * 200)
+    _refused(write('deep201.pt', nested(201)), r'nests containers more than 200 deep')
+    # NumPy's pickle of an array: 64 dims load, 65 are refused
+    one = np.array([2.5], '<f4').tobytes()
+    assert tt.load(write('np64.pt', _pickled(_old_array((1,) * 64, one)))).shape == (1,) * 64
+    _refused(write('np65.pt', _pickled(_old_array((1,) * 65, one))),
+             r'has a tensor whose shape is .* \(a tuple of at most 64 counts')
+    # a PyTorch zip whose tensor has 64 or 65 dims (and a Size of each)
+    for n, ok in ((64, True), (65, False)):
+        pkl = _pickled(_tensor_op(_storage_ref('0', 1), 0, (1,) * n, (1,) * n))
+        path = _torch_zip(tmp_path / f'zip{n}.pt', pkl, {'0': one[:4]})
+        if ok:
+            assert tt.load(path).shape == (1,) * n
+        else:
+            _refused(path, r'has a tensor whose size is .* \(a tuple of at most 64 counts')
+        size = _pickled(_op_global('torch', 'Size') + _op_tuple(_op_tuple(*[_op_int(1)] * n)) + b'R')
+        if ok:
+            assert tt.load(write(f'size{n}.pt', size)) == (1,) * n
+        else:
+            _refused(write(f'size{n}.pt', size), r'whose size is .* at most 64 counts')
+    # LONG4: an int of 64 bytes (2**511 - 1 at most) loads; 65 bytes are refused
+    big = 2 ** 511 - 1
+    assert tt.load(write('long64.pt', _pickled(b'\x8b' + _struct.pack('<i', 64)
+                                               + big.to_bytes(64, 'little', signed=True)))) == big
+    _refused(write('long65.pt', _pickled(b'\x8b' + _struct.pack('<i', 65) + bytes(65))),
+             r'has an integer of 65 bytes')
+    # int keys: |k| below 2**60 (2**60 - 1 loads, 2**60 is refused), on both sides of 0
+    for k in (2 ** 60 - 1, -(2 ** 60 - 1)):
+        assert tt.load(write('key.pt', pickle.dumps({k: 1}, protocol=2))) == {k: 1}
+    for k in (2 ** 60, -2 ** 60):
+        _refused(write('key.pt', pickle.dumps({k: 1}, protocol=2)), r'has a dict key .* of type int')
+    # tuple keys: 16 items, nested 4 tuples deep; 17 items, or 5 deep, are refused
+    for key, ok in ((tuple(range(16)), True), (tuple(range(17)), False),
+                    (((((1,),),),), True), ((((((1,),),),),), False)):
+        path = write('tuplekey.pt', pickle.dumps({key: 0}, protocol=2))
+        if ok:
+            assert tt.load(path) == {key: 0}
+        else:
+            _refused(path, r'has a dict key .* of type tuple')
+    # a GLOBAL's line: 255 characters and its line end are read (then refused as a name outside
+    # the allow-list); at 256 characters the line has no end within reach
+    _refused(write('line255.pt', _pickled(_op_global('m' * 255, 'x'))), r'holds a pickled m{100}\.x')
+    _refused(write('line256.pt', _pickled(_op_global('m' * 256, 'x'))),
+             r'has a GLOBAL without its line end')
+    # a storage's key: 64 characters of [A-Za-z0-9_.]; 65 are refused
+    for n, ok in ((64, True), (65, False)):
+        key = 'k' * n
+        path = _torch_zip(tmp_path / f'key{n}.pt', _pickled(_tensor_op(_storage_ref(key, 1), 0,
+                                                                         (1,), (1,))), {key: one})
+        if ok:
+            assert tt.load(path).array.tolist() == [2.5]
+        else:
+            _refused(path, r'has a storage reference .* that is not \(type, key, location, size\)')
+
+
+def _npz_with(tmp_path, name, npy):
+    """An nn.save-layout .npz whose a0.npy member is `npy` (bytes written here)."""
+    path = tmp_path / name
+    with _zipfile.ZipFile(path, 'w') as z:
+        z.writestr('a0.npy', npy)
+        z.writestr('__tinytorch_meta__.npy', _npy_bytes(b'{"__tensor__": 0}', 'u1'))
+    return path
+
+
+def _npy_bytes(raw, descr, shape=None, header_size=None):
+    """An .npy file by its format (version 2 when header_size is given: that many header
+    bytes, padded with spaces to its line end); shape (len(raw),) unless given."""
+    shape = (len(raw),) if shape is None else shape
+    dims = ''.join(f'{n}, ' for n in shape).rstrip(' ') if len(shape) != 1 else f'{shape[0]},'
+    descr = descr if descr[0] in '<>|' else ('|' + descr if descr[-1] == '1' else '<' + descr)
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}"
+    if header_size is None:
+        n = 10 + len(text) + 1
+        text += ' ' * (-n % 64) + '\n'
+        return b'\x93NUMPY\x01\x00' + _struct.pack('<H', len(text)) + text.encode() + raw
+    text += ' ' * (header_size - len(text) - 1) + '\n'
+    return b'\x93NUMPY\x02\x00' + _struct.pack('<I', len(text)) + text.encode() + raw
+
+
+def test_nn_load_and_safetensors_limits_hold_at_the_limit_and_refuse_one_past_it(tmp_path):
+    """The .npy member: 64 dims and a header of 64 KiB load, 65 dims and a byte more are
+    refused; a .safetensors shape of 64 dims loads, 65 is refused."""
+    one = np.array([0.5], '<f4').tobytes()
+    assert nn.load(_npz_with(tmp_path, 'd64.npz', _npy_bytes(one, 'f4', (1,) * 64))).shape == (1,) * 64
+    with pytest.raises(nn.CheckpointError, match=r"has its array a0\.npy, which declares \(1, 1"):
+        nn.load(_npz_with(tmp_path, 'd65.npz', _npy_bytes(one, 'f4', (1,) * 65)))
+    got = nn.load(_npz_with(tmp_path, 'h64k.npz', _npy_bytes(one, 'f4', (1,), header_size=1 << 16)))
+    assert got.array.tolist() == [0.5]
+    with pytest.raises(nn.CheckpointError, match=r"whose array header claims 65,537 bytes"):
+        nn.load(_npz_with(tmp_path, 'h64k1.npz', _npy_bytes(one, 'f4', (1,), header_size=(1 << 16) + 1)))
+    for n, ok in ((64, True), (65, False)):
+        header = json.dumps({'w': {'dtype': 'F32', 'shape': [1] * n, 'data_offsets': [0, 4]}})
+        header += ' ' * (-len(header) % 8)
+        path = tmp_path / f'st{n}.safetensors'
+        open(path, 'wb').write(_struct.pack('<Q', len(header)) + header.encode() + one)
+        if ok:
+            assert nn.load_safetensors(path)[0]['w'].shape == (1,) * 64
+        else:
+            with pytest.raises(nn.CheckpointError, match=r"'w' has shape \[1, 1, .*: not a list of counts"):
+                nn.load_safetensors(path)
+
+
 # -- golden files: written by PyTorch 2.15, np.savez and Python's pickle (dev/make_golden.py),
 # never by tinytorch. Each value they must give is written here by hand; what tinytorch saves
 # back is read by the standard library (zipfile, pickle, np.load), never by tinytorch.
@@ -13247,6 +13362,45 @@ def test_every_flag_is_checked_before_any_work(args, message, tmp_path, capsys):
     assert not out.exists()  # refused before anything was read or written
 
 
+# each setting's bound, as README and --help state it: (flags at the bound: accepted, flags one
+# past it: refused, the refusal's words). The smallest float past 0 is 5e-324.
+_CHARLM_BOUNDS = [
+    (['--steps', '1'], ['--steps', '0'], "--steps 0 is out of range: it must be at least 1"),
+    (['--batch-size', '1'], ['--batch-size', '0'], "--batch-size 0 is out of range"),
+    (['--eval-interval', '1'], ['--eval-interval', '0'], "--eval-interval 0 is out of range"),
+    (['--eval-iters', '1'], ['--eval-iters', '0'], "--eval-iters 0 is out of range"),
+    (['--n-layer', '1'], ['--n-layer', '0'], "--n-layer 0 is out of range"),
+    (['--n-embd', '1', '--n-head', '1'], ['--n-embd', '0', '--n-head', '1'],
+     "--n-embd 0 is out of range: it must be at least 1"),
+    (['--n-embd', '4', '--n-head', '1'], ['--n-embd', '4', '--n-head', '0'], "--n-head 0 is out of range"),
+    (['--block-size', '1'], ['--block-size', '0'], "--block-size 0 is out of range"),
+    (['--stop-after', '1'], ['--stop-after', '0'], "--stop-after 0 is out of range"),
+    (['--top-k', '1'], ['--top-k', '0'], "--top-k 0 is out of range"),
+    (['--length', '0'], ['--length', '-1'], "--length -1 is out of range: it must be 0 or more"),
+    (['--warmup', '0'], ['--warmup', '-1'], "--warmup -1 is out of range"),
+    (['--seed', '0'], ['--seed', '-1'], "--seed -1 is out of range"),
+    (['--min-lr', '0'], ['--min-lr=-5e-324'], "--min-lr -5e-324 is out of range: it must be 0 or more"),
+    (['--weight-decay', '0'], ['--weight-decay=-5e-324'], "--weight-decay -5e-324 is out of range"),
+    (['--temperature', '0'], ['--temperature=-5e-324'], "--temperature -5e-324 is out of range"),
+    (['--lr', '5e-324'], ['--lr', '0'], "--lr 0.0 is out of range: it must be more than 0"),
+    (['--grad-clip', '5e-324'], ['--grad-clip', '0'], "--grad-clip 0.0 is out of range"),
+    (['--dropout', '0'], ['--dropout=-5e-324'], "--dropout -5e-324 is out of range: it must be in [0, 1)"),
+    (['--dropout', '0.9999999999999999'], ['--dropout', '1'], "--dropout 1.0 is out of range"),
+    (['--tokenizer', 'bpe', '--vocab-size', '256'], ['--tokenizer', 'bpe', '--vocab-size', '255'],
+     "--vocab-size 255 is out of range: byte-level BPE has 256 byte tokens"),
+]
+
+
+@pytest.mark.parametrize("ok,past,message", _CHARLM_BOUNDS)
+def test_every_flag_is_accepted_at_its_bound_and_refused_one_past_it(ok, past, message):
+    sys.path.insert(0, HERE)
+    import train_charlm
+    train_charlm.parse_args(ok)  # the bound itself: accepted
+    with pytest.raises(train_charlm.UserError) as e:
+        train_charlm.parse_args(past)
+    assert str(e.value).startswith(message) and '\n' not in str(e.value)
+
+
 def test_every_saved_setting_has_the_rule_of_its_flag():
     """A checkpoint's settings and config are checked by the rule their flags are checked by
     (one definition): each saved setting has one, and it says the same for a flag and for a
@@ -14385,6 +14539,20 @@ def test_train_digits_ctrl_c_keeps_the_model_trained_so_far(tmp_path):
     ck = nn.load(out / 'mlp.npz')
     assert ck['model'] == 'mlp' and 1 <= ck['epochs'] < 1000
     assert ck['test_accuracy'] > 0.5  # trained, not a fresh model
+
+
+@pytest.mark.parametrize("ok,past,message", [
+    (['--epochs', '1'], ['--epochs', '0'], "--epochs must be at least 1, got 0"),
+    (['--batch-size', '1'], ['--batch-size', '0'], "--batch-size must be at least 1, got 0"),
+    (['--lr', '5e-324'], ['--lr', '0'], "--lr must be positive, got 0.0"),
+])
+def test_train_digits_flags_are_accepted_at_their_bound_and_refused_one_past_it(ok, past, message):
+    sys.path.insert(0, HERE)
+    import train_digits
+    train_digits.parse_args(ok)  # the bound itself: accepted
+    with pytest.raises(train_digits.UserError) as e:
+        train_digits.parse_args(past)
+    assert str(e.value) == message
 
 
 def test_train_digits_reports_the_mean_training_loss_of_the_epoch(tmp_path, capsys):
