@@ -2731,6 +2731,60 @@ def test_grad_scaler_scales_unscales_skips_and_grows_by_its_documented_rules():
         other.load_state_dict({})
 
 
+def _scaler_schedule(lib, opt_mod, factors, **kwargs):
+    """(scale, growth tracker) after each step of a run whose gradient is multiplied by each
+    factor in turn (inf or nan: an overflow)."""
+    scaler = lib.amp.GradScaler('cpu', **kwargs)
+    w = lib.tensor([1.0, 2.0], requires_grad=True)
+    opt = opt_mod.SGD([w], lr=0.0)
+    out = []
+    for factor in factors:
+        opt.zero_grad()
+        scaler.scale((w * factor * 1e-30).sum()).backward()  # 1e-30: the scaled loss stays finite
+        scaler.step(opt)
+        scaler.update()
+        out.append((scaler.get_scale(), scaler.state_dict()['_growth_tracker']))
+    return out
+
+
+# GradScaler's schedule (PyTorch's _amp_update_scale_): an overflow multiplies the scale by
+# backoff_factor and zeroes the tracker; a good step counts, and the growth_interval-th good
+# step in a row multiplies the scale by growth_factor (in float32) and zeroes the tracker, but
+# a scale that would become inf stays as it is (the tracker is zeroed all the same).
+_SCALER_RUNS = {
+    # init 2**126, interval 2: grows to 2**127; at the next 2 good steps 2**128 is inf in float32:
+    # the scale stays, the tracker goes back to 0; an overflow halves it, two good steps double it
+    'growth stops below inf': (dict(init_scale=2.0 ** 126, growth_interval=2),
+                               [1, 1, 1, 1, 1, math.inf, 1, 1],
+                               [(2.0 ** 126, 1), (2.0 ** 127, 0), (2.0 ** 127, 1), (2.0 ** 127, 0),
+                                (2.0 ** 127, 1), (2.0 ** 126, 0), (2.0 ** 126, 1), (2.0 ** 127, 0)]),
+    # init 1024, x3 every 3rd good step, x0.25 on an overflow (nan counts as one): 1024 -> 3072
+    # -> 768 (nan) -> 192 (inf; the tracker was 1) -> 576 after 3 good steps
+    'factors 3 and 0.25, interval 3': (dict(init_scale=1024.0, growth_factor=3.0, backoff_factor=0.25,
+                                            growth_interval=3),
+                                       [1, 1, 1, math.nan, 1, math.inf, 1, 1, 1],
+                                       [(1024.0, 1), (1024.0, 2), (3072.0, 0), (768.0, 0), (768.0, 1),
+                                        (192.0, 0), (192.0, 1), (192.0, 2), (576.0, 0)]),
+    # interval 1: every good step grows; 3 * 2**126 = 1.5 * 2**127 is a float32 (its largest is
+    # just under 2 * 2**127); times 3 again, 4.5 * 2**127 is inf: the scale stays at 3 * 2**126
+    'interval 1 at the ceiling': (dict(init_scale=2.0 ** 126, growth_factor=3.0, growth_interval=1),
+                                  [1, 1, 1],
+                                  [(3.0 * 2 ** 126, 0), (3.0 * 2 ** 126, 0), (3.0 * 2 ** 126, 0)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SCALER_RUNS))
+def test_grad_scaler_full_schedule_as_worked_out_by_hand(name):
+    kwargs, factors, want = _SCALER_RUNS[name]
+    assert _scaler_schedule(tt, optim, factors, **kwargs) == want
+
+
+def test_grad_scaler_full_schedule_as_pytorchs():
+    torch = need_torch()
+    for name, (kwargs, factors, want) in sorted(_SCALER_RUNS.items()):
+        assert _scaler_schedule(torch, torch.optim, factors, **kwargs) == want, name
+
+
 def test_autocast_and_grad_scaler_match_pytorch():
     torch = need_torch()
     rng = np.random.default_rng(0)
