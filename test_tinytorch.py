@@ -7791,6 +7791,66 @@ def test_random_and_global_unstructured_prune_the_counts_asked_for():
     assert a.weight_mask.tolist() == [[0, 1]] and b.weight_mask.tolist() == [[0, 1, 0]]
 
 
+def _row_linear(weights):
+    """nn.Linear(n, 1) (or PyTorch's) with its one row of weights set."""
+    def make(N, m):
+        lin = N.Linear(len(weights), 1).double()
+        with m.no_grad():
+            lin.weight.copy_(m.tensor([weights], dtype=m.float64))
+        return lin
+    return make
+
+
+# (weights, amounts in turn, the entries pruned after each, by hand): PyTorch prunes
+# round(amount * n) of the n entries left, and Python's round goes to the even neighbour at .5
+_PRUNE_COUNTS = {
+    # 0.5 of 5 = 2.5 -> 2 (half up would be 3): the 2 smallest |w|, 1 and 2 (indices 1, 3)
+    '0.5 of 5': ([5.0, -1.0, 4.0, -2.0, 3.0], [0.5], [{1, 3}]),
+    # 0.5 of 3 = 1.5 -> 2
+    '0.5 of 3': ([-3.0, 1.0, 2.0], [0.5], [{1, 2}]),
+    # 0.625 of 4 = 2.5 -> 2; 0.375 of 4 = 1.5 -> 2
+    '0.625 of 4': ([0.4, 0.1, -0.3, 0.2], [0.625], [{1, 3}]),
+    '0.375 of 4': ([0.4, 0.1, -0.3, 0.2], [0.375], [{1, 3}]),
+    # 0.375 of 12 = 4.5 -> 4 pruned (|w| = 1..4), 8 left; then 0.1875 of those 8 = 1.5 -> 2
+    # more (|w| = 5, 6); then the int 3: 3 more (7, 8, 9)
+    'again among what is left': ([1.0, -12.0, 2.0, 11.0, -3.0, 10.0, 4.0, -9.0, 5.0, 8.0, -6.0, 7.0],
+                                 [0.375, 0.1875, 3],
+                                 [{0, 2, 4, 6}, {0, 2, 4, 6, 8, 10}, {0, 2, 4, 6, 8, 10, 11, 9, 7}]),
+    # 0.75 of 10 = 7.5 -> 8 (the even neighbour is the larger here); 0.0 -> none; 1.0 -> all
+    '0.75 of 10': ([float(k) for k in range(1, 11)], [0.75], [set(range(8))]),
+    '0.0 and 1.0': ([2.0, -1.0], [0.0, 1.0], [set(), {0, 1}]),
+}
+
+
+def _pruned_entries(P, N, m, weights, amounts):
+    lin = _row_linear(weights)(N, m)
+    out = []
+    for amount in amounts:
+        P.l1_unstructured(lin, 'weight', amount=amount)
+        out.append({i for i, v in enumerate(lin.weight_mask.tolist()[0]) if v == 0})
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_PRUNE_COUNTS))
+def test_pruning_counts_round_half_to_even_as_worked_out_by_hand(name):
+    import tinytorch.nn.utils.prune as prune
+    weights, amounts, want = _PRUNE_COUNTS[name]
+    assert _pruned_entries(prune, nn, tt, weights, amounts) == want
+    # global_unstructured counts over all the parameters together: 0.25 of 6 + 4 = 2.5 -> 2,
+    # the 2 smallest |w| of both (0.1 in the first, 0.2 in the second)
+    a, b = _row_linear([0.5, 0.1, 0.9, 0.7, 0.6, 0.8])(nn, tt), _row_linear([0.3, 0.2, 1.0, 0.4])(nn, tt)
+    prune.global_unstructured([(a, 'weight'), (b, 'weight')], pruning_method=prune.L1Unstructured,
+                              amount=0.25)
+    assert (a.weight_mask.tolist(), b.weight_mask.tolist()) == ([[1, 0, 1, 1, 1, 1]], [[1, 0, 1, 1]])
+
+
+def test_pruning_counts_round_half_to_even_as_pytorchs():
+    torch = need_torch()
+    import torch.nn.utils.prune as P
+    for name, (weights, amounts, want) in sorted(_PRUNE_COUNTS.items()):
+        assert _pruned_entries(P, torch.nn, torch, weights, amounts) == want, name
+
+
 def test_pruning_amounts_out_of_range_are_one_line():
     import tinytorch.nn.utils.prune as prune
     for amount in (1.5, -0.1, -1):
