@@ -13030,6 +13030,67 @@ def test_distributions_values_and_gradients_by_hand():
         tt.distributions.Beta
 
 
+def test_batched_categorical_samples_each_row_from_its_own_probabilities():
+    """A batch of Categoricals sampled n times: draw [i, b] comes from row b. Rows with one
+    possible class pin the order exactly; the others' frequencies are within 5 standard
+    deviations sqrt(p (1 - p) / n) of p (fixed seed)."""
+    from tinytorch.distributions import Categorical
+    probs = tt.tensor([[[1.0, 0, 0, 0], [0, 0, 0, 1]],  # batch (2, 2): rows 0, 3 only; 2 and 3
+                       [[0, 0, 0.5, 0.5], [0.1, 0.2, 0.3, 0.4]]], dtype=tt.float64)
+    tt.manual_seed(0)
+    n = 20000
+    x = Categorical(probs=probs).sample((n,))
+    assert x.shape == (n, 2, 2) and x.dtype == tt.int64
+    a = x.array
+    assert (a[:, 0, 0] == 0).all() and (a[:, 0, 1] == 3).all()
+    assert set(np.unique(a[:, 1, 0]).tolist()) == {2, 3}
+    for row, p in (((1, 0), [0, 0, 0.5, 0.5]), ((1, 1), [0.1, 0.2, 0.3, 0.4])):
+        freq = np.bincount(a[:, row[0], row[1]], minlength=4) / n
+        bound = 5 * np.sqrt(np.array(p) * (1 - np.array(p)) / n)  # 0.0177 at p = 0.5
+        assert (np.abs(freq - p) <= bound).all(), (row, freq)
+    # one draw per row (sample()): the batch's shape, each from its row
+    one = Categorical(probs=probs).sample()
+    assert one.shape == (2, 2) and one[0, 0].item() == 0 and one[0, 1].item() == 3
+
+
+def test_kl_divergence_of_categoricals_with_zero_probability_classes_by_hand():
+    """KL(p || q) = sum_k p_k (log p_k - log q_k): a class p never gives adds 0 (also where q
+    never gives it either), a class q never gives but p does makes it inf."""
+    from tinytorch.distributions import Categorical, kl_divergence
+    C = lambda *rows: Categorical(probs=tt.tensor(rows, dtype=tt.float64))  # noqa: E731
+    # [1/2, 1/2, 0] against [1/4, 1/4, 1/2]: 2 * 1/2 log(2) + 0 = log 2
+    assert kl_divergence(C([2.0, 2.0, 0.0]), C([1.0, 1.0, 2.0])).item() == pytest.approx(math.log(2))
+    # the same zero class in both: 0 there; the rest equal: 0
+    assert kl_divergence(C([0.5, 0.5, 0.0]), C([0.5, 0.5, 0.0])).item() == 0.0
+    # q never gives class 1, p does: inf
+    assert kl_divergence(C([0.5, 0.5, 0.0]), C([1.0, 0.0, 0.0])).item() == math.inf
+    # batched rows, q broadcast: [1/2, 1/2, 0] and [0, 0, 1] against [1/4, 1/4, 1/2]: log 2 each
+    got = kl_divergence(C([1.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]), C([0.25, 0.25, 0.5]))
+    np.testing.assert_allclose(got.array, [math.log(2), math.log(2), math.log(2)])
+    # against [1/2, 1/2, 0]: 0, 0 (both zero at class 2), inf (class 2, which q never gives)
+    got = kl_divergence(C([1.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]), C([0.5, 0.5, 0.0]))
+    assert got.tolist() == [0.0, 0.0, math.inf]
+    # logits of -inf: a class of probability 0 given as logits
+    p = Categorical(logits=tt.tensor([0.0, 0.0, -math.inf], dtype=tt.float64))
+    q = Categorical(logits=tt.tensor([0.0, -math.inf, 0.0], dtype=tt.float64))
+    assert kl_divergence(p, p).item() == 0.0 and kl_divergence(p, q).item() == math.inf
+
+
+def test_batched_categorical_and_zero_class_kl_as_pytorchs():
+    torch = need_torch()
+    import torch.distributions as TD
+    from tinytorch.distributions import Categorical, kl_divergence
+    rows = [[1.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]
+    for q in ([0.25, 0.25, 0.5], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0]):
+        mine = kl_divergence(Categorical(probs=tt.tensor(rows, dtype=tt.float64)),
+                             Categorical(probs=tt.tensor(q, dtype=tt.float64))).tolist()
+        theirs = TD.kl_divergence(TD.Categorical(probs=torch.tensor(rows, dtype=torch.float64)),
+                                  TD.Categorical(probs=torch.tensor(q, dtype=torch.float64))).tolist()
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+    x = TD.Categorical(probs=torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1]])).sample((7,))
+    assert x.shape == (7, 2) and (x[:, 0] == 0).all() and (x[:, 1] == 3).all()
+
+
 def test_distributions_match_pytorch():
     torch = need_torch()
     import torch.distributions as TD
