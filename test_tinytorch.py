@@ -9998,6 +9998,55 @@ def test_packed_sequences_layout_and_round_trip_by_hand():
         [tt.tensor([5.]), tt.tensor([6., 7.])], enforce_sorted=False))] == [[5.], [6., 7.]]
 
 
+def test_packed_batch_whose_sort_is_not_its_own_inverse_with_a_state_per_sequence_by_hand():
+    """Lengths 1, 3, 2 (batch order): sorted longest first they are sequences 1, 2, 0
+    (sorted_indices), and sequence 0 sits at place 2, 1 at 0, 2 at 1 (unsorted_indices
+    [2, 0, 1]: the inverse, not the same permutation). A relu RNN with weights 1 and no bias
+    sums its inputs onto its initial state: h_t = relu(x_t + h_{t-1}); each sequence starts
+    from its own h0 (10, 20, 30, in batch order)."""
+    from tinytorch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    x = tt.tensor([[1., 2., 5.], [100., 3., 6.], [100., 4., 100.]], dtype=tt.float64,
+                  requires_grad=True)  # (L, N): columns are the sequences, 100 the padding
+    p = pack_padded_sequence(x.unsqueeze(-1), [1, 3, 2], enforce_sorted=False)
+    assert p.sorted_indices.tolist() == [1, 2, 0] and p.unsorted_indices.tolist() == [2, 0, 1]
+    assert p.data[:, 0].tolist() == [2., 5., 1., 3., 6., 4.] and p.batch_sizes.tolist() == [3, 2, 1]
+    rnn = nn.RNN(1, 1, nonlinearity='relu', bias=False, dtype=tt.float64)
+    for w in rnn.parameters():
+        nn.init.ones_(w)
+    h0 = tt.tensor([[[10.], [20.], [30.]]], dtype=tt.float64, requires_grad=True)  # batch order
+    out, h = rnn(p, h0)
+    # h_n in batch order: 10 + 1 = 11, 20 + 2 + 3 + 4 = 29, 30 + 5 + 6 = 41
+    assert h[0, :, 0].tolist() == [11., 29., 41.]
+    # the outputs packed in sorted order (sequences 1, 2, 0): step 0: 22, 35, 11; step 1: 25,
+    # 41; step 2: 29
+    assert out.data[:, 0].tolist() == [22., 35., 11., 25., 41., 29.]
+    assert out.sorted_indices.tolist() == [1, 2, 0] and out.unsorted_indices.tolist() == [2, 0, 1]
+    padded, lengths = pad_packed_sequence(out, padding_value=-1.)
+    assert padded[:, :, 0].tolist() == [[11., 22., 35.], [-1., 25., 41.], [-1., 29., -1.]]
+    assert lengths.tolist() == [1, 3, 2]
+    h.sum().backward()  # each real step adds to its own sequence's h_n once; the padding never
+    assert x.grad.tolist() == [[1., 1., 1.], [0., 1., 1.], [0., 1., 0.]]
+    assert h0.grad[0, :, 0].tolist() == [1., 1., 1.]
+
+
+def test_pad_packed_sequence_total_length_at_the_longest_past_it_and_below_it():
+    from tinytorch.nn.utils.rnn import pack_sequence, pad_packed_sequence
+    # sequences [1, 2] and [3, 4, 5] (batch order): the longest has 3 steps
+    p = pack_sequence([tt.tensor([1., 2.]), tt.tensor([3., 4., 5.])], enforce_sorted=False)
+    longest = [[1., 3.], [2., 4.], [0., 5.]]  # (L, N), padding 0
+    assert pad_packed_sequence(p)[0].tolist() == longest
+    padded, lengths = pad_packed_sequence(p, total_length=3)  # at the longest: the same
+    assert padded.tolist() == longest and lengths.tolist() == [2, 3]
+    padded, lengths = pad_packed_sequence(p, batch_first=True, padding_value=-7., total_length=5)
+    assert padded.tolist() == [[1., 2., -7., -7., -7.], [3., 4., 5., -7., -7.]]  # (N, 5)
+    assert lengths.tolist() == [2, 3]  # the lengths stay the sequences' own
+    with pytest.raises(ValueError) as e:
+        pad_packed_sequence(p, total_length=2)
+    assert str(e.value).endswith("Expected total_length to be at least the length of the longest "
+                                 "sequence in input, but got total_length=2 and max sequence "
+                                 "length being 3")
+
+
 def test_recurrent_layers_read_a_packed_batch_by_hand():
     """A relu RNN with weights 1 and no bias sums its inputs: h_t = relu(x_t + h_{t-1}).
     Packed, each sequence's h_n is the sum of its own steps, the padding (100) never read,
