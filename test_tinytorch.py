@@ -11328,6 +11328,58 @@ def test_second_census_layers_match_pytorch():
                                   theirs(torch.tensor([3, 1])).detach().numpy())
 
 
+# F.interpolate at a non-integer scale: the output size is floor(in * scale_factor); the ratio
+# r that maps an output position back is 1 / scale_factor, or in / out with
+# recompute_scale_factor=True. x = [0, 10, 20, 30] (in 4), scale 1.7: out floor(6.8) = 6.
+# nearest: x[floor(i r)]: r = 1/1.7 (float32 0.5882353): i r = 0, .59, 1.18, 1.76, 2.35, 2.94
+# -> 0, 0, 1, 1, 2, 2; r = 4/6: 0, .67, 1.33, 2, 2.67, 3.33 -> 0, 0, 1, 2, 2, 3.
+# linear: src = max((i + 1/2) r - 1/2, 0) and x is 10 src up to its last element: with
+# r = 1/1.7, 10 max((i + 1/2) / 1.7 - 1/2, 0); with r = 2/3: src = 0 (clamped), 1/2, 7/6,
+# 11/6, 5/2, 19/6 (past the last element 3: x[3] = 30).
+_INTERPOLATE_SCALED = {
+    ('nearest', False): [0.0, 0.0, 10.0, 10.0, 20.0, 20.0],
+    ('nearest', True): [0.0, 0.0, 10.0, 20.0, 20.0, 30.0],
+    ('linear', False): [10 * max((i + 0.5) / 1.7 - 0.5, 0) for i in range(6)],
+    ('linear', True): [0.0, 5.0, 70 / 6, 110 / 6, 25.0, 30.0],
+}
+
+
+def _interpolate_scaled(F, m):
+    x = m.tensor([[[0.0, 10.0, 20.0, 30.0]]], dtype=m.float64)
+    got = {}
+    for (mode, recompute) in _INTERPOLATE_SCALED:
+        got[mode, recompute] = F.interpolate(x, scale_factor=1.7, mode=mode,
+                                             recompute_scale_factor=recompute)[0, 0].tolist()
+    # bilinear (2, 3) -> scale (1.5, 0.5) -> (3, 1). Rows [0, 1, 2], [3, 4, 5]. W: r = 2,
+    # src = 1/2 (the middle of columns 0, 1: 0.5, 3.5), or recomputed r = 3, src = 1 (1, 4);
+    # H: r = 1/1.5 or 2/3 (the same): src = 0, 1/2, 7/6 (the last row): [a, (a + b)/2, b]
+    x2 = m.arange(6.0, dtype=m.float64).reshape(1, 1, 2, 3)
+    for recompute in (False, True):
+        got['bilinear', recompute] = F.interpolate(x2, scale_factor=(1.5, 0.5), mode='bilinear',
+                                                   recompute_scale_factor=recompute)[0, 0, :, 0].tolist()
+    return got
+
+
+def test_interpolate_at_non_integer_scales_both_settings_of_recompute_by_hand():
+    got = _interpolate_scaled(nn, tt)
+    for key, want in _INTERPOLATE_SCALED.items():
+        np.testing.assert_allclose(got[key], want, rtol=1e-14, atol=1e-14, err_msg=str(key))
+    np.testing.assert_allclose(got['bilinear', False], [0.5, 2.0, 3.5], rtol=1e-14)
+    np.testing.assert_allclose(got['bilinear', True], [1.0, 2.5, 4.0], rtol=1e-14)
+    # recompute_scale_factor=None is False's; a size given: r = in / out
+    x = tt.tensor([[[0.0, 10.0, 20.0, 30.0]]], dtype=tt.float64)
+    assert nn.interpolate(x, scale_factor=1.7)[0, 0].tolist() == _INTERPOLATE_SCALED['nearest', False]
+    assert nn.interpolate(x, size=6)[0, 0].tolist() == _INTERPOLATE_SCALED['nearest', True]
+
+
+def test_interpolate_at_non_integer_scales_as_pytorchs():
+    torch = need_torch()
+    import torch.nn.functional as TF
+    mine, theirs = _interpolate_scaled(nn, tt), _interpolate_scaled(TF, torch)
+    for key in mine:
+        np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-14, atol=1e-13, err_msg=str(key))
+
+
 def test_interpolate_linear_modes_match_pytorch():
     torch = need_torch()
     import torch.nn.functional as tF
