@@ -12105,6 +12105,94 @@ def test_lbfgs_on_a_parabola_by_hand():
         optim.LBFGS([x], line_search_fn='backtracking').step(closure)
 
 
+def test_lbfgs_carries_its_state_across_step_calls_by_hand():
+    """max_iter=1: each step() is one iteration, and the next call goes on from the state the
+    last one left (n_iter, func_evals, the direction d and step t, the last gradient, the
+    history). f(x) = x^2 from 3. Call 1: loss 9, g = 6, d = -6, t = min(1, 1/6) = 1/6: x = 2.
+    Call 2: loss 4, g = 4; s = t d = -1, y = 4 - 6 = -2, ys = 2, ro = 1/2, H_diag = ys / yy =
+    1/2; two loops: al = ro s.q = 1/2 (-1)(-4) = 2, q = -4 - 2 (-2) = 0, d = H_diag q = 0,
+    be = ro y.d = 0, d += (al - be) s = -2; t = lr = 1: x = 0. Call 3: g = 0: returns at once."""
+    x = tt.tensor([3.0], dtype=tt.float64, requires_grad=True)
+    opt = optim.LBFGS([x], max_iter=1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (x * x).sum()
+        loss.backward()
+        return loss
+    assert opt.step(closure).item() == 9.0 and x.item() == 2.0
+    s = opt.state[x]
+    assert (s['n_iter'], s['func_evals'], s['t']) == (1, 1, 1 / 6) and s['d'].tolist() == [-6.0]
+    assert s['prev_flat_grad'].tolist() == [6.0] and s['prev_loss'] == 9.0 and s['old_dirs'] == []
+    assert opt.step(closure).item() == 4.0 and x.item() == 0.0
+    assert (s['n_iter'], s['func_evals'], s['t'], s['H_diag'], s['ro']) == (2, 2, 1, 0.5, [0.5])
+    assert [a.tolist() for a in s['old_dirs']] == [[-2.0]] and [a.tolist() for a in s['old_stps']] == [[-1.0]]
+    assert s['d'].tolist() == [-2.0] and s['prev_flat_grad'].tolist() == [4.0] and s['prev_loss'] == 4.0
+    assert opt.step(closure).item() == 0.0 and x.item() == 0.0
+    assert (s['n_iter'], s['func_evals']) == (2, 3)  # one evaluation, no iteration
+
+
+def _lbfgs_by_the_definition(grad, x, steps, history_size, lr=1):
+    """L-BFGS with a fixed step, one iteration per step() call, in exact fractions: the first
+    direction -g with t = min(1, 1/|g|_1) lr; then the pair (s, y) is kept if y.s > 1e-10 (the
+    oldest dropped beyond history_size), H_diag = y.s / y.y, and the two-loop recursion."""
+    from fractions import Fraction as Fr
+    dot = lambda a, b: sum(p * q for p, q in zip(a, b))  # noqa: E731
+    x = [Fr(v) for v in x]
+    dirs, stps, ro, H, d, t, prev = [], [], [], 1, None, None, None
+    path = []
+    for n in range(1, steps + 1):
+        g = grad(x)
+        if n == 1:
+            d = [-v for v in g]
+        else:
+            y, s = [a - b for a, b in zip(g, prev)], [v * t for v in d]
+            if dot(y, s) > Fr(1, 10 ** 10):
+                if len(dirs) == history_size:
+                    dirs.pop(0), stps.pop(0), ro.pop(0)
+                dirs.append(y), stps.append(s), ro.append(1 / dot(y, s))
+                H = dot(y, s) / dot(y, y)
+            q, al = [-v for v in g], [0] * len(dirs)
+            for i in reversed(range(len(dirs))):
+                al[i] = dot(stps[i], q) * ro[i]
+                q = [a - al[i] * b for a, b in zip(q, dirs[i])]
+            d = [v * H for v in q]
+            for i in range(len(dirs)):
+                be = dot(dirs[i], d) * ro[i]
+                d = [a + (al[i] - be) * b for a, b in zip(d, stps[i])]
+        prev = g
+        t = min(Fr(1), 1 / sum(abs(v) for v in g)) * lr if n == 1 else Fr(lr)
+        x = [a + t * b for a, b in zip(x, d)]
+        path.append((x, len(dirs)))
+    return path
+
+
+def test_lbfgs_history_across_step_calls_follows_the_definition():
+    """f = 1/2 x.A x - b.x, A = [[3, 1, 0], [1, 2, 1], [0, 1, 4]], b = (1, -2, 3), from (2, 1, -1),
+    one iteration per step() call, history_size 2 (the oldest pair dropped from the 4th call
+    on): each iterate within 1e-12 of the definition's, computed in exact fractions."""
+    A, b = [[3, 1, 0], [1, 2, 1], [0, 1, 4]], [1, -2, 3]
+
+    def grad(v):  # A x - b
+        return [sum(a * x for a, x in zip(row, v)) - c for row, c in zip(A, b)]
+    want = _lbfgs_by_the_definition(grad, [2, 1, -1], 5, history_size=2)
+    x = tt.tensor([2.0, 1.0, -1.0], dtype=tt.float64, requires_grad=True)
+    opt = optim.LBFGS([x], max_iter=1, history_size=2, tolerance_change=0)
+    At, bt = tt.tensor(A, dtype=tt.float64), tt.tensor(b, dtype=tt.float64)
+
+    def closure():
+        opt.zero_grad()
+        loss = 0.5 * (x @ At @ x) - bt @ x
+        loss.backward()
+        return loss
+    for n, (point, pairs) in enumerate(want, 1):
+        opt.step(closure)
+        np.testing.assert_allclose(x.tolist(), [float(v) for v in point], rtol=1e-12, atol=1e-12,
+                                   err_msg=f"call {n}")
+        assert len(opt.state[x]['old_dirs']) == pairs == min(n - 1, 2), n
+        assert opt.state[x]['n_iter'] == n
+
+
 @pytest.mark.parametrize("line_search_fn, history_size, max_iter, lr, steps",
                          [(None, 100, 20, 0.1, 4), (None, 3, 5, 0.1, 4),
                           ('strong_wolfe', 100, 20, 1, 3), ('strong_wolfe', 3, 5, 1, 4)])
