@@ -12898,6 +12898,93 @@ def test_data_edge_cases_and_explicit_generators():
 # ---------------------------------------------------------------------------
 # data.py: samplers, DataLoader's options, default_collate
 # ---------------------------------------------------------------------------
+class _Stream(data.IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
+# each refusal of data.py: (the call, its exception class, its message's first words)
+_DATA_REFUSALS = {
+    'TensorDataset of none': (lambda: data.TensorDataset(), ValueError,
+                              "TensorDataset: give at least one tensor"),
+    'TensorDataset of two lengths': (lambda: data.TensorDataset(tt.zeros(3), tt.zeros(2)), ValueError,
+                                     "TensorDataset: the tensors must have the same first dim, got "),
+    'random_split off by one': (lambda: data.random_split(range(5), [2, 2]), ValueError,
+                                "random_split: the lengths [2, 2] do not add up to the dataset's length 5"),
+    'RandomSampler replacement 1': (lambda: data.RandomSampler(range(3), replacement=1), TypeError,
+                                    "RandomSampler: replacement should be a boolean value, but got "
+                                    "replacement=1"),
+    'RandomSampler num_samples 0': (lambda: data.RandomSampler(range(3), num_samples=0), ValueError,
+                                    "RandomSampler: num_samples should be a positive integer value, "
+                                    "but got num_samples=0"),
+    'WeightedRandomSampler num_samples True': (
+        lambda: data.WeightedRandomSampler([1.0, 2.0], True), ValueError,
+        "WeightedRandomSampler: num_samples should be a positive integer value, but got "
+        "num_samples=True"),
+    'WeightedRandomSampler replacement 0': (
+        lambda: data.WeightedRandomSampler([1.0, 2.0], 2, replacement=0), ValueError,
+        "WeightedRandomSampler: replacement should be a boolean value, but got replacement=0"),
+    'WeightedRandomSampler 2-d weights': (
+        lambda: data.WeightedRandomSampler([[1.0, 2.0]], 2), ValueError,
+        "WeightedRandomSampler: weights should be a 1d sequence, but got shape (1, 2)"),
+    'BatchSampler batch_size 0': (lambda: data.BatchSampler(range(3), 0, False), ValueError,
+                                  "BatchSampler: batch_size should be a positive integer value, but "
+                                  "got batch_size=0"),
+    'BatchSampler drop_last None': (lambda: data.BatchSampler(range(3), 2, None), ValueError,
+                                    "BatchSampler: drop_last should be a boolean value, but got "
+                                    "drop_last=None"),
+    'DistributedSampler rank 1 of 1': (lambda: data.DistributedSampler(range(3), 1, 1), ValueError,
+                                       "DistributedSampler: Invalid rank 1, rank should be in the "
+                                       "interval [0, 0]"),
+    'DistributedSampler 2 replicas': (lambda: data.DistributedSampler(range(3), 2, 1), RuntimeError,
+                                      "DistributedSampler: num_replicas=2: tinytorch trains in one "
+                                      "process"),
+    'DataLoader num_workers -1': (lambda: data.DataLoader(range(3), num_workers=-1), ValueError,
+                                  "DataLoader: num_workers option should be non-negative; use "
+                                  "num_workers=0 to disable multiprocessing."),
+    'DataLoader timeout -1': (lambda: data.DataLoader(range(3), timeout=-1), ValueError,
+                              "DataLoader: timeout option should be non-negative"),
+    'DataLoader prefetch_factor': (lambda: data.DataLoader(range(3), prefetch_factor=2), ValueError,
+                                   "DataLoader: prefetch_factor option could only be specified in "
+                                   "multiprocessing"),
+    'DataLoader persistent_workers': (lambda: data.DataLoader(range(3), persistent_workers=True),
+                                      ValueError, "DataLoader: persistent_workers option needs "
+                                      "num_workers > 0"),
+    'DataLoader stream shuffled': (lambda: data.DataLoader(_Stream(), shuffle=True), ValueError,
+                                   "DataLoader with IterableDataset: expected unspecified shuffle "
+                                   "option, but got shuffle=True"),
+    'DataLoader sampler and shuffle': (lambda: data.DataLoader(range(3), sampler=[0, 1], shuffle=True),
+                                       ValueError, "DataLoader: sampler option is mutually exclusive "
+                                       "with shuffle"),
+    'DataLoader batch_sampler and batch_size': (
+        lambda: data.DataLoader(range(3), batch_size=2, batch_sampler=[[0, 1]]), ValueError,
+        "DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+        "and drop_last"),
+    'DataLoader batch_size None and drop_last': (
+        lambda: data.DataLoader(range(3), batch_size=None, drop_last=True), ValueError,
+        "DataLoader: batch_size=None option disables auto-batching and is mutually exclusive with "
+        "drop_last"),
+    'DataLoader batch_size True': (lambda: data.DataLoader(range(3), batch_size=True), ValueError,
+                                   "DataLoader: batch_size must be a positive int or None, got True"),
+    'default_collate ragged lists': (lambda: data.default_collate([[1, 2], [3]]), RuntimeError,
+                                     "default_collate: each element in list of batch should be of "
+                                     "equal size"),
+    'default_collate of sets': (lambda: data.default_collate([{1}, {2}]), TypeError,
+                                "default_collate: batch must contain tensors, numpy arrays, numbers, "
+                                "dicts or lists; found set"),
+    'len of a stream': (lambda: len(_Stream()), TypeError, "object of type '_Stream' has no len()"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DATA_REFUSALS))
+def test_each_data_refusal_keeps_its_class_and_its_words(name):
+    call, kind, words = _DATA_REFUSALS[name]
+    with pytest.raises(Exception) as e:
+        call()
+    assert type(e.value) is kind and str(e.value).startswith(words), (type(e.value), str(e.value))
+    assert '\n' not in str(e.value)
+
+
 def test_samplers_give_torchs_orders():
     import itertools
     ds = list(range(10))
