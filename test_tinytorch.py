@@ -8174,6 +8174,65 @@ def test_truncated_or_foreign_checkpoint_gives_clear_error(tmp_path):
         nn.load(str(tmp_path / "missing.npz"))
 
 
+def _front_door_files(folder):
+    """name -> path of files that are not what the reader wants, each made here."""
+    import os as _os
+    p = lambda name: _os.path.join(folder, name)  # noqa: E731
+    open(p('empty.pt'), 'wb').close()
+    open(p('text.pt'), 'w').write('hello')
+    nn.save({'w': tt.ones(2)}, p('ck.npz'))
+    tt.save({'w': tt.ones(2)}, p('ok.pt'))
+    open(p('half.pt'), 'wb').write(open(p('ok.pt'), 'rb').read()[:300])
+    open(p('module.pt'), 'wb').write(b'\x80\x02cno_such_module\nThing\n)R.')
+    np.savez(p('plain.npz'), x=np.ones(2))
+    nn.save_safetensors({'w': np.ones(2)}, p('plain.safetensors'))
+    open(p('tiny.safetensors'), 'wb').write(b'abc')
+    return p
+
+
+# (reader, file, exception class, the message's first words; {p}: the file's path)
+_FRONT_DOOR_REFUSALS = [
+    ('tt.load', 'empty.pt', pickle.UnpicklingError,
+     "load: {p} is empty (0 bytes): it holds no checkpoint; save or download it again"),
+    ('tt.load', 'text.pt', pickle.UnpicklingError,
+     "load: {p} is not a pickle of protocol 2 to 5 (PROTO is not its first opcode): it is not a "
+     "checkpoint save() wrote, or it is damaged; save or download it again"),
+    ('tt.load', 'ck.npz', pickle.UnpicklingError,
+     "load: {p} is a zip archive but not a PyTorch file (no data.pkl, or more than one; an nn.save "
+     "checkpoint? read that with nn.load)"),
+    ('tt.load', 'half.pt', pickle.UnpicklingError,
+     "load: {p} is a zip archive without its end record: it is truncated; save or download it again"),
+    ('trusted tt.load', 'module.pt', pickle.UnpicklingError,
+     "load: {p} could not be unpickled (ModuleNotFoundError: No module named 'no_such_module'); a "
+     "whole model needs its class defined or imported where you load it"),
+    ('trusted tt.load', 'text.pt', pickle.UnpicklingError,
+     "load: {p} is not a checkpoint that save() wrote, or it is truncated or damaged ("),
+    ('nn.load', 'missing.npz', FileNotFoundError, "checkpoint not found: {p}"),
+    ('nn.load', 'text.pt', nn.CheckpointError,
+     "{p} is not a tinytorch checkpoint (neither a .npz archive nor a .safetensors file)"),
+    ('nn.load', 'plain.npz', nn.CheckpointError,
+     "{p} is not a tinytorch checkpoint (no __tinytorch_meta__ entry)"),
+    ('nn.load', 'plain.safetensors', nn.CheckpointError,
+     "{p} is a safetensors file but not a tinytorch checkpoint (no __tinytorch_meta__ entry in its "
+     "metadata); read its tensors with nn.load_safetensors"),
+    ('nn.load_safetensors', 'tiny.safetensors', nn.CheckpointError,
+     "{p} is truncated or corrupt and cannot be loaded (3 bytes, fewer than the 8 of the header "
+     "length); the file is damaged or was made to attack: do not use it"),
+]
+
+
+def test_each_readers_refusal_at_the_front_door_keeps_its_class_and_words(tmp_path):
+    p = _front_door_files(str(tmp_path))
+    readers = {'tt.load': tt.load, 'trusted tt.load': lambda f: tt.load(f, weights_only=False),
+               'nn.load': nn.load, 'nn.load_safetensors': nn.load_safetensors}
+    for reader, name, kind, words in _FRONT_DOOR_REFUSALS:
+        with pytest.raises(Exception) as e:
+            readers[reader](p(name))
+        msg = str(e.value)
+        assert type(e.value) is kind, (reader, name, type(e.value))
+        assert msg.startswith(words.format(p=p(name))) and '\n' not in msg, (reader, name, msg)
+
+
 def test_checkpoint_never_unpickles(tmp_path):
     path = str(tmp_path / "evil.npz")
     np.savez(path, __tinytorch_meta__=np.frombuffer(b'{"__array__": 0}', np.uint8),
