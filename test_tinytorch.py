@@ -10702,6 +10702,38 @@ def test_checkpoint_refuses_what_it_cannot_recompute_in_one_line():
         checkpoint(lambda t: t * 2, x)
 
 
+def test_checkpoint_guards_the_parameters_its_function_reads_and_its_inputs():
+    """The checkpoint node recomputes its function in backward, reading the parameters it
+    read in forward: a parameter changed in place in between would give the gradient of
+    another function, so backward refuses it (the version counter), as it refuses a changed
+    input. (PyTorch 2.15 recomputes with the changed parameter, silently; tinytorch guards
+    every array a rule reads.)"""
+    from tinytorch.utils.checkpoint import checkpoint
+    words = ("backward through 'checkpoint': a tensor of shape (2,) that it saved for backward "
+             "was modified in place (it is at version 1, expected version 0); use an out-of-place "
+             "op or .clone() first")
+    x = tt.tensor([1.0, 2.0], requires_grad=True)
+    w = tt.tensor([3.0, 4.0], requires_grad=True)  # read through the closure, not passed
+    y = checkpoint(lambda t: (t * w).tanh(), x, use_reentrant=False)
+    with tt.no_grad():
+        w.mul_(2)
+    with pytest.raises(RuntimeError) as e:
+        y.sum().backward()
+    assert str(e.value) == words
+    h = x * 1  # an input changed in place
+    y = checkpoint(lambda t: (t * w).tanh(), h, use_reentrant=False)
+    h.add_(1)
+    with pytest.raises(RuntimeError) as e:
+        y.sum().backward()
+    assert str(e.value) == words
+    # unchanged: d tanh(x w)/dw = x (1 - tanh^2(x w)), at x = 1, 2 and w = 6, 8
+    w2 = tt.tensor([6.0, 8.0], dtype=tt.float64, requires_grad=True)
+    x2 = tt.tensor([1.0, 2.0], dtype=tt.float64, requires_grad=True)
+    checkpoint(lambda t: (t * w2).tanh(), x2, use_reentrant=False).sum().backward()
+    np.testing.assert_allclose(w2.grad.array, [1 - math.tanh(6) ** 2, 2 * (1 - math.tanh(16) ** 2)],
+                               rtol=1e-12)
+
+
 def test_checkpoint_gradients_match_pytorch():
     torch = need_torch()
     from torch.utils.checkpoint import checkpoint as torch_checkpoint
@@ -17225,6 +17257,34 @@ def test_memory_charges_each_module_what_its_ops_keep_and_finds_the_peak():
     lines = str(mem).splitlines()
     assert [line.split()[0] for line in lines[1:-1]] == ['(model)', 'a', 'b', '(outside)']
     assert lines[-1].startswith("kept for backward 0.000 MB; peak held 0.000 MB")
+
+
+class _Wrap(nn.Module):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_memory_table_shows_the_modules_down_to_its_depth():
+    """Modules '(model)', 'inner' (depth 1), 'inner.inner' (2), 'inner.inner.inner' (3, the
+    _ScaleTanh whose ops keep 192 bytes; each module's total holds those of the modules
+    under it). table(depth) lists the modules with fewer than depth dots in their names:
+    depth 1 the model and 'inner', the default depth 2 one more; totals() all of them."""
+    x = tt.tensor(np.ones((3, 4)))
+    model = _Wrap(_Wrap(_Wrap(_ScaleTanh(4))))
+    with lookinside.memory(model) as mem:
+        model(x).sum().backward()
+    names = ['(model)', 'inner', 'inner.inner', 'inner.inner.inner']
+    assert mem.totals() == {n: (192, 0) for n in names}
+    for depth, shown in ((1, names[:2]), (2, names[:3]), (3, names), (4, names)):
+        assert list(mem.totals(depth)) == shown
+        lines = mem.table(depth).splitlines()
+        assert [line.split()[0] for line in lines[1:-1]] == shown + ['(outside)'], depth
+    assert mem.table() == mem.table(2) == str(mem)
+    row = mem.table(1).splitlines()[2].split()  # 'inner', its type, 192 bytes kept, none recomputed
+    assert row == ['inner', '_Wrap', '0.000', '0.000']
 
 
 def test_memory_growth_is_linear_in_the_batch():
