@@ -16266,6 +16266,47 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
+# learn.py's named diagnoses of the optional steps (9-12) that no row of _LEARN_MISTAKES
+# plants (found at issue 57's base commit, 3f7c65b): each planted here and named by its words
+# (exercise, file, the shipped text, the mistake, what check must say)
+_LEARN_OPTIONAL_DIAGNOSES = [
+    ('9.1', 'nn.py', "i, f, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)",
+     "f, i, g, o = (linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)).chunk(4, -1)",
+     "the chunks are in PyTorch's order i, f, g, o: the input gate comes first, then the forget gate"),
+    ('10.1', 'optim.py', "m_hat = m / (1 - b1 ** t)", "m_hat = m",
+     "m needs its correction too: m_hat = m / (1 - b1^t)"),
+    ('10.1', 'optim.py', "p -= lr * m_hat / (np.sqrt(v_hat) + eps)", "p -= m_hat / (np.sqrt(v_hat) + eps)",
+     "the step ignores the learning rate: p -= lr * m_hat / (sqrt(v_hat) + eps)"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g",
+     "pass", "AdamW ignored weight_decay: with decoupled_weight_decay, shrink p itself"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g",
+     "p.array *= 1 - lr * wd\n            g = g + wd * p.array",
+     "AdamW decayed twice, directly and through g"),
+    ('10.2', 'optim.py', "p.array *= 1 - lr * wd  # AdamW: decay the weights directly, not through g",
+     "p.array *= 1 + lr * wd", "the weights grew: decay shrinks them, p.array *= 1 - lr * wd"),
+    ('10.2', 'optim.py', "g = g + wd * p.array", "g = g",
+     "Adam ignored weight_decay: as PyTorch's Adam, add wd * p to the gradient"),
+    ('10.2', 'optim.py', "g = g + wd * p.array", "p.array *= 1 - lr * wd\n            g = g + wd * p.array",
+     "Adam decayed twice, through g and directly"),
+    ('12.1', 'transformer.py', "            cache.layers[layer] = (k, v)\n", "",
+     "after a call with the cache, cache.layers[layer] is still None"),
+    ('12.2', 'transformer.py', "logits, _ = self(idx[:, -1:], cache=cache)", "logits, _ = self(idx[:, -1:])",
+     "with use_cache=True a step ran the model without the cache"),
+]
+
+
+@pytest.mark.parametrize('ex, f, old, new, says', _LEARN_OPTIONAL_DIAGNOSES,
+                         ids=[f'{m[0]}-{i}' for i, m in enumerate(_LEARN_OPTIONAL_DIAGNOSES)])
+def test_learn_each_named_diagnosis_of_an_optional_step_is_reached(_learn_filled, tmp_path, ex, f,
+                                                                   old, new, says):
+    """Not the generic message: the diagnosis the mistake has a name for, by its words."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_filled, ws)
+    _learn_edit(ws, ex, old, new, f)
+    ok, lines = _learn_check(ws, ex)
+    assert not ok and lines[0].startswith(f"✗ {ex} {_learn.EXERCISES[ex]['title']}: {says}"), lines[0]
+
+
 # a learner's own answers to the optional steps 10-12 (the trial of 2026-12-02), written
 # from the stubs alone
 _LEARN_OTHER_ANSWERS += [
