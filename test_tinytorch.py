@@ -9611,6 +9611,24 @@ def test_every_loader_limit_holds_at_the_limit_and_refuses_one_past_it(tmp_path)
             _refused(path, r'has a storage reference .* that is not \(type, key, location, size\)')
 
 
+def test_the_loaders_count_of_values_at_its_limit_and_one_past_it(tmp_path):
+    """A pickle may make 2**20 values and one more per 8 bytes of its own: a list of n Nones
+    (PROTO, EMPTY_LIST, MARK, n x NONE, APPENDS, STOP: n + 6 bytes) makes n + 1. The largest
+    n with n + 1 <= 2**20 + (n + 6) // 8 loads; n + 1 Nones are refused in one line."""
+    limit = lambda n: 2 ** 20 + (n + 6) // 8  # noqa: E731
+    n = 8 * 2 ** 20 // 7  # about where n + 1 meets 2**20 + n / 8
+    while n + 1 > limit(n):
+        n -= 1
+    while n + 2 <= limit(n + 1):
+        n += 1
+    assert n + 1 == limit(n) and n + 2 > limit(n + 1)
+    nones = lambda k: b'\x80\x02](' + b'N' * k + b'e.'  # noqa: E731
+    open(tmp_path / 'at.pt', 'wb').write(nones(n))
+    assert tt.load(tmp_path / 'at.pt') == [None] * n
+    open(tmp_path / 'past.pt', 'wb').write(nones(n + 1))
+    _refused(str(tmp_path / 'past.pt'), f"makes more than {n + 1:,} values")
+
+
 def _npz_with(tmp_path, name, npy):
     """An nn.save-layout .npz whose a0.npy member is `npy` (bytes written here)."""
     path = tmp_path / name
