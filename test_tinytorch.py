@@ -9765,7 +9765,7 @@ class _StdlibTorchReader(pickle.Unpickler):
         return a
 
 
-def test_golden_pytorch_files_load_to_the_values_written_by_hand(tmp_path):
+def test_golden_files_torch_save_wrote_load_to_the_values_written_by_hand(tmp_path):
     d = tt.load(os.path.join(_GOLDEN, 'torch_dtypes.pt'))
     assert list(d) == [*_GOLDEN_TORCH, 'n', 'name']
     for name, (dtype, values) in _GOLDEN_TORCH.items():
