@@ -9629,6 +9629,27 @@ def test_the_loaders_count_of_values_at_its_limit_and_one_past_it(tmp_path):
     _refused(str(tmp_path / 'past.pt'), f"makes more than {n + 1:,} values")
 
 
+def test_a_data_pkl_of_256_mib_is_read_and_one_byte_more_refused_before_reading(tmp_path):
+    """A PyTorch file's data.pkl may inflate to 256 MiB (2**28 bytes): a member declaring
+    that much is read (its 7 deflated bytes hold 5: refused for that, after the size check);
+    2**28 + 1 bytes are refused from the zip directory alone, before reading."""
+    for size, match in ((1 << 28, r"has a member archive/data\.pkl whose 7 bytes do not hold the "
+                                  r"268,435,456 declared"),
+                        ((1 << 28) + 1, r"has a member archive/data\.pkl of 268,435,457 bytes, "
+                                        r"more than the 256 MiB a checkpoint's structure takes")):
+        path = tmp_path / f'{size}.pt'
+        with _zipfile.ZipFile(path, 'w', _zipfile.ZIP_DEFLATED) as z:
+            z.writestr('archive/data.pkl', b'\x80\x02K\x01.')
+            z.writestr('archive/version', '3\n')
+        raw = bytearray(open(path, 'rb').read())
+        at, d = raw.index(b'PK\x03\x04'), raw.index(b'PK\x01\x02')  # data.pkl's comes first in each
+        assert raw[at + 30:at + 46] == raw[d + 46:d + 62] == b'archive/data.pkl'
+        raw[at + 22:at + 26] = raw[d + 24:d + 28] = _struct.pack('<I', size)  # what it inflates to
+        raw[at + 14:at + 18] = raw[d + 16:d + 20] = _struct.pack('<I', 0)  # (its CRC: never reached)
+        open(path, 'wb').write(bytes(raw))
+        _refused(str(path), match)
+
+
 def _npz_with(tmp_path, name, npy):
     """An nn.save-layout .npz whose a0.npy member is `npy` (bytes written here)."""
     path = tmp_path / name
