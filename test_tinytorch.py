@@ -10178,6 +10178,29 @@ def test_pad_packed_sequence_total_length_at_the_longest_past_it_and_below_it():
                                  "length being 3")
 
 
+def test_packed_batch_with_a_state_per_sequence_as_pytorchs():
+    torch = need_torch()
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    x = torch.tensor([[1., 2., 5.], [100., 3., 6.], [100., 4., 100.]], dtype=torch.float64,
+                     requires_grad=True)
+    p = pack_padded_sequence(x.unsqueeze(-1), [1, 3, 2], enforce_sorted=False)
+    assert p.sorted_indices.tolist() == [1, 2, 0] and p.unsorted_indices.tolist() == [2, 0, 1]
+    rnn = torch.nn.RNN(1, 1, nonlinearity='relu', bias=False, dtype=torch.float64)
+    for w in rnn.parameters():
+        torch.nn.init.ones_(w)
+    h0 = torch.tensor([[[10.], [20.], [30.]]], dtype=torch.float64, requires_grad=True)
+    out, h = rnn(p, h0)
+    assert h[0, :, 0].tolist() == [11., 29., 41.]
+    assert out.data[:, 0].tolist() == [22., 35., 11., 25., 41., 29.]
+    assert pad_packed_sequence(out, padding_value=-1.)[0][:, :, 0].tolist() == [
+        [11., 22., 35.], [-1., 25., 41.], [-1., 29., -1.]]
+    h.sum().backward()
+    assert x.grad.tolist() == [[1., 1., 1.], [0., 1., 1.], [0., 1., 0.]]
+    with pytest.raises(ValueError, match="Expected total_length to be at least the length of the "
+                                         "longest sequence in input, but got total_length=2"):
+        pad_packed_sequence(out, total_length=2)
+
+
 def test_recurrent_layers_read_a_packed_batch_by_hand():
     """A relu RNN with weights 1 and no bias sums its inputs: h_t = relu(x_t + h_{t-1}).
     Packed, each sequence's h_n is the sum of its own steps, the padding (100) never read,
@@ -12354,6 +12377,36 @@ def test_lbfgs_history_across_step_calls_follows_the_definition():
                                    err_msg=f"call {n}")
         assert len(opt.state[x]['old_dirs']) == pairs == min(n - 1, 2), n
         assert opt.state[x]['n_iter'] == n
+
+
+def test_lbfgs_across_step_calls_as_pytorchs():
+    torch = need_torch()
+    A = torch.tensor([[3, 1, 0], [1, 2, 1], [0, 1, 4]], dtype=torch.float64)
+    b = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+    x = torch.tensor([2.0, 1.0, -1.0], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([x], max_iter=1, history_size=2, tolerance_change=0)
+
+    def closure():
+        opt.zero_grad()
+        loss = 0.5 * (x @ A @ x) - b @ x
+        loss.backward()
+        return loss
+    want = _lbfgs_by_the_definition(lambda v: [sum(a * y for a, y in zip(row, v)) - c for row, c in
+                                               zip(A.tolist(), b.tolist())], [2, 1, -1], 5, 2)
+    for n, (point, pairs) in enumerate(want, 1):
+        opt.step(closure)
+        np.testing.assert_allclose(x.tolist(), [float(v) for v in point], rtol=1e-12, atol=1e-12)
+        assert len(opt.state[x]['old_dirs']) == pairs and opt.state[x]['n_iter'] == n
+    y = torch.tensor([3.0], dtype=torch.float64, requires_grad=True)
+    o = torch.optim.LBFGS([y], max_iter=1)
+
+    def square():
+        o.zero_grad()
+        loss = (y * y).sum()
+        loss.backward()
+        return loss
+    assert [o.step(square).item() for _ in range(3)] == [9.0, 4.0, 0.0] and y.item() == 0.0
+    assert (o.state[y]['n_iter'], o.state[y]['func_evals'], float(o.state[y]['H_diag'])) == (2, 3, 0.5)
 
 
 @pytest.mark.parametrize("line_search_fn, history_size, max_iter, lr, steps",
