@@ -11924,6 +11924,35 @@ def test_safetensors_reads_bfloat16_and_refuses_broken_files(tmp_path):
     assert '\n' not in str(e.value) and "has dtype F3\\n2, which tinytorch" in str(e.value), e.value
 
 
+def _read_safetensors_by_its_spec(path):
+    """name -> array, metadata: the 8-byte length, the JSON header, the bytes (stdlib and NumPy)."""
+    raw = open(path, 'rb').read()
+    n = _struct.unpack('<Q', raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop('__metadata__', {})
+    codes = {'F32': '<f4', 'F16': '<f2', 'I8': 'i1', 'U8': 'u1', 'BOOL': '?', 'I64': '<i8'}
+    return {k: np.frombuffer(raw[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]],
+                             codes[v['dtype']]).reshape(v['shape']) for k, v in header.items()}, meta
+
+
+def test_golden_safetensors_loads_to_the_values_written_by_hand(tmp_path):
+    """data/golden/tensors.safetensors, written by dev/make_golden.py from the format's
+    specification (PyTorch's bfloat16 bits): bfloat16 [1.5, -2, pi] is [1.5, -2, 3.140625]
+    (pi's top 16 bits: 8 bits of mantissa), widened to float32."""
+    tensors, meta = nn.load_safetensors(os.path.join(_GOLDEN, 'tensors.safetensors'))
+    want = {'poids_\u00e9': ('float32', [1.5, -2.0, 3.140625]), 'h': ('float16', [65504.0, -0.0]),
+            'i8': ('int8', [-128, 127]), 'u8': ('uint8', [0, 255]), 'b': ('bool', [True, False]),
+            'i64': ('int64', [[-2 ** 63], [2 ** 63 - 1]])}
+    assert list(tensors) == list(want) and meta == {'format': 'pt', 'note': 'caf\u00e9'}
+    for name, (dtype, values) in want.items():
+        _same(tensors[name], dtype, values, name)
+    nn.save_safetensors(tensors, tmp_path / 'back.safetensors', metadata=meta)  # read by the spec
+    back, meta = _read_safetensors_by_its_spec(tmp_path / 'back.safetensors')
+    assert list(back) == list(want) and meta == {'format': 'pt', 'note': 'caf\u00e9'}
+    for name, (dtype, values) in want.items():
+        _same(back[name].astype(back[name].dtype.newbyteorder('=')), dtype, values, name)
+
+
 def test_safetensors_files_open_in_the_safetensors_package(tmp_path):
     st = pytest.importorskip("safetensors.numpy")
     arrays = {'f': np.arange(6, dtype=np.float32).reshape(2, 3), 'i': np.arange(4),

@@ -20,6 +20,9 @@ What it writes, each a few KB at most:
   numpy_checkpoint.npz np.savez in nn.save's layout (a0, a1, ..., __tinytorch_meta__): a
                        Fortran-ordered array, big-endian ints, bytes 128..255, 64 dims, a 0-d
                        array, names with bytes above 127; a zip comment
+  tensors.safetensors  Hugging Face's format written here by its specification (an 8-byte
+                       length, the JSON header, the bytes): bfloat16 (PyTorch's bits), float16,
+                       int8, uint8, bool, int64, a name and metadata with bytes above 127
 """
 import json
 import os
@@ -113,6 +116,22 @@ def main():
              __tinytorch_meta__=np.frombuffer(json.dumps(meta, ensure_ascii=False).encode(),
                                               dtype=np.uint8))
     add_comment('numpy_checkpoint.npz', 'np.savez, then a comment: \u00e9\u00e8'.encode())
+    st = {'poids_\u00e9': torch.tensor([1.5, -2.0, 3.14159], dtype=torch.bfloat16),
+          'h': torch.tensor([65504.0, -0.0], dtype=torch.float16),
+          'i8': torch.tensor([-128, 127], dtype=torch.int8), 'u8': torch.tensor([0, 255], dtype=torch.uint8),
+          'b': torch.tensor([True, False]), 'i64': torch.tensor([[-2**63], [2**63 - 1]])}
+    codes = {torch.bfloat16: 'BF16', torch.float16: 'F16', torch.int8: 'I8', torch.uint8: 'U8',
+             torch.bool: 'BOOL', torch.int64: 'I64'}
+    header, data = {'__metadata__': {'format': 'pt', 'note': 'caf\u00e9'}}, b''
+    for name, t in st.items():
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()  # little-endian
+        header[name] = {'dtype': codes[t.dtype], 'shape': list(t.shape),
+                        'data_offsets': [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, ensure_ascii=False).encode()
+    text += b' ' * (-len(text) % 8)
+    with open(path('tensors.safetensors'), 'wb') as f:
+        f.write(struct.pack('<Q', len(text)) + text + data)
     for name in sorted(os.listdir(OUT)):
         print(f'{os.path.getsize(path(name)):6,} {name}')
     assert zipfile.ZipFile(path('numpy_checkpoint.npz')).comment  # readable by zipfile
