@@ -15920,10 +15920,11 @@ def test_anchors_are_githubs():
 
 def test_every_relative_link_of_the_readmes_and_docs_resolves():
     """Every relative link in README.md, README.zh-CN.md and docs/ names a file or folder that
-    exists, and an anchor (#...) names a heading of the page it points to."""
+    exists, an anchor (#...) names a heading of the page it points to, and every page is
+    linked from another (none is left where no reader finds it)."""
     pages = _doc_files('en') + _doc_files('zh-CN')
     assert len(pages) >= 20
-    bad, checked = [], 0
+    bad, checked, reached = [], 0, set()
     for page in pages:
         text = open(os.path.join(HERE, page), encoding='utf-8').read()
         prose = re.sub(r"(?s)```.*?```", "", text)  # code blocks hold no links
@@ -15935,12 +15936,15 @@ def test_every_relative_link_of_the_readmes_and_docs_resolves():
             full = os.path.normpath(os.path.join(HERE, os.path.dirname(page), path)) if path \
                 else os.path.join(HERE, page)
             checked += 1
+            if full != os.path.join(HERE, page):
+                reached.add(os.path.relpath(full, HERE).replace(os.sep, '/'))
             if not os.path.exists(full):
                 bad.append(f"{page}: {target}: no such file")
             elif anchor and anchor not in _anchors(open(full, encoding='utf-8').read()):
                 bad.append(f"{page}: {target}: no heading with this anchor")
     assert not bad, '\n'.join(bad)
     assert checked > 100
+    assert not set(pages) - reached - {'README.md'}, set(pages) - reached - {'README.md'}
 
 
 def test_readmes_are_maps_and_state_part_ones_length():
