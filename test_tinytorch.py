@@ -942,7 +942,7 @@ def test_section_references_name_the_section_they_mean():
         headers[f] = {int(n): title.lower() for n, title in re.findall(r'(?m)^# (\d+)\. (.+)$', text)}
         assert sorted(headers[f]) == list(range(1, len(headers[f]) + 1)), f  # 1, 2, 3, ...
     checked, named, bad = 0, 0, []
-    for f in files + ['README.md']:
+    for f in files + _doc_files():
         for lineno, line in enumerate(open(os.path.join(HERE, f), encoding='utf-8'), 1):
             for m in re.finditer(r"\b[Ss]ections? (\d+)((?:(?:, | and |-)\d+)*)(?: of `(\w+\.py)`)?"
                                  r"(?: \(([^)]*)\)|, ([A-Z][^)]*)\))?", line):
@@ -9856,18 +9856,18 @@ def test_checkpoint_gradients_match_pytorch():
 
 
 def test_readme_own_function_runs_as_shown():
-    """The README's autograd.Function block (the same op as its closure block, PyTorch's
+    """The docs' autograd.Function block (docs/gradient.md) (the same op as its closure block, PyTorch's
     way) runs and prints what the README shows."""
     import contextlib
     import io
     import re
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- own_function:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- own_function:output -->\n```text\n(.*?)```", text, re.S).group(1)
     assert "class Softsign(tt.autograd.Function)" in code and "def softsign(x)" in text
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, 'README.md', 'exec'), {})
+        exec(compile(code, 'docs/gradient.md', 'exec'), {})
     assert buf.getvalue() == shown
 
 
@@ -13684,12 +13684,12 @@ def test_small_text_note_says_how_often_the_run_reads_the_text(tmp_path):
 
 
 def test_readme_figures_of_the_first_command_are_the_scripts():
-    """The README's defaults, steps and corpus size are train_charlm.py's: a change of one
+    """The README's (and docs/train_charlm.md's) defaults, steps and corpus size are train_charlm.py's: a change of one
     without the other fails here (the corpus is this project's own text, so it grows: the
     README's figure, and the final loss measured with it, are redone when it is 15% off)."""
     import train_charlm
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    top = readme.split("## A tour of the files")[0]
+    top = _doc('README.md').split("\n## Read")[0]
+    page = _doc('train_charlm.md')
     steps = train_charlm.RUN_FLAGS['steps']
     assert f"trains for {steps:,} steps" in top
     assert f"batch {train_charlm.RUN_FLAGS['batch_size']}, {steps} steps" in top
@@ -13697,11 +13697,11 @@ def test_readme_figures_of_the_first_command_are_the_scripts():
     defaults = (f"defaults ({f['n_layer']} layers, {f['n_head']} heads, {f['n_embd']} wide, "
                 f"context {f['block_size']}, batch {train_charlm.RUN_FLAGS['batch_size']}, "
                 f"dropout {f['dropout']}, {steps} steps)")
-    assert defaults in ' '.join(readme.split())
+    assert defaults in ' '.join(page.split())
     size = len(train_charlm.default_corpus())
     shown = [int(n.replace(',', '')) for n in
              re.findall(r"own source and README: ([\d,]+) characters", top)
-             + re.findall(r"default corpus[^.]*?\b([\d,]{7}) characters", ' '.join(readme.split()))]
+             + re.findall(r"default corpus[^.]*?\b([\d,]{7}) characters", ' '.join(page.split()))]
     assert len(shown) >= 2, shown
     for n in shown:
         assert abs(n - size) < 0.15 * size, (n, size)
@@ -14846,9 +14846,9 @@ def _learn_row(mistake, where, says):
 
 
 def _learn_table_rows():
-    """The rows of MISTAKES.md's table (README's Build it yourself links it)."""
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    assert '[MISTAKES.md](MISTAKES.md) lists' in readme.split('## Build it yourself')[1]
+    """The rows of MISTAKES.md's table (the README and docs/build.md link it)."""
+    assert '[MISTAKES.md](MISTAKES.md)' in _doc('README.md').split('## Build it yourself')[1]
+    assert '[MISTAKES.md](../MISTAKES.md) lists' in _doc('build.md')
     table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
     head = "| the mistake | exercise | what `python learn.py check` says |\n| --- | --- | --- |\n"
     assert head in table
@@ -14932,8 +14932,7 @@ def test_learn_shipped_answers_pass_every_check(_learn_filled):
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
         assert lines[-1].startswith('No exercise is left unwritten. Check them all')
         if arg == '5':
-            readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-            assert lines[-2] in readme  # the README's sample run line is what the run prints
+            assert lines[-2] in _doc('build.md')  # the docs' sample run line is what the run prints
     assert sys.modules['tinytorch'] is tt
 
 
@@ -14984,10 +14983,9 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     table = _learn_table_rows()
     assert table[:len(rows)] == rows, '\n'.join(r for r in rows if r not in table)
     assert len(table) == len(rows) + len(_LEARN_RUN_MISTAKES) >= 40
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
+    sample = re.search(r"```text\n(.*?)```", _doc('build.md'), re.S).group(1)
     shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
-    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
+    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the docs show real feedback
     assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
@@ -15566,17 +15564,40 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch,
         lookinside.grad_path(loss2, nn.Parameter(tt.ones(2)))
 
 
+def _doc_files(lang='en'):
+    """The README and its pages, as paths from the project's root: README.md and docs/*.md
+    (lang 'zh-CN': README.zh-CN.md and docs/zh-CN/*.md)."""
+    if lang == 'en':
+        return ['README.md'] + sorted('docs/' + f for f in os.listdir(os.path.join(HERE, 'docs'))
+                                      if f.endswith('.md'))
+    return [f'README.{lang}.md'] + sorted(f'docs/{lang}/' + f for f in
+                                          os.listdir(os.path.join(HERE, 'docs', lang)) if f.endswith('.md'))
+
+
+def _doc(name):
+    """One page: 'README.md', 'README.zh-CN.md', a path from the root ('docs/README.md'), or a
+    page of docs/ by its name ('tour.md', 'zh-CN/tour.md')."""
+    path = name if name.startswith(('README', 'docs/')) else os.path.join('docs', name)
+    with open(os.path.join(HERE, path), encoding='utf-8') as f:
+        return f.read()
+
+
+def _docs(lang='en'):
+    """The README and all its pages in one text (each page whole, in _doc_files' order)."""
+    return '\n'.join(_doc(f) for f in _doc_files(lang))
+
+
 def test_readme_name_table_names_only_what_exists():
-    """Every name in the README's PyTorch -> tinytorch table exists where the table says."""
-    text = open(os.path.join(HERE, 'README.md')).read()
-    table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
+    """Every name in the PyTorch -> tinytorch table (docs/from-pytorch.md) exists where the
+    table says."""
+    table = _doc('from-pytorch.md').split("**Type promotion**")[0]
     homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
              "`data.` + the same name": [data], "`nn.init.` + the same name": [nn.init],
              "the same `nn.Module` methods": [nn.Module],
              "`optim.` + the same name": [optim],
              "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
     checked = 0
-    for row in table.splitlines()[2:]:
+    for row in table.splitlines():
         if not row.startswith('|'):
             continue
         left, right = [c.strip() for c in re.split(r'(?<!\\)\|', row.strip().strip('|'))]
@@ -15595,20 +15616,20 @@ def test_readme_name_table_names_only_what_exists():
 
 
 def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
-    """Every ```python block of the README runs as written in a fresh namespace (output that
-    is shown, not run, goes in a ```text block), and the op shown in "How an op enters
-    the graph" is the one in tinytorch.py."""
+    """Every ```python block of the README and its pages (docs/) runs as written in a fresh
+    namespace (output that is shown, not run, goes in a ```text block), and the op shown in
+    "How an op enters the graph" is the one in tinytorch.py."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _docs()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 5
+    assert len(blocks) >= 11
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
     fast = tt.fast
     try:
         for k, code in enumerate(blocks):
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
+                exec(compile(code, f'README/docs python block {k}', 'exec'), {'__name__': 'readme'})
     finally:
         tt.fast = fast
     shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
@@ -15616,7 +15637,7 @@ def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
 
 
 def test_readme_usage_block_lists_exactly_the_flags_of_help():
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('train_charlm.md')
     usage = re.search(r"```\n(python train_charlm.py \[FILE\].*?)```", text, re.S).group(1)
     r = run_charlm('--help')
     assert r.returncode == 0
@@ -15624,10 +15645,10 @@ def test_readme_usage_block_lists_exactly_the_flags_of_help():
 
 
 def test_what_the_readme_examples_write_is_ignored_by_git():
-    """Following the README leaves `git status` clean: every file or folder its examples
-    write matches a line of .gitignore."""
+    """Following the README and its pages leaves `git status` clean: every file or folder
+    their examples write matches a line of .gitignore."""
     import fnmatch
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _docs()
     written = set(re.findall(r"--to \w+ (\w+)", text))
     written |= set(re.findall(r"--out-dir ([a-z_]+)", text))
     for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
@@ -15641,43 +15662,123 @@ def test_what_the_readme_examples_write_is_ignored_by_git():
 
 
 def test_chinese_readme_shows_the_same_tested_code_and_links_back():
-    en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
-    assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
+    en, zh = _docs(), _docs('zh-CN')
+    readme_en, readme_zh = _doc('README.md'), _doc('README.zh-CN.md')
+    assert "[中文](README.zh-CN.md)" in readme_en and "[English](README.md)" in readme_zh
     blocks = re.findall(r"```python\n.*?```", zh, re.S)
     # the three lines, tanh, in-place ops, convolution, the gradient walkthrough, and the
-    # systems section's three: lookinside.memory, autocast with GradScaler, pruning
+    # systems page's three: lookinside.memory, autocast with GradScaler, pruning
     assert len(blocks) == 8
-    for block in blocks:  # each one runs in the English README's tests
+    for block in blocks:  # each one runs in the English pages' tests
         assert block in en
     commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
-    assert commands and all(c in en for c in commands)  # the two commands, word for word
-    for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查",
-                    "## 系统工具", "### 一步训练的内存", "### 混合精度", "### 分词", "### 剪枝",
-                    "### 量化"):
-        assert heading in zh
+    assert commands and all(c in en for c in commands)  # the commands, word for word
+    assert re.findall(r"```bash\n(.*?)```", readme_zh, re.S) == re.findall(r"```bash\n(.*?)```", readme_en, re.S)
+    # the same map: the same sections in both READMEs, in the same order
+    heads = [re.findall(r"(?m)^(#{2,3}) ", text) for text in (readme_en, readme_zh)]
+    assert heads[0] == heads[1], heads
+    for heading in ("## 两条命令", "## 阅读", "### 三行代码", "## 运行", "## 亲手实现它", "## 扩展",
+                    "## 工具", "## 页面"):
+        assert heading in readme_zh
+    for page, heading in (("tour.md", "## 一个运算如何进入计算图"), ("tour.md", "## 原地运算"),
+                          ("digits.md", "## 卷积就是在图像块上做矩阵乘法"), ("gradient.md", "# 梯度走查"),
+                          ("systems.md", "# 系统工具"), ("systems.md", "## 一步训练的内存"),
+                          ("systems.md", "## 混合精度"), ("systems.md", "## 分词"),
+                          ("systems.md", "## 剪枝"), ("systems.md", "## 量化"), ("build.md", "# 亲手实现它")):
+        assert heading in _doc('zh-CN/' + page), (page, heading)
+    for f in _doc_files('zh-CN')[1:]:  # each Chinese page has its English twin of the same name
+        assert os.path.exists(os.path.join(HERE, 'docs', os.path.basename(f))), f
+
+
+def _anchors(text):
+    """The anchors GitHub gives a Markdown page's headings: lower case, punctuation dropped,
+    spaces as hyphens, a repeated one numbered (-1, -2, ...)."""
+    seen, found, fence = {}, set(), False
+    for line in text.split('\n'):
+        if line.startswith('```'):
+            fence = not fence
+        m = not fence and re.match(r'#{1,6} (.+?)\s*#*$', line)
+        if m:
+            slug = re.sub(r'[^\w\- ]', '', m.group(1).strip().lower()).replace(' ', '-')
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            found.add(slug if n == 0 else f'{slug}-{n}')
+    return found
+
+
+def test_anchors_are_githubs():
+    assert _anchors("# A tour of the files\n## train_charlm.py\n## Memory of a step: lookinside.memory "
+                    "and `checkpoint`\n```\n# not a heading\n```\n## 检查项目的工具\n## Tools\n## Tools") == {
+        'a-tour-of-the-files', 'train_charlmpy', 'memory-of-a-step-lookinsidememory-and-checkpoint',
+        '检查项目的工具', 'tools', 'tools-1'}
+
+
+def test_every_relative_link_of_the_readmes_and_docs_resolves():
+    """Every relative link in README.md, README.zh-CN.md and docs/ names a file or folder that
+    exists, an anchor (#...) names a heading of the page it points to, and every page is
+    linked from another (none is left where no reader finds it)."""
+    pages = _doc_files('en') + _doc_files('zh-CN')
+    assert len(pages) >= 20
+    bad, checked, reached = [], 0, set()
+    for page in pages:
+        text = open(os.path.join(HERE, page), encoding='utf-8').read()
+        prose = re.sub(r"(?s)```.*?```", "", text)  # code blocks hold no links
+        prose = re.sub(r"`[^`\n]*`", "", prose)
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+            if re.match(r'[a-z]+:', target):
+                continue  # https://, mailto: ...
+            path, _, anchor = target.partition('#')
+            full = os.path.normpath(os.path.join(HERE, os.path.dirname(page), path)) if path \
+                else os.path.join(HERE, page)
+            checked += 1
+            if full != os.path.join(HERE, page):
+                reached.add(os.path.relpath(full, HERE).replace(os.sep, '/'))
+            if not os.path.exists(full):
+                bad.append(f"{page}: {target}: no such file")
+            elif anchor and anchor not in _anchors(open(full, encoding='utf-8').read()):
+                bad.append(f"{page}: {target}: no heading with this anchor")
+    assert not bad, '\n'.join(bad)
+    assert checked > 100
+    assert not set(pages) - reached - {'README.md'}, set(pages) - reached - {'README.md'}
+
+
+def test_readmes_are_maps_and_state_part_ones_length():
+    """Each README is a map of at most 250 lines, and the length of tinytorch.py's Part I it
+    states (one sentence, "Part I (about N lines"; in Chinese "第一部分（约 N 行") is within 10%
+    of where the line `# END OF PART I` stands."""
+    with open(os.path.join(HERE, 'tinytorch.py'), encoding='utf-8') as f:
+        end = next(n for n, line in enumerate(f, 1) if line.startswith('# END OF PART I'))
+    for page, pattern in (('README.md', r"Part I \(about ([\d,]+) lines"),
+                          ('README.zh-CN.md', r"第一部分（约 ([\d,]+) 行")):
+        text = _doc(page)
+        assert text.count('\n') <= 250, page
+        stated = re.findall(pattern, text)
+        assert len(stated) == 1, (page, stated)
+        n = int(stated[0].replace(',', ''))
+        assert abs(n - end) <= 0.1 * end, f"{page} says Part I is about {n} lines; it ends at line {end}"
+    for page in _doc_files('en')[1:] + _doc_files('zh-CN')[1:]:  # the one place that says it
+        assert not re.search(r"Part I \(about [\d,]+ lines|第一部分（约 [\d,]+ 行", _doc(page)), page
 
 
 def test_readme_own_op_runs_as_shown():
-    """The README's "Write your own op" block runs, and prints what the README shows."""
+    """The "Write your own op" block (docs/gradient.md) runs, and prints what the page shows."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- own_op:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- own_op:output -->\n```text\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, 'README.md', 'exec'), {})
+        exec(compile(code, 'docs/gradient.md', 'exec'), {})
     assert buf.getvalue() == shown
 
 
 def test_readme_gradient_walkthrough():
-    """The README's grad_path output is what the code prints now (numbers to 0.1%;
-    values below 1e-9 are rounding noise and only need to stay tiny)."""
+    """The grad_path output docs/gradient.md shows is what the code prints now (numbers to
+    0.1%; values below 1e-9 are rounding noise and only need to stay tiny)."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
@@ -17050,10 +17151,8 @@ def test_fuzz_gradient_judged_on_tinytorchs_forward_values_pytorch():
 
 
 def test_fuzz_exclusions_are_the_readme_differences():
-    """Each exclusion names a line of README.md's list of deliberate differences."""
-    with open(os.path.join(HERE, 'README.md')) as f:
-        readme = f.read()
-    differences = readme.split('**Deliberate differences from PyTorch**')[1].split('\n## ')[0]
+    """Each exclusion names a line of the list of deliberate differences (docs/differences.md)."""
+    differences = _doc('differences.md').split('\n## Older PyTorch releases')[0]
     for name, (phrase, _) in fuzzer.FUZZ_DIFFERENCES.items():
         assert phrase in differences, f"FUZZ_DIFFERENCES[{name!r}] names no README line"
     for name, (phrase, _, _) in fuzzer.FUZZ_REFUSALS.items():
@@ -17071,12 +17170,11 @@ def test_torch_older_than_reads_release_numbers():
 def test_fuzz_rule_changes_are_the_readmes_older_releases():
     """Each rule PyTorch changed since 2.13 names its line of README's "Older PyTorch
     releases", and README and CI name the release tinytorch follows."""
-    with open(os.path.join(HERE, 'README.md')) as f:
-        readme = f.read()
-    older = readme.split('### Older PyTorch releases')[1].split('**The differential fuzzer**')[0]
+    older = _doc('differences.md').split('\n## Older PyTorch releases')[1].split('\n## The differential fuzzer')[0]
     for name, (phrase, release, _) in fuzzer.FUZZ_RULE_CHANGES.items():
         assert phrase in older and f"({release})" in older, name
-    assert 'tinytorch follows PyTorch\n2.15' in readme and 'tinytorch follows PyTorch 2.15' in older
+    assert 'tinytorch follows PyTorch 2.15' in ' '.join(_doc('tests.md').split())
+    assert 'tinytorch follows PyTorch 2.15' in older
     with open(os.path.join(HERE, '.ci', 'run')) as f:
         assert 'pip install torch==2.15.0' in f.read()
 

@@ -48,8 +48,8 @@ def _need_torch():
     return torch
 
 
-# The deliberate differences listed in README.md ("Deliberate differences from
-# PyTorch"), the fuzzer's only exclusions. Each entry: a phrase of the README line (a
+# The deliberate differences listed in docs/differences.md ("Deliberate differences from
+# PyTorch"), the fuzzer's only exclusions. Each entry: a phrase of the listed line (a
 # test checks it is still there), and what the fuzzer does about it.
 FUZZ_DIFFERENCES = {
     'setitem-duplicates': ("an index that names a position twice",
@@ -90,8 +90,8 @@ FUZZ_DIFFERENCES = {
 
 
 # Rules PyTorch changed between 2.13 (the oldest release the suite runs with) and 2.15 (the
-# one tinytorch follows), as README lists them ("Older PyTorch releases"): each names its
-# README phrase, the release that brought the rule, and what the fuzzer leaves out when the
+# one tinytorch follows), as docs/differences.md lists them ("Older PyTorch releases"): each
+# names its phrase, the release that brought the rule, and what the fuzzer leaves out when the
 # installed PyTorch is older (_torch_older_than).
 FUZZ_RULE_CHANGES = {
     'clamp-bounds': ("clamp's gradient at a bound", '2.14',
@@ -120,7 +120,7 @@ def _clamp_rule_met(g, x, args):
 _FLOAT_DTYPES = ('float16', 'float32', 'float64')
 
 
-# Refusals that are deliberate differences (README): one framework raises where the other
+# Refusals that are deliberate differences (docs/differences.md): one framework raises where the other
 # computes, by design. A program whose statement is refused this way is not compared any
 # further. Each names its README line, the refusing side and the start of its message.
 FUZZ_REFUSALS = {
