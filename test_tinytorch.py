@@ -896,20 +896,38 @@ def test_op_table_gives_each_op_a_view_that_is_not_contiguous():
             getattr(t64(3, 4).t(), name.lstrip('.'))(*([2, 6] if name == 'view' else [t64(2, 6)]))
 
 
+def _wrong_tan(x):  # tan's value with a wrong rule (2, not 1 + tan^2)
+    return tt.from_op(np.tan(x.array), 'tan', (x,), lambda g: (g * 2.0,))
+
+
 def test_op_table_check_can_fail(monkeypatch):
-    """A planted wrong rule fails the table's gradient check, and a row taken out fails the
-    completeness check."""
-    def wrong_tan(x):
-        return tt.from_op(np.tan(x.array), 'tan', (x,), lambda g: (g * 2.0,))
-    monkeypatch.setattr(tt.Tensor, 'tan', wrong_tan)
+    """A planted wrong rule fails the table's gradient check; a row taken out, or a row that
+    calls another op than the one it names, fails the completeness check."""
     row = next(r for r in OPS if r[0] == 'tan')
-    with pytest.raises(AssertionError, match="tan case 0: gradcheck"):
-        test_op_table_gradients(row)
-    monkeypatch.undo()
-    monkeypatch.setattr(sys.modules[__name__], 'OPS', [r for r in OPS if r[0] != 'tan'])
-    monkeypatch.setattr(sys.modules[__name__], '_OP_ROWS', [r for r in _OP_ROWS if r[0] != 'tan'])
-    with pytest.raises(AssertionError, match="ops the table lacks: tan"):
-        test_op_table_lists_every_op()
+    with monkeypatch.context() as planted:
+        planted.setattr(tt.Tensor, 'tan', _wrong_tan)
+        with pytest.raises(AssertionError, match="tan case 0: gradcheck"):
+            test_op_table_gradients(row)
+    here = sys.modules[__name__]
+    for rows, message in (([r for r in _OP_ROWS if r is not row], "ops the table lacks: tan"),
+                          ([r if r is not row else ('tan', (lambda m, F, a: a.sin(), (3,)))
+                            for r in _OP_ROWS], "tan case 0 does not call tan")):
+        with monkeypatch.context() as planted:
+            planted.setattr(here, '_OP_ROWS', rows)
+            with pytest.raises(AssertionError, match=message):
+                test_op_table_lists_every_op()
+
+
+def test_op_table_comparison_with_pytorch_can_fail(monkeypatch):
+    """A planted wrong value and a planted wrong rule each fail the comparison."""
+    need_torch()
+    row = next(r for r in OPS if r[0] == 'tan')
+    monkeypatch.setattr(tt.Tensor, 'tan', lambda x: tt.sin(x))
+    with pytest.raises(AssertionError, match="tan case 0"):
+        test_op_table_matches_pytorch(row)
+    monkeypatch.setattr(tt.Tensor, 'tan', _wrong_tan)
+    with pytest.raises(AssertionError, match="tan case 0"):
+        test_op_table_matches_pytorch(row)
 
 
 # ---------------------------------------------------------------------------
