@@ -205,11 +205,11 @@ def test_gradcheck_refuses_float32():
 # written once for both). An input is a shape (a float64 leaf of normal values), pos(...)
 # (values in [0.5, 2]), unit(...) (in [-0.9, 0.9]), grid(...) (multiples of 1/64, which
 # float32 and float16 hold exactly), or nc(...) of any of these: the op gets a view that is
-# not contiguous (the leaf transposed, or every other element of a 1-D leaf). A trailing dict is the
-# case's gradcheck options. Every row is checked by finite differences
-# (test_op_table_gradients), and against PyTorch's value, gradient and result dtype when
-# it is installed (test_op_table_matches_pytorch); test_op_table_lists_every_op keeps the
-# table whole. Index tensors are made in fn (m.tensor).
+# not contiguous (the leaf transposed, or every other element of a 1-D leaf). A trailing
+# dict is the case's gradcheck options; index tensors are made in fn (m.tensor). Every row
+# is checked by finite differences (test_op_table_gradients), and against PyTorch's value,
+# gradient and result dtype when it is installed (test_op_table_matches_pytorch);
+# test_op_table_lists_every_op keeps the table whole.
 class _In:
     def __init__(self, shape, values='normal', view=False):
         self.shape, self.values, self.view = tuple(shape), values, view
