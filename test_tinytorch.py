@@ -264,6 +264,85 @@ def test_part_one_calls_nothing_defined_below_it():
         assert later not in ns
 
 
+def _tinytorch_lines():
+    with open(os.path.join(HERE, 'tinytorch.py')) as f:
+        return f.read().split('\n')
+
+
+def _part_one_end_line():
+    """The line number of Part I's end marker."""
+    return next(n for n, line in enumerate(_tinytorch_lines(), 1) if line.startswith(PART_I_END))
+
+
+def _trace_in_tinytorch(fn):
+    """Run fn() and list the calls it makes into tinytorch.py's own functions, in order:
+    (first line, name) of each (a lambda, a comprehension and a generator's resumption
+    included: sys.setprofile sees every frame Python starts)."""
+    calls, path = [], tt.__file__
+
+    def watch(frame, event, arg):
+        if event == 'call' and frame.f_code.co_filename == path:
+            calls.append((frame.f_code.co_firstlineno, frame.f_code.co_name))
+    before = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        fn()
+    finally:
+        sys.setprofile(before)
+    return calls
+
+
+def test_a_readers_first_expression_stays_in_part_one_and_few_sections():
+    """A reader follows `(a @ b).relu().sum().backward()` through the file: every function it
+    runs is in Part I, and the path is short. At 3f7c65b it made 70 calls into 32 functions,
+    one of them (relu, and its rule) in Part II, over 6 sections, changing section 27 times
+    (a "section" is a numbered `# N. title` header)."""
+    lines = _tinytorch_lines()
+    headers = [(n, line) for n, line in enumerate(lines, 1) if re.match(r'# \d+[a-z]?\. ', line)]
+    end = _part_one_end_line()
+
+    def section(line):
+        return [title for n, title in headers if n <= line][-1]
+    a = tt.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 4 - 0.5, requires_grad=True)
+    b = tt.tensor(np.arange(6, dtype=np.float32).reshape(3, 2) / 3 - 1, requires_grad=True)
+    calls = _trace_in_tinytorch(lambda: (a @ b).relu().sum().backward())
+    assert a.grad is not None and b.grad is not None and np.abs(a.grad.array).sum() > 0
+    below = sorted({f"{name} (line {n})" for n, name in calls if n >= end})
+    assert not below, f"the path leaves Part I (which ends at line {end}): {below}"
+    functions = set(calls)
+    sections = [section(n) for n, _ in calls]
+    changes = builtins_module().sum(1 for s, t in zip(sections, sections[1:]) if s != t)
+    assert len(functions) <= 24, f"{len(functions)} functions: {sorted(functions)}"
+    assert changes <= 18, f"{changes} changes of section: {sections}"
+
+
+_STATED_PART_ONE = [  # (file, what states Part I's length, whether it is a line number or a count)
+    ('tinytorch.py', r'"END OF PART I" \(about line ([\d,]+)\)', 'line'),
+    ('README.md', r'Part I[^|]*?\(about ([\d,]+) lines', 'lines'),
+    ('README.zh-CN.md', r'END OF PART I[^|]*?约 ([\d,]+) 行', 'lines'),
+]
+PART_ONE_TOLERANCE = 50  # lines: "about" rounds to 50
+
+
+@pytest.mark.parametrize("path, pattern, kind", _STATED_PART_ONE, ids=[p for p, _, _ in _STATED_PART_ONE])
+def test_the_stated_length_of_part_one_is_its_length(path, pattern, kind):
+    """The module docstring says where Part I ends (the line of its end marker); a README
+    that states how long Part I is must state it within PART_ONE_TOLERANCE lines. A file that
+    states no length passes (the README may leave it out); the docstring must state it."""
+    if not os.path.exists(os.path.join(HERE, path)):
+        pytest.skip(f"no {path}")
+    with open(os.path.join(HERE, path), encoding='utf-8') as f:
+        text = f.read()
+    found = re.findall(pattern, text)
+    if path == 'tinytorch.py':
+        assert len(found) == 1, "the docstring states once where Part I ends"
+    end = _part_one_end_line()
+    for figure in found:
+        stated = int(figure.replace(',', ''))
+        assert abs(stated - end) <= PART_ONE_TOLERANCE, \
+            f"{path} says Part I is about {figure} {kind}; its end marker is at line {end}"
+
+
 def _shared_programs():
     """Programs in the engine's own words (T is the library), each returning what it
     computed: tensors (their values and dtypes are compared) or gradients."""
