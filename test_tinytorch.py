@@ -683,7 +683,7 @@ def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
                   if isinstance(call, ast.Call) and getattr(call.func, 'id', None) == 'from_op'
                   and isinstance(call.args[1], ast.Constant)}
     assert registered >= {'add', 'sub', 'mul', 'div', 'pow', 'neg', 'matmul', 'sum', 'mean',
-                          'exp', 'log'}
+                          'exp', 'log', 'relu'}
     rng = np.random.default_rng(0)
     a, b = rng.uniform(0.5, 2, (3, 4)), rng.uniform(0.5, 2, (4,))
     m = rng.standard_normal((4, 2))
@@ -699,6 +699,7 @@ def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
         (lambda x: x.sum(), a), (lambda x: x.sum(1, keepdim=True), a),
         (lambda x: x.sum(0, dtype=np.float64), a), (lambda x: x.mean(dtype=np.float64), a),
         (lambda x: x.mean(0), a), (lambda x: x.exp(), a), (lambda x: x.log(), a),
+        (lambda x: (x - 1.2).relu(), a), (lambda x, y: (x @ y).relu(), a, m),
     ]
     for fn, *arrays in cases:
         out, ops = _part_one_gradcheck(T, fn, *arrays)
@@ -2405,7 +2406,7 @@ def test_tensor_attributes():
     assert x.shape == (2, 2) and x.ndim == 2 and len(x) == 2 and x.T.shape == (2, 2)
     assert x[1, 0].item() == 3.0
     assert "requires_grad=True" in repr(x)
-    assert "grad_fn=<mul>" in repr(x * 2)
+    assert "grad_fn=<MulBackward0>" in repr(x * 2)
     assert "float64" in repr(tt.tensor(np.ones(2)))
     with pytest.raises(RuntimeError, match="detach"):
         x.numpy()
