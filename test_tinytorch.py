@@ -5864,6 +5864,28 @@ def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
     assert not (alone / 'imported_data').exists()
 
 
+def test_importing_tinytorch_adds_one_finder_and_loads_compat_on_first_use():
+    """The module docstring's words: importing tinytorch adds one finder to sys.meta_path,
+    which answers only for names under tinytorch, and loads nothing else (compat.py comes
+    with the first PyTorch-style import); importing twice adds no second finder."""
+    code = textwrap.dedent("""
+        import sys
+        before, modules = list(sys.meta_path), set(sys.modules)
+        import tinytorch, importlib
+        importlib.reload(tinytorch)
+        added = [f for f in sys.meta_path if f not in before]
+        print([getattr(f, '__qualname__', f) for f in added])
+        print(sorted(set(sys.modules) & {'compat', 'tinytorch._compat', 'nn', 'tuning', 'amp'}))
+        print(added[0].find_spec('json.decoder'), added[0].find_spec('tinytorchx.nn'))
+        import tinytorch.nn.functional as F
+        print('compat' in sys.modules, hasattr(F, 'relu'))
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["['_Submodules']", '[]', 'None None', 'True True']
+
+
 def test_the_import_rule_answers_only_for_tinytorch_paths():
     import importlib.util
     import compat
