@@ -2956,6 +2956,65 @@ def test_tensors_print_as_pytorch_prints_them():
     assert repr(tt.zeros(2, 0)) == repr(torch.zeros(2, 0))
 
 
+def test_a_tensors_grad_fn_prints_pytorchs_node_name():
+    """repr shows the node's PyTorch name (y.grad_fn.name()), as PyTorch prints it;
+    grad_path and draw_graph keep tinytorch's own op names (matmul, relu)."""
+    a, b = tt.ones(2, 3, requires_grad=True), tt.ones(3, 2, requires_grad=True)
+    y = (a @ b).relu()
+    assert repr(a @ b) == "tensor([[3., 3.],\n        [3., 3.]], grad_fn=<MmBackward0>)"
+    assert repr(y.sum()) == "tensor(12., grad_fn=<SumBackward0>)"
+    assert repr(a.sum(1)) == "tensor([3., 3.], grad_fn=<SumBackward1>)"
+    assert repr(a.mean()) == "tensor(1., grad_fn=<MeanBackward0>)"
+    assert repr(tt.ones(3, requires_grad=True) @ tt.ones(3)) == "tensor(3., grad_fn=<DotBackward0>)"
+    for t, name in ((a + 1, 'AddBackward0'), (a * 2, 'MulBackward0'), (y, 'ReluBackward0'),
+                    (a.exp(), 'ExpBackward0'), (a.reshape(6), 'ViewBackward0'),
+                    (a.clamp(0, 1), 'ClampBackward1')):
+        assert repr(t).endswith(f", grad_fn=<{name}>)") and t.grad_fn.name() == name, (t, name)
+    text = lookinside.grad_path(y.sum(), a, file=io.StringIO())
+    assert 'matmul' in text and 'relu' in text and 'Backward0' not in text
+    dot = lookinside.draw_graph(y.sum())
+    assert 'matmul' in dot and 'relu' in dot and 'Backward0' not in dot
+
+
+def test_a_summarised_tensor_prints_two_spaces_before_its_dots():
+    """A row cut short by a summary reads ',  ...,' (PyTorch's element ' ...'), and the line
+    still wraps at 80 characters; a tensor of True alone prints True unpadded."""
+    assert repr(tt.arange(2000.)) == ('tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, '
+                                      '1.9980e+03,\n        1.9990e+03])')
+    assert repr(tt.arange(1001)) == 'tensor([   0,    1,    2,  ...,  998,  999, 1000])'
+    assert repr(tt.ones(2, 1000, dtype=tt.bool_)) == ('tensor([[True, True, True,  ..., True, True, True],\n'
+                                                       '        [True, True, True,  ..., True, True, True]])')
+    assert repr(tt.tensor([True, True])) == 'tensor([True, True])'
+    assert repr(tt.tensor([True, False])) == 'tensor([ True, False])'
+    rows = repr(tt.arange(1200.).reshape(40, 30)).split('\n')
+    assert rows[6] == '        ...,' and rows[0].count(',  ...,') == 1 and len(rows) == 13
+    assert max(len(r) for r in rows) <= 80
+
+
+def _summarised_cases():
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in (1001, 1002, 1005, 1010, 2000, 5000):
+        cases += [np.arange(n, dtype=np.float32), np.arange(n, dtype=np.int64),
+                  (np.arange(n, dtype=np.float32) / 7).astype(np.float32),
+                  rng.standard_normal(n).astype(np.float32)]
+    for shape in [(2, 1000), (40, 30), (1001, 2), (3, 400), (1100, 1)]:
+        n = int(np.prod(shape))
+        cases += [np.arange(n, dtype=np.float32).reshape(shape),
+                  np.arange(n, dtype=np.int64).reshape(shape) - 500,
+                  np.ones(shape, dtype=bool)]
+    # (PyTorch puts a fixed number of elements on each line, its ' ...' counted as one: where
+    # a wide element leaves NumPy room for one more beside '...', tinytorch wraps a line later:
+    # rng.standard_normal((3, 400)) * 100 and arange(1100.).reshape(10, 10, 11) do.)
+    return cases
+
+
+def test_summarised_tensors_print_as_pytorch_prints_them():
+    torch = need_torch()
+    for a in _summarised_cases():
+        assert repr(tt.tensor(a)) == repr(torch.from_numpy(a)), (a.dtype, a.shape)
+
+
 def test_load_reads_a_file_pytorch_saved(tmp_path):
     """A checkpoint trained in PyTorch loads into the same model written for tinytorch."""
     torch = need_torch()
@@ -2993,6 +3052,29 @@ def test_devices_formats_and_randint_forms_match_pytorch():
     for to_args in (('cpu', tt.float64), (tt.float64,)):
         t_args = tuple(torch.float64 if a is tt.float64 else a for a in to_args)
         assert str(x.to(*to_args).dtype) == str(y.to(*t_args).dtype).replace('torch.', '')
+
+
+_NOT_ON_THIS_MACHINE = ('is_cuda', 'is_xpu', 'is_mps', 'is_meta', 'is_quantized', 'is_sparse',
+                        'is_sparse_csr', 'is_mkldnn', 'is_ipu', 'is_maia', 'is_mtia', 'is_vulkan',
+                        'is_xla', 'is_nested')
+
+
+def test_device_predicates_answer_as_on_pytorchs_cpu():
+    """x.is_cuda, x.is_xpu, ...: False, as PyTorch's CPU tensor answers; x.is_cpu: True
+    (current pytorch/examples read is_xpu beside is_cuda)."""
+    for x in (tt.ones(2), tt.ones(2, requires_grad=True) * 2, tt.tensor([1, 2])):
+        assert x.is_cpu is True
+        for name in _NOT_ON_THIS_MACHINE:
+            assert getattr(x, name) is False, name
+
+
+def test_device_predicates_match_pytorch():
+    torch = need_torch()
+    t, x = torch.ones(2), tt.ones(2)
+    names = [n for n in dir(torch.Tensor) if n.startswith('is_') and not callable(getattr(t, n))]
+    assert set(names) >= set(_NOT_ON_THIS_MACHINE) | {'is_cpu'}
+    for name in names:
+        assert getattr(x, name) == getattr(t, name), name
 
 
 def test_numpy_array_of_a_tensor_copies_unless_asked_not_to():
@@ -4756,7 +4838,7 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
         tt.set_printoptions(sci_mode=True)
         assert repr(x) == 'tensor([1.23e+00, 2.05e+01])'
         tt.set_printoptions(threshold=5, edgeitems=1, precision=4)
-        assert repr(tt.arange(10.)) == 'tensor([0., ..., 9.])'
+        assert repr(tt.arange(10.)) == 'tensor([0.,  ..., 9.])'  # two spaces, as PyTorch's
     finally:
         tt.set_printoptions(profile='default')
     assert repr(x) == 'tensor([ 1.2346, 20.5000])'

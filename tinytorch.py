@@ -1220,23 +1220,31 @@ def _array_text(a):
         return f'[], size={a.shape}'
     o = _print_options
     threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
+    # A row cut short by a summary reads ',  ...,': PyTorch's element ' ...' where NumPy's is
+    # '...', one character more, so NumPy is given one character less to fill such a line.
+    cut = a.ndim > 0 and a.size > threshold and a.shape[-1] > 2 * o['edgeitems']
+    width = o['linewidth'] - cut
+    # True alone prints as True, as PyTorch's; NumPy pads it to the width of False
+    formatter = {'bool': str} if a.dtype == bool_ and a.all() else {}
     with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
         if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
             sci = o['sci_mode']
-            return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
-                                   max_line_width=o['linewidth'], floatmode='fixed',
-                                   suppress_small=not sci,
-                                   formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
-                                   if sci else None)
-        finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
-        nonzero = finite[finite != 0]
-        wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
-        whole = np.all(finite == np.floor(finite)) and not wide
-        small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
-        return np.array2string(a, separator=', ', prefix='tensor(', precision=4,
-                               max_line_width=80,
-                               floatmode='maxprec_equal' if whole else 'fixed',
-                               suppress_small=not (wide or small))
+            if sci:
+                formatter['float_kind'] = lambda v: f"{v:.{o['precision']}e}"
+            text = np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                                   max_line_width=width, floatmode='fixed',
+                                   suppress_small=not sci, formatter=formatter or None)
+        else:
+            finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
+            nonzero = finite[finite != 0]
+            wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
+            whole = np.all(finite == np.floor(finite)) and not wide
+            small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
+            text = np.array2string(a, separator=', ', prefix='tensor(', precision=4,
+                                   max_line_width=width,
+                                   floatmode='maxprec_equal' if whole else 'fixed',
+                                   suppress_small=not (wide or small), formatter=formatter or None)
+    return text.replace(', ...,', ',  ...,') if cut else text
 
 
 # tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
@@ -5415,7 +5423,14 @@ def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, che
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
-_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
+# x.is_cuda, x.is_xpu, ...: PyTorch's device and layout predicates, as its CPU tensors answer
+_never = property(lambda self: False)
+
+
+_methods(to=_to, device=property(lambda self: _CPU), is_cpu=property(lambda self: True),
+         is_cuda=_never, is_xpu=_never, is_mps=_never, is_meta=_never, is_quantized=_never,
+         is_sparse=_never, is_sparse_csr=_never, is_mkldnn=_never, is_ipu=_never, is_maia=_never,
+         is_mtia=_never, is_vulkan=_never, is_xla=_never, is_nested=_never,
          cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
          pin_memory=lambda self: self,
          __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
