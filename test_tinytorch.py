@@ -2972,6 +2972,18 @@ def test_a_tensors_grad_fn_prints_pytorchs_node_name():
         assert repr(t).endswith(f", grad_fn=<{name}>)") and t.grad_fn.name() == name, (t, name)
     text = lookinside.grad_path(y.sum(), a, file=io.StringIO())
     assert 'matmul' in text and 'relu' in text and 'Backward0' not in text
+
+    class Two(tt.autograd.Function):  # each output of a Function shows the Function's node
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2 * 3
+    u, v = Two.apply(tt.tensor([1., 2.], requires_grad=True))
+    assert repr(u) == "tensor([2., 4.], grad_fn=<TwoBackward>)" and u.grad_fn.name() == 'TwoBackward'
+    assert repr(v).endswith("grad_fn=<TwoBackward>)")
     dot = lookinside.draw_graph(y.sum())
     assert 'matmul' in dot and 'relu' in dot and 'Backward0' not in dot
 

@@ -1260,7 +1260,10 @@ _GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
 def _grad_fn_name(t):
     """PyTorch's name for the node that made t: 'mul' -> 'MulBackward0'. PyTorch numbers
     the variants of an op: sum() is SumBackward0, sum(dim) SumBackward1; max() is
-    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims."""
+    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims.
+    Each output of a Function has the Function's node."""
+    if t._op.endswith(' output') and len(t._parents) == 1:
+        t = t._parents[0]
     op = t._op
     if op.endswith('Backward') or op in ('CopySlices',):  # a Function subclass: its own name
         return _GRAD_FN_NAMES.get(op, op)
