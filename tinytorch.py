@@ -1431,8 +1431,56 @@ def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
+# legacy names: torch.FloatTensor, x.type(), x.new(...)
+_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
+               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
+               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
+               bool_: 'BoolTensor'}
+
+
+class _LegacyTensorType(type):
+    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
+    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
+    isinstance(x, torch.FloatTensor) asks for x's dtype."""
+
+    def __call__(cls, *args):
+        if args and builtins.all(isinstance(a, int) for a in args):
+            return zeros(*args, dtype=cls.dtype)
+        return tensor(args[0] if args else [], dtype=cls.dtype)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+    def __repr__(cls):
+        return f"<class 'torch.{cls.__name__}'>"
+
+
+for _dt, _name in _TYPE_NAMES.items():
+    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
+
+
+def _type(x, dtype=None, non_blocking=False, **kwargs):
+    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
+    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
+    if dtype is None:
+        return 'torch.' + _TYPE_NAMES[x.dtype]
+    if isinstance(dtype, str):
+        name = dtype.rsplit('.', 1)[-1]
+        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
+        if dtype is None:
+            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
+    dtype = getattr(dtype, 'dtype', dtype)
+    return x if x.dtype == dtype else to(x, dtype)
+
+
+def _bfloat16(x, *args, **kwargs):
+    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
+                    "use .float() (float32)")
+
+
 _methods(is_floating_point=is_floating_point, float=lambda self: to(self, float32),
-         double=lambda self: to(self, float64), long=lambda self: to(self, int64))
+         double=lambda self: to(self, float64), long=lambda self: to(self, int64),
+         type=_type, bfloat16=_bfloat16, byte=lambda x: to(x, np.dtype(np.uint8)))
 
 
 # ---------------------------------------------------------------------------
@@ -1491,6 +1539,17 @@ def cos(x):
         return (-g * np.sin(x.array),)
     with np.errstate(invalid='ignore'):  # cos(inf) = nan, silently, as PyTorch
         return from_op(np.cos(x.array), 'cos', (x,), backward, saved=(x,))
+
+
+def tan(x):
+    x = _floating(x)
+    with np.errstate(invalid='ignore'):  # tan(inf) = nan, silently, as PyTorch
+        out = np.tan(x.array)
+
+    def backward(g):
+        """d tan(x)/dx = 1 + tan(x)^2"""
+        return (g * (1 + out * out),)
+    return from_op(out, 'tan', (x,), backward, saves_output=True)
 
 
 def tanh(x):
@@ -2070,6 +2129,19 @@ def all(x, dim=None, keepdim=False):
                             keepdims=keepdim))
 
 
+def equal(input, other):
+    """torch.equal: True if both have the same shape and the same values (nan is not equal
+    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
+    for name, t in (('input', input), ('other', other)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
+                            f"{type(t).__name__}")
+    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
+
+
+multiply = mul
+
+
 _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, log1p=log1p,
          expm1=expm1, erf=erf, gelu=gelu, clamp=clamp, maximum=maximum, minimum=minimum,
          masked_fill=masked_fill, __abs__=abs, clip=clamp, clamp_min=clamp_min,
@@ -2085,7 +2157,9 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, log1p
          __rxor__=bitwise_xor, floor_divide=floor_divide, remainder=remainder, fmod=fmod,
          logical_and=logical_and, logical_or=logical_or, logical_xor=logical_xor,
          __invert__=_bitwise_not, bitwise_not=_bitwise_not, logical_not=logical_not, isnan=isnan,
-         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all)
+         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all,
+         tan=tan, equal=equal, multiply=multiply,
+         where=lambda x, condition, other: where(condition, x, other))
 
 
 # ---------------------------------------------------------------------------
@@ -2576,10 +2650,23 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x.array, axis=d, keepdims=keepdim))
 
 
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
+    gradient)."""
+    if input.ndim != 1 or input.dtype.kind not in 'iu':
+        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
+                           f"{input.dtype}")
+    w = None if weights is None else weights.array
+    out = np.bincount(input.array, w, minlength)
+    return _constant(out.astype(int64 if w is None else
+                                (w.dtype if w.dtype == float32 else float64)))
+
+
 _methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
          std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
          prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
-         argmin=argmin)
+         argmin=argmin,
+         bincount=bincount)
 
 
 # ---------------------------------------------------------------------------
@@ -2813,6 +2900,11 @@ def flatten(x, start_dim=0, end_dim=-1):
     if s == e:
         return x  # nothing to flatten: x itself, as PyTorch returns it
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+def ravel(input):
+    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
+    return reshape(input, -1)
 
 
 def expand(x, *sizes):
@@ -3477,6 +3569,15 @@ def masked_select(x, mask):
                    np.broadcast_to(m, shape))
 
 
+def nonzero(input, *, as_tuple=False):
+    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
+    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
+    if as_tuple:
+        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
+            input.shape or (1,))))
+    return _constant(np.argwhere(input.array).astype(int64))
+
+
 def repeat_interleave(x, repeats, dim=None):
     """Each element (or slice along dim) repeated `repeats` times in place: [1, 2] -> [1, 1, 2, 2]."""
     if dim is None:
@@ -3517,6 +3618,29 @@ def nanmean(x, dim=None, keepdim=False):
         raise TypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
     kept = logical_not(isnan(x))
     return nansum(x, dim, keepdim) / sum(kept, dim, keepdim)
+
+
+def _matmul_of(op, dims):
+    def product(input, other):
+        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if (input.ndim, other.ndim) != (dims, dims):
+            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
+                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
+        if dims == 3 and input.shape[0] != other.shape[0]:
+            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
+                               f"{other.shape[0]})")
+        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
+            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
+                               "cannot be multiplied")
+        return matmul(input, other)
+    product.__name__ = op
+    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
+    return product
+
+
+mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
 
 
 def outer(a, b):
@@ -3709,7 +3833,9 @@ _methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
          outer=outer, unique=unique, ger=outer, nelement=Tensor.numel,
          element_size=lambda self: self.array.itemsize, int=lambda self: to(self, int32),
          bool=lambda self: to(self, bool_), half=lambda self: to(self, float16),
-         type_as=lambda self, other: to(self, other.dtype))
+         type_as=lambda self, other: to(self, other.dtype),
+         ravel=ravel, nonzero=nonzero, mm=mm, bmm=bmm, dot=dot,
+         data_ptr=lambda x: x.array.__array_interface__['data'][0])
 
 
 # ---------------------------------------------------------------------------
@@ -4270,6 +4396,35 @@ def _new_shape_in_place(x, op, make):
     return x
 
 
+def _resize_(x, *sizes, memory_format=None):
+    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
+    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
+    shape = _sizes(sizes)
+    if x.requires_grad:
+        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
+    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
+        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
+                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
+                           "(torch.zeros(...)) or use reshape")
+    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
+
+
+def _addcmul_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 * tensor2"""
+    return x.add_(tensor1 * tensor2 * value)
+
+
+def _addcdiv_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 / tensor2"""
+    return x.add_(tensor1 / tensor2 * value)
+
+
+def _detach_(x):
+    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
+    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
+    return x
+
+
 _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form('exp_', exp),
          log_=_in_place_form('log_', log, reads_input=True), tanh_=_in_place_form('tanh_', tanh),
          sigmoid_=_in_place_form('sigmoid_', sigmoid), sqrt_=_in_place_form('sqrt_', sqrt),
@@ -4294,7 +4449,9 @@ _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form
          fill_=fill_, zero_=zero_, copy_=copy_, clip_=clamp_, __setitem__=setitem,
          __iadd__=lambda self, o: add_(self, o), __isub__=lambda self, o: sub_(self, o),
          __imul__=lambda self, o: mul_(self, o), __itruediv__=lambda self, o: div_(self, o),
-         __ipow__=lambda self, o: pow_(self, o))
+         __ipow__=lambda self, o: pow_(self, o),
+         addcmul_=_addcmul_, addcdiv_=_addcdiv_, detach_=_detach_, resize_=_resize_,
+         tan_=_in_place_form('tan_', tan))
 
 
 # ---------------------------------------------------------------------------
@@ -4565,13 +4722,49 @@ def _new_zeros(self, *size, dtype=None, requires_grad=False):
     return zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
 
+def _normal_(x, mean=0.0, std=1.0, *, generator=None):
+    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
+    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
+    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
+    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
+    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _random_(x, from_=None, to=None, *, generator=None):
+    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
+    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
+    if from_ is None:  # the range the dtype holds exactly
+        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
+                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
+    elif to is None:
+        from_, to = 0, from_
+    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
+
+
+def _new(x, *args):
+    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
+    x's dtype."""
+    if not args:
+        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
+    if builtins.all(isinstance(a, int) for a in args):
+        return zeros(*args, dtype=x.dtype)
+    return tensor(args[0], dtype=x.dtype)
+
+
 _methods(new_zeros=_new_zeros, new_empty=_new_zeros,
          new_ones=lambda self, *size, dtype=None, requires_grad=False: ones(
              *size, dtype=dtype or self.dtype, requires_grad=requires_grad),
          new_full=lambda self, size, fill_value, dtype=None, requires_grad=False: full(
              size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad),
          new_tensor=lambda self, data, dtype=None, requires_grad=False: tensor(
-             data, dtype=dtype or self.dtype, requires_grad=requires_grad))
+             data, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         multinomial=multinomial, normal_=_normal_, uniform_=_uniform_, random_=_random_,
+         new=_new)
 
 
 # Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
@@ -4694,6 +4887,32 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
     return True
 
 
+def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
+                 msg=None, **kwargs):
+    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
+    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
+    float64: 1e-7 both; integers: exact)."""
+    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
+    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
+    if a.shape != b.shape:
+        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
+                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
+    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
+        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
+                             f"{a.dtype} != {b.dtype}.")
+    if (rtol is None) != (atol is None):
+        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
+                         f"no {'rtol' if rtol is None else 'atol'}.")
+    if rtol is None:
+        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
+                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not close.all():
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
+                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
+                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
+                             f"{atol} allowed)")
 # ---------------------------------------------------------------------------
 # 16. Your own op as a class: autograd.Function; autograd.grad and autograd.backward
 # ---------------------------------------------------------------------------
@@ -5056,6 +5275,14 @@ def _next_function(p):
     return (acc, 0)
 
 
+def _variable(data, requires_grad=False, volatile=False):
+    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
+    return data.requires_grad_(True) if requires_grad else data
+
+
+autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
+
+
 _methods(grad_fn=property(_grad_fn))
 
 
@@ -5083,8 +5310,11 @@ class record_function:
 # 18. PyTorch's other forms: x.to(device), print options, histograms
 # ---------------------------------------------------------------------------
 # Tensor methods and functions PyTorch programs reach for that compute nothing new: the
-# device forms of to() (the one device is the CPU), set_printoptions, histogram. (PyTorch's
-# module paths and the stand-ins of a machine without a GPU are compat.py's, section 21.)
+# device forms of to() (the one device is the CPU) and the device predicates, grad mode's
+# other forms (inference_mode, set_grad_enabled), is_tensor and numel, set_printoptions,
+# histogram, pi and e, __version__. (PyTorch's module paths and the stand-ins of a machine
+# without a GPU are compat.py's, section 21. The names teaching code reaches for, which
+# CENSUS.md counts, are each in the section of their subject.)
 import operator  # noqa: E402
 import types  # noqa: E402
 
@@ -5116,6 +5346,41 @@ class inference_mode(no_grad):
 
     def __init__(self, mode=True):
         self.enabled = not mode
+
+
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
+    manager it restores the previous mode at the end, as a decorator it sets the mode for
+    each call of the function only."""
+
+    def __init__(self, mode):
+        global _grad_enabled
+        self._prev, self.enabled = _grad_enabled, bool(mode)
+        _grad_enabled = self.enabled
+
+    def __enter__(self):
+        pass  # already set by __init__
+
+    def __call__(self, fn):
+        global _grad_enabled
+        _grad_enabled = self._prev  # decorating changes nothing now; each call does
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def is_tensor(obj):
+    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """torch.numel: the number of elements."""
+    return input.numel()
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
@@ -5154,280 +5419,14 @@ def histc(input, bins=100, min=0, max=0):
     return histogram(input, bins, range=(float(lo), float(hi))).hist
 
 
-# ---------------------------------------------------------------------------
-# 18b. The names teaching code reaches for
-# ---------------------------------------------------------------------------
-# CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
-# use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
-# one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
-class set_grad_enabled(_GradMode):
-    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
-    manager it restores the previous mode at the end, as a decorator it sets the mode for
-    each call of the function only."""
+# x.is_cuda, x.is_xpu, ...: PyTorch's device and layout predicates, as its CPU tensors answer
+_never = property(lambda self: False)
 
-    def __init__(self, mode):
-        global _grad_enabled
-        self._prev, self.enabled = _grad_enabled, bool(mode)
-        _grad_enabled = self.enabled
-
-    def __enter__(self):
-        pass  # already set by __init__
-
-    def __call__(self, fn):
-        global _grad_enabled
-        _grad_enabled = self._prev  # decorating changes nothing now; each call does
-        enabled = self.enabled
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(enabled):
-                return fn(*args, **kwargs)
-        return wrapper
-
-
-def is_tensor(obj):
-    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
-    return isinstance(obj, Tensor)
-
-
-def numel(input):
-    """torch.numel: the number of elements."""
-    return input.numel()
-
-
-def equal(input, other):
-    """torch.equal: True if both have the same shape and the same values (nan is not equal
-    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
-    for name, t in (('input', input), ('other', other)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
-                            f"{type(t).__name__}")
-    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
-
-
-def ravel(input):
-    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
-    return reshape(input, -1)
-
-
-def _matmul_of(op, dims):
-    def product(input, other):
-        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-        if (input.ndim, other.ndim) != (dims, dims):
-            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
-                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
-        if dims == 3 and input.shape[0] != other.shape[0]:
-            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
-                               f"{other.shape[0]})")
-        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
-            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
-                               "cannot be multiplied")
-        return matmul(input, other)
-    product.__name__ = op
-    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
-    return product
-
-
-mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
-multiply = mul
-
-
-def tan(x):
-    x = _floating(x)
-    with np.errstate(invalid='ignore'):  # tan(inf) = nan, silently, as PyTorch
-        out = np.tan(x.array)
-
-    def backward(g):
-        """d tan(x)/dx = 1 + tan(x)^2"""
-        return (g * (1 + out * out),)
-    return from_op(out, 'tan', (x,), backward, saves_output=True)
-
-
-def nonzero(input, *, as_tuple=False):
-    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
-    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
-    if as_tuple:
-        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
-            input.shape or (1,))))
-    return _constant(np.argwhere(input.array).astype(int64))
-
-
-def bincount(input, weights=None, minlength=0):
-    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
-    gradient)."""
-    if input.ndim != 1 or input.dtype.kind not in 'iu':
-        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
-                           f"{input.dtype}")
-    w = None if weights is None else weights.array
-    out = np.bincount(input.array, w, minlength)
-    return _constant(out.astype(int64 if w is None else
-                                (w.dtype if w.dtype == float32 else float64)))
-
-
-def _normal_(x, mean=0.0, std=1.0, *, generator=None):
-    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
-    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
-    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
-    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
-    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _random_(x, from_=None, to=None, *, generator=None):
-    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
-    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
-    if from_ is None:  # the range the dtype holds exactly
-        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
-                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
-    elif to is None:
-        from_, to = 0, from_
-    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
-
-
-def _addcmul_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 * tensor2"""
-    return x.add_(tensor1 * tensor2 * value)
-
-
-def _addcdiv_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 / tensor2"""
-    return x.add_(tensor1 / tensor2 * value)
-
-
-def _detach_(x):
-    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
-    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
-    return x
-
-
-# legacy names: torch.FloatTensor, x.type(), x.new(...)
-_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
-               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
-               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
-               bool_: 'BoolTensor'}
-
-
-class _LegacyTensorType(type):
-    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
-    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
-    isinstance(x, torch.FloatTensor) asks for x's dtype."""
-
-    def __call__(cls, *args):
-        if args and builtins.all(isinstance(a, int) for a in args):
-            return zeros(*args, dtype=cls.dtype)
-        return tensor(args[0] if args else [], dtype=cls.dtype)
-
-    def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
-
-    def __repr__(cls):
-        return f"<class 'torch.{cls.__name__}'>"
-
-
-for _dt, _name in _TYPE_NAMES.items():
-    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
-
-
-def _type(x, dtype=None, non_blocking=False, **kwargs):
-    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
-    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
-    if dtype is None:
-        return 'torch.' + _TYPE_NAMES[x.dtype]
-    if isinstance(dtype, str):
-        name = dtype.rsplit('.', 1)[-1]
-        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
-        if dtype is None:
-            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
-    dtype = getattr(dtype, 'dtype', dtype)
-    return x if x.dtype == dtype else to(x, dtype)
-
-
-def _new(x, *args):
-    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
-    x's dtype."""
-    if not args:
-        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
-    if builtins.all(isinstance(a, int) for a in args):
-        return zeros(*args, dtype=x.dtype)
-    return tensor(args[0], dtype=x.dtype)
-
-
-def _resize_(x, *sizes, memory_format=None):
-    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
-    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
-    shape = _sizes(sizes)
-    if x.requires_grad:
-        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
-    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
-        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
-                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
-                           "(torch.zeros(...)) or use reshape")
-    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
-
-
-def _bfloat16(x, *args, **kwargs):
-    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
-                    "use .float() (float32)")
-
-
-_methods(ravel=ravel, equal=equal, mm=mm, bmm=bmm, dot=dot, multiply=multiply, tan=tan,
-         nonzero=nonzero, bincount=bincount, multinomial=multinomial, normal_=_normal_,
-         uniform_=_uniform_, random_=_random_, addcmul_=_addcmul_, addcdiv_=_addcdiv_,
-         detach_=_detach_, type=_type, new=_new, bfloat16=_bfloat16, resize_=_resize_,
-         tan_=_in_place_form('tan_', tan), byte=lambda x: to(x, np.dtype(np.uint8)),
-         where=lambda x, condition, other: where(condition, x, other),
-         data_ptr=lambda x: x.array.__array_interface__['data'][0])
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 
 
-def _variable(data, requires_grad=False, volatile=False):
-    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
-    return data.requires_grad_(True) if requires_grad else data
-
-
-autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
-
-
-def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
-                 msg=None, **kwargs):
-    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
-    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
-    float64: 1e-7 both; integers: exact)."""
-    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
-    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
-    if a.shape != b.shape:
-        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
-                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
-    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
-        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
-                             f"{a.dtype} != {b.dtype}.")
-    if (rtol is None) != (atol is None):
-        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
-                         f"no {'rtol' if rtol is None else 'atol'}.")
-    if rtol is None:
-        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
-                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
-    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-    if not close.all():
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
-                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
-                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
-                             f"{atol} allowed)")
-
-
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
-
-
-# x.is_cuda, x.is_xpu, ...: PyTorch's device and layout predicates, as its CPU tensors answer
-_never = property(lambda self: False)
 
 
 _methods(to=_to, device=property(lambda self: _CPU), is_cpu=property(lambda self: True),
