@@ -95,8 +95,8 @@ class Tensor:
     `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
     the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
     `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
-    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter, after
-    from_op below) and `_seq` and `_older` (the order ops ran, and what an in-place op
+    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter,
+    section 6b) and `_seq` and `_older` (the order ops ran, and what an in-place op
     rewrote: _inputs, section 6). A Part I reader can skip the others, explained later:
     `_view` and `_views` in section 11 (views), `_shared` in section 13 (in-place ops).
     """
@@ -171,7 +171,7 @@ def _init_result(out, data, vc=None):
     out._op = None
     out._retains_grad = False
     out.name = None
-    out._saved = ()  # the version counter (_guard_saved, below)
+    out._saved = ()  # the version counter (_guard_saved, section 6b)
     out._vc = [0] if vc is None else vc  # the version counter, shared with views
     out._view = None  # section 11
     out._seq = 0  # the order its op ran (from_op; _inputs, section 6)
@@ -185,7 +185,7 @@ def _methods(**fns):
 
 
 _clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, below): usually none
+_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, section 6b): usually none
 
 
 def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
@@ -194,7 +194,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
 
     `saved` lists the tensors whose values the backward rule reads (inputs, masks,
     indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    _guard_saved (below) guards them against later in-place changes. `view_of`: the
+    _guard_saved (section 6b) guards them against later in-place changes. `view_of`: the
     output is a view of that input's memory (section 11).
     """
     if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
@@ -224,7 +224,7 @@ def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=Fa
             if saved or saves_output:
                 _guard_saved(out, saved, saves_output)
     if _hooks:
-        _watch_op(out, op, parents)  # (below)
+        _watch_op(out, op, parents)  # (section 6b)
     return out
 
 
@@ -1012,7 +1012,7 @@ def _torch_order(shape, *operands):
 def _overlaps(a):
     """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
     as expand makes): PyTorch copies any other tensor in its own order, such a one in the
-    order of an op's result on it (_in_torch_order, section 3: the stride-0 dims keep their
+    order of an op's result on it (_in_torch_order, above: the stride-0 dims keep their
     row-major place, the others are ordered by stride around them)."""
     return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
 
@@ -1135,7 +1135,7 @@ def detach(x):
     return out
 
 
-# -- A tensor as a Python value ------------------------------------------------
+# -- A tensor as a Python value (x.item(), len(x), if x: ...; the table at the end of 6b) -
 def _size(self, dim=None):
     return self.shape if dim is None else self.shape[_dim(dim, self.ndim, 'size')]
 
@@ -1188,10 +1188,6 @@ def _bool(self):
 
 def _iter(self):
     return (self[i] for i in range(len(self)))
-
-
-_methods(size=_size, dim=_dim_count, numel=_numel, __len__=_len, item=_item, numpy=_numpy,
-         tolist=_tolist, __float__=_float, __int__=_int, __bool__=_bool, __iter__=_iter)
 
 
 # -- Printing: as PyTorch prints -----------------------------------------------
@@ -1339,9 +1335,6 @@ def _guard_saved(out, saved, saves_output):
     out._saved = records
 
 
-_methods(_version=property(lambda self: self._vc[0]))  # x._version: how often x was changed
-
-
 # -- The tools' hooks ----------------------------------------------------------
 # The tools in lookinside.py (profile, detect_anomaly) watch every op and every backward
 # rule: `with` puts them in the list _hooks, and then from_op and backward call these two.
@@ -1415,6 +1408,13 @@ def _autocast_call(op, policy, args, kwargs):
 # environment, or tt.fast = False, runs the plain code everywhere.
 fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 
+
+# Part I, continued, gives Tensor these methods: a tensor as a Python value, and x._version
+# (how often x was changed in place: the version counter)
+_methods(size=_size, dim=_dim_count, numel=_numel, __len__=_len, item=_item, numpy=_numpy,
+         tolist=_tolist, __float__=_float, __int__=_int, __bool__=_bool, __iter__=_iter,
+         _version=property(lambda self: self._vc[0]))
+
 # END OF PART I: a working engine. Everything below adds to it.
 
 
@@ -1425,7 +1425,7 @@ fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 # ---------------------------------------------------------------------------
 # 7. Casts by name
 # ---------------------------------------------------------------------------
-# Part I (section 3) has PyTorch's rule for operands of different dtypes and to(dtype);
+# Part I (section 6b) has PyTorch's rule for operands of different dtypes and to(dtype);
 # here are the casts by name (x.float(), ...) and the test for a float dtype.
 def is_floating_point(x):
     return x.dtype.kind == 'f'
@@ -1736,7 +1736,7 @@ def _clamp_per_element(x, lo, hi):
     out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
     if not builtins.all(v.array.flags.c_contiguous for v in inputs):
-        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 3)
+        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 6b)
 
     def backward(g):
         """d clamp/dx = 1 unless x < lo or x > hi (so 1 at a nan); 1/2 at x = lo < hi or lo < hi = x
@@ -1799,7 +1799,7 @@ def where(condition, a, b):
                          f"{tuple(b.shape)} cannot be broadcast together") from None
     c = np.asarray(cond)
     if not (c.flags.c_contiguous and a.array.flags.c_contiguous and b.array.flags.c_contiguous):
-        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 3)
+        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 6b)
 
     def backward(g, sa=a.shape, sb=b.shape):
         """d where(c,a,b)/da = 1 where c, else 0
@@ -2108,7 +2108,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = _operands(a, b)
     out = np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan)
     if not (a.array.flags.c_contiguous and b.array.flags.c_contiguous):
-        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 3)
+        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 6b)
     return _constant(out)
 
 
@@ -2708,7 +2708,7 @@ def _empty_in_layout_of(a, dtype=None):
     another than a's."""
     dtype = a.dtype if dtype is None else dtype
     if _overlaps(a):
-        order = _torch_order(a.shape, a)  # as an op's result on a alone (section 3)
+        order = _torch_order(a.shape, a)  # as an op's result on a alone (section 6b)
     else:
         order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
     return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
@@ -3103,7 +3103,7 @@ _Strided = namedtuple('_Strided', 'ndim shape strides')  # what _torch_order rea
 def _index_laid_out(out, src, items):
     """out = src[items] (slices, None and integer arrays, the ints applied already) as
     PyTorch lays it out: its index kernel orders the dims as an elementwise op does
-    (_torch_order, section 3), over the source with its indexed dims' strides set to 0 and
+    (_torch_order, section 6b), over the source with its indexed dims' strides set to 0 and
     over each index array (its strides on the dims it makes, 0 elsewhere; a list is an
     array, a mask the arrays of its positions). Row-major where all of them are (and for any
     other kind of index)."""
@@ -3340,7 +3340,7 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
-    dtype = result_type(*tensors)  # the promotion rule over all of them (section 3)
+    dtype = result_type(*tensors)  # the promotion rule over all of them (section 6b)
     tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
     parents = tuple(tensors)
     # PyTorch's legacy rule: a tensor of shape (0,) is skipped, whatever the others' shape
@@ -4092,7 +4092,7 @@ def _in_place(x, op, result):
         x.array[...] = result.array  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
-        for hook in _hooks:  # a profile counted the twin under its own name (section 2)
+        for hook in _hooks:  # a profile counted the twin under its own name (section 6b)
             hook.renamed(result, op)
         result._op = op
         _record(x, result)
@@ -5124,7 +5124,7 @@ class autograd:
 
 
 class _Reads:
-    """A tool (section 2's hooks) noting the tensors that require grad an op reads: under
+    """A tool (section 6b's hooks) noting the tensors that require grad an op reads: under
     no_grad those are the function's inputs, its parameters, and tensors from outside."""
 
     def __init__(self):
@@ -5289,7 +5289,7 @@ _methods(grad_fn=property(_grad_fn))
 # ---------------------------------------------------------------------------
 # 17. record_function: a named region for the tools
 # ---------------------------------------------------------------------------
-# A named row in lookinside's profile (the hooks the tools watch through are in section 2).
+# A named row in lookinside's profile (the hooks the tools watch through are in section 6b).
 class record_function:
     """A named row in an active profile for a block that is not an op (the optimizer's
     step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
@@ -5321,7 +5321,7 @@ import types  # noqa: E402
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
     """x.to(dtype), x.to(device), x.to(device, dtype), x.to(other_tensor): PyTorch's forms
-    (this extends Part I's to(dtype), section 2; the one device is the CPU)."""
+    (this extends Part I's to(dtype), section 6b; the one device is the CPU)."""
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
