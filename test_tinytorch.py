@@ -316,6 +316,26 @@ def test_a_readers_first_expression_stays_in_part_one_and_few_sections():
     assert changes <= 18, f"{changes} changes of section: {sections}"
 
 
+def _first_lines(path, names):
+    """The line of the first top-level def or class of each name in the file."""
+    import ast
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    first = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            first.setdefault(node.name, node.lineno)
+    return [first[n] for n in names]
+
+
+def test_the_reader_meets_the_tensor_from_op_and_the_first_op_in_250_lines():
+    """The top of tinytorch.py is the engine's idea: the Tensor, how an op enters the graph
+    (from_op) and the first op (add), in that order, within the first 250 lines (at 3f7c65b
+    they were at lines 151, 299 and 741, after promotion, layout, printing and devices)."""
+    lines = _first_lines(os.path.join(HERE, 'tinytorch.py'), ['Tensor', 'from_op', 'add'])
+    assert lines == sorted(lines) and lines[-1] <= 250, f"Tensor, from_op, add at lines {lines}"
+
+
 _STATED_PART_ONE = [  # (file, what states Part I's length, whether it is a line number or a count)
     ('tinytorch.py', r'"END OF PART I" \(about line ([\d,]+)\)', 'line'),
     ('README.md', r'Part I[^|]*?\(about ([\d,]+) lines', 'lines'),
