@@ -6678,10 +6678,11 @@ _sharing = None  # tuning.py, once tune() turned on sharing the cores with other
 
 def tune():
     """Tune this process for training; the scripts (train_*.py, bench.py) call it first
-    thing. Importing tinytorch changes nothing in the process; this call does, for the whole
-    process: glibc keeps freed memory for reuse, and tinytorch's threads and OpenBLAS's
-    follow the cores other programs leave free. tuning.py, beside this file, holds both
-    (and says why). Returns the names of the settings made."""
+    thing. Importing tinytorch changes no setting of the process (it adds one import
+    finder, section 21); this call does, for the whole process: glibc keeps freed memory for
+    reuse, and tinytorch's threads and OpenBLAS's follow the cores other programs leave free.
+    tuning.py, beside this file, holds both (and says why). Returns the names of the
+    settings made."""
     global _sharing
     tuning = _companion('tuning')
     done = tuning.tune()
