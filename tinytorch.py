@@ -4376,6 +4376,7 @@ def _in_place_form(name, fn, reads_input=False):
     op.__name__ = name
     return op
 
+
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
     becomes that view of its old self."""
