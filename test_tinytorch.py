@@ -3021,6 +3021,31 @@ def test_a_summarised_tensor_prints_two_spaces_before_its_dots():
     rows = repr(tt.arange(1200.).reshape(40, 30)).split('\n')
     assert rows[6] == '        ...,' and rows[0].count(',  ...,') == 1 and len(rows) == 13
     assert max(len(r) for r in rows) <= 80
+    # PyTorch's count of elements a line: floor((80 - indent) / (width + 2)), ' ...' one of them
+    assert repr(tt.arange(1100.).reshape(10, 10, 11)).split('\n')[:2] == [
+        'tensor([[[0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 8.0000e+00,',
+        '          9.0000e+00, 1.0000e+01],']
+    # the format comes from the elements shown: 0.5, hidden, makes no decimals, False no padding
+    x = np.arange(1001, dtype=np.float32)
+    x[500] = 0.5
+    assert repr(tt.tensor(x)) == 'tensor([   0.,    1.,    2.,  ...,  998.,  999., 1000.])'
+    b = np.ones(2000, dtype=bool)
+    b[1000] = False
+    assert repr(tt.tensor(b)) == 'tensor([True, True, True,  ..., True, True, True])'
+
+
+def test_a_tensors_dtype_and_grad_fn_wrap_onto_a_line_of_their_own_as_pytorchs():
+    """What follows the values (dtype=..., grad_fn=...) goes on a new line, indented under
+    the values, where it would pass 80 characters."""
+    half = lambda n: tt.tensor(np.full(n, 0.5), requires_grad=True) * 3  # noqa: E731
+    assert repr(half(7)) == ('tensor([1.5000, 1.5000, 1.5000, 1.5000, 1.5000, 1.5000, 1.5000],\n'
+                             '       dtype=torch.float64, grad_fn=<MulBackward0>)')
+    assert repr(half(5)) == ('tensor([1.5000, 1.5000, 1.5000, 1.5000, 1.5000], dtype=torch.float64,\n'
+                             '       grad_fn=<MulBackward0>)')
+    assert repr(half(2)) == 'tensor([1.5000, 1.5000], dtype=torch.float64, grad_fn=<MulBackward0>)'
+    assert repr(tt.arange(2000, dtype=tt.float64)) == (
+        'tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n'
+        '        1.9990e+03], dtype=torch.float64)')
 
 
 def _summarised_cases():
@@ -3030,14 +3055,12 @@ def _summarised_cases():
         cases += [np.arange(n, dtype=np.float32), np.arange(n, dtype=np.int64),
                   (np.arange(n, dtype=np.float32) / 7).astype(np.float32),
                   rng.standard_normal(n).astype(np.float32)]
-    for shape in [(2, 1000), (40, 30), (1001, 2), (3, 400), (1100, 1)]:
+    for shape in [(2, 1000), (40, 30), (1001, 2), (3, 400), (1100, 1), (10, 10, 11), (3, 7, 50)]:
         n = int(np.prod(shape))
         cases += [np.arange(n, dtype=np.float32).reshape(shape),
                   np.arange(n, dtype=np.int64).reshape(shape) - 500,
-                  np.ones(shape, dtype=bool)]
-    # (PyTorch puts a fixed number of elements on each line, its ' ...' counted as one: where
-    # a wide element leaves NumPy room for one more beside '...', tinytorch wraps a line later:
-    # rng.standard_normal((3, 400)) * 100 and arange(1100.).reshape(10, 10, 11) do.)
+                  (rng.standard_normal(shape) * 100).astype(np.float32),
+                  rng.standard_normal(shape), rng.random(shape) > 0.001]
     return cases
 
 
@@ -3045,6 +3068,11 @@ def test_summarised_tensors_print_as_pytorch_prints_them():
     torch = need_torch()
     for a in _summarised_cases():
         assert repr(tt.tensor(a)) == repr(torch.from_numpy(a)), (a.dtype, a.shape)
+    for n in (2, 5, 6, 7, 12):  # dtype= and grad_fn= where the line ends
+        a = np.full(n, 0.5)
+        ours = tt.tensor(a, requires_grad=True) * 3
+        theirs = torch.tensor(a, requires_grad=True) * 3
+        assert repr(ours) == repr(theirs) and repr(ours.sum()) == repr(theirs.sum()), n
 
 
 def test_load_reads_a_file_pytorch_saved(tmp_path):

@@ -3,7 +3,7 @@
 Read this file top to bottom. Part I is the engine as it runs: the Tensor, how an op
 enters the graph (from_op) and the first op, add, come first; then mul, matmul, sum, exp,
 log and relu, each with its backward rule; then backward. A reader who stops at the line
-"END OF PART I" (about line 1,400) has seen everything a gradient needs; every name Part I
+"END OF PART I" (about line 1,450) has seen everything a gradient needs; every name Part I
 uses is defined there once, in the form that runs, and it calls nothing below it (a test
 runs the same programs on it alone and on the whole file).
 
@@ -134,14 +134,13 @@ class Tensor:
 
     __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
 
-    def __repr__(self):
-        body = _array_text(self.array)  # the values, as PyTorch prints them (section 6b)
-        extra = f', dtype=torch.{self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
+    def __repr__(self):  # as PyTorch prints it (section 6b: _tensor_text, _grad_fn_name)
+        extra = [f'dtype=torch.{self.dtype}'] if self.dtype not in (default_dtype, int64, bool_) else []
         if self._backward is not None:
-            extra += f', grad_fn=<{_grad_fn_name(self)}>'  # PyTorch's name (section 6b)
+            extra.append(f'grad_fn=<{_grad_fn_name(self)}>')  # PyTorch's name for the node
         elif self.requires_grad:
-            extra += ', requires_grad=True'
-        return f'tensor({body}{extra})'
+            extra.append('requires_grad=True')
+        return _tensor_text(self.array, extra)
 
     def requires_grad_(self, requires_grad=True):
         if requires_grad and self.array.dtype.kind not in 'fc':
@@ -1207,6 +1206,21 @@ _PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, s
 _print_options = dict(_PRINT_DEFAULTS)
 
 
+def _tensor_text(a, suffixes):
+    """tensor(values, suffix, ...) as PyTorch writes it: a suffix (dtype=..., grad_fn=...) that
+    would pass the line width goes on a line of its own."""
+    text = 'tensor(' + _array_text(a)
+    last = len(text) - text.rfind('\n') + 1  # the last line's length, as PyTorch counts it
+    for suffix in suffixes:
+        if last + len(suffix) + 2 > _print_options['linewidth']:
+            text += ',\n' + ' ' * len('tensor(') + suffix
+            last = len('tensor(') + len(suffix)
+        else:
+            text += ', ' + suffix
+            last += len(suffix) + 2
+    return text + ')'
+
+
 def _array_text(a):
     """A tensor's values as PyTorch prints them: 4 decimals, or e-notation where the
     magnitudes span more than 1000x (or pass 1e8, or go under 1e-4); floats that are whole
@@ -1216,12 +1230,13 @@ def _array_text(a):
         return f'[], size={a.shape}'
     o = _print_options
     threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
-    # A row cut short by a summary reads ',  ...,': PyTorch's element ' ...' where NumPy's is
-    # '...', one character more, so NumPy is given one character less to fill such a line.
+    # a row cut short by a summary ('...' in it) is laid out as PyTorch's (_summarised_rows)
     cut = a.ndim > 0 and a.size > threshold and a.shape[-1] > 2 * o['edgeitems']
-    width = o['linewidth'] - cut
+    width = o['linewidth']
+    # the format is chosen from the elements shown, as PyTorch's (a summary hides the rest)
+    shown = _shown(a, o['edgeitems']) if a.size > threshold else a
     # True alone prints as True, as PyTorch's; NumPy pads it to the width of False
-    formatter = {'bool': str} if a.dtype == bool_ and a.all() else {}
+    formatter = {'bool': str} if a.dtype == bool_ and shown.all() else {}
     with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
         if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
             sci = o['sci_mode']
@@ -1231,7 +1246,7 @@ def _array_text(a):
                                    max_line_width=width, floatmode='fixed',
                                    suppress_small=not sci, formatter=formatter or None)
         else:
-            finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
+            finite = np.abs(shown[np.isfinite(shown)]) if a.dtype.kind == 'f' else np.ones(1)
             nonzero = finite[finite != 0]
             wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
             whole = np.all(finite == np.floor(finite)) and not wide
@@ -1240,7 +1255,41 @@ def _array_text(a):
                                    max_line_width=width,
                                    floatmode='maxprec_equal' if whole else 'fixed',
                                    suppress_small=not (wide or small), formatter=formatter or None)
-    return text.replace(', ...,', ',  ...,') if cut else text
+    return _summarised_rows(text, a.ndim, width) if cut else text
+
+
+def _shown(a, edge):
+    """The elements a summary shows: the first and last `edge` along every longer dim."""
+    for d, n in enumerate(a.shape):
+        if n > 2 * edge:
+            a = np.take(a, np.r_[0:edge, n - edge:n], axis=d)
+    return a
+
+
+def _summarised_rows(text, ndim, width):
+    """NumPy's text of a tensor whose rows a summary cut short, each row laid out again as
+    PyTorch lays it out: its elements right-aligned to one width w, the summary an element
+    ' ...' of its own ('...' in NumPy), and floor((width - indent) / (w + 2)) elements on
+    each line (NumPy fills each line instead)."""
+    indent = len('tensor(') + ndim - 1  # where a row's elements start, after its brackets
+    wrap = '\n' + ' ' * (indent + 1)
+
+    def row(inside):
+        items = inside.replace(',' + wrap, ', ').split(', ')
+        w = builtins.max(len(t) for t in items if t != '...')
+        items = [' ...' if t == '...' else t.rjust(w) for t in items]
+        per_line = builtins.max(1, (width - indent) // (w + 2))
+        lines = [', '.join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+        return '[' + (',' + wrap).join(lines) + ']'
+    pieces, done = [], 0  # each innermost [...] (no bracket inside) is a row
+    close = text.find(']')
+    while close >= 0:
+        start = text.rfind('[', done, close)
+        if start >= 0:
+            pieces += [text[done:start], row(text[start + 1:close])]
+            done = close + 1
+        close = text.find(']', close + 1)
+    return ''.join(pieces) + text[done:]
 
 
 # tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
