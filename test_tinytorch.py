@@ -1025,6 +1025,103 @@ def test_part_one_calls_nothing_defined_below_it():
         assert later not in ns
 
 
+def _tinytorch_lines():
+    with open(os.path.join(HERE, 'tinytorch.py')) as f:
+        return f.read().split('\n')
+
+
+def _part_one_end_line():
+    """The line number of Part I's end marker."""
+    return next(n for n, line in enumerate(_tinytorch_lines(), 1) if line.startswith(PART_I_END))
+
+
+def _trace_in_tinytorch(fn):
+    """Run fn() and list the calls it makes into tinytorch.py's own functions, in order:
+    (first line, name) of each (a lambda, a comprehension and a generator's resumption
+    included: sys.setprofile sees every frame Python starts)."""
+    calls, path = [], tt.__file__
+
+    def watch(frame, event, arg):
+        if event == 'call' and frame.f_code.co_filename == path:
+            calls.append((frame.f_code.co_firstlineno, frame.f_code.co_name))
+    before = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        fn()
+    finally:
+        sys.setprofile(before)
+    return calls
+
+
+def test_a_readers_first_expression_stays_in_part_one_and_few_sections():
+    """A reader follows `(a @ b).relu().sum().backward()` through the file: every function it
+    runs is in Part I, and the path is short. At 3f7c65b it made 70 calls into 32 functions,
+    one of them (relu, and its rule) in Part II, over 6 sections, changing section 27 times
+    (a "section" is a numbered `# N. title` header)."""
+    lines = _tinytorch_lines()
+    headers = [(n, line) for n, line in enumerate(lines, 1) if re.match(r'# \d+[a-z]?\. ', line)]
+    end = _part_one_end_line()
+
+    def section(line):
+        return [title for n, title in headers if n <= line][-1]
+    a = tt.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 4 - 0.5, requires_grad=True)
+    b = tt.tensor(np.arange(6, dtype=np.float32).reshape(3, 2) / 3 - 1, requires_grad=True)
+    calls = _trace_in_tinytorch(lambda: (a @ b).relu().sum().backward())
+    assert a.grad is not None and b.grad is not None and np.abs(a.grad.array).sum() > 0
+    below = sorted({f"{name} (line {n})" for n, name in calls if n >= end})
+    assert not below, f"the path leaves Part I (which ends at line {end}): {below}"
+    functions = set(calls)
+    sections = [section(n) for n, _ in calls]
+    changes = builtins_module().sum(1 for s, t in zip(sections, sections[1:]) if s != t)
+    assert len(functions) <= 24, f"{len(functions)} functions: {sorted(functions)}"
+    assert changes <= 18, f"{changes} changes of section: {sections}"
+
+
+def _first_lines(path, names):
+    """The line of the first top-level def or class of each name in the file."""
+    import ast
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    first = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            first.setdefault(node.name, node.lineno)
+    return [first[n] for n in names]
+
+
+def test_the_reader_meets_the_tensor_from_op_and_the_first_op_in_250_lines():
+    """The top of tinytorch.py is the engine's idea: the Tensor, how an op enters the graph
+    (from_op) and the first op (add), in that order, within the first 250 lines (at 3f7c65b
+    they were at lines 151, 299 and 741, after promotion, layout, printing and devices)."""
+    lines = _first_lines(os.path.join(HERE, 'tinytorch.py'), ['Tensor', 'from_op', 'add'])
+    assert lines == sorted(lines) and lines[-1] <= 250, f"Tensor, from_op, add at lines {lines}"
+
+
+_STATED_PART_ONE = [  # (file, what states Part I's length, whether it is a line number or a count)
+    ('tinytorch.py', r'"END OF PART I" \(about line ([\d,]+)\)', 'line'),
+]  # the READMEs' one sentence: test_readmes_are_maps_and_state_part_ones_length
+PART_ONE_TOLERANCE = 50  # lines: "about" rounds to 50
+
+
+@pytest.mark.parametrize("path, pattern, kind", _STATED_PART_ONE, ids=[p for p, _, _ in _STATED_PART_ONE])
+def test_the_stated_length_of_part_one_is_its_length(path, pattern, kind):
+    """The module docstring says where Part I ends (the line of its end marker); a README
+    that states how long Part I is must state it within PART_ONE_TOLERANCE lines. A file that
+    states no length passes (the README may leave it out); the docstring must state it."""
+    if not os.path.exists(os.path.join(HERE, path)):
+        pytest.skip(f"no {path}")
+    with open(os.path.join(HERE, path), encoding='utf-8') as f:
+        text = f.read()
+    found = re.findall(pattern, text)
+    if path == 'tinytorch.py':
+        assert len(found) == 1, "the docstring states once where Part I ends"
+    end = _part_one_end_line()
+    for figure in found:
+        stated = int(figure.replace(',', ''))
+        assert abs(stated - end) <= PART_ONE_TOLERANCE, \
+            f"{path} says Part I is about {figure} {kind}; its end marker is at line {end}"
+
+
 def _shared_programs():
     """Programs in the engine's own words (T is the library), each returning what it
     computed: tensors (their values and dtypes are compared) or gradients."""
@@ -1365,7 +1462,7 @@ def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
                   if isinstance(call, ast.Call) and getattr(call.func, 'id', None) == 'from_op'
                   and isinstance(call.args[1], ast.Constant)}
     assert registered >= {'add', 'sub', 'mul', 'div', 'pow', 'neg', 'matmul', 'sum', 'mean',
-                          'exp', 'log'}
+                          'exp', 'log', 'relu'}
     rng = np.random.default_rng(0)
     a, b = rng.uniform(0.5, 2, (3, 4)), rng.uniform(0.5, 2, (4,))
     m = rng.standard_normal((4, 2))
@@ -1381,6 +1478,7 @@ def test_part_one_alone_runs_every_op_it_defines_with_gradchecks():
         (lambda x: x.sum(), a), (lambda x: x.sum(1, keepdim=True), a),
         (lambda x: x.sum(0, dtype=np.float64), a), (lambda x: x.mean(dtype=np.float64), a),
         (lambda x: x.mean(0), a), (lambda x: x.exp(), a), (lambda x: x.log(), a),
+        (lambda x: (x - 1.2).relu(), a), (lambda x, y: (x @ y).relu(), a, m),
     ]
     for fn, *arrays in cases:
         out, ops = _part_one_gradcheck(T, fn, *arrays)
@@ -3088,7 +3186,7 @@ def test_tensor_attributes():
     assert x.shape == (2, 2) and x.ndim == 2 and len(x) == 2 and x.T.shape == (2, 2)
     assert x[1, 0].item() == 3.0
     assert "requires_grad=True" in repr(x)
-    assert "grad_fn=<mul>" in repr(x * 2)
+    assert "grad_fn=<MulBackward0>" in repr(x * 2)
     assert "float64" in repr(tt.tensor(np.ones(2)))
     with pytest.raises(RuntimeError, match="detach"):
         x.numpy()
@@ -3638,6 +3736,105 @@ def test_tensors_print_as_pytorch_prints_them():
     assert repr(tt.zeros(2, 0)) == repr(torch.zeros(2, 0))
 
 
+def test_a_tensors_grad_fn_prints_pytorchs_node_name():
+    """repr shows the node's PyTorch name (y.grad_fn.name()), as PyTorch prints it;
+    grad_path and draw_graph keep tinytorch's own op names (matmul, relu)."""
+    a, b = tt.ones(2, 3, requires_grad=True), tt.ones(3, 2, requires_grad=True)
+    y = (a @ b).relu()
+    assert repr(a @ b) == "tensor([[3., 3.],\n        [3., 3.]], grad_fn=<MmBackward0>)"
+    assert repr(y.sum()) == "tensor(12., grad_fn=<SumBackward0>)"
+    assert repr(a.sum(1)) == "tensor([3., 3.], grad_fn=<SumBackward1>)"
+    assert repr(a.mean()) == "tensor(1., grad_fn=<MeanBackward0>)"
+    assert repr(tt.ones(3, requires_grad=True) @ tt.ones(3)) == "tensor(3., grad_fn=<DotBackward0>)"
+    for t, name in ((a + 1, 'AddBackward0'), (a * 2, 'MulBackward0'), (y, 'ReluBackward0'),
+                    (a.exp(), 'ExpBackward0'), (a.reshape(6), 'ViewBackward0'),
+                    (a.clamp(0, 1), 'ClampBackward1')):
+        assert repr(t).endswith(f", grad_fn=<{name}>)") and t.grad_fn.name() == name, (t, name)
+    text = lookinside.grad_path(y.sum(), a, file=io.StringIO())
+    assert 'matmul' in text and 'relu' in text and 'Backward0' not in text
+
+    class Two(tt.autograd.Function):  # each output of a Function shows the Function's node
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            return g1 * 2 + g2 * 3
+    u, v = Two.apply(tt.tensor([1., 2.], requires_grad=True))
+    assert repr(u) == "tensor([2., 4.], grad_fn=<TwoBackward>)" and u.grad_fn.name() == 'TwoBackward'
+    assert repr(v).endswith("grad_fn=<TwoBackward>)")
+    dot = lookinside.draw_graph(y.sum())
+    assert 'matmul' in dot and 'relu' in dot and 'Backward0' not in dot
+
+
+def test_a_summarised_tensor_prints_two_spaces_before_its_dots():
+    """A row cut short by a summary reads ',  ...,' (PyTorch's element ' ...'), and the line
+    still wraps at 80 characters; a tensor of True alone prints True unpadded."""
+    assert repr(tt.arange(2000.)) == ('tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, '
+                                      '1.9980e+03,\n        1.9990e+03])')
+    assert repr(tt.arange(1001)) == 'tensor([   0,    1,    2,  ...,  998,  999, 1000])'
+    assert repr(tt.ones(2, 1000, dtype=tt.bool_)) == ('tensor([[True, True, True,  ..., True, True, True],\n'
+                                                       '        [True, True, True,  ..., True, True, True]])')
+    assert repr(tt.tensor([True, True])) == 'tensor([True, True])'
+    assert repr(tt.tensor([True, False])) == 'tensor([ True, False])'
+    rows = repr(tt.arange(1200.).reshape(40, 30)).split('\n')
+    assert rows[6] == '        ...,' and rows[0].count(',  ...,') == 1 and len(rows) == 13
+    assert max(len(r) for r in rows) <= 80
+    # PyTorch's count of elements a line: floor((80 - indent) / (width + 2)), ' ...' one of them
+    assert repr(tt.arange(1100.).reshape(10, 10, 11)).split('\n')[:2] == [
+        'tensor([[[0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 8.0000e+00,',
+        '          9.0000e+00, 1.0000e+01],']
+    # the format comes from the elements shown: 0.5, hidden, makes no decimals, False no padding
+    x = np.arange(1001, dtype=np.float32)
+    x[500] = 0.5
+    assert repr(tt.tensor(x)) == 'tensor([   0.,    1.,    2.,  ...,  998.,  999., 1000.])'
+    b = np.ones(2000, dtype=bool)
+    b[1000] = False
+    assert repr(tt.tensor(b)) == 'tensor([True, True, True,  ..., True, True, True])'
+
+
+def test_a_tensors_dtype_and_grad_fn_wrap_onto_a_line_of_their_own_as_pytorchs():
+    """What follows the values (dtype=..., grad_fn=...) goes on a new line, indented under
+    the values, where it would pass 80 characters."""
+    half = lambda n: tt.tensor(np.full(n, 0.5), requires_grad=True) * 3  # noqa: E731
+    assert repr(half(7)) == ('tensor([1.5000, 1.5000, 1.5000, 1.5000, 1.5000, 1.5000, 1.5000],\n'
+                             '       dtype=torch.float64, grad_fn=<MulBackward0>)')
+    assert repr(half(5)) == ('tensor([1.5000, 1.5000, 1.5000, 1.5000, 1.5000], dtype=torch.float64,\n'
+                             '       grad_fn=<MulBackward0>)')
+    assert repr(half(2)) == 'tensor([1.5000, 1.5000], dtype=torch.float64, grad_fn=<MulBackward0>)'
+    assert repr(tt.arange(2000, dtype=tt.float64)) == (
+        'tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n'
+        '        1.9990e+03], dtype=torch.float64)')
+
+
+def _summarised_cases():
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in (1001, 1002, 1005, 1010, 2000, 5000):
+        cases += [np.arange(n, dtype=np.float32), np.arange(n, dtype=np.int64),
+                  (np.arange(n, dtype=np.float32) / 7).astype(np.float32),
+                  rng.standard_normal(n).astype(np.float32)]
+    for shape in [(2, 1000), (40, 30), (1001, 2), (3, 400), (1100, 1), (10, 10, 11), (3, 7, 50)]:
+        n = int(np.prod(shape))
+        cases += [np.arange(n, dtype=np.float32).reshape(shape),
+                  np.arange(n, dtype=np.int64).reshape(shape) - 500,
+                  (rng.standard_normal(shape) * 100).astype(np.float32),
+                  rng.standard_normal(shape), rng.random(shape) > 0.001]
+    return cases
+
+
+def test_summarised_tensors_print_as_pytorch_prints_them():
+    torch = need_torch()
+    for a in _summarised_cases():
+        assert repr(tt.tensor(a)) == repr(torch.from_numpy(a)), (a.dtype, a.shape)
+    for n in (2, 5, 6, 7, 12):  # dtype= and grad_fn= where the line ends
+        a = np.full(n, 0.5)
+        ours = tt.tensor(a, requires_grad=True) * 3
+        theirs = torch.tensor(a, requires_grad=True) * 3
+        assert repr(ours) == repr(theirs) and repr(ours.sum()) == repr(theirs.sum()), n
+
+
 def test_load_reads_a_file_pytorch_saved(tmp_path):
     """A checkpoint trained in PyTorch loads into the same model written for tinytorch."""
     torch = need_torch()
@@ -3675,6 +3872,29 @@ def test_devices_formats_and_randint_forms_match_pytorch():
     for to_args in (('cpu', tt.float64), (tt.float64,)):
         t_args = tuple(torch.float64 if a is tt.float64 else a for a in to_args)
         assert str(x.to(*to_args).dtype) == str(y.to(*t_args).dtype).replace('torch.', '')
+
+
+_NOT_ON_THIS_MACHINE = ('is_cuda', 'is_xpu', 'is_mps', 'is_meta', 'is_quantized', 'is_sparse',
+                        'is_sparse_csr', 'is_mkldnn', 'is_ipu', 'is_maia', 'is_mtia', 'is_vulkan',
+                        'is_xla', 'is_nested')
+
+
+def test_device_predicates_answer_as_on_pytorchs_cpu():
+    """x.is_cuda, x.is_xpu, ...: False, as PyTorch's CPU tensor answers; x.is_cpu: True
+    (current pytorch/examples read is_xpu beside is_cuda)."""
+    for x in (tt.ones(2), tt.ones(2, requires_grad=True) * 2, tt.tensor([1, 2])):
+        assert x.is_cpu is True
+        for name in _NOT_ON_THIS_MACHINE:
+            assert getattr(x, name) is False, name
+
+
+def test_device_predicates_match_pytorch():
+    torch = need_torch()
+    t, x = torch.ones(2), tt.ones(2)
+    names = [n for n in dir(torch.Tensor) if n.startswith('is_') and not callable(getattr(t, n))]
+    assert set(names) >= set(_NOT_ON_THIS_MACHINE) | {'is_cpu'}
+    for name in names:
+        assert getattr(x, name) == getattr(t, name), name
 
 
 def test_numpy_array_of_a_tensor_copies_unless_asked_not_to():
@@ -5438,7 +5658,7 @@ def test_set_printoptions_and_torch_testing_and_refused_modules():
         tt.set_printoptions(sci_mode=True)
         assert repr(x) == 'tensor([1.23e+00, 2.05e+01])'
         tt.set_printoptions(threshold=5, edgeitems=1, precision=4)
-        assert repr(tt.arange(10.)) == 'tensor([0., ..., 9.])'
+        assert repr(tt.arange(10.)) == 'tensor([0.,  ..., 9.])'  # two spaces, as PyTorch's
     finally:
         tt.set_printoptions(profile='default')
     assert repr(x) == 'tensor([ 1.2346, 20.5000])'
@@ -6544,6 +6764,28 @@ def test_the_import_rule_takes_companions_from_tinytorchs_folder(tmp_path):
         f"ImportError: tinytorch: this path needs data.py, and there is none beside tinytorch.py "
         f"(in {alone}); copy data.py from the tinytorch project into that folder")
     assert not (alone / 'imported_data').exists()
+
+
+def test_importing_tinytorch_adds_one_finder_and_loads_compat_on_first_use():
+    """The module docstring's words: importing tinytorch adds one finder to sys.meta_path,
+    which answers only for names under tinytorch, and loads nothing else (compat.py comes
+    with the first PyTorch-style import); importing twice adds no second finder."""
+    code = textwrap.dedent("""
+        import sys
+        before, modules = list(sys.meta_path), set(sys.modules)
+        import tinytorch, importlib
+        importlib.reload(tinytorch)
+        added = [f for f in sys.meta_path if f not in before]
+        print([getattr(f, '__qualname__', f) for f in added])
+        print(sorted(set(sys.modules) & {'compat', 'tinytorch._compat', 'nn', 'tuning', 'amp'}))
+        print(added[0].find_spec('json.decoder'), added[0].find_spec('tinytorchx.nn'))
+        import tinytorch.nn.functional as F
+        print('compat' in sys.modules, hasattr(F, 'relu'))
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["['_Submodules']", '[]', 'None None', 'True True']
 
 
 def test_the_import_rule_answers_only_for_tinytorch_paths():
