@@ -3736,7 +3736,7 @@ def test_tensors_print_as_pytorch_prints_them():
     assert repr(tt.zeros(2, 0)) == repr(torch.zeros(2, 0))
 
 
-def test_a_tensors_grad_fn_prints_pytorchs_node_name():
+def test_a_tensors_grad_fn_prints_the_node_name_torch_prints():
     """repr shows the node's PyTorch name (y.grad_fn.name()), as PyTorch prints it;
     grad_path and draw_graph keep tinytorch's own op names (matmul, relu)."""
     a, b = tt.ones(2, 3, requires_grad=True), tt.ones(3, 2, requires_grad=True)
