@@ -1,25 +1,23 @@
 """nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
 
-  1. Parameter and Module (parameters, train/eval, state_dict, repr)
-  2. layers: Linear, Embedding, LayerNorm, Dropout, activations (ELU, SELU, Hardtanh,
-     ReLU6, Softmax, ...), containers; pad, normalize, cosine_similarity; for images
-     Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
+  1. Parameter and Module (parameters, train/eval, state_dict, repr); containers
+     (Sequential, ModuleList, ModuleDict, ...) and DataParallel (on the CPU: the module)
+  2. layers: Linear, LazyLinear, Embedding, LayerNorm, Dropout, Dropout2d, activations
+     (ELU, SELU, Hardtanh, ReLU6, Softmax, ...); pad, ReflectionPad2d, normalize,
+     cosine_similarity; for images Conv1d, Conv2d, ConvTranspose2d, MaxPool1d/2d,
+     AvgPool2d, AdaptiveAvgPool2d, BatchNorm1d/2d, InstanceNorm2d, Flatten; resizing
+     them: interpolate (nearest, linear, bilinear, trilinear), Upsample, PixelShuffle
   3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
-     tanh), and RNN, LSTM, GRU (a loop of the cell over time)
+     tanh), and RNN, LSTM, GRU (a loop of the cell over time); batches of sequences of
+     different lengths (pad_sequence, PackedSequence, pack_padded_sequence, ...)
   4. attention and the Transformer as PyTorch's modules: scaled_dot_product_attention,
      MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder /
      Decoder, Transformer
   5. losses: mse_loss, l1_loss, smooth_l1_loss, huber_loss, cross_entropy (fused),
-     nll_loss, kl_div, binary_cross_entropy_with_logits
+     nll_loss, kl_div, binary_cross_entropy (BCELoss), binary_cross_entropy_with_logits
   6. initialisers (nn.init.normal_, xavier_uniform_, ...)
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
-  7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
-     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate (nearest,
-     linear, bilinear, trilinear), Upsample, max_pool1d, PixelShuffle, ReflectionPad2d,
-     pad_sequence,
-     packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
-     DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
      one direction of a recurrent layer as one op (the same numbers as section 3's)
 
@@ -628,6 +626,19 @@ class ParameterDict(_DictOf):
         return '\n'.join(f"  ({k}): {_describe(p)}" for k, p in self._own('parameters'))
 
 
+class DataParallel(Module):
+    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
+    this process. The model is self.module, so state_dict keys start with 'module.' as in
+    PyTorch (a checkpoint saved from one loads into the other)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        self.module = module
+        self.device_ids = []  # PyTorch's, when there is no GPU
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
+
+
 def _as_parameter(value):
     return Parameter(value) if isinstance(value, Tensor) and not isinstance(value, Parameter) \
         else value
@@ -696,6 +707,24 @@ class Linear(Module):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class LazyLinear(Linear):
+    """A Linear whose in_features is read from its first input (make the optimizer after
+    one forward pass, as in PyTorch)."""
+
+    def __init__(self, out_features, bias=True, dtype=None):
+        self.in_features, self.out_features = 0, out_features
+        self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
+        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        if self.in_features == 0:
+            self.in_features = x.shape[-1]
+            self.weight = Parameter(tt.zeros(self.out_features, self.in_features,
+                                             dtype=self.weight.dtype))
+            self.reset_parameters()
+        return super().forward(x)
 
 
 def embedding(idx, weight):
@@ -845,6 +874,22 @@ def dropout_mask(shape, p, dtype):
     return mask
 
 
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
+    1/(1-p). An input of 3 dims is read as (N, C, L), with PyTorch's warning (PyTorch 2.15
+    does so, though a later release may read it as one image (C, H, W))."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-"
+                      "wise 1D dropout behavior is desired - input is interpreted as shape (N, "
+                      "C, L), where C is the channel dim (use dropout1d for that)")
+    if not training or p == 0:
+        return input
+    mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
+    return input * tt.tensor(mask)
+
+
 class Dropout(Module):
     def __init__(self, p=0.5):
         if not 0 <= p < 1:
@@ -856,6 +901,11 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}"
+
+
+class Dropout2d(Dropout):
+    def forward(self, x):
+        return dropout2d(x, self.p, self.training)
 
 
 class ReLU(Module):
@@ -1141,6 +1191,19 @@ def _pad_constant(input, pairs, value):
     return from_op(out, 'pad', (input,), backward)
 
 
+class ReflectionPad2d(Module):
+    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
+
+    def __init__(self, padding):
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x):
+        return pad(x, self.padding, mode='reflect')
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """input / max(norm_p(input over dim), eps): unit vectors along dim."""
     if out is not None:
@@ -1212,6 +1275,46 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     return out.reshape(n, o, oh, ow)
 
 
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
+    if groups != 1:
+        raise NotImplementedError("conv1d: groups > 1 is not supported (tinytorch's "
+                                  "convolutions have one group)")
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
+                         f"got {tuple(input.shape)} and {tuple(weight.shape)}")
+    if input.ndim == 2:  # one unbatched sequence
+        return conv1d(input[None], weight, bias, stride, padding, dilation)[0]
+    one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
+    pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
+    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
+                  one(dilation)).squeeze(2)
+
+
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
+    (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
+    Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
+    pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
+    if groups != 1:
+        raise NotImplementedError("conv_transpose2d: groups > 1 is not supported")
+    _image(input, 'conv_transpose2d', weight.shape[0])
+    n, c, h, w = input.shape
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
+        (stride, 'stride'), (padding, 'padding'), (output_padding, 'output_padding'),
+        (dilation, 'dilation')))
+    kh, kw = weight.shape[2:]
+    x = input.reshape(n, c, h, 1, w, 1)
+    x = pad(x, (0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, c, h * sh, w * sw)
+    x = x[:, :, :(h - 1) * sh + 1, :(w - 1) * sw + 1]  # s - 1 zeros between neighbours
+    qh, qw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    x = pad(x, (qw, qw + opw, qh, qh + oph))  # a negative amount crops
+    return conv2d(x, weight.transpose(0, 1).flip(2, 3), bias, 1, 0, (dh, dw))
+
+
 def _pool_check(input, kernel_size, stride, padding, dilation, op):
     """The pool's window; a wrong input or padding is refused in one line."""
     _image(input, op)
@@ -1229,6 +1332,15 @@ def _pool_windows(input, win):
     cols = tt.unfold(input.reshape(n * c, 1, h, w), win.kernel, win.dilation, win.padding,
                      win.stride)
     return cols, (n, c) + win.out
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
+    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
+    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
+    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
+                     one(stride if stride is not None else kernel_size),
+                     (0, one(padding)[1]), one(dilation))
+    return out.squeeze(-2)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
@@ -1250,6 +1362,22 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0):
     cols, shape = _pool_windows(input, _pool_check(input, kernel_size, stride, padding, 1,
                                                    'avg_pool2d'))
     return cols.mean(dim=1).reshape(shape)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """The mean of each of oh x ow windows that tile the image: window i of n covers
+    [floor(i H / oh), ceil((i + 1) H / oh)) (PyTorch's bins; they may overlap)."""
+    if input.ndim == 3:  # one unbatched image (C, H, W)
+        return adaptive_avg_pool2d(input[None], output_size)[0]
+    _image(input, 'adaptive_avg_pool2d')
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    out = input
+    for d, o in zip((2, 3), sizes):
+        size = input.shape[d]
+        o = size if o is None else o
+        bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]
+        out = tt.cat([out.narrow(d, a, b - a).mean(d, keepdim=True) for a, b in bins], d)
+    return out
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -1292,6 +1420,19 @@ def _normalize(input, mean, var, eps, weight, bias, shape):
     return out
 
 
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample over its own positions (dims 2, ...) to mean 0
+    and variance 1 (biased), then scale and shift per channel."""
+    if running_mean is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm: running statistics are not supported "
+                                  "(track_running_stats=False, PyTorch's default)")
+    dims = tuple(range(2, input.ndim))
+    mean = input.mean(dims, keepdim=True)
+    var = ((input - mean) ** 2).mean(dims, keepdim=True)
+    return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
+
+
 class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  bias=True, dtype=None):
@@ -1318,6 +1459,64 @@ class Conv2d(Module):
                 f"bias={self.bias is not None}")
 
 
+class Conv1d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, dtype=None):
+        if groups != 1:
+            raise NotImplementedError("Conv1d: groups > 1 is not supported (tinytorch's "
+                                      "convolutions have one group)")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = (kernel_size[0] if isinstance(kernel_size, (tuple, list))
+                            else kernel_size,)
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.weight = Parameter(tt.zeros(out_channels, in_channels, self.kernel_size[0], dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
+        Conv2d.reset_parameters(self)  # PyTorch's default, as Conv2d's (fan_in = C*k)
+
+    def forward(self, x):
+        return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+
+    extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
+
+
+class ConvTranspose2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, dtype=None):
+        if groups != 1:
+            raise NotImplementedError("ConvTranspose2d: groups > 1 is not supported")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'ConvTranspose2d')
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation = dilation
+        self.weight = Parameter(tt.zeros(in_channels, out_channels, *self.kernel_size, dtype=dtype))
+        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
+        # PyTorch's default: fan_in from weight.shape[1] (the output channels) * kh * kw
+        kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(_fans(self.weight)[0])
+            uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                self.output_padding, 1, self.dilation)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class MaxPool1d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
+        self.dilation = dilation
+
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
         self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
@@ -1338,6 +1537,17 @@ class AvgPool2d(Module):
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        self.output_size = output_size
+
+    def forward(self, x):
+        return adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
 
 
 class _BatchNorm(Module):
@@ -1389,6 +1599,28 @@ class BatchNorm2d(_BatchNorm):
     dims = (4,)  # (N, C, H, W)
 
 
+class InstanceNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, dtype=None):
+        if track_running_stats:
+            raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
+                                      "supported (each image is normalized by its own statistics)")
+        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        if x.ndim not in (3, 4):
+            raise ValueError(f"InstanceNorm2d: expected a 3-D or 4-D input, got shape "
+                             f"{tuple(x.shape)}")
+        if x.ndim == 3:
+            return self.forward(x[None])[0]
+        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
+
+
 class Flatten(Module):
     def __init__(self, start_dim=1, end_dim=-1):
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -1398,6 +1630,122 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+# -- resizing images: interpolate (nearest, linear, bilinear, trilinear), Upsample,
+#    and PixelShuffle (channels into pixels) -----------------------------------
+def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
+    position i to an input position through the ratio r = in / out (1 / scale_factor
+    when that is given), and
+      - mode 'nearest' copies the input element floor(i * r);
+      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
+        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
+        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
+        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
+        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
+        index_select's: each input element gets its weights' share of the output gradient."""
+    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
+    if mode != 'nearest' and mode not in degree:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
+                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if mode == 'nearest' and align_corners is not None:
+        raise ValueError("interpolate: align_corners option can only be set with the "
+                         "interpolating modes: linear | bilinear | bicubic | trilinear")
+    k = input.ndim - 2
+    if k < 1 or (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
+    if mode in degree:
+        _float_only(input, f"interpolate (mode {mode!r})")
+        if k != degree[mode]:
+            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
+                                      f"needs {degree[mode] + 2}D input")
+    spatial = input.shape[2:]
+    if size is not None:
+        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
+        scales = [i / o for i, o in zip(spatial, out)]
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
+        out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
+        scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
+    if mode == 'nearest':
+        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
+            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
+                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
+            input = input.index_select(d, tt.tensor(idx))
+        return input
+    for d in range(input.ndim - 1, 1, -1):  # the last dim first
+        n_in, n_out = spatial[d - 2], out[d - 2]
+        if align_corners:
+            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            r = scales[d - 2]
+        input = _linear_along(input, d, n_in, n_out, r, align_corners)
+    return input
+
+
+def _linear_along(x, d, n_in, n_out, r, align_corners):
+    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
+    dt = x.dtype
+    i = np.arange(n_out, dtype=dt)
+    if align_corners:
+        src = i * dt.type(r)
+    else:
+        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = np.clip(src - i0, 0, 1).astype(dt)
+    shape = [1] * x.ndim
+    shape[d] = n_out
+    w1 = tt.tensor(l1.reshape(shape))
+    w0 = tt.tensor((1 - l1).reshape(shape))
+    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
+
+
+class Upsample(Module):
+    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
+
+    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                 recompute_scale_factor=None):
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                           self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode='{self.mode}'"
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
+    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self):
+        return f"upscale_factor={self.upscale_factor}"
 
 
 # ---------------------------------------------------------------------------
@@ -1767,6 +2115,130 @@ class GRU(_RNNBase):
                  dropout=0.0, bidirectional=False, dtype=None):
         super().__init__('GRU', input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, dtype=dtype)
+
+
+# -- batches of sequences of different lengths (torch.nn.utils.rnn): padded with
+#    pad_sequence, or packed (PackedSequence, read by RNN, LSTM and GRU) -----------
+def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
+    """torch.nn.utils.rnn.pad_sequence: tensors of shape (L_i, *) -> one (L_max, B, *) (or
+    (B, L_max, *) with batch_first), each padded at the end with padding_value."""
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        extra = (0, longest - s.shape[0]) if padding_side == 'right' else (longest - s.shape[0], 0)
+        padded.append(pad(s, (0, 0) * (s.ndim - 1) + extra, value=padding_value))
+    return tt.stack(padded, 0 if batch_first else 1)
+
+
+class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',
+                                                   'unsorted_indices'])):
+    """torch.nn.utils.rnn.PackedSequence: a batch of sequences of different lengths without
+    their padding, time step by time step. The sequences are sorted longest first; data
+    holds step 0 of each, then step 1 of each that has one, and so on: batch_sizes[t] rows
+    for step t (a non-increasing int64 tensor). sorted_indices[i] is the batch position of
+    the i-th longest sequence (None: the batch was sorted already), unsorted_indices its
+    inverse. Lengths 3, 1, 2 (batch order) are packed as
+        data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
+
+    def __new__(cls, data, batch_sizes, sorted_indices=None, unsorted_indices=None):
+        if unsorted_indices is None and sorted_indices is not None:
+            unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def to(self, *args, **kwargs):
+        """The same sequences with data cast (or moved, to 'cpu') as data.to(...)."""
+        return type(self)(self.data.to(*args, **kwargs), *self[1:])
+
+    is_cuda = False
+
+
+def _packed_positions(batch_sizes):
+    """Row r of packed data is step t of the i-th sorted sequence: its place t * N + i in a
+    padded (steps, N, ...) tensor flattened to (steps * N, ...), N = batch_sizes[0]."""
+    n = batch_sizes[0]
+    return np.concatenate([t * n + np.arange(b) for t, b in enumerate(batch_sizes)])
+
+
+def _packed_to_padded(data, batch_sizes, padding_value, total_length=None):
+    """Packed rows -> (steps, N, ...) in sorted order, padding_value where a sequence has
+    ended: one gather from data with a padding row appended."""
+    steps = len(batch_sizes) if total_length is None else total_length
+    n = batch_sizes[0]
+    source = np.full(steps * n, data.shape[0])  # every place reads the padding row ...
+    source[_packed_positions(batch_sizes)] = np.arange(data.shape[0])  # ... but the steps
+    filler = tt.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype)
+    rows = tt.cat([data, filler], 0).index_select(0, tt.tensor(source))
+    return rows.reshape((steps, n) + tuple(data.shape[1:]))
+
+
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """A padded batch (L, N, *) ((N, L, *) with batch_first) and each sequence's length ->
+    a PackedSequence. enforce_sorted=True: the lengths must be non-increasing (and
+    sorted_indices is None); False: they are sorted here, longest first."""
+    lengths = np.asarray(lengths.tolist() if isinstance(lengths, Tensor) else lengths)
+    x = input.transpose(0, 1) if batch_first else input  # (L, N, *)
+    if lengths.ndim != 1 or len(lengths) != x.shape[1]:
+        raise ValueError(f"pack_padded_sequence: expected one length per sequence ({x.shape[1]} "
+                         f"in a batch of shape {tuple(input.shape)}), got {lengths.tolist()}")
+    lengths = lengths.astype(np.int64)
+    if lengths.size and lengths.min() <= 0:
+        raise RuntimeError("pack_padded_sequence: Length of all samples has to be greater than "
+                           f"0, but found an element in 'lengths' that is <= 0: {lengths.tolist()}")
+    if lengths.size and lengths.max() > x.shape[0]:
+        raise RuntimeError(f"pack_padded_sequence: a length {lengths.max()} is longer than the "
+                           f"padded sequences ({x.shape[0]} steps, input shape "
+                           f"{tuple(input.shape)}; batch_first={batch_first})")
+    sorted_indices = None
+    if enforce_sorted:
+        if np.any(np.diff(lengths) > 0):
+            raise RuntimeError(
+                f"pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
+                f"`enforce_sorted` is True (got {lengths.tolist()}); pass enforce_sorted=False "
+                "to sort them here")
+    else:
+        order = np.argsort(-lengths, kind='stable')  # longest first; ties keep batch order
+        sorted_indices = tt.tensor(order)
+        x, lengths = x.index_select(1, sorted_indices), lengths[order]
+    batch_sizes = [int((lengths > t).sum()) for t in range(int(lengths.max(initial=0)))]
+    flat = x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
+    data = flat.index_select(0, tt.tensor(_packed_positions(batch_sizes)))
+    return PackedSequence(data, tt.tensor(batch_sizes, dtype=tt.int64), sorted_indices)
+
+
+def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """A PackedSequence -> (padded, lengths): padded (L, N, *) ((N, L, *) with batch_first)
+    in the batch's own order, padding_value after each sequence's end, L = total_length
+    or the longest; lengths an int64 tensor."""
+    sizes = [int(b) for b in sequence.batch_sizes.tolist()]
+    if total_length is not None and total_length < len(sizes):
+        raise ValueError(f"pad_packed_sequence: Expected total_length to be at least the length "
+                         f"of the longest sequence in input, but got total_length={total_length} "
+                         f"and max sequence length being {len(sizes)}")
+    padded = _packed_to_padded(sequence.data, sizes, padding_value, total_length)
+    lengths = tt.tensor([sum(b > i for b in sizes) for i in range(sizes[0])], dtype=tt.int64)
+    if sequence.unsorted_indices is not None:  # back to the batch's order
+        padded = padded.index_select(1, sequence.unsorted_indices)
+        lengths = lengths.index_select(0, sequence.unsorted_indices)
+    return (padded.transpose(0, 1) if batch_first else padded), lengths
+
+
+def pack_sequence(sequences, enforce_sorted=True):
+    """A list of tensors (L_i, *) -> a PackedSequence (pad_sequence, then pack_padded_sequence)."""
+    return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences],
+                                enforce_sorted=enforce_sorted)
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The inverse of pad_sequence: a list of the sequences, each cut to its length."""
+    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
+    return [x[i, :int(n)] for i, n in enumerate(lengths.tolist() if isinstance(lengths, Tensor)
+                                                 else lengths)]
+
+
+def unpack_sequence(packed_sequences):
+    """The inverse of pack_sequence: the list of sequences, in the batch's own order."""
+    return unpad_sequence(*pad_packed_sequence(packed_sequences, batch_first=True),
+                          batch_first=True)
 
 
 # ---------------------------------------------------------------------------
@@ -2346,6 +2818,43 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
     return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
 
 
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction='mean'):
+    """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
+    clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss. Prefer
+    binary_cross_entropy_with_logits on the logits: it is stable."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
+                         f"input size {tuple(input.shape)}")
+    if input.dtype.kind != 'f':
+        raise NotImplementedError(f"binary_cross_entropy: not implemented for {input.dtype} input "
+                                  "(as in PyTorch): it takes probabilities, a float tensor")
+    if ((input.array < 0) | (input.array > 1)).any():
+        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
+                           "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
+    if target.dtype != input.dtype:
+        raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
+                           f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
+    p, y = input.array, target.array
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # inf * 0, silently
+        log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
+        loss = -(y * log_p + (1 - y) * log_q)
+
+    def backward(g):
+        """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)
+        d bce/dy = log(1 - p) - log(p)  (each log clamped at -100)"""
+        gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)
+        return gp.astype(p.dtype, copy=False), (g * (log_q - log_p)).astype(y.dtype, copy=False)
+    loss = from_op(loss.astype(p.dtype, copy=False), 'binary_cross_entropy', (input, target),
+                   backward, saved=(input, target))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, 'binary_cross_entropy')
+
+
 def _legacy_reduction(size_average, reduce, reduction):
     """PyTorch's old size_average / reduce arguments, read as a reduction."""
     if size_average is None and reduce is None:
@@ -2557,6 +3066,14 @@ class BCEWithLogitsLoss(Module):
         return binary_cross_entropy_with_logits(logits, target, self.reduction)
 
 
+class BCELoss(Module):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean'):
+        self.weight, self.reduction = weight, _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
 class L1Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction='mean'):
         self.reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -2760,525 +3277,6 @@ for _f in (uniform_, normal_, trunc_normal_, constant_, zeros_, ones_, xavier_un
 #    room for files (their reading is files.py's grammar); these are its names
 # ---------------------------------------------------------------------------
 from files import CheckpointError, load, load_safetensors, save, save_safetensors  # noqa: E402,F401
-
-
-# ---------------------------------------------------------------------------
-# 7b. The names teaching code reaches for (CENSUS.md): layers and losses that two or more
-#    widely read PyTorch teaching repositories use, each built from the ops above
-# ---------------------------------------------------------------------------
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
-                         reduction='mean'):
-    """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
-    clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss. Prefer
-    binary_cross_entropy_with_logits on the logits: it is stable."""
-    reduction = _legacy_reduction(size_average, reduce, reduction)
-    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
-    if target.shape != input.shape:
-        raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
-                         f"input size {tuple(input.shape)}")
-    if input.dtype.kind != 'f':
-        raise NotImplementedError(f"binary_cross_entropy: not implemented for {input.dtype} input "
-                                  "(as in PyTorch): it takes probabilities, a float tensor")
-    if ((input.array < 0) | (input.array > 1)).any():
-        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
-                           "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
-    if target.dtype != input.dtype:
-        raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
-                           f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
-    p, y = input.array, target.array
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # inf * 0, silently
-        log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
-        loss = -(y * log_p + (1 - y) * log_q)
-
-    def backward(g):
-        """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)
-        d bce/dy = log(1 - p) - log(p)  (each log clamped at -100)"""
-        gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)
-        return gp.astype(p.dtype, copy=False), (g * (log_q - log_p)).astype(y.dtype, copy=False)
-    loss = from_op(loss.astype(p.dtype, copy=False), 'binary_cross_entropy', (input, target),
-                   backward, saved=(input, target))
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction, 'binary_cross_entropy')
-
-
-class BCELoss(Module):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean'):
-        self.weight, self.reduction = weight, _legacy_reduction(size_average, reduce, reduction)
-
-    def forward(self, input, target):
-        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
-
-
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
-    if groups != 1:
-        raise NotImplementedError("conv1d: groups > 1 is not supported (tinytorch's "
-                                  "convolutions have one group)")
-    if input.ndim not in (2, 3) or weight.ndim != 3:
-        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
-                         f"got {tuple(input.shape)} and {tuple(weight.shape)}")
-    if input.ndim == 2:  # one unbatched sequence
-        return conv1d(input[None], weight, bias, stride, padding, dilation)[0]
-    one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
-    pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
-    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
-                  one(dilation)).squeeze(2)
-
-
-class Conv1d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("Conv1d: groups > 1 is not supported (tinytorch's "
-                                      "convolutions have one group)")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = (kernel_size[0] if isinstance(kernel_size, (tuple, list))
-                            else kernel_size,)
-        self.stride, self.padding, self.dilation = stride, padding, dilation
-        self.weight = Parameter(tt.zeros(out_channels, in_channels, self.kernel_size[0], dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        Conv2d.reset_parameters(self)  # PyTorch's default, as Conv2d's (fan_in = C*k)
-
-    def forward(self, x):
-        return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
-
-    extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
-
-
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-    """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
-    (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
-    Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
-    pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
-    if groups != 1:
-        raise NotImplementedError("conv_transpose2d: groups > 1 is not supported")
-    _image(input, 'conv_transpose2d', weight.shape[0])
-    n, c, h, w = input.shape
-    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
-        (stride, 'stride'), (padding, 'padding'), (output_padding, 'output_padding'),
-        (dilation, 'dilation')))
-    kh, kw = weight.shape[2:]
-    x = input.reshape(n, c, h, 1, w, 1)
-    x = pad(x, (0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, c, h * sh, w * sw)
-    x = x[:, :, :(h - 1) * sh + 1, :(w - 1) * sw + 1]  # s - 1 zeros between neighbours
-    qh, qw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-    x = pad(x, (qw, qw + opw, qh, qh + oph))  # a negative amount crops
-    return conv2d(x, weight.transpose(0, 1).flip(2, 3), bias, 1, 0, (dh, dw))
-
-
-class ConvTranspose2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("ConvTranspose2d: groups > 1 is not supported")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'ConvTranspose2d')
-        self.stride, self.padding, self.output_padding = stride, padding, output_padding
-        self.dilation = dilation
-        self.weight = Parameter(tt.zeros(in_channels, out_channels, *self.kernel_size, dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        # PyTorch's default: fan_in from weight.shape[1] (the output channels) * kh * kw
-        kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(_fans(self.weight)[0])
-            uniform_(self.bias, -bound, bound)
-
-    def forward(self, x):
-        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-                                self.output_padding, 1, self.dilation)
-
-    def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")
-
-
-def adaptive_avg_pool2d(input, output_size):
-    """The mean of each of oh x ow windows that tile the image: window i of n covers
-    [floor(i H / oh), ceil((i + 1) H / oh)) (PyTorch's bins; they may overlap)."""
-    if input.ndim == 3:  # one unbatched image (C, H, W)
-        return adaptive_avg_pool2d(input[None], output_size)[0]
-    _image(input, 'adaptive_avg_pool2d')
-    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
-    out = input
-    for d, o in zip((2, 3), sizes):
-        size = input.shape[d]
-        o = size if o is None else o
-        bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]
-        out = tt.cat([out.narrow(d, a, b - a).mean(d, keepdim=True) for a, b in bins], d)
-    return out
-
-
-class AdaptiveAvgPool2d(Module):
-    def __init__(self, output_size):
-        self.output_size = output_size
-
-    def forward(self, x):
-        return adaptive_avg_pool2d(x, self.output_size)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
-
-
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
-                  use_input_stats=True, momentum=0.1, eps=1e-5):
-    """Normalize each channel of each sample over its own positions (dims 2, ...) to mean 0
-    and variance 1 (biased), then scale and shift per channel."""
-    if running_mean is not None or not use_input_stats:
-        raise NotImplementedError("instance_norm: running statistics are not supported "
-                                  "(track_running_stats=False, PyTorch's default)")
-    dims = tuple(range(2, input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    var = ((input - mean) ** 2).mean(dims, keepdim=True)
-    return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
-
-
-class InstanceNorm2d(Module):
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
-                 track_running_stats=False, dtype=None):
-        if track_running_stats:
-            raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
-                                      "supported (each image is normalized by its own statistics)")
-        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
-        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
-
-    def forward(self, x):
-        if x.ndim not in (3, 4):
-            raise ValueError(f"InstanceNorm2d: expected a 3-D or 4-D input, got shape "
-                             f"{tuple(x.shape)}")
-        if x.ndim == 3:
-            return self.forward(x[None])[0]
-        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
-
-    def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
-
-
-def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
-    1/(1-p). An input of 3 dims is read as (N, C, L), with PyTorch's warning (PyTorch 2.15
-    does so, though a later release may read it as one image (C, H, W))."""
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
-    if input.ndim == 3:
-        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-"
-                      "wise 1D dropout behavior is desired - input is interpreted as shape (N, "
-                      "C, L), where C is the channel dim (use dropout1d for that)")
-    if not training or p == 0:
-        return input
-    mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
-    return input * tt.tensor(mask)
-
-
-class Dropout2d(Dropout):
-    def forward(self, x):
-        return dropout2d(x, self.p, self.training)
-
-
-class LazyLinear(Linear):
-    """A Linear whose in_features is read from its first input (make the optimizer after
-    one forward pass, as in PyTorch)."""
-
-    def __init__(self, out_features, bias=True, dtype=None):
-        self.in_features, self.out_features = 0, out_features
-        self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
-        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
-
-    def forward(self, x):
-        if self.in_features == 0:
-            self.in_features = x.shape[-1]
-            self.weight = Parameter(tt.zeros(self.out_features, self.in_features,
-                                             dtype=self.weight.dtype))
-            self.reset_parameters()
-        return super().forward(x)
-
-
-def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
-                recompute_scale_factor=None, antialias=False):
-    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
-    position i to an input position through the ratio r = in / out (1 / scale_factor
-    when that is given), and
-      - mode 'nearest' copies the input element floor(i * r);
-      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
-        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
-        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
-        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
-        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
-        index_select's: each input element gets its weights' share of the output gradient."""
-    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
-    if mode != 'nearest' and mode not in degree:
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
-                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
-    if mode == 'nearest' and align_corners is not None:
-        raise ValueError("interpolate: align_corners option can only be set with the "
-                         "interpolating modes: linear | bilinear | bicubic | trilinear")
-    k = input.ndim - 2
-    if k < 1 or (size is None) == (scale_factor is None):
-        raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
-    if mode in degree:
-        _float_only(input, f"interpolate (mode {mode!r})")
-        if k != degree[mode]:
-            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
-                                      f"needs {degree[mode] + 2}D input")
-    spatial = input.shape[2:]
-    if size is not None:
-        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
-        scales = [i / o for i, o in zip(spatial, out)]
-    else:
-        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
-        out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
-        scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
-    if mode == 'nearest':
-        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
-            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
-                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
-            input = input.index_select(d, tt.tensor(idx))
-        return input
-    for d in range(input.ndim - 1, 1, -1):  # the last dim first
-        n_in, n_out = spatial[d - 2], out[d - 2]
-        if align_corners:
-            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-        else:
-            r = scales[d - 2]
-        input = _linear_along(input, d, n_in, n_out, r, align_corners)
-    return input
-
-
-def _linear_along(x, d, n_in, n_out, r, align_corners):
-    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
-    dt = x.dtype
-    i = np.arange(n_out, dtype=dt)
-    if align_corners:
-        src = i * dt.type(r)
-    else:
-        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
-    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    l1 = np.clip(src - i0, 0, 1).astype(dt)
-    shape = [1] * x.ndim
-    shape[d] = n_out
-    w1 = tt.tensor(l1.reshape(shape))
-    w0 = tt.tensor((1 - l1).reshape(shape))
-    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
-
-
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
-    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
-    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
-    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
-                     one(stride if stride is not None else kernel_size),
-                     (0, one(padding)[1]), one(dilation))
-    return out.squeeze(-2)
-
-
-class MaxPool1d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
-        self.dilation = dilation
-
-    def forward(self, x):
-        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
-
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-
-
-def pixel_shuffle(input, upscale_factor):
-    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
-    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
-    r = upscale_factor
-    *lead, c, h, w = input.shape
-    if c % (r * r):
-        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
-                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
-                           f"is not divisible by {r * r}")
-    x = input.reshape(*lead, c // (r * r), r, r, h, w)
-    n = len(lead)
-    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
-    return x.reshape(*lead, c // (r * r), h * r, w * r)
-
-
-class PixelShuffle(Module):
-    def __init__(self, upscale_factor):
-        self.upscale_factor = upscale_factor
-
-    def forward(self, x):
-        return pixel_shuffle(x, self.upscale_factor)
-
-    def extra_repr(self):
-        return f"upscale_factor={self.upscale_factor}"
-
-
-class ReflectionPad2d(Module):
-    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
-
-    def __init__(self, padding):
-        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
-
-    def forward(self, x):
-        return pad(x, self.padding, mode='reflect')
-
-    def extra_repr(self):
-        return f"{self.padding}"
-
-
-class Upsample(Module):
-    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
-
-    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
-                 recompute_scale_factor=None):
-        self.size, self.scale_factor, self.mode = size, scale_factor, mode
-        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
-
-    def forward(self, input):
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                           self.recompute_scale_factor)
-
-    def extra_repr(self):
-        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
-        return f"{what}, mode='{self.mode}'"
-
-
-def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
-    """torch.nn.utils.rnn.pad_sequence: tensors of shape (L_i, *) -> one (L_max, B, *) (or
-    (B, L_max, *) with batch_first), each padded at the end with padding_value."""
-    longest = max(s.shape[0] for s in sequences)
-    padded = []
-    for s in sequences:
-        extra = (0, longest - s.shape[0]) if padding_side == 'right' else (longest - s.shape[0], 0)
-        padded.append(pad(s, (0, 0) * (s.ndim - 1) + extra, value=padding_value))
-    return tt.stack(padded, 0 if batch_first else 1)
-
-
-class DataParallel(Module):
-    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
-    this process. The model is self.module, so state_dict keys start with 'module.' as in
-    PyTorch (a checkpoint saved from one loads into the other)."""
-
-    def __init__(self, module, device_ids=None, output_device=None, dim=0):
-        self.module = module
-        self.device_ids = []  # PyTorch's, when there is no GPU
-
-    def forward(self, *inputs, **kwargs):
-        return self.module(*inputs, **kwargs)
-
-
-class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',
-                                                   'unsorted_indices'])):
-    """torch.nn.utils.rnn.PackedSequence: a batch of sequences of different lengths without
-    their padding, time step by time step. The sequences are sorted longest first; data
-    holds step 0 of each, then step 1 of each that has one, and so on: batch_sizes[t] rows
-    for step t (a non-increasing int64 tensor). sorted_indices[i] is the batch position of
-    the i-th longest sequence (None: the batch was sorted already), unsorted_indices its
-    inverse. Lengths 3, 1, 2 (batch order) are packed as
-        data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
-
-    def __new__(cls, data, batch_sizes, sorted_indices=None, unsorted_indices=None):
-        if unsorted_indices is None and sorted_indices is not None:
-            unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
-        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
-
-    def to(self, *args, **kwargs):
-        """The same sequences with data cast (or moved, to 'cpu') as data.to(...)."""
-        return type(self)(self.data.to(*args, **kwargs), *self[1:])
-
-    is_cuda = False
-
-
-def _packed_positions(batch_sizes):
-    """Row r of packed data is step t of the i-th sorted sequence: its place t * N + i in a
-    padded (steps, N, ...) tensor flattened to (steps * N, ...), N = batch_sizes[0]."""
-    n = batch_sizes[0]
-    return np.concatenate([t * n + np.arange(b) for t, b in enumerate(batch_sizes)])
-
-
-def _packed_to_padded(data, batch_sizes, padding_value, total_length=None):
-    """Packed rows -> (steps, N, ...) in sorted order, padding_value where a sequence has
-    ended: one gather from data with a padding row appended."""
-    steps = len(batch_sizes) if total_length is None else total_length
-    n = batch_sizes[0]
-    source = np.full(steps * n, data.shape[0])  # every place reads the padding row ...
-    source[_packed_positions(batch_sizes)] = np.arange(data.shape[0])  # ... but the steps
-    filler = tt.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype)
-    rows = tt.cat([data, filler], 0).index_select(0, tt.tensor(source))
-    return rows.reshape((steps, n) + tuple(data.shape[1:]))
-
-
-def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
-    """A padded batch (L, N, *) ((N, L, *) with batch_first) and each sequence's length ->
-    a PackedSequence. enforce_sorted=True: the lengths must be non-increasing (and
-    sorted_indices is None); False: they are sorted here, longest first."""
-    lengths = np.asarray(lengths.tolist() if isinstance(lengths, Tensor) else lengths)
-    x = input.transpose(0, 1) if batch_first else input  # (L, N, *)
-    if lengths.ndim != 1 or len(lengths) != x.shape[1]:
-        raise ValueError(f"pack_padded_sequence: expected one length per sequence ({x.shape[1]} "
-                         f"in a batch of shape {tuple(input.shape)}), got {lengths.tolist()}")
-    lengths = lengths.astype(np.int64)
-    if lengths.size and lengths.min() <= 0:
-        raise RuntimeError("pack_padded_sequence: Length of all samples has to be greater than "
-                           f"0, but found an element in 'lengths' that is <= 0: {lengths.tolist()}")
-    if lengths.size and lengths.max() > x.shape[0]:
-        raise RuntimeError(f"pack_padded_sequence: a length {lengths.max()} is longer than the "
-                           f"padded sequences ({x.shape[0]} steps, input shape "
-                           f"{tuple(input.shape)}; batch_first={batch_first})")
-    sorted_indices = None
-    if enforce_sorted:
-        if np.any(np.diff(lengths) > 0):
-            raise RuntimeError(
-                f"pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
-                f"`enforce_sorted` is True (got {lengths.tolist()}); pass enforce_sorted=False "
-                "to sort them here")
-    else:
-        order = np.argsort(-lengths, kind='stable')  # longest first; ties keep batch order
-        sorted_indices = tt.tensor(order)
-        x, lengths = x.index_select(1, sorted_indices), lengths[order]
-    batch_sizes = [int((lengths > t).sum()) for t in range(int(lengths.max(initial=0)))]
-    flat = x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
-    data = flat.index_select(0, tt.tensor(_packed_positions(batch_sizes)))
-    return PackedSequence(data, tt.tensor(batch_sizes, dtype=tt.int64), sorted_indices)
-
-
-def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
-    """A PackedSequence -> (padded, lengths): padded (L, N, *) ((N, L, *) with batch_first)
-    in the batch's own order, padding_value after each sequence's end, L = total_length
-    or the longest; lengths an int64 tensor."""
-    sizes = [int(b) for b in sequence.batch_sizes.tolist()]
-    if total_length is not None and total_length < len(sizes):
-        raise ValueError(f"pad_packed_sequence: Expected total_length to be at least the length "
-                         f"of the longest sequence in input, but got total_length={total_length} "
-                         f"and max sequence length being {len(sizes)}")
-    padded = _packed_to_padded(sequence.data, sizes, padding_value, total_length)
-    lengths = tt.tensor([sum(b > i for b in sizes) for i in range(sizes[0])], dtype=tt.int64)
-    if sequence.unsorted_indices is not None:  # back to the batch's order
-        padded = padded.index_select(1, sequence.unsorted_indices)
-        lengths = lengths.index_select(0, sequence.unsorted_indices)
-    return (padded.transpose(0, 1) if batch_first else padded), lengths
-
-
-def pack_sequence(sequences, enforce_sorted=True):
-    """A list of tensors (L_i, *) -> a PackedSequence (pad_sequence, then pack_padded_sequence)."""
-    return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences],
-                                enforce_sorted=enforce_sorted)
-
-
-def unpad_sequence(padded_sequences, lengths, batch_first=False):
-    """The inverse of pad_sequence: a list of the sequences, each cut to its length."""
-    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
-    return [x[i, :int(n)] for i, n in enumerate(lengths.tolist() if isinstance(lengths, Tensor)
-                                                 else lengths)]
-
-
-def unpack_sequence(packed_sequences):
-    """The inverse of pack_sequence: the list of sequences, in the batch's own order."""
-    return unpad_sequence(*pad_packed_sequence(packed_sequences, batch_first=True),
-                          batch_first=True)
 
 
 # ---------------------------------------------------------------------------
