@@ -84,7 +84,7 @@ class Subset(Dataset):
         return self.dataset[self.indices[i]]
 
 
-def random_split(dataset, lengths, generator=None):
+def random_split(dataset, lengths, generator=tt.default_generator):
     """Split into Subsets of the given lengths (or fractions that add up to 1), at random."""
     n = len(dataset)
     if all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0):

@@ -21,7 +21,8 @@
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
      one direction of a recurrent layer as one op (the same numbers as section 3's)
 
-Needs only NumPy and tinytorch.py.
+Needs only NumPy and tinytorch.py. Importing it changes one thing outside it: tt.load
+then gives an nn.Parameter for a parameter in a file (tt._TENSOR_CLASSES, section 1).
 """
 import copy
 import functools
@@ -46,7 +47,8 @@ functional = sys.modules[__name__]  # nn is also torch.nn.functional: F.relu is 
 class Parameter(Tensor):
     """A Tensor that is a learnable part of a Module: it always requires grad."""
 
-    def __init__(self, data, requires_grad=True):
+    def __init__(self, data=None, requires_grad=True):
+        data = tt.empty(0) if data is None else data  # PyTorch's: an empty parameter
         super().__init__(data.array if isinstance(data, Tensor) else data,
                          requires_grad=requires_grad)
 
@@ -54,7 +56,10 @@ class Parameter(Tensor):
         return 'Parameter containing:\n' + super().__repr__()
 
 
-tt._TENSOR_CLASSES['Parameter'] = Parameter  # tt.load and tt.save know a Parameter by this
+# The one thing importing nn.py does outside this file: tinytorch.py's checkpoint reader
+# (tt.load, tt.save) is told that a tensor its files call 'Parameter' is this class. Without
+# nn.py such a tensor loads as a plain Tensor that requires grad.
+tt._TENSOR_CLASSES['Parameter'] = Parameter
 
 
 class Module:
@@ -412,6 +417,19 @@ def _check_cpu(device, op):
                            f"export the model (see export.py)")
 
 
+def _factory(device, dtype, op):
+    """PyTorch's factory arguments, which every module with parameters takes: the device
+    (the CPU only) and the dtype of its parameters (None: tt.get_default_dtype())."""
+    _check_cpu(device, op)
+    return dtype
+
+
+def _refuse_if(flag, op, what):
+    """A PyTorch argument tinytorch cannot honour, given: one line that says so."""
+    if flag:
+        raise NotImplementedError(f"{op}: {what} is not supported by tinytorch")
+
+
 def _array(v):
     return v.array if isinstance(v, Tensor) else np.asarray(v)
 
@@ -653,9 +671,10 @@ def _describe(p):
 # 2. Layers
 # ---------------------------------------------------------------------------
 @tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def linear(x, weight, bias=None):
+def linear(input, weight, bias=None):
     """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
     folded into rows, so the whole batch is a single 2-D matrix multiply."""
+    x = input
     tt._same_dtype('linear', input=x, weight=weight, bias=bias)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
@@ -688,7 +707,8 @@ def linear(x, weight, bias=None):
 
 
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True, dtype=None):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(tt.zeros(out_features, in_features, dtype=dtype))
         self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
@@ -713,7 +733,8 @@ class LazyLinear(Linear):
     """A Linear whose in_features is read from its first input (make the optimizer after
     one forward pass, as in PyTorch)."""
 
-    def __init__(self, out_features, bias=True, dtype=None):
+    def __init__(self, out_features, bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'LazyLinear')
         self.in_features, self.out_features = 0, out_features
         self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
         self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
@@ -727,48 +748,126 @@ class LazyLinear(Linear):
         return super().forward(x)
 
 
-def embedding(idx, weight):
-    """Rows of weight picked by integer indices: weight[idx]. Its backward (from
-    tinytorch's getitem) adds each position's gradient into its row, so a token
-    that appears twice gets both contributions."""
-    idx = idx if isinstance(idx, Tensor) else tt.tensor(idx)
+class NonDynamicallyQuantizableLinear(Linear):
+    """A Linear under PyTorch's name for MultiheadAttention's out_proj (PyTorch marks it so
+    that dynamic quantization leaves it alone); here it is a Linear, and prints its name."""
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of weight picked by integer indices: weight[input]. Its backward adds each
+    position's gradient into its row, so a token that appears twice gets both.
+    PyTorch's options: the row padding_idx gets no gradient; max_norm first rescales, in
+    place, each row it reads whose norm_type-norm exceeds max_norm; scale_grad_by_freq
+    divides each row's gradient by the number of times the batch names it."""
+    idx = input if isinstance(input, Tensor) else tt.tensor(input)
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
+    _refuse_if(sparse, 'embedding', 'sparse=True (sparse gradients)')
     n = weight.shape[0]
     if idx.array.size and (idx.array.min() < 0 or idx.array.max() >= n):
         bad = idx.array[(idx.array < 0) | (idx.array >= n)][0]
         raise IndexError(f"embedding: index {bad} is out of range for an embedding of "
                          f"{n} rows")
-    return weight[idx]
+    if padding_idx is not None:
+        padding_idx = _padding_row(padding_idx, n, 'embedding')
+    if max_norm is not None:
+        _embedding_renorm_(weight, idx, max_norm, norm_type)
+    if padding_idx is None and not scale_grad_by_freq:
+        return weight[idx]  # getitem's rule adds the rows up
+    rows = idx.array.reshape(-1).copy()
+
+    def backward(g):
+        """d weight[idx]/d weight: each position's gradient added into its row; none into
+        the row padding_idx; with scale_grad_by_freq, row r's share divided by its count"""
+        g = g.reshape(rows.size, -1)
+        if scale_grad_by_freq:
+            g = g / np.bincount(rows, minlength=n)[rows][:, None].astype(g.dtype)
+        gw = np.zeros(weight.shape, dtype=g.dtype)
+        np.add.at(gw, rows, g)
+        if padding_idx is not None:
+            gw[padding_idx] = 0
+        return (gw,)
+    return from_op(weight.array[rows].reshape(idx.shape + weight.shape[1:]), 'embedding',
+                   (weight,), backward)
+
+
+def _padding_row(padding_idx, n, op):
+    """padding_idx as a row number (PyTorch's: -1 is the last row); out of range, one line."""
+    if not -n <= padding_idx < n:
+        raise AssertionError(f"{op}: padding_idx {padding_idx} must be within num_embeddings "
+                             f"({n})")
+    return padding_idx % n
+
+
+def _embedding_renorm_(weight, idx, max_norm, norm_type):
+    """PyTorch's max_norm: each row idx names whose norm exceeds max_norm is scaled, in
+    place and outside the graph, to max_norm (times max_norm / (norm + 1e-7))."""
+    with no_grad():
+        rows = np.unique(idx.array)
+        w = weight.array[rows]
+        norm = np.linalg.norm(w, ord=norm_type, axis=1) if norm_type != 2 else \
+            np.sqrt((w * w).sum(1))
+        big = norm > max_norm
+        if big.any():
+            scaled = w[big] * (max_norm / (norm[big] + 1e-7))[:, None].astype(w.dtype)
+            weight.array[rows[big]] = scaled
+            tt._bump(weight)
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'Embedding')
+        _refuse_if(sparse, 'Embedding', 'sparse=True (sparse gradients)')
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype))  # N(0, 1)
+        self.padding_idx = None if padding_idx is None else \
+            _padding_row(padding_idx, num_embeddings, 'Embedding')
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype),
+                                    requires_grad=not _freeze)  # N(0, 1)
+            if self.padding_idx is not None:  # PyTorch's: the padding row starts at 0
+                with no_grad():
+                    self.weight[self.padding_idx].fill_(0)
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ValueError(f"Embedding: _weight of shape {tuple(_weight.shape)} does not "
+                                 f"match num_embeddings, embedding_dim ({num_embeddings}, "
+                                 f"{embedding_dim})")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True):
-        """An Embedding whose weight is a copy of embeddings (num, dim), such as word vectors
-        trained elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+        """An Embedding whose weight is embeddings (num, dim), such as word vectors trained
+        elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
         if embeddings.ndim != 2:
             raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-dimensional, got "
                              f"shape {tuple(embeddings.shape)}")
-        m = cls(*embeddings.shape, dtype=embeddings.dtype)
-        m.weight = Parameter(embeddings.detach().clone(), requires_grad=not freeze)
-        return m
+        return cls(*embeddings.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                   sparse, _weight=embeddings.detach().clone(), _freeze=freeze)
 
-    def forward(self, idx):
-        return embedding(idx, self.weight)
+    def forward(self, input):
+        return embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                         self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        for name, default in (('padding_idx', None), ('max_norm', None), ('norm_type', 2.0),
+                              ('scale_grad_by_freq', False), ('sparse', False)):
+            if getattr(self, name) != default:  # PyTorch shows what is not the default
+                s += f", {name}={getattr(self, name)}"
+        return s
 
 
 @np.errstate(invalid='ignore')  # an inf in a row: inf - inf = nan, silently, as PyTorch's
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Fused layer norm: y = (x - mean) / sqrt(var + eps) * weight + bias over the last
     len(normalized_shape) dims, with a hand-derived backward (one node, not ten)."""
+    x = input
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) \
         else (normalized_shape,)
     k = len(normalized_shape)
@@ -827,7 +926,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, 'LayerNorm')
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
             else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
@@ -844,19 +945,20 @@ class LayerNorm(Module):
                 f"{self.elementwise_affine}, bias={self.bias is not None}")
 
 
-def dropout(x, p=0.5, training=True):
+def dropout(input, p=0.5, training=True, inplace=False):
     """Inverted dropout: zero each element with probability p and scale the rest by
     1/(1-p), so the expected value is unchanged and eval mode is the identity."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0:
-        return x
-    mask = dropout_mask(x.shape, p, x.dtype)
+        return input
+    mask = dropout_mask(input.shape, p, input.dtype)
 
     def backward(g):
         """d dropout(x)/dx = mask: 0 where dropped, 1/(1-p) where kept"""
         return (g * mask,)
-    return from_op(x.array * mask, 'dropout', (x,), backward)
+    out = from_op(input.array * mask, 'dropout', (input,), backward)
+    return _activation_result(input, out, 'dropout', inplace)
 
 
 def dropout_mask(shape, p, dtype):
@@ -887,30 +989,39 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
     mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
-    return input * tt.tensor(mask)
+    return _activation_result(input, input * tt.tensor(mask), 'dropout2d', inplace)
 
 
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
         if not 0 <= p < 1:
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
-        self.p = p
+            raise ValueError(f"{type(self).__name__}: p must be in [0, 1), got {p}")
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Dropout2d(Dropout):
     def forward(self, x):
-        return dropout2d(x, self.p, self.training)
+        return dropout2d(x, self.p, self.training, self.inplace)
+
+
+def _inplace_repr(module):
+    return "inplace=True" if module.inplace else ""  # PyTorch's: shown only when set
 
 
 class ReLU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
     def forward(self, x):
-        return x.relu()
+        return relu(x, self.inplace)
+
+    extra_repr = _inplace_repr
 
 
 class GELU(Module):
@@ -935,19 +1046,24 @@ class Sigmoid(Module):
 
 
 class SiLU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
     def forward(self, x):
-        return tt.silu(x)
+        return silu(x, self.inplace)
+
+    extra_repr = _inplace_repr
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope=0.01):
-        self.negative_slope = negative_slope
+    def __init__(self, negative_slope=0.01, inplace=False):
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
-        return tt.leaky_relu(x, self.negative_slope)
+        return leaky_relu(x, self.negative_slope, self.inplace)
 
     def extra_repr(self):
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
 class Softplus(Module):
@@ -962,9 +1078,50 @@ class Softplus(Module):
 
 
 # nn doubles as torch.nn.functional: `import nn as F` runs F.relu(x), F.softmax(x, -1),
-# F.cross_entropy(...). The activations are tinytorch's own ops, under the same names.
-relu, gelu, silu, sigmoid, tanh = tt.relu, tt.gelu, tt.silu, tt.sigmoid, tt.tanh
-leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.softmax, tt.log_softmax
+# F.cross_entropy(...). The activations are tinytorch's own ops, taking F's arguments: an
+# in-place form (inplace=True writes the result into the input, as x.relu_()), and
+# softmax's dim chosen as PyTorch chooses it when none is given.
+gelu, softplus = tt.gelu, tt.softplus
+
+
+def relu(input, inplace=False):
+    return _in_place_activation(input, tt.relu, 'relu', inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _in_place_activation(input, tt.leaky_relu, 'leaky_relu', inplace, negative_slope)
+
+
+def silu(input, inplace=False):
+    return _in_place_activation(input, tt.silu, 'silu', inplace)
+
+
+def sigmoid(input):
+    return tt.sigmoid(input)
+
+
+def tanh(input):
+    return tt.tanh(input)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """tt.softmax; with no dim, PyTorch's implicit choice and its warning (_stacklevel is
+    where the warning points, PyTorch's argument)."""
+    return tt.softmax(input, _softmax_dim(dim, input.ndim, 'softmax', _stacklevel), dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return tt.log_softmax(input, _softmax_dim(dim, input.ndim, 'log_softmax', _stacklevel),
+                          dtype)
+
+
+def _in_place_activation(input, op, name, inplace, *args):
+    """op(input, *args), or with inplace=True written into input's memory (name_); a rule
+    that reads the input then reads a copy of its old value."""
+    if not inplace:
+        return op(input, *args)
+    old = input.clone() if input.requires_grad and tt.is_grad_enabled() else input
+    return tt._in_place(input, name + '_', op(old, *args))
 
 
 # -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
@@ -1046,9 +1203,18 @@ class SELU(Module):
     def forward(self, x):
         return selu(x, self.inplace)
 
+    extra_repr = _inplace_repr
+
 
 class Hardtanh(Module):
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None,
+                 max_value=None):
+        if min_value is not None or max_value is not None:  # PyTorch's old names
+            warnings.warn("keyword argument `min_value`/`max_value` is deprecated and will be "
+                          "removed in future releases, use `min_val`/`max_val` instead",
+                          FutureWarning, stacklevel=2)
+            min_val = min_val if min_value is None else min_value
+            max_val = max_val if max_value is None else max_value
         if min_val > max_val:
             raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than max_val "
                              f"({max_val})")
@@ -1058,7 +1224,8 @@ class Hardtanh(Module):
         return hardtanh(x, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self):
-        return f"min_val={self.min_val}, max_val={self.max_val}"
+        return f"min_val={self.min_val}, max_val={self.max_val}" + (
+            ", inplace=True" if self.inplace else "")
 
 
 class ReLU6(Hardtanh):
@@ -1069,13 +1236,13 @@ class ReLU6(Hardtanh):
         return "inplace=True" if self.inplace else ""
 
 
-def _softmax_dim(dim, ndim, op):
+def _softmax_dim(dim, ndim, op, stacklevel=3):
     """PyTorch's choice when Softmax() is given no dim (with its warning): dim 0 for
     0-, 1- and 3-d inputs, else 1."""
     if dim is not None:
         return dim
     warnings.warn(f"{op}: implicit dimension choice has been deprecated; pass dim=",
-                  stacklevel=3)
+                  stacklevel=stacklevel)
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -1237,9 +1404,6 @@ class CosineSimilarity(Module):
     def forward(self, x1, x2):
         return cosine_similarity(x1, x2, self.dim, self.eps)
 
-    def extra_repr(self):
-        return f"dim={self.dim}, eps={self.eps}"
-
 
 # -- images: convolution, pooling, batch norm ----------------------------------
 # A convolution is a matmul over patches: tt.unfold turns every kh x kw patch of the
@@ -1256,10 +1420,17 @@ def _image(x, op, channels=None):
 
 
 @tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
-    """(N, C, H, W) * weight (O, C, kh, kw) -> (N, O, oh, ow), as F.conv2d (groups=1)."""
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(N, C, H, W) * weight (O, C / groups, kh, kw) -> (N, O, oh, ow), as F.conv2d.
+    padding is a number, a pair, or 'valid' (none) or 'same' (the output as large as the
+    input, stride 1; an odd total goes to the right, as PyTorch)."""
     if weight.ndim != 4:
         raise ValueError(f"conv2d: weight must be 4-D (out, in, kh, kw), got {tuple(weight.shape)}")
+    if isinstance(padding, str):
+        input, padding = _padding_by_name(input, padding, weight.shape[2:], dilation, stride,
+                                          'conv2d')
+    if groups != 1:
+        return _grouped(conv2d, input, weight, bias, groups, 'conv2d', stride, padding, dilation)
     _image(input, 'conv2d', weight.shape[1])
     tt._same_dtype('conv2d', input=input, weight=weight, bias=bias)
     n, o = input.shape[0], weight.shape[0]
@@ -1277,19 +1448,56 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
 
 @tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
-    if groups != 1:
-        raise NotImplementedError("conv1d: groups > 1 is not supported (tinytorch's "
-                                  "convolutions have one group)")
+    """(N, C, L) * weight (O, C / groups, k) -> (N, O, L'): conv2d on images of height 1."""
     if input.ndim not in (2, 3) or weight.ndim != 3:
         raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
                          f"got {tuple(input.shape)} and {tuple(weight.shape)}")
     if input.ndim == 2:  # one unbatched sequence
-        return conv1d(input[None], weight, bias, stride, padding, dilation)[0]
+        return conv1d(input[None], weight, bias, stride, padding, dilation, groups)[0]
     one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
-    pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
+    pad = padding if isinstance(padding, str) else (0, one(padding)[1])
     return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
-                  one(dilation)).squeeze(2)
+                  one(dilation), groups).squeeze(2)
+
+
+def _grouped(conv, input, weight, bias, groups, op, *args):
+    """A convolution of groups > 1: the input's channels split into groups, each group
+    convolved with its own slice of the kernels (weight's dim 0), the results side by side
+    on the channel dim. Each group is an ordinary convolution, and so is its gradient."""
+    if input.ndim < 3 or input.shape[1] % groups or weight.shape[0] % groups:
+        raise ValueError(f"{op}: groups={groups} must divide the input's channels (input of "
+                         f"shape {tuple(input.shape)}) and weight's dim 0 ({tuple(weight.shape)})")
+    c, o = input.shape[1] // groups, weight.shape[0] // groups
+    outs = [conv(input.narrow(1, g * c, c), weight.narrow(0, g * o, o), None, *args)
+            for g in range(groups)]
+    out = tt.cat(outs, 1)
+    return out if bias is None else out + bias.reshape((-1,) + (1,) * (out.ndim - 2))
+
+
+def _same_pads(kernel, dilation):
+    """padding='same': per dim (left, right), the total d (k - 1) split with the odd one
+    on the right (PyTorch's)."""
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _padding_by_name(input, padding, kernel, dilation, stride, op):
+    """padding 'valid' or 'same' as numbers; an uneven 'same' pads the input's right here."""
+    if padding == 'valid':
+        return input, 0
+    if padding != 'same':
+        raise ValueError(f"{op}: Invalid padding string {padding!r}, should be one of "
+                         f"['valid', 'same']")
+    if tt._pair(stride, 'stride', op) != (1, 1):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+    pads = _same_pads(kernel, tt._pair(dilation, 'dilation', op))
+    extra = [r - left for left, r in pads]
+    if any(extra):
+        input = pad(input, (0, extra[1], 0, extra[0]))
+    return input, tuple(left for left, _ in pads)
 
 
 @tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
@@ -1299,8 +1507,9 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
     Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
     pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
-    if groups != 1:
-        raise NotImplementedError("conv_transpose2d: groups > 1 is not supported")
+    if groups != 1:  # weight (C_in, C_out / groups, kh, kw): its dim 0 splits as the input's
+        return _grouped(conv_transpose2d, input, weight, bias, groups, 'conv_transpose2d',
+                        stride, padding, output_padding, 1, dilation)
     _image(input, 'conv_transpose2d', weight.shape[0])
     n, c, h, w = input.shape
     (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
@@ -1334,34 +1543,100 @@ def _pool_windows(input, win):
     return cols, (n, c) + win.out
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
     """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
     one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
     out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
                      one(stride if stride is not None else kernel_size),
-                     (0, one(padding)[1]), one(dilation))
+                     (0, one(padding)[1]), one(dilation), ceil_mode, return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
     return out.squeeze(-2)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
     """The largest value of each window. Its gradient goes to that one element (the first
-    one on ties, as PyTorch); padding never wins."""
+    one on ties, as PyTorch); padding never wins. ceil_mode=True keeps a last window that
+    only partly covers the input; return_indices=True also gives each winner's place in
+    its (H, W) plane, flattened (h * W + w), for max_unpool."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
+    h, w = input.shape[2:]
+    if ceil_mode and any(_ceil_extra(input.shape, win)):  # pad so the last window fits
+        eh, ew = _ceil_extra(input.shape, win)
+        fill = -np.inf if input.dtype.kind == 'f' else np.iinfo(input.dtype).min
+        input = pad(input, (0, ew, 0, eh), value=fill)
+        win = tt.window(input.shape, win.kernel, win.dilation, win.padding, win.stride)
     if tt.fast:  # the same numbers as one op (section 8, Speed)
-        return max_pool2d_fused(input, win)
-    cols, shape = _pool_windows(input, win)
-    if padding:  # unfold pads with 0; a max pool's padding is -inf
-        real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
-                         win.dilation, win.padding, win.stride)
-        cols = cols.masked_fill(real.array == 0, -np.inf)
-    return cols.max(dim=1).values.reshape(shape)
+        out = max_pool2d_fused(input, win)
+    else:
+        cols, shape = _pool_windows(input, win)
+        if padding:  # unfold pads with 0; a max pool's padding is -inf
+            real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
+                             win.dilation, win.padding, win.stride)
+            cols = cols.masked_fill(real.array == 0, -np.inf)
+        out = cols.max(dim=1).values.reshape(shape)
+    return (out, _max_pool_indices(input.array, win, w)) if return_indices else out
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0):
-    """The mean of each window (zero padding counts, as PyTorch's count_include_pad)."""
-    cols, shape = _pool_windows(input, _pool_check(input, kernel_size, stride, padding, 1,
-                                                   'avg_pool2d'))
-    return cols.mean(dim=1).reshape(shape)
+def _ceil_extra(shape, win):
+    """ceil_mode: how much to add at the bottom and the right so that one more window fits
+    where the last one would start inside the input or its left padding (PyTorch's rule)."""
+    extra = []
+    for size, k, dil, p, s in zip(shape[2:], win.kernel, win.dilation, win.padding, win.stride):
+        span = dil * (k - 1) + 1
+        out = -(-(size + 2 * p - span) // s) + 1  # rounded up
+        if (out - 1) * s >= size + p:  # the last window would start in the right padding
+            out -= 1
+        extra.append(max((out - 1) * s + span - (size + 2 * p), 0))
+    return tuple(extra)
+
+
+def _max_pool_indices(x, win, width):
+    """Each window's winner (the first maximum) as h * width + w in its unpadded plane."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = win
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) \
+        if ph or pw else x
+    best = idx = None
+    for i in range(kh):
+        for j in range(kw):
+            part = xp[(..., *tt._window_slice(win, i, j))]
+            flat = (np.arange(oh)[:, None] * sh + i * dh - ph) * width + \
+                (np.arange(ow)[None] * sw + j * dw - pw)
+            if best is None:
+                best, idx = part.copy(), np.broadcast_to(flat, part.shape).copy()
+            else:
+                bigger = part > best
+                best, idx = np.where(bigger, part, best), np.where(bigger, flat, idx)
+    return tt.tensor(idx.astype(np.int64))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """The mean of each window. By default zero padding counts (count_include_pad);
+    count_include_pad=False divides each window's sum by the input elements it covers,
+    divisor_override by that number instead; ceil_mode keeps a last partial window (its
+    divisor counts what it covers of the padded input, as PyTorch)."""
+    win = _pool_check(input, kernel_size, stride, padding, 1, 'avg_pool2d')
+    if not ceil_mode and count_include_pad and divisor_override is None:
+        cols, shape = _pool_windows(input, win)
+        return cols.mean(dim=1).reshape(shape)
+    (ph, pw), (h, w) = win.padding, input.shape[2:]
+    eh, ew = _ceil_extra(input.shape, win) if ceil_mode else (0, 0)
+    x = pad(input, (pw, pw + ew, ph, ph + eh))  # the padding as zeros, then windows over x
+    sums_win = tt.window(x.shape, win.kernel, 1, 0, win.stride, 'avg_pool2d')
+    cols, shape = _pool_windows(x, sums_win)
+    sums = cols.sum(dim=1).reshape(shape)
+    if divisor_override is not None:
+        return sums / divisor_override
+    covered = np.zeros((1, 1) + tuple(x.shape[2:]), dtype=input.dtype)  # what a window counts
+    if count_include_pad:
+        covered[..., :h + 2 * ph, :w + 2 * pw] = 1
+    else:
+        covered[..., ph:ph + h, pw:pw + w] = 1
+    counts = tt.unfold(tt.tensor(covered), sums_win.kernel, 1, 0, sums_win.stride).sum(1)
+    return sums / counts.reshape(shape[2:])
 
 
 def adaptive_avg_pool2d(input, output_size):
@@ -1433,107 +1708,171 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
 
 
-class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 bias=True, dtype=None):
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'Conv2d')
-        self.stride, self.padding, self.dilation = stride, padding, dilation
-        self.weight = Parameter(tt.zeros(out_channels, in_channels, *self.kernel_size, dtype=dtype))
+_PADDING_MODES = ('zeros', 'reflect', 'replicate', 'circular')
+
+
+def _tuple(v, d, name, op):
+    """kernel_size=3 as (3,) or (3, 3): PyTorch keeps a convolution's arguments as tuples."""
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,) * d
+    if len(v) != d or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                              for i in v):
+        raise TypeError(f"{op}: {name} must be an int or {d} ints, got {v!r}")
+    return tuple(int(i) for i in v)
+
+
+class _ConvNd(Module):
+    """What Conv1d, Conv2d and ConvTranspose2d share (PyTorch's _ConvNd): the arguments
+    kept as tuples of d numbers (PyTorch's form, which the repr shows), the weight
+    (out, in / groups, *kernel) ((in, out / groups, *kernel) when transposed), PyTorch's
+    initialisation, and padding_mode: 'zeros' pads inside the convolution; 'reflect',
+    'replicate' and 'circular' pad the input with F.pad first."""
+    d, transposed = 2, False
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                 groups, bias, padding_mode, device, dtype, output_padding=0):
+        op = type(self).__name__
+        dtype = _factory(device, dtype, op)
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"{op}: in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(f"{op}: padding_mode must be one of {list(_PADDING_MODES)}, but "
+                             f"got padding_mode={padding_mode!r}")
+        if self.transposed and padding_mode != 'zeros':
+            raise ValueError(f'Only "zeros" padding mode is supported for {op}')
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.d, 'kernel_size', op)
+        self.stride = _tuple(stride, self.d, 'stride', op)
+        if isinstance(padding, str):
+            if padding not in ('valid', 'same'):
+                raise ValueError(f"{op}: Invalid padding string {padding!r}, should be one of "
+                                 f"['valid', 'same']")
+            if padding == 'same' and set(self.stride) != {1}:
+                raise ValueError(f"{op}: padding='same' is not supported for strided "
+                                 f"convolutions")
+            self.padding = padding
+        else:
+            self.padding = _tuple(padding, self.d, 'padding', op)
+        self.dilation = _tuple(dilation, self.d, 'dilation', op)
+        self.output_padding = _tuple(output_padding, self.d, 'output_padding', op)
+        self.padding_mode = padding_mode
+        shape = ((in_channels, out_channels // groups) if self.transposed
+                 else (out_channels, in_channels // groups))
+        self.weight = Parameter(tt.zeros(*shape, *self.kernel_size, dtype=dtype))
         self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self):
-        # PyTorch's default, as Linear's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C*kh*kw
+        # PyTorch's default, as Linear's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in =
+        # weight.shape[1] * kh * kw (a group's input channels; transposed, its output's)
         kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(_fans(self.weight)[0])
             uniform_(self.bias, -bound, bound)
 
-    def forward(self, x):
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+    def _padded(self, x):
+        """(x, the padding the convolution adds): padding_mode other than 'zeros' pads x
+        here, with F.pad (the last dim's amounts first), and the convolution adds none."""
+        if self.padding_mode == 'zeros':
+            return x, self.padding
+        pads = (_same_pads(self.kernel_size, self.dilation) if self.padding == 'same' else
+                [(0, 0)] * self.d if self.padding == 'valid' else [(p, p) for p in self.padding])
+        return pad(x, [a for pair in reversed(pads) for a in pair], mode=self.padding_mode), 0
 
     def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
-                f"bias={self.bias is not None}")
+        """PyTorch's: the kernel and stride always, the rest when not the default."""
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        zero, one = (0,) * self.d, (1,) * self.d
+        if self.padding != zero:
+            s += f", padding={self.padding}"
+        if self.dilation != one:
+            s += f", dilation={self.dilation}"
+        if self.output_padding != zero:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != 'zeros':
+            s += f", padding_mode={self.padding_mode}"
+        return s
 
 
-class Conv1d(Module):
+class Conv1d(_ConvNd):
+    d = 1
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("Conv1d: groups > 1 is not supported (tinytorch's "
-                                      "convolutions have one group)")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = (kernel_size[0] if isinstance(kernel_size, (tuple, list))
-                            else kernel_size,)
-        self.stride, self.padding, self.dilation = stride, padding, dilation
-        self.weight = Parameter(tt.zeros(out_channels, in_channels, self.kernel_size[0], dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        Conv2d.reset_parameters(self)  # PyTorch's default, as Conv2d's (fan_in = C*k)
+                 groups=1, bias=True, padding_mode='zeros', device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
 
     def forward(self, x):
-        return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+        x, padding = self._padded(x)
+        return conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                      self.groups)
 
-    extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
+
+class Conv2d(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode='zeros', device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
+
+    def forward(self, x):
+        x, padding = self._padded(x)
+        return conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                      self.groups)
 
 
-class ConvTranspose2d(Module):
+class ConvTranspose2d(_ConvNd):
+    transposed = True
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("ConvTranspose2d: groups > 1 is not supported")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'ConvTranspose2d')
-        self.stride, self.padding, self.output_padding = stride, padding, output_padding
-        self.dilation = dilation
-        self.weight = Parameter(tt.zeros(in_channels, out_channels, *self.kernel_size, dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        # PyTorch's default: fan_in from weight.shape[1] (the output channels) * kh * kw
-        kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(_fans(self.weight)[0])
-            uniform_(self.bias, -bound, bound)
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode='zeros',
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype, output_padding)
 
     def forward(self, x):
         return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-                                self.output_padding, 1, self.dilation)
+                                self.output_padding, self.groups, self.dilation)
+
+
+class _MaxPoolNd(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-class MaxPool1d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
-        self.dilation = dilation
-
+class MaxPool1d(_MaxPoolNd):
     def forward(self, x):
-        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
-
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
 
 
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
-
+class MaxPool2d(_MaxPoolNd):
     def forward(self, x):
-        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
-
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
 
 
 class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, x):
-        return avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override)
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -1601,13 +1940,15 @@ class BatchNorm2d(_BatchNorm):
 
 class InstanceNorm2d(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
-                 track_running_stats=False, dtype=None):
+                 track_running_stats=False, device=None, dtype=None, *, bias=True):
+        dtype = _factory(device, dtype, 'InstanceNorm2d')
         if track_running_stats:
             raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
                                       "supported (each image is normalized by its own statistics)")
         self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.track_running_stats = track_running_stats
         self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine and bias else None
 
     def forward(self, x):
         if x.ndim not in (3, 4):
@@ -1617,8 +1958,7 @@ class InstanceNorm2d(Module):
             return self.forward(x[None])[0]
         return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
 
-    def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
+    extra_repr = _BatchNorm.extra_repr  # the same fields, as PyTorch prints them
 
 
 class Flatten(Module):
@@ -1710,7 +2050,12 @@ class Upsample(Module):
 
     def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
                  recompute_scale_factor=None):
-        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        if isinstance(scale_factor, (tuple, list)):  # PyTorch keeps the factors as floats
+            scale_factor = tuple(float(f) for f in scale_factor)
+        self.size, self.scale_factor = size, float(scale_factor) if scale_factor else None
+        if isinstance(scale_factor, tuple):
+            self.scale_factor = scale_factor
+        self.mode = mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
     def forward(self, input):
@@ -1838,7 +2183,8 @@ def _check_sequence_input(name, input, ndims, said, input_size):
 
 
 class _RNNCellBase(Module):
-    def __init__(self, mode, input_size, hidden_size, bias, dtype):
+    def __init__(self, mode, input_size, hidden_size, bias, device, dtype):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.bias = bias
         gates = _CELLS[mode][1]
@@ -1873,18 +2219,23 @@ class _RNNCellBase(Module):
         return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
 
     def extra_repr(self):
-        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        s = f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        if getattr(self, 'nonlinearity', 'tanh') != 'tanh':
+            s += f", nonlinearity={self.nonlinearity}"  # PyTorch's, without quotes
+        return s
 
 
 class RNNCell(_RNNCellBase):
     """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu); input (N, input_size) or
     (input_size,), hx like the output (zeros when None)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', dtype=None):
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', device=None,
+                 dtype=None):
         if nonlinearity not in ('tanh', 'relu'):
             raise ValueError(f"RNNCell: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
         self.nonlinearity = nonlinearity
-        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, dtype)
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, device,
+                         dtype)
 
     def forward(self, input, hx=None):
         batched, x, (h,) = self._check(input, hx)
@@ -1895,8 +2246,8 @@ class RNNCell(_RNNCellBase):
 class LSTMCell(_RNNCellBase):
     """(h', c') from input (N, input_size) or (input_size,) and hx = (h, c) (zeros when None)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
-        super().__init__('LSTM', input_size, hidden_size, bias, dtype)
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input, hx=None):
         batched, x, state = self._check(input, hx)
@@ -1907,8 +2258,8 @@ class LSTMCell(_RNNCellBase):
 
 
 class GRUCell(_RNNCellBase):
-    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
-        super().__init__('GRU', input_size, hidden_size, bias, dtype)
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input, hx=None):
         batched, x, (h,) = self._check(input, hx)
@@ -1921,8 +2272,10 @@ class _RNNBase(Module):
     (and a second loop from the end to the start when bidirectional)."""
 
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, device=None,
+                 dtype=None):
         name = {'LSTM': 'LSTM', 'GRU': 'GRU'}.get(mode, 'RNN')
+        dtype = _factory(device, dtype, name)
         if not 0 <= dropout < 1:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {dropout}")
         if proj_size < 0 or (proj_size and proj_size >= hidden_size):
@@ -2072,13 +2425,9 @@ class _RNNBase(Module):
         return x, (tuple(final) if self.mode == 'LSTM' else final[0])
 
     def extra_repr(self):
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if self.mode == 'RNN_RELU':
-            s += ", nonlinearity='relu'"
-        for name, default in (('bias', True), ('batch_first', False), ('dropout', 0.0),
-                              ('bidirectional', False), ('proj_size', 0)):
+        s = f"{self.input_size}, {self.hidden_size}"  # PyTorch's (without the nonlinearity)
+        for name, default in (('proj_size', 0), ('num_layers', 1), ('bias', True),
+                              ('batch_first', False), ('dropout', 0.0), ('bidirectional', False)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
@@ -2090,12 +2439,12 @@ class RNN(_RNNBase):
     (num_layers * directions, N, hidden_size) or None; returns output, h_n."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None):
         if nonlinearity not in ('tanh', 'relu'):
             raise ValueError(f"RNN: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
         self.nonlinearity = nonlinearity
         super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, num_layers,
-                         bias, batch_first, dropout, bidirectional, dtype=dtype)
+                         bias, batch_first, dropout, bidirectional, device=device, dtype=dtype)
 
 
 class LSTM(_RNNBase):
@@ -2103,18 +2452,18 @@ class LSTM(_RNNBase):
     (PyTorch's LSTM with projections)."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__('LSTM', input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, proj_size, dtype)
+                         dropout, bidirectional, proj_size, device, dtype)
 
 
 class GRU(_RNNBase):
     """Returns output, h_n; hx = h_0 or None."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=None):
+                 dropout=0.0, bidirectional=False, device=None, dtype=None):
         super().__init__('GRU', input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, dtype=dtype)
+                         dropout, bidirectional, device=device, dtype=dtype)
 
 
 # -- batches of sequences of different lengths (torch.nn.utils.rnn): padded with
@@ -2140,7 +2489,9 @@ class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorte
     inverse. Lengths 3, 1, 2 (batch order) are packed as
         data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
 
-    def __new__(cls, data, batch_sizes, sorted_indices=None, unsorted_indices=None):
+    def __new__(cls, data, batch_sizes=None, sorted_indices=None, unsorted_indices=None):
+        if batch_sizes is None:  # PyTorch's other form: data is the pair (data, batch_sizes)
+            data, batch_sizes = data
         if unsorted_indices is None and sorted_indices is not None:
             unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
         return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
@@ -2341,7 +2692,9 @@ class MultiheadAttention(Module):
     q_proj_weight, k_proj_weight, v_proj_weight instead of one in_proj_weight)."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        dtype = _factory(device, dtype, 'MultiheadAttention')
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
                              f"num_heads={num_heads}")
@@ -2360,7 +2713,7 @@ class MultiheadAttention(Module):
             self.k_proj_weight = Parameter(tt.zeros(E, self.kdim, dtype=dtype))
             self.v_proj_weight = Parameter(tt.zeros(E, self.vdim, dtype=dtype))
         self.in_proj_bias = Parameter(tt.zeros(3 * E, dtype=dtype)) if bias else None
-        self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
+        self.out_proj = NonDynamicallyQuantizableLinear(E, E, bias=bias, dtype=dtype)
         self._reset_parameters()
 
     def _reset_parameters(self):  # PyTorch's: xavier for the projections, zero biases
@@ -2434,17 +2787,14 @@ class MultiheadAttention(Module):
         weights = weights.mean(1) if average_attn_weights else weights
         return out, (weights if batched else weights.squeeze(0))
 
-    def extra_repr(self):
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
-
 
 def _activation(activation, name):
     if callable(activation):
         return activation
     if activation == 'relu':
-        return tt.relu
+        return relu
     if activation == 'gelu':
-        return tt.gelu
+        return gelu
     raise ValueError(f"{name}: activation should be 'relu', 'gelu' or a callable, got {activation!r}")
 
 
@@ -2453,8 +2803,10 @@ class TransformerEncoderLayer(Module):
     with dropout, a residual connection and a LayerNorm (after the sum; before the
     sublayer with norm_first=True)."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
@@ -2487,8 +2839,10 @@ class TransformerDecoderLayer(Module):
     """Self-attention on the target, attention from the target to the encoder's output
     (memory), then the MLP; each with dropout, a residual connection and a LayerNorm."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, dtype=dtype)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
@@ -2534,7 +2888,11 @@ class TransformerDecoderLayer(Module):
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (each with its own parameters), then norm."""
 
-    def __init__(self, encoder_layer, num_layers, norm=None):
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        # enable_nested_tensor and mask_check steer PyTorch's fast path for padded batches
+        # (the same numbers); tinytorch has one path, so they are kept and change nothing
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers, self.norm = num_layers, norm
 
@@ -2569,9 +2927,10 @@ class Transformer(Module):
     nn.Transformer: output = decoder(tgt, encoder(src))."""
 
     def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
-                 dim_feedforward=2048, dropout=0.1, activation='relu', custom_encoder=None,
+                 dim_feedforward=2048, dropout=0.1, activation=relu, custom_encoder=None,
                  custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
-                 bias=True, dtype=None):
+                 bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'Transformer')
         args = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
                     layer_norm_eps=layer_norm_eps, batch_first=batch_first,
                     norm_first=norm_first, bias=bias, dtype=dtype)
@@ -2627,7 +2986,10 @@ def _reduce(loss, reduction, op):
 
 
 @tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def mse_loss(input, target, reduction='mean'):
+def mse_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
+    """(input - target)^2; weight (input's shape) scales each element, and 'mean' then
+    divides by its sum (PyTorch's). size_average and reduce: PyTorch's old reduction."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
     if input.shape != target.shape:  # as PyTorch: a warning, then the two broadcast
         try:
@@ -2652,7 +3014,10 @@ def mse_loss(input, target, reduction='mean'):
         return gd if input.requires_grad else None, -gd if target.requires_grad else None
     # saved: PyTorch's rule reads both, so an in-place change to either raises there too
     loss = from_op(squares, 'mse_loss', (input, target), backward, saved=(input, target))
-    return _reduce(loss, reduction, 'mse_loss')
+    if _weights(weight, input, 'mse_loss') is None:
+        return _reduce(loss, reduction, 'mse_loss')
+    loss = loss * weight
+    return loss.sum() / weight.sum() if reduction == 'mean' else _reduce(loss, reduction, 'mse_loss')
 
 
 @tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
@@ -2787,12 +3152,35 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
 
 
 @tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def binary_cross_entropy_with_logits(input, target, reduction='mean'):
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction='mean', pos_weight=None):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
     as PyTorch does: log sigma(x) = min(x, 0) - log(1 + exp(-|x|)) is stable, an infinite
     logit gives PyTorch's inf or nan, and each step is rounded to the target's dtype (PyTorch
     computes in place on 1 - y), so the result has the target's dtype. Its gradient is
-    sigma(x) - y for x and -x for the target y (a target that requires grad gets it)."""
+    sigma(x) - y for x and -x for the target y (a target that requires grad gets it).
+    weight scales each element's loss (broadcast); pos_weight (one per class, the last
+    dim) weighs the positive term: (1 - y) x - (1 + (pos_weight - 1) y) log sigma(x)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    per_elem = _bce_with_logits(input, target) if pos_weight is None else \
+        _bce_with_logits_pos_weight(input, target, pos_weight)
+    if weight is not None:
+        per_elem = per_elem * weight
+    return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+
+
+def _bce_with_logits_pos_weight(input, target, pos_weight):
+    """pos_weight's loss as a composition (its gradient follows): -log sigma(x) is
+    softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))."""
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(input.shape)} "
+                         f"and target shape {tuple(target.shape)} differ")
+    neg_log_sigmoid = (-input).clamp(min=0) + (-input.abs()).exp().log1p()
+    return (1 - target) * input + (1 + (pos_weight - 1) * target) * neg_log_sigmoid
+
+
+def _bce_with_logits(input, target):
     logits = input
     if not isinstance(target, Tensor):
         target = tt.tensor(np.asarray(target, dtype=logits.dtype))
@@ -2814,8 +3202,7 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
         """d bce/dx = sigmoid(x) - y
         d bce/dy = -x"""
         return (g * (sig - y)).astype(x.dtype, copy=False), (-g * x).astype(y.dtype, copy=False)
-    per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
-    return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+    return from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
 
 
 @tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
@@ -3039,11 +3426,11 @@ def _kl_pointwise(input, target, log_target):
 
 
 class MSELoss(Module):
-    def __init__(self, reduction='mean'):
-        self.reduction = reduction
+    def __init__(self, size_average=None, reduce=None, reduction='mean'):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
-        return mse_loss(input, target, self.reduction)
+        return mse_loss(input, target, reduction=self.reduction)
 
 
 class CrossEntropyLoss(Module):
@@ -3059,11 +3446,16 @@ class CrossEntropyLoss(Module):
 
 
 class BCEWithLogitsLoss(Module):
-    def __init__(self, reduction='mean'):
-        self.reduction = reduction
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean',
+                 pos_weight=None):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.register_buffer('weight', weight)  # buffers, as PyTorch's: Module.to casts them
+        self.register_buffer('pos_weight', pos_weight)
 
-    def forward(self, logits, target):
-        return binary_cross_entropy_with_logits(logits, target, self.reduction)
+    def forward(self, input, target):
+        return binary_cross_entropy_with_logits(input, target, self.weight,
+                                                reduction=self.reduction,
+                                                pos_weight=self.pos_weight)
 
 
 class BCELoss(Module):
