@@ -107,9 +107,6 @@ def random_split(dataset, lengths, generator=tt.default_generator):
 class Sampler:
     """Yields dataset indices; subclasses define __iter__ (and __len__ when they can)."""
 
-    def __init__(self, data_source=None):
-        pass
-
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")
 

@@ -15,6 +15,7 @@
 Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
 `pytest -k pytorch` once PyTorch is installed); no other test does."""
 import csv
+import importlib
 import inspect
 import io
 import json
@@ -6223,7 +6224,7 @@ _MODULE_TREES = [
     ("batch_norm", lambda N, m: N.BatchNorm1d(3), True),
     ("batch_norm untracked", lambda N, m: N.BatchNorm2d(3, affine=False, track_running_stats=False), True),
     ("embedding", lambda N, m: N.Embedding(5, 3), True),
-    ("conv2d", lambda N, m: N.Conv2d(2, 3, 3), False),
+    ("conv2d", lambda N, m: N.Conv2d(2, 3, 3), True),
     ("sequential", lambda N, m: N.Sequential(N.Linear(2, 3), N.ReLU(), N.BatchNorm1d(3),
                                              N.Flatten(), N.GELU('tanh'), N.Linear(3, 1)), True),
     ("module_dict", lambda N, m: N.ModuleDict(dict(
@@ -6236,8 +6237,8 @@ _MODULE_TREES = [
     ("lstm", lambda N, m: N.LSTM(3, 4, bidirectional=True), True),
     ("gru", lambda N, m: N.GRU(3, 4, batch_first=True), True),
     ("cells", lambda N, m: N.ModuleList([N.RNNCell(3, 4), N.LSTMCell(3, 4), N.GRUCell(3, 4)]), True),
-    ("multihead_attention", lambda N, m: N.MultiheadAttention(8, 2, kdim=4, vdim=6), False),
-    ("transformer", lambda N, m: N.Transformer(8, 2, 1, 1, 16), False),
+    ("multihead_attention", lambda N, m: N.MultiheadAttention(8, 2, kdim=4, vdim=6), True),
+    ("transformer", lambda N, m: N.Transformer(8, 2, 1, 1, 16), True),
 ]
 
 
@@ -6257,6 +6258,548 @@ def test_module_trees_name_their_state_as_pytorch(name, build, same_repr):
         np.testing.assert_array_equal(v, ref[k].numpy())
     if same_repr:  # print(model) as PyTorch's, character for character
         assert repr(ours) == repr(theirs)
+
+
+# -- PyTorch's signatures and printed modules: every callable tinytorch shares with PyTorch
+#    2.15 takes its parameters (names, order, defaults), and every module prints as PyTorch's.
+#    The tables are PyTorch's, pinned; the tests named pytorch compare with PyTorch itself.
+# The callables tinytorch shares with PyTorch whose parameters the signature tests compare:
+# (prefix, PyTorch's module, what it is, 'class' / 'func' / 'any').
+_SIGNATURE_MODULES = [
+    ('nn', 'torch.nn', 'class'), ('F', 'torch.nn.functional', 'func'),
+    ('init', 'torch.nn.init', 'func'), ('optim', 'torch.optim', 'class'),
+    ('lr_scheduler', 'torch.optim.lr_scheduler', 'class'), ('data', 'torch.utils.data', 'any'),
+    ('distributions', 'torch.distributions', 'any'), ('amp', 'torch.amp', 'any'),
+    ('rnn', 'torch.nn.utils.rnn', 'any'), ('nn_utils', 'torch.nn.utils', 'func'),
+    ('prune', 'torch.nn.utils.prune', 'any'), ('quantization', 'torch.ao.quantization', 'func')]
+
+
+def _signature_text(f, lib):
+    """f's parameters as text, '(a, b=1, *, c=2)': *args and **kwargs left out, a function
+    default by its name, a dtype or the default generator by theirs. '(refuses)' for a name
+    that takes anything and refuses; None where there is no signature to read."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return None
+    params = [p for p in sig.parameters.values() if p.name != 'self']
+    if params and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return '(*args, **kwargs)'  # anything: PyTorch's dispatchers, tinytorch's refusals
+    out, star = [], False
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            star = star or p.kind == p.VAR_POSITIONAL
+            continue
+        if p.kind == p.KEYWORD_ONLY and not star:
+            out.append('*')
+            star = True
+        d = p.default
+        if d is p.empty:
+            out.append(p.name)
+            continue
+        if d is getattr(lib, 'default_generator', None):
+            d = 'default_generator'
+        elif inspect.isfunction(d) or inspect.isbuiltin(d):
+            d = d.__name__
+        elif isinstance(d, np.dtype) or type(d).__name__ == 'dtype':  # torch.qint8 is int8 here
+            d = getattr(d, 'name', None) or str(d).replace('torch.', '')
+            d = {'qint8': 'int8'}.get(d, d)
+        elif isinstance(d, tuple):  # torch.Size([]) is ()
+            d = repr(tuple(d))
+        elif isinstance(d, (int, float)) and not isinstance(d, bool):  # 0 and 0.0 alike
+            d = repr(float(d))
+            d = d[:-2] if d.endswith('.0') else d
+        else:
+            d = repr(d)
+        out.append(f'{p.name}={d}')
+    return '(' + ', '.join(out) + ')'
+
+
+_PYTORCH_SIGNATURES = {  # PyTorch 2.15's, read with _signature_text
+    'nn.AdaptiveAvgPool2d': '(output_size)',
+    'nn.AvgPool2d':
+        '(kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, '
+        'divisor_override=None)',
+    'nn.BCELoss': "(weight=None, size_average=None, reduce=None, reduction='mean')",
+    'nn.BCEWithLogitsLoss':
+        "(weight=None, size_average=None, reduce=None, reduction='mean', "
+        'pos_weight=None)',
+    'nn.BatchNorm1d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, '
+        'device=None, dtype=None, *, bias=True)',
+    'nn.BatchNorm2d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, '
+        'device=None, dtype=None, *, bias=True)',
+    'nn.Conv1d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, '
+        "groups=1, bias=True, padding_mode='zeros', device=None, dtype=None)",
+    'nn.Conv2d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, '
+        "groups=1, bias=True, padding_mode='zeros', device=None, dtype=None)",
+    'nn.ConvTranspose2d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, '
+        "groups=1, bias=True, dilation=1, padding_mode='zeros', device=None, "
+        'dtype=None)',
+    'nn.CosineSimilarity': '(dim=1, eps=1e-08)',
+    'nn.CrossEntropyLoss':
+        '(weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean', label_smoothing=0)",
+    'nn.DataParallel': '(module, device_ids=None, output_device=None, dim=0)',
+    'nn.Dropout': '(p=0.5, inplace=False)',
+    'nn.Dropout2d': '(p=0.5, inplace=False)',
+    'nn.ELU': '(alpha=1, inplace=False)',
+    'nn.Embedding':
+        '(num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2, '
+        'scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, '
+        'device=None, dtype=None)',
+    'nn.Flatten': '(start_dim=1, end_dim=-1)',
+    'nn.GELU': "(approximate='none')",
+    'nn.GRUCell': '(input_size, hidden_size, bias=True, device=None, dtype=None)',
+    'nn.Hardtanh': '(min_val=-1, max_val=1, inplace=False, min_value=None, max_value=None)',
+    'nn.HuberLoss': "(reduction='mean', delta=1)",
+    'nn.InstanceNorm2d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=False, '
+        'track_running_stats=False, device=None, dtype=None, *, bias=True)',
+    'nn.KLDivLoss': "(size_average=None, reduce=None, reduction='mean', log_target=False)",
+    'nn.L1Loss': "(size_average=None, reduce=None, reduction='mean')",
+    'nn.LSTMCell': '(input_size, hidden_size, bias=True, device=None, dtype=None)',
+    'nn.LayerNorm':
+        '(normalized_shape, eps=1e-05, elementwise_affine=True, bias=True, device=None, '
+        'dtype=None)',
+    'nn.LazyLinear': '(out_features, bias=True, device=None, dtype=None)',
+    'nn.LeakyReLU': '(negative_slope=0.01, inplace=False)',
+    'nn.Linear': '(in_features, out_features, bias=True, device=None, dtype=None)',
+    'nn.LogSoftmax': '(dim=None)',
+    'nn.MSELoss': "(size_average=None, reduce=None, reduction='mean')",
+    'nn.MaxPool1d':
+        '(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, '
+        'ceil_mode=False)',
+    'nn.MaxPool2d':
+        '(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, '
+        'ceil_mode=False)',
+    'nn.ModuleDict': '(modules=None)',
+    'nn.ModuleList': '(modules=None)',
+    'nn.MultiheadAttention':
+        '(embed_dim, num_heads, dropout=0, bias=True, add_bias_kv=False, '
+        'add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None, '
+        'dtype=None)',
+    'nn.NLLLoss':
+        '(weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean')",
+    'nn.Parameter': '(data=None, requires_grad=True)',
+    'nn.ParameterDict': '(parameters=None)',
+    'nn.ParameterList': '(values=None)',
+    'nn.PixelShuffle': '(upscale_factor)',
+    'nn.RNNCell':
+        "(input_size, hidden_size, bias=True, nonlinearity='tanh', device=None, "
+        'dtype=None)',
+    'nn.ReLU': '(inplace=False)',
+    'nn.ReLU6': '(inplace=False)',
+    'nn.ReflectionPad2d': '(padding)',
+    'nn.SELU': '(inplace=False)',
+    'nn.SiLU': '(inplace=False)',
+    'nn.SmoothL1Loss': "(size_average=None, reduce=None, reduction='mean', beta=1)",
+    'nn.Softmax': '(dim=None)',
+    'nn.Softplus': '(beta=1, threshold=20)',
+    'nn.Transformer':
+        '(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, '
+        'dim_feedforward=2048, dropout=0.1, activation=relu, custom_encoder=None, '
+        'custom_decoder=None, layer_norm_eps=1e-05, batch_first=False, norm_first=False, '
+        'bias=True, device=None, dtype=None)',
+    'nn.TransformerDecoder': '(decoder_layer, num_layers, norm=None)',
+    'nn.TransformerDecoderLayer':
+        '(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu, '
+        'layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True, '
+        'device=None, dtype=None)',
+    'nn.TransformerEncoder':
+        '(encoder_layer, num_layers, norm=None, enable_nested_tensor=True, '
+        'mask_check=True)',
+    'nn.TransformerEncoderLayer':
+        '(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu, '
+        'layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True, '
+        'device=None, dtype=None)',
+    'nn.Upsample':
+        "(size=None, scale_factor=None, mode='nearest', align_corners=None, "
+        'recompute_scale_factor=None)',
+    'F.adaptive_avg_pool2d': '(input, output_size)',
+    'F.batch_norm':
+        '(input, running_mean, running_var, weight=None, bias=None, training=False, '
+        'momentum=0.1, eps=1e-05)',
+    'F.binary_cross_entropy':
+        "(input, target, weight=None, size_average=None, reduce=None, reduction='mean')",
+    'F.binary_cross_entropy_with_logits':
+        "(input, target, weight=None, size_average=None, reduce=None, reduction='mean', "
+        'pos_weight=None)',
+    'F.cross_entropy':
+        '(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean', label_smoothing=0)",
+    'F.dropout': '(input, p=0.5, training=True, inplace=False)',
+    'F.dropout2d': '(input, p=0.5, training=True, inplace=False)',
+    'F.elu': '(input, alpha=1, inplace=False)',
+    'F.embedding':
+        '(input, weight, padding_idx=None, max_norm=None, norm_type=2, '
+        'scale_grad_by_freq=False, sparse=False)',
+    'F.hardtanh': '(input, min_val=-1, max_val=1, inplace=False)',
+    'F.huber_loss': "(input, target, reduction='mean', delta=1, weight=None)",
+    'F.instance_norm':
+        '(input, running_mean=None, running_var=None, weight=None, bias=None, '
+        'use_input_stats=True, momentum=0.1, eps=1e-05)',
+    'F.interpolate':
+        "(input, size=None, scale_factor=None, mode='nearest', align_corners=None, "
+        'recompute_scale_factor=None, antialias=False)',
+    'F.kl_div':
+        "(input, target, size_average=None, reduce=None, reduction='mean', "
+        'log_target=False)',
+    'F.l1_loss': "(input, target, size_average=None, reduce=None, reduction='mean', weight=None)",
+    'F.layer_norm': '(input, normalized_shape, weight=None, bias=None, eps=1e-05)',
+    'F.leaky_relu': '(input, negative_slope=0.01, inplace=False)',
+    'F.log_softmax': '(input, dim=None, _stacklevel=3, dtype=None)',
+    'F.mse_loss': "(input, target, size_average=None, reduce=None, reduction='mean', weight=None)",
+    'F.nll_loss':
+        '(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean')",
+    'F.normalize': '(input, p=2, dim=1, eps=1e-12, out=None)',
+    'F.pad': "(input, pad, mode='constant', value=None)",
+    'F.relu': '(input, inplace=False)',
+    'F.relu6': '(input, inplace=False)',
+    'F.selu': '(input, inplace=False)',
+    'F.sigmoid': '(input)',
+    'F.silu': '(input, inplace=False)',
+    'F.smooth_l1_loss':
+        "(input, target, size_average=None, reduce=None, reduction='mean', beta=1)",
+    'F.softmax': '(input, dim=None, _stacklevel=3, dtype=None)',
+    'F.tanh': '(input)',
+    'init.calculate_gain': '(nonlinearity, param=None)',
+    'init.constant_': '(tensor, val)',
+    'init.kaiming_normal_':
+        "(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu', generator=None)",
+    'init.kaiming_uniform_':
+        "(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu', generator=None)",
+    'init.normal_': '(tensor, mean=0, std=1, generator=None)',
+    'init.ones_': '(tensor)',
+    'init.orthogonal_': '(tensor, gain=1, generator=None)',
+    'init.trunc_normal_': '(tensor, mean=0, std=1, a=-2, b=2, generator=None)',
+    'init.uniform_': '(tensor, a=0, b=1, generator=None)',
+    'init.xavier_normal_': '(tensor, gain=1, generator=None)',
+    'init.xavier_uniform_': '(tensor, gain=1, generator=None)',
+    'init.zeros_': '(tensor)',
+    'optim.Adadelta':
+        '(params, lr=1, rho=0.9, eps=1e-06, weight_decay=0, foreach=None, *, '
+        'capturable=False, maximize=False, differentiable=False)',
+    'optim.Adagrad':
+        '(params, lr=0.01, lr_decay=0, weight_decay=0, initial_accumulator_value=0, '
+        'eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None)',
+    'optim.Adam':
+        '(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, '
+        'amsgrad=False, *, foreach=None, maximize=False, capturable=False, '
+        'differentiable=False, fused=None, decoupled_weight_decay=False)',
+    'optim.AdamW':
+        '(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, '
+        'amsgrad=False, *, maximize=False, foreach=None, capturable=False, '
+        'differentiable=False, fused=None)',
+    'optim.LBFGS':
+        '(params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-07, '
+        'tolerance_change=1e-09, history_size=100, line_search_fn=None, *, '
+        'maximize=False)',
+    'optim.Optimizer': '(params, defaults)',
+    'optim.RMSprop':
+        '(params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0, momentum=0, '
+        'centered=False, capturable=False, foreach=None, maximize=False, '
+        'differentiable=False)',
+    'optim.SGD':
+        '(params, lr=0.001, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, '
+        'maximize=False, foreach=None, differentiable=False, fused=None)',
+    'lr_scheduler.CosineAnnealingLR': '(optimizer, T_max, eta_min=0, last_epoch=-1)',
+    'lr_scheduler.ExponentialLR': '(optimizer, gamma, last_epoch=-1)',
+    'lr_scheduler.LRScheduler': '(optimizer, last_epoch=-1)',
+    'lr_scheduler.LambdaLR': '(optimizer, lr_lambda, last_epoch=-1)',
+    'lr_scheduler.LinearLR':
+        '(optimizer, start_factor=0.3333333333333333, end_factor=1, total_iters=5, '
+        'last_epoch=-1)',
+    'lr_scheduler.MultiStepLR': '(optimizer, milestones, gamma=0.1, last_epoch=-1)',
+    'lr_scheduler.OneCycleLR':
+        '(optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, '
+        "pct_start=0.3, anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85, "
+        'max_momentum=0.95, div_factor=25, final_div_factor=10000, three_phase=False, '
+        'last_epoch=-1)',
+    'lr_scheduler.Optimizer': '(params, defaults)',
+    'lr_scheduler.StepLR': '(optimizer, step_size, gamma=0.1, last_epoch=-1)',
+    'data.BatchSampler': '(sampler, batch_size, drop_last)',
+    'data.DataLoader':
+        '(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, '
+        'num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0, '
+        'worker_init_fn=None, multiprocessing_context=None, generator=None, *, '
+        "prefetch_factor=None, persistent_workers=False, pin_memory_device='', "
+        'in_order=True)',
+    'data.Dataset': '()',
+    'data.DistributedSampler':
+        '(dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False)',
+    'data.IterableDataset': '()',
+    'data.RandomSampler': '(data_source, replacement=False, num_samples=None, generator=None)',
+    'data.Sampler': '()',
+    'data.SequentialSampler': '(data_source)',
+    'data.Subset': '(dataset, indices)',
+    'data.SubsetRandomSampler': '(indices, generator=None)',
+    'data.WeightedRandomSampler': '(weights, num_samples, replacement=True, generator=None)',
+    'data.default_collate': '(batch)',
+    'data.default_convert': '(data)',
+    'data.get_worker_info': '()',
+    'data.random_split': '(dataset, lengths, generator=default_generator)',
+    'distributions.Bernoulli': '(probs=None, logits=None, validate_args=None)',
+    'distributions.Categorical': '(probs=None, logits=None, validate_args=None)',
+    'distributions.Distribution': '(batch_shape=(), event_shape=(), validate_args=None)',
+    'distributions.Normal': '(loc, scale, validate_args=None)',
+    'distributions.kl_divergence': '(p, q)',
+    'amp.GradScaler':
+        "(device='cuda', init_scale=65536, growth_factor=2, backoff_factor=0.5, "
+        'growth_interval=2000, enabled=True)',
+    'amp.autocast': '(device_type, dtype=None, enabled=True, cache_enabled=None)',
+    'amp.is_autocast_available': '(device_type)',
+    'rnn.PackedSequence': '(data, batch_sizes=None, sorted_indices=None, unsorted_indices=None)',
+    'rnn.pack_padded_sequence': '(input, lengths, batch_first=False, enforce_sorted=True)',
+    'rnn.pack_sequence': '(sequences, enforce_sorted=True)',
+    'rnn.pad_packed_sequence': '(sequence, batch_first=False, padding_value=0, total_length=None)',
+    'rnn.pad_sequence': "(sequences, batch_first=False, padding_value=0, padding_side='right')",
+    'rnn.unpack_sequence': '(packed_sequences)',
+    'rnn.unpad_sequence': '(padded_sequences, lengths, batch_first=False)',
+    'nn_utils.clip_grad_norm':
+        '(parameters, max_norm, norm_type=2, error_if_nonfinite=False, foreach=None)',
+    'nn_utils.clip_grad_norm_':
+        '(parameters, max_norm, norm_type=2, error_if_nonfinite=False, foreach=None)',
+    'nn_utils.clip_grad_value_': '(parameters, clip_value, foreach=None)',
+    'prune.L1Unstructured': '(amount)',
+    'prune.RandomUnstructured': '(amount)',
+    'prune.global_unstructured': '(parameters, pruning_method, importance_scores=None)',
+    'prune.is_pruned': '(module)',
+    'prune.l1_unstructured': '(module, name, amount, importance_scores=None)',
+    'prune.random_unstructured': '(module, name, amount)',
+    'prune.remove': '(module, name)',
+    'quantization.quantize_dynamic':
+        '(model, qconfig_spec=None, dtype=int8, mapping=None, inplace=False)',
+}
+
+# Where PyTorch's signature shows only *args, **kwargs (its overloads), its documented one.
+_PYTORCH_DOCUMENTED_SIGNATURES = {
+    'nn.RNN': "(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True, "
+              "batch_first=False, dropout=0, bidirectional=False, device=None, dtype=None)",
+    'nn.LSTM': "(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0, "
+               "bidirectional=False, proj_size=0, device=None, dtype=None)",
+    'nn.GRU': "(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0, "
+              "bidirectional=False, device=None, dtype=None)",
+    'F.max_pool1d': "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
+                    "return_indices=False)",
+    'F.max_pool2d': "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
+                    "return_indices=False)",
+    'F.avg_pool2d': "(input, kernel_size, stride=None, padding=0, ceil_mode=False, "
+                    "count_include_pad=True, divisor_override=None)",
+    'F.conv1d': "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
+    'F.conv2d': "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
+    'F.conv_transpose2d': "(input, weight, bias=None, stride=1, padding=0, output_padding=0, "
+                          "groups=1, dilation=1)",
+    'F.linear': "(input, weight, bias=None)",
+}
+# Shared names tinytorch refuses whatever the arguments, in one line (a feature it lacks).
+_REFUSING_CALLABLES = ('nn_utils.parameters_to_vector', 'nn_utils.remove_spectral_norm',
+                       'nn_utils.remove_weight_norm', 'nn_utils.spectral_norm',
+                       'nn_utils.vector_to_parameters', 'nn_utils.weight_norm')
+
+
+def _shared_callable(key, lib):
+    """The callable a table key names ('nn.Linear', 'F.relu'), from tinytorch (lib tt) or torch."""
+    tag, name = key.split('.', 1)
+    path = dict((t, m) for t, m, _ in _SIGNATURE_MODULES)[tag]
+    if lib is tt:
+        path = 'tinytorch' + path[len('torch'):]
+    return getattr(importlib.import_module(path), name)
+
+
+def test_shared_callables_take_pytorchs_parameters():
+    """Each pinned PyTorch signature is tinytorch's: the same names, order and defaults."""
+    want = {**_PYTORCH_SIGNATURES, **_PYTORCH_DOCUMENTED_SIGNATURES}
+    got = {key: _signature_text(_shared_callable(key, tt), tt) for key in want}
+    assert {k: got[k] for k in want if got[k] != want[k]} == {}
+    for key in _REFUSING_CALLABLES:
+        with pytest.raises(RuntimeError) as e:
+            _shared_callable(key, tt)(nn.Linear(2, 2))
+        assert '\n' not in str(e.value) and 'tinytorch has no' in str(e.value)
+
+
+def test_pytorch_signatures_of_every_shared_callable():
+    """Every public callable of these PyTorch modules that tinytorch has too: its signature is
+    pinned above and is tinytorch's (the pinned tables cover the case without PyTorch)."""
+    torch = need_torch()
+    seen, refusing = {}, []
+    for tag, path, kind in _SIGNATURE_MODULES:
+        ours = importlib.import_module('tinytorch' + path[len('torch'):])
+        theirs = importlib.import_module(path)
+        for name in dir(theirs):
+            f = getattr(theirs, name)
+            if name.startswith('_') or not hasattr(ours, name) or inspect.ismodule(f) or \
+                    not callable(f) or (kind == 'class') != inspect.isclass(f) and kind != 'any':
+                continue
+            text = _signature_text(f, torch)
+            if text is None or text == '(*args, **kwargs)':
+                continue
+            mine = _signature_text(getattr(ours, name), tt)
+            if mine == '(*args, **kwargs)':
+                refusing.append(f'{tag}.{name}')
+            else:
+                seen[f'{tag}.{name}'] = (text, mine)
+    assert {k: v for k, v in seen.items() if v[0] != v[1]} == {}
+    assert {k: v[0] for k, v in seen.items()} == _PYTORCH_SIGNATURES
+    assert tuple(sorted(refusing)) == _REFUSING_CALLABLES
+
+
+# A module built both ways, and PyTorch 2.15's repr of it.
+_MODULE_REPRS = {
+    'AdaptiveAvgPool2d((5, 7))': 'AdaptiveAvgPool2d(output_size=(5, 7))',
+    'AdaptiveAvgPool2d(1)': 'AdaptiveAvgPool2d(output_size=1)',
+    'AvgPool2d(2)': 'AvgPool2d(kernel_size=2, stride=2, padding=0)',
+    'AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)':
+        'AvgPool2d(kernel_size=3, stride=2, padding=1)',
+    'BCELoss()': 'BCELoss()',
+    'BCEWithLogitsLoss()': 'BCEWithLogitsLoss()',
+    'BatchNorm1d(4)':
+        'BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)',
+    'BatchNorm2d(3, eps=0.001, momentum=None, affine=False, track_running_stats=False)':
+        'BatchNorm2d(3, eps=0.001, momentum=None, affine=False, bias=False, track_running_stats=False)',
+    'Conv1d(2, 4, 3)': 'Conv1d(2, 4, kernel_size=(3,), stride=(1,))',
+    'Conv1d(2, 4, 3, stride=2, padding=1, dilation=2, groups=2, bias=False)':
+        'Conv1d(2, 4, kernel_size=(3,), stride=(2,), padding=(1,), dilation=(2,), groups=2, bias=False)',
+    'Conv2d(1, 2, 3, stride=2)': 'Conv2d(1, 2, kernel_size=(3, 3), stride=(2, 2))',
+    'Conv2d(4, 8, (3, 5), padding=(1, 2), groups=4, bias=False)':
+        'Conv2d(4, 8, kernel_size=(3, 5), stride=(1, 1), padding=(1, 2), groups=4, bias=False)',
+    "Conv2d(3, 6, 3, padding='same', padding_mode='reflect', dilation=2)":
+        'Conv2d(3, 6, kernel_size=(3, 3), stride=(1, 1), padding=same, dilation=(2, 2), padding_mode=reflect)',
+    'ConvTranspose2d(4, 2, 3)': 'ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(1, 1))',
+    'ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False, dilation=1)':
+        'ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1), groups=2, bias=False)',
+    'CosineSimilarity()': 'CosineSimilarity()',
+    'CosineSimilarity(dim=0, eps=1e-06)': 'CosineSimilarity()',
+    'CrossEntropyLoss()': 'CrossEntropyLoss()',
+    'CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)': 'CrossEntropyLoss()',
+    'DataParallel(Linear(2, 3))':
+        'DataParallel(\n  (module): Linear(in_features=2, out_features=3, bias=True)\n)',
+    'Dropout()': 'Dropout(p=0.5, inplace=False)',
+    'Dropout(p=0.1, inplace=True)': 'Dropout(p=0.1, inplace=True)',
+    'Dropout2d(0.2)': 'Dropout2d(p=0.2, inplace=False)',
+    'ELU()': 'ELU(alpha=1.0)',
+    'ELU(alpha=0.5, inplace=True)': 'ELU(alpha=0.5, inplace=True)',
+    'Embedding(10, 3)': 'Embedding(10, 3)',
+    'Embedding(10, 3, padding_idx=0, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True)':
+        'Embedding(10, 3, padding_idx=0, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True)',
+    'Flatten()': 'Flatten(start_dim=1, end_dim=-1)',
+    'Flatten(0, -2)': 'Flatten(start_dim=0, end_dim=-2)',
+    'GELU()': "GELU(approximate='none')",
+    "GELU(approximate='tanh')": "GELU(approximate='tanh')",
+    'GRU(3, 4)': 'GRU(3, 4)',
+    'GRU(3, 4, num_layers=2, bias=False, batch_first=True, dropout=0.5, bidirectional=True)':
+        'GRU(3, 4, num_layers=2, bias=False, batch_first=True, dropout=0.5, bidirectional=True)',
+    'GRUCell(3, 4)': 'GRUCell(3, 4)',
+    'GRUCell(3, 4, bias=False)': 'GRUCell(3, 4, bias=False)',
+    'Hardtanh()': 'Hardtanh(min_val=-1.0, max_val=1.0)',
+    'Hardtanh(-2.0, 2.0, inplace=True)': 'Hardtanh(min_val=-2.0, max_val=2.0, inplace=True)',
+    'HuberLoss()': 'HuberLoss()',
+    'Identity()': 'Identity()',
+    'InstanceNorm2d(3)':
+        'InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=False, bias=False, track_running_stats=False)',
+    'InstanceNorm2d(3, affine=True)':
+        'InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=False)',
+    'KLDivLoss()': 'KLDivLoss()',
+    'L1Loss()': 'L1Loss()',
+    'LSTM(3, 4)': 'LSTM(3, 4)',
+    'LSTM(3, 4, 2, proj_size=2)': 'LSTM(3, 4, proj_size=2, num_layers=2)',
+    'LSTMCell(3, 4)': 'LSTMCell(3, 4)',
+    'LayerNorm(4)': 'LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)',
+    'LayerNorm((2, 3), eps=1e-06, elementwise_affine=False)':
+        'LayerNorm((2, 3), eps=1e-06, elementwise_affine=False, bias=False)',
+    'LayerNorm(4, bias=False)': 'LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=False)',
+    'LazyLinear(3)': 'LazyLinear(in_features=0, out_features=3, bias=True)',
+    'LeakyReLU()': 'LeakyReLU(negative_slope=0.01)',
+    'LeakyReLU(0.2, inplace=True)': 'LeakyReLU(negative_slope=0.2, inplace=True)',
+    'Linear(2, 3)': 'Linear(in_features=2, out_features=3, bias=True)',
+    'Linear(2, 3, bias=False)': 'Linear(in_features=2, out_features=3, bias=False)',
+    'LogSoftmax(dim=1)': 'LogSoftmax(dim=1)',
+    'LogSoftmax()': 'LogSoftmax(dim=None)',
+    'MSELoss()': 'MSELoss()',
+    "MSELoss(reduction='sum')": 'MSELoss()',
+    'MaxPool1d(2)': 'MaxPool1d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)',
+    'MaxPool1d(3, stride=1, padding=1, dilation=2, ceil_mode=True)':
+        'MaxPool1d(kernel_size=3, stride=1, padding=1, dilation=2, ceil_mode=True)',
+    'MaxPool2d(2)': 'MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)',
+    'MaxPool2d((2, 3), stride=(1, 2), padding=1, return_indices=True)':
+        'MaxPool2d(kernel_size=(2, 3), stride=(1, 2), padding=1, dilation=1, ceil_mode=False)',
+    'Module()': 'Module()',
+    "ModuleDict({'a': Linear(1, 2), 'b': ReLU()})":
+        'ModuleDict(\n  (a): Linear(in_features=1, out_features=2, bias=True)\n  (b): ReLU()\n)',
+    'ModuleList([Linear(1, 2), Tanh()])':
+        'ModuleList(\n  (0): Linear(in_features=1, out_features=2, bias=True)\n  (1): Tanh()\n)',
+    'MultiheadAttention(8, 2)':
+        'MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n)',
+    'MultiheadAttention(8, 2, dropout=0.1, kdim=4, vdim=4, batch_first=True)':
+        'MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n)',
+    'NLLLoss()': 'NLLLoss()',
+    'ParameterDict()': 'ParameterDict()',
+    'ParameterList()': 'ParameterList()',
+    'PixelShuffle(2)': 'PixelShuffle(upscale_factor=2)',
+    'RNN(3, 4)': 'RNN(3, 4)',
+    "RNN(3, 4, nonlinearity='relu', num_layers=2)": 'RNN(3, 4, num_layers=2)',
+    'RNNCell(3, 4)': 'RNNCell(3, 4)',
+    "RNNCell(3, 4, nonlinearity='relu')": 'RNNCell(3, 4, nonlinearity=relu)',
+    'ReLU()': 'ReLU()',
+    'ReLU(True)': 'ReLU(inplace=True)',
+    'ReLU6()': 'ReLU6()',
+    'ReLU6(inplace=True)': 'ReLU6(inplace=True)',
+    'ReflectionPad2d(2)': 'ReflectionPad2d((2, 2, 2, 2))',
+    'ReflectionPad2d((1, 2, 3, 4))': 'ReflectionPad2d((1, 2, 3, 4))',
+    'SELU()': 'SELU()',
+    'SELU(inplace=True)': 'SELU(inplace=True)',
+    'Sequential(Linear(2, 3), ReLU(), Linear(3, 1))':
+        'Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): ReLU()\n  (2): Linear(in_features=3, out_features=1, bias=True)\n)',
+    'Sequential()': 'Sequential()',
+    'SiLU()': 'SiLU()',
+    'SiLU(inplace=True)': 'SiLU(inplace=True)',
+    'Sigmoid()': 'Sigmoid()',
+    'SmoothL1Loss()': 'SmoothL1Loss()',
+    'Softmax(dim=-1)': 'Softmax(dim=-1)',
+    'Softmax()': 'Softmax(dim=None)',
+    'Softplus()': 'Softplus(beta=1.0, threshold=20.0)',
+    'Softplus(beta=2.0, threshold=10.0)': 'Softplus(beta=2.0, threshold=10.0)',
+    'Tanh()': 'Tanh()',
+    'TransformerDecoder(TransformerDecoderLayer(8, 2, 16), 2)':
+        'TransformerDecoder(\n  (layers): ModuleList(\n    (0-1): 2 x TransformerDecoderLayer(\n      (self_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (multihead_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (linear1): Linear(in_features=8, out_features=16, bias=True)\n      (dropout): Dropout(p=0.1, inplace=False)\n      (linear2): Linear(in_features=16, out_features=8, bias=True)\n      (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm3): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (dropout1): Dropout(p=0.1, inplace=False)\n      (dropout2): Dropout(p=0.1, inplace=False)\n      (dropout3): Dropout(p=0.1, inplace=False)\n    )\n  )\n)',
+    'TransformerDecoderLayer(8, 2, dim_feedforward=16)':
+        'TransformerDecoderLayer(\n  (self_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (multihead_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (linear1): Linear(in_features=8, out_features=16, bias=True)\n  (dropout): Dropout(p=0.1, inplace=False)\n  (linear2): Linear(in_features=16, out_features=8, bias=True)\n  (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm3): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (dropout1): Dropout(p=0.1, inplace=False)\n  (dropout2): Dropout(p=0.1, inplace=False)\n  (dropout3): Dropout(p=0.1, inplace=False)\n)',
+    'TransformerEncoder(TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False)':
+        'TransformerEncoder(\n  (layers): ModuleList(\n    (0-1): 2 x TransformerEncoderLayer(\n      (self_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (linear1): Linear(in_features=8, out_features=16, bias=True)\n      (dropout): Dropout(p=0.1, inplace=False)\n      (linear2): Linear(in_features=16, out_features=8, bias=True)\n      (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (dropout1): Dropout(p=0.1, inplace=False)\n      (dropout2): Dropout(p=0.1, inplace=False)\n    )\n  )\n)',
+    "TransformerEncoderLayer(8, 2, 16, norm_first=True, activation='gelu')":
+        'TransformerEncoderLayer(\n  (self_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (linear1): Linear(in_features=8, out_features=16, bias=True)\n  (dropout): Dropout(p=0.1, inplace=False)\n  (linear2): Linear(in_features=16, out_features=8, bias=True)\n  (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (dropout1): Dropout(p=0.1, inplace=False)\n  (dropout2): Dropout(p=0.1, inplace=False)\n)',
+    'Upsample(scale_factor=2)': "Upsample(scale_factor=2.0, mode='nearest')",
+    "Upsample(size=(4, 5), mode='bilinear', align_corners=True)":
+        "Upsample(size=(4, 5), mode='bilinear')",
+}
+
+
+def test_modules_print_as_pytorchs():
+    """print(module) as PyTorch's: its tuples, its defaults left out (Conv2d(1, 2, 3,
+    stride=2) is 'Conv2d(1, 2, kernel_size=(3, 3), stride=(2, 2))')."""
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        got = {spec: repr(eval(spec, vars(nn))) for spec in _MODULE_REPRS}
+    assert {k: v for k, v in got.items() if v != _MODULE_REPRS[k]} == {}
+
+
+def test_pytorch_modules_print_the_same():
+    torch = need_torch()
+    specs = list(_MODULE_REPRS) + [
+        "Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, "
+        "dim_feedforward=16)"]
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        for spec in specs:
+            theirs = repr(eval(spec, vars(torch.nn)))
+            assert repr(eval(spec, vars(nn))) == theirs
+            assert spec not in _MODULE_REPRS or _MODULE_REPRS[spec] == theirs
 
 
 def test_module_and_loss_signatures_match_pytorch():
