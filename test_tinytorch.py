@@ -6904,6 +6904,48 @@ def test_embedding_gradcheck_with_repeated_indices():
         emb(tt.tensor([6]))
 
 
+def test_embedding_padding_idx_starts_at_zero_and_gets_no_gradient():
+    tt.manual_seed(0)
+    emb = nn.Embedding(5, 3, padding_idx=-1)  # PyTorch's: -1 is the last row
+    assert emb.padding_idx == 4 and emb.weight[4].tolist() == [0.0] * 3
+    assert emb.weight[0].abs().sum().item() > 0
+    emb(tt.tensor([[4, 1], [1, 4]])).sum().backward()
+    np.testing.assert_array_equal(emb.weight.grad[:, 0], [0, 2, 0, 0, 0])
+    # the padding row is read as any row, but its gradient is 0 (so no finite-difference
+    # check: by design it disagrees there); the other rows get embedding's own gradient
+    w, v = t64(4, 3), t64(4, 3)
+    g = t64(4, 3, seed=7).array
+    nn.embedding(tt.tensor([0, 2, 2, 1]), w, padding_idx=2).backward(tt.tensor(g))
+    nn.embedding(tt.tensor([0, 2, 2, 1]), v).backward(tt.tensor(g))
+    np.testing.assert_array_equal(w.grad.array, v.grad.array * [[1], [1], [0], [1]])
+    # scale_grad_by_freq: a row's gradient divided by how often the batch names it
+    w = t64(4, 2)
+    nn.embedding(tt.tensor([1, 1, 1, 3]), w, scale_grad_by_freq=True).sum().backward()
+    np.testing.assert_array_equal(w.grad.array, [[0, 0], [1, 1], [0, 0], [1, 1]])
+    with pytest.raises(AssertionError, match="padding_idx 5 must be within num_embeddings"):
+        nn.Embedding(5, 3, padding_idx=5)
+    assert repr(emb) == "Embedding(5, 3, padding_idx=4)"
+
+
+def test_embedding_max_norm_renormalises_the_rows_it_reads_in_place():
+    w = tt.tensor([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]])
+    out = nn.embedding(tt.tensor([0, 1]), w, max_norm=1.0)
+    np.testing.assert_allclose(w.array[0], [0.6, 0.8], rtol=1e-6)  # 5 -> 1
+    assert w.array[1].tolist() == pytest.approx([0.3, 0.4]) and w.array[2].tolist() == [6.0, 8.0]
+    np.testing.assert_allclose(out.array, w.array[:2])
+
+
+def test_embedding_takes_a_weight_freezes_and_refuses_sparse():
+    given = tt.ones(3, 2)
+    emb = nn.Embedding(3, 2, _weight=given, _freeze=True)
+    assert emb.weight.tolist() == [[1.0, 1.0]] * 3 and not emb.weight.requires_grad
+    assert not nn.Embedding.from_pretrained(given).weight.requires_grad
+    with pytest.raises(ValueError, match=r"_weight of shape \(3, 2\) does not match"):
+        nn.Embedding(2, 2, _weight=given)
+    with pytest.raises(NotImplementedError, match="Embedding: sparse=True .* is not supported"):
+        nn.Embedding(3, 2, sparse=True)
+
+
 def test_layer_norm_gradcheck_and_equals_composed():
     x, w, b = t64(2, 3, 5, seed=1), t64(5, seed=2), t64(5, seed=3)
     check(lambda x, w, b: nn.layer_norm(x, (5,), w, b), x, w, b)
@@ -7873,6 +7915,52 @@ def test_bce_with_logits():
     assert nn.BCEWithLogitsLoss()(x, y).item() == pytest.approx(ref, rel=1e-12)
     big = nn.binary_cross_entropy_with_logits(tt.tensor([1e4, -1e4]), tt.tensor([0.0, 1.0]))
     assert big.item() == pytest.approx(1e4)
+
+
+def test_bce_with_logits_pos_weight_and_weight_by_hand():
+    x, y = t64(4, 3), tt.tensor((np.random.default_rng(1).random((4, 3)) > 0.5).astype(np.float64))
+    pw, w = tt.tensor([1.0, 2.0, 3.0], dtype=tt.float64), t64(4, 3, seed=5)
+    p = 1 / (1 + np.exp(-x.array))
+    ref = -(pw.array * y.array * np.log(p) + (1 - y.array) * np.log(1 - p)) * w.array
+    got = nn.binary_cross_entropy_with_logits(x, y, w, reduction='none', pos_weight=pw)
+    np.testing.assert_allclose(got.array, ref, rtol=1e-12)
+    loss = nn.BCEWithLogitsLoss(weight=w, pos_weight=pw)
+    assert loss(x, y).item() == pytest.approx(ref.mean(), rel=1e-12)
+    check(lambda x, pw: nn.binary_cross_entropy_with_logits(x, y, pos_weight=pw), x, pw)
+    assert nn.BCEWithLogitsLoss(size_average=False)(x, y).item() == pytest.approx(
+        nn.binary_cross_entropy_with_logits(x, y, reduction='sum').item())
+    assert nn.MSELoss(reduce=False)(x, y).shape == (4, 3)  # PyTorch's legacy mapping
+
+
+def test_in_place_activations_write_into_their_input_and_keep_the_gradient():
+    x = t64(3, 4)
+    y = x * 1
+    out = nn.ReLU(True)(y)
+    assert out is y and (y.array >= 0).all()
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.array, (x.array > 0).astype(float))
+    for f in (lambda v: nn.silu(v, inplace=True), lambda v: nn.leaky_relu(v, 0.2, True),
+              lambda v: nn.dropout(v, 0.0, inplace=True), lambda v: nn.hardtanh(v, inplace=True)):
+        check(lambda x: f(x * 1), t64(3, 4))
+    assert repr(nn.LeakyReLU(0.2, inplace=True)) == "LeakyReLU(negative_slope=0.2, inplace=True)"
+    with pytest.warns(FutureWarning, match="`max_value` is deprecated"):
+        assert nn.Hardtanh(min_value=-2.0).min_val == -2.0
+
+
+def test_factory_arguments_on_every_module_with_parameters():
+    """device='cpu' (or a CPU device) and dtype= build the module; another device is one line."""
+    builds = {'Linear': (2, 3), 'LazyLinear': (3,), 'Embedding': (4, 2), 'LayerNorm': (3,),
+              'Conv1d': (2, 2, 3), 'Conv2d': (2, 2, 3), 'ConvTranspose2d': (2, 2, 3),
+              'BatchNorm1d': (3,), 'InstanceNorm2d': (3,), 'RNNCell': (2, 3), 'LSTMCell': (2, 3),
+              'GRUCell': (2, 3), 'RNN': (2, 3), 'LSTM': (2, 3), 'GRU': (2, 3),
+              'MultiheadAttention': (4, 2), 'TransformerEncoderLayer': (4, 2, 8),
+              'TransformerDecoderLayer': (4, 2, 8), 'Transformer': (4, 2, 1, 1, 8)}
+    for name, args in builds.items():
+        m = getattr(nn, name)(*args, device=tt.device('cpu'), dtype=tt.float64)
+        assert all(p.dtype == tt.float64 for p in m.parameters()), name
+        with pytest.raises(RuntimeError) as e:
+            getattr(nn, name)(*args, device='cuda')
+        assert str(e.value).startswith(f"{name}('cuda'): tinytorch runs on NumPy on the CPU"), name
 
 
 def test_bce_with_logits_result_has_the_targets_dtype_as_torch():
@@ -11382,6 +11470,105 @@ def test_max_pool_gives_a_tie_to_one_element_and_padding_never_wins():
     assert x.grad.sum() == 1.0 and x.grad[0, 0, 0, 0] == 1.0  # the first of the tied maxima
     neg = tt.full((1, 1, 2, 2), -5.0)
     assert nn.max_pool2d(neg, 2, stride=1, padding=1).tolist() == [[[[-5.0] * 3] * 3]]
+
+
+def _direct_conv2d(x, w, b, stride, padding, dilation, groups):
+    """The convolution by its definition, one output element at a time (NumPy loops):
+    out[n, o, y, x] = b[o] + sum over c, i, j of in[n, g c_g + c, y s + i d - p, ...] w[o, c, i, j],
+    g = o // (O / groups): each group of kernels reads its own group of channels."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for k in range(o):
+        g = k // (o // groups)
+        for yy in range(oh):
+            for xx in range(ow):
+                patch = xp[:, g * cg:(g + 1) * cg, yy * stride:yy * stride + dilation * (kh - 1) + 1:dilation,
+                           xx * stride:xx * stride + dilation * (kw - 1) + 1:dilation]
+                out[:, k, yy, xx] = (patch * w[k]).sum((1, 2, 3)) + (0 if b is None else b[k])
+    return out
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_grouped_conv2d_by_its_definition_and_gradient(groups):
+    """groups=g: kernel k reads only the channels of its group (a direct loop checks the
+    numbers), and the finite-difference check the gradients of input, weight and bias."""
+    x, w, b = t64(2, 6, 5, 6), t64(6, 6 // groups, 3, 2, seed=1), t64(6, seed=2)
+    for kw in (dict(), dict(stride=2, padding=1, dilation=2)):
+        out = nn.conv2d(x, w, b, groups=groups, **kw)
+        ref = _direct_conv2d(x.array, w.array, b.array, kw.get('stride', 1), kw.get('padding', 0),
+                             kw.get('dilation', 1), groups)
+        np.testing.assert_allclose(out.array, ref, rtol=1e-12, atol=1e-12)
+        check(lambda x, w, b: nn.conv2d(x, w, b, groups=groups, **kw), x, w, b)
+    m = nn.Conv2d(6, 4, 3, groups=2, bias=False)
+    assert m.weight.shape == (4, 3, 3, 3) and m(t64(1, 6, 4, 4).float()).shape == (1, 4, 2, 2)
+    with pytest.raises(ValueError, match=r"in_channels \(6\) and out_channels \(4\) must be "
+                                         r"divisible by groups \(4\)"):
+        nn.Conv2d(6, 4, 3, groups=4)
+
+
+def test_grouped_conv1d_and_conv_transpose2d_gradients():
+    check(lambda x, w, b: nn.conv1d(x, w, b, stride=2, padding=1, groups=2),
+          t64(2, 4, 7), t64(6, 2, 3, seed=1), t64(6, seed=2))
+    # transposed: weight (C_in, C_out / groups, kh, kw); each group is the transpose of a
+    # grouped conv2d, so its output equals the per-group transposes side by side
+    x, w, b = t64(1, 4, 3, 3), t64(4, 3, 2, 2, seed=1), t64(6, seed=2)
+    check(lambda x, w, b: nn.conv_transpose2d(x, w, b, stride=2, groups=2), x, w, b)
+    halves = [nn.conv_transpose2d(x[:, 2 * g:2 * g + 2], w[2 * g:2 * g + 2], None, stride=2)
+              for g in range(2)]
+    np.testing.assert_allclose(nn.conv_transpose2d(x, w, b, stride=2, groups=2).array,
+                               tt.cat(halves, 1).array + b.array[:, None, None], rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode,numpy_mode", [('reflect', 'reflect'), ('replicate', 'edge'),
+                                             ('circular', 'wrap')])
+def test_conv_padding_mode_pads_the_input_as_numpy_names_it(mode, numpy_mode):
+    m = nn.Conv2d(2, 3, 3, padding=(2, 1), padding_mode=mode, dtype=tt.float64)
+    x = t64(1, 2, 4, 5)
+    ref = _direct_conv2d(np.pad(x.array, ((0, 0), (0, 0), (2, 2), (1, 1)), mode=numpy_mode),
+                         m.weight.array, m.bias.array, 1, 0, 1, 1)
+    np.testing.assert_allclose(m(x).array, ref, rtol=1e-12)
+    assert repr(m).endswith(f"padding=(2, 1), padding_mode={mode})")
+    same = nn.Conv1d(2, 2, 4, padding='same', padding_mode=mode, dtype=tt.float64)
+    assert same(t64(1, 2, 7)).shape == (1, 2, 7)  # 'same' pads 1 left, 2 right
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(2, 3, 3, padding_mode='mirror')
+    with pytest.raises(ValueError, match='Only "zeros" padding mode is supported for ConvTranspose2d'):
+        nn.ConvTranspose2d(2, 3, 3, padding_mode=mode)
+
+
+def test_conv_padding_same_and_valid_by_hand():
+    x, w = t64(1, 1, 5, 6), t64(1, 1, 2, 3, seed=1)  # even kernel height: the odd pad goes right
+    same = nn.conv2d(x, w, padding='same')
+    ref = _direct_conv2d(np.pad(x.array, ((0, 0), (0, 0), (0, 1), (1, 1))), w.array, None, 1, 0, 1, 1)
+    np.testing.assert_allclose(same.array, ref, rtol=1e-12)
+    assert nn.conv2d(x, w, padding='valid').shape == (1, 1, 4, 4)
+    with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
+        nn.conv2d(x, w, stride=2, padding='same')
+
+
+def test_pools_ceil_mode_return_indices_and_avg_divisors_by_hand():
+    x = tt.arange(9.0).reshape(1, 1, 3, 3)
+    out, idx = nn.max_pool2d(x, 2, ceil_mode=True, return_indices=True)  # a last, partial window
+    assert out.tolist() == [[[[4.0, 5.0], [7.0, 8.0]]]] and idx.tolist() == [[[[4, 5], [7, 8]]]]
+    assert nn.max_pool2d(x, 2).tolist() == [[[[4.0]]]]
+    m = nn.MaxPool1d(2, ceil_mode=True, return_indices=True)
+    values, where = m(tt.tensor([[[3.0, 1.0, 2.0, 5.0, 4.0]]]))
+    assert values.tolist() == [[[3.0, 5.0, 4.0]]] and where.tolist() == [[[0, 3, 4]]]
+    # avg: 3x3 windows, stride 2, padding 1 over 0..8; the corner window covers 4 numbers
+    assert nn.avg_pool2d(x, 3, 2, 1).tolist()[0][0][0][0] == pytest.approx((0 + 1 + 3 + 4) / 9)
+    assert nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False).tolist()[0][0][0][0] == 2.0
+    assert nn.avg_pool2d(x, 3, 2, 1, divisor_override=2).tolist()[0][0][0][0] == 4.0
+    # ceil_mode: the last window starts at 2 and covers row/col 2 only; its divisor counts
+    # what it covers of the (here unpadded) input: (2 + 5) / 2, (6 + 7) / 2, 8 / 1
+    assert nn.avg_pool2d(x, 2, 2, ceil_mode=True).tolist() == [[[[2.0, 3.5], [6.5, 8.0]]]]
+    check(lambda x: nn.max_pool2d(x, 2, ceil_mode=True), t64(1, 2, 5, 5))
+    check(lambda x: nn.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), t64(1, 2, 6, 5))
+    assert repr(nn.MaxPool2d(2)) == ("MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, "
+                                     "ceil_mode=False)")
 
 
 def test_batch_norm_gradients_in_training_and_eval():
