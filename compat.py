@@ -326,6 +326,8 @@ _LACKING = {
     "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
     "(torch.nn.utils.parametrize)",
     'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
+    'optim.functional': "functional optimizers (torch.optim.functional; use the optimizer "
+    "classes)",
     'utils._pytree': "PyTorch's private pytree helpers (torch.utils._pytree)",
     **{f'utils.{n}': f"torch.utils.{n}" for n in (
         'backcompat', 'backend_registration', 'benchmark', 'bundled_inputs', 'collect_env',
@@ -442,7 +444,8 @@ class _PathFinder:
 # Module paths below these are PyTorch's, and what they hold tinytorch lacks: each imports,
 # and refuses at use, in one line (the modules themselves are above, in _PATHS).
 _LACKS_BELOW = {
-    'cuda': _NO_GPU, 'backends': "this backend (NumPy computes)", 'accelerator': _NO_GPU,
+    'cuda': _NO_GPU, 'accelerator': _NO_GPU, 'backends.cudnn': "cuDNN: " + _NO_GPU,
+    'backends.xeon': "this backend (NumPy computes)",
     'distributed': _ONE_PROCESS, 'nn.parallel': _ONE_PROCESS, 'multiprocessing': _ONE_PROCESS,
     'ao': "quantization beyond quantize_dynamic (compress.py)",
     'utils.data': "datapipes and the data loader's internals (tinytorch's DataLoader is "

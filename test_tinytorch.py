@@ -2616,6 +2616,317 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
         f"(in {tmp_path}); copy nn.py from the tinytorch project into that folder")
 
 
+# Every module path PyTorch 2.15 has under torch, as pkgutil.walk_packages lists it (names
+# without a leading _), by parent: 'nn.utils: rnn prune' is torch.nn.utils.rnn and
+# torch.nn.utils.prune. test_pytorch_module_paths_are_the_pinned_ones keeps it PyTorch's.
+_PYTORCH_MODULE_PATHS = """
+(torch): accelerator amp ao autograd backends compiler contrib cpu cuda distributed
+  distributions export fft foreach func functional futures fx hub jit library linalg
+  masked monitor mps mtia multiprocessing nativert nested nn numa onnx optim overrides
+  package profiler quantization quasirandom random return_types serialization signal
+  sparse special storage testing torch_version types utils version xpu
+accelerator: graphs memory random
+amp: autocast_mode grad_scaler
+ao: nn ns pruning quantization
+ao.nn: intrinsic qat quantizable quantized sparse
+ao.nn.intrinsic: modules qat quantized
+ao.nn.intrinsic.modules: fused
+ao.nn.intrinsic.qat: modules
+ao.nn.intrinsic.qat.modules: conv_fused linear_fused linear_relu
+ao.nn.intrinsic.quantized: dynamic modules
+ao.nn.intrinsic.quantized.dynamic: modules
+ao.nn.intrinsic.quantized.dynamic.modules: linear_relu
+ao.nn.intrinsic.quantized.modules: bn_relu conv_add conv_relu linear_relu
+ao.nn.qat: dynamic modules
+ao.nn.qat.dynamic: modules
+ao.nn.qat.dynamic.modules: linear
+ao.nn.qat.modules: conv embedding_ops linear
+ao.nn.quantizable: modules
+ao.nn.quantizable.modules: activation rnn
+ao.nn.quantized: dynamic functional modules reference
+ao.nn.quantized.dynamic: modules
+ao.nn.quantized.dynamic.modules: conv linear rnn
+ao.nn.quantized.modules: activation batchnorm conv dropout embedding_ops
+  functional_modules linear normalization rnn utils
+ao.nn.quantized.reference: modules
+ao.nn.quantized.reference.modules: conv linear rnn sparse utils
+ao.nn.sparse: quantized
+ao.nn.sparse.quantized: dynamic linear utils
+ao.nn.sparse.quantized.dynamic: linear
+ao.ns: fx
+ao.ns.fx: graph_matcher graph_passes mappings n_shadows_utils ns_types pattern_utils
+  qconfig_multi_mapping utils weight_utils
+ao.pruning: scheduler sparsifier
+ao.pruning.scheduler: base_scheduler cubic_scheduler lambda_scheduler
+ao.pruning.sparsifier: base_sparsifier nearly_diagonal_sparsifier utils
+  weight_norm_sparsifier
+ao.quantization: backend_config fake_quantize fuse_modules fuser_method_mappings fx
+  observer qconfig qconfig_mapping quant_type quantization_mappings quantize
+  quantize_fx quantize_jit stubs utils
+ao.quantization.backend_config: backend_config executorch fbgemm native onednn qnnpack
+  tensorrt utils x86
+ao.quantization.fx: convert custom_config fuse fuse_handler graph_module
+  lower_to_fbgemm lower_to_qnnpack lstm_utils match_utils pattern_utils prepare
+  qconfig_mapping_utils quantize_handler tracer utils
+autograd: anomaly_mode forward_ad function functional grad_mode gradcheck graph
+  profiler profiler_legacy profiler_util variable
+backends: cpu cuda cudnn cusparselt kleidiai mha miopen mkl mkldnn mps nnpack openmp
+  opt_einsum python_native quantized xeon xnnpack
+backends.cudnn: rnn
+backends.xeon: run_cpu
+compiler: config precompile
+cpu: amp
+cpu.amp: autocast_mode grad_scaler
+cuda: amp comm gds graph_annotations graphs green_contexts jiterator memory nccl nvtx
+  profiler random sparse streams tunable
+cuda.amp: autocast_mode common grad_scaler
+distributed: algorithms argparse_util autograd c10d_logger checkpoint collective_utils
+  config constants debug device_mesh distributed_c10d elastic flight_recorder fsdp
+  launch launcher logging_handlers nn optim pipelining remote_device rendezvous rpc
+  run tensor utils
+distributed.algorithms: ddp_comm_hooks join model_averaging
+distributed.algorithms.ddp_comm_hooks: ddp_zero_hook debugging_hooks default_hooks
+  mixed_precision_hooks optimizer_overlap_hooks post_localSGD_hook powerSGD_hook
+  quantization_hooks
+distributed.algorithms.model_averaging: averagers hierarchical_model_averager utils
+distributed.checkpoint: api default_planner filesystem format_utils fsspec_filesystem
+  hf_storage logger logging_handlers metadata optimizer planner planner_helpers
+  protocol quantized_hf_storage resharding staging state_dict state_dict_loader
+  state_dict_saver stateful storage utils
+distributed.elastic: agent control_plane events metrics multiprocessing rendezvous
+  timer utils
+distributed.elastic.agent: server
+distributed.elastic.agent.server: api health_check_server local_elastic_agent
+distributed.elastic.events: api handlers
+distributed.elastic.metrics: api
+distributed.elastic.multiprocessing: api errors redirects subprocess_handler tail_log
+distributed.elastic.multiprocessing.errors: error_handler handlers
+distributed.elastic.multiprocessing.subprocess_handler: handlers subprocess_handler
+distributed.elastic.rendezvous: api c10d_rendezvous_backend dynamic_rendezvous
+  etcd_rendezvous etcd_rendezvous_backend etcd_server etcd_store registry
+  static_tcp_rendezvous utils
+distributed.elastic.timer: api debug_info_logging file_based_local_timer local_timer
+distributed.elastic.utils: api data distributed log_level logging process_state store
+distributed.elastic.utils.data: cycling_iterator elastic_distributed_sampler
+distributed.flight_recorder: components fr_trace
+distributed.flight_recorder.components: builder config_manager fr_logger loader types
+  utils
+distributed.fsdp: api fully_sharded_data_parallel sharded_grad_scaler wrap
+distributed.launcher: api
+distributed.nn: api functional jit
+distributed.nn.api: remote_module
+distributed.nn.jit: instantiator templates
+distributed.nn.jit.templates: remote_module_template
+distributed.optim: apply_optimizer_in_backward functional_adadelta functional_adagrad
+  functional_adam functional_adamax functional_adamw functional_rmsprop
+  functional_rprop functional_sgd named_optimizer optimizer post_localSGD_optimizer
+  utils zero_redundancy_optimizer
+distributed.pipelining: microbatch schedules stage
+distributed.rpc: api backend_registry constants functions internal options rref_proxy
+  server_process_global_profiler
+distributed.tensor: debug device_mesh experimental parallel placement_types
+distributed.tensor.parallel: api ddp fsdp input_reshard loss style
+distributions: bernoulli beta binomial categorical cauchy chi2 constraint_registry
+  constraints continuous_bernoulli dirichlet distribution exp_family exponential
+  fishersnedecor gamma generalized_pareto geometric gumbel half_cauchy half_normal
+  independent inverse_gamma kl kumaraswamy laplace lkj_cholesky log_normal
+  logistic_normal lowrank_multivariate_normal mixture_same_family multinomial
+  multivariate_normal negative_binomial normal one_hot_categorical pareto poisson
+  relaxed_bernoulli relaxed_categorical studentT transformed_distribution transforms
+  uniform utils von_mises weibull wishart
+export: custom_obj custom_ops decomp_utils dynamic_shapes experimental
+  exported_program graph_signature passes pt2_archive unflatten
+export.pt2_archive: constants
+fx: annotate config experimental graph graph_module immutable_collections interpreter
+  node operator_schemas passes proxy subgraph_rewriter tensor_type traceback
+fx.experimental: accelerator_partitioner const_fold debug dynamic_spec
+  graph_gradual_typechecker merge_matmul meta_tracer migrate_gradual_types normalize
+  optimization partitioner_utils proxy_tensor recording refinement_types rewriter
+  schema_type_annotation sym_node symbolic_shapes unification unify_refinements
+  validator
+fx.experimental.migrate_gradual_types: constraint constraint_generator
+  constraint_transformation operation transform_to_z3 util z3_types
+fx.experimental.unification: core dispatch match more multipledispatch
+  unification_tools utils variable
+fx.experimental.unification.multipledispatch: conflict core dispatcher utils variadic
+fx.passes: annotate_getitem_nodes backends canonicalize dialect fake_tensor_prop
+  graph_drawer graph_manipulation graph_transform_observer infra net_min_base
+  operator_support param_fetch pass_manager regional_inductor
+  regional_inductor_invoke_subgraph reinplace runtime_assert shape_prop split_module
+  split_utils splitter_base tests tools_common utils
+fx.passes.backends: cudagraphs
+fx.passes.dialect: common
+fx.passes.dialect.common: cse_pass
+fx.passes.infra: partitioner pass_base pass_manager
+fx.passes.tests: test_pass_manager
+fx.passes.utils: common fuser_utils matcher_utils matcher_with_name_node_map_utils
+  source_matcher_utils
+jit: annotations frontend generate_bytecode mobile quantized supported_ops
+  unsupported_tensor_ops
+masked: maskedtensor
+masked.maskedtensor: binary core creation passthrough reductions unary
+mps: event profiler streams
+mtia: memory mtia_graph
+multiprocessing: pool queue reductions spawn
+nativert: backends
+nn: attention backends common_types cpp functional grad init intrinsic modules
+  parallel parameter qat quantizable quantized utils
+nn.attention: bias experimental flex_attention varlen
+nn.backends: thnn
+nn.intrinsic: modules qat quantized
+nn.intrinsic.modules: fused
+nn.intrinsic.qat: modules
+nn.intrinsic.qat.modules: conv_fused linear_fused linear_relu
+nn.intrinsic.quantized: dynamic modules
+nn.intrinsic.quantized.dynamic: modules
+nn.intrinsic.quantized.dynamic.modules: linear_relu
+nn.intrinsic.quantized.modules: bn_relu conv_relu linear_relu
+nn.modules: activation adaptive batchnorm channelshuffle container conv distance
+  dropout flatten fold instancenorm lazy linear linear_cross_entropy
+  linear_cross_entropy_options loss module normalization padding pixelshuffle pooling
+  rnn sparse transformer upsampling utils
+nn.parallel: comm data_parallel distributed parallel_apply replicate scatter_gather
+nn.qat: dynamic modules
+nn.qat.dynamic: modules
+nn.qat.dynamic.modules: linear
+nn.qat.modules: conv embedding_ops linear
+nn.quantizable: modules
+nn.quantizable.modules: activation rnn
+nn.quantized: dynamic functional modules
+nn.quantized.dynamic: modules
+nn.quantized.dynamic.modules: conv linear rnn
+nn.quantized.modules: activation batchnorm conv dropout embedding_ops
+  functional_modules linear normalization rnn utils
+nn.utils: clip_grad convert_parameters fusion init memory_format parametrizations
+  parametrize prune rnn spectral_norm stateless weight_norm
+numa: binding
+onnx: errors operators ops symbolic_helper symbolic_opset10 symbolic_opset11
+  symbolic_opset12 symbolic_opset13 symbolic_opset14 symbolic_opset15 symbolic_opset16
+  symbolic_opset17 symbolic_opset18 symbolic_opset19 symbolic_opset20 symbolic_opset7
+  symbolic_opset8 symbolic_opset9 testing utils verification
+optim: adadelta adagrad adam adamax adamw asgd functional lbfgs lr_scheduler nadam
+  optimizer radam rmsprop rprop sgd sparse_adam swa_utils
+package: analyze file_structure_representation find_file_dependencies glob_group
+  importer package_exporter package_importer
+package.analyze: find_first_use_of_broken_modules is_from_package trace_dependencies
+profiler: itt profiler python_tracer
+quantization: fake_quantize fuse_modules fuser_method_mappings fx observer qconfig
+  quant_type quantization_mappings quantize quantize_fx quantize_jit stubs utils
+quantization.fx: convert fuse fusion_patterns graph_module match_utils pattern_utils
+  prepare quantization_patterns quantization_types utils
+signal: windows
+signal.windows: windows
+sparse: semi_structured
+utils: backcompat backend_registration benchmark bundled_inputs checkpoint collect_env
+  cpp_backtrace cpp_extension data debug_log deterministic dlpack file_baton
+  flop_counter hipify hooks jit mkldnn mobile_optimizer model_dump model_zoo
+  module_tracker serialization show_pickle tensorboard throughput_benchmark viz weak
+utils.benchmark: examples op_fuzzers utils
+utils.benchmark.examples: compare fuzzer op_benchmark simple_timeit
+  spectral_ops_fuzz_test
+utils.benchmark.op_fuzzers: binary sparse_binary sparse_unary spectral unary
+utils.benchmark.utils: common compare compile cpp_jit fuzzer sparse_fuzzer timer
+  valgrind_wrapper
+utils.benchmark.utils.valgrind_wrapper: timer_interface
+utils.data: backward_compatibility dataloader datapipes dataset distributed graph
+  graph_settings sampler
+utils.data.datapipes: dataframe datapipe gen_pyi iter map utils
+utils.data.datapipes.dataframe: dataframe_wrapper dataframes datapipes structures
+utils.data.datapipes.iter: callable combinatorics combining filelister fileopener
+  grouping routeddecoder selecting sharding streamreader utils
+utils.data.datapipes.map: callable combinatorics combining grouping utils
+utils.data.datapipes.utils: common decoder snapshot
+utils.hipify: constants cuda_to_hip_mappings hipify_python version
+utils.jit: log_extract
+utils.serialization: config
+xpu: graphs memory random streams
+"""
+
+
+def _pytorch_module_paths():
+    paths, parent = [], None
+    for line in _PYTORCH_MODULE_PATHS.strip().splitlines():
+        if not line.startswith(' '):
+            parent, line = line.split(':')
+        paths += [n if parent == '(torch)' else f'{parent}.{n}' for n in line.split()]
+    return paths
+
+
+def test_every_pytorch_module_path_imports():
+    """`import tinytorch.X` for each of PyTorch's paths: a module tinytorch has, or one whose
+    names say in one line, at use, what tinytorch lacks. torch.types is left out: tinytorch.types
+    is Python's types module, which tinytorch.py uses."""
+    paths = _pytorch_module_paths()
+    assert len(paths) == 850
+    failed = []
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        for path in paths:
+            try:
+                importlib.import_module('tinytorch.' + path)
+            except ImportError:
+                failed.append(path)
+    assert failed == ['types']
+    import tinytorch.backends.cudnn as cudnn
+    from tinytorch.backends import cudnn as same, mps
+    import tinytorch.utils.data.distributed as distributed
+    import tinytorch.fx.passes.shape_prop as shape_prop
+    import tinytorch.optim.adam as adam
+    assert cudnn is same is tt.backends.cudnn and not mps.is_available()
+    assert cudnn.enabled and not cudnn.benchmark and not cudnn.deterministic
+    assert not cudnn.is_available() and not tt.cuda.is_available()
+    assert distributed.DistributedSampler is data.DistributedSampler and adam.Adam is optim.Adam
+    with pytest.raises(RuntimeError, match=r"^torch.fx.passes.shape_prop.ShapeProp: tinytorch "
+                                           r"has no graph capture \(torch.fx\)$"):
+        shape_prop.ShapeProp()
+    import tinytorch.cuda.memory as memory
+    with pytest.raises(RuntimeError, match="there is no GPU here"):
+        memory.memory_stats()
+    for typo in ('backends.no_such_backend', 'nn.no_such_module', 'optim.adamm'):
+        with pytest.raises(ImportError):
+            importlib.import_module('tinytorch.' + typo)
+
+
+def test_pytorch_module_paths_are_the_pinned_ones():
+    torch = need_torch()
+    import pkgutil
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        found = sorted(m.name[len('torch.'):] for m in pkgutil.walk_packages(
+            torch.__path__, 'torch.', onerror=lambda name: None)
+            if not any(p.startswith('_') for p in m.name.split('.')))
+    assert found == sorted(_pytorch_module_paths())
+
+
+def test_the_two_stopped_programs_lines_run(tmp_path):
+    """The lines of the two real programs that stopped (issue 56), with only their imports
+    changed: DCGAN's cudnn import, activations built in place, and a Linear subclass that
+    passes PyTorch's positional factory arguments."""
+    code = textwrap.dedent("""
+        import tinytorch as torch
+        import tinytorch.nn as nn
+        import tinytorch.backends.cudnn as cudnn
+        cudnn.benchmark = True
+        assert torch.backends.cudnn.benchmark
+
+        class Dense(nn.Linear):
+            def __init__(self, i, o, bias=True, device=None, dtype=None):
+                super().__init__(i, o, bias, device, dtype)
+
+        net = nn.Sequential(Dense(4, 8), nn.ReLU(True), Dense(8, 2, False, 'cpu', torch.float64),
+                            nn.LeakyReLU(0.2, inplace=True))
+        x = torch.randn(3, 4)
+        net[2].double()
+        y = net[3](net[2](net[1](net[0](x)).double()))
+        y.sum().backward()
+        print(y.shape, y.dtype == torch.float64, net[0].weight.grad is not None)
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, 'PYTHONPATH': HERE})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['torch.Size([3,', '2])', 'True', 'True']
+
+
 def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     assert not tt.cuda.is_available() and tt.cuda.device_count() == 0
     assert not tt.backends.mps.is_available() and not tt.accelerator.is_available()
