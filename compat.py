@@ -275,8 +275,9 @@ def _note_once(key, message):
         warnings.warn(message, stacklevel=3)
 
 
-def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mode=None,
-            options=None, disable=False):
+def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None,
+            options=None, name=None, disable=False, recompile_limit=None,
+            isolate_recompiles=False, dynamic_shapes=None):
     """torch.compile: the module or function itself, unchanged (the eager code PyTorch
     falls back to), with one note, the first time, that tinytorch has no compiler. Used
     as a decorator, with or without arguments, it returns the function too."""

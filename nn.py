@@ -778,8 +778,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     rows = idx.array.reshape(-1).copy()
 
     def backward(g):
-        """d weight[idx]/d weight: each position's gradient added into its row; none into
-        the row padding_idx; with scale_grad_by_freq, row r's share divided by its count"""
+        """d weight[idx]/d weight = 1 per read of a row (0: padding_idx; 1/count: by freq)"""
         g = g.reshape(rows.size, -1)
         if scale_grad_by_freq:
             g = g / np.bincount(rows, minlength=n)[rows][:, None].astype(g.dtype)
@@ -2052,10 +2051,9 @@ class Upsample(Module):
                  recompute_scale_factor=None):
         if isinstance(scale_factor, (tuple, list)):  # PyTorch keeps the factors as floats
             scale_factor = tuple(float(f) for f in scale_factor)
-        self.size, self.scale_factor = size, float(scale_factor) if scale_factor else None
-        if isinstance(scale_factor, tuple):
-            self.scale_factor = scale_factor
-        self.mode = mode
+        elif scale_factor:
+            scale_factor = float(scale_factor)
+        self.size, self.scale_factor, self.mode = size, scale_factor or None, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
     def forward(self, input):
