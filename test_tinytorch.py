@@ -11884,6 +11884,59 @@ def test_pools_ceil_mode_return_indices_and_avg_divisors_by_hand():
                                      "ceil_mode=False)")
 
 
+def test_pytorch_grouped_convolutions_padding_modes_and_pools_agree():
+    """The new arguments against PyTorch itself: values and gradients of grouped
+    convolutions with each padding mode, pools with ceil_mode, return_indices and the avg
+    divisors, and Embedding's padding_idx and scale_grad_by_freq."""
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 7, 8))
+
+    def both(f_ours, f_theirs, *arrays):
+        ours = [tt.tensor(a, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        a, b = f_ours(*ours), f_theirs(*theirs)
+        np.testing.assert_allclose(a.array, b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        g = rng.standard_normal(a.shape)
+        a.backward(tt.tensor(g)), b.backward(torch.tensor(g))
+        for p, q in zip(ours, theirs):
+            np.testing.assert_allclose(p.grad.array, q.grad.numpy(), rtol=1e-10, atol=1e-12)
+    for mode in ('zeros', 'reflect', 'replicate', 'circular'):
+        for kw in (dict(groups=2, padding=1), dict(groups=3, padding=(2, 1), dilation=2),
+                   dict(groups=6, padding='same', kernel_size=(2, 3))):
+            kw = {'kernel_size': 3, **kw}
+            ours = nn.Conv2d(6, 6, padding_mode=mode, dtype=tt.float64, **kw)
+            theirs = torch.nn.Conv2d(6, 6, padding_mode=mode, dtype=torch.float64, **kw)
+            with torch.no_grad():
+                theirs.weight.copy_(torch.tensor(ours.weight.array))
+                theirs.bias.copy_(torch.tensor(ours.bias.array))
+            np.testing.assert_allclose(ours(tt.tensor(x)).array,
+                                       theirs(torch.tensor(x)).detach().numpy(), rtol=1e-10)
+    w = rng.standard_normal((6, 2, 3, 2))
+    both(lambda x, w: nn.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=3),
+         lambda x, w: torch.nn.functional.conv_transpose2d(x, w, stride=2, padding=1,
+                                                           output_padding=1, groups=3), x, w)
+    both(lambda x, w: nn.conv1d(x, w, groups=2, stride=2),
+         lambda x, w: torch.nn.functional.conv1d(x, w, groups=2, stride=2),
+         x[:, :, 0], rng.standard_normal((4, 3, 3)))
+    for kw in (dict(kernel_size=3, stride=2, ceil_mode=True),
+               dict(kernel_size=(3, 2), stride=(2, 3), padding=1, ceil_mode=True),
+               dict(kernel_size=2, dilation=2, padding=1, ceil_mode=True)):
+        both(lambda x: nn.max_pool2d(x, **kw), lambda x: torch.nn.functional.max_pool2d(x, **kw), x)
+        assert (nn.max_pool2d(tt.tensor(x), return_indices=True, **kw)[1].array == torch.nn.functional
+                .max_pool2d(torch.tensor(x), return_indices=True, **kw)[1].numpy()).all()
+        kw.pop('dilation', None)
+        for extra in (dict(), dict(count_include_pad=False), dict(divisor_override=4)):
+            both(lambda x: nn.avg_pool2d(x, **kw, **extra),
+                 lambda x: torch.nn.functional.avg_pool2d(x, **kw, **extra), x)
+    idx = rng.integers(0, 5, (3, 4))
+    for kw in (dict(padding_idx=2), dict(scale_grad_by_freq=True), dict(padding_idx=-1,
+                                                                         scale_grad_by_freq=True)):
+        both(lambda w: nn.embedding(tt.tensor(idx), w, **kw),
+             lambda w: torch.nn.functional.embedding(torch.tensor(idx), w, **kw),
+             rng.standard_normal((5, 3)))
+
+
 def test_batch_norm_gradients_in_training_and_eval():
     rm, rv = tt.zeros(3, dtype=tt.float64), tt.ones(3, dtype=tt.float64)
     check(lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True),
