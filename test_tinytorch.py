@@ -2852,7 +2852,7 @@ def _pytorch_module_paths():
     return paths
 
 
-def test_every_pytorch_module_path_imports():
+def test_every_torch_module_path_imports():
     """`import tinytorch.X` for each of PyTorch's paths: a module tinytorch has, or one whose
     names say in one line, at use, what tinytorch lacks. torch.types is left out: tinytorch.types
     is Python's types module, which tinytorch.py uses."""
