@@ -6925,7 +6925,7 @@ def _shared_callable(key, lib):
     return getattr(importlib.import_module(path), name)
 
 
-def test_shared_callables_take_pytorchs_parameters():
+def test_shared_callables_take_the_parameters_torch_takes():
     """Each pinned PyTorch signature is tinytorch's: the same names, order and defaults."""
     want = {**_PYTORCH_SIGNATURES, **_PYTORCH_DOCUMENTED_SIGNATURES}
     got = {key: _signature_text(_shared_callable(key, tt), tt) for key in want}
@@ -7093,7 +7093,7 @@ _MODULE_REPRS = {
 }
 
 
-def test_modules_print_as_pytorchs():
+def test_modules_print_as_torch_prints_them():
     """print(module) as PyTorch's: its tuples, its defaults left out (Conv2d(1, 2, 3,
     stride=2) is 'Conv2d(1, 2, kernel_size=(3, 3), stride=(2, 2))')."""
     with _warnings.catch_warnings():
