@@ -107,13 +107,16 @@ def _deprecated_clip_grad_norm(parameters, max_norm, norm_type=2.0,
 
 def _nn_utils():
     optim_ = tt._companion('optim')
-    return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
+    return _module('nn.utils', "torch.nn.utils: gradient clipping and parameters as one vector "
+                               "(optim.py's)",
                    clip_grad_norm_=optim_.clip_grad_norm_,
                    clip_grad_value_=getattr(optim_, 'clip_grad_value_', None),
                    clip_grad_norm=_deprecated_clip_grad_norm,
+                   parameters_to_vector=optim_.parameters_to_vector,
+                   vector_to_parameters=optim_.vector_to_parameters,
                    **{n: _refuse(f'torch.nn.utils.{n}', f"tinytorch has no {n}") for n in (
                        'weight_norm', 'spectral_norm', 'remove_weight_norm',
-                       'remove_spectral_norm', 'parameters_to_vector', 'vector_to_parameters')})
+                       'remove_spectral_norm')})
 
 
 def _as_module(name, obj):

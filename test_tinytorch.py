@@ -6886,6 +6886,8 @@ _PYTORCH_SIGNATURES = {  # PyTorch 2.15's, read with _signature_text
     'prune.l1_unstructured': '(module, name, amount, importance_scores=None)',
     'prune.random_unstructured': '(module, name, amount)',
     'prune.remove': '(module, name)',
+    'nn_utils.parameters_to_vector': '(parameters)',
+    'nn_utils.vector_to_parameters': '(vec, parameters)',
     'quantization.quantize_dynamic':
         '(model, qconfig_spec=None, dtype=int8, mapping=None, inplace=False)',
 }
@@ -6911,9 +6913,8 @@ _PYTORCH_DOCUMENTED_SIGNATURES = {
     'F.linear': "(input, weight, bias=None)",
 }
 # Shared names tinytorch refuses whatever the arguments, in one line (a feature it lacks).
-_REFUSING_CALLABLES = ('nn_utils.parameters_to_vector', 'nn_utils.remove_spectral_norm',
-                       'nn_utils.remove_weight_norm', 'nn_utils.spectral_norm',
-                       'nn_utils.vector_to_parameters', 'nn_utils.weight_norm')
+_REFUSING_CALLABLES = ('nn_utils.remove_spectral_norm', 'nn_utils.remove_weight_norm',
+                       'nn_utils.spectral_norm', 'nn_utils.weight_norm')
 
 
 def _shared_callable(key, lib):
@@ -12505,6 +12506,19 @@ def test_clip_grad_value():
     assert a.grad.tolist() == [1.0, -0.5, -1.0] and b.grad.tolist() == [0.1]
     optim.clip_grad_value_(a, 0.25)  # one tensor
     assert a.grad.tolist() == [0.25, -0.25, -0.25]
+
+
+def test_parameters_to_vector_and_back():
+    m = nn.Linear(2, 3)
+    v = tt.nn.utils.parameters_to_vector(m.parameters())
+    assert v.shape == (9,) and v[:6].tolist() == m.weight.reshape(-1).tolist()
+    (v * tt.arange(9.0)).sum().backward()  # in the graph: each parameter gets its share
+    assert m.weight.grad.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    tt.nn.utils.vector_to_parameters(tt.arange(9.0), m.parameters())
+    assert m.weight.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and m.bias.tolist() == [6.0, 7.0, 8.0]
+    assert isinstance(m.weight, nn.Parameter) and m.weight.requires_grad
+    with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
+        tt.nn.utils.vector_to_parameters([1.0], m.parameters())
 
 
 def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
