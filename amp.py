@@ -38,7 +38,7 @@ class autocast:
     a dtype PyTorch's CPU autocast refuses (float32, float64, ...) gets PyTorch's warning
     and the block runs as it is, and so does bfloat16, which NumPy lacks."""
 
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         tt._cpu_only(device_type, 'autocast')
         self.device = device_type
         self.fast_dtype = dtype

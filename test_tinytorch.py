@@ -19,6 +19,7 @@ loader fuzzer (dev/loadfuzz.py), planted bugs (dev/mutants.py); dev_tool() impor
 Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
 `pytest -k pytorch` once PyTorch is installed); no other test does."""
 import csv
+import importlib
 import inspect
 import io
 import json
@@ -3473,6 +3474,318 @@ def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == (
         f"ImportError: tinytorch: this path needs nn.py, and there is none beside tinytorch.py "
         f"(in {tmp_path}); copy nn.py from the tinytorch project into that folder")
+
+
+# Every module path PyTorch 2.15 has under torch, as pkgutil.walk_packages lists it (names
+# without a leading _), by parent: 'nn.utils: rnn prune' is torch.nn.utils.rnn and
+# torch.nn.utils.prune. test_pytorch_module_paths_are_the_pinned_ones keeps it PyTorch's.
+_PYTORCH_MODULE_PATHS = """
+(torch): accelerator amp ao autograd backends compiler contrib cpu cuda distributed
+  distributions export fft foreach func functional futures fx hub jit library linalg
+  masked monitor mps mtia multiprocessing nativert nested nn numa onnx optim overrides
+  package profiler quantization quasirandom random return_types serialization signal
+  sparse special storage testing torch_version types utils version xpu
+accelerator: graphs memory random
+amp: autocast_mode grad_scaler
+ao: nn ns pruning quantization
+ao.nn: intrinsic qat quantizable quantized sparse
+ao.nn.intrinsic: modules qat quantized
+ao.nn.intrinsic.modules: fused
+ao.nn.intrinsic.qat: modules
+ao.nn.intrinsic.qat.modules: conv_fused linear_fused linear_relu
+ao.nn.intrinsic.quantized: dynamic modules
+ao.nn.intrinsic.quantized.dynamic: modules
+ao.nn.intrinsic.quantized.dynamic.modules: linear_relu
+ao.nn.intrinsic.quantized.modules: bn_relu conv_add conv_relu linear_relu
+ao.nn.qat: dynamic modules
+ao.nn.qat.dynamic: modules
+ao.nn.qat.dynamic.modules: linear
+ao.nn.qat.modules: conv embedding_ops linear
+ao.nn.quantizable: modules
+ao.nn.quantizable.modules: activation rnn
+ao.nn.quantized: dynamic functional modules reference
+ao.nn.quantized.dynamic: modules
+ao.nn.quantized.dynamic.modules: conv linear rnn
+ao.nn.quantized.modules: activation batchnorm conv dropout embedding_ops
+  functional_modules linear normalization rnn utils
+ao.nn.quantized.reference: modules
+ao.nn.quantized.reference.modules: conv linear rnn sparse utils
+ao.nn.sparse: quantized
+ao.nn.sparse.quantized: dynamic linear utils
+ao.nn.sparse.quantized.dynamic: linear
+ao.ns: fx
+ao.ns.fx: graph_matcher graph_passes mappings n_shadows_utils ns_types pattern_utils
+  qconfig_multi_mapping utils weight_utils
+ao.pruning: scheduler sparsifier
+ao.pruning.scheduler: base_scheduler cubic_scheduler lambda_scheduler
+ao.pruning.sparsifier: base_sparsifier nearly_diagonal_sparsifier utils
+  weight_norm_sparsifier
+ao.quantization: backend_config fake_quantize fuse_modules fuser_method_mappings fx
+  observer qconfig qconfig_mapping quant_type quantization_mappings quantize
+  quantize_fx quantize_jit stubs utils
+ao.quantization.backend_config: backend_config executorch fbgemm native onednn qnnpack
+  tensorrt utils x86
+ao.quantization.fx: convert custom_config fuse fuse_handler graph_module
+  lower_to_fbgemm lower_to_qnnpack lstm_utils match_utils pattern_utils prepare
+  qconfig_mapping_utils quantize_handler tracer utils
+autograd: anomaly_mode forward_ad function functional grad_mode gradcheck graph
+  profiler profiler_legacy profiler_util variable
+backends: cpu cuda cudnn cusparselt kleidiai mha miopen mkl mkldnn mps nnpack openmp
+  opt_einsum python_native quantized xeon xnnpack
+backends.cudnn: rnn
+backends.xeon: run_cpu
+compiler: config precompile
+cpu: amp
+cpu.amp: autocast_mode grad_scaler
+cuda: amp comm gds graph_annotations graphs green_contexts jiterator memory nccl nvtx
+  profiler random sparse streams tunable
+cuda.amp: autocast_mode common grad_scaler
+distributed: algorithms argparse_util autograd c10d_logger checkpoint collective_utils
+  config constants debug device_mesh distributed_c10d elastic flight_recorder fsdp
+  launch launcher logging_handlers nn optim pipelining remote_device rendezvous rpc
+  run tensor utils
+distributed.algorithms: ddp_comm_hooks join model_averaging
+distributed.algorithms.ddp_comm_hooks: ddp_zero_hook debugging_hooks default_hooks
+  mixed_precision_hooks optimizer_overlap_hooks post_localSGD_hook powerSGD_hook
+  quantization_hooks
+distributed.algorithms.model_averaging: averagers hierarchical_model_averager utils
+distributed.checkpoint: api default_planner filesystem format_utils fsspec_filesystem
+  hf_storage logger logging_handlers metadata optimizer planner planner_helpers
+  protocol quantized_hf_storage resharding staging state_dict state_dict_loader
+  state_dict_saver stateful storage utils
+distributed.elastic: agent control_plane events metrics multiprocessing rendezvous
+  timer utils
+distributed.elastic.agent: server
+distributed.elastic.agent.server: api health_check_server local_elastic_agent
+distributed.elastic.events: api handlers
+distributed.elastic.metrics: api
+distributed.elastic.multiprocessing: api errors redirects subprocess_handler tail_log
+distributed.elastic.multiprocessing.errors: error_handler handlers
+distributed.elastic.multiprocessing.subprocess_handler: handlers subprocess_handler
+distributed.elastic.rendezvous: api c10d_rendezvous_backend dynamic_rendezvous
+  etcd_rendezvous etcd_rendezvous_backend etcd_server etcd_store registry
+  static_tcp_rendezvous utils
+distributed.elastic.timer: api debug_info_logging file_based_local_timer local_timer
+distributed.elastic.utils: api data distributed log_level logging process_state store
+distributed.elastic.utils.data: cycling_iterator elastic_distributed_sampler
+distributed.flight_recorder: components fr_trace
+distributed.flight_recorder.components: builder config_manager fr_logger loader types
+  utils
+distributed.fsdp: api fully_sharded_data_parallel sharded_grad_scaler wrap
+distributed.launcher: api
+distributed.nn: api functional jit
+distributed.nn.api: remote_module
+distributed.nn.jit: instantiator templates
+distributed.nn.jit.templates: remote_module_template
+distributed.optim: apply_optimizer_in_backward functional_adadelta functional_adagrad
+  functional_adam functional_adamax functional_adamw functional_rmsprop
+  functional_rprop functional_sgd named_optimizer optimizer post_localSGD_optimizer
+  utils zero_redundancy_optimizer
+distributed.pipelining: microbatch schedules stage
+distributed.rpc: api backend_registry constants functions internal options rref_proxy
+  server_process_global_profiler
+distributed.tensor: debug device_mesh experimental parallel placement_types
+distributed.tensor.parallel: api ddp fsdp input_reshard loss style
+distributions: bernoulli beta binomial categorical cauchy chi2 constraint_registry
+  constraints continuous_bernoulli dirichlet distribution exp_family exponential
+  fishersnedecor gamma generalized_pareto geometric gumbel half_cauchy half_normal
+  independent inverse_gamma kl kumaraswamy laplace lkj_cholesky log_normal
+  logistic_normal lowrank_multivariate_normal mixture_same_family multinomial
+  multivariate_normal negative_binomial normal one_hot_categorical pareto poisson
+  relaxed_bernoulli relaxed_categorical studentT transformed_distribution transforms
+  uniform utils von_mises weibull wishart
+export: custom_obj custom_ops decomp_utils dynamic_shapes experimental
+  exported_program graph_signature passes pt2_archive unflatten
+export.pt2_archive: constants
+fx: annotate config experimental graph graph_module immutable_collections interpreter
+  node operator_schemas passes proxy subgraph_rewriter tensor_type traceback
+fx.experimental: accelerator_partitioner const_fold debug dynamic_spec
+  graph_gradual_typechecker merge_matmul meta_tracer migrate_gradual_types normalize
+  optimization partitioner_utils proxy_tensor recording refinement_types rewriter
+  schema_type_annotation sym_node symbolic_shapes unification unify_refinements
+  validator
+fx.experimental.migrate_gradual_types: constraint constraint_generator
+  constraint_transformation operation transform_to_z3 util z3_types
+fx.experimental.unification: core dispatch match more multipledispatch
+  unification_tools utils variable
+fx.experimental.unification.multipledispatch: conflict core dispatcher utils variadic
+fx.passes: annotate_getitem_nodes backends canonicalize dialect fake_tensor_prop
+  graph_drawer graph_manipulation graph_transform_observer infra net_min_base
+  operator_support param_fetch pass_manager regional_inductor
+  regional_inductor_invoke_subgraph reinplace runtime_assert shape_prop split_module
+  split_utils splitter_base tests tools_common utils
+fx.passes.backends: cudagraphs
+fx.passes.dialect: common
+fx.passes.dialect.common: cse_pass
+fx.passes.infra: partitioner pass_base pass_manager
+fx.passes.tests: test_pass_manager
+fx.passes.utils: common fuser_utils matcher_utils matcher_with_name_node_map_utils
+  source_matcher_utils
+jit: annotations frontend generate_bytecode mobile quantized supported_ops
+  unsupported_tensor_ops
+masked: maskedtensor
+masked.maskedtensor: binary core creation passthrough reductions unary
+mps: event profiler streams
+mtia: memory mtia_graph
+multiprocessing: pool queue reductions spawn
+nativert: backends
+nn: attention backends common_types cpp functional grad init intrinsic modules
+  parallel parameter qat quantizable quantized utils
+nn.attention: bias experimental flex_attention varlen
+nn.backends: thnn
+nn.intrinsic: modules qat quantized
+nn.intrinsic.modules: fused
+nn.intrinsic.qat: modules
+nn.intrinsic.qat.modules: conv_fused linear_fused linear_relu
+nn.intrinsic.quantized: dynamic modules
+nn.intrinsic.quantized.dynamic: modules
+nn.intrinsic.quantized.dynamic.modules: linear_relu
+nn.intrinsic.quantized.modules: bn_relu conv_relu linear_relu
+nn.modules: activation adaptive batchnorm channelshuffle container conv distance
+  dropout flatten fold instancenorm lazy linear linear_cross_entropy
+  linear_cross_entropy_options loss module normalization padding pixelshuffle pooling
+  rnn sparse transformer upsampling utils
+nn.parallel: comm data_parallel distributed parallel_apply replicate scatter_gather
+nn.qat: dynamic modules
+nn.qat.dynamic: modules
+nn.qat.dynamic.modules: linear
+nn.qat.modules: conv embedding_ops linear
+nn.quantizable: modules
+nn.quantizable.modules: activation rnn
+nn.quantized: dynamic functional modules
+nn.quantized.dynamic: modules
+nn.quantized.dynamic.modules: conv linear rnn
+nn.quantized.modules: activation batchnorm conv dropout embedding_ops
+  functional_modules linear normalization rnn utils
+nn.utils: clip_grad convert_parameters fusion init memory_format parametrizations
+  parametrize prune rnn spectral_norm stateless weight_norm
+numa: binding
+onnx: errors operators ops symbolic_helper symbolic_opset10 symbolic_opset11
+  symbolic_opset12 symbolic_opset13 symbolic_opset14 symbolic_opset15 symbolic_opset16
+  symbolic_opset17 symbolic_opset18 symbolic_opset19 symbolic_opset20 symbolic_opset7
+  symbolic_opset8 symbolic_opset9 testing utils verification
+optim: adadelta adagrad adam adamax adamw asgd functional lbfgs lr_scheduler nadam
+  optimizer radam rmsprop rprop sgd sparse_adam swa_utils
+package: analyze file_structure_representation find_file_dependencies glob_group
+  importer package_exporter package_importer
+package.analyze: find_first_use_of_broken_modules is_from_package trace_dependencies
+profiler: itt profiler python_tracer
+quantization: fake_quantize fuse_modules fuser_method_mappings fx observer qconfig
+  quant_type quantization_mappings quantize quantize_fx quantize_jit stubs utils
+quantization.fx: convert fuse fusion_patterns graph_module match_utils pattern_utils
+  prepare quantization_patterns quantization_types utils
+signal: windows
+signal.windows: windows
+sparse: semi_structured
+utils: backcompat backend_registration benchmark bundled_inputs checkpoint collect_env
+  cpp_backtrace cpp_extension data debug_log deterministic dlpack file_baton
+  flop_counter hipify hooks jit mkldnn mobile_optimizer model_dump model_zoo
+  module_tracker serialization show_pickle tensorboard throughput_benchmark viz weak
+utils.benchmark: examples op_fuzzers utils
+utils.benchmark.examples: compare fuzzer op_benchmark simple_timeit
+  spectral_ops_fuzz_test
+utils.benchmark.op_fuzzers: binary sparse_binary sparse_unary spectral unary
+utils.benchmark.utils: common compare compile cpp_jit fuzzer sparse_fuzzer timer
+  valgrind_wrapper
+utils.benchmark.utils.valgrind_wrapper: timer_interface
+utils.data: backward_compatibility dataloader datapipes dataset distributed graph
+  graph_settings sampler
+utils.data.datapipes: dataframe datapipe gen_pyi iter map utils
+utils.data.datapipes.dataframe: dataframe_wrapper dataframes datapipes structures
+utils.data.datapipes.iter: callable combinatorics combining filelister fileopener
+  grouping routeddecoder selecting sharding streamreader utils
+utils.data.datapipes.map: callable combinatorics combining grouping utils
+utils.data.datapipes.utils: common decoder snapshot
+utils.hipify: constants cuda_to_hip_mappings hipify_python version
+utils.jit: log_extract
+utils.serialization: config
+xpu: graphs memory random streams
+"""
+
+
+def _pytorch_module_paths():
+    paths, parent = [], None
+    for line in _PYTORCH_MODULE_PATHS.strip().splitlines():
+        if not line.startswith(' '):
+            parent, line = line.split(':')
+        paths += [n if parent == '(torch)' else f'{parent}.{n}' for n in line.split()]
+    return paths
+
+
+def test_every_torch_module_path_imports():
+    """`import tinytorch.X` for each of PyTorch's paths: a module tinytorch has, or one whose
+    names say in one line, at use, what tinytorch lacks. torch.types is left out: tinytorch.types
+    is Python's types module, which tinytorch.py uses."""
+    paths = _pytorch_module_paths()
+    assert len(paths) == 850
+    # in a process of its own: importing a child sets it on its parent, as Python does, and
+    # PyTorch has names that are both (torch.multiprocessing.spawn is a function and a module)
+    code = ("import importlib, sys, warnings\nwarnings.simplefilter('ignore')\nimport tinytorch\n"
+            "for path in sys.argv[1:]:\n    try:\n"
+            "        importlib.import_module('tinytorch.' + path)\n"
+            "    except ImportError:\n        print(path)\n")
+    r = subprocess.run([sys.executable, '-c', code, *paths], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, 'PYTHONPATH': HERE})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['types']
+    import tinytorch.backends.cudnn as cudnn
+    from tinytorch.backends import cudnn as same, mps
+    import tinytorch.utils.data.distributed as distributed
+    import tinytorch.fx.passes.shape_prop as shape_prop
+    import tinytorch.optim.adam as adam
+    assert cudnn is same is tt.backends.cudnn and not mps.is_available()
+    assert cudnn.enabled and not cudnn.benchmark and not cudnn.deterministic
+    assert not cudnn.is_available() and not tt.cuda.is_available()
+    assert distributed.DistributedSampler is data.DistributedSampler and adam.Adam is optim.Adam
+    with pytest.raises(RuntimeError, match=r"^torch.fx.passes.shape_prop.ShapeProp: tinytorch "
+                                           r"has no graph capture \(torch.fx\)$"):
+        shape_prop.ShapeProp()
+    import tinytorch.cuda.memory as memory
+    with pytest.raises(RuntimeError, match="there is no GPU here"):
+        memory.memory_stats()
+    for typo in ('backends.no_such_backend', 'nn.no_such_module', 'optim.adamm'):
+        with pytest.raises(ImportError):
+            importlib.import_module('tinytorch.' + typo)
+
+
+def test_pytorch_module_paths_are_the_pinned_ones():
+    torch = need_torch()
+    import pkgutil
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        found = sorted(m.name[len('torch.'):] for m in pkgutil.walk_packages(
+            torch.__path__, 'torch.', onerror=lambda name: None)
+            if not any(p.startswith('_') for p in m.name.split('.')))
+    assert found == sorted(_pytorch_module_paths())
+
+
+def test_the_two_stopped_programs_lines_run(tmp_path):
+    """The lines of the two real programs that stopped (issue 56), with only their imports
+    changed: DCGAN's cudnn import, activations built in place, and a Linear subclass that
+    passes PyTorch's positional factory arguments."""
+    code = textwrap.dedent("""
+        import tinytorch as torch
+        import tinytorch.nn as nn
+        import tinytorch.backends.cudnn as cudnn
+        cudnn.benchmark = True
+        assert torch.backends.cudnn.benchmark
+
+        class Dense(nn.Linear):
+            def __init__(self, i, o, bias=True, device=None, dtype=None):
+                super().__init__(i, o, bias, device, dtype)
+
+        net = nn.Sequential(Dense(4, 8), nn.ReLU(True), Dense(8, 2, False, 'cpu', torch.float64),
+                            nn.LeakyReLU(0.2, inplace=True))
+        x = torch.randn(3, 4)
+        net[2].double()
+        y = net[3](net[2](net[1](net[0](x)).double()))
+        y.sum().backward()
+        print(y.shape, y.dtype == torch.float64, net[0].weight.grad is not None)
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, 'PYTHONPATH': HERE})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['torch.Size([3,', '2])', 'True', 'True']
 
 
 def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
@@ -7227,7 +7540,7 @@ _MODULE_TREES = [
     ("batch_norm", lambda N, m: N.BatchNorm1d(3), True),
     ("batch_norm untracked", lambda N, m: N.BatchNorm2d(3, affine=False, track_running_stats=False), True),
     ("embedding", lambda N, m: N.Embedding(5, 3), True),
-    ("conv2d", lambda N, m: N.Conv2d(2, 3, 3), False),
+    ("conv2d", lambda N, m: N.Conv2d(2, 3, 3), True),
     ("sequential", lambda N, m: N.Sequential(N.Linear(2, 3), N.ReLU(), N.BatchNorm1d(3),
                                              N.Flatten(), N.GELU('tanh'), N.Linear(3, 1)), True),
     ("module_dict", lambda N, m: N.ModuleDict(dict(
@@ -7240,8 +7553,8 @@ _MODULE_TREES = [
     ("lstm", lambda N, m: N.LSTM(3, 4, bidirectional=True), True),
     ("gru", lambda N, m: N.GRU(3, 4, batch_first=True), True),
     ("cells", lambda N, m: N.ModuleList([N.RNNCell(3, 4), N.LSTMCell(3, 4), N.GRUCell(3, 4)]), True),
-    ("multihead_attention", lambda N, m: N.MultiheadAttention(8, 2, kdim=4, vdim=6), False),
-    ("transformer", lambda N, m: N.Transformer(8, 2, 1, 1, 16), False),
+    ("multihead_attention", lambda N, m: N.MultiheadAttention(8, 2, kdim=4, vdim=6), True),
+    ("transformer", lambda N, m: N.Transformer(8, 2, 1, 1, 16), True),
 ]
 
 
@@ -7261,6 +7574,550 @@ def test_module_trees_name_their_state_as_pytorch(name, build, same_repr):
         np.testing.assert_array_equal(v, ref[k].numpy())
     if same_repr:  # print(model) as PyTorch's, character for character
         assert repr(ours) == repr(theirs)
+
+
+# -- PyTorch's signatures and printed modules: every callable tinytorch shares with PyTorch
+#    2.15 takes its parameters (names, order, defaults), and every module prints as PyTorch's.
+#    The tables are PyTorch's, pinned; the tests named pytorch compare with PyTorch itself.
+# The callables tinytorch shares with PyTorch whose parameters the signature tests compare:
+# (prefix, PyTorch's module, what it is, 'class' / 'func' / 'any').
+_SIGNATURE_MODULES = [
+    ('nn', 'torch.nn', 'class'), ('F', 'torch.nn.functional', 'func'),
+    ('init', 'torch.nn.init', 'func'), ('optim', 'torch.optim', 'class'),
+    ('lr_scheduler', 'torch.optim.lr_scheduler', 'class'), ('data', 'torch.utils.data', 'any'),
+    ('distributions', 'torch.distributions', 'any'), ('amp', 'torch.amp', 'any'),
+    ('rnn', 'torch.nn.utils.rnn', 'any'), ('nn_utils', 'torch.nn.utils', 'func'),
+    ('prune', 'torch.nn.utils.prune', 'any'), ('quantization', 'torch.ao.quantization', 'func')]
+
+
+def _signature_text(f, lib):
+    """f's parameters as text, '(a, b=1, *, c=2)': *args and **kwargs left out, a function
+    default by its name, a dtype or the default generator by theirs. '(refuses)' for a name
+    that takes anything and refuses; None where there is no signature to read."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return None
+    params = [p for p in sig.parameters.values() if p.name != 'self']
+    if params and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return '(*args, **kwargs)'  # anything: PyTorch's dispatchers, tinytorch's refusals
+    out, star = [], False
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            star = star or p.kind == p.VAR_POSITIONAL
+            continue
+        if p.kind == p.KEYWORD_ONLY and not star:
+            out.append('*')
+            star = True
+        d = p.default
+        if d is p.empty:
+            out.append(p.name)
+            continue
+        if d is getattr(lib, 'default_generator', None):
+            d = 'default_generator'
+        elif inspect.isfunction(d) or inspect.isbuiltin(d):
+            d = d.__name__
+        elif isinstance(d, np.dtype) or type(d).__name__ == 'dtype':  # torch.qint8 is int8 here
+            d = getattr(d, 'name', None) or str(d).replace('torch.', '')
+            d = {'qint8': 'int8'}.get(d, d)
+        elif isinstance(d, tuple):  # torch.Size([]) is ()
+            d = repr(tuple(d))
+        elif isinstance(d, (int, float)) and not isinstance(d, bool):  # 0 and 0.0 alike
+            d = repr(float(d))
+            d = d[:-2] if d.endswith('.0') else d
+        else:
+            d = repr(d)
+        out.append(f'{p.name}={d}')
+    return '(' + ', '.join(out) + ')'
+
+
+_PYTORCH_SIGNATURES = {  # PyTorch 2.15's, read with _signature_text
+    'nn.AdaptiveAvgPool2d': '(output_size)',
+    'nn.AvgPool2d':
+        '(kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, '
+        'divisor_override=None)',
+    'nn.BCELoss': "(weight=None, size_average=None, reduce=None, reduction='mean')",
+    'nn.BCEWithLogitsLoss':
+        "(weight=None, size_average=None, reduce=None, reduction='mean', "
+        'pos_weight=None)',
+    'nn.BatchNorm1d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, '
+        'device=None, dtype=None, *, bias=True)',
+    'nn.BatchNorm2d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, '
+        'device=None, dtype=None, *, bias=True)',
+    'nn.Conv1d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, '
+        "groups=1, bias=True, padding_mode='zeros', device=None, dtype=None)",
+    'nn.Conv2d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, '
+        "groups=1, bias=True, padding_mode='zeros', device=None, dtype=None)",
+    'nn.ConvTranspose2d':
+        '(in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, '
+        "groups=1, bias=True, dilation=1, padding_mode='zeros', device=None, "
+        'dtype=None)',
+    'nn.CosineSimilarity': '(dim=1, eps=1e-08)',
+    'nn.CrossEntropyLoss':
+        '(weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean', label_smoothing=0)",
+    'nn.DataParallel': '(module, device_ids=None, output_device=None, dim=0)',
+    'nn.Dropout': '(p=0.5, inplace=False)',
+    'nn.Dropout2d': '(p=0.5, inplace=False)',
+    'nn.ELU': '(alpha=1, inplace=False)',
+    'nn.Embedding':
+        '(num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2, '
+        'scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, '
+        'device=None, dtype=None)',
+    'nn.Flatten': '(start_dim=1, end_dim=-1)',
+    'nn.GELU': "(approximate='none')",
+    'nn.GRUCell': '(input_size, hidden_size, bias=True, device=None, dtype=None)',
+    'nn.Hardtanh': '(min_val=-1, max_val=1, inplace=False, min_value=None, max_value=None)',
+    'nn.HuberLoss': "(reduction='mean', delta=1)",
+    'nn.InstanceNorm2d':
+        '(num_features, eps=1e-05, momentum=0.1, affine=False, '
+        'track_running_stats=False, device=None, dtype=None, *, bias=True)',
+    'nn.KLDivLoss': "(size_average=None, reduce=None, reduction='mean', log_target=False)",
+    'nn.L1Loss': "(size_average=None, reduce=None, reduction='mean')",
+    'nn.LSTMCell': '(input_size, hidden_size, bias=True, device=None, dtype=None)',
+    'nn.LayerNorm':
+        '(normalized_shape, eps=1e-05, elementwise_affine=True, bias=True, device=None, '
+        'dtype=None)',
+    'nn.LazyLinear': '(out_features, bias=True, device=None, dtype=None)',
+    'nn.LeakyReLU': '(negative_slope=0.01, inplace=False)',
+    'nn.Linear': '(in_features, out_features, bias=True, device=None, dtype=None)',
+    'nn.LogSoftmax': '(dim=None)',
+    'nn.MSELoss': "(size_average=None, reduce=None, reduction='mean')",
+    'nn.MaxPool1d':
+        '(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, '
+        'ceil_mode=False)',
+    'nn.MaxPool2d':
+        '(kernel_size, stride=None, padding=0, dilation=1, return_indices=False, '
+        'ceil_mode=False)',
+    'nn.ModuleDict': '(modules=None)',
+    'nn.ModuleList': '(modules=None)',
+    'nn.MultiheadAttention':
+        '(embed_dim, num_heads, dropout=0, bias=True, add_bias_kv=False, '
+        'add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None, '
+        'dtype=None)',
+    'nn.NLLLoss':
+        '(weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean')",
+    'nn.Parameter': '(data=None, requires_grad=True)',
+    'nn.ParameterDict': '(parameters=None)',
+    'nn.ParameterList': '(values=None)',
+    'nn.PixelShuffle': '(upscale_factor)',
+    'nn.RNNCell':
+        "(input_size, hidden_size, bias=True, nonlinearity='tanh', device=None, "
+        'dtype=None)',
+    'nn.ReLU': '(inplace=False)',
+    'nn.ReLU6': '(inplace=False)',
+    'nn.ReflectionPad2d': '(padding)',
+    'nn.SELU': '(inplace=False)',
+    'nn.SiLU': '(inplace=False)',
+    'nn.SmoothL1Loss': "(size_average=None, reduce=None, reduction='mean', beta=1)",
+    'nn.Softmax': '(dim=None)',
+    'nn.Softplus': '(beta=1, threshold=20)',
+    'nn.Transformer':
+        '(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, '
+        'dim_feedforward=2048, dropout=0.1, activation=relu, custom_encoder=None, '
+        'custom_decoder=None, layer_norm_eps=1e-05, batch_first=False, norm_first=False, '
+        'bias=True, device=None, dtype=None)',
+    'nn.TransformerDecoder': '(decoder_layer, num_layers, norm=None)',
+    'nn.TransformerDecoderLayer':
+        '(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu, '
+        'layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True, '
+        'device=None, dtype=None)',
+    'nn.TransformerEncoder':
+        '(encoder_layer, num_layers, norm=None, enable_nested_tensor=True, '
+        'mask_check=True)',
+    'nn.TransformerEncoderLayer':
+        '(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu, '
+        'layer_norm_eps=1e-05, batch_first=False, norm_first=False, bias=True, '
+        'device=None, dtype=None)',
+    'nn.Upsample':
+        "(size=None, scale_factor=None, mode='nearest', align_corners=None, "
+        'recompute_scale_factor=None)',
+    'F.adaptive_avg_pool2d': '(input, output_size)',
+    'F.batch_norm':
+        '(input, running_mean, running_var, weight=None, bias=None, training=False, '
+        'momentum=0.1, eps=1e-05)',
+    'F.binary_cross_entropy':
+        "(input, target, weight=None, size_average=None, reduce=None, reduction='mean')",
+    'F.binary_cross_entropy_with_logits':
+        "(input, target, weight=None, size_average=None, reduce=None, reduction='mean', "
+        'pos_weight=None)',
+    'F.cross_entropy':
+        '(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean', label_smoothing=0)",
+    'F.dropout': '(input, p=0.5, training=True, inplace=False)',
+    'F.dropout2d': '(input, p=0.5, training=True, inplace=False)',
+    'F.elu': '(input, alpha=1, inplace=False)',
+    'F.embedding':
+        '(input, weight, padding_idx=None, max_norm=None, norm_type=2, '
+        'scale_grad_by_freq=False, sparse=False)',
+    'F.hardtanh': '(input, min_val=-1, max_val=1, inplace=False)',
+    'F.huber_loss': "(input, target, reduction='mean', delta=1, weight=None)",
+    'F.instance_norm':
+        '(input, running_mean=None, running_var=None, weight=None, bias=None, '
+        'use_input_stats=True, momentum=0.1, eps=1e-05)',
+    'F.interpolate':
+        "(input, size=None, scale_factor=None, mode='nearest', align_corners=None, "
+        'recompute_scale_factor=None, antialias=False)',
+    'F.kl_div':
+        "(input, target, size_average=None, reduce=None, reduction='mean', "
+        'log_target=False)',
+    'F.l1_loss': "(input, target, size_average=None, reduce=None, reduction='mean', weight=None)",
+    'F.layer_norm': '(input, normalized_shape, weight=None, bias=None, eps=1e-05)',
+    'F.leaky_relu': '(input, negative_slope=0.01, inplace=False)',
+    'F.log_softmax': '(input, dim=None, _stacklevel=3, dtype=None)',
+    'F.mse_loss': "(input, target, size_average=None, reduce=None, reduction='mean', weight=None)",
+    'F.nll_loss':
+        '(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, '
+        "reduction='mean')",
+    'F.normalize': '(input, p=2, dim=1, eps=1e-12, out=None)',
+    'F.pad': "(input, pad, mode='constant', value=None)",
+    'F.relu': '(input, inplace=False)',
+    'F.relu6': '(input, inplace=False)',
+    'F.selu': '(input, inplace=False)',
+    'F.sigmoid': '(input)',
+    'F.silu': '(input, inplace=False)',
+    'F.smooth_l1_loss':
+        "(input, target, size_average=None, reduce=None, reduction='mean', beta=1)",
+    'F.softmax': '(input, dim=None, _stacklevel=3, dtype=None)',
+    'F.tanh': '(input)',
+    'init.calculate_gain': '(nonlinearity, param=None)',
+    'init.constant_': '(tensor, val)',
+    'init.kaiming_normal_':
+        "(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu', generator=None)",
+    'init.kaiming_uniform_':
+        "(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu', generator=None)",
+    'init.normal_': '(tensor, mean=0, std=1, generator=None)',
+    'init.ones_': '(tensor)',
+    'init.orthogonal_': '(tensor, gain=1, generator=None)',
+    'init.trunc_normal_': '(tensor, mean=0, std=1, a=-2, b=2, generator=None)',
+    'init.uniform_': '(tensor, a=0, b=1, generator=None)',
+    'init.xavier_normal_': '(tensor, gain=1, generator=None)',
+    'init.xavier_uniform_': '(tensor, gain=1, generator=None)',
+    'init.zeros_': '(tensor)',
+    'optim.Adadelta':
+        '(params, lr=1, rho=0.9, eps=1e-06, weight_decay=0, foreach=None, *, '
+        'capturable=False, maximize=False, differentiable=False)',
+    'optim.Adagrad':
+        '(params, lr=0.01, lr_decay=0, weight_decay=0, initial_accumulator_value=0, '
+        'eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None)',
+    'optim.Adam':
+        '(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0, '
+        'amsgrad=False, *, foreach=None, maximize=False, capturable=False, '
+        'differentiable=False, fused=None, decoupled_weight_decay=False)',
+    'optim.AdamW':
+        '(params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, '
+        'amsgrad=False, *, maximize=False, foreach=None, capturable=False, '
+        'differentiable=False, fused=None)',
+    'optim.LBFGS':
+        '(params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-07, '
+        'tolerance_change=1e-09, history_size=100, line_search_fn=None, *, '
+        'maximize=False)',
+    'optim.Optimizer': '(params, defaults)',
+    'optim.RMSprop':
+        '(params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0, momentum=0, '
+        'centered=False, capturable=False, foreach=None, maximize=False, '
+        'differentiable=False)',
+    'optim.SGD':
+        '(params, lr=0.001, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, '
+        'maximize=False, foreach=None, differentiable=False, fused=None)',
+    'lr_scheduler.CosineAnnealingLR': '(optimizer, T_max, eta_min=0, last_epoch=-1)',
+    'lr_scheduler.ExponentialLR': '(optimizer, gamma, last_epoch=-1)',
+    'lr_scheduler.LRScheduler': '(optimizer, last_epoch=-1)',
+    'lr_scheduler.LambdaLR': '(optimizer, lr_lambda, last_epoch=-1)',
+    'lr_scheduler.LinearLR':
+        '(optimizer, start_factor=0.3333333333333333, end_factor=1, total_iters=5, '
+        'last_epoch=-1)',
+    'lr_scheduler.MultiStepLR': '(optimizer, milestones, gamma=0.1, last_epoch=-1)',
+    'lr_scheduler.OneCycleLR':
+        '(optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, '
+        "pct_start=0.3, anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85, "
+        'max_momentum=0.95, div_factor=25, final_div_factor=10000, three_phase=False, '
+        'last_epoch=-1)',
+    'lr_scheduler.Optimizer': '(params, defaults)',
+    'lr_scheduler.StepLR': '(optimizer, step_size, gamma=0.1, last_epoch=-1)',
+    'data.BatchSampler': '(sampler, batch_size, drop_last)',
+    'data.DataLoader':
+        '(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, '
+        'num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0, '
+        'worker_init_fn=None, multiprocessing_context=None, generator=None, *, '
+        "prefetch_factor=None, persistent_workers=False, pin_memory_device='', "
+        'in_order=True)',
+    'data.Dataset': '()',
+    'data.DistributedSampler':
+        '(dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False)',
+    'data.IterableDataset': '()',
+    'data.RandomSampler': '(data_source, replacement=False, num_samples=None, generator=None)',
+    'data.Sampler': '()',
+    'data.SequentialSampler': '(data_source)',
+    'data.Subset': '(dataset, indices)',
+    'data.SubsetRandomSampler': '(indices, generator=None)',
+    'data.WeightedRandomSampler': '(weights, num_samples, replacement=True, generator=None)',
+    'data.default_collate': '(batch)',
+    'data.default_convert': '(data)',
+    'data.get_worker_info': '()',
+    'data.random_split': '(dataset, lengths, generator=default_generator)',
+    'distributions.Bernoulli': '(probs=None, logits=None, validate_args=None)',
+    'distributions.Categorical': '(probs=None, logits=None, validate_args=None)',
+    'distributions.Distribution': '(batch_shape=(), event_shape=(), validate_args=None)',
+    'distributions.Normal': '(loc, scale, validate_args=None)',
+    'distributions.kl_divergence': '(p, q)',
+    'amp.GradScaler':
+        "(device='cuda', init_scale=65536, growth_factor=2, backoff_factor=0.5, "
+        'growth_interval=2000, enabled=True)',
+    'amp.autocast': '(device_type, dtype=None, enabled=True, cache_enabled=None)',
+    'amp.is_autocast_available': '(device_type)',
+    'rnn.PackedSequence': '(data, batch_sizes=None, sorted_indices=None, unsorted_indices=None)',
+    'rnn.pack_padded_sequence': '(input, lengths, batch_first=False, enforce_sorted=True)',
+    'rnn.pack_sequence': '(sequences, enforce_sorted=True)',
+    'rnn.pad_packed_sequence': '(sequence, batch_first=False, padding_value=0, total_length=None)',
+    'rnn.pad_sequence': "(sequences, batch_first=False, padding_value=0, padding_side='right')",
+    'rnn.unpack_sequence': '(packed_sequences)',
+    'rnn.unpad_sequence': '(padded_sequences, lengths, batch_first=False)',
+    'nn_utils.clip_grad_norm':
+        '(parameters, max_norm, norm_type=2, error_if_nonfinite=False, foreach=None)',
+    'nn_utils.clip_grad_norm_':
+        '(parameters, max_norm, norm_type=2, error_if_nonfinite=False, foreach=None)',
+    'nn_utils.clip_grad_value_': '(parameters, clip_value, foreach=None)',
+    'prune.L1Unstructured': '(amount)',
+    'prune.RandomUnstructured': '(amount)',
+    'prune.global_unstructured': '(parameters, pruning_method, importance_scores=None)',
+    'prune.is_pruned': '(module)',
+    'prune.l1_unstructured': '(module, name, amount, importance_scores=None)',
+    'prune.random_unstructured': '(module, name, amount)',
+    'prune.remove': '(module, name)',
+    'nn_utils.parameters_to_vector': '(parameters)',
+    'nn_utils.vector_to_parameters': '(vec, parameters)',
+    'quantization.quantize_dynamic':
+        '(model, qconfig_spec=None, dtype=int8, mapping=None, inplace=False)',
+}
+
+# Where PyTorch's signature shows only *args, **kwargs (its overloads), its documented one.
+_PYTORCH_DOCUMENTED_SIGNATURES = {
+    'nn.RNN': "(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True, "
+              "batch_first=False, dropout=0, bidirectional=False, device=None, dtype=None)",
+    'nn.LSTM': "(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0, "
+               "bidirectional=False, proj_size=0, device=None, dtype=None)",
+    'nn.GRU': "(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0, "
+              "bidirectional=False, device=None, dtype=None)",
+    'F.max_pool1d': "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
+                    "return_indices=False)",
+    'F.max_pool2d': "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
+                    "return_indices=False)",
+    'F.avg_pool2d': "(input, kernel_size, stride=None, padding=0, ceil_mode=False, "
+                    "count_include_pad=True, divisor_override=None)",
+    'F.conv1d': "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
+    'F.conv2d': "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
+    'F.conv_transpose2d': "(input, weight, bias=None, stride=1, padding=0, output_padding=0, "
+                          "groups=1, dilation=1)",
+    'F.linear': "(input, weight, bias=None)",
+}
+# Shared names tinytorch refuses whatever the arguments, in one line (a feature it lacks).
+_REFUSING_CALLABLES = ('nn_utils.remove_spectral_norm', 'nn_utils.remove_weight_norm',
+                       'nn_utils.spectral_norm', 'nn_utils.weight_norm')
+
+
+def _shared_callable(key, lib):
+    """The callable a table key names ('nn.Linear', 'F.relu'), from tinytorch (lib tt) or torch."""
+    tag, name = key.split('.', 1)
+    path = dict((t, m) for t, m, _ in _SIGNATURE_MODULES)[tag]
+    if lib is tt:
+        path = 'tinytorch' + path[len('torch'):]
+    return getattr(importlib.import_module(path), name)
+
+
+def test_shared_callables_take_the_parameters_torch_takes():
+    """Each pinned PyTorch signature is tinytorch's: the same names, order and defaults."""
+    want = {**_PYTORCH_SIGNATURES, **_PYTORCH_DOCUMENTED_SIGNATURES}
+    got = {key: _signature_text(_shared_callable(key, tt), tt) for key in want}
+    assert {k: got[k] for k in want if got[k] != want[k]} == {}
+    for key in _REFUSING_CALLABLES:
+        with pytest.raises(RuntimeError) as e:
+            _shared_callable(key, tt)(nn.Linear(2, 2))
+        assert '\n' not in str(e.value) and 'tinytorch has no' in str(e.value)
+
+
+def test_pytorch_signatures_of_every_shared_callable():
+    """Every public callable of these PyTorch modules that tinytorch has too: its signature is
+    pinned above and is tinytorch's (the pinned tables cover the case without PyTorch)."""
+    torch = need_torch()
+    seen, refusing = {}, []
+    for tag, path, kind in _SIGNATURE_MODULES:
+        ours = importlib.import_module('tinytorch' + path[len('torch'):])
+        theirs = importlib.import_module(path)
+        for name in dir(theirs):
+            f = getattr(theirs, name)
+            if name.startswith('_') or not hasattr(ours, name) or inspect.ismodule(f) or \
+                    not callable(f) or (kind == 'class') != inspect.isclass(f) and kind != 'any':
+                continue
+            text = _signature_text(f, torch)
+            if text is None or text == '(*args, **kwargs)':
+                continue
+            mine = _signature_text(getattr(ours, name), tt)
+            if mine == '(*args, **kwargs)':
+                refusing.append(f'{tag}.{name}')
+            else:
+                seen[f'{tag}.{name}'] = (text, mine)
+    assert {k: v for k, v in seen.items() if v[0] != v[1]} == {}
+    assert {k: v[0] for k, v in seen.items()} == _PYTORCH_SIGNATURES
+    assert tuple(sorted(refusing)) == _REFUSING_CALLABLES
+
+
+# A module built both ways, and PyTorch 2.15's repr of it.
+_MODULE_REPRS = {
+    'AdaptiveAvgPool2d((5, 7))': 'AdaptiveAvgPool2d(output_size=(5, 7))',
+    'AdaptiveAvgPool2d(1)': 'AdaptiveAvgPool2d(output_size=1)',
+    'AvgPool2d(2)': 'AvgPool2d(kernel_size=2, stride=2, padding=0)',
+    'AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)':
+        'AvgPool2d(kernel_size=3, stride=2, padding=1)',
+    'BCELoss()': 'BCELoss()',
+    'BCEWithLogitsLoss()': 'BCEWithLogitsLoss()',
+    'BatchNorm1d(4)':
+        'BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)',
+    'BatchNorm2d(3, eps=0.001, momentum=None, affine=False, track_running_stats=False)':
+        'BatchNorm2d(3, eps=0.001, momentum=None, affine=False, bias=False, track_running_stats=False)',
+    'Conv1d(2, 4, 3)': 'Conv1d(2, 4, kernel_size=(3,), stride=(1,))',
+    'Conv1d(2, 4, 3, stride=2, padding=1, dilation=2, groups=2, bias=False)':
+        'Conv1d(2, 4, kernel_size=(3,), stride=(2,), padding=(1,), dilation=(2,), groups=2, bias=False)',
+    'Conv2d(1, 2, 3, stride=2)': 'Conv2d(1, 2, kernel_size=(3, 3), stride=(2, 2))',
+    'Conv2d(4, 8, (3, 5), padding=(1, 2), groups=4, bias=False)':
+        'Conv2d(4, 8, kernel_size=(3, 5), stride=(1, 1), padding=(1, 2), groups=4, bias=False)',
+    "Conv2d(3, 6, 3, padding='same', padding_mode='reflect', dilation=2)":
+        'Conv2d(3, 6, kernel_size=(3, 3), stride=(1, 1), padding=same, dilation=(2, 2), padding_mode=reflect)',
+    'ConvTranspose2d(4, 2, 3)': 'ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(1, 1))',
+    'ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False, dilation=1)':
+        'ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1), groups=2, bias=False)',
+    'CosineSimilarity()': 'CosineSimilarity()',
+    'CosineSimilarity(dim=0, eps=1e-06)': 'CosineSimilarity()',
+    'CrossEntropyLoss()': 'CrossEntropyLoss()',
+    'CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)': 'CrossEntropyLoss()',
+    'DataParallel(Linear(2, 3))':
+        'DataParallel(\n  (module): Linear(in_features=2, out_features=3, bias=True)\n)',
+    'Dropout()': 'Dropout(p=0.5, inplace=False)',
+    'Dropout(p=0.1, inplace=True)': 'Dropout(p=0.1, inplace=True)',
+    'Dropout2d(0.2)': 'Dropout2d(p=0.2, inplace=False)',
+    'ELU()': 'ELU(alpha=1.0)',
+    'ELU(alpha=0.5, inplace=True)': 'ELU(alpha=0.5, inplace=True)',
+    'Embedding(10, 3)': 'Embedding(10, 3)',
+    'Embedding(10, 3, padding_idx=0, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True)':
+        'Embedding(10, 3, padding_idx=0, max_norm=1.0, norm_type=1.0, scale_grad_by_freq=True)',
+    'Flatten()': 'Flatten(start_dim=1, end_dim=-1)',
+    'Flatten(0, -2)': 'Flatten(start_dim=0, end_dim=-2)',
+    'GELU()': "GELU(approximate='none')",
+    "GELU(approximate='tanh')": "GELU(approximate='tanh')",
+    'GRU(3, 4)': 'GRU(3, 4)',
+    'GRU(3, 4, num_layers=2, bias=False, batch_first=True, dropout=0.5, bidirectional=True)':
+        'GRU(3, 4, num_layers=2, bias=False, batch_first=True, dropout=0.5, bidirectional=True)',
+    'GRUCell(3, 4)': 'GRUCell(3, 4)',
+    'GRUCell(3, 4, bias=False)': 'GRUCell(3, 4, bias=False)',
+    'Hardtanh()': 'Hardtanh(min_val=-1.0, max_val=1.0)',
+    'Hardtanh(-2.0, 2.0, inplace=True)': 'Hardtanh(min_val=-2.0, max_val=2.0, inplace=True)',
+    'HuberLoss()': 'HuberLoss()',
+    'Identity()': 'Identity()',
+    'InstanceNorm2d(3)':
+        'InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=False, bias=False, track_running_stats=False)',
+    'InstanceNorm2d(3, affine=True)':
+        'InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=False)',
+    'KLDivLoss()': 'KLDivLoss()',
+    'L1Loss()': 'L1Loss()',
+    'LSTM(3, 4)': 'LSTM(3, 4)',
+    'LSTM(3, 4, 2, proj_size=2)': 'LSTM(3, 4, proj_size=2, num_layers=2)',
+    'LSTMCell(3, 4)': 'LSTMCell(3, 4)',
+    'LayerNorm(4)': 'LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)',
+    'LayerNorm((2, 3), eps=1e-06, elementwise_affine=False)':
+        'LayerNorm((2, 3), eps=1e-06, elementwise_affine=False, bias=False)',
+    'LayerNorm(4, bias=False)': 'LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=False)',
+    'LazyLinear(3)': 'LazyLinear(in_features=0, out_features=3, bias=True)',
+    'LeakyReLU()': 'LeakyReLU(negative_slope=0.01)',
+    'LeakyReLU(0.2, inplace=True)': 'LeakyReLU(negative_slope=0.2, inplace=True)',
+    'Linear(2, 3)': 'Linear(in_features=2, out_features=3, bias=True)',
+    'Linear(2, 3, bias=False)': 'Linear(in_features=2, out_features=3, bias=False)',
+    'LogSoftmax(dim=1)': 'LogSoftmax(dim=1)',
+    'LogSoftmax()': 'LogSoftmax(dim=None)',
+    'MSELoss()': 'MSELoss()',
+    "MSELoss(reduction='sum')": 'MSELoss()',
+    'MaxPool1d(2)': 'MaxPool1d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)',
+    'MaxPool1d(3, stride=1, padding=1, dilation=2, ceil_mode=True)':
+        'MaxPool1d(kernel_size=3, stride=1, padding=1, dilation=2, ceil_mode=True)',
+    'MaxPool2d(2)': 'MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)',
+    'MaxPool2d((2, 3), stride=(1, 2), padding=1, return_indices=True)':
+        'MaxPool2d(kernel_size=(2, 3), stride=(1, 2), padding=1, dilation=1, ceil_mode=False)',
+    'Module()': 'Module()',
+    "ModuleDict({'a': Linear(1, 2), 'b': ReLU()})":
+        'ModuleDict(\n  (a): Linear(in_features=1, out_features=2, bias=True)\n  (b): ReLU()\n)',
+    'ModuleList([Linear(1, 2), Tanh()])':
+        'ModuleList(\n  (0): Linear(in_features=1, out_features=2, bias=True)\n  (1): Tanh()\n)',
+    'MultiheadAttention(8, 2)':
+        'MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n)',
+    'MultiheadAttention(8, 2, dropout=0.1, kdim=4, vdim=4, batch_first=True)':
+        'MultiheadAttention(\n  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n)',
+    'NLLLoss()': 'NLLLoss()',
+    'ParameterDict()': 'ParameterDict()',
+    'ParameterList()': 'ParameterList()',
+    'PixelShuffle(2)': 'PixelShuffle(upscale_factor=2)',
+    'RNN(3, 4)': 'RNN(3, 4)',
+    "RNN(3, 4, nonlinearity='relu', num_layers=2)": 'RNN(3, 4, num_layers=2)',
+    'RNNCell(3, 4)': 'RNNCell(3, 4)',
+    "RNNCell(3, 4, nonlinearity='relu')": 'RNNCell(3, 4, nonlinearity=relu)',
+    'ReLU()': 'ReLU()',
+    'ReLU(True)': 'ReLU(inplace=True)',
+    'ReLU6()': 'ReLU6()',
+    'ReLU6(inplace=True)': 'ReLU6(inplace=True)',
+    'ReflectionPad2d(2)': 'ReflectionPad2d((2, 2, 2, 2))',
+    'ReflectionPad2d((1, 2, 3, 4))': 'ReflectionPad2d((1, 2, 3, 4))',
+    'SELU()': 'SELU()',
+    'SELU(inplace=True)': 'SELU(inplace=True)',
+    'Sequential(Linear(2, 3), ReLU(), Linear(3, 1))':
+        'Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): ReLU()\n  (2): Linear(in_features=3, out_features=1, bias=True)\n)',
+    'Sequential()': 'Sequential()',
+    'SiLU()': 'SiLU()',
+    'SiLU(inplace=True)': 'SiLU(inplace=True)',
+    'Sigmoid()': 'Sigmoid()',
+    'SmoothL1Loss()': 'SmoothL1Loss()',
+    'Softmax(dim=-1)': 'Softmax(dim=-1)',
+    'Softmax()': 'Softmax(dim=None)',
+    'Softplus()': 'Softplus(beta=1.0, threshold=20.0)',
+    'Softplus(beta=2.0, threshold=10.0)': 'Softplus(beta=2.0, threshold=10.0)',
+    'Tanh()': 'Tanh()',
+    'TransformerDecoder(TransformerDecoderLayer(8, 2, 16), 2)':
+        'TransformerDecoder(\n  (layers): ModuleList(\n    (0-1): 2 x TransformerDecoderLayer(\n      (self_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (multihead_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (linear1): Linear(in_features=8, out_features=16, bias=True)\n      (dropout): Dropout(p=0.1, inplace=False)\n      (linear2): Linear(in_features=16, out_features=8, bias=True)\n      (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm3): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (dropout1): Dropout(p=0.1, inplace=False)\n      (dropout2): Dropout(p=0.1, inplace=False)\n      (dropout3): Dropout(p=0.1, inplace=False)\n    )\n  )\n)',
+    'TransformerDecoderLayer(8, 2, dim_feedforward=16)':
+        'TransformerDecoderLayer(\n  (self_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (multihead_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (linear1): Linear(in_features=8, out_features=16, bias=True)\n  (dropout): Dropout(p=0.1, inplace=False)\n  (linear2): Linear(in_features=16, out_features=8, bias=True)\n  (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm3): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (dropout1): Dropout(p=0.1, inplace=False)\n  (dropout2): Dropout(p=0.1, inplace=False)\n  (dropout3): Dropout(p=0.1, inplace=False)\n)',
+    'TransformerEncoder(TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False)':
+        'TransformerEncoder(\n  (layers): ModuleList(\n    (0-1): 2 x TransformerEncoderLayer(\n      (self_attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n      )\n      (linear1): Linear(in_features=8, out_features=16, bias=True)\n      (dropout): Dropout(p=0.1, inplace=False)\n      (linear2): Linear(in_features=16, out_features=8, bias=True)\n      (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n      (dropout1): Dropout(p=0.1, inplace=False)\n      (dropout2): Dropout(p=0.1, inplace=False)\n    )\n  )\n)',
+    "TransformerEncoderLayer(8, 2, 16, norm_first=True, activation='gelu')":
+        'TransformerEncoderLayer(\n  (self_attn): MultiheadAttention(\n    (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=True)\n  )\n  (linear1): Linear(in_features=8, out_features=16, bias=True)\n  (dropout): Dropout(p=0.1, inplace=False)\n  (linear2): Linear(in_features=16, out_features=8, bias=True)\n  (norm1): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)\n  (dropout1): Dropout(p=0.1, inplace=False)\n  (dropout2): Dropout(p=0.1, inplace=False)\n)',
+    'Upsample(scale_factor=2)': "Upsample(scale_factor=2.0, mode='nearest')",
+    'Upsample(scale_factor=(2, 3))': "Upsample(scale_factor=(2.0, 3.0), mode='nearest')",
+    "Upsample(size=(4, 5), mode='bilinear', align_corners=True)":
+        "Upsample(size=(4, 5), mode='bilinear')",
+}
+
+
+def test_modules_print_as_torch_prints_them():
+    """print(module) as PyTorch's: its tuples, its defaults left out (Conv2d(1, 2, 3,
+    stride=2) is 'Conv2d(1, 2, kernel_size=(3, 3), stride=(2, 2))')."""
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        got = {spec: repr(eval(spec, vars(nn))) for spec in _MODULE_REPRS}
+    assert {k: v for k, v in got.items() if v != _MODULE_REPRS[k]} == {}
+
+
+def test_pytorch_modules_print_the_same():
+    torch = need_torch()
+    specs = list(_MODULE_REPRS) + [
+        "Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, "
+        "dim_feedforward=16)"]
+    with _warnings.catch_warnings():
+        _warnings.simplefilter('ignore')
+        for spec in specs:
+            theirs = repr(eval(spec, vars(torch.nn)))
+            assert repr(eval(spec, vars(nn))) == theirs
+            assert spec not in _MODULE_REPRS or _MODULE_REPRS[spec] == theirs
 
 
 def test_module_and_loss_signatures_match_pytorch():
@@ -7363,6 +8220,48 @@ def test_embedding_gradcheck_with_repeated_indices():
     np.testing.assert_array_equal(emb.weight.grad[:, 0], [2, 0, 3, 0, 0, 1])
     with pytest.raises(IndexError, match="index 6 is out of range for an embedding of 6 rows"):
         emb(tt.tensor([6]))
+
+
+def test_embedding_padding_idx_starts_at_zero_and_gets_no_gradient():
+    tt.manual_seed(0)
+    emb = nn.Embedding(5, 3, padding_idx=-1)  # PyTorch's: -1 is the last row
+    assert emb.padding_idx == 4 and emb.weight[4].tolist() == [0.0] * 3
+    assert emb.weight[0].abs().sum().item() > 0
+    emb(tt.tensor([[4, 1], [1, 4]])).sum().backward()
+    np.testing.assert_array_equal(emb.weight.grad[:, 0], [0, 2, 0, 0, 0])
+    # the padding row is read as any row, but its gradient is 0 (so no finite-difference
+    # check: by design it disagrees there); the other rows get embedding's own gradient
+    w, v = t64(4, 3), t64(4, 3)
+    g = t64(4, 3, seed=7).array
+    nn.embedding(tt.tensor([0, 2, 2, 1]), w, padding_idx=2).backward(tt.tensor(g))
+    nn.embedding(tt.tensor([0, 2, 2, 1]), v).backward(tt.tensor(g))
+    np.testing.assert_array_equal(w.grad.array, v.grad.array * [[1], [1], [0], [1]])
+    # scale_grad_by_freq: a row's gradient divided by how often the batch names it
+    w = t64(4, 2)
+    nn.embedding(tt.tensor([1, 1, 1, 3]), w, scale_grad_by_freq=True).sum().backward()
+    np.testing.assert_array_equal(w.grad.array, [[0, 0], [1, 1], [0, 0], [1, 1]])
+    with pytest.raises(AssertionError, match="padding_idx 5 must be within num_embeddings"):
+        nn.Embedding(5, 3, padding_idx=5)
+    assert repr(emb) == "Embedding(5, 3, padding_idx=4)"
+
+
+def test_embedding_max_norm_renormalises_the_rows_it_reads_in_place():
+    w = tt.tensor([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]])
+    out = nn.embedding(tt.tensor([0, 1]), w, max_norm=1.0)
+    np.testing.assert_allclose(w.array[0], [0.6, 0.8], rtol=1e-6)  # 5 -> 1
+    assert w.array[1].tolist() == pytest.approx([0.3, 0.4]) and w.array[2].tolist() == [6.0, 8.0]
+    np.testing.assert_allclose(out.array, w.array[:2])
+
+
+def test_embedding_takes_a_weight_freezes_and_refuses_sparse():
+    given = tt.ones(3, 2)
+    emb = nn.Embedding(3, 2, _weight=given, _freeze=True)
+    assert emb.weight.tolist() == [[1.0, 1.0]] * 3 and not emb.weight.requires_grad
+    assert not nn.Embedding.from_pretrained(given).weight.requires_grad
+    with pytest.raises(ValueError, match=r"_weight of shape \(3, 2\) does not match"):
+        nn.Embedding(2, 2, _weight=given)
+    with pytest.raises(NotImplementedError, match="Embedding: sparse=True .* is not supported"):
+        nn.Embedding(3, 2, sparse=True)
 
 
 def test_layer_norm_gradcheck_and_equals_composed():
@@ -8268,6 +9167,52 @@ def test_bce_with_logits():
     assert nn.BCEWithLogitsLoss()(x, y).item() == pytest.approx(ref, rel=1e-12)
     big = nn.binary_cross_entropy_with_logits(tt.tensor([1e4, -1e4]), tt.tensor([0.0, 1.0]))
     assert big.item() == pytest.approx(1e4)
+
+
+def test_bce_with_logits_pos_weight_and_weight_by_hand():
+    x, y = t64(4, 3), tt.tensor((np.random.default_rng(1).random((4, 3)) > 0.5).astype(np.float64))
+    pw, w = tt.tensor([1.0, 2.0, 3.0], dtype=tt.float64), t64(4, 3, seed=5)
+    p = 1 / (1 + np.exp(-x.array))
+    ref = -(pw.array * y.array * np.log(p) + (1 - y.array) * np.log(1 - p)) * w.array
+    got = nn.binary_cross_entropy_with_logits(x, y, w, reduction='none', pos_weight=pw)
+    np.testing.assert_allclose(got.array, ref, rtol=1e-12)
+    loss = nn.BCEWithLogitsLoss(weight=w, pos_weight=pw)
+    assert loss(x, y).item() == pytest.approx(ref.mean(), rel=1e-12)
+    check(lambda x, pw: nn.binary_cross_entropy_with_logits(x, y, pos_weight=pw), x, pw)
+    assert nn.BCEWithLogitsLoss(size_average=False)(x, y).item() == pytest.approx(
+        nn.binary_cross_entropy_with_logits(x, y, reduction='sum').item())
+    assert nn.MSELoss(reduce=False)(x, y).shape == (4, 3)  # PyTorch's legacy mapping
+
+
+def test_in_place_activations_write_into_their_input_and_keep_the_gradient():
+    x = t64(3, 4)
+    y = x * 1
+    out = nn.ReLU(True)(y)
+    assert out is y and (y.array >= 0).all()
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.array, (x.array > 0).astype(float))
+    for f in (lambda v: nn.silu(v, inplace=True), lambda v: nn.leaky_relu(v, 0.2, True),
+              lambda v: nn.dropout(v, 0.0, inplace=True), lambda v: nn.hardtanh(v, inplace=True)):
+        check(lambda x: f(x * 1), t64(3, 4))
+    assert repr(nn.LeakyReLU(0.2, inplace=True)) == "LeakyReLU(negative_slope=0.2, inplace=True)"
+    with pytest.warns(FutureWarning, match="`max_value` is deprecated"):
+        assert nn.Hardtanh(min_value=-2.0).min_val == -2.0
+
+
+def test_factory_arguments_on_every_module_with_parameters():
+    """device='cpu' (or a CPU device) and dtype= build the module; another device is one line."""
+    builds = {'Linear': (2, 3), 'LazyLinear': (3,), 'Embedding': (4, 2), 'LayerNorm': (3,),
+              'Conv1d': (2, 2, 3), 'Conv2d': (2, 2, 3), 'ConvTranspose2d': (2, 2, 3),
+              'BatchNorm1d': (3,), 'InstanceNorm2d': (3,), 'RNNCell': (2, 3), 'LSTMCell': (2, 3),
+              'GRUCell': (2, 3), 'RNN': (2, 3), 'LSTM': (2, 3), 'GRU': (2, 3),
+              'MultiheadAttention': (4, 2), 'TransformerEncoderLayer': (4, 2, 8),
+              'TransformerDecoderLayer': (4, 2, 8), 'Transformer': (4, 2, 1, 1, 8)}
+    for name, args in builds.items():
+        m = getattr(nn, name)(*args, device=tt.device('cpu'), dtype=tt.float64)
+        assert all(p.dtype == tt.float64 for p in m.parameters()), name
+        with pytest.raises(RuntimeError) as e:
+            getattr(nn, name)(*args, device='cuda')
+        assert str(e.value).startswith(f"{name}('cuda'): tinytorch runs on NumPy on the CPU"), name
 
 
 def test_bce_with_logits_result_has_the_targets_dtype_as_torch():
@@ -10042,7 +10987,7 @@ def test_recurrent_parameter_names_shapes_init_and_repr():
     assert g.weight_ih_l0.shape == (15, 3)
     assert [n for n, _ in nn.RNNCell(3, 4).named_parameters()] == ['weight_ih', 'weight_hh', 'bias_ih', 'bias_hh']
     assert repr(nn.GRU(3, 5, 2, batch_first=True)) == "GRU(3, 5, num_layers=2, batch_first=True)"
-    assert repr(nn.RNN(3, 5, nonlinearity='relu')) == "RNN(3, 5, nonlinearity='relu')"
+    assert repr(nn.RNN(3, 5, nonlinearity='relu')) == "RNN(3, 5)"  # PyTorch's leaves it out
 
 
 def test_recurrent_shapes_states_and_errors():
@@ -11554,6 +12499,158 @@ def test_max_pool_gives_a_tie_to_one_element_and_padding_never_wins():
     assert nn.max_pool2d(neg, 2, stride=1, padding=1).tolist() == [[[[-5.0] * 3] * 3]]
 
 
+def _direct_conv2d(x, w, b, stride, padding, dilation, groups):
+    """The convolution by its definition, one output element at a time (NumPy loops):
+    out[n, o, y, x] = b[o] + sum over c, i, j of in[n, g c_g + c, y s + i d - p, ...] w[o, c, i, j],
+    g = o // (O / groups): each group of kernels reads its own group of channels."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for k in range(o):
+        g = k // (o // groups)
+        for yy in range(oh):
+            for xx in range(ow):
+                patch = xp[:, g * cg:(g + 1) * cg, yy * stride:yy * stride + dilation * (kh - 1) + 1:dilation,
+                           xx * stride:xx * stride + dilation * (kw - 1) + 1:dilation]
+                out[:, k, yy, xx] = (patch * w[k]).sum((1, 2, 3)) + (0 if b is None else b[k])
+    return out
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_grouped_conv2d_by_its_definition_and_gradient(groups):
+    """groups=g: kernel k reads only the channels of its group (a direct loop checks the
+    numbers), and the finite-difference check the gradients of input, weight and bias."""
+    x, w, b = t64(2, 6, 5, 6), t64(6, 6 // groups, 3, 2, seed=1), t64(6, seed=2)
+    for kw in (dict(), dict(stride=2, padding=1, dilation=2)):
+        out = nn.conv2d(x, w, b, groups=groups, **kw)
+        ref = _direct_conv2d(x.array, w.array, b.array, kw.get('stride', 1), kw.get('padding', 0),
+                             kw.get('dilation', 1), groups)
+        np.testing.assert_allclose(out.array, ref, rtol=1e-12, atol=1e-12)
+        check(lambda x, w, b: nn.conv2d(x, w, b, groups=groups, **kw), x, w, b)
+    m = nn.Conv2d(6, 4, 3, groups=2, bias=False)
+    assert m.weight.shape == (4, 3, 3, 3) and m(t64(1, 6, 4, 4).float()).shape == (1, 4, 2, 2)
+    with pytest.raises(ValueError, match=r"in_channels \(6\) and out_channels \(4\) must be "
+                                         r"divisible by groups \(4\)"):
+        nn.Conv2d(6, 4, 3, groups=4)
+
+
+def test_grouped_conv1d_and_conv_transpose2d_gradients():
+    check(lambda x, w, b: nn.conv1d(x, w, b, stride=2, padding=1, groups=2),
+          t64(2, 4, 7), t64(6, 2, 3, seed=1), t64(6, seed=2))
+    # transposed: weight (C_in, C_out / groups, kh, kw); each group is the transpose of a
+    # grouped conv2d, so its output equals the per-group transposes side by side
+    x, w, b = t64(1, 4, 3, 3), t64(4, 3, 2, 2, seed=1), t64(6, seed=2)
+    check(lambda x, w, b: nn.conv_transpose2d(x, w, b, stride=2, groups=2), x, w, b)
+    halves = [nn.conv_transpose2d(x[:, 2 * g:2 * g + 2], w[2 * g:2 * g + 2], None, stride=2)
+              for g in range(2)]
+    np.testing.assert_allclose(nn.conv_transpose2d(x, w, b, stride=2, groups=2).array,
+                               tt.cat(halves, 1).array + b.array[:, None, None], rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode,numpy_mode", [('reflect', 'reflect'), ('replicate', 'edge'),
+                                             ('circular', 'wrap')])
+def test_conv_padding_mode_pads_the_input_as_numpy_names_it(mode, numpy_mode):
+    m = nn.Conv2d(2, 3, 3, padding=(2, 1), padding_mode=mode, dtype=tt.float64)
+    x = t64(1, 2, 4, 5)
+    ref = _direct_conv2d(np.pad(x.array, ((0, 0), (0, 0), (2, 2), (1, 1)), mode=numpy_mode),
+                         m.weight.array, m.bias.array, 1, 0, 1, 1)
+    np.testing.assert_allclose(m(x).array, ref, rtol=1e-12)
+    assert repr(m).endswith(f"padding=(2, 1), padding_mode={mode})")
+    same = nn.Conv1d(2, 2, 4, padding='same', padding_mode=mode, dtype=tt.float64)
+    assert same(t64(1, 2, 7)).shape == (1, 2, 7)  # 'same' pads 1 left, 2 right
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(2, 3, 3, padding_mode='mirror')
+    with pytest.raises(ValueError, match='Only "zeros" padding mode is supported for ConvTranspose2d'):
+        nn.ConvTranspose2d(2, 3, 3, padding_mode=mode)
+
+
+def test_conv_padding_same_and_valid_by_hand():
+    x, w = t64(1, 1, 5, 6), t64(1, 1, 2, 3, seed=1)  # even kernel height: the odd pad goes right
+    same = nn.conv2d(x, w, padding='same')
+    ref = _direct_conv2d(np.pad(x.array, ((0, 0), (0, 0), (0, 1), (1, 1))), w.array, None, 1, 0, 1, 1)
+    np.testing.assert_allclose(same.array, ref, rtol=1e-12)
+    assert nn.conv2d(x, w, padding='valid').shape == (1, 1, 4, 4)
+    with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
+        nn.conv2d(x, w, stride=2, padding='same')
+
+
+def test_pools_ceil_mode_return_indices_and_avg_divisors_by_hand():
+    x = tt.arange(9.0).reshape(1, 1, 3, 3)
+    out, idx = nn.max_pool2d(x, 2, ceil_mode=True, return_indices=True)  # a last, partial window
+    assert out.tolist() == [[[[4.0, 5.0], [7.0, 8.0]]]] and idx.tolist() == [[[[4, 5], [7, 8]]]]
+    assert nn.max_pool2d(x, 2).tolist() == [[[[4.0]]]]
+    m = nn.MaxPool1d(2, ceil_mode=True, return_indices=True)
+    values, where = m(tt.tensor([[[3.0, 1.0, 2.0, 5.0, 4.0]]]))
+    assert values.tolist() == [[[3.0, 5.0, 4.0]]] and where.tolist() == [[[0, 3, 4]]]
+    # avg: 3x3 windows, stride 2, padding 1 over 0..8; the corner window covers 4 numbers
+    assert nn.avg_pool2d(x, 3, 2, 1).tolist()[0][0][0][0] == pytest.approx((0 + 1 + 3 + 4) / 9)
+    assert nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False).tolist()[0][0][0][0] == 2.0
+    assert nn.avg_pool2d(x, 3, 2, 1, divisor_override=2).tolist()[0][0][0][0] == 4.0
+    # ceil_mode: the last window starts at 2 and covers row/col 2 only; its divisor counts
+    # what it covers of the (here unpadded) input: (2 + 5) / 2, (6 + 7) / 2, 8 / 1
+    assert nn.avg_pool2d(x, 2, 2, ceil_mode=True).tolist() == [[[[2.0, 3.5], [6.5, 8.0]]]]
+    check(lambda x: nn.max_pool2d(x, 2, ceil_mode=True), t64(1, 2, 5, 5))
+    check(lambda x: nn.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), t64(1, 2, 6, 5))
+    assert repr(nn.MaxPool2d(2)) == ("MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, "
+                                     "ceil_mode=False)")
+
+
+def test_pytorch_grouped_convolutions_padding_modes_and_pools_agree():
+    """The new arguments against PyTorch itself: values and gradients of grouped
+    convolutions with each padding mode, pools with ceil_mode, return_indices and the avg
+    divisors, and Embedding's padding_idx and scale_grad_by_freq."""
+    torch = need_torch()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 7, 8))
+
+    def both(f_ours, f_theirs, *arrays):
+        ours = [tt.tensor(a, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        a, b = f_ours(*ours), f_theirs(*theirs)
+        np.testing.assert_allclose(a.array, b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        g = rng.standard_normal(a.shape)
+        a.backward(tt.tensor(g)), b.backward(torch.tensor(g))
+        for p, q in zip(ours, theirs):
+            np.testing.assert_allclose(p.grad.array, q.grad.numpy(), rtol=1e-10, atol=1e-12)
+    for mode in ('zeros', 'reflect', 'replicate', 'circular'):
+        for kw in (dict(groups=2, padding=1), dict(groups=3, padding=(2, 1), dilation=2),
+                   dict(groups=6, padding='same', kernel_size=(2, 3))):
+            kw = {'kernel_size': 3, **kw}
+            ours = nn.Conv2d(6, 6, padding_mode=mode, dtype=tt.float64, **kw)
+            theirs = torch.nn.Conv2d(6, 6, padding_mode=mode, dtype=torch.float64, **kw)
+            with torch.no_grad():
+                theirs.weight.copy_(torch.tensor(ours.weight.array))
+                theirs.bias.copy_(torch.tensor(ours.bias.array))
+            np.testing.assert_allclose(ours(tt.tensor(x)).array,
+                                       theirs(torch.tensor(x)).detach().numpy(), rtol=1e-10)
+    w = rng.standard_normal((6, 2, 3, 2))
+    both(lambda x, w: nn.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=3),
+         lambda x, w: torch.nn.functional.conv_transpose2d(x, w, stride=2, padding=1,
+                                                           output_padding=1, groups=3), x, w)
+    both(lambda x, w: nn.conv1d(x, w, groups=2, stride=2),
+         lambda x, w: torch.nn.functional.conv1d(x, w, groups=2, stride=2),
+         x[:, :, 0], rng.standard_normal((4, 3, 3)))
+    for kw in (dict(kernel_size=3, stride=2, ceil_mode=True),
+               dict(kernel_size=(3, 2), stride=(2, 3), padding=1, ceil_mode=True),
+               dict(kernel_size=2, dilation=2, padding=1, ceil_mode=True)):
+        both(lambda x: nn.max_pool2d(x, **kw), lambda x: torch.nn.functional.max_pool2d(x, **kw), x)
+        assert (nn.max_pool2d(tt.tensor(x), return_indices=True, **kw)[1].array == torch.nn.functional
+                .max_pool2d(torch.tensor(x), return_indices=True, **kw)[1].numpy()).all()
+        kw.pop('dilation', None)
+        for extra in (dict(), dict(count_include_pad=False), dict(divisor_override=4)):
+            both(lambda x: nn.avg_pool2d(x, **kw, **extra),
+                 lambda x: torch.nn.functional.avg_pool2d(x, **kw, **extra), x)
+    idx = rng.integers(0, 5, (3, 4))
+    for kw in (dict(padding_idx=2), dict(scale_grad_by_freq=True), dict(padding_idx=-1,
+                                                                         scale_grad_by_freq=True)):
+        both(lambda w: nn.embedding(tt.tensor(idx), w, **kw),
+             lambda w: torch.nn.functional.embedding(torch.tensor(idx), w, **kw),
+             rng.standard_normal((5, 3)))
+
+
 def test_batch_norm_gradients_in_training_and_eval():
     rm, rv = tt.zeros(3, dtype=tt.float64), tt.ones(3, dtype=tt.float64)
     check(lambda x, w, b: nn.batch_norm(x, None, None, w, b, training=True),
@@ -12122,6 +13219,19 @@ def test_clip_grad_value():
     assert a.grad.tolist() == [1.0, -0.5, -1.0] and b.grad.tolist() == [0.1]
     optim.clip_grad_value_(a, 0.25)  # one tensor
     assert a.grad.tolist() == [0.25, -0.25, -0.25]
+
+
+def test_parameters_to_vector_and_back():
+    m = nn.Linear(2, 3)
+    v = tt.nn.utils.parameters_to_vector(m.parameters())
+    assert v.shape == (9,) and v[:6].tolist() == m.weight.reshape(-1).tolist()
+    (v * tt.arange(9.0)).sum().backward()  # in the graph: each parameter gets its share
+    assert m.weight.grad.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    tt.nn.utils.vector_to_parameters(tt.arange(9.0), m.parameters())
+    assert m.weight.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and m.bias.tolist() == [6.0, 7.0, 8.0]
+    assert isinstance(m.weight, nn.Parameter) and m.weight.requires_grad
+    with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
+        tt.nn.utils.vector_to_parameters([1.0], m.parameters())
 
 
 def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
