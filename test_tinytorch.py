@@ -545,6 +545,15 @@ OPS = [
     ('.type', (lambda m, F, a: a.type(m.float32), nc(grid(3, 4)), GRID)),
     ('.type_as', (lambda m, F, a, b: a.type_as(b.float()), nc(grid(3, 4)), (2,), GRID)),
     # -- nn.py's functional ops -------------------------------------------------------
+    ('nn.relu', (lambda m, F, a: F.relu(a), nc(3, 4)), (lambda m, F, a: F.relu(a.clone(), inplace=True), (3, 4))),
+    ('nn.leaky_relu', (lambda m, F, a: F.leaky_relu(a, 0.2), nc(3, 4)),
+     (lambda m, F, a: F.leaky_relu(a.clone(), 0.1, inplace=True), (3, 4))),
+    ('nn.silu', (lambda m, F, a: F.silu(a), nc(3, 4)), (lambda m, F, a: F.silu(a.clone(), inplace=True), (3, 4))),
+    ('nn.sigmoid', (lambda m, F, a: F.sigmoid(a), nc(3, 4))),
+    ('nn.tanh', (lambda m, F, a: F.tanh(a), nc(3, 4))),
+    ('nn.softmax', (lambda m, F, a: F.softmax(a, -1), nc(3, 4)),
+     (lambda m, F, a: F.softmax(a, 0, dtype=m.float32), (3, 4), {'eps': 1e-3})),
+    ('nn.log_softmax', (lambda m, F, a: F.log_softmax(a, 1), nc(3, 4))),
     ('nn.linear', (lambda m, F, x, w, b: F.linear(x, w, b), (2, 3, 4), nc(5, 4), (5,)),
      (lambda m, F, x, w: F.linear(x, w), (3, 4), (5, 4))),
     ('nn.layer_norm', (lambda m, F, x, w, b: F.layer_norm(x, (4,), w, b), (2, 3, 4), (4,), (4,)),
@@ -4107,7 +4116,7 @@ def test_a_summarised_tensor_prints_two_spaces_before_its_dots():
     assert repr(tt.tensor(b)) == 'tensor([True, True, True,  ..., True, True, True])'
 
 
-def test_a_tensors_dtype_and_grad_fn_wrap_onto_a_line_of_their_own_as_pytorchs():
+def test_a_tensors_dtype_and_grad_fn_wrap_onto_a_line_of_their_own_as_torchs():
     """What follows the values (dtype=..., grad_fn=...) goes on a new line, indented under
     the values, where it would pass 80 characters."""
     half = lambda n: tt.tensor(np.full(n, 0.5), requires_grad=True) * 3  # noqa: E731
@@ -4192,7 +4201,7 @@ _NOT_ON_THIS_MACHINE = ('is_cuda', 'is_xpu', 'is_mps', 'is_meta', 'is_quantized'
                         'is_xla', 'is_nested')
 
 
-def test_device_predicates_answer_as_on_pytorchs_cpu():
+def test_device_predicates_answer_as_on_torchs_cpu():
     """x.is_cuda, x.is_xpu, ...: False, as PyTorch's CPU tensor answers; x.is_cpu: True
     (current pytorch/examples read is_xpu beside is_cuda)."""
     for x in (tt.ones(2), tt.ones(2, requires_grad=True) * 2, tt.tensor([1, 2])):
