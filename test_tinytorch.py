@@ -15617,6 +15617,452 @@ def test_learn_deps_are_the_exercises_each_check_runs(_learn_filled):
         assert _learn.DEPS[ex] == tuple(e for e in _learn.ORDER if e in hit - {ex}), ex
 
 
+# ---------------------------------------------------------------------------
+# learn.py's from-scratch track: an empty engine of the learner's own. Its answer key
+# lives here, never in learn.py or the workspace: one answer per exercise, the code that
+# replaces the exercise's block (its def line included).
+# ---------------------------------------------------------------------------
+_LEARN_SCRATCH_ANSWERS = {
+'1.1': '''\
+    def __init__(self, data, requires_grad=False):
+        if isinstance(data, np.generic) and data.dtype in (np.float32, np.float64):
+            data = np.asarray(data)
+        if not (isinstance(data, np.ndarray) and data.dtype in (np.float32, np.float64)):
+            data = np.asarray(data, dtype=np.float32)
+        self.data = data
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.parents = ()
+        self.rule = None''',
+'1.2': '''\
+def unbroadcast(grad, shape):
+    lead = grad.ndim - len(shape)
+    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    if lead or stretched:
+        grad = grad.sum(axis=tuple(range(lead)) + stretched, keepdims=True)
+    return grad.reshape(shape)''',
+'1.3': '''\
+def op(data, parents, rule):
+    out = Tensor(data, requires_grad=any(p.requires_grad for p in parents))
+    if out.requires_grad:
+        out.parents, out.rule = tuple(parents), rule
+    return out''',
+'1.4': '''\
+def add(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+    return op(a.data + b.data, (a, b),
+              lambda g: (unbroadcast(g, a.shape), unbroadcast(g, b.shape)))''',
+'1.5': '''\
+def mul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+    return op(a.data * b.data, (a, b),
+              lambda g: (unbroadcast(g * b.data, a.shape), unbroadcast(g * a.data, b.shape)))''',
+'2.1': '''\
+def topo_order(root):
+    order, seen, todo = [], set(), [(root, False)]
+    while todo:
+        node, expanded = todo.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen or not node.requires_grad:
+            continue
+        seen.add(id(node))
+        todo.append((node, True))
+        todo.extend((p, False) for p in node.parents if id(p) not in seen)
+    return order''',
+'2.2': '''\
+def backward(root, grad=None):
+    grads = {id(root): np.ones_like(root.data) if grad is None else np.asarray(grad)}
+    for node in reversed(topo_order(root)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node.rule is None:
+            if node.grad is None:
+                node.grad = g.astype(node.dtype, copy=True)
+            else:
+                node.grad = node.grad + g
+            continue
+        for p, pg in zip(node.parents, node.rule(g)):
+            if p.requires_grad:
+                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg''',
+'3.1': '''\
+def matmul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+
+    def rule(g):
+        return (unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape),
+                unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape))
+    return op(a.data @ b.data, (a, b), rule)''',
+'3.2': '''\
+def reduce_sum(x, axis=None, keepdims=False):
+    axes = tuple(range(x.data.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % x.data.ndim for a in axes)
+
+    def rule(g):
+        if not keepdims:
+            g = np.expand_dims(g, axes)
+        return (np.broadcast_to(g, x.shape),)
+    return op(np.sum(x.data, axis=axes, keepdims=keepdims), (x,), rule)''',
+'3.3': '''\
+def exp(x):
+    out = np.exp(x.data)
+    return op(out, (x,), lambda g: (g * out,))''',
+'3.4': '''\
+def log(x):
+    return op(np.log(x.data), (x,), lambda g: (g / x.data,))''',
+'3.5': '''\
+def relu(x):
+    return op(np.maximum(x.data, 0), (x,), lambda g: (g * (x.data > 0),))''',
+'3.6': '''\
+def power(x, p):
+    def rule(g):
+        if p == 0:
+            return (np.zeros_like(g),)
+        return (g * p * x.data ** (p - 1),)
+    return op((x.data ** p).astype(x.dtype), (x,), rule)''',
+'3.7': '''\
+def reshape(x, shape):
+    return op(x.data.reshape(shape), (x,), lambda g: (g.reshape(x.shape),))''',
+'3.8': '''\
+def transpose(x, axis1, axis2):
+    return op(np.swapaxes(x.data, axis1, axis2), (x,), lambda g: (np.swapaxes(g, axis1, axis2),))''',
+'4.1': '''\
+    def named_parameters(self, prefix='', recurse=True, seen=None):
+        seen = set() if seen is None else seen
+        for name, value in vars(self).items():
+            full = f"{prefix}.{name}" if prefix else name
+            if isinstance(value, Parameter):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    yield full, value
+            elif recurse and isinstance(value, Module):
+                yield from value.named_parameters(full, True, seen)
+            elif recurse and isinstance(value, (list, tuple)):
+                for i, sub in enumerate(value):
+                    if isinstance(sub, Module):
+                        yield from sub.named_parameters(f"{full}.{i}", True, seen)''',
+'4.2': '''\
+class Linear(Module):
+    def __init__(self, n_in, n_out, bias=True):
+        bound = 1 / np.sqrt(n_in)
+        self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)).astype(np.float32))
+        self.bias = Parameter(np.random.uniform(-bound, bound, n_out).astype(np.float32)) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weight.transpose(0, 1)
+        return y + self.bias if self.bias is not None else y''',
+'4.3': '''\
+    def __init__(self, params, lr):
+        params = list(params)
+        if params and not isinstance(params[0], dict):
+            params = [{'params': params}]
+        self.param_groups = [dict(group, params=list(group['params']), lr=group.get('lr', lr))
+                             for group in params]
+
+    def step(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.grad is not None:
+                    p.data -= group['lr'] * p.grad''',
+'4.4': '''\
+    def zero_grad(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                p.grad = None''',
+'5.1': '''\
+def mse_loss(pred, target):
+    return ((pred - target) ** 2).mean()''',
+'6.1': '''\
+def softmax(x, axis=-1):
+    e = (x - x.data.max(axis=axis, keepdims=True)).exp()
+    return e / e.sum(axis, keepdims=True)''',
+'6.2': '''\
+def log_softmax(x, axis=-1):
+    shifted = x - x.data.max(axis=axis, keepdims=True)
+    return shifted - shifted.exp().sum(axis, keepdims=True).log()''',
+'6.3': '''\
+def cross_entropy(logits, targets):
+    onehot = np.zeros(logits.shape, dtype=logits.dtype)
+    onehot[np.arange(len(targets)), targets] = 1
+    return -(log_softmax(logits, 1) * onehot).sum() / len(targets)''',
+'6.4': '''\
+class LayerNorm(Module):
+    def __init__(self, n, eps=1e-5):
+        self.eps = eps
+        self.weight = Parameter(np.ones(n, dtype=np.float32))
+        self.bias = Parameter(np.zeros(n, dtype=np.float32))
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdims=True)
+        var = (centred * centred).mean(-1, keepdims=True)
+        return centred * (var + self.eps) ** -0.5 * self.weight + self.bias''',
+'7.1': '''\
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))
+    keep = None
+    if mask is not None and mask.dtype == bool:
+        none = ~mask.any(axis=-1, keepdims=True)
+        keep = (~none).astype(scores.dtype)
+        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)
+    if mask is not None:
+        scores = scores + mask
+    w = softmax(scores)
+    if keep is not None:
+        w = w * keep
+    return w @ v''',
+'7.2': '''\
+def split_heads(x, n_head):
+    B, T, C = x.shape
+    return x.reshape(B, T, n_head, C // n_head).transpose(1, 2)''',
+'7.3': '''\
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)''',
+'7.4': '''\
+class MultiHeadAttention(Module):
+    def __init__(self, n_embd, n_head):
+        self.n_head = n_head
+        self.query, self.key = Linear(n_embd, n_embd), Linear(n_embd, n_embd)
+        self.value, self.out = Linear(n_embd, n_embd), Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = (split_heads(f(x), self.n_head) for f in (self.query, self.key, self.value))
+        causal = np.tril(np.ones((T, T), dtype=bool))
+        return self.out(merge_heads(attention(q, k, v, causal)))''',
+'8.1': '''\
+class Block(Module):
+    def __init__(self, n_embd, n_head):
+        self.ln1, self.attn = LayerNorm(n_embd), MultiHeadAttention(n_embd, n_head)
+        self.ln2, self.fc = LayerNorm(n_embd), Linear(n_embd, 4 * n_embd)
+        self.proj = Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(self.fc(self.ln2(x)).relu())''',
+}
+
+
+
+def _learn_scratch_fill(ws, exercises=None, answers=None):
+    """Replace the blocks of a from-scratch workspace (those given) with the answers."""
+    answers = dict(_LEARN_SCRATCH_ANSWERS, **(answers or {}))
+    for f in _learn.SC_FILES:
+        text = (ws / f).read_text()
+        lines = text.split('\n')
+        for ex, _, _, a, b in sorted(_learn.regions(text), key=lambda r: -r[3]):
+            if exercises is None or ex in exercises:
+                lines[a:b] = answers[ex].split('\n')
+        (ws / f).write_text('\n'.join(lines))
+
+
+@pytest.fixture(scope='module')
+def _learn_scratch_filled(tmp_path_factory):
+    ws = tmp_path_factory.mktemp('learn') / 'scratch'
+    _learn.start(ws, scratch=True)
+    _learn_scratch_fill(ws)
+    return ws
+
+
+def test_learn_scratch_empty_workspace_fails_step_1_naming_its_first_exercise(tmp_path, capsys):
+    ws = tmp_path / 'mine'
+    _learn.start(ws, scratch=True)
+    said = capsys.readouterr().out
+    assert 'Next: exercise 1.1 (the Tensor)' in said and f'{ws}/engine.py, line ' in said
+    assert sorted(p.name for p in ws.iterdir()) == ['.learn.json', 'engine.py', 'nn.py', 'text.txt']
+    ok, lines = _learn_check(ws, '1')
+    assert not ok
+    assert lines[0].startswith(f'· 1.1 the Tensor: not implemented yet: write it in {ws / "engine.py"}, line ')
+    ok, lines = _learn_check(ws, None)
+    assert not ok and lines[0].startswith('· 1.1 the Tensor: not implemented yet')
+    assert 'Next: exercise 1.1' in lines[-1]
+    # every exercise's block is a stub that names it, and the cut-out track's globals are back
+    for ex in _learn.SC_ORDER:
+        text = (ws / _learn.SC_EXERCISES[ex]['file']).read_text()
+        assert f'raise NotImplementedError("exercise {ex}: not implemented yet' in text
+    assert _learn.EXERCISES['1.1']['title'] == 'unbroadcast' and _learn.TRACK == 'cut'
+
+
+def test_learn_scratch_reference_answers_pass_every_step_and_train_both_models(_learn_scratch_filled):
+    ok, lines = _learn_check(_learn_scratch_filled, None)
+    assert ok, '\n'.join(lines)
+    assert [ln[:10] for ln in lines if ln.startswith('✗')] == []
+    assert any(ln.startswith('✓ step 6 run: spiral (3 classes)') for ln in lines)
+    assert any(ln.startswith('✓ step 8 run: your character model learned text.txt') for ln in lines)
+    assert lines[-1].endswith(' map') and 'every step' in lines[-1]
+    for step in map(str, _learn.SC_STEPS):
+        ok, more = _learn_check(_learn_scratch_filled, step)
+        assert ok, more
+
+
+def test_learn_scratch_workspace_holds_no_shipped_code(tmp_path):
+    """grep: no line of a shipped rule (the cut-out track's answers) and no line of the
+    from-scratch answer key is in a fresh from-scratch workspace, and it imports nothing
+    of tinytorch."""
+    _learn._index_exercises()
+    ws = tmp_path / 'mine'
+    _learn.start(ws, scratch=True)
+    text = '\n'.join((ws / f).read_text() for f in _learn.SC_FILES)
+    mine = {ln.strip() for ln in text.split('\n')}
+
+    def code_lines(src):
+        return {ln.strip() for ln in src.split('\n')
+                if len(ln.strip()) > 12 and not ln.strip().startswith(('#', 'def ', 'class '))
+                and any(c in ln for c in '=+*/@(')}
+    shipped = set().union(*(code_lines(b) for ex in _learn.ORDER for b in _learn.shipped_code(ex)))
+    answers = set().union(*(code_lines(a) for a in _LEARN_SCRATCH_ANSWERS.values()))
+    assert len(shipped) > 100 and len(answers) > 60  # the grep has something to find
+    assert sorted(shipped & mine) == []
+    assert sorted(answers & mine) == []
+    assert 'tinytorch' not in re.sub(r'#.*|""".*?"""', '', text, flags=re.S)
+
+
+def test_learn_scratch_map_names_functions_that_exist():
+    """map: each of the learner's names -> tinytorch's functions, by name (never a line
+    number), each found in its file, so the table follows tinytorch's reordering."""
+    import ast as _ast
+    table = _learn.sc_map()
+    for ex, e in _learn.SC_EXERCISES.items():
+        f, names = e['tt']
+        tree = _ast.parse(open(os.path.join(HERE, f), encoding='utf-8').read())
+        for name in names.split(', '):
+            node = None
+            for part in name.split('.'):
+                body = tree.body if node is None else node.body
+                node = next((n for n in body if isinstance(n, (_ast.FunctionDef, _ast.ClassDef))
+                             and n.name == part), None)
+                assert node is not None, (ex, f, name)
+        assert f"{_learn.SC_NAMES[ex]} ({ex})" in table and f"{f}: {names}" in table
+    assert not re.search(r'line \d', table)
+
+
+def test_learn_help_and_map_are_commands(capsys):
+    assert _learn.main(['help']) == 0
+    out = capsys.readouterr().out
+    assert 'start DIR --from-scratch' in out and 'python learn.py map' in out
+    assert _learn.main(['map']) == 0
+    out = capsys.readouterr().out
+    assert 'engine.py: unbroadcast (1.2)' in out and 'not yet in the from-scratch track' in out
+    with pytest.raises(_learn.Usage, match='--from-scratch goes with start'):
+        _learn.main(['check', '--from-scratch'])
+
+
+# Each typical mistake of the from-scratch track as an edit of its answer: (exercise, the
+# answer's text (None: the whole answer), the mistaken text, what the message must say, the
+# mistake in a few words). MISTAKES.md's second table is these, with what check says.
+_LEARN_SCRATCH_MISTAKES = [
+    ('1.1', 'if isinstance(data, np.generic) and data.dtype in (np.float32, np.float64):\n            data = np.asarray(data)\n        ', '', 'np.sum of a whole array', 'a NumPy float64 number (a whole sum) made float32'),
+    ('1.1', '        self.data = data', '        self.data = np.array(data)', 'was copied', 'the array copied'),
+    ('1.2', 'tuple(range(lead))', 'tuple(range(min(lead, 1)))', 'not only the first', 'only the first of several leading dims summed'),
+    ('1.2', 'if n == 1 and grad.shape[lead + i] != 1', 'if False', 'every dim where the operand has size 1', 'the dims stretched from 1 not summed'),
+    ('1.3', '    if out.requires_grad:\n        out.parents, out.rule = tuple(parents), rule', '    out.parents, out.rule = tuple(parents), rule', 'a graph of constants costs nothing', 'a result of constants keeps its graph'),
+    ('1.4', 'unbroadcast(g, b.shape))', 'g)', 'sum it back', "add's rule hands b the gradient g without summing it back"),
+    ('1.5', 'unbroadcast(g * b.data, a.shape)', 'unbroadcast(g * a.data, a.shape)', "mul's rule is swapped", "mul's rule multiplies a's gradient by a"),
+    ('1.5', "    return op(a.data * b.data, (a, b),\n              lambda g: (unbroadcast(g * b.data, a.shape), unbroadcast(g * a.data, b.shape)))", "    def rule(g):\n        ga = unbroadcast(g * b.data, a.shape)\n        g *= a.data\n        return ga, unbroadcast(g, b.shape)\n    return op(a.data * b.data, (a, b), rule)", 'wrote into an array it was handed', "mul's rule multiplies g in place (g *= a)"),
+    ('2.1', "        if id(node) in seen or not node.requires_grad:\n            continue\n        seen.add(id(node))", "        if not node.requires_grad:\n            continue", 'listed', 'no visited set: a tensor used twice is listed twice'),
+    ('2.1', "        if id(node) in seen or not node.requires_grad:", "        if id(node) in seen:", 'a constant', 'constants listed too'),
+    ('2.1', None, "def topo_order(root):\n    order, seen = [], set()\n\n    def visit(node):\n        seen.add(id(node))\n        for p in node.parents:\n            if p.requires_grad and id(p) not in seen:\n                visit(p)\n        order.append(node)\n    visit(root)\n    return order", 'recursion limit', 'the order walked by recursion'),
+    ('2.2', 'grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg', 'grads[id(p)] = pg', 'reached twice', 'a tensor reached twice keeps its last gradient'),
+    ('2.2', 'node.grad = g.astype(node.dtype, copy=True)', 'node.grad = g', 'the very array a rule returned', '.grad is the array the rule returned'),
+    ('2.2', 'node.grad = node.grad + g', 'node.grad = g.astype(node.dtype, copy=True)', 'adds up over backward calls', '.grad overwritten by each backward'),
+    ('2.2', 'node.grad = g.astype(node.dtype, copy=True)', 'node.grad = g.copy()', "has its tensor's dtype", ".grad in the rule's dtype (float64 for a float32 tensor)"),
+    ('3.1', 'unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape)', 'unbroadcast(g @ b.data, a.shape)', 'transposed matmul rule', 'da = g @ b (b not transposed)'),
+    ('3.1', 'unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape)', 'np.swapaxes(a.data, -1, -2) @ g', 'sum it back', "b's gradient not summed over the batch"),
+    ('3.2', '        if not keepdims:\n            g = np.expand_dims(g, axes)\n', '', 'put every summed axis back', 'the summed axes not put back (keepdims=False)'),
+    ('3.2', 'g = np.expand_dims(g, axes)', 'g = np.expand_dims(g, axes[0])', 'put every summed axis back', 'only the first summed axis put back'),
+    ('3.3', 'lambda g: (g * out,)', 'lambda g: (g,)', 'passed g through unchanged', "exp's rule passes g through"),
+    ('3.4', 'lambda g: (g / x.data,)', 'lambda g: (g * x.data,)', 'divide g by x', "log's rule multiplies g by x"),
+    ('3.5', 'lambda g: (g * (x.data > 0),)', 'lambda g: (g * (x.data > 0).astype(float),)', 'is float64, but x is float32', "relu's rule makes its mask in float64"),
+    ('3.5', 'lambda g: (g * (x.data > 0),)', 'lambda g: (g * (x.data >= 0),)', 'at x = 0 too', "relu's gradient 1 at x = 0"),
+    ('3.6', '        if p == 0:\n            return (np.zeros_like(g),)\n', '', 'give zeros when p == 0', 'p x^(p-1) without the p = 0 case'),
+    ('3.6', 'g * p * x.data ** (p - 1)', 'g * p * x.data ** p', 'off by one', 'power\'s rule p x^p'),
+    ('3.7', 'g.reshape(x.shape)', 'g', 'has shape', "reshape's rule passes g on in the result's shape"),
+    ('3.8', 'np.swapaxes(g, axis1, axis2)', 'np.swapaxes(g, -1, -2)', 'undo what the forward did', "transpose's rule swaps the last two axes whatever was swapped"),
+    ('4.1', 'full = f"{prefix}.{name}" if prefix else name', 'full = f"{prefix}.{name}"', 'starts with a dot', 'names built with a leading dot'),
+    ('4.1', 'elif recurse and isinstance(value, Module):', 'elif isinstance(value, Module):', 'recurse=False', 'recurse=False ignored'),
+    ('4.1', '                if id(value) not in seen:\n                    seen.add(id(value))\n                    yield full, value', '                yield full, value', 'listed twice', 'a tied weight listed twice'),
+    ('4.1', '            elif recurse and isinstance(value, (list, tuple)):', '            elif False:', 'list of Modules', 'a list of modules not walked'),
+    ('4.2', "self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)).astype(np.float32))", "self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)))", 'float32', 'the weights left in float64'),
+    ('4.2', 'bound = 1 / np.sqrt(n_in)', 'bound = 1', 'uniformly from -1/sqrt(n_in)', 'weights drawn from -1 to 1'),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.data += group['lr'] * p.grad", 'went uphill', 'p += lr * g'),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.data -= self.param_groups[0]['lr'] * p.grad", "own group['lr']", "the first group's learning rate for every group"),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.grad *= group['lr']\n                    p.data -= p.grad", 'wrote into an array it was handed', 'the step scales .grad in place'),
+    ('4.4', "        for group in self.param_groups:\n            for p in group['params']:\n                p.grad = None", "        for p in self.param_groups[0]['params']:\n            p.grad = None", 'one group only', 'zero_grad clears the first group only'),
+    ('5.1', 'return ((pred - target) ** 2).mean()', 'return ((pred - target) ** 2).sum()', 'wrong', 'the sum, not the mean'),
+    ('6.1', "e = (x - x.data.max(axis=axis, keepdims=True)).exp()", "e = x.exp()", 'overflowed', 'no shift before exp'),
+    ('6.1', "e = (x - x.data.max(axis=axis, keepdims=True)).exp()", "e = (x - x.data.max()).exp()", "OWN max", 'one max for the whole batch'),
+    ('6.2', "    shifted = x - x.data.max(axis=axis, keepdims=True)\n    return shifted - shifted.exp().sum(axis, keepdims=True).log()", "    return softmax(x, axis).log()", 'never the log of a probability', 'log-softmax as log(softmax)'),
+    ('6.4', '        centred = x - x.mean(-1, keepdims=True)', '        x.data -= x.data.mean(-1, keepdims=True)\n        centred = x', 'wrote into an array it was handed', "LayerNorm centres its caller's x in place"),
+    ('6.4', '(var + self.eps) ** -0.5', 'var ** -0.5', 'eps is missing', 'no eps'),
+    ('6.4', '(var + self.eps) ** -0.5', '(var * 4 / 3 + self.eps) ** -0.5', 'not n - 1', 'the unbiased variance (n - 1)'),
+    ('6.4', "        centred = x - x.mean(-1, keepdims=True)\n        var = (centred * centred).mean(-1, keepdims=True)", "        centred = x - x.mean(0)\n        var = (centred * centred).mean(0)", 'the last axis', 'mean and variance over axis 0'),
+    ('7.1', " * (1 / np.sqrt(q.shape[-1]))", "", 'not scaled', 'scores not scaled'),
+    ('7.1', "    w = softmax(scores)", "    w = softmax(scores, -2)", 'over the queries', 'softmax over the queries'),
+    ('7.1', "        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask", "        scores = scores + np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)", 'float mask was ignored', 'a float mask ignored (only a bool mask applied)'),
+    ('7.1', None, "def attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))\n    if mask is not None and mask.dtype == bool:\n        mask = np.where(mask, 0.0, -1e9).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask\n    return softmax(scores) @ v", '-1e9', 'masked with -1e9 (a row with no allowed key gets uniform weights)'),
+    ('7.1', None, "def attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))\n    if mask is not None and mask.dtype == bool:\n        mask = np.where(mask, 0.0, -np.inf).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask\n    return softmax(scores) @ v", 'gave nan', 'a row with no allowed key not handled (nan)'),
+    ('7.1', "        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)", "        mask = np.where(mask | none, -np.inf, 0.0).astype(scores.dtype)", 'the other way', 'a bool mask read the other way'),
+    ('7.2', 'x.reshape(B, T, n_head, C // n_head).transpose(1, 2)', 'x.reshape(B, n_head, T, C // n_head)', 'heads are mixed up', 'heads split with reshape(B, H, T, D)'),
+    ('7.3', 'x.transpose(1, 2).reshape(B, T, H * D)', 'x.reshape(B, T, H * D)', 'putting the heads back', 'heads merged without the swap back'),
+    ('7.4', 'attention(q, k, v, causal)', 'attention(q, k, v)', 'not causal', 'the attention not causal'),
+    ('8.1', 'x = x + self.attn(self.ln1(x))', 'x = self.attn(self.ln1(x))', "attention's residual is missing", "the attention's residual missing"),
+    ('8.1', "        x = x + self.attn(self.ln1(x))\n        return x + self.proj(self.fc(self.ln2(x)).relu())", "        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.proj(self.fc(x).relu()))", 'post-LN', 'a post-LN block'),
+    ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(x).relu())', "MLP's input is not normalised", "the MLP's input not normalised"),
+    ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(self.ln2(x)))', 'no relu', 'no relu in the MLP'),
+]
+
+
+def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_learn_scratch_filled, tmp_path):
+    messages = []
+    for k, (ex, old, new, says, mistake) in enumerate(_LEARN_SCRATCH_MISTAKES):
+        answer = _LEARN_SCRATCH_ANSWERS[ex]
+        assert old is None or answer.count(old) == 1, (ex, old)
+        ws = tmp_path / f'm{k}'
+        shutil.copytree(_learn_scratch_filled, ws)
+        _learn_scratch_fill(ws, {ex}, {ex: new if old is None else answer.replace(old, new)})
+        ok, lines = _learn_check(ws, ex)
+        title = f"✗ {ex} {_learn.SC_EXERCISES[ex]['title']}: "
+        assert not ok and lines[0].startswith(title) and says in lines[0], (mistake, lines)
+        messages.append(lines[0][len(title):].replace(str(ws), 'mytorch'))
+    table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
+    head = "| the mistake | exercise (from scratch) | what `python learn.py check` says |\n| --- | --- | --- |\n"
+    assert head in table
+    rows = table.split(head)[1].split('\n\n')[0].strip().split('\n')
+    want = [_learn_row(m[4], m[0], msg) for m, msg in zip(_LEARN_SCRATCH_MISTAKES, messages)]
+    assert rows == want, '\n'.join(r for r in want if r not in rows)
+
+
+def test_learn_scratch_deps_are_the_exercises_each_check_runs(_learn_scratch_filled):
+    """SC_DEPS (who is blamed when a check fails) is what tracing each check on the answer
+    key finds."""
+    ws = _learn_scratch_filled
+    with _learn.track('scratch'):
+        mods = _learn.load(ws)
+        spans = {}
+        for f in _learn.SC_FILES:
+            for e, _, _, a, b in _learn.regions((ws / f).read_text()):
+                spans.setdefault(str(ws / f), []).append((e, a, b))
+        for ex in _learn.SC_ORDER:
+            hit = set()
+
+            def local(frame, event, arg):
+                for e, a, b in spans[frame.f_code.co_filename]:
+                    if a < frame.f_lineno <= b:
+                        hit.add(e)
+                return local
+            sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename in spans else None)
+            try:
+                with np.errstate(all='ignore'):
+                    _learn.SC_CHECKS[ex](mods)
+            finally:
+                sys.settrace(None)
+            assert ex in hit, ex
+            assert _learn.SC_DEPS[ex] == tuple(e for e in _learn.SC_ORDER if e in hit - {ex}), (
+                ex, tuple(e for e in _learn.SC_ORDER if e in hit - {ex}))
+
+
 # ===========================================================================
 # lookinside.py
 # ===========================================================================
