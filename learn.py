@@ -5203,8 +5203,9 @@ def _check(ws, arg, out=print):
 
 
 def _status(ws):
-    print("Build tinytorch yourself: the seed article's checklist, as exercises that "
-          "tinytorch checks.\n")
+    print("Build your own engine from an empty file: the seed article's checklist in eight "
+          "steps, checked by learn.py.\n" if TRACK == 'scratch' else "Build tinytorch yourself: "
+          "the seed article's checklist, as exercises that tinytorch checks.\n")
     have = ws.is_dir()
     states = {}
     if have:
@@ -5256,6 +5257,10 @@ def _hint(ws, ex):
         print(e['think'])
     elif level == 2:
         print(e['math'])
+    elif TRACK == 'scratch':  # the answer key is not shipped: where tinytorch does the same
+        print(f"tinytorch does the same in {e['tt'][0]}: {e['tt'][1]} (found by name; PyTorch's "
+              f"finer rules and guards around it). Read it there; once your check passes, "
+              f"python {ME} diff {ex}{_dir_arg(ws)} shows it beside yours.")
     elif 'plain' in e:
         print("Hint 2 as code, a complete answer:")
         print(textwrap.indent(e['plain'], blocks(ex)[0][2]))
@@ -5283,6 +5288,14 @@ def _diff(ws, ex):
     lines = (ws / f).read_text().split('\n')
     yours = ['\n'.join(_without_todo(lines[a:b]))
              for e, _, _, a, b in regions('\n'.join(lines)) if e == ex]
+    if TRACK == 'scratch':  # yours, then tinytorch's own code for the same, found by name
+        tf, names = EXERCISES[ex]['tt']
+        print(f"✓ {ex} passes. Yours ({ws}/{f}):")
+        print('\n'.join(_dedent(yours[0].split('\n'))))
+        print(f"tinytorch's ({tf}: {names}; PyTorch's finer rules and speed guards included):")
+        for name in names.split(', '):
+            print(_source_of(tf, name))
+        return True
     width = max(40, (shutil.get_terminal_size((120, 24)).columns - 3) // 2)
     print(f"✓ {ex} passes. Yours ({ws}/{f}) | shipped ({f} of tinytorch):")
     for mine, theirs in zip(yours, shipped_code(ex)):
@@ -5295,6 +5308,15 @@ def _diff(ws, ex):
                 print(f"{pa:<{width}} {mark} {pb}".rstrip())
         print('-' * (2 * width + 3))
     return True
+
+
+def _source_of(f, name):
+    """The source of a shipped function or class, by its dotted name (never a line number)."""
+    text = (HERE / f).read_text()
+    node = _find(ast.parse(text), name, len(text.split('\n')) + 1)
+    if node is None:
+        raise Mismatch(f"{f} has no {name}: this learn.py does not match the files beside it")
+    return '\n'.join(text.split('\n')[node.lineno - 1:node.end_lineno])
 
 
 def _without_todo(lines):

@@ -16034,6 +16034,26 @@ def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_lea
     assert rows == want, '\n'.join(r for r in want if r not in rows)
 
 
+def test_learn_scratch_hint_names_tinytorch_and_diff_shows_it_by_name(_learn_scratch_filled, tmp_path, capsys):
+    """The from-scratch answer key is not shipped: hint 3 names where tinytorch does the same,
+    diff shows that code (found by name) beside the learner's once the check passes."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_scratch_filled, ws)
+    for _ in range(3):
+        _learn.hint(ws, '1.2')
+    out = capsys.readouterr().out
+    assert 'Hint 3 of 3' in out and 'tinytorch.py: unbroadcast' in out and 'grad.sum(' not in out
+    assert _learn.diff(ws, '1.2')
+    out = capsys.readouterr().out
+    assert "Yours (" in out and 'def unbroadcast(grad, shape):' in out.split("tinytorch's (")[1]
+    _learn_scratch_fill(ws, {'1.2'}, {'1.2': _LEARN_SCRATCH_ANSWERS['1.2'].replace('tuple(range(lead))', '()')})
+    assert not _learn.diff(ws, '1.2')
+    assert 'def unbroadcast' not in capsys.readouterr().out
+    _learn.status(ws)
+    out = capsys.readouterr().out
+    assert out.startswith('Build your own engine from an empty file') and '✗ 1.2 unbroadcast  (engine.py)' in out
+
+
 def test_learn_scratch_deps_are_the_exercises_each_check_runs(_learn_scratch_filled):
     """SC_DEPS (who is blamed when a check fails) is what tracing each check on the answer
     key finds."""
