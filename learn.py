@@ -962,7 +962,16 @@ def rule_grads(out, g, n):
     """Run a result's backward rule directly (no graph walk needed)."""
     if out._backward is None:
         raise Fail("the result has no backward rule: did the forward still call from_op?")
-    got = out._backward(g)
+    g = np.array(g)
+    g.setflags(write=False)  # the caller's: a rule that writes into it fails at its own line
+    try:
+        got = out._backward(g)
+    except ValueError as e:
+        if not _wrote_into(e):
+            raise
+        raise Fail(f"the rule wrote into g, the gradient it was handed ({_where(e, _SC_WS[0])}): "
+                   "g belongs to the caller (backward hands one g to several rules), so make a "
+                   "new array: -g, g * b, not g *= ...") from None
     if not isinstance(got, tuple) or len(got) != n:
         raise Fail(f"the rule must return a tuple of {n} gradient(s), one per input; it returned "
                    f"{type(got).__name__}{'' if not isinstance(got, tuple) else f' of {len(got)}'}")
@@ -1020,6 +1029,14 @@ def check_binary(m, op, npf, math_, shapes=((4, 3), (3,)), mistakes=None, positi
             extra = (mistakes or (lambda *_: ()))(name, a, bb, g)
             check_input_grad(name if not same else f"{name} (x {op} x: one tensor as both "
                              "operands)", got, want, shape, extra, math_)
+    A = tt.tensor(np.ones(shapes[0], np.float32) * 1.5, requires_grad=True)
+    B = tt.tensor(np.ones(shapes[1], np.float32) * 0.5, requires_grad=True)
+    out = getattr(tt, op)(A, B)
+    for name, got in zip('ab', rule_grads(out, np.ones(out.shape, np.float32), 2)):
+        if np.asarray(got).dtype != np.float32:
+            raise Fail(f"for float32 operands {op}'s gradient for {name} is "
+                       f"{np.asarray(got).dtype}: a rule returns its input's dtype (an array you "
+                       "make: in g's dtype)")
 
 
 def _like_broadcast(name, own_shape, full_shape):
@@ -1306,7 +1323,10 @@ def check_3_2(m):
     tt = m['tinytorch']
     r = rng(4)
     x = r.standard_normal((3, 4))
-    for dim, keep in ((1, False), (0, False), (1, True), (None, False)):
+    for dim, keep in ((1, False), (0, False), (1, True), (None, False), ((0, 2), False),
+                      ((1, 2), True), (-1, False), ((-3, 1), False)):
+        x = r.standard_normal((3, 4)) if isinstance(dim, int) and dim >= 0 or dim is None \
+            else r.standard_normal((2, 3, 4))
         for op, npf in (('sum', np.sum), ('mean', np.mean)):
             X = leaf(tt, x)
             out = getattr(tt, op)(X, dim, keep)
@@ -1409,6 +1429,14 @@ def check_4_1(m):
                    "parameter name ('inner.lin.weight')")
     if len(list(model.parameters())) != len(want):
         raise Fail("parameters() must give the same tensors as named_parameters()")
+    own = [n for n, _ in model.inner.named_parameters(recurse=False)]
+    if any(n.startswith('.') for n in own):
+        raise Fail(f"a name at the root starts with a dot ({own}): the module's own "
+                   "parameters are named alone ('scale'); a dot only joins a module's name "
+                   "and a parameter's")
+    if own != ['scale']:
+        raise Fail(f"named_parameters(recurse=False) gave {own}: without recurse only the "
+                   "module's own parameters count (['scale']), not its sub-modules'")
 
 
 def check_4_2(m):
@@ -1475,6 +1503,14 @@ def check_4_3(m):
     if not close(p.array, [0.94]):
         raise Fail(f"p = [1], grad = [0.5], lr = 0.1, weight_decay = 0.1 must give [0.94] (g = "
                    f"0.6), got {p.array.tolist()}")
+    a, b = leaf(tt, [1.0]), leaf(tt, [1.0])
+    a.grad, b.grad = tt.tensor(np.array([1.0])), tt.tensor(np.array([1.0]))
+    optim.SGD([{'params': [a]}, {'params': [b], 'lr': 0.5}], lr=0.1).step()
+    if not close([a.array[0], b.array[0]], [0.9, 0.5]):
+        raise Fail(f"groups with their own learning rate (0.1 by default, 0.5 for the second), "
+                   f"gradient 1 each, from 1: expected [0.9, 0.5], got "
+                   f"{[float(a.array[0]), float(b.array[0])]}: each group steps with its own "
+                   "group['lr'], not the optimizer's default")
 
 
 def check_4_4(m):
@@ -1503,6 +1539,12 @@ def check_4_4(m):
         raise Fail("zero_grad(set_to_none=False) must write zeros into .grad's array")
     if q.grad is not None:
         raise Fail("zero_grad(set_to_none=False) must leave a parameter whose grad is None alone")
+    opt = optim.SGD([{'params': [p]}, {'params': [q], 'lr': 0.5}], lr=0.1)
+    p.grad, q.grad = tt.tensor(np.array([1.0, 1.0])), tt.tensor(np.array([1.0]))
+    opt.zero_grad()
+    if (p.grad is None) != (q.grad is None):
+        raise Fail("zero_grad() cleared one group only: clear the parameters of every group "
+                   "(self.param_groups, each its 'params')")
 
 
 def check_5_1(m):
@@ -1536,10 +1578,15 @@ def check_6_1(m):
                                                          [-1000, -1001, -999], [5, 5, 5]]))]
     for what, logits in cases:
         L = leaf(tt, logits)
+        L.array.setflags(write=False)  # the caller's: the loss must leave it as it was
         with np.errstate(all='ignore'):
             try:
                 loss = nn.cross_entropy(L, t)
             except ValueError as e:
+                if _wrote_into(e):
+                    raise Fail(f"cross_entropy wrote into its input logits ({_where(e, _SC_WS[0])}): "
+                               "they are the caller's; make a new array (logits - max), never "
+                               "-= on theirs") from None
                 raise Fail(f"(4, 3) logits: {e}; subtract each row's own max with "
                            "keepdims=True so that it lines up with the rows") from None
         v = float(loss.array)
@@ -1589,8 +1636,17 @@ def check_6_2(m):
     r = rng(12)
     x = r.standard_normal((3, 5)) * 3 + 1
     x[1] = 2.0  # a constant row: variance 0
+    X = leaf(tt, x)
+    X.array.setflags(write=False)  # the caller's: layer_norm must leave it as it was
     with np.errstate(all='ignore'):
-        out = nn.layer_norm(leaf(tt, x), (5,))
+        try:
+            out = nn.layer_norm(X, (5,))
+        except ValueError as e:
+            if not _wrote_into(e):
+                raise
+            raise Fail(f"layer_norm wrote into its input x ({_where(e, _SC_WS[0])}): x is the "
+                       "caller's (a residual stream adds it again later); make new arrays "
+                       "(rows - mean), never rows -= ... on x's own") from None
     y = out.array
     mu = x.mean(1, keepdims=True)
     want = (x - mu) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
@@ -1679,6 +1735,23 @@ def check_7_1(m):
     s = np.where(mask, q2 @ k2.transpose(0, 2, 1) / math.sqrt(8), -np.inf)
     if not close(w, _softmax(s)):
         raise Fail("a boolean mask (True = may attend) is not applied as -inf where it is False")
+    fmask = r.standard_normal((4, 4))
+    w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), mask=fmask).array
+    s = q2 @ k2.transpose(0, 2, 1) / math.sqrt(8)
+    if close(w, _softmax(s)):
+        raise Fail("a float mask was ignored: a float mask is added to the scores (only a bool "
+                   "mask says which keys a query may look at)")
+    if not close(w, _softmax(s + fmask)):
+        raise Fail("a float mask must be added to the scores as it is: softmax(scores + mask)")
+    empty = np.ones((4, 4), dtype=bool)
+    empty[2] = False  # query 2 may look at no key
+    w = tr.attention_weights(leaf(tt, q2), leaf(tt, k2), mask=empty, zero_empty_rows=True).array
+    if not (np.all(w[:, 2] == 0) and close(w[:, [0, 1, 3]], _softmax(s)[:, [0, 1, 3]])):
+        raise Fail("a query that may look at no key (zero_empty_rows=True) must get weights 0: "
+                   + ("yours are uniform, as when the masked scores are -1e9 and not -inf (the "
+                      "lines after yours find such rows by their -inf)"
+                      if close(w[:, 2], np.full((2, 4), 0.25)) else
+                      f"got {np.round(w[0, 2], 4).tolist()}"))
 
 
 def _heads_np(qkv, H, split_ok=True, merge_ok=True):

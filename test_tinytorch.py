@@ -14992,6 +14992,17 @@ _LEARN_MISTAKES = [
     ('12.2', 'transformer.py', "cache = KVCache(self.config.n_layer)", "cache = KVCache(self.config.n_head)", "one entry per layer", "a cache of n_head entries, not n_layer"),
     ('12.2', 'transformer.py', "            if not use_cache:\n                logits, _ = self(window)\n            elif", "            if", "must not use a cache", "use_cache=False ignored (the cache always used)"),
     ('12.2', 'transformer.py', "                logits, _ = self(idx[:, -1:], cache=cache)", "                logits, _ = self(idx[:, -1:], cache=cache)\n            if temperature:\n                logits = logits / temperature", "your block only sets logits", "the logits divided by the temperature in the block too"),
+    ('1.3', 'tinytorch.py', None, "        ga = unbroadcast(g, sa) if a.requires_grad else None\n        g *= -1\n        return ga, (unbroadcast(g, sb) if b.requires_grad else None)", 'wrote into g', "sub's rule negates g in place (g *= -1)"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (unbroadcast(g * b.array.astype(float), sa)', 'is float64', "mul's rule makes a's gradient in float64 for float32 operands"),
+    ('3.2', 'tinytorch.py', 'g = np.expand_dims(g, axes)', 'g = np.expand_dims(g, axes[0])', 'cannot be spread over (2, 3, 4)', 'only the first of several reduced dims put back'),
+    ('4.1', 'nn.py', "yield module_prefix + ('.' if module_prefix else '') + name, value", "yield module_prefix + '.' + name, value", 'starts with a dot', 'names built with a leading dot'),
+    ('4.1', 'nn.py', 'tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])', 'tree = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)', 'recurse=False', 'recurse=False ignored'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= self.defaults['lr'] * g", "its own group['lr']", "the learning rate read from the defaults, not from each group"),
+    ('4.4', 'optim.py', "        for p in self._params():\n            if set_to_none:", "        for p in self.param_groups[0]['params']:\n            if set_to_none:", 'one group only', 'zero_grad clears the first group only'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array\n    shifted -= logits.array.max(axis=1, keepdims=True)', 'wrote into its input logits', "cross_entropy shifts its caller's logits in place"),
+    ('6.2', 'nn.py', '    xhat = rows - first\n', '    xhat = rows\n    xhat -= first\n', 'wrote into its input x', "layer_norm centres its caller's x in place"),
+    ('7.1', 'nn.py', "        else:\n            scores = scores + (mask if isinstance(mask, Tensor)\n                               else tt.tensor(m.astype(scores.dtype)))\n", "", 'float mask was ignored', 'a float mask ignored'),
+    ('7.1', 'nn.py', "            scores = scores.masked_fill(~m, -math.inf)", "            scores = scores.masked_fill(~m, -1e9)", '-1e9', 'a bool mask applied as -1e9, not -inf'),
 ]
 
 
@@ -15037,12 +15048,21 @@ _LEARN_OTHER_ANSWERS = [
     allowed = np.ones(scores.shape[-2:], dtype=bool)
     if is_causal:
         allowed = _causal_mask(q.shape[-2], k.shape[-2])
-    if mask is not None:
-        allowed = allowed & (mask.array if isinstance(mask, tt.Tensor) else mask)
+    m = mask.array if isinstance(mask, tt.Tensor) else mask
+    if m is not None and np.asarray(m).dtype == bool:
+        allowed = allowed & m
+    elif m is not None:  # a float mask is added (checked since the trial of 2026-12-03)
+        scores = scores + tt.tensor(np.asarray(m, dtype=scores.dtype))
     scores = scores.masked_fill(~allowed, -np.inf)
     if not zero_empty_rows:
         return scores.softmax(-1)"""),
 ]
+
+
+def _learn_said(msg, ws):
+    """A message as MISTAKES.md shows it: the workspace as mytorch, a line number as N (the
+    shipped files' lines move; the file and the code shown stay)."""
+    return re.sub(r'(\.py) line \d+', r'\1 line N', msg.replace(str(ws), 'mytorch'))
 
 
 def _learn_row(mistake, where, says):
@@ -15181,7 +15201,7 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         _learn_edit(ws, ex, old, new, f)
         ok, lines = _learn_check(ws, ex)
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
-        messages.append(lines[0])
+        messages.append(_learn_said(lines[0], ws))
     assert len(set(messages)) == len(messages)
     # MISTAKES.md's table of planted mistakes is exactly these, each with what check says
     titles = {ex: f"✗ {ex} {_learn.EXERCISES[ex]['title']}: " for ex in _learn.ORDER}
@@ -16025,7 +16045,7 @@ def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_lea
         ok, lines = _learn_check(ws, ex)
         title = f"✗ {ex} {_learn.SC_EXERCISES[ex]['title']}: "
         assert not ok and lines[0].startswith(title) and says in lines[0], (mistake, lines)
-        messages.append(lines[0][len(title):].replace(str(ws), 'mytorch'))
+        messages.append(_learn_said(lines[0][len(title):], ws))
     table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
     head = "| the mistake | exercise (from scratch) | what `python learn.py check` says |\n| --- | --- | --- |\n"
     assert head in table
