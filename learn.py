@@ -242,9 +242,12 @@ EXERCISES = {
              "e.sum(axis=1, keepdims=True); lse = log(sumexp)[:, 0]; logp = shifted - "
              "lse[:, None]."),
     '6.2': dict(
-        what="rows: (R, n), one row per normalised group; eps: a small number. Define mean "
-             "(R, 1);\nrstd = 1 / sqrt(var + eps) (R, 1), with var the mean of the squared "
-             "deviations; xhat = (rows - mean) * rstd (R, n), a new array.",
+        what="rows: (R, n), one row per normalised group, a view of the caller's x: leave it "
+             "unchanged; eps: a small number.\nSet mean (R, 1), each row's mean; rstd (R, 1), "
+             "the reciprocal of each row's standard deviation (the biased one, over n), eps "
+             "keeping a constant row finite; xhat (R, n), a new array: the rows at mean 0 and "
+             "variance 1. Why: every layer then sees inputs of one scale, and the backward "
+             "after your lines reuses rstd and xhat.",
         think="What is the variance of a row of equal numbers, and what happens when you "
               "divide by its square root? Does LayerNorm divide by n or by n - 1?",
         math="mean = rows.mean(1, keepdims), var = ((rows - mean)^2).mean(1, keepdims) (the "
@@ -295,8 +298,9 @@ EXERCISES = {
              "g^2, arrays the optimizer keeps between steps: change them in place (m[...] = "
              "...), or the next step sees the old ones; t: the step number, counted from 1; "
              "lr, b1, b2, eps: the settings.\nFirst block: update m and v. Second "
-             "block: one Adam step of p, in place, with each average corrected for having "
-             "started at 0 and eps added after the square root, as in PyTorch's Adam.",
+             "block: one Adam step of p (the model holds that array), with PyTorch's Adam's "
+             "bias correction and eps. Why: m and v start at 0, so early on they are too small; "
+             "dividing by the root of v makes the step about lr whatever the gradient's scale.",
         think="m and v start at 0: after the first step m = (1 - b1) g, a tenth of g, and v a "
               "thousandth of g^2. What number undoes that at step t? And what is the size of "
               "a step when g is the same every time?",
