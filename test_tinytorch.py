@@ -15281,6 +15281,36 @@ def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, o
                                            "fails"), lines[-1]
 
 
+def test_learn_no_catch_depends_on_the_optional_line_of_2_2(_learn_filled, tmp_path):
+    """2.2's stub calls _wrong_gradient optional: a workspace without that line gets the same
+    message for a mistake in any later exercise (one per exercise, and the steps' runs)."""
+    guard = ("                if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:\n"
+             "                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write\n")
+    first = {}
+    for m in _LEARN_MISTAKES:
+        if not m[0].startswith(('1.', '2.')):
+            first.setdefault(m[0], m)
+    for k, (ex, f, old, new, says, mistake) in enumerate(first.values()):
+        said = []
+        for optional in (True, False):
+            ws = tmp_path / f'{k}{optional}'
+            shutil.copytree(_learn_filled, ws)
+            if not optional:
+                _learn_edit(ws, '2.2', guard, '', 'tinytorch.py')
+            _learn_edit(ws, ex, old, new, f)
+            said.append(_learn_said(_learn_check(ws, ex)[1][0], ws))
+        assert said[0] == said[1], (mistake, said)
+    for k, (f, old, new, step, *_) in enumerate(_LEARN_RUN_MISTAKES):
+        said = []
+        for optional in (True, False):
+            ws = tmp_path / f'run{k}{optional}'
+            shutil.copytree(_learn_filled, ws)
+            if not optional:
+                _learn_edit(ws, '2.2', guard, '', 'tinytorch.py')
+            _learn_edit(ws, None, old, new, f)
+            said.append([_learn_said(ln, ws) for ln in _learn_check(ws, str(step))[1]])
+        assert said[0] == said[1], said
+
 def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp_path):
     ws = tmp_path / 'ws'
     shutil.copytree(_learn_filled, ws)
