@@ -3939,7 +3939,8 @@ def sc_check_1_1(m):
         if not isinstance(s.data, np.ndarray) or s.data.dtype != dtype:
             raise Fail(f"a NumPy {np.dtype(dtype)} number (what np.sum of a whole array gives) "
                        f"became {type(s.data).__name__} of {np.asarray(s.data).dtype}: make it an "
-                       "array of its own dtype (np.asarray keeps it)")
+                       "array of its own dtype (np.asarray keeps it; np.float64 is also a "
+                       "Python float, so test for np.generic before float)")
     for name, want in (('requires_grad', True), ('grad', None), ('rule', None)):
         if getattr(t, name, '(none)') != want:
             raise Fail(f"Tensor(a, requires_grad=True).{name} must be {want!r}, got "

@@ -16111,6 +16111,284 @@ def test_learn_scratch_hint_names_tinytorch_and_diff_shows_it_by_name(_learn_scr
     assert out.startswith('Build your own engine from an empty file') and '✗ 1.2 unbroadcast  (engine.py)' in out
 
 
+# A second answer key, written differently (the seed's while-loop unbroadcast, a stack walk
+# that waits for parents, np.transpose with the inverse permutation, groups filled with
+# setdefault, a mask of comparisons, ...): no check may flag a correct answer for its style.
+_LEARN_SCRATCH_OTHER_ANSWERS = {
+'1.1': '''\
+    def __init__(self, data, requires_grad=False):
+        arr = np.asarray(data)
+        if arr.dtype not in (np.float32, np.float64) or type(data) in (int, float, list):
+            arr = arr.astype(np.float32)
+        self.data = data if isinstance(data, np.ndarray) and data.dtype in (np.float32, np.float64) else arr
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self.parents = ()
+        self.rule = None''',
+'1.2': '''\
+def unbroadcast(grad, shape):
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad''',
+'1.3': '''\
+def op(data, parents, rule):
+    t = Tensor(data)
+    if any(p.requires_grad for p in parents):
+        t.requires_grad = True
+        t.parents = tuple(parents)
+        t.rule = rule
+    return t''',
+'1.4': '''\
+def add(a, b):
+    a = as_tensor(a)
+    b = as_tensor(b)
+    def rule(g):
+        return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+    return op(a.data + b.data, (a, b), rule)''',
+'1.5': '''\
+def mul(a, b):
+    a = as_tensor(a)
+    b = as_tensor(b)
+    def rule(g):
+        return unbroadcast(b.data * g, a.shape), unbroadcast(a.data * g, b.shape)
+    return op(a.data * b.data, (a, b), rule)''',
+'2.1': '''\
+def topo_order(root):
+    order, done = [], set()
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in done:
+            stack.pop()
+            continue
+        waiting = [p for p in node.parents if p.requires_grad and id(p) not in done]
+        if waiting:
+            stack.extend(waiting)
+        else:
+            stack.pop()
+            done.add(id(node))
+            order.append(node)
+    return order if root.requires_grad else []''',
+'2.2': '''\
+def backward(root, grad=None):
+    if grad is None:
+        grad = np.ones(root.shape, dtype=root.dtype)
+    pending = {id(root): np.array(grad)}
+    for t in topo_order(root)[::-1]:
+        g = pending.pop(id(t))
+        if t.rule is None:
+            g = np.array(g, dtype=t.dtype)
+            t.grad = g if t.grad is None else t.grad + g
+        else:
+            for p, pg in zip(t.parents, t.rule(g)):
+                if not p.requires_grad:
+                    continue
+                pending[id(p)] = pending[id(p)] + pg if id(p) in pending else pg''',
+'3.1': '''\
+def matmul(a, b):
+    def rule(g):
+        bt = np.swapaxes(b.data, -1, -2)
+        at = np.swapaxes(a.data, -1, -2)
+        return unbroadcast(np.matmul(g, bt), a.shape), unbroadcast(np.matmul(at, g), b.shape)
+    return op(np.matmul(a.data, b.data), (a, b), rule)''',
+'3.2': '''\
+def reduce_sum(x, axis=None, keepdims=False):
+    out = np.asarray(x.data.sum(axis=axis, keepdims=keepdims))
+    def rule(g):
+        if axis is None:
+            return (np.ones_like(x.data) * g,)
+        axes = [axis] if isinstance(axis, int) else list(axis)
+        axes = sorted(a if a >= 0 else a + x.data.ndim for a in axes)
+        if not keepdims:
+            for a in axes:
+                g = np.expand_dims(g, a)
+        return (np.ones_like(x.data) * g,)
+    return op(out, (x,), rule)''',
+'3.3': '''\
+def exp(x):
+    e = np.exp(x.data)
+    def rule(g):
+        return (e * g,)
+    return op(e, (x,), rule)''',
+'3.4': '''\
+def log(x):
+    def rule(g):
+        return (g * (1 / x.data),)
+    return op(np.log(x.data), (x,), rule)''',
+'3.5': '''\
+def relu(x):
+    mask = x.data > 0
+    return op(np.where(mask, x.data, 0).astype(x.dtype), (x,), lambda g: (np.where(mask, g, 0).astype(g.dtype),))''',
+'3.6': '''\
+def power(x, p):
+    def rule(g):
+        if p == 0:
+            return (g * 0,)
+        return (p * np.power(x.data, p - 1) * g,)
+    return op(np.power(x.data, p).astype(x.dtype), (x,), rule)''',
+'3.7': '''\
+def reshape(x, shape):
+    old = x.shape
+    return op(np.reshape(x.data, shape), (x,), lambda g: (np.reshape(g, old),))''',
+'3.8': '''\
+def transpose(x, axis1, axis2):
+    perm = list(range(x.data.ndim))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    inv = np.argsort(perm)
+    return op(np.transpose(x.data, perm), (x,), lambda g: (np.transpose(g, inv),))''',
+'4.1': '''\
+    def named_parameters(self, prefix='', recurse=True):
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            path, mod = stack.pop()
+            subs = []
+            for k, v in vars(mod).items():
+                name = path + '.' + k if path else k
+                if isinstance(v, Parameter) and id(v) not in seen:
+                    seen.add(id(v))
+                    yield name, v
+                elif isinstance(v, Module):
+                    subs.append((name, v))
+                elif isinstance(v, list):
+                    subs += [(f"{name}.{i}", s) for i, s in enumerate(v) if isinstance(s, Module)]
+            if recurse:
+                stack.extend(reversed(subs))''',
+'4.2': '''\
+class Linear(Module):
+    def __init__(self, n_in, n_out, bias=True):
+        k = n_in ** -0.5
+        self.weight = Parameter(np.float32(np.random.uniform(-k, k, size=(n_out, n_in))))
+        if bias:
+            self.bias = Parameter(np.float32(np.random.uniform(-k, k, size=n_out)))
+        else:
+            self.bias = None
+
+    def forward(self, x):
+        out = x @ self.weight.transpose(-1, -2)
+        if self.bias is not None:
+            out = out + self.bias
+        return out''',
+'4.3': '''\
+    def __init__(self, params, lr):
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{'params': params}]
+        self.param_groups = []
+        for grp in groups:
+            grp = dict(grp)
+            grp.setdefault('lr', lr)
+            grp['params'] = list(grp['params'])
+            self.param_groups.append(grp)
+
+    def step(self):
+        for grp in self.param_groups:
+            for p in grp['params']:
+                if p.grad is None:
+                    continue
+                p.data[...] = p.data - grp['lr'] * p.grad''',
+'4.4': '''\
+    def zero_grad(self):
+        for p in (p for grp in self.param_groups for p in grp['params']):
+            p.grad = None''',
+'5.1': '''\
+def mse_loss(pred, target):
+    d = pred - target
+    return (d * d).sum() * (1.0 / d.data.size)''',
+'6.1': '''\
+def softmax(x, axis=-1):
+    z = x - np.max(x.data, axis=axis, keepdims=True)
+    e = z.exp()
+    return e * e.sum(axis, keepdims=True) ** -1''',
+'6.2': '''\
+def log_softmax(x, axis=-1):
+    c = np.max(x.data, axis=axis, keepdims=True)
+    lse = (x - c).exp().sum(axis, keepdims=True).log() + c
+    return x - lse''',
+'6.3': '''\
+def cross_entropy(logits, targets):
+    n, classes = logits.shape
+    pick = (np.arange(classes) == np.asarray(targets)[:, None]).astype(logits.dtype)
+    return (log_softmax(logits) * pick).sum() * (-1.0 / n)''',
+'6.4': '''\
+class LayerNorm(Module):
+    def __init__(self, n, eps=1e-5):
+        self.weight = Parameter(np.ones(n, np.float32))
+        self.bias = Parameter(np.zeros(n, np.float32))
+        self.eps = eps
+
+    def forward(self, x):
+        mu = x.mean(axis=-1, keepdims=True)
+        d = x - mu
+        var = (d ** 2).mean(axis=-1, keepdims=True)
+        return d / (var + self.eps) ** 0.5 * self.weight + self.bias''',
+'7.1': '''\
+def attention(q, k, v, mask=None):
+    d = q.shape[-1]
+    s = (q @ k.transpose(-1, -2)) / float(np.sqrt(d))
+    dead = None
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype == np.bool_:
+            dead = ~np.any(mask, axis=-1, keepdims=True)
+            add = np.where(mask, 0.0, -np.inf)
+            add = np.where(dead, 0.0, add)
+        else:
+            add = mask
+        s = s + np.asarray(add, dtype=s.dtype)
+    w = softmax(s, -1)
+    if dead is not None and dead.any():
+        w = w * (~dead).astype(w.dtype)
+    return w @ v''',
+'7.2': '''\
+def split_heads(x, n_head):
+    B, T, C = x.shape
+    return x.reshape((B, T, n_head, C // n_head)).transpose(1, 2)''',
+'7.3': '''\
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape((B, T, H * D))''',
+'7.4': '''\
+class MultiHeadAttention(Module):
+    def __init__(self, n_embd, n_head):
+        self.n_head = n_head
+        self.query = Linear(n_embd, n_embd)
+        self.key = Linear(n_embd, n_embd)
+        self.value = Linear(n_embd, n_embd)
+        self.out = Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = np.arange(T)[None, :] <= np.arange(T)[:, None]
+        h = attention(split_heads(self.query(x), self.n_head), split_heads(self.key(x), self.n_head),
+                      split_heads(self.value(x), self.n_head), mask)
+        return self.out(merge_heads(h))''',
+'8.1': '''\
+class Block(Module):
+    def __init__(self, n_embd, n_head):
+        self.ln1 = LayerNorm(n_embd)
+        self.attn = MultiHeadAttention(n_embd, n_head)
+        self.ln2 = LayerNorm(n_embd)
+        self.fc = Linear(n_embd, 4 * n_embd)
+        self.proj = Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.proj(relu(self.fc(self.ln2(h))))''',
+}
+
+
+def test_learn_scratch_other_correct_answers_pass_every_step(tmp_path):
+    ws = tmp_path / 'other'
+    _learn.start(ws, scratch=True)
+    nn_py = (ws / 'nn.py').read_text()  # the block uses the engine's relu: its import, as a learner adds it
+    (ws / 'nn.py').write_text(nn_py.replace('from engine import Tensor, as_tensor', 'from engine import Tensor, as_tensor, relu'))
+    _learn_scratch_fill(ws, None, _LEARN_SCRATCH_OTHER_ANSWERS)
+    ok, lines = _learn_check(ws, None)
+    assert ok, '\n'.join(lines)
+
 def test_learn_scratch_deps_are_the_exercises_each_check_runs(_learn_scratch_filled):
     """SC_DEPS (who is blamed when a check fails) is what tracing each check on the answer
     key finds."""
