@@ -5455,8 +5455,9 @@ def _status(ws):
     print()
     if not have:
         print(f"No workspace yet. Start with:  python {ME} start   (makes {DEFAULT_DIR}/: "
-              "your copies of tinytorch.py, nn.py, optim.py, transformer.py with the exercises "
-              "cut out)")
+              f"your copies of {', '.join(_CUT['FILES'])} with the exercises cut out)")
+        print(f"   or:  python {ME} start DIR --from-scratch   (an empty engine of your own to "
+              "write: engine.py and nn.py, a contract per exercise, no code)")
         print(f"Then:  python {ME} check 1.1    python {ME} hint 1.1    "
               f"python {ME} diff 1.1")
     else:
