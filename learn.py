@@ -779,7 +779,8 @@ def start(ws, scratch=False):
             write_stamp(ws, {'version': VERSION, 'track': 'scratch', 'hints': {}})
             print(f"Made {ws}/ with an empty engine of your own to write: {', '.join(FILES)} "
                   f"(the contract of each piece, no code) and {SC_TEXT} (the text your "
-                  f"model learns at step 8): {len(CORE)} exercises in {len(STEPS)} steps.")
+                  f"model learns at step 8): {len(CORE)} exercises in {OPTIONAL - 1} steps, and "
+                  f"past the checklist, optional {', '.join(e for e in ORDER if e not in CORE)}.")
             print(next_step(ws, {}))
         return
     texts = {f: workspace_text(f) for f in FILES}  # all found before anything is made
@@ -817,9 +818,13 @@ def next_step(ws, states, runs_ok=None):
             return (f"All {len(CORE)} exercises pass their checks. Now the steps' runs on your "
                     f"engine: python {ME} check{_dir_arg(ws)}")
         if TRACK == 'scratch':
+            more = [ex for ex in ORDER if ex not in CORE and is_stub(ws, ex)]
             return (f"All {len(CORE)} exercises pass, and every step's run: your own engine "
                     f"trains a classifier and a character model. How it maps onto tinytorch's: "
-                    f"python {ME} map")
+                    f"python {ME} map" + (
+                        f"; past the checklist, optional: exercise {more[0]} "
+                        f"({EXERCISES[more[0]]['title']}): python {ME} check {more[0]}"
+                        f"{_dir_arg(ws)}" if more else ""))
         more = [ex for ex in ORDER if ex not in CORE and is_stub(ws, ex)]
         extra = [ex for ex in ORDER if ex not in CORE]
         done = sum(1 for ex in extra if states.get(ex))
@@ -3166,6 +3171,8 @@ SC_STEPS = {
     6: "Stable softmax, log-softmax, cross-entropy and LayerNorm (and a spiral classifier)",
     7: "Single-head attention, then multi-head",
     8: "A Transformer block, and a character model on your engine learns a text file",
+    9: "Optional, past the checklist: Adam and AdamW (moments, bias correction, decoupled "
+       "weight decay)",
 }
 # title, file, the two hints (what to think about, the math), and where tinytorch does the
 # same (`map` shows these; hint 3 names it): file, function(s), by name.
@@ -3311,6 +3318,13 @@ SC_EXERCISES = {
                 think="Which mask lets position t see 0..t only, and which shape must it have?",
                 math="A bool (T, T) mask np.tril(np.ones((T, T), bool)); q, k, v split, "
                      "attention, merge, then out."),
+    '9.1': dict(title="Adam and AdamW", file='nn.py', tt=('optim.py', 'Adam, adam_step, AdamW'),
+                think="m and v start at 0: after the first step m = (1 - b1) g, a tenth of g, "
+                      "and v a thousandth of g^2. What number undoes that at step t? Where does "
+                      "each parameter keep its m, v and t between steps?",
+                math="per parameter: t += 1; Adam: g = g + wd p; AdamW: p *= 1 - lr wd; m = b1 m "
+                     "+ (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr (m / (1 - b1^t)) / "
+                     "(sqrt(v / (1 - b2^t)) + eps)."),
     '8.1': dict(title="the Transformer block", file='nn.py', tt=('transformer.py', 'Block'),
                 think="Each sub-layer adds to its input. Which x does each sub-layer read, "
                       "and which x does it add to?",
@@ -3319,16 +3333,19 @@ SC_EXERCISES = {
 for _k, _v in SC_EXERCISES.items():
     _v['step'] = int(_k.split('.')[0])
 SC_ORDER = sorted(SC_EXERCISES, key=lambda k: tuple(map(int, k.split('.'))))
+SC_OPTIONAL = 9  # from here on past the seed's checklist: `check` alone skips it until started
 SC_RUNS = {2: "a graph with a tensor used twice, an in-place += and two backward calls, vs "
               "finite differences",
            3: "gradients of a small model through your whole engine vs finite differences",
            5: "fit y = 2x + 1 with your Linear, mse_loss, backward and SGD",
            6: "a spiral classifier, and cross-entropy on logits of 1000",
            7: "multi-head causal attention: your engine's gradient vs finite differences",
-           8: "a character model (your Block) learns text.txt, on your engine alone"}
-SC_OPTIONAL_LATER = ("Adam and AdamW, convolution as im2col, a KV cache: not yet in the "
-                     "from-scratch track (the cut-out track has them: python learn.py start "
-                     "OTHERDIR, steps 10-12)")
+           8: "a character model (your Block) learns text.txt, on your engine alone",
+           9: "a spiral classifier trained by your AdamW (at least 95% within 200 steps)"}
+SC_OPTIONAL_LATER = ("Adam and AdamW are optional step 9 (python learn.py check 9.1); "
+                     "convolution as im2col and a KV cache are not yet in the from-scratch "
+                     "track (the cut-out track has them: python learn.py start OTHERDIR, steps "
+                     "11-12)")
 
 
 def sc_workspace_text(f):
@@ -3669,6 +3686,28 @@ class SGD:
         Why: backward adds into .grad, so each step must start from nothing."""
         @@4.4
     # end exercise
+
+
+# exercise 9.1: Adam and AdamW (optional, past the checklist: python learn.py check 9.1)
+class Adam(SGD):
+    """Adam(params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False):
+    PyTorch's Adam, or with decoupled=True its AdamW. params as SGD's; each group keeps its
+    own 'lr', 'betas', 'eps', 'weight_decay' and 'decoupled' (the arguments are the defaults).
+    step(): each parameter with a .grad moves as torch.optim.Adam (AdamW) moves it: by the
+    moving average of its gradients over the square root of the moving average of their
+    squares, both kept between steps for each parameter and corrected for having started at
+    0; weight_decay is Adam's L2 term added to the gradient, or AdamW's decoupled shrinking
+    of the weights themselves. .grad is left unchanged; zero_grad is SGD's.
+    Why: a step size of its own for every weight, from that weight's gradient history: a
+    Transformer trains far faster than with SGD."""
+
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False):
+        @@9.1
+
+    def step(self):
+        @@9.1
+# end exercise
 
 
 # exercise 5.1: the mean squared error
@@ -5030,8 +5069,106 @@ def sc_run_8(m, steps=400, target=0.3, T=16):
             f"on from {text[:T]!r} with {said!r}")
 
 
+def _sc_adam_run(nn, E, gs, p0, lr=0.1, **kw):
+    """Your Adam's steps on one parameter from p0 (float64), one per gradient (read-only)."""
+    p = nn.Parameter(np.array(p0, dtype=np.float64))
+    opt = nn.Adam([p], lr=lr, **kw)
+    for g in gs:
+        p.grad = _ro(g)
+        _sc_call('Adam.step', opt.step)
+    return np.asarray(p.data, dtype=np.float64)
+
+
+def _sc_said(msg):
+    """A cut-out track's Adam message in the from-scratch track's names."""
+    return (msg.replace('p.array', 'p.data').replace('decoupled_weight_decay=True', 'decoupled=True')
+            .replace("group['decoupled_weight_decay']", "group['decoupled']"))
+
+
+def sc_check_9_1(m):
+    E, nn = m['engine'], m['nn']
+    r = rng(26)
+    cases = [([np.array([1.0, -2.0, 0.5])] * 2, "a constant gradient [1, -2, 0.5]"),
+             ([r.standard_normal(4) * 1e-4 for _ in range(3)], "3 gradients of about 1e-4"),
+             ([r.standard_normal(4) for _ in range(5)], "5 random gradients")]
+    for gs, what in cases:
+        p0 = r.standard_normal(gs[0].shape)
+        got = _sc_adam_run(nn, E, gs, p0)
+        want = _adam_np(gs, p0)
+        if close(got, want, 1e-7):
+            continue
+        if not np.all(np.isfinite(got)):
+            raise Fail(f"p became {'nan' if np.isnan(got).any() else 'inf'}: look at the "
+                       "corrections, m / (1 - b1^t) with its brackets and t counted from 1, and "
+                       "at what goes under the square root")
+        if len(gs) > 1 and close(got, _adam_np(gs[:1], p0) + sum(
+                _adam_np([g], np.zeros_like(p0)) for g in gs[1:]), 1e-7):
+            raise Fail("every step was Adam's first: m, v and t must persist between steps, "
+                       "one set per parameter (kept in the optimizer, e.g. a dict by id(p))")
+        for mistake, msg in _ADAM_MISTAKES:
+            if close(got, _adam_np(gs, p0, mistake=mistake), 1e-7):
+                raise Fail(_sc_said(msg))
+        if close(got, _adam_np(gs, p0, mistake='betas'), 1e-7):
+            raise Fail("the betas are swapped: m averages g with b1 = 0.9, v averages g^2 with "
+                       "b2 = 0.999")
+        raise Fail(f"after {len(gs)} steps with {what} (lr 0.1, betas (0.9, 0.999), eps 1e-8), p "
+                   f"must be {np.round(want, 6).tolist()}, you gave {np.round(got, 6).tolist()}")
+    a, b = nn.Parameter(np.array([1.0, -1.0])), nn.Parameter(np.array([2.0]))
+    opt = nn.Adam([{'params': [a]}, {'params': [b], 'lr': 0.01}], lr=0.1)
+    for g in ([0.5, 0.25], [1.0, -1.0]):
+        a.grad, b.grad = _ro(g), _ro(g[:1])
+        opt.step()
+    if not close(b.data, _adam_np([[0.5], [1.0]], [2.0], lr=0.01), 1e-7):
+        raise Fail("a group with its own lr (0.01) stepped with another: each group's step uses "
+                   "its own group['lr']")
+    p = nn.Parameter(np.ones(3, np.float32))
+    p.grad = _ro([0.1, -0.2, 0.3], np.float32)
+    nn.Adam([p], lr=0.1).step()
+    if np.asarray(p.data).dtype != np.float32:
+        raise Fail("Adam's step turned a float32 parameter into float64: keep its dtype")
+    gs, p0 = [np.array([0.2, -0.3]), np.array([0.1, 0.4])], np.array([1.5, -2.0])
+    for cls, kw in (('AdamW', dict(decoupled=True)), ('Adam', {})):
+        how, mistakes = _DECAY_MISTAKES[cls]
+        got = _sc_adam_run(nn, E, gs, p0, lr=0.1, weight_decay=0.1, **kw)
+        if close(got, _decay_np(p0, gs, 0.1, 0.1, how), 1e-7):
+            continue
+        for mistake, msg in mistakes.items():
+            if close(got, _decay_np(p0, gs, 0.1, 0.1, mistake), 1e-7):
+                raise Fail(_sc_said(msg).replace('AdamW', 'Adam(decoupled=True)'))
+        raise Fail(f"{cls} with weight_decay=0.1 (lr 0.1) after 2 steps: p must be "
+                   f"{np.round(_decay_np(p0, gs, 0.1, 0.1, how), 6).tolist()}, you gave "
+                   f"{np.round(got, 6).tolist()}")
+
+
+def sc_run_9(m):
+    E, nn = m['engine'], m['nn']
+    x, y = spiral()
+
+    class MLP(nn.Module):
+        def __init__(self):
+            self.hidden, self.out = nn.Linear(2, 64), nn.Linear(64, 3)
+
+        def forward(self, z):
+            return self.out(self.hidden(z).relu())
+    np.random.seed(0)
+    model = MLP()
+    opt = nn.Adam(model.parameters(), lr=0.02, weight_decay=0.01, decoupled=True)
+    X = E.Tensor(x)
+    for step in range(200):
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+    acc = float((np.asarray(model(X).data).argmax(1) == y).mean())
+    if acc < 0.95:
+        raise Fail(f"the spiral classifier trained by your AdamW reached only {acc:.0%} (loss "
+                   f"{float(loss.data):.3f}) after 200 steps; expected at least 95%")
+    return f"spiral (3 classes) by your AdamW: {acc:.0%} after 200 steps"
+
+
 SC_CHECKS = {ex: globals()['sc_check_' + ex.replace('.', '_')] for ex in SC_EXERCISES}
-SC_RUN_FNS = {2: sc_run_2, 3: sc_run_3, 5: sc_run_5, 6: sc_run_6, 7: sc_run_7, 8: sc_run_8}
+SC_RUN_FNS = {2: sc_run_2, 3: sc_run_3, 5: sc_run_5, 6: sc_run_6, 7: sc_run_7, 8: sc_run_8,
+              9: sc_run_9}
 # The other exercises each check runs: a failure is blamed on the first of these that fails
 # its own check (so no exercise is blamed for another's mistake).
 _E = ('1.1', '1.2', '1.3', '1.4', '1.5', '2.1', '2.2')  # the engine: Tensor to backward
@@ -5049,7 +5186,8 @@ SC_DEPS.update({
     '7.4': ('1.1', '1.3', '1.4', '1.5', '3.1', '3.2', '3.3', '3.6', '3.7', '3.8', '4.1', '4.2',
             '6.1', '7.1', '7.2', '7.3'),
     '8.1': ('1.1', '1.3', '1.4', '1.5', '3.1', '3.2', '3.3', '3.5', '3.6', '3.7', '3.8', '4.1',
-            '4.2', '6.1', '6.4', '7.1', '7.2', '7.3', '7.4')})
+            '4.2', '6.1', '6.4', '7.1', '7.2', '7.3', '7.4'),
+    '9.1': ('1.1', '4.3')})
 
 
 def sc_map():
@@ -5069,7 +5207,7 @@ SC_NAMES = {'1.1': 'Tensor', '1.2': 'unbroadcast', '1.3': 'op', '1.4': 'add', '1
             '4.3': 'SGD (__init__, step)', '4.4': 'SGD.zero_grad', '5.1': 'mse_loss',
             '6.1': 'softmax', '6.2': 'log_softmax', '6.3': 'cross_entropy', '6.4': 'LayerNorm',
             '7.1': 'attention', '7.2': 'split_heads', '7.3': 'merge_heads',
-            '7.4': 'MultiHeadAttention', '8.1': 'Block'}
+            '7.4': 'MultiHeadAttention', '8.1': 'Block', '9.1': 'Adam'}
 
 
 # ---------------------------------------------------------------------------
@@ -5350,8 +5488,9 @@ _TRACKED = ('TRACK', 'FILES', 'STEPS', 'OPTIONAL', 'EXERCISES', 'ORDER', 'CORE',
             'CHECKS', 'DEPS', 'RUN_FNS', 'PROBES')
 TRACK = 'cut'
 _CUT = {n: globals()[n] for n in _TRACKED}
-_SCRATCH = dict(TRACK='scratch', FILES=SC_FILES, STEPS=SC_STEPS, OPTIONAL=len(SC_STEPS) + 1,
-                EXERCISES=SC_EXERCISES, ORDER=SC_ORDER, CORE=list(SC_ORDER), RUNS=SC_RUNS,
+_SCRATCH = dict(TRACK='scratch', FILES=SC_FILES, STEPS=SC_STEPS, OPTIONAL=SC_OPTIONAL,
+                EXERCISES=SC_EXERCISES, ORDER=SC_ORDER,
+                CORE=[ex for ex in SC_ORDER if SC_EXERCISES[ex]['step'] < SC_OPTIONAL], RUNS=SC_RUNS,
                 CHECKS=SC_CHECKS, DEPS=SC_DEPS, RUN_FNS=SC_RUN_FNS, PROBES={})
 
 

@@ -15899,6 +15899,35 @@ class Block(Module):
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.proj(self.fc(self.ln2(x)).relu())''',
+'9.1': '''\
+class Adam(SGD):
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False):
+        super().__init__(params, lr)
+        for group in self.param_groups:
+            for key, value in (('betas', betas), ('eps', eps), ('weight_decay', weight_decay),
+                               ('decoupled', decoupled)):
+                group.setdefault(key, value)
+        self.state = {}
+
+    def step(self):
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group['lr'], group['betas'], group['eps'], group['weight_decay']
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if wd and group['decoupled']:
+                    p.data *= 1 - lr * wd
+                elif wd:
+                    g = g + wd * p.data
+                s = self.state.setdefault(id(p), {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)})
+                s['t'] += 1
+                s['m'] = b1 * s['m'] + (1 - b1) * g
+                s['v'] = b2 * s['v'] + (1 - b2) * g * g
+                m_hat = s['m'] / (1 - b1 ** s['t'])
+                v_hat = s['v'] / (1 - b2 ** s['t'])
+                p.data -= (lr * m_hat / (np.sqrt(v_hat) + eps)).astype(p.data.dtype)''',
 }
 
 
@@ -15967,6 +15996,7 @@ def test_learn_scratch_workspace_holds_no_shipped_code(tmp_path):
     def code_lines(src):
         return {ln.strip() for ln in src.split('\n')
                 if len(ln.strip()) > 12 and not ln.strip().startswith(('#', 'def ', 'class '))
+                and not ln.strip().endswith('):')  # a signature's last line: the contract
                 and any(c in ln for c in '=+*/@(')}
     shipped = set().union(*(code_lines(b) for ex in _learn.ORDER for b in _learn.shipped_code(ex)))
     answers = set().union(*(code_lines(a) for a in _LEARN_SCRATCH_ANSWERS.values()))
@@ -16068,6 +16098,11 @@ _LEARN_SCRATCH_MISTAKES = [
     ('8.1', "        x = x + self.attn(self.ln1(x))\n        return x + self.proj(self.fc(self.ln2(x)).relu())", "        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.proj(self.fc(x).relu()))", 'post-LN', 'a post-LN block'),
     ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(x).relu())', "MLP's input is not normalised", "the MLP's input not normalised"),
     ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(self.ln2(x)))', 'no relu', 'no relu in the MLP'),
+    ('9.1', "                m_hat = s['m'] / (1 - b1 ** s['t'])\n                v_hat = s['v'] / (1 - b2 ** s['t'])", "                m_hat, v_hat = s['m'], s['v']", 'the bias correction is missing', 'Adam without bias correction'),
+    ('9.1', "s = self.state.setdefault(id(p), {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)})", "s = {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)}", "every step was Adam's first", 'the moments made afresh at every step'),
+    ('9.1', '(np.sqrt(v_hat) + eps)', 'np.sqrt(v_hat + eps)', 'eps goes outside the square root', 'eps inside the square root'),
+    ('9.1', "                if wd and group['decoupled']:\n                    p.data *= 1 - lr * wd\n                elif wd:", "                if wd:", 'decayed through the gradient', "AdamW's decay added to the gradient (Adam's L2)"),
+    ('9.1', "lr, (b1, b2), eps, wd = group['lr'], group['betas']", "lr, (b1, b2), eps, wd = self.param_groups[0]['lr'], group['betas']", "its own group['lr']", "the first group's learning rate for every group"),
 ]
 
 
@@ -16377,6 +16412,31 @@ class Block(Module):
     def forward(self, x):
         h = x + self.attn(self.ln1(x))
         return h + self.proj(relu(self.fc(self.ln2(h))))''',
+'9.1': '''\
+class Adam(SGD):
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False):
+        SGD.__init__(self, params, lr)
+        for grp in self.param_groups:
+            grp.setdefault('betas', betas)
+            grp.setdefault('eps', eps)
+            grp.setdefault('weight_decay', weight_decay)
+            grp.setdefault('decoupled', decoupled)
+        self.moments = {}
+
+    def step(self):
+        for grp in self.param_groups:
+            b1, b2 = grp['betas']
+            for p in grp['params']:
+                if p.grad is None:
+                    continue
+                t, m, v = self.moments.get(id(p), (0, 0.0, 0.0))
+                g = p.grad + grp['weight_decay'] * p.data if not grp['decoupled'] else p.grad
+                if grp['decoupled']:
+                    p.data[...] = p.data * (1 - grp['lr'] * grp['weight_decay'])
+                t, m, v = t + 1, b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2
+                self.moments[id(p)] = (t, m, v)
+                p.data[...] = p.data - grp['lr'] * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + grp['eps'])''',
 }
 
 
