@@ -15256,6 +15256,10 @@ _LEARN_RUN_MISTAKES = [
     ('tinytorch.py', "np.add.at(gx if first is None else gx[first], idx, g)", "gx[idx] = g", '8',
      "likely cause: an embedding's gradient (tinytorch.py, getitem's backward)",
      "a row picked twice (an embedding's token) keeps one of its gradients: gx[idx] = g"),
+    ('tinytorch.py', "        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:",
+     "        for p in node._parents:\n            if p.requires_grad and id(p) not in visited:", '2',
+     "likely cause: exercise 2.1 walks node._parents",
+     "the order walks node._parents, not the inputs as each op read them (an in-place h += a)"),
 ]
 
 
