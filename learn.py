@@ -1096,6 +1096,13 @@ def check_1_1(m):
     if not close(deep, np.full((4, 1), 6.0)):
         raise Fail("(2, 4, 3) back to (4, 1) must sum the leading dim and the stretched one: "
                    "each entry is the sum of 6 ones")
+    try:
+        two = ub(np.ones((2, 5, 4, 3)), (4, 3))
+    except ValueError:
+        two = None
+    if two is None or not close(two, np.full((4, 3), 10.0)):
+        raise Fail("(2, 5, 4, 3) back to (4, 3): broadcasting added two dims in front; sum over "
+                   "each of them, not only the first (each entry is the sum of 2 * 5 = 10 ones)")
 
 
 def _mul_mistakes(name, a, b, g):
@@ -2580,6 +2587,13 @@ def check_12_2(m):
     tt, tr = m['tinytorch'], m['transformer']
     cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=3, n_head=2, n_embd=16, dropout=0.0,
                        bias=True)  # n_layer is not n_head: a cache sized by the wrong one fails
+    cache = tr.KVCache(2)  # exercise 8.1's block (its own check uses no cache) hands it on?
+    tr.Block(cfg)(tt.tensor(rng(30).standard_normal((1, 3, 16)).astype(np.float32)), cache, 1)
+    if cache.layers[1] is None or cache.layers[0] is not None:
+        raise Fail("needs exercise 8.1 first: its Block.forward(x, cache, layer) must hand cache "
+                   "and layer on to the attention (self.attn(self.ln_1(x), cache, layer)); "
+                   f"generation found {'no' if cache.layers[1] is None else 'the wrong'} layer's "
+                   "keys in the cache")
     tt.manual_seed(4)
     model = tr.GPT(cfg)
     for p in model.parameters():

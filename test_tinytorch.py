@@ -15010,6 +15010,8 @@ _LEARN_MISTAKES = [
     ('9.1', 'nn.py', 'c = f * c + i * g', 'c = f * c + g', 'but i * g', 'the input gate left out: c = f * c + g'),
     ('9.1', 'nn.py', 'i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()', 'i, f, g, o = i.sigmoid(), f.tanh(), g.tanh(), o.sigmoid()', 'the forget gate is tanh', 'the forget gate through a tanh'),
     ('9.1', 'nn.py', 'h = o * c.tanh()', 'h = o.tanh() * c.tanh()', 'the output gate', 'the output gate through a tanh'),
+    ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = tuple(range(lead))[:1] + tuple(', 'broadcasting added two dims in front', 'unbroadcast sums only the first of several leading dims'),
+    ('12.2', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = x + self.attn(self.ln_1(x))', 'needs exercise 8.1 first', 'the block (8.1) does not pass the cache to its attention'),
 ]
 
 
