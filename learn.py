@@ -2225,18 +2225,20 @@ def _positions(h, w, k, d, p, s):
 
 
 def _unfold_np(x, k, d=(1, 1), p=(0, 0), s=(1, 1), dilate=True, stride=True):
-    """unfold by its definition, one patch element at a time: (N, C*kh*kw, oh*ow); with
-    dilate or stride False, a typical mistake (that one ignored)."""
+    """unfold by its definition, one kernel element at a time: element (i, j) of the patch
+    at output position (y, x) is the padded input at (y*sh + i*dh, x*sw + j*dw), so for all
+    positions at once it is a strided slice. (N, C*kh*kw, oh*ow); with dilate or stride
+    False, a typical mistake (that one ignored)."""
     n, c, h, w = x.shape
     xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
     oh, ow = _positions(h, w, k, d, p, s)
     dd, ss = (d if dilate else (1, 1)), (s if stride else (1, 1))
     out = np.zeros((n, c, k[0], k[1], oh, ow))
-    for y in range(oh):
-        for x_ in range(ow):
-            for i in range(k[0]):
-                for j in range(k[1]):
-                    out[:, :, i, j, y, x_] = xp[:, :, y * ss[0] + i * dd[0], x_ * ss[1] + j * dd[1]]
+    for i in range(k[0]):
+        for j in range(k[1]):
+            rows = i * dd[0] + ss[0] * np.arange(oh)
+            cols = j * dd[1] + ss[1] * np.arange(ow)
+            out[:, :, i, j] = xp[:, :, rows[:, None], cols[None, :]]
     return out.reshape(n, c * k[0] * k[1], oh * ow)
 
 
