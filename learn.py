@@ -1618,7 +1618,8 @@ def check_6_1(m):
                 loss = nn.cross_entropy(L, t)
             except ValueError as e:
                 if _wrote_into(e):
-                    raise Fail(f"cross_entropy wrote into its input logits ({_where(e, _SC_WS[0])}): "
+                    raise Fail(f"cross_entropy wrote into its input logits "
+                               f"({_where(e, _SC_WS[0])}): "
                                "they are the caller's; make a new array (logits - max), never "
                                "-= on theirs") from None
                 raise Fail(f"(4, 3) logits: {e}; subtract each row's own max with "
@@ -3407,7 +3408,9 @@ def sc_workspace_text(f):
     return (f"# Your {f} (made by learn.py, version {VERSION}, the from-scratch track)\n"
             + '\n'.join(out))
 
-SC_TEMPLATES = {'engine.py': r'''"""engine.py: your own autograd engine, from an empty file (learn.py's from-scratch track).
+SC_TEMPLATES = {'engine.py':
+                r'''"""engine.py: your own autograd engine, from an empty file (learn.py's
+from-scratch track).
 
 Each block between '# exercise N.k' and '# end exercise' is yours to write: it states a
 contract (what it takes, what it returns, and why), never the code. Replace its `raise`
@@ -3946,8 +3949,8 @@ def _sc_grad(name, op_name, got, want, shape, dtype, math_='', extra=()):
         raise Fail(f"sign error in {op_name}'s gradient for {name}: it is the negative of the "
                    f"right one ({math_})")
     if close(got, 2 * want) or close(2 * got, want):
-        raise Fail(f"{op_name}'s gradient for {name} is {'twice' if close(got, 2 * want) else 'half'}"
-                   f" the right one ({math_})")
+        how = 'twice' if close(got, 2 * want) else 'half'
+        raise Fail(f"{op_name}'s gradient for {name} is {how} the right one ({math_})")
     raise Fail(f"{op_name}'s gradient for {name} is wrong: {worst(got, want)} ({math_})")
 
 
@@ -3957,7 +3960,8 @@ def _sc_forward(name, out, want, E, dtype):
     if np.shape(out.data) != np.shape(want):
         raise Fail(f"{name}'s result has shape {np.shape(out.data)}, expected {np.shape(want)}")
     if out.data.dtype != dtype:
-        raise Fail(f"{name} turned {np.dtype(dtype)} into {out.data.dtype}: float32 in, float32 out (an "
+        raise Fail(f"{name} turned {np.dtype(dtype)} into {out.data.dtype}: float32 in, float32 "
+                   "out (an "
                    "array you make: give it the input's dtype; a number is a float32 Tensor)")
     if not close(out.data, want, 1e-4 if dtype == np.float32 else 1e-7):
         raise Fail(f"{name}'s result is wrong: {worst(out.data, want, 'NumPy gives')}")
@@ -4651,7 +4655,8 @@ def sc_check_6_2(m):
                    "-200: log(softmax) underflows (e^-200 is 0 in float32, log 0 = -inf); "
                    "compute shifted - log(sum(exp(shifted))), never the log of a probability")
     if not close(got, _np_log_softmax(z), 1e-4):
-        raise Fail(f"log_softmax of [[0, -200], [1000, 0]] is wrong: {worst(got, _np_log_softmax(z), 'NumPy gives')}")
+        raise Fail("log_softmax of [[0, -200], [1000, 0]] is wrong: "
+                   + worst(got, _np_log_softmax(z), 'NumPy gives'))
 
 
 def sc_check_6_3(m):
@@ -4972,7 +4977,8 @@ def sc_run_3(m):
     _sc_leaf_grads((('x', X), ('W', W), ('b', B)), f_np, (x, w, b), np.ones(()), tol=1e-4,
                    says=lambda name, why: f"d loss/d {name} through your whole engine "
                                           f"differs from finite differences: {why}")
-    return "a loss of matmul, exp, log, relu, power, sums, reshape and transpose: all gradients agree"
+    return ("a loss of matmul, exp, log, relu, power, sums, reshape and transpose: all "
+            "gradients agree")
 
 
 def sc_run_5(m):
@@ -5125,7 +5131,8 @@ def _sc_adam_run(nn, E, gs, p0, lr=0.1, **kw):
 
 def _sc_said(msg):
     """A cut-out track's Adam message in the from-scratch track's names."""
-    return (msg.replace('p.array', 'p.data').replace('decoupled_weight_decay=True', 'decoupled=True')
+    return (msg.replace('p.array', 'p.data')
+            .replace('decoupled_weight_decay=True', 'decoupled=True')
             .replace("group['decoupled_weight_decay']", "group['decoupled']"))
 
 
@@ -5317,7 +5324,8 @@ def one_blas_thread():
         _blas.append(None)
         try:
             with open('/proc/self/maps') as f:
-                paths = sorted({ln.split()[-1] for ln in f if 'openblas' in ln.lower() and '/' in ln})
+                paths = sorted({ln.split()[-1] for ln in f
+                                if 'openblas' in ln.lower() and '/' in ln})
         except OSError:
             paths = []
         for path in paths:
@@ -5534,7 +5542,8 @@ TRACK = 'cut'
 _CUT = {n: globals()[n] for n in _TRACKED}
 _SCRATCH = dict(TRACK='scratch', FILES=SC_FILES, STEPS=SC_STEPS, OPTIONAL=SC_OPTIONAL,
                 EXERCISES=SC_EXERCISES, ORDER=SC_ORDER,
-                CORE=[ex for ex in SC_ORDER if SC_EXERCISES[ex]['step'] < SC_OPTIONAL], RUNS=SC_RUNS,
+                CORE=[ex for ex in SC_ORDER if SC_EXERCISES[ex]['step'] < SC_OPTIONAL],
+                RUNS=SC_RUNS,
                 CHECKS=SC_CHECKS, DEPS=SC_DEPS, RUN_FNS=SC_RUN_FNS, PROBES={})
 
 
