@@ -16824,6 +16824,26 @@ _LEARN_MISTAKES = [
     ('12.2', 'transformer.py', "cache = KVCache(self.config.n_layer)", "cache = KVCache(self.config.n_head)", "one entry per layer", "a cache of n_head entries, not n_layer"),
     ('12.2', 'transformer.py', "            if not use_cache:\n                logits, _ = self(window)\n            elif", "            if", "must not use a cache", "use_cache=False ignored (the cache always used)"),
     ('12.2', 'transformer.py', "                logits, _ = self(idx[:, -1:], cache=cache)", "                logits, _ = self(idx[:, -1:], cache=cache)\n            if temperature:\n                logits = logits / temperature", "your block only sets logits", "the logits divided by the temperature in the block too"),
+    ('1.3', 'tinytorch.py', None, "        ga = unbroadcast(g, sa) if a.requires_grad else None\n        g *= -1\n        return ga, (unbroadcast(g, sb) if b.requires_grad else None)", 'wrote into g', "sub's rule negates g in place (g *= -1)"),
+    ('1.4', 'tinytorch.py', 'return (unbroadcast(g * b.array, sa)', 'return (unbroadcast(g * b.array.astype(float), sa)', 'is float64', "mul's rule makes a's gradient in float64 for float32 operands"),
+    ('3.2', 'tinytorch.py', 'g = np.expand_dims(g, axes)', 'g = np.expand_dims(g, axes[0])', 'cannot be spread over (2, 3, 4)', 'only the first of several reduced dims put back'),
+    ('4.1', 'nn.py', "yield module_prefix + ('.' if module_prefix else '') + name, value", "yield module_prefix + '.' + name, value", 'starts with a dot', 'names built with a leading dot'),
+    ('4.1', 'nn.py', 'tree = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse\n                else [(prefix, self)])', 'tree = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)', 'recurse=False', 'recurse=False ignored'),
+    ('4.3', 'optim.py', "p.array -= group['lr'] * g", "p.array -= self.defaults['lr'] * g", "its own group['lr']", "the learning rate read from the defaults, not from each group"),
+    ('4.4', 'optim.py', "        for p in self._params():\n            if set_to_none:", "        for p in self.param_groups[0]['params']:\n            if set_to_none:", 'one group only', 'zero_grad clears the first group only'),
+    ('6.1', 'nn.py', 'shifted = logits.array - logits.array.max(axis=1, keepdims=True)', 'shifted = logits.array\n    shifted -= logits.array.max(axis=1, keepdims=True)', 'wrote into its input logits', "cross_entropy shifts its caller's logits in place"),
+    ('6.2', 'nn.py', '    xhat = rows - first\n', '    xhat = rows\n    xhat -= first\n', 'wrote into its input x', "layer_norm centres its caller's x in place"),
+    ('7.1', 'nn.py', "        else:\n            scores = scores + (mask if isinstance(mask, Tensor)\n                               else tt.tensor(m.astype(scores.dtype)))\n", "", 'float mask was ignored', 'a float mask ignored'),
+    ('7.1', 'nn.py', "            scores = scores.masked_fill(~m, -math.inf)", "            scores = scores.masked_fill(~m, -1e9)", '-1e9', 'a bool mask applied as -1e9, not -inf'),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(G, B.T)', '.T reverses every dim', 'B.T on a batch (not np.swapaxes(B, -1, -2))'),
+    ('3.1', 'tinytorch.py', 'A.shape).reshape(a.shape)', 'A.shape)', 'reshape it to', "dA not reshaped back to a's shape (a 1-D a)"),
+    ('7.2', 'transformer.py', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)', 'q = q.reshape(B, T, H, C // H).transpose(1, 3)', 'the split: q reached the attention as', "q's heads moved with transpose(1, 3)"),
+    ('7.2', 'transformer.py', 'v = v.reshape(B, T, H, C // H).transpose(1, 2)', 'v = v.reshape(B, H, T, C // H)', "or v's split", "v split with reshape(B, H, T, D) (q and k right)"),
+    ('9.1', 'nn.py', 'c = f * c + i * g', 'c = f * c + g', 'but i * g', 'the input gate left out: c = f * c + g'),
+    ('9.1', 'nn.py', 'i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()', 'i, f, g, o = i.sigmoid(), f.tanh(), g.tanh(), o.sigmoid()', 'the forget gate is tanh', 'the forget gate through a tanh'),
+    ('9.1', 'nn.py', 'h = o * c.tanh()', 'h = o.tanh() * c.tanh()', 'the output gate', 'the output gate through a tanh'),
+    ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = tuple(range(lead))[:1] + tuple(', 'broadcasting added two dims in front', 'unbroadcast sums only the first of several leading dims'),
+    ('12.2', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = x + self.attn(self.ln_1(x))', 'needs exercise 8.1 first', 'the block (8.1) does not pass the cache to its attention'),
 ]
 
 
@@ -16869,12 +16889,21 @@ _LEARN_OTHER_ANSWERS = [
     allowed = np.ones(scores.shape[-2:], dtype=bool)
     if is_causal:
         allowed = _causal_mask(q.shape[-2], k.shape[-2])
-    if mask is not None:
-        allowed = allowed & (mask.array if isinstance(mask, tt.Tensor) else mask)
+    m = mask.array if isinstance(mask, tt.Tensor) else mask
+    if m is not None and np.asarray(m).dtype == bool:
+        allowed = allowed & m
+    elif m is not None:  # a float mask is added (checked since the trial of 2026-12-03)
+        scores = scores + tt.tensor(np.asarray(m, dtype=scores.dtype))
     scores = scores.masked_fill(~allowed, -np.inf)
     if not zero_empty_rows:
         return scores.softmax(-1)"""),
 ]
+
+
+def _learn_said(msg, ws):
+    """A message as MISTAKES.md shows it: the workspace as mytorch, a line number as N (the
+    shipped files' lines move; the file and the code shown stay)."""
+    return re.sub(r'(\.py) line \d+', r'\1 line N', msg.replace(str(ws), 'mytorch'))
 
 
 def _learn_row(mistake, where, says):
@@ -17012,7 +17041,7 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
         _learn_edit(ws, ex, old, new, f)
         ok, lines = _learn_check(ws, ex)
         assert not ok and lines[0].startswith(f'✗ {ex} ') and says in lines[0], (says, lines[0])
-        messages.append(lines[0])
+        messages.append(_learn_said(lines[0], ws))
     assert len(set(messages)) == len(messages)
     # MISTAKES.md's table of planted mistakes is exactly these, each with what check says
     titles = {ex: f"✗ {ex} {_learn.EXERCISES[ex]['title']}: " for ex in _learn.ORDER}
@@ -17059,6 +17088,10 @@ _LEARN_RUN_MISTAKES = [
     ('tinytorch.py', "np.add.at(gx if first is None else gx[first], idx, g)", "gx[idx] = g", '8',
      "likely cause: an embedding's gradient (tinytorch.py, getitem's backward)",
      "a row picked twice (an embedding's token) keeps one of its gradients: gx[idx] = g"),
+    ('tinytorch.py', "        for p in _inputs(node):\n            if p.requires_grad and id(p) not in visited:",
+     "        for p in node._parents:\n            if p.requires_grad and id(p) not in visited:", '2',
+     "likely cause: exercise 2.1 walks node._parents",
+     "the order walks node._parents, not the inputs as each op read them (an in-place h += a)"),
 ]
 
 
@@ -17083,6 +17116,36 @@ def test_learn_a_failed_run_names_the_likely_cause(_learn_filled, tmp_path, f, o
     assert not ok and lines[-1].startswith("All 23 exercises pass their checks, but a step's run "
                                            "fails"), lines[-1]
 
+
+def test_learn_no_catch_depends_on_the_optional_line_of_2_2(_learn_filled, tmp_path):
+    """2.2's stub calls _wrong_gradient optional: a workspace without that line gets the same
+    message for a mistake in any later exercise (one per exercise, and the steps' runs)."""
+    guard = ("                if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:\n"
+             "                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write\n")
+    first = {}
+    for m in _LEARN_MISTAKES:
+        if not m[0].startswith(('1.', '2.')):
+            first.setdefault(m[0], m)
+    for k, (ex, f, old, new, says, mistake) in enumerate(first.values()):
+        said = []
+        for optional in (True, False):
+            ws = tmp_path / f'{k}{optional}'
+            shutil.copytree(_learn_filled, ws)
+            if not optional:
+                _learn_edit(ws, '2.2', guard, '', 'tinytorch.py')
+            _learn_edit(ws, ex, old, new, f)
+            said.append(_learn_said(_learn_check(ws, ex)[1][0], ws))
+        assert said[0] == said[1], (mistake, said)
+    for k, (f, old, new, step, *_) in enumerate(_LEARN_RUN_MISTAKES):
+        said = []
+        for optional in (True, False):
+            ws = tmp_path / f'run{k}{optional}'
+            shutil.copytree(_learn_filled, ws)
+            if not optional:
+                _learn_edit(ws, '2.2', guard, '', 'tinytorch.py')
+            _learn_edit(ws, None, old, new, f)
+            said.append([_learn_said(ln, ws) for ln in _learn_check(ws, str(step))[1]])
+        assert said[0] == said[1], said
 
 def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp_path):
     ws = tmp_path / 'ws'
@@ -17445,6 +17508,810 @@ def test_learn_deps_are_the_exercises_each_check_runs(_learn_filled):
             sys.settrace(None)
         assert ex in hit, ex  # a check runs the exercise's own lines
         assert _learn.DEPS[ex] == tuple(e for e in _learn.ORDER if e in hit - {ex}), ex
+
+
+# ---------------------------------------------------------------------------
+# learn.py's from-scratch track: an empty engine of the learner's own. Its answer key
+# lives here, never in learn.py or the workspace: one answer per exercise, the code that
+# replaces the exercise's block (its def line included).
+# ---------------------------------------------------------------------------
+_LEARN_SCRATCH_ANSWERS = {
+'1.1': '''\
+    def __init__(self, data, requires_grad=False):
+        if isinstance(data, np.generic) and data.dtype in (np.float32, np.float64):
+            data = np.asarray(data)
+        if not (isinstance(data, np.ndarray) and data.dtype in (np.float32, np.float64)):
+            data = np.asarray(data, dtype=np.float32)
+        self.data = data
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.parents = ()
+        self.rule = None''',
+'1.2': '''\
+def unbroadcast(grad, shape):
+    lead = grad.ndim - len(shape)
+    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    if lead or stretched:
+        grad = grad.sum(axis=tuple(range(lead)) + stretched, keepdims=True)
+    return grad.reshape(shape)''',
+'1.3': '''\
+def op(data, parents, rule):
+    out = Tensor(data, requires_grad=any(p.requires_grad for p in parents))
+    if out.requires_grad:
+        out.parents, out.rule = tuple(parents), rule
+    return out''',
+'1.4': '''\
+def add(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+    return op(a.data + b.data, (a, b),
+              lambda g: (unbroadcast(g, a.shape), unbroadcast(g, b.shape)))''',
+'1.5': '''\
+def mul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+    return op(a.data * b.data, (a, b),
+              lambda g: (unbroadcast(g * b.data, a.shape), unbroadcast(g * a.data, b.shape)))''',
+'2.1': '''\
+def topo_order(root):
+    order, seen, todo = [], set(), [(root, False)]
+    while todo:
+        node, expanded = todo.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen or not node.requires_grad:
+            continue
+        seen.add(id(node))
+        todo.append((node, True))
+        todo.extend((p, False) for p in node.parents if id(p) not in seen)
+    return order''',
+'2.2': '''\
+def backward(root, grad=None):
+    grads = {id(root): np.ones_like(root.data) if grad is None else np.asarray(grad)}
+    for node in reversed(topo_order(root)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node.rule is None:
+            if node.grad is None:
+                node.grad = g.astype(node.dtype, copy=True)
+            else:
+                node.grad = node.grad + g
+            continue
+        for p, pg in zip(node.parents, node.rule(g)):
+            if p.requires_grad:
+                grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg''',
+'3.1': '''\
+def matmul(a, b):
+    a, b = as_tensor(a), as_tensor(b)
+
+    def rule(g):
+        return (unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape),
+                unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape))
+    return op(a.data @ b.data, (a, b), rule)''',
+'3.2': '''\
+def reduce_sum(x, axis=None, keepdims=False):
+    axes = tuple(range(x.data.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % x.data.ndim for a in axes)
+
+    def rule(g):
+        if not keepdims:
+            g = np.expand_dims(g, axes)
+        return (np.broadcast_to(g, x.shape),)
+    return op(np.sum(x.data, axis=axes, keepdims=keepdims), (x,), rule)''',
+'3.3': '''\
+def exp(x):
+    out = np.exp(x.data)
+    return op(out, (x,), lambda g: (g * out,))''',
+'3.4': '''\
+def log(x):
+    return op(np.log(x.data), (x,), lambda g: (g / x.data,))''',
+'3.5': '''\
+def relu(x):
+    return op(np.maximum(x.data, 0), (x,), lambda g: (g * (x.data > 0),))''',
+'3.6': '''\
+def power(x, p):
+    def rule(g):
+        if p == 0:
+            return (np.zeros_like(g),)
+        return (g * p * x.data ** (p - 1),)
+    return op((x.data ** p).astype(x.dtype), (x,), rule)''',
+'3.7': '''\
+def reshape(x, shape):
+    return op(x.data.reshape(shape), (x,), lambda g: (g.reshape(x.shape),))''',
+'3.8': '''\
+def transpose(x, axis1, axis2):
+    return op(np.swapaxes(x.data, axis1, axis2), (x,), lambda g: (np.swapaxes(g, axis1, axis2),))''',
+'4.1': '''\
+    def named_parameters(self, prefix='', recurse=True, seen=None):
+        seen = set() if seen is None else seen
+        for name, value in vars(self).items():
+            full = f"{prefix}.{name}" if prefix else name
+            if isinstance(value, Parameter):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    yield full, value
+            elif recurse and isinstance(value, Module):
+                yield from value.named_parameters(full, True, seen)
+            elif recurse and isinstance(value, (list, tuple)):
+                for i, sub in enumerate(value):
+                    if isinstance(sub, Module):
+                        yield from sub.named_parameters(f"{full}.{i}", True, seen)''',
+'4.2': '''\
+class Linear(Module):
+    def __init__(self, n_in, n_out, bias=True):
+        bound = 1 / np.sqrt(n_in)
+        self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)).astype(np.float32))
+        self.bias = Parameter(np.random.uniform(-bound, bound, n_out).astype(np.float32)) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weight.transpose(0, 1)
+        return y + self.bias if self.bias is not None else y''',
+'4.3': '''\
+    def __init__(self, params, lr):
+        params = list(params)
+        if params and not isinstance(params[0], dict):
+            params = [{'params': params}]
+        self.param_groups = [dict(group, params=list(group['params']), lr=group.get('lr', lr))
+                             for group in params]
+
+    def step(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.grad is not None:
+                    p.data -= group['lr'] * p.grad''',
+'4.4': '''\
+    def zero_grad(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                p.grad = None''',
+'5.1': '''\
+def mse_loss(pred, target):
+    return ((pred - target) ** 2).mean()''',
+'6.1': '''\
+def softmax(x, axis=-1):
+    e = (x - x.data.max(axis=axis, keepdims=True)).exp()
+    return e / e.sum(axis, keepdims=True)''',
+'6.2': '''\
+def log_softmax(x, axis=-1):
+    shifted = x - x.data.max(axis=axis, keepdims=True)
+    return shifted - shifted.exp().sum(axis, keepdims=True).log()''',
+'6.3': '''\
+def cross_entropy(logits, targets):
+    onehot = np.zeros(logits.shape, dtype=logits.dtype)
+    onehot[np.arange(len(targets)), targets] = 1
+    return -(log_softmax(logits, 1) * onehot).sum() / len(targets)''',
+'6.4': '''\
+class LayerNorm(Module):
+    def __init__(self, n, eps=1e-5):
+        self.eps = eps
+        self.weight = Parameter(np.ones(n, dtype=np.float32))
+        self.bias = Parameter(np.zeros(n, dtype=np.float32))
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdims=True)
+        var = (centred * centred).mean(-1, keepdims=True)
+        return centred * (var + self.eps) ** -0.5 * self.weight + self.bias''',
+'7.1': '''\
+def attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))
+    keep = None
+    if mask is not None and mask.dtype == bool:
+        none = ~mask.any(axis=-1, keepdims=True)
+        keep = (~none).astype(scores.dtype)
+        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)
+    if mask is not None:
+        scores = scores + mask
+    w = softmax(scores)
+    if keep is not None:
+        w = w * keep
+    return w @ v''',
+'7.2': '''\
+def split_heads(x, n_head):
+    B, T, C = x.shape
+    return x.reshape(B, T, n_head, C // n_head).transpose(1, 2)''',
+'7.3': '''\
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)''',
+'7.4': '''\
+class MultiHeadAttention(Module):
+    def __init__(self, n_embd, n_head):
+        self.n_head = n_head
+        self.query, self.key = Linear(n_embd, n_embd), Linear(n_embd, n_embd)
+        self.value, self.out = Linear(n_embd, n_embd), Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = (split_heads(f(x), self.n_head) for f in (self.query, self.key, self.value))
+        causal = np.tril(np.ones((T, T), dtype=bool))
+        return self.out(merge_heads(attention(q, k, v, causal)))''',
+'8.1': '''\
+class Block(Module):
+    def __init__(self, n_embd, n_head):
+        self.ln1, self.attn = LayerNorm(n_embd), MultiHeadAttention(n_embd, n_head)
+        self.ln2, self.fc = LayerNorm(n_embd), Linear(n_embd, 4 * n_embd)
+        self.proj = Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(self.fc(self.ln2(x)).relu())''',
+'9.1': '''\
+class Adam(SGD):
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False):
+        super().__init__(params, lr)
+        for group in self.param_groups:
+            for key, value in (('betas', betas), ('eps', eps), ('weight_decay', weight_decay),
+                               ('decoupled', decoupled)):
+                group.setdefault(key, value)
+        self.state = {}
+
+    def step(self):
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group['lr'], group['betas'], group['eps'], group['weight_decay']
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if wd and group['decoupled']:
+                    p.data *= 1 - lr * wd
+                elif wd:
+                    g = g + wd * p.data
+                s = self.state.setdefault(id(p), {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)})
+                s['t'] += 1
+                s['m'] = b1 * s['m'] + (1 - b1) * g
+                s['v'] = b2 * s['v'] + (1 - b2) * g * g
+                m_hat = s['m'] / (1 - b1 ** s['t'])
+                v_hat = s['v'] / (1 - b2 ** s['t'])
+                p.data -= (lr * m_hat / (np.sqrt(v_hat) + eps)).astype(p.data.dtype)''',
+}
+
+
+
+def _learn_scratch_fill(ws, exercises=None, answers=None):
+    """Replace the blocks of a from-scratch workspace (those given) with the answers."""
+    answers = dict(_LEARN_SCRATCH_ANSWERS, **(answers or {}))
+    for f in _learn.SC_FILES:
+        text = (ws / f).read_text()
+        lines = text.split('\n')
+        for ex, _, _, a, b in sorted(_learn.regions(text), key=lambda r: -r[3]):
+            if exercises is None or ex in exercises:
+                lines[a:b] = answers[ex].split('\n')
+        (ws / f).write_text('\n'.join(lines))
+
+
+@pytest.fixture(scope='module')
+def _learn_scratch_filled(tmp_path_factory):
+    ws = tmp_path_factory.mktemp('learn') / 'scratch'
+    _learn.start(ws, scratch=True)
+    _learn_scratch_fill(ws)
+    return ws
+
+
+def test_learn_scratch_empty_workspace_fails_step_1_naming_its_first_exercise(tmp_path, capsys):
+    ws = tmp_path / 'mine'
+    _learn.start(ws, scratch=True)
+    said = capsys.readouterr().out
+    assert 'Next: exercise 1.1 (the Tensor)' in said and f'{ws}/engine.py, line ' in said
+    assert sorted(p.name for p in ws.iterdir()) == ['.learn.json', 'engine.py', 'nn.py', 'text.txt']
+    ok, lines = _learn_check(ws, '1')
+    assert not ok
+    assert lines[0].startswith(f'· 1.1 the Tensor: not implemented yet: write it in {ws / "engine.py"}, line ')
+    ok, lines = _learn_check(ws, None)
+    assert not ok and lines[0].startswith('· 1.1 the Tensor: not implemented yet')
+    assert 'Next: exercise 1.1' in lines[-1]
+    # every exercise's block is a stub that names it, and the cut-out track's globals are back
+    for ex in _learn.SC_ORDER:
+        text = (ws / _learn.SC_EXERCISES[ex]['file']).read_text()
+        assert f'raise NotImplementedError("exercise {ex}: not implemented yet' in text
+    assert _learn.EXERCISES['1.1']['title'] == 'unbroadcast' and _learn.TRACK == 'cut'
+
+
+def test_learn_scratch_reference_answers_pass_every_step_and_train_both_models(_learn_scratch_filled):
+    ok, lines = _learn_check(_learn_scratch_filled, None)
+    assert ok, '\n'.join(lines)
+    assert [ln[:10] for ln in lines if ln.startswith('✗')] == []
+    assert any(ln.startswith('✓ step 6 run: spiral (3 classes)') for ln in lines)
+    assert any(ln.startswith('✓ step 8 run: your character model learned text.txt') for ln in lines)
+    assert lines[-1].endswith(' map') and 'every step' in lines[-1]
+    for step in map(str, _learn.SC_STEPS):
+        ok, more = _learn_check(_learn_scratch_filled, step)
+        assert ok, more
+
+
+def test_learn_scratch_workspace_holds_no_shipped_code(tmp_path):
+    """grep: no line of a shipped rule (the cut-out track's answers) and no line of the
+    from-scratch answer key is in a fresh from-scratch workspace, and it imports nothing
+    of tinytorch."""
+    _learn._index_exercises()
+    ws = tmp_path / 'mine'
+    _learn.start(ws, scratch=True)
+    text = '\n'.join((ws / f).read_text() for f in _learn.SC_FILES)
+    mine = {ln.strip() for ln in text.split('\n')}
+
+    def code_lines(src):
+        return {ln.strip() for ln in src.split('\n')
+                if len(ln.strip()) > 12 and not ln.strip().startswith(('#', 'def ', 'class '))
+                and not ln.strip().endswith('):')  # a signature's last line: the contract
+                and any(c in ln for c in '=+*/@(')}
+    shipped = set().union(*(code_lines(b) for ex in _learn.ORDER for b in _learn.shipped_code(ex)))
+    answers = set().union(*(code_lines(a) for a in _LEARN_SCRATCH_ANSWERS.values()))
+    assert len(shipped) > 100 and len(answers) > 60  # the grep has something to find
+    assert sorted(shipped & mine) == []
+    assert sorted(answers & mine) == []
+    assert 'tinytorch' not in re.sub(r'#.*|""".*?"""', '', text, flags=re.S)
+
+
+def test_learn_scratch_map_names_functions_that_exist():
+    """map: each of the learner's names -> tinytorch's functions, by name (never a line
+    number), each found in its file, so the table follows tinytorch's reordering."""
+    import ast as _ast
+    table = _learn.sc_map()
+    for ex, e in _learn.SC_EXERCISES.items():
+        f, names = e['tt']
+        tree = _ast.parse(open(os.path.join(HERE, f), encoding='utf-8').read())
+        for name in names.split(', '):
+            node = None
+            for part in name.split('.'):
+                body = tree.body if node is None else node.body
+                node = next((n for n in body if isinstance(n, (_ast.FunctionDef, _ast.ClassDef))
+                             and n.name == part), None)
+                assert node is not None, (ex, f, name)
+        assert f"{_learn.SC_NAMES[ex]} ({ex})" in table and f"{f}: {names}" in table
+    assert not re.search(r'line \d', table)
+
+
+def test_learn_help_and_map_are_commands(capsys):
+    assert _learn.main(['help']) == 0
+    out = capsys.readouterr().out
+    assert 'start DIR --from-scratch' in out and 'python learn.py map' in out
+    assert _learn.main(['map']) == 0
+    out = capsys.readouterr().out
+    assert 'engine.py: unbroadcast (1.2)' in out and 'not yet in the from-scratch track' in out
+    with pytest.raises(_learn.Usage, match='--from-scratch goes with start'):
+        _learn.main(['check', '--from-scratch'])
+
+
+# Each typical mistake of the from-scratch track as an edit of its answer: (exercise, the
+# answer's text (None: the whole answer), the mistaken text, what the message must say, the
+# mistake in a few words). MISTAKES.md's second table is these, with what check says.
+_LEARN_SCRATCH_MISTAKES = [
+    ('1.1', 'if isinstance(data, np.generic) and data.dtype in (np.float32, np.float64):\n            data = np.asarray(data)\n        ', '', 'np.sum of a whole array', 'a NumPy float64 number (a whole sum) made float32'),
+    ('1.1', '        self.data = data', '        self.data = np.array(data)', 'was copied', 'the array copied'),
+    ('1.2', 'tuple(range(lead))', 'tuple(range(min(lead, 1)))', 'not only the first', 'only the first of several leading dims summed'),
+    ('1.2', 'if n == 1 and grad.shape[lead + i] != 1', 'if False', 'every dim where the operand has size 1', 'the dims stretched from 1 not summed'),
+    ('1.3', '    if out.requires_grad:\n        out.parents, out.rule = tuple(parents), rule', '    out.parents, out.rule = tuple(parents), rule', 'a graph of constants costs nothing', 'a result of constants keeps its graph'),
+    ('1.4', 'unbroadcast(g, b.shape))', 'g)', 'sum it back', "add's rule hands b the gradient g without summing it back"),
+    ('1.5', 'unbroadcast(g * b.data, a.shape)', 'unbroadcast(g * a.data, a.shape)', "mul's rule is swapped", "mul's rule multiplies a's gradient by a"),
+    ('1.5', "    return op(a.data * b.data, (a, b),\n              lambda g: (unbroadcast(g * b.data, a.shape), unbroadcast(g * a.data, b.shape)))", "    def rule(g):\n        ga = unbroadcast(g * b.data, a.shape)\n        g *= a.data\n        return ga, unbroadcast(g, b.shape)\n    return op(a.data * b.data, (a, b), rule)", 'wrote into an array it was handed', "mul's rule multiplies g in place (g *= a)"),
+    ('2.1', "        if id(node) in seen or not node.requires_grad:\n            continue\n        seen.add(id(node))", "        if not node.requires_grad:\n            continue", 'listed', 'no visited set: a tensor used twice is listed twice'),
+    ('2.1', "        if id(node) in seen or not node.requires_grad:", "        if id(node) in seen:", 'a constant', 'constants listed too'),
+    ('2.1', None, "def topo_order(root):\n    order, seen = [], set()\n\n    def visit(node):\n        seen.add(id(node))\n        for p in node.parents:\n            if p.requires_grad and id(p) not in seen:\n                visit(p)\n        order.append(node)\n    visit(root)\n    return order", 'recursion limit', 'the order walked by recursion'),
+    ('2.2', 'grads[id(p)] = grads[id(p)] + pg if id(p) in grads else pg', 'grads[id(p)] = pg', 'reached twice', 'a tensor reached twice keeps its last gradient'),
+    ('2.2', 'node.grad = g.astype(node.dtype, copy=True)', 'node.grad = g', 'the very array a rule returned', '.grad is the array the rule returned'),
+    ('2.2', 'node.grad = node.grad + g', 'node.grad = g.astype(node.dtype, copy=True)', 'adds up over backward calls', '.grad overwritten by each backward'),
+    ('2.2', 'node.grad = g.astype(node.dtype, copy=True)', 'node.grad = g.copy()', "has its tensor's dtype", ".grad in the rule's dtype (float64 for a float32 tensor)"),
+    ('3.1', 'unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape)', 'unbroadcast(g @ b.data, a.shape)', 'transposed matmul rule', 'da = g @ b (b not transposed)'),
+    ('3.1', 'unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape)', 'np.swapaxes(a.data, -1, -2) @ g', 'sum it back', "b's gradient not summed over the batch"),
+    ('3.2', '        if not keepdims:\n            g = np.expand_dims(g, axes)\n', '', 'put every summed axis back', 'the summed axes not put back (keepdims=False)'),
+    ('3.2', 'g = np.expand_dims(g, axes)', 'g = np.expand_dims(g, axes[0])', 'put every summed axis back', 'only the first summed axis put back'),
+    ('3.3', 'lambda g: (g * out,)', 'lambda g: (g,)', 'passed g through unchanged', "exp's rule passes g through"),
+    ('3.4', 'lambda g: (g / x.data,)', 'lambda g: (g * x.data,)', 'divide g by x', "log's rule multiplies g by x"),
+    ('3.5', 'lambda g: (g * (x.data > 0),)', 'lambda g: (g * (x.data > 0).astype(float),)', 'is float64, but x is float32', "relu's rule makes its mask in float64"),
+    ('3.5', 'lambda g: (g * (x.data > 0),)', 'lambda g: (g * (x.data >= 0),)', 'at x = 0 too', "relu's gradient 1 at x = 0"),
+    ('3.6', '        if p == 0:\n            return (np.zeros_like(g),)\n', '', 'give zeros when p == 0', 'p x^(p-1) without the p = 0 case'),
+    ('3.6', 'g * p * x.data ** (p - 1)', 'g * p * x.data ** p', 'off by one', 'power\'s rule p x^p'),
+    ('3.7', 'g.reshape(x.shape)', 'g', 'has shape', "reshape's rule passes g on in the result's shape"),
+    ('3.8', 'np.swapaxes(g, axis1, axis2)', 'np.swapaxes(g, -1, -2)', 'undo what the forward did', "transpose's rule swaps the last two axes whatever was swapped"),
+    ('4.1', 'full = f"{prefix}.{name}" if prefix else name', 'full = f"{prefix}.{name}"', 'starts with a dot', 'names built with a leading dot'),
+    ('4.1', 'elif recurse and isinstance(value, Module):', 'elif isinstance(value, Module):', 'recurse=False', 'recurse=False ignored'),
+    ('4.1', '                if id(value) not in seen:\n                    seen.add(id(value))\n                    yield full, value', '                yield full, value', 'listed twice', 'a tied weight listed twice'),
+    ('4.1', '            elif recurse and isinstance(value, (list, tuple)):', '            elif False:', 'list of Modules', 'a list of modules not walked'),
+    ('4.2', "self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)).astype(np.float32))", "self.weight = Parameter(np.random.uniform(-bound, bound, (n_out, n_in)))", 'float32', 'the weights left in float64'),
+    ('4.2', 'bound = 1 / np.sqrt(n_in)', 'bound = 1', 'uniformly from -1/sqrt(n_in)', 'weights drawn from -1 to 1'),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.data += group['lr'] * p.grad", 'went uphill', 'p += lr * g'),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.data -= self.param_groups[0]['lr'] * p.grad", "own group['lr']", "the first group's learning rate for every group"),
+    ('4.3', "p.data -= group['lr'] * p.grad", "p.grad *= group['lr']\n                    p.data -= p.grad", 'wrote into an array it was handed', 'the step scales .grad in place'),
+    ('4.4', "        for group in self.param_groups:\n            for p in group['params']:\n                p.grad = None", "        for p in self.param_groups[0]['params']:\n            p.grad = None", 'one group only', 'zero_grad clears the first group only'),
+    ('5.1', 'return ((pred - target) ** 2).mean()', 'return ((pred - target) ** 2).sum()', 'wrong', 'the sum, not the mean'),
+    ('6.1', "e = (x - x.data.max(axis=axis, keepdims=True)).exp()", "e = x.exp()", 'overflowed', 'no shift before exp'),
+    ('6.1', "e = (x - x.data.max(axis=axis, keepdims=True)).exp()", "e = (x - x.data.max()).exp()", "OWN max", 'one max for the whole batch'),
+    ('6.2', "    shifted = x - x.data.max(axis=axis, keepdims=True)\n    return shifted - shifted.exp().sum(axis, keepdims=True).log()", "    return softmax(x, axis).log()", 'never the log of a probability', 'log-softmax as log(softmax)'),
+    ('6.4', '        centred = x - x.mean(-1, keepdims=True)', '        x.data -= x.data.mean(-1, keepdims=True)\n        centred = x', 'wrote into an array it was handed', "LayerNorm centres its caller's x in place"),
+    ('6.4', '(var + self.eps) ** -0.5', 'var ** -0.5', 'eps is missing', 'no eps'),
+    ('6.4', '(var + self.eps) ** -0.5', '(var * 4 / 3 + self.eps) ** -0.5', 'not n - 1', 'the unbiased variance (n - 1)'),
+    ('6.4', "        centred = x - x.mean(-1, keepdims=True)\n        var = (centred * centred).mean(-1, keepdims=True)", "        centred = x - x.mean(0)\n        var = (centred * centred).mean(0)", 'the last axis', 'mean and variance over axis 0'),
+    ('7.1', " * (1 / np.sqrt(q.shape[-1]))", "", 'not scaled', 'scores not scaled'),
+    ('7.1', "    w = softmax(scores)", "    w = softmax(scores, -2)", 'over the queries', 'softmax over the queries'),
+    ('7.1', "        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask", "        scores = scores + np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)", 'float mask was ignored', 'a float mask ignored (only a bool mask applied)'),
+    ('7.1', None, "def attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))\n    if mask is not None and mask.dtype == bool:\n        mask = np.where(mask, 0.0, -1e9).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask\n    return softmax(scores) @ v", '-1e9', 'masked with -1e9 (a row with no allowed key gets uniform weights)'),
+    ('7.1', None, "def attention(q, k, v, mask=None):\n    scores = q @ k.transpose(-2, -1) * (1 / np.sqrt(q.shape[-1]))\n    if mask is not None and mask.dtype == bool:\n        mask = np.where(mask, 0.0, -np.inf).astype(scores.dtype)\n    if mask is not None:\n        scores = scores + mask\n    return softmax(scores) @ v", 'gave nan', 'a row with no allowed key not handled (nan)'),
+    ('7.1', "        mask = np.where(mask | none, 0.0, -np.inf).astype(scores.dtype)", "        mask = np.where(mask | none, -np.inf, 0.0).astype(scores.dtype)", 'the other way', 'a bool mask read the other way'),
+    ('7.2', 'x.reshape(B, T, n_head, C // n_head).transpose(1, 2)', 'x.reshape(B, n_head, T, C // n_head)', 'heads are mixed up', 'heads split with reshape(B, H, T, D)'),
+    ('7.3', 'x.transpose(1, 2).reshape(B, T, H * D)', 'x.reshape(B, T, H * D)', 'putting the heads back', 'heads merged without the swap back'),
+    ('7.4', 'attention(q, k, v, causal)', 'attention(q, k, v)', 'not causal', 'the attention not causal'),
+    ('8.1', 'x = x + self.attn(self.ln1(x))', 'x = self.attn(self.ln1(x))', "attention's residual is missing", "the attention's residual missing"),
+    ('8.1', "        x = x + self.attn(self.ln1(x))\n        return x + self.proj(self.fc(self.ln2(x)).relu())", "        x = self.ln1(x + self.attn(x))\n        return self.ln2(x + self.proj(self.fc(x).relu()))", 'post-LN', 'a post-LN block'),
+    ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(x).relu())', "MLP's input is not normalised", "the MLP's input not normalised"),
+    ('8.1', 'self.proj(self.fc(self.ln2(x)).relu())', 'self.proj(self.fc(self.ln2(x)))', 'no relu', 'no relu in the MLP'),
+    ('9.1', "                m_hat = s['m'] / (1 - b1 ** s['t'])\n                v_hat = s['v'] / (1 - b2 ** s['t'])", "                m_hat, v_hat = s['m'], s['v']", 'the bias correction is missing', 'Adam without bias correction'),
+    ('9.1', "s = self.state.setdefault(id(p), {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)})", "s = {'t': 0, 'm': np.zeros_like(p.data), 'v': np.zeros_like(p.data)}", "every step was Adam's first", 'the moments made afresh at every step'),
+    ('9.1', '(np.sqrt(v_hat) + eps)', 'np.sqrt(v_hat + eps)', 'eps goes outside the square root', 'eps inside the square root'),
+    ('9.1', "                if wd and group['decoupled']:\n                    p.data *= 1 - lr * wd\n                elif wd:", "                if wd:", 'decayed through the gradient', "AdamW's decay added to the gradient (Adam's L2)"),
+    ('9.1', "lr, (b1, b2), eps, wd = group['lr'], group['betas']", "lr, (b1, b2), eps, wd = self.param_groups[0]['lr'], group['betas']", "its own group['lr']", "the first group's learning rate for every group"),
+]
+
+
+def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_learn_scratch_filled, tmp_path):
+    messages = []
+    for k, (ex, old, new, says, mistake) in enumerate(_LEARN_SCRATCH_MISTAKES):
+        answer = _LEARN_SCRATCH_ANSWERS[ex]
+        assert old is None or answer.count(old) == 1, (ex, old)
+        ws = tmp_path / f'm{k}'
+        shutil.copytree(_learn_scratch_filled, ws)
+        _learn_scratch_fill(ws, {ex}, {ex: new if old is None else answer.replace(old, new)})
+        ok, lines = _learn_check(ws, ex)
+        title = f"✗ {ex} {_learn.SC_EXERCISES[ex]['title']}: "
+        assert not ok and lines[0].startswith(title) and says in lines[0], (mistake, lines)
+        messages.append(_learn_said(lines[0][len(title):], ws))
+    table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
+    head = "| the mistake | exercise (from scratch) | what `python learn.py check` says |\n| --- | --- | --- |\n"
+    assert head in table
+    rows = table.split(head)[1].split('\n\n')[0].strip().split('\n')
+    want = [_learn_row(m[4], m[0], msg) for m, msg in zip(_LEARN_SCRATCH_MISTAKES, messages)]
+    assert rows == want, '\n'.join(r for r in want if r not in rows)
+
+
+def test_learn_scratch_hint_names_tinytorch_and_diff_shows_it_by_name(_learn_scratch_filled, tmp_path, capsys):
+    """The from-scratch answer key is not shipped: hint 3 names where tinytorch does the same,
+    diff shows that code (found by name) beside the learner's once the check passes."""
+    ws = tmp_path / 'ws'
+    shutil.copytree(_learn_scratch_filled, ws)
+    for _ in range(3):
+        _learn.hint(ws, '1.2')
+    out = capsys.readouterr().out
+    assert 'Hint 3 of 3' in out and 'tinytorch.py: unbroadcast' in out and 'grad.sum(' not in out
+    assert _learn.diff(ws, '1.2')
+    out = capsys.readouterr().out
+    assert "Yours (" in out and 'def unbroadcast(grad, shape):' in out.split("tinytorch's (")[1]
+    _learn_scratch_fill(ws, {'1.2'}, {'1.2': _LEARN_SCRATCH_ANSWERS['1.2'].replace('tuple(range(lead))', '()')})
+    assert not _learn.diff(ws, '1.2')
+    assert 'def unbroadcast' not in capsys.readouterr().out
+    _learn.status(ws)
+    out = capsys.readouterr().out
+    assert out.startswith('Build your own engine from an empty file') and '✗ 1.2 unbroadcast  (engine.py)' in out
+
+
+# A second answer key, written differently (the seed's while-loop unbroadcast, a stack walk
+# that waits for parents, np.transpose with the inverse permutation, groups filled with
+# setdefault, a mask of comparisons, ...): no check may flag a correct answer for its style.
+_LEARN_SCRATCH_OTHER_ANSWERS = {
+'1.1': '''\
+    def __init__(self, data, requires_grad=False):
+        arr = np.asarray(data)
+        if arr.dtype not in (np.float32, np.float64) or type(data) in (int, float, list):
+            arr = arr.astype(np.float32)
+        self.data = data if isinstance(data, np.ndarray) and data.dtype in (np.float32, np.float64) else arr
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self.parents = ()
+        self.rule = None''',
+'1.2': '''\
+def unbroadcast(grad, shape):
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad''',
+'1.3': '''\
+def op(data, parents, rule):
+    t = Tensor(data)
+    if any(p.requires_grad for p in parents):
+        t.requires_grad = True
+        t.parents = tuple(parents)
+        t.rule = rule
+    return t''',
+'1.4': '''\
+def add(a, b):
+    a = as_tensor(a)
+    b = as_tensor(b)
+    def rule(g):
+        return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+    return op(a.data + b.data, (a, b), rule)''',
+'1.5': '''\
+def mul(a, b):
+    a = as_tensor(a)
+    b = as_tensor(b)
+    def rule(g):
+        return unbroadcast(b.data * g, a.shape), unbroadcast(a.data * g, b.shape)
+    return op(a.data * b.data, (a, b), rule)''',
+'2.1': '''\
+def topo_order(root):
+    order, done = [], set()
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in done:
+            stack.pop()
+            continue
+        waiting = [p for p in node.parents if p.requires_grad and id(p) not in done]
+        if waiting:
+            stack.extend(waiting)
+        else:
+            stack.pop()
+            done.add(id(node))
+            order.append(node)
+    return order if root.requires_grad else []''',
+'2.2': '''\
+def backward(root, grad=None):
+    if grad is None:
+        grad = np.ones(root.shape, dtype=root.dtype)
+    pending = {id(root): np.array(grad)}
+    for t in topo_order(root)[::-1]:
+        g = pending.pop(id(t))
+        if t.rule is None:
+            g = np.array(g, dtype=t.dtype)
+            t.grad = g if t.grad is None else t.grad + g
+        else:
+            for p, pg in zip(t.parents, t.rule(g)):
+                if not p.requires_grad:
+                    continue
+                pending[id(p)] = pending[id(p)] + pg if id(p) in pending else pg''',
+'3.1': '''\
+def matmul(a, b):
+    def rule(g):
+        bt = np.swapaxes(b.data, -1, -2)
+        at = np.swapaxes(a.data, -1, -2)
+        return unbroadcast(np.matmul(g, bt), a.shape), unbroadcast(np.matmul(at, g), b.shape)
+    return op(np.matmul(a.data, b.data), (a, b), rule)''',
+'3.2': '''\
+def reduce_sum(x, axis=None, keepdims=False):
+    out = np.asarray(x.data.sum(axis=axis, keepdims=keepdims))
+    def rule(g):
+        if axis is None:
+            return (np.ones_like(x.data) * g,)
+        axes = [axis] if isinstance(axis, int) else list(axis)
+        axes = sorted(a if a >= 0 else a + x.data.ndim for a in axes)
+        if not keepdims:
+            for a in axes:
+                g = np.expand_dims(g, a)
+        return (np.ones_like(x.data) * g,)
+    return op(out, (x,), rule)''',
+'3.3': '''\
+def exp(x):
+    e = np.exp(x.data)
+    def rule(g):
+        return (e * g,)
+    return op(e, (x,), rule)''',
+'3.4': '''\
+def log(x):
+    def rule(g):
+        return (g * (1 / x.data),)
+    return op(np.log(x.data), (x,), rule)''',
+'3.5': '''\
+def relu(x):
+    mask = x.data > 0
+    return op(np.where(mask, x.data, 0).astype(x.dtype), (x,), lambda g: (np.where(mask, g, 0).astype(g.dtype),))''',
+'3.6': '''\
+def power(x, p):
+    def rule(g):
+        if p == 0:
+            return (g * 0,)
+        return (p * np.power(x.data, p - 1) * g,)
+    return op(np.power(x.data, p).astype(x.dtype), (x,), rule)''',
+'3.7': '''\
+def reshape(x, shape):
+    old = x.shape
+    return op(np.reshape(x.data, shape), (x,), lambda g: (np.reshape(g, old),))''',
+'3.8': '''\
+def transpose(x, axis1, axis2):
+    perm = list(range(x.data.ndim))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    inv = np.argsort(perm)
+    return op(np.transpose(x.data, perm), (x,), lambda g: (np.transpose(g, inv),))''',
+'4.1': '''\
+    def named_parameters(self, prefix='', recurse=True):
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            path, mod = stack.pop()
+            subs = []
+            for k, v in vars(mod).items():
+                name = path + '.' + k if path else k
+                if isinstance(v, Parameter) and id(v) not in seen:
+                    seen.add(id(v))
+                    yield name, v
+                elif isinstance(v, Module):
+                    subs.append((name, v))
+                elif isinstance(v, list):
+                    subs += [(f"{name}.{i}", s) for i, s in enumerate(v) if isinstance(s, Module)]
+            if recurse:
+                stack.extend(reversed(subs))''',
+'4.2': '''\
+class Linear(Module):
+    def __init__(self, n_in, n_out, bias=True):
+        k = n_in ** -0.5
+        self.weight = Parameter(np.float32(np.random.uniform(-k, k, size=(n_out, n_in))))
+        if bias:
+            self.bias = Parameter(np.float32(np.random.uniform(-k, k, size=n_out)))
+        else:
+            self.bias = None
+
+    def forward(self, x):
+        out = x @ self.weight.transpose(-1, -2)
+        if self.bias is not None:
+            out = out + self.bias
+        return out''',
+'4.3': '''\
+    def __init__(self, params, lr):
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{'params': params}]
+        self.param_groups = []
+        for grp in groups:
+            grp = dict(grp)
+            grp.setdefault('lr', lr)
+            grp['params'] = list(grp['params'])
+            self.param_groups.append(grp)
+
+    def step(self):
+        for grp in self.param_groups:
+            for p in grp['params']:
+                if p.grad is None:
+                    continue
+                p.data[...] = p.data - grp['lr'] * p.grad''',
+'4.4': '''\
+    def zero_grad(self):
+        for p in (p for grp in self.param_groups for p in grp['params']):
+            p.grad = None''',
+'5.1': '''\
+def mse_loss(pred, target):
+    d = pred - target
+    return (d * d).sum() * (1.0 / d.data.size)''',
+'6.1': '''\
+def softmax(x, axis=-1):
+    z = x - np.max(x.data, axis=axis, keepdims=True)
+    e = z.exp()
+    return e * e.sum(axis, keepdims=True) ** -1''',
+'6.2': '''\
+def log_softmax(x, axis=-1):
+    c = np.max(x.data, axis=axis, keepdims=True)
+    lse = (x - c).exp().sum(axis, keepdims=True).log() + c
+    return x - lse''',
+'6.3': '''\
+def cross_entropy(logits, targets):
+    n, classes = logits.shape
+    pick = (np.arange(classes) == np.asarray(targets)[:, None]).astype(logits.dtype)
+    return (log_softmax(logits) * pick).sum() * (-1.0 / n)''',
+'6.4': '''\
+class LayerNorm(Module):
+    def __init__(self, n, eps=1e-5):
+        self.weight = Parameter(np.ones(n, np.float32))
+        self.bias = Parameter(np.zeros(n, np.float32))
+        self.eps = eps
+
+    def forward(self, x):
+        mu = x.mean(axis=-1, keepdims=True)
+        d = x - mu
+        var = (d ** 2).mean(axis=-1, keepdims=True)
+        return d / (var + self.eps) ** 0.5 * self.weight + self.bias''',
+'7.1': '''\
+def attention(q, k, v, mask=None):
+    d = q.shape[-1]
+    s = (q @ k.transpose(-1, -2)) / float(np.sqrt(d))
+    dead = None
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype == np.bool_:
+            dead = ~np.any(mask, axis=-1, keepdims=True)
+            add = np.where(mask, 0.0, -np.inf)
+            add = np.where(dead, 0.0, add)
+        else:
+            add = mask
+        s = s + np.asarray(add, dtype=s.dtype)
+    w = softmax(s, -1)
+    if dead is not None and dead.any():
+        w = w * (~dead).astype(w.dtype)
+    return w @ v''',
+'7.2': '''\
+def split_heads(x, n_head):
+    B, T, C = x.shape
+    return x.reshape((B, T, n_head, C // n_head)).transpose(1, 2)''',
+'7.3': '''\
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape((B, T, H * D))''',
+'7.4': '''\
+class MultiHeadAttention(Module):
+    def __init__(self, n_embd, n_head):
+        self.n_head = n_head
+        self.query = Linear(n_embd, n_embd)
+        self.key = Linear(n_embd, n_embd)
+        self.value = Linear(n_embd, n_embd)
+        self.out = Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = np.arange(T)[None, :] <= np.arange(T)[:, None]
+        h = attention(split_heads(self.query(x), self.n_head), split_heads(self.key(x), self.n_head),
+                      split_heads(self.value(x), self.n_head), mask)
+        return self.out(merge_heads(h))''',
+'8.1': '''\
+class Block(Module):
+    def __init__(self, n_embd, n_head):
+        self.ln1 = LayerNorm(n_embd)
+        self.attn = MultiHeadAttention(n_embd, n_head)
+        self.ln2 = LayerNorm(n_embd)
+        self.fc = Linear(n_embd, 4 * n_embd)
+        self.proj = Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.proj(relu(self.fc(self.ln2(h))))''',
+'9.1': '''\
+class Adam(SGD):
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled=False):
+        SGD.__init__(self, params, lr)
+        for grp in self.param_groups:
+            grp.setdefault('betas', betas)
+            grp.setdefault('eps', eps)
+            grp.setdefault('weight_decay', weight_decay)
+            grp.setdefault('decoupled', decoupled)
+        self.moments = {}
+
+    def step(self):
+        for grp in self.param_groups:
+            b1, b2 = grp['betas']
+            for p in grp['params']:
+                if p.grad is None:
+                    continue
+                t, m, v = self.moments.get(id(p), (0, 0.0, 0.0))
+                g = p.grad + grp['weight_decay'] * p.data if not grp['decoupled'] else p.grad
+                if grp['decoupled']:
+                    p.data[...] = p.data * (1 - grp['lr'] * grp['weight_decay'])
+                t, m, v = t + 1, b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2
+                self.moments[id(p)] = (t, m, v)
+                p.data[...] = p.data - grp['lr'] * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + grp['eps'])''',
+}
+
+
+def test_learn_scratch_other_correct_answers_pass_every_step(tmp_path):
+    ws = tmp_path / 'other'
+    _learn.start(ws, scratch=True)
+    nn_py = (ws / 'nn.py').read_text()  # the block uses the engine's relu: its import, as a learner adds it
+    (ws / 'nn.py').write_text(nn_py.replace('from engine import Tensor, as_tensor', 'from engine import Tensor, as_tensor, relu'))
+    _learn_scratch_fill(ws, None, _LEARN_SCRATCH_OTHER_ANSWERS)
+    ok, lines = _learn_check(ws, None)
+    assert ok, '\n'.join(lines)
+
+def test_learn_scratch_deps_are_the_exercises_each_check_runs(_learn_scratch_filled):
+    """SC_DEPS (who is blamed when a check fails) is what tracing each check on the answer
+    key finds."""
+    ws = _learn_scratch_filled
+    with _learn.track('scratch'):
+        mods = _learn.load(ws)
+        spans = {}
+        for f in _learn.SC_FILES:
+            for e, _, _, a, b in _learn.regions((ws / f).read_text()):
+                spans.setdefault(str(ws / f), []).append((e, a, b))
+        for ex in _learn.SC_ORDER:
+            hit = set()
+
+            def local(frame, event, arg):
+                for e, a, b in spans[frame.f_code.co_filename]:
+                    if a < frame.f_lineno <= b:
+                        hit.add(e)
+                return local
+            sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename in spans else None)
+            try:
+                with np.errstate(all='ignore'):
+                    _learn.SC_CHECKS[ex](mods)
+            finally:
+                sys.settrace(None)
+            assert ex in hit, ex
+            assert _learn.SC_DEPS[ex] == tuple(e for e in _learn.SC_ORDER if e in hit - {ex}), (
+                ex, tuple(e for e in _learn.SC_ORDER if e in hit - {ex}))
 
 
 # ===========================================================================
