@@ -8,7 +8,7 @@
     scaler.step(optimizer)                             # skipped if a gradient is inf/nan
     scaler.update()                                    # the scale: x0.5 then, x2 after 2000 good steps
 
-  1. autocast: sets tinytorch.py's autocast dtype (its section 4) for the block; the ops
+  1. autocast: sets tinytorch.py's autocast dtype (its section 6b) for the block; the ops
      PyTorch's CPU autocast lists consult it (matmul in tinytorch.py, linear, the
      convolutions, attention and the losses in nn.py)
   2. GradScaler: the loss scale and its schedule, as PyTorch's (the same defaults)

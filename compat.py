@@ -218,7 +218,7 @@ _PATHS = {
         'utils.data.distributed', "torch.utils.data.distributed: one replica, this process",
         DistributedSampler=tt._companion('data').DistributedSampler),
     'profiler': lambda: _partial_module(
-        'profiler', "tinytorch's profiler is lookinside.profile (README, 'Look inside a run')",
+        'profiler', "tinytorch's profiler is lookinside.profile (docs/lookinside.md)",
         profile=tt._companion('lookinside').torch_profile, record_function=tt.record_function,
         ProfilerActivity=enum.Enum('ProfilerActivity', 'CPU CUDA XPU MTIA'),
         schedule=lambda **steps: steps,  # accepted; the profile covers the whole block

@@ -670,7 +670,7 @@ def _describe(p):
 # ---------------------------------------------------------------------------
 # 2. Layers
 # ---------------------------------------------------------------------------
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def linear(input, weight, bias=None):
     """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
     folded into rows, so the whole batch is a single 2-D matrix multiply."""
@@ -1418,7 +1418,7 @@ def _image(x, op, channels=None):
                          f"(input of shape {tuple(x.shape)})")
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """(N, C, H, W) * weight (O, C / groups, kh, kw) -> (N, O, oh, ow), as F.conv2d.
     padding is a number, a pair, or 'valid' (none) or 'same' (the output as large as the
@@ -1445,7 +1445,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.reshape(n, o, oh, ow)
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """(N, C, L) * weight (O, C / groups, k) -> (N, O, L'): conv2d on images of height 1."""
     if input.ndim not in (2, 3) or weight.ndim != 3:
@@ -1499,7 +1499,7 @@ def _padding_by_name(input, padding, kernel, dilation, stride, op):
     return input, tuple(left for left, _ in pads)
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups=1, dilation=1):
     """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
@@ -2640,7 +2640,7 @@ def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_r
     return weights
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
@@ -2983,7 +2983,7 @@ def _reduce(loss, reduction, op):
     raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def mse_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
     """(input - target)^2; weight (input's shape) scales each element, and 'mean' then
     divides by its sum (PyTorch's). size_average and reduce: PyTorch's old reduction."""
@@ -3018,7 +3018,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction='mean', we
     return loss.sum() / weight.sum() if reduction == 'mean' else _reduce(loss, reduction, 'mse_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 @np.errstate(invalid='ignore')  # a row with an inf: inf - inf = nan, silently, as PyTorch
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction='mean', label_smoothing=0.0):
@@ -3149,7 +3149,7 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
     return _reduce(-terms.sum(d), reduction, 'cross_entropy')  # 'mean': over N, d1, ...
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction='mean', pos_weight=None):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
@@ -3203,7 +3203,7 @@ def _bce_with_logits(input, target):
     return from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction='mean'):
     """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
@@ -3266,7 +3266,7 @@ def _weights(weight, input, op):
     return weight
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
     """|input - target| (its gradient sign(input - target), 0 where they are equal).
     weight (input's shape) scales each element; 'mean' then divides by its sum."""
@@ -3299,7 +3299,7 @@ def _huber(input, target, delta, op):
     return from_op(out, op, (input, target), backward, saved=(input, target))  # as PyTorch's
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = input - target): Huber's
     loss divided by beta, and l1_loss for beta = 0."""
@@ -3312,7 +3312,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mea
     return _reduce(_huber(input, target, beta, 'smooth_l1') / beta, reduction, 'smooth_l1_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target.
     weight (input's shape) scales each element ('mean' still divides by the count)."""
@@ -3327,7 +3327,7 @@ def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     return _reduce(loss, reduction, 'huber_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction='mean'):
     """Negative log-likelihood: loss_i = -weight[t_i] * input[i, t_i], where input holds
@@ -3372,7 +3372,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return loss.sum() / total if total else loss.sum() * np.nan  # PyTorch's 0 / 0
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_target=False):
     """Kullback-Leibler divergence of the target distribution from the input one, with
     input as log-probabilities: target (log target - input) pointwise, taking

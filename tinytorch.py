@@ -1293,7 +1293,7 @@ def _summarised_rows(text, ndim, width):
 
 
 # tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
-# Backward0" does not give PyTorch's (README: "grad_fn").
+# Backward0" does not give PyTorch's (docs/pytorch-code.md: "grad_fn").
 _GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
                   'clamp': 'ClampBackward1', 'layer_norm': 'NativeLayerNormBackward0',
                   'bce_with_logits': 'BinaryCrossEntropyWithLogitsBackward0',
@@ -5364,7 +5364,7 @@ class record_function:
 # other forms (inference_mode, set_grad_enabled), is_tensor and numel, set_printoptions,
 # histogram, pi and e, __version__. (PyTorch's module paths and the stand-ins of a machine
 # without a GPU are compat.py's, section 21. The names teaching code reaches for, which
-# CENSUS.md counts, are each in the section of their subject.)
+# dev/CENSUS.md counts, are each in the section of their subject.)
 import operator  # noqa: E402
 import types  # noqa: E402
 
