@@ -16836,7 +16836,7 @@ _LEARN_MISTAKES = [
     ('7.1', 'nn.py', "        else:\n            scores = scores + (mask if isinstance(mask, Tensor)\n                               else tt.tensor(m.astype(scores.dtype)))\n", "", 'float mask was ignored', 'a float mask ignored'),
     ('7.1', 'nn.py', "            scores = scores.masked_fill(~m, -math.inf)", "            scores = scores.masked_fill(~m, -1e9)", '-1e9', 'a bool mask applied as -1e9, not -inf'),
     ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(G, B.T)', '.T reverses every dim', 'B.T on a batch (not np.swapaxes(B, -1, -2))'),
-    ('3.1', 'tinytorch.py', 'A.shape).reshape(a.shape)', 'A.shape)', 'reshape it to', "dA not reshaped back to a's shape (a 1-D a)"),
+    ('3.1', 'tinytorch.py', 'A.shape).reshape(x.shape)', 'A.shape)', 'reshape it to', "dA not reshaped back to a's shape (a 1-D a)"),
     ('7.2', 'transformer.py', 'q = q.reshape(B, T, H, C // H).transpose(1, 2)', 'q = q.reshape(B, T, H, C // H).transpose(1, 3)', 'the split: q reached the attention as', "q's heads moved with transpose(1, 3)"),
     ('7.2', 'transformer.py', 'v = v.reshape(B, T, H, C // H).transpose(1, 2)', 'v = v.reshape(B, H, T, C // H)', "or v's split", "v split with reshape(B, H, T, D) (q and k right)"),
     ('9.1', 'nn.py', 'c = f * c + i * g', 'c = f * c + g', 'but i * g', 'the input gate left out: c = f * c + g'),
