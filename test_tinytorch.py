@@ -39,6 +39,7 @@ import lookinside
 import nn
 import optim
 import data
+import files
 import transformer as tf
 
 
@@ -823,7 +824,8 @@ _COPY_USES = {
               "print(torch.cuda.is_available() is False and torch.float is torch.float32)\n",
     'files': "import numpy as np, files, tinytorch as tt\n"
              "files.save({'w': np.ones(2), 'step': 3}, 'ck.npz')\n"
-             "print(files.load('ck.npz')['step'] == 3)\n",
+             "tt.save({'w': tt.ones(2), 'step': 4}, 'ck.pt')\n"
+             "print(files.load('ck.npz')['step'] == 3 and tt.load('ck.pt')['step'] == 4)\n",
     'lookinside': "import lookinside, tinytorch as tt\n"
                   "x = tt.tensor([1.0, 2.0], requires_grad=True)\n"
                   "lookinside.draw_graph((x * x).sum())\n"
@@ -879,6 +881,78 @@ def test_each_companion_file_works_copied_with_the_files_before_it(mod, tmp_path
                        text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == 'True'
+
+
+def _named_closure(mod):
+    """mod, the project files its use (_COPY_USES) imports (`import tinytorch as torch`
+    names compat.py, which holds PyTorch's paths), the files those import (where they name
+    them: a lazy import too), and theirs, and so on."""
+    import ast
+    todo, found = [mod, 'tinytorch'], set()
+    for node in ast.walk(ast.parse(_COPY_USES[mod])):
+        if isinstance(node, ast.Import):
+            todo += [a.name.split('.')[0] for a in node.names if a.name.split('.')[0] in _LIBRARY_ORDER]
+            todo += ['compat' for a in node.names if a.name == 'tinytorch' and a.asname == 'torch']
+    while todo:
+        m = todo.pop()
+        if m not in found:
+            found.add(m)
+            todo += sorted(_imports_of(m + '.py') & set(_LIBRARY_ORDER))
+            if m != 'tinytorch':  # a companion names another by tt._companion('optim') too
+                with open(os.path.join(HERE, m + '.py')) as f:
+                    todo += re.findall(r"_companion\('([a-z]+)'\)", f.read())
+    return found
+
+
+@pytest.mark.parametrize("mod", _LIBRARY_ORDER[1:])
+def test_each_companion_file_works_copied_with_only_the_files_it_names(mod, tmp_path):
+    """A fresh folder with the file, tinytorch.py and only the project files it imports
+    (anywhere in it: a lazy import too), used in a new process."""
+    for other in _named_closure(mod):
+        shutil.copy(os.path.join(HERE, other + '.py'), tmp_path)
+    r = subprocess.run([sys.executable, '-c', _COPY_USES[mod]], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == 'True'
+
+
+def test_tinytorch_nn_and_optim_copied_without_files_train_and_nn_save_says_it_needs_files(tmp_path):
+    """nn.py imports files.py only inside nn.save / nn.load: tinytorch.py, nn.py and optim.py
+    alone import and train; saving says in one line which file it needs."""
+    for f in ('tinytorch.py', 'nn.py', 'optim.py'):
+        shutil.copy(os.path.join(HERE, f), tmp_path)
+    code = ("import nn, optim, tinytorch as tt\n"
+            "m = nn.Linear(3, 1)\n"
+            "o = optim.SGD(m.parameters(), lr=0.1)\n"
+            "before = m.weight.detach().clone()\n"
+            "nn.mse_loss(m(tt.ones(4, 3)), tt.zeros(4, 1)).backward()\n"
+            "o.step()\n"
+            "print(bool((m.weight != before).all()))\n"
+            "for call in (lambda: nn.save(m.state_dict(), 'ck.npz'), lambda: nn.load('ck.npz'),\n"
+            "             lambda: tt.save(m.state_dict(), 'ck.pt')):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ImportError as e:\n"
+            "        print(e)\n")
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == 'True' and len(lines) == 4, r.stdout
+    for line in lines[1:]:
+        assert re.fullmatch(r"tinytorch: this path needs files\.py, and there is none beside "
+                            r"tinytorch\.py \(in .*\); copy files\.py from the tinytorch project "
+                            r"into that folder", line), line
+    assert not {'ck.npz', 'ck.pt'} & set(os.listdir(tmp_path))
+
+
+def test_files_uses_only_the_engines_public_names_and_those_it_lists_for_files():
+    """files.py's interface to the engine is small and named: tt.<public name>, or one of
+    tinytorch.py's _FOR_FILES; never another of its private names."""
+    with open(os.path.join(HERE, 'files.py')) as f:
+        used = set(re.findall(r"\btt\.(_[A-Za-z0-9_]+)", f.read())) - {'__name__'}
+    assert used == set(tt._FOR_FILES), sorted(used)
+    assert all(hasattr(tt, name) for name in tt._FOR_FILES)
 
 
 def test_star_import_leaves_python_builtins_working_on_plain_values():
@@ -8732,13 +8806,13 @@ def test_ctrl_c_during_a_save_leaves_no_temporary(tmp_path):
         f.write(b'half of a checkpoint')
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        tt._atomic_write(path, interrupted)
+        files.atomic_write(path, interrupted)
     assert os.listdir(tmp_path) == ['ck.pt'] and tt.load(path)['w'].tolist() == [1.0, 1.0]
-    code = (f"import signal, sys, time; sys.path.insert(0, {HERE!r}); import tinytorch as tt\n"
+    code = (f"import signal, sys, time; sys.path.insert(0, {HERE!r}); import tinytorch as tt, files\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it\n"
             "def slow(f):\n    f.write(b'x' * 1000); f.flush(); print('writing', flush=True); "
             "time.sleep(30)\n"
-            "try:\n    tt._atomic_write(sys.argv[1], slow)\nexcept KeyboardInterrupt:\n"
+            "try:\n    files.atomic_write(sys.argv[1], slow)\nexcept KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n")
     child = subprocess.Popen([sys.executable, '-c', code, str(path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -8756,7 +8830,7 @@ def test_ctrl_c_during_a_save_leaves_no_temporary(tmp_path):
 _SLOW_SAVER = """
 import sys, time
 sys.path.insert(0, {here!r})
-import tinytorch as tt
+import files
 def slow(f):
     for i in range({chunks}):
         f.write(bytes([i % 256]) * 1000)
@@ -8765,7 +8839,7 @@ def slow(f):
             print('writing', flush=True)
         time.sleep({pause})
 for _ in range({saves}):
-    tt._atomic_write(sys.argv[1], slow)
+    files.atomic_write(sys.argv[1], slow)
 print('done', flush=True)
 """
 
@@ -8883,16 +8957,26 @@ def test_load_normalises_bools_reads_big_endian_and_refuses_odd_tensors(tmp_path
              r"has a tensor with backward hooks \{'hook': 1\}")
 
 
-def test_tinytorch_alone_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_that_requires_grad(
+def test_tinytorch_with_files_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_that_requires_grad(
         tmp_path):
-    """tinytorch.py copied alone saves and loads its tensors; nn.py, when imported, tells it
-    its Parameter class (tt._TENSOR_CLASSES): without it a Parameter in a file loads as a
-    plain tensor that requires grad."""
+    """tinytorch.py copied with files.py saves and loads its tensors; nn.py, when imported,
+    tells it its Parameter class (tt._TENSOR_CLASSES): without it a Parameter in a file loads
+    as a plain tensor that requires grad. tinytorch.py copied alone says in one line that
+    saving and loading need files.py."""
     with_param = str(tmp_path / 'p.pt')
     tt.save({'w': nn.Parameter(tt.tensor([1.0, 2.0])), 'b': tt.tensor([3.0])}, with_param)
     alone = tmp_path / 'alone'
     alone.mkdir()
     shutil.copy(os.path.join(HERE, 'tinytorch.py'), alone)
+    no_path = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    for call in ("tt.save({'x': tt.ones(2)}, 'own.pt')", "tt.load(sys.argv[1])"):
+        r = subprocess.run([sys.executable, '-c', f"import sys, tinytorch as tt\n{call}\n", with_param],
+                           cwd=alone, capture_output=True, text=True, timeout=60, env=no_path)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 1 and re.fullmatch(r"ImportError: tinytorch: this path needs files\.py, "
+                                                  r"and there is none beside tinytorch\.py .*", last), r.stderr
+        assert not os.path.exists(alone / 'own.pt')
+    shutil.copy(os.path.join(HERE, 'files.py'), alone)
     code = ("import sys, tinytorch as tt\n"
             "tt.save({'x': tt.arange(3), 'y': [tt.ones(2), 1.5]}, 'own.pt')\n"
             "back = tt.load('own.pt')\n"

@@ -27,6 +27,7 @@ import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import lookinside
+from files import atomic_write
 import nn
 import optim
 import tokens
@@ -889,7 +890,7 @@ def write_metrics(path, header, rows):
     """metrics.csv rewritten whole or not at all (a kill midway leaves the old one)."""
     text = io.StringIO(newline='')
     csv.writer(text).writerows([header, *rows])
-    tt._atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
+    atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
 
 
 def agree_metrics(path, ck):
