@@ -79,6 +79,16 @@ _MAX_DEPTH = 200  # containers inside containers (a state_dict is 3 or 4 deep)
 _MAX_DIMS = 64  # NumPy's limit
 _MAX_PICKLE = 1 << 28  # 256 MiB: data.pkl holds a checkpoint's structure, not its numbers
 _INT_KEY = 1 << 60  # |key| below this: distinct int keys have distinct hashes (-1, -2 aside)
+# The work a pickle may make the grammar do, in units of about a byte of memory, is a
+# function of the file's own bytes (its size on disk: a deflated pickle earns what its
+# deflated bytes do), checked as the work is done: each opcode and each value on the stack
+# costs 4, a new memo entry 32, a tensor, array, storage or other object 1024 (a tensor
+# takes about a KiB; PyTorch's pickle spends about 100 bytes on one, its file about 300).
+_PER_BYTE, _FLOOR = 16, 1 << 20  # the budget: 16 units per byte of the file, and 1 MiB
+_OBJECT = 1024
+_INFLATION = 64  # a deflated member inflates at most 64 times its bytes (and 64 KiB)
+_MAX_INFLATED = 1 << 32  # and all of an archive's deflated members at most 4 GiB
+_INDEX_LIMIT = np.iinfo(np.intp).max  # elements x itemsize NumPy can index, zeros aside
 
 # The plain numeric dtypes a checkpoint holds: NumPy's code (in a pickled array's dtype)
 # and PyTorch's storage name and dtype name. Nothing else becomes an array.
@@ -164,18 +174,24 @@ def _count(v, what):
     return tuple(v)
 
 
-def _key(k, depth=0):
-    """A dict key from the file: str, bytes, bool, None, an int of at most 60 bits, or a
-    tuple of these. (Python hashes such ints to themselves, so no set of keys collides.)"""
+def _key(k):
+    """A dict key from the file: str, bytes, bool, None or an int of at most 60 bits, the
+    keys a checkpoint needs (names, parameter ids, steps). Strings and bytes are hashed with
+    the process's secret seed and such ints to themselves, so no set of keys a file holds
+    collides; a tuple's hash is a fixed mix of its items', which a file can solve for."""
     t = type(k)
     if t in (str, bytes, bool) or k is None or (t is int and -_INT_KEY < k < _INT_KEY):
         return k
-    if t is tuple and len(k) <= 16 and depth < 4:
-        for item in k:
-            _key(item, depth + 1)
-        return k
-    _fail(f"has a dict key {_show(k)} of type {t.__name__} (a checkpoint's keys are strings, "
-          f"integers below 2**60 or tuples of them); {_HOSTILE}")
+    _fail(f"has a dict key {_show(k)} of type {t.__name__} (a checkpoint's keys are strings or "
+          f"integers below 2**60); {_HOSTILE}")
+
+
+def _indexable(shape, itemsize, what):
+    """shape's elements (its zeros aside) times itemsize fit NumPy's index: else NumPy
+    refuses the shape with its own error, even for an array of no elements."""
+    if math.prod(n for n in shape if n) * itemsize > _INDEX_LIMIT:
+        _fail(f"{what} shape {shape}: more elements than NumPy can index (a zero among them "
+              f"does not make the others fit); {_HOSTILE}")
 
 
 def _make_tensor(array, requires_grad, cls='Tensor'):
@@ -192,6 +208,7 @@ def _make_tensor(array, requires_grad, cls='Tensor'):
 def _array_from(raw, dtype, shape, fortran, made):
     """An array of `shape` from exactly the bytes `raw` (copied: the result owns its memory)."""
     shape = _count(shape, 'shape')
+    _indexable(shape, dtype.itemsize, 'has an array of')
     need = math.prod(shape) * dtype.itemsize
     if len(raw) != need:
         _fail(f"has an array of shape {shape} and {dtype} ({need:,} bytes) over {len(raw):,} "
@@ -224,13 +241,22 @@ def _old_dtype(code, state):
 class _Grammar:
     """One pass over a pickle: each opcode below pushes, pops or builds a value of the
     checkpoint grammar; any other opcode, or a construction used against its form, is
-    refused. `files` is the PyTorch archive's storages (None: a plain pickle)."""
+    refused. `files` is the PyTorch archive's storages (None: a plain pickle); `size` the
+    file's bytes on disk, which set the budget of work (_PER_BYTE)."""
 
-    def __init__(self, data, files=None):
+    def __init__(self, data, files=None, size=None):
         self.data, self.at, self.files = data, 0, files
         self.stack, self.marks, self.memo = [], [], {}
-        self.items, self.max_items = 0, (1 << 20) + len(data) // 8
+        self.size = len(data) if size is None else size
+        self.spent, self.budget = 0, _PER_BYTE * min(self.size, _MAX_PICKLE) + _FLOOR
         self.made = [0, len(data) + 1024]  # bytes of arrays made / the most the pickle allows
+
+    def spend(self, units):
+        self.spent += units
+        if self.spent > self.budget:
+            _fail(f"makes more values than its {self.size:,} bytes can describe (more than "
+                  f"{self.budget:,} units of work: each opcode, value and memo entry counts, each "
+                  f"tensor or array {_OBJECT}); {_HOSTILE}")
 
     def take(self, n):
         if n > len(self.data) - self.at:
@@ -243,9 +269,7 @@ class _Grammar:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
 
     def push(self, v):
-        self.items += 1
-        if self.items > self.max_items:
-            _fail(f"makes more than {self.max_items:,} values; {_HOSTILE}")
+        self.spend(4)
         self.stack.append(v)
 
     def pop(self):
@@ -286,7 +310,7 @@ class _Grammar:
         start = self.marks.pop()
         items = [self.value(v) if as_values else v for v in self.stack[start:]]
         del self.stack[start:]
-        self.items += len(items)
+        self.spend(4 * len(items))
         return items
 
     def text(self, n):
@@ -298,8 +322,8 @@ class _Grammar:
     def put(self, i):
         if len(self.stack) <= (self.marks[-1] if self.marks else 0):
             _fail(f"memoizes an empty stack; {_HOSTILE}")
-        if len(self.memo) >= self.max_items:
-            _fail(f"memoizes more than {self.max_items:,} values; {_HOSTILE}")
+        if i not in self.memo:
+            self.spend(32)
         self.memo[i] = self.stack[-1]
 
     def get(self, i):
@@ -322,6 +346,7 @@ class _Grammar:
                   "checkpoint save() wrote, or it is damaged; save or download it again")
         while True:
             op = self.take(1)
+            self.spend(4)
             name = ops.get(op)
             if name is None:
                 _fail(f"has the pickle opcode {bytes(op)!r} at byte {self.at - 1:,}, which no "
@@ -330,7 +355,7 @@ class _Grammar:
                 if len(self.stack) != 1 or self.marks:
                     _fail(f"stops with {len(self.stack)} values on its stack; {_HOSTILE}")
                 result = self.value(self.stack[0])
-                _check_depth(result)
+                _check_depth(result, self.budget // 4)
                 if self.at != len(self.data):
                     _fail(f"has {len(self.data) - self.at:,} bytes after its pickle's end; {_HOSTILE}")
                 return result
@@ -406,8 +431,6 @@ class _Grammar:
 
     def mark(self):
         self.marks.append(len(self.stack))
-        if len(self.marks) > self.max_items:
-            _fail(f"opens too many MARKs; {_HOSTILE}")
 
     def tuple(self):
         self.push(self.make_tuple(self.since_mark(as_values=False)))
@@ -509,6 +532,7 @@ class _Grammar:
         self.push(make)
 
     def binpersid(self):
+        self.spend(_OBJECT)
         pid = self.args()
         if self.files is None:
             _fail(f"refers to data outside its pickle (a persistent id), which only a PyTorch zip "
@@ -516,6 +540,7 @@ class _Grammar:
         self.push(self.files.storage(pid))
 
     def reduce(self):
+        self.spend(_OBJECT)
         args, make = self.args(), self.pop()
         if type(make) is not _Make or type(args) is not tuple:
             _fail(f"calls something that is not one of a checkpoint's constructions; {_HOSTILE}")
@@ -549,6 +574,7 @@ class _Grammar:
         _fail(f"calls {kind} with arguments {_show(args)}, a form no save writes; {_HOSTILE}")
 
     def newobj(self):
+        self.spend(_OBJECT)
         args, make = self.args(), self.pop()
         if type(make) is _Make and type(args) is tuple:
             if make.kind == 'Size' and len(args) == 1:
@@ -559,6 +585,7 @@ class _Grammar:
         _fail(f"makes {what} without its fields (NEWOBJ), which no save writes; {_HOSTILE}")
 
     def build(self):
+        self.spend(_OBJECT)
         state, obj = self.value(self.pop()), self.pop()
         if type(obj) is _Box and obj.value is None:
             if obj.kind == 'dtype':
@@ -597,18 +624,26 @@ def _device(kind, index=None):
     return device(kind, index)
 
 
-def _check_depth(result):
-    """The loaded value nests at most _MAX_DEPTH containers and holds no cycle: each
-    container's height is found once (an iterative walk, no recursion)."""
-    height, todo = {}, [(result, False)]
+def _check_depth(result, limit):
+    """The loaded value nests at most _MAX_DEPTH containers, holds no cycle, and written out
+    with every shared value repeated (as print, save and a walk see it) has at most `limit`
+    values: each container's height and expanded size are found once (an iterative walk,
+    no recursion), so a file of values that share values that share values is refused here,
+    before anything after the load walks it."""
+    height, size, todo = {}, {}, [(result, False)]
     while todo:
         v, children_done = todo.pop()
         if type(v) not in (tuple, list, dict, _OrderedDict):
             continue
         if children_done:
-            height[id(v)] = h = 1 + max((height.get(id(x), 0) for x in _inside(v)), default=0)
+            inside = _inside(v)
+            height[id(v)] = h = 1 + max((height.get(id(x), 0) for x in inside), default=0)
+            size[id(v)] = n = 1 + len(v) + sum(size.get(id(x), 0) for x in inside)
             if h > _MAX_DEPTH:
                 _fail(f"nests containers more than {_MAX_DEPTH} deep; {_HOSTILE}")
+            if n > limit:
+                _fail(f"shares values that expand to more than {limit:,} (containers that hold "
+                      f"one container many times, each holding another so); {_HOSTILE}")
         elif id(v) in height:
             if height[id(v)] is None:
                 _fail(f"holds a container that contains itself; {_HOSTILE}")
@@ -631,6 +666,17 @@ def _show(v):
     return r.repr(v)
 
 
+_ZIP_RECORDS = (b'PK\x01\x02', b'PK\x03\x04', b'PK\x05\x06', b'PK\x06\x06', b'PK\x06\x07',
+                b'PK\x07\x08')  # a directory entry, local header, end records, descriptor
+
+
+def _find_all(raw, sig):
+    at = raw.find(sig)
+    while at >= 0:
+        yield at
+        at = raw.find(sig, at + 1)
+
+
 class _Member:
     def __init__(self, name, method, crc, packed, size, header):
         self.name, self.method, self.crc, self.packed, self.size = name, method, crc, packed, size
@@ -648,13 +694,15 @@ class _Zip:
         self.f = f
         self.size = f.seek(0, 2)
         tail = self.at(max(0, self.size - 22 - 65535), min(self.size, 22 + 65535))
-        end = tail.rfind(b'PK\x05\x06')
-        while end >= 0 and (end + 22 > len(tail) or
-                            end + 22 + struct.unpack('<H', tail[end + 20:end + 22])[0] != len(tail)):
-            end = tail.rfind(b'PK\x05\x06', 0, end)  # the record whose comment ends the file
-        if end < 0:
+        ends = [at for at in _find_all(tail, b'PK\x05\x06') if at + 22 <= len(tail) and  # each record
+                at + 22 + struct.unpack('<H', tail[at + 20:at + 22])[0] == len(tail)]  # whose comment
+        if not ends:                                                                  # ends the file
             _fail("is a zip archive without its end record: it is truncated; save or download it "
                   "again")
+        end = ends[-1]
+        if len(ends) > 1 or any(sig in tail[end + 22:] for sig in _ZIP_RECORDS):
+            _fail(f"has a zip comment that holds zip records (a second archive: Python's zipfile, "
+                  f"NumPy and PyTorch could read other members than these); {_HOSTILE}")
         end_at = self.size - len(tail) + end
         disk, cd_disk, here, count, cd_size, cd_at = struct.unpack('<HHHHII', tail[end + 4:end + 20])
         if end_at >= 20 and self.at(end_at - 20, 4) == b'PK\x06\x07':  # zip64 (PyTorch's writer
@@ -671,12 +719,18 @@ class _Zip:
             _fail(f"has a zip directory of {cd_size:,} bytes at {cd_at:,} that does not end where "
                   f"its end record starts ({end_at:,}); {_HOSTILE}")
         self.members, self.cd_at = {}, cd_at
-        directory, at = self.at(cd_at, cd_size), 0
+        directory, at, inflated = self.at(cd_at, cd_size), 0, 0
         for _ in range(count):
             m, at = self.entry(directory, at)
             if m.name in self.members:
                 _fail(f"has two members named {m.name}; {_HOSTILE}")
             self.members[m.name] = m
+            if m.method == 8:
+                inflated += m.size
+                if m.size > _INFLATION * m.packed + (1 << 16) or inflated > _MAX_INFLATED:
+                    _fail(f"has a member {m.name} that inflates {m.packed:,} bytes to {m.size:,} "
+                          f"(more than {_INFLATION} times, or past {_MAX_INFLATED >> 30} GiB in "
+                          f"all); {_HOSTILE}")
         if at != cd_size:
             _fail(f"has a zip directory of {cd_size:,} bytes holding {at:,} bytes of entries; "
                   f"{_HOSTILE}")
@@ -890,6 +944,8 @@ class _TorchFiles:
         if type(storage) is not _Storage:
             _fail(f"builds a tensor on something that is not one of its storages; {_HOSTILE}")
         size, stride = _count(size, 'size'), _count(stride, 'stride')
+        _indexable(size, storage.array.itemsize if type(storage) is _Storage else 1,
+                   'has a tensor of')
         if type(offset) is not int or not 0 <= offset < 1 << 62 or len(size) != len(stride):
             _fail(f"has a tensor of size {size}, stride {stride} at offset {_show(offset)} (each "
                   f"must be counts of 0 or more, one stride per dimension); {_HOSTILE}")
@@ -921,7 +977,7 @@ def _load_archive(f, weights_only):
     files = _TorchFiles(archive, m.name[:-len('data.pkl')])
     data = archive.read(m)
     if weights_only:
-        return _Grammar(bytes(data), files).run()
+        return _Grammar(bytes(data), files, archive.size).run()
     return _TrustedUnpickler(io.BytesIO(data), files).load()
 
 
@@ -1246,6 +1302,10 @@ def _encode(obj, arrays, names, path=''):
         return obj.item()
     sub = (path + '.') if path else ''
     if isinstance(obj, dict):
+        for k in obj:  # what load reads back (_key), and nothing else
+            if not (type(k) in (str, bool) or k is None or (type(k) is int and -_INT_KEY < k < _INT_KEY)):
+                raise TypeError(f"save: a dict key {k!r:.40} of type {type(k).__name__} (a "
+                                "checkpoint's keys are strings or integers below 2**60)")
         if all(isinstance(k, str) for k in obj):
             return {'__dict__': {k: _encode(v, arrays, names, sub + k) for k, v in obj.items()}}
         return {'__items__': [[_encode(k, arrays, names, sub + 'key'),
@@ -1407,6 +1467,8 @@ def _npy(name, m, archive):
     if (order == '|') != (dtype.itemsize == 1):
         _fail(f"has a member {name} with the byte order {order!r} for {dtype}; {_HOSTILE}")
     shape = tuple(int(n) for n in dims.split(',') if n.strip()) if dims else ()
+    if len(shape) <= 64:
+        _indexable(shape, dtype.itemsize, f"has its array {name} of")
     need = math.prod(shape) * dtype.itemsize
     if len(shape) > 64 or start + size + need != m.size:
         _fail(f"has its array {name}, which declares {shape} of {dtype} ({need:,} bytes) in a member of "
@@ -1517,6 +1579,8 @@ def load_safetensors(path):
             raise corrupt(f"{name[:60]!r} has data_offsets {str(offsets)[:40]}: not two counts")
         begin, end = offsets
         need = math.prod(shape) * np.dtype(_ST_DTYPES[code]).itemsize
+        if math.prod(n for n in shape if n) * np.dtype(_ST_DTYPES[code]).itemsize > _INDEX_LIMIT:
+            raise corrupt(f"{name[:60]!r} has shape {shape}: more elements than NumPy can index")
         if not begin <= end <= len(data) or end - begin != need:
             raise corrupt(f"{name[:60]!r}: offsets {begin}..{end} do not hold {tuple(shape)} of "
                           f"{code} within the {len(data):,} bytes of data")
