@@ -23,6 +23,7 @@ What this file uses of the engine: its public names, and the three that tinytorc
 section 19 lists for it (its _FOR_FILES): _rebuild_tensor (a tensor of a class over an
 array), _TENSOR_CLASSES (nn.py's Parameter, once nn.py is imported) and _cpu_only.
 """
+import errno
 import io
 import json
 import math
@@ -31,6 +32,7 @@ import pickle
 import re
 import reprlib
 import secrets
+import stat
 import struct
 import sys
 import zipfile
@@ -43,6 +45,32 @@ import tinytorch as tt
 from tinytorch import Size, Tensor, device
 
 fcntl = __import__('fcntl') if os.name == 'posix' else None  # a live save locks its temporary
+_NO_FOLLOW, _NO_BLOCK = getattr(os, 'O_NOFOLLOW', 0), getattr(os, 'O_NONBLOCK', 0)
+
+
+class NotARegularFile(OSError):
+    """A path that is a FIFO, a device, a folder (or, where links are not followed, a link):
+    no reader here opens it."""
+
+
+def open_regular(path, follow=True):
+    """path opened for reading in binary, only if it is a regular file: without blocking (a
+    FIFO would wait for a writer forever) and, with follow=False (a run folder's own
+    files), without following a link. Else NotARegularFile, one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NO_BLOCK | getattr(os, 'O_BINARY', 0)
+                     | (0 if follow else _NO_FOLLOW))
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:
+            raise NotARegularFile(f"{path} is a link, which a run folder's files never are; move "
+                                  "it aside") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file (a FIFO, a device or a folder)")
+    f = os.fdopen(fd, 'rb')
+    f.raw.name = os.fspath(path)  # as open() names it
+    return f
 
 
 # ---------------------------------------------------------------------------
@@ -1225,11 +1253,22 @@ def atomic_write(path, write):
 
 
 def _remove_if_unheld(tmp):
-    """Remove a temporary no running save holds (its save was killed)."""
+    """Remove a temporary no running save holds (its save was killed). One that is not a
+    regular file (a FIFO would block the open forever; a link leads outside the folder) is
+    refused in one line, never opened."""
+    try:
+        mode = os.lstat(tmp).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        what = 'a link' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a folder' \
+            if stat.S_ISDIR(mode) else 'a device or socket'
+        raise FileExistsError(f"save: {tmp} is a leftover temporary that is not a regular file "
+                              f"({what}); remove it to save")
     if fcntl is None:
         return
     try:
-        fd = os.open(tmp, os.O_RDONLY)
+        fd = os.open(tmp, os.O_RDONLY | _NO_FOLLOW | _NO_BLOCK)
     except OSError:
         return
     try:
@@ -1251,7 +1290,11 @@ def torch_load(f, map_location=None, pickle_module=None, *, weights_only=None, m
         tt._cpu_only(map_location, 'load')
     trusted = weights_only is not None and not weights_only
     if isinstance(f, (str, os.PathLike)):
-        with open(f, 'rb') as fh:
+        try:
+            fh = open_regular(f)
+        except NotARegularFile as e:
+            raise pickle.UnpicklingError(f"load: {e}: it holds no checkpoint") from None
+        with fh:
             return torch_load(fh, map_location, weights_only=not trusted)
     name = getattr(f, 'name', None)
     name = name if isinstance(name, str) else 'the file'
@@ -1389,7 +1432,11 @@ def load(path):
             return _decode(json.loads(metadata[_META]), {i: tensors[n] for i, n in enumerate(names)})
         except (KeyError, ValueError, TypeError, IndexError, RecursionError, _BadFile) as e:
             raise _bad_description(path, e) from None
-    with open(path, 'rb') as f:
+    try:
+        f = open_regular(path)
+    except NotARegularFile as e:
+        raise CheckpointError(f"{e}: it holds no checkpoint") from None
+    with f:
         if f.read(4) != b'PK\x03\x04':  # every .npz is a zip archive, which starts so
             raise CheckpointError(f"{path} is not a tinytorch checkpoint (neither a .npz archive "
                                   "nor a .safetensors file)")
@@ -1545,7 +1592,11 @@ def load_safetensors(path):
     def corrupt(why):  # one line, whatever the file's names hold (_one_line)
         return CheckpointError(_one_line(f"{path} is truncated or corrupt and cannot be "
                                             f"loaded ({why}); {_HOSTILE}"))
-    with open(path, 'rb') as f:
+    try:
+        f = open_regular(path)
+    except NotARegularFile as e:
+        raise CheckpointError(f"{e}: it holds no checkpoint") from None
+    with f:
         raw = f.read()
     if len(raw) < 8:
         raise corrupt(f"{len(raw)} bytes, fewer than the 8 of the header length")

@@ -8923,6 +8923,52 @@ def test_ctrl_c_during_a_save_leaves_no_temporary(tmp_path):
     assert os.listdir(tmp_path) == ['ck.pt'] and tt.load(path)['w'].tolist() == [1.0, 1.0]
 
 
+@pytest.mark.skipif(os.name == 'nt', reason="FIFOs and symlinks")
+def test_a_fifo_or_link_beside_a_save_or_in_place_of_a_file_is_refused_in_one_line_and_never_blocks(
+        tmp_path):
+    """Every save and every reader opens nothing that is not a regular file and follows no
+    link it did not mean to: a leftover temporary that is a FIFO or a link (to a file outside
+    the folder) is refused in one line, not opened (a FIFO blocked tt.save and nn.save
+    forever); a FIFO in place of a checkpoint is refused by each reader; the files outside
+    the folder are unchanged, byte for byte."""
+    import zlib
+    victim = tmp_path / 'victim.txt'
+    victim.write_bytes(b'keep me')
+    code = [f"import os, sys; sys.path.insert(0, {HERE!r}); import tinytorch as tt, nn",
+            "def tried(f, *args):",
+            "    try:",
+            "        f(*args)",
+            "        print('ok')",
+            "    except (OSError, pickle.UnpicklingError, nn.CheckpointError) as e:",
+            "        print(type(e).__name__ + ': ' + str(e))",
+            "import pickle"]
+    for kind in ('fifo', 'link'):
+        for name, save in (('ck.pt', 'tt.save'), ('ck.npz', 'nn.save'), ('w.safetensors', 'nn.save')):
+            run = tmp_path / f'{kind}_{name}'
+            run.mkdir()
+            tmp = run / f'.{name}.{zlib.crc32(name.encode()):08x}0123abcd.tmp'
+            os.mkfifo(tmp) if kind == 'fifo' else os.symlink('../victim.txt', tmp)
+            code.append(f"tried({save}, {{'w': tt.ones(2)}}, {str(run / name)!r})")
+    for name, load in (('ck.pt', 'tt.load'), ('ck.npz', 'nn.load'), ('w.safetensors', 'nn.load'),
+                       ('x.safetensors', 'nn.load_safetensors')):
+        os.mkfifo(tmp_path / f'pipe_{name}')
+        code.append(f"tried({load}, {str(tmp_path / f'pipe_{name}')!r})")
+    r = subprocess.run([sys.executable, '-c', '\n'.join(code)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 10, r.stdout
+    for line in lines[:6]:
+        assert re.fullmatch(r"FileExistsError: save: .*/\.(ck\.pt|ck\.npz|w\.safetensors)\.[0-9a-f]{8}0123abcd"
+                            r"\.tmp is a leftover temporary that is not a regular file \((a FIFO|a link)"
+                            r"\); remove it to save", line), line
+    for line, error in zip(lines[6:], ('UnpicklingError: load: ', 'CheckpointError: ',
+                                       'CheckpointError: ', 'CheckpointError: ')):
+        assert line.startswith(error) and line.endswith(
+            "is not a regular file (a FIFO, a device or a folder): it holds no checkpoint"), line
+    assert victim.read_bytes() == b'keep me'
+
+
 _SLOW_SAVER = """
 import sys, time
 sys.path.insert(0, {here!r})
@@ -14923,6 +14969,50 @@ def test_charlm_bpe_tokenizer_saves_its_merges_and_reports_the_loss_per_characte
     assert r.returncode == 2 and r.stderr.strip() == (
         "error: --vocab-size 255 is out of range: byte-level BPE has 256 byte tokens before "
         "its first merge; use 256 or more")
+
+
+@pytest.mark.skipif(os.name == 'nt', reason="FIFOs and symlinks")
+def test_charlm_run_folder_follows_no_link_and_opens_no_fifo(corpus, tmp_path):
+    """Links planted in a run folder (.write-test -> ../victim.txt, merges.txt -> ...) leave
+    every file outside it byte for byte unchanged (--resume truncated or overwrote them);
+    a FIFO named like a leftover temporary, or metrics.csv as a link, is refused in one line
+    (exit 2) and never blocks."""
+    import zlib
+    run = tmp_path / "run"
+    r = run_charlm(corpus, *TINY, '--tokenizer', 'bpe', '--vocab-size', '270', '--steps', '2',
+                   '--eval-interval', '2', '--length', '0', '--out-dir', str(run))
+    assert r.returncode == 0, r.stderr
+    victims = {name: tmp_path / name for name in ('victim.txt', 'victim2.txt')}
+    for v in victims.values():
+        v.write_bytes(b'keep me')
+    os.symlink('../victim.txt', run / '.write-test')
+    os.remove(run / 'merges.txt')
+    os.symlink('../victim2.txt', run / 'merges.txt')
+    r = run_charlm(corpus, '--resume', '--steps', '4', '--length', '0', '--out-dir', str(run))
+    assert r.returncode == 0 and "finished 4 steps" in r.stdout, r.stderr
+    assert all(v.read_bytes() == b'keep me' for v in victims.values())
+    import tokens
+    assert not os.path.islink(run / 'merges.txt')
+    assert [list(m) for m in tokens.BPE.load(run / 'merges.txt').merges] == \
+        nn.load(run / 'ckpt.npz')['vocab']['bpe_merges']
+    for planted, match in (
+            ('fifo', r"error: .*/\.ckpt\.npz\.[0-9a-f]{8}0123abcd\.tmp is a leftover temporary that "
+                     r"is not a regular file \(a FIFO\); remove it to save"),
+            ('metrics', r"error: .*metrics\.csv is a link, which a run folder's files never are; "
+                        r"move it aside")):
+        if planted == 'fifo':
+            tmp = run / f'.ckpt.npz.{zlib.crc32(b"ckpt.npz"):08x}0123abcd.tmp'
+            os.mkfifo(tmp)
+        else:
+            os.remove(tmp)
+            os.replace(run / 'metrics.csv', tmp_path / 'victim3.csv')
+            os.symlink('../victim3.csv', run / 'metrics.csv')
+            before = (tmp_path / 'victim3.csv').read_bytes()
+        r = run_charlm(corpus, '--resume', '--steps', '6', '--length', '0', '--out-dir', str(run),
+                       timeout=60)
+        assert r.returncode == 2 and re.fullmatch(match, r.stderr.strip()), r.stderr
+    assert (tmp_path / 'victim3.csv').read_bytes() == before
+    assert nn.load(run / 'ckpt.npz')['step'] == 4
 
 
 def test_charlm_profile_prints_one_step_and_writes_nothing(corpus, tmp_path):

@@ -78,11 +78,15 @@ class BPE:
         return b''.join(self.pieces[int(i)] for i in ids).decode('utf-8', errors='replace')
 
     def save(self, path):
-        """One merge a line: 'left right' ids, then the merged bytes as Python writes them."""
+        """One merge a line: 'left right' ids, then the merged bytes as Python writes them
+        (to a path, or into a binary file: files.atomic_write's)."""
+        text = "# tinytorch byte-level BPE: one merge a line, token 256 first\n" + ''.join(
+            f"{a} {b}  # {256 + k} = {self.pieces[256 + k]!r}\n" for k, (a, b) in enumerate(self.merges))
+        if hasattr(path, 'write'):
+            path.write(text.encode('utf-8'))
+            return
         with open(path, 'w', encoding='utf-8') as f:
-            f.write("# tinytorch byte-level BPE: one merge a line, token 256 first\n")
-            for k, (a, b) in enumerate(self.merges):
-                f.write(f"{a} {b}  # {256 + k} = {self.pieces[256 + k]!r}\n")
+            f.write(text)
 
     @classmethod
     def load(cls, path):
