@@ -7885,6 +7885,16 @@ def test_bpe_refuses_a_vocabulary_below_the_bytes_and_a_bad_merges_file(tmp_path
     (tmp_path / 'm.txt').write_text("97 97\n256 999\n")
     with pytest.raises(ValueError, match=r"m.txt, line 2: not a merge of two earlier tokens"):
         tokens.BPE.load(tmp_path / 'm.txt')
+    doubling = [(0, 0)] + [(256 + k, 256 + k) for k in range(100)]  # token 256 + k: 2**(k+1) bytes
+    (tmp_path / 'd.txt').write_text(''.join(f"{a} {b}\n" for a, b in doubling))
+    started = _time.time()
+    for make in (lambda: tokens.BPE(doubling), lambda: tokens.BPE.load(tmp_path / 'd.txt')):
+        with pytest.raises(ValueError, match=r"^merge 20 makes a token of 2,097,152 bytes and the "
+                                             r"tokens 4,194,558 bytes in all \(a BPE's tokens take "
+                                             r"at most 1 MiB each, 16 MiB in all\)"):
+            make()
+    assert _time.time() - started < 1  # (it took 2 GiB, then a MemoryError)
+    assert len(tokens.BPE([(97, 97)] + [(256 + k, 256 + k) for k in range(18)]).pieces[-1]) == 2 ** 19
 
 
 # ---------------------------------------------------------------------------

@@ -32,12 +32,35 @@ def _merge(ids, pair, new):
     return np.delete(out, at + 1)
 
 
+MAX_TOKEN_BYTES, MAX_TOKENS_BYTES = 1 << 20, 1 << 24  # a token's bytes; all tokens' together
+
+
+def expanded_bytes(merges):
+    """The bytes all the tokens of these merges take, counted before any is made: merges
+    from a file may double a token each time ([0, 0], [256, 256], [257, 257], ...: 2**60
+    bytes after 60 merges). A token of more than 1 MiB, or tokens of more than 16 MiB in
+    all (real vocabularies take kilobytes), is one ValueError line."""
+    lengths, total = [1] * 256, 256
+    for k, (a, b) in enumerate(merges):
+        if not (0 <= a < 256 + k and 0 <= b < 256 + k):
+            raise ValueError(f"merge {k} ({a}, {b}) is not of two earlier tokens")
+        lengths.append(lengths[a] + lengths[b])
+        total += lengths[-1]
+        if lengths[-1] > MAX_TOKEN_BYTES or total > MAX_TOKENS_BYTES:
+            raise ValueError(f"merge {k} makes a token of {lengths[-1]:,} bytes and the tokens "
+                             f"{total:,} bytes in all (a BPE's tokens take at most "
+                             f"{MAX_TOKEN_BYTES >> 20} MiB each, {MAX_TOKENS_BYTES >> 20} MiB in "
+                             "all): not a vocabulary learned from text")
+    return total
+
+
 class BPE:
     """A byte-level BPE tokenizer: `merges` is the list of (left, right) token-id pairs;
     merge k makes token 256 + k."""
 
     def __init__(self, merges):
         self.merges = [tuple(int(t) for t in m) for m in merges]
+        expanded_bytes(self.merges)  # before any token is made
         self.pieces = [bytes([i]) for i in range(256)]  # token id -> its bytes
         for a, b in self.merges:
             self.pieces.append(self.pieces[a] + self.pieces[b])

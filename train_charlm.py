@@ -567,6 +567,10 @@ def check_checkpoint(ck, path, tail=NOT_OURS):
                     isinstance(t, WHOLE) and not isinstance(t, bool) and 0 <= t < 256 + i
                     for t in m) for i, m in enumerate(merges)):
             bad(f"its vocab {show(vocab)} is not a BPE's merges (pairs of earlier tokens)")
+        try:
+            tokens.expanded_bytes(merges)
+        except ValueError as e:
+            bad(f"its BPE's {e}")
         size = ck.get('config', {}).get('vocab_size', 256 + len(merges))
         if size != 256 + len(merges):
             bad(f"its BPE has {256 + len(merges):,} tokens, its config says vocab_size "
