@@ -1416,6 +1416,28 @@ def _unique(names):
     return out
 
 
+def _one_way_out(reader):
+    """reader's every failure is one CheckpointError line naming the file (a missing file
+    aside: FileNotFoundError, as open's): whatever NumPy or Python raise inside it."""
+    def read(path, *args):
+        name = getattr(path, 'name', path)  # a path, or a file read_npz is given
+        try:
+            return reader(path, *args)
+        except (CheckpointError, FileNotFoundError):
+            raise
+        except _BadFile as e:
+            raise CheckpointError(f"{name} {e}") from None
+        except MemoryError:
+            raise CheckpointError(f"{name} declares arrays larger than the memory; {_HOSTILE}") \
+                from None
+        except Exception as e:  # noqa: BLE001 (the one way out)
+            raise CheckpointError(_one_line(f"{name} cannot be read ({type(e).__name__}: "
+                                            f"{str(e)[:200]}); {_HOSTILE}")) from None
+    read.__name__, read.__doc__, read.__wrapped__ = reader.__name__, reader.__doc__, reader
+    return read
+
+
+@_one_way_out
 def load(path):
     """Read what save() wrote. Never unpickles, so an untrusted file cannot run code."""
     path = str(path)
@@ -1481,6 +1503,7 @@ _NPY_HEADER = re.compile(r"\{'descr': '([<>|])([a-z][0-9]{1,2})', 'fortran_order
                          r"'shape': \(((?:[0-9]{1,19}, )*[0-9]{1,19},?)?\), \} *\n")
 
 
+@_one_way_out
 def read_npz(f):
     """name -> array for every member of an .npz (each must be an .npy), read strictly."""
     archive = _Zip(f)
@@ -1585,6 +1608,7 @@ def _count_list(v):
     return type(v) is list and len(v) <= 64 and all(type(n) is int and 0 <= n < 1 << 62 for n in v)
 
 
+@_one_way_out
 def load_safetensors(path):
     """Read a .safetensors file: (name -> NumPy array, metadata dict). bfloat16 tensors
     come back as float32 (NumPy has no bfloat16). Every field of the header is checked:

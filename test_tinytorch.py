@@ -8854,6 +8854,29 @@ def test_nn_load_refuses_names_two_keys_map_to_and_members_that_are_not_arrays(t
     assert _time.time() - started < 5
 
 
+def test_every_reader_has_one_way_out_whatever_numpy_or_python_raise_inside(tmp_path, monkeypatch):
+    """nn.load (.npz, .safetensors), load_safetensors and read_npz: a failure inside them
+    that no check foresaw is still that reader's one CheckpointError line naming the file
+    (never NumPy's or Python's raw exception); tt.load's is one UnpicklingError line."""
+    nn.save({'w': tt.ones(2)}, tmp_path / 'a.npz')
+    nn.save({'w': tt.ones(2)}, tmp_path / 'a.safetensors')
+
+    def unforeseen(a):
+        raise ValueError("something NumPy says\nover two lines")
+    monkeypatch.setattr(files, '_owned', unforeseen)
+    for read, path in ((nn.load, 'a.npz'), (nn.load, 'a.safetensors'),
+                       (nn.load_safetensors, 'a.safetensors'),
+                       (lambda p: files.read_npz(open(p, 'rb')), 'a.npz')):
+        with pytest.raises(nn.CheckpointError) as e:
+            read(str(tmp_path / path))
+        assert str(e.value) == (f"{tmp_path / path} cannot be read (ValueError: something NumPy "
+                                "says\\nover two lines); the file is damaged or was made to "
+                                "attack: do not use it")
+    tt.save({'w': tt.ones(2)}, tmp_path / 'a.pt')
+    monkeypatch.setattr(files, '_make_tensor', lambda *a: unforeseen(None))
+    _refused(str(tmp_path / 'a.pt'), r"\(ValueError: something NumPy says over two lines\)")
+
+
 def test_safetensors_headers_each_malformed_field_in_one_line(tmp_path):
     def file(name, header, data=b''):
         text = header if isinstance(header, bytes) else json.dumps(header).encode()
@@ -14788,6 +14811,41 @@ def test_from_hf_refuses_another_activation_in_one_line(trained_run, tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr == (f"error: {hf}: tinytorch reads GPT-2 models with the exact GELU "
                             f"(activation_function 'gelu'); this one has {says}\n")
+    assert not (tmp_path / 'back').exists()
+
+
+@pytest.mark.skipif(os.name == 'nt', reason="FIFOs")
+def test_from_hf_refuses_shapes_numpy_cannot_index_and_fifos_in_one_line(trained_run, tmp_path):
+    """A tensor of shape [0, 2**61, 2**61] in model.safetensors (product 0, so the byte
+    checks agree; NumPy cannot make it) and a FIFO as config.json: exit 2, one line each
+    (a traceback and a wait forever before)."""
+    hf = tmp_path / 'hf'
+    assert run_export(trained_run / 'run' / 'ckpt.npz', '--to', 'hf', hf).returncode == 0
+    raw = (hf / 'model.safetensors').read_bytes()
+    n = int.from_bytes(raw[:8], 'little')
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k in header if k != '__metadata__')
+    begin = header[name]['data_offsets'][0]
+    header[name] = {'dtype': 'F32', 'shape': [0, 2 ** 61, 2 ** 61], 'data_offsets': [begin, begin]}
+    data = raw[8 + n:]
+    old = json.loads(raw[8:8 + n])[name]['data_offsets']
+    for k, v in header.items():  # the tensors after it move down
+        if k != '__metadata__' and v['data_offsets'][0] > begin:
+            v['data_offsets'] = [o - (old[1] - old[0]) for o in v['data_offsets']]
+    text = json.dumps(header).encode()
+    (hf / 'model.safetensors').write_bytes(len(text).to_bytes(8, 'little') + text + data[:old[0]]
+                                           + data[old[1]:])
+    r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
+    assert re.fullmatch(r"error: .*: cannot read it \(CheckpointError: .*model\.safetensors is "
+                        r"truncated or corrupt and cannot be loaded \('.*' has shape \[0, "
+                        r"2305843009213693952, 2305843009213693952\]: more elements than NumPy can "
+                        r"index\).*\n", r.stderr), r.stderr
+    os.remove(hf / 'config.json')
+    os.mkfifo(hf / 'config.json')
+    r = run_export('--from-hf', hf, '--out-dir', tmp_path / 'back')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and "is not a regular file" in r.stderr, \
+        r.stderr
     assert not (tmp_path / 'back').exists()
 
 
