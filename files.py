@@ -278,6 +278,7 @@ class _Grammar:
         self.size = len(data) if size is None else size
         self.spent, self.budget = 0, _PER_BYTE * min(self.size, _MAX_PICKLE) + _FLOOR
         self.made = [0, len(data) + 1024]  # bytes of arrays made / the most the pickle allows
+        self.objects = {}  # id -> an object of a listed class this pickle made (BUILD sets it)
 
     def spend(self, units):
         self.spent += units
@@ -383,7 +384,7 @@ class _Grammar:
                 if len(self.stack) != 1 or self.marks:
                     _fail(f"stops with {len(self.stack)} values on its stack; {_HOSTILE}")
                 result = self.value(self.stack[0])
-                _check_depth(result, self.budget // 4)
+                _check_depth(result, self.budget // 4, self.objects)
                 if self.at != len(self.data):
                     _fail(f"has {len(self.data) - self.at:,} bytes after its pickle's end; {_HOSTILE}")
                 return result
@@ -553,10 +554,15 @@ class _Grammar:
     def push_global(self, module, name):
         make = _MAKERS.get((module, name))
         if make is None:
-            _fail(f"holds a pickled {module:.100}.{name:.100} (a whole model saved with "
-                  f"save(model), or other code), and weights_only=True loads only tensors, "
-                  f"numbers, strings and containers; if you trust the file, pass "
-                  f"weights_only=False")
+            listed = _listed(module, name)
+            if listed is None:
+                _fail(f"holds a pickled {module:.100}.{name:.100} (a whole model saved with "
+                      f"save(model), or other code), and weights_only=True loads only tensors, "
+                      f"numbers, strings, containers and the classes you list: if you trust "
+                      f"{name:.100}, list it with torch.serialization.add_safe_globals([{name:.100}]) "
+                      f"or load inside torch.serialization.safe_globals([{name:.100}]); if you "
+                      f"trust the file, pass weights_only=False")
+            make = _Make('listed', listed)
         self.push(make)
 
     def binpersid(self):
@@ -599,11 +605,16 @@ class _Grammar:
             return self.push(_Box('dtype', args[0]))
         if kind == 'scalar' and n == 2 and isinstance(args[0], np.dtype) and type(args[1]) is bytes:
             return self.push(_array_from(args[1], args[0], (), False, self.made)[()])
+        if kind == 'listed':  # a class or function the user listed: called, as PyTorch does
+            return self.push(self.made_object(make.arg(*args)))
         _fail(f"calls {kind} with arguments {_show(args)}, a form no save writes; {_HOSTILE}")
 
     def newobj(self):
         self.spend(_OBJECT)
         args, make = self.args(), self.pop()
+        if type(make) is _Make and make.kind == 'listed' and type(args) is tuple and \
+                isinstance(make.arg, type) and not issubclass(make.arg, Tensor):
+            return self.push(self.made_object(make.arg.__new__(make.arg, *args)))  # PyTorch's rule
         if type(make) is _Make and type(args) is tuple:
             if make.kind == 'Size' and len(args) == 1:
                 return self.push(Size(_count(args[0], 'size')))
@@ -612,9 +623,27 @@ class _Grammar:
         what = make.arg if type(make) is _Make and make.kind == 'class' else 'an object'
         _fail(f"makes {what} without its fields (NEWOBJ), which no save writes; {_HOSTILE}")
 
+    def made_object(self, obj):
+        if type(obj) not in (tuple, list, dict, _OrderedDict, str, bytes, int, float, bool) \
+                and obj is not None and not isinstance(obj, Tensor):
+            self.objects[id(obj)] = obj  # a listed class's object: BUILD may set its state
+        return obj
+
     def build(self):
         self.spend(_OBJECT)
         state, obj = self.value(self.pop()), self.pop()
+        if id(obj) in self.objects:  # PyTorch's rule: __setstate__, else the instance dict
+            setstate = getattr(obj, '__setstate__', None)
+            if setstate is not None and getattr(type(obj), '__setstate__', None) is not \
+                    getattr(object, '__setstate__', None):
+                setstate(state)
+            elif type(state) is dict and all(type(k) is str for k in state) and \
+                    hasattr(obj, '__dict__'):
+                obj.__dict__.update(state)
+            else:
+                _fail(f"sets the fields of a {type(obj).__name__:.100} from {_show(state)}, which "
+                      f"is not its instance dict; {_HOSTILE}")
+            return self.stack.append(obj)
         if type(obj) is _Box and obj.value is None:
             if obj.kind == 'dtype':
                 obj.value = _old_dtype(obj.arg, state)
@@ -638,6 +667,52 @@ class _Grammar:
         _fail(f"sets the fields of {what} (BUILD), which no save writes; {_HOSTILE}")
 
 
+# ---------------------------------------------------------------------------
+# safe globals: the classes and functions a user lists for weights_only loading (PyTorch's
+# torch.serialization.add_safe_globals / safe_globals / get_safe_globals / clear_safe_globals)
+# ---------------------------------------------------------------------------
+_SAFE_GLOBALS = []
+
+
+def add_safe_globals(safe_globals):
+    """List classes or functions (or (object, 'module.name') pairs) that load() with
+    weights_only=True may build: a class by __new__ then its __setstate__ or instance
+    dict, a function called, always with values of the grammar."""
+    _SAFE_GLOBALS.extend(safe_globals)
+
+
+def get_safe_globals():
+    return list(_SAFE_GLOBALS)
+
+
+def clear_safe_globals():
+    _SAFE_GLOBALS.clear()
+
+
+class safe_globals:
+    """with safe_globals([MyModel, nn.Linear]): the classes listed only inside the block."""
+
+    def __init__(self, safe_globals):
+        self.listed, self.before = list(safe_globals), None
+
+    def __enter__(self):
+        self.before = list(_SAFE_GLOBALS)
+        _SAFE_GLOBALS.extend(self.listed)
+
+    def __exit__(self, *exc):
+        _SAFE_GLOBALS[:] = self.before
+
+
+def _listed(module, name):
+    """The listed object a GLOBAL module.name names, or None."""
+    for entry in _SAFE_GLOBALS:
+        obj, full = entry if type(entry) is tuple else \
+            (entry, f"{getattr(entry, '__module__', '')}.{getattr(entry, '__qualname__', '')}")
+        if full == f"{module}.{name}":
+            return obj
+    return None
+
+
 def _no_hooks(h):
     if not (type(h) in (dict, _OrderedDict) and not h):
         _fail(f"has a tensor with backward hooks {_show(h)} (a save writes an empty OrderedDict); "
@@ -652,7 +727,7 @@ def _device(kind, index=None):
     return device(kind, index)
 
 
-def _check_depth(result, limit):
+def _check_depth(result, limit, objects=()):
     """The loaded value nests at most _MAX_DEPTH containers, holds no cycle, and written out
     with every shared value repeated (as print, save and a walk see it) has at most `limit`
     values: each container's height and expanded size are found once (an iterative walk,
@@ -661,12 +736,12 @@ def _check_depth(result, limit):
     height, size, todo = {}, {}, [(result, False)]
     while todo:
         v, children_done = todo.pop()
-        if type(v) not in (tuple, list, dict, _OrderedDict):
+        if type(v) not in (tuple, list, dict, _OrderedDict) and id(v) not in objects:
             continue
         if children_done:
-            inside = _inside(v)
+            inside = list(_inside(v))
             height[id(v)] = h = 1 + max((height.get(id(x), 0) for x in inside), default=0)
-            size[id(v)] = n = 1 + len(v) + sum(size.get(id(x), 0) for x in inside)
+            size[id(v)] = n = 1 + len(inside) + sum(size.get(id(x), 0) for x in inside)
             if h > _MAX_DEPTH:
                 _fail(f"nests containers more than {_MAX_DEPTH} deep; {_HOSTILE}")
             if n > limit:
@@ -682,6 +757,8 @@ def _check_depth(result, limit):
 
 
 def _inside(v):
+    if type(v) not in (tuple, list, dict, _OrderedDict):  # a listed class's object
+        return list(getattr(v, '__dict__', {}).values())
     if type(v) in (dict, _OrderedDict):
         return [*v.values(), *vars(v).values()] if type(v) is _OrderedDict else v.values()
     return v
@@ -1174,17 +1251,93 @@ class _Writer:
         self.op(b'r', struct.pack('<I', self.memo[id(t)][0]))
 
 
+class _Named:
+    """A name PyTorch's data.pkl holds (torch._utils._rebuild_tensor_v2, torch.FloatStorage)
+    that this process need not be able to import: _ObjectPickler writes it as its GLOBAL."""
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def __call__(self, *args):  # (pickle writes only what is callable as a REDUCE's function)
+        raise TypeError(f"{self.module}.{self.name} is a name written into a file, not called")
+
+
+class _StorageRef:
+    def __init__(self, key, array):
+        self.key, self.array = key, array
+
+
+_REBUILD_TENSOR = _Named('torch._utils', '_rebuild_tensor_v2')
+_REBUILD_PARAMETER = _Named('torch._utils', '_rebuild_parameter')
+_STORAGE_TYPES = {d: _Named('torch', s) for d, s in _STORAGE_NAMES.items()}
+_ORDERED_DICT = _Named('collections', 'OrderedDict')
+
+
+class _PlainTensor:
+    """A Parameter's data as _rebuild_parameter's first argument: a plain tensor."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class _ObjectPickler(pickle._Pickler):
+    """data.pkl for an object outside the grammar (a whole model), as torch.save pickles
+    it: pickle's protocol 2 (each object its class's GLOBAL, NEWOBJ, then its state by
+    BUILD), every tensor _rebuild_tensor_v2 (or _rebuild_parameter) over a storage that
+    is a persistent id (the storages beside data.pkl). Python's own pickler, with
+    PyTorch's names written as they are (torch need not be importable here)."""
+
+    def __init__(self, fh, storages):
+        super().__init__(fh, protocol=2)
+        self.storages = storages  # id(array) -> (key, array), as _Writer's
+
+    def persistent_id(self, obj):
+        if type(obj) is _StorageRef:
+            a = obj.array
+            return ('storage', _STORAGE_TYPES[a.dtype], obj.key, 'cpu', a.size)
+        return None
+
+    def reducer_override(self, obj):
+        if type(obj) is _PlainTensor or isinstance(obj, Tensor) and \
+                type(obj) in (Tensor, tt._TENSOR_CLASSES.get('Parameter')) and \
+                obj.array.dtype in _STORAGE_NAMES:
+            t = obj.tensor if type(obj) is _PlainTensor else obj
+            if type(obj) is not _PlainTensor and type(t) is not Tensor:  # a Parameter
+                return _REBUILD_PARAMETER, (_PlainTensor(t), bool(t.requires_grad), _OrderedDict())
+            a = t.array
+            key = self.storages.setdefault(id(a), (str(len(self.storages)), a))[0]
+            stride = tuple(math.prod(a.shape[i + 1:]) for i in range(a.ndim))  # C order
+            return _REBUILD_TENSOR, (_StorageRef(key, a), 0, tuple(a.shape), stride,
+                                     bool(t.requires_grad) and type(obj) is Tensor, _OrderedDict())
+        return NotImplemented
+
+    def save_global(self, obj, name=None):
+        if type(obj) is _Named:
+            self.write(b'c' + f'{obj.module}\n{obj.name}\n'.encode())
+            return self.memoize(obj)
+        return super().save_global(obj, name)
+
+    dispatch = {**pickle._Pickler.dispatch, _Named: save_global}
+
+
 def _write_archive(obj, fh):
     """PyTorch's zip format: archive/data.pkl, archive/byteorder, archive/data/<key> (the
-    storages' bytes, little-endian, C order), archive/version."""
-    w = _Writer()
-    w.op(b'\x80\x02')
-    w.write(obj)
-    w.op(b'.')
+    storages' bytes, little-endian, C order), archive/version. data.pkl is written by
+    _Writer for what the grammar holds, by _ObjectPickler for anything else."""
+    if _in_grammar(obj):
+        w = _Writer()
+        w.op(b'\x80\x02')
+        w.write(obj)
+        w.op(b'.')
+        data, storages = b''.join(w.out), w.storages
+    else:
+        out, storages = io.BytesIO(), {}
+        _ObjectPickler(out, storages).dump(obj)
+        data = out.getvalue()
     with zipfile.ZipFile(fh, 'w', zipfile.ZIP_STORED) as z:
-        z.writestr('archive/data.pkl', b''.join(w.out))
+        z.writestr('archive/data.pkl', data)
         z.writestr('archive/byteorder', b'little')
-        for key, a in w.storages.values():
+        for key, a in storages.values():
             raw = np.ascontiguousarray(a, a.dtype.newbyteorder('<'))
             with z.open(f'archive/data/{key}', 'w', force_zip64=raw.nbytes >= 1 << 31) as out:
                 out.write(memoryview(raw.reshape(-1)).cast('B'))
@@ -1192,15 +1345,13 @@ def _write_archive(obj, fh):
 
 
 def torch_save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True):
-    """torch.save: obj to a path or a binary file. A state_dict, an optimizer's, a dict of
-    tensors, numbers and strings is written in PyTorch's zip format (torch.load reads it);
-    anything else (a whole model, a NumPy array) as one plain pickle, which load() reads
-    with weights_only=False only (NumPy arrays aside). To a path atomically: a kill or a
-    crash in the middle leaves the old file or the new one, never half of one."""
-    if _in_grammar(obj):
-        write = lambda fh: _write_archive(obj, fh)  # noqa: E731
-    else:
-        write = lambda fh: pickle.dump(obj, fh, protocol=max(pickle_protocol, 4))  # noqa: E731
+    """torch.save: obj to a path or a binary file, in PyTorch's zip format (torch.load
+    reads it). A state_dict, an optimizer's, a dict of tensors, numbers and strings loads
+    back with the default weights_only=True; anything else (a whole model: pickled with
+    its classes, as PyTorch does) only with those classes listed in safe_globals, or with
+    weights_only=False. To a path atomically: a kill or a crash in the middle leaves the
+    old file or the new one, never half of one."""
+    write = lambda fh: _write_archive(obj, fh)  # noqa: E731
     if isinstance(f, (str, os.PathLike)):
         return atomic_write(f, write)
     write(f)

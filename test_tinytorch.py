@@ -2869,6 +2869,78 @@ def test_save_and_load_refuse_pickled_code_unless_asked(tmp_path):
         tt.load(str(tmp_path / 'c.npz'))
 
 
+class _WholeModel(nn.Module):
+    """A model a program saves whole (torch.save(model)), as pytorch/examples' word language
+    model does, and loads inside torch.serialization.safe_globals([...])."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+        self.scale = 2.0
+        self.tied = self.body[0].weight  # one Parameter reached twice: one object on load
+
+    def forward(self, x):
+        return self.body(x) * self.scale
+
+
+def test_a_whole_model_saved_with_save_loads_under_safe_globals_and_trains_on(tmp_path):
+    """torch.save(model) writes PyTorch's zip (data.pkl, a storage per array); tt.load with
+    weights_only builds an object only of a class listed with serialization.safe_globals /
+    add_safe_globals (PyTorch's rules: __new__, then __setstate__ or the instance dict, from
+    values of the grammar); an unlisted class gets one line naming what to add."""
+    serialization = tt.serialization
+    tt.manual_seed(0)
+    model, path = _WholeModel(), str(tmp_path / 'model.pt')
+    tt.save(model, path)
+    names = _zipfile.ZipFile(path).namelist()
+    assert names[0] == 'archive/data.pkl' and 'archive/data/0' in names and 'archive/version' in names
+    classes = [_WholeModel, nn.Sequential, nn.Linear, nn.ReLU]
+    serialization.clear_safe_globals()
+    assert serialization.get_safe_globals() == []
+    for listed, missing in (([], '_WholeModel'), (classes[:1], 'Sequential')):
+        with serialization.safe_globals(listed):
+            msg = _refused(path, rf"holds a pickled [\w.]+\.{missing} \(a whole model")
+        assert f"add_safe_globals([{missing}])" in msg and msg.endswith("pass weights_only=False")
+    x = tt.randn(5, 3)
+    with serialization.safe_globals(classes):
+        assert serialization.get_safe_globals() == classes
+        back = tt.load(path)
+    assert serialization.get_safe_globals() == []
+    assert type(back) is _WholeModel and back.tied is back.body[0].weight and back.scale == 2.0
+    assert isinstance(back.body[0].weight, nn.Parameter) and back.body[0].weight.requires_grad
+    np.testing.assert_array_equal(back(x).detach().array, model(x).detach().array)
+    opt = optim.SGD(back.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):  # it trains on
+        opt.zero_grad()
+        loss = back(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[2] < losses[0]
+    np.testing.assert_array_equal(model.body[0].weight.array, tt.load(path, weights_only=False).body[0].weight.array)
+    serialization.add_safe_globals(classes)
+    try:
+        assert type(tt.load(path, weights_only=True)) is _WholeModel
+    finally:
+        serialization.clear_safe_globals()
+    _refused(path, r"holds a pickled [\w.]+\._WholeModel")
+
+
+def test_pytorch_loads_a_whole_model_tt_save_wrote_under_its_safe_globals(tmp_path):
+    """The file torch.save(model) writes in tinytorch is PyTorch's format: PyTorch reads it
+    with weights_only=True when the classes are listed, as it reads its own."""
+    torch = need_torch()
+    tt.manual_seed(0)
+    model, path = _WholeModel(), str(tmp_path / 'model.pt')
+    tt.save(model, path)
+    with torch.serialization.safe_globals([_WholeModel, nn.Sequential, nn.Linear, nn.ReLU]):
+        back = torch.load(path, weights_only=True)
+    assert type(back) is _WholeModel and back.scale == 2.0 and back.tied is back.body[0].weight
+    assert isinstance(back.body[0].weight, torch.nn.Parameter)
+    np.testing.assert_array_equal(back.body[2].bias.detach().numpy(), model.body[2].bias.array)
+
+
 def test_tensor_as_tensor_empty_and_normal_take_torchs_arguments():
     assert tt.tensor([1, 2], dtype=tt.int64, device='cpu', pin_memory=False).tolist() == [1, 2]
     with pytest.raises(RuntimeError, match="tensor: device 'cuda' is not available"):
