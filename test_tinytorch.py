@@ -10,7 +10,10 @@
   learn.py (the exercises: start, check, hint, diff; its anchors)
   lookinside.py (draw_graph, grad_path, profile, detect_anomaly)
   conformance with PyTorch (every public op against PyTorch, when it is installed)
-  the differential fuzzer against PyTorch (random programs; `python test_tinytorch.py fuzz`)
+  the differential fuzzer's tests (the fuzzer itself: `python dev/fuzz.py`)
+
+The tools that check the project live in dev/: the differential fuzzer (dev/fuzz.py), the
+loader fuzzer (dev/loadfuzz.py), planted bugs (dev/mutants.py); dev_tool() imports them.
 
 Tests that compare with PyTorch carry 'pytorch' in their names (CI runs them with
 `pytest -k pytorch` once PyTorch is installed); no other test does."""
@@ -66,6 +69,22 @@ def need_torch():
 
 def check(fn, *inputs):
     assert tt.gradcheck(fn, list(inputs))
+
+
+def dev_tool(name):
+    """dev/<name>.py, one of the tools that check the project (the fuzzers), imported by its
+    path: the tests of a tool live here beside the tests of what it checks."""
+    import importlib.util
+    key = f'dev_{name}'
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, 'dev', f'{name}.py'))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+fuzzer = dev_tool('fuzz')  # the differential fuzzer (its tests: the end of this file)
 
 
 def test_only_comparisons_with_pytorch_carry_its_name():
@@ -662,7 +681,8 @@ def _ops_in_graph(out):
 _PROJECT_FILES = ('tinytorch.py', 'compat.py', 'tuning.py', 'lookinside.py', 'files.py', 'nn.py',
                   'optim.py', 'amp.py', 'data.py', 'distributions.py', 'transformer.py',
                   'compress.py', 'tokens.py', 'train_linear.py', 'train_charlm.py',
-                  'train_digits.py', 'export.py', 'bench.py')
+                  'train_digits.py', 'export.py', 'bench.py',
+                  'dev/fuzz.py', 'dev/loadfuzz.py', 'dev/mutants.py')
 
 
 # The companion files in the README's order: each may import only NumPy and the files before it.
@@ -996,7 +1016,7 @@ def test_section_references_name_the_section_they_mean():
         headers[f] = {int(n): title.lower() for n, title in re.findall(r'(?m)^# (\d+)\. (.+)$', text)}
         assert sorted(headers[f]) == list(range(1, len(headers[f]) + 1)), f  # 1, 2, 3, ...
     checked, named, bad = 0, 0, []
-    for f in files + ['README.md']:
+    for f in files + _doc_files():
         for lineno, line in enumerate(open(os.path.join(HERE, f), encoding='utf-8'), 1):
             for m in re.finditer(r"\b[Ss]ections? (\d+)((?:(?:, | and |-)\d+)*)(?: of `(\w+\.py)`)?"
                                  r"(?: \(([^)]*)\)|, ([A-Z][^)]*)\))?", line):
@@ -1460,7 +1480,7 @@ def test_clamp_with_tensor_bounds_matches_pytorch_at_nan_and_inf():
     x > hi >= lo; selected, so an inf g gives no nan. PyTorch 2.13's rule (no halves, 0 at
     a nan) is held to _clamp_grads_before_2_14 instead."""
     torch = need_torch()
-    old = _torch_older_than(torch, '2.14')
+    old = fuzzer._torch_older_than(torch, '2.14')
     nan, inf = math.nan, math.inf
     xs = [nan, 1.0, -2.0, 0.5, 3.0, -0.8]
     for lo in ([-0.8, nan, 0.0, 0.5, 1.0, 2.0], [0.2], 0.1, None):
@@ -9268,237 +9288,12 @@ def test_pytorch_reads_what_tt_save_writes(tmp_path):
                                rtol=1e-6)
 
 
-# -- the loader fuzzer: valid files of every kind, mutated, each loaded in a child ---------
-# `python test_tinytorch.py loadfuzz --seed 7 --count 20000` runs it at length; the suite
-# runs a few hundred mutants (test_loader_fuzzer_*). A mutant must load to a value of the
-# grammar (the original or, where the format has no checksum, other numbers) or be refused
-# in one line naming the file, within 20 s and 64 MiB + 8x its size of Python memory;
-# never a crash, a hang or a traceback.
-_FUZZ_OPCODES = [bytes([c]) for c in b'.(NJKM\x8aGX\x8c\x8dCB\x8e)t\x85\x86\x87]ae}sudqr\x94hjc\x93R\x81bQP\x82i0128']
-
-
-def _fuzz_sources():
-    """kind -> (reader, bytes) of small valid files: tt.save's zip, a PyTorch zip of views,
-    an earlier tinytorch save (a plain pickle, protocols 4 and 2), nn.save's .npz and
-    .safetensors, and a Hugging Face .safetensors."""
-    folder = os.path.join(os.environ.get('TMPDIR', '/tmp'), f'tt-fuzz-src-{os.getpid()}')
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(0)
-    model = nn.Linear(3, 2)
-    state = model.state_dict()
-    obj = {'model': state, 'step': 3, 'lr': 0.1, 'names': ['a', 'b'], 'nothing': None,
-           'opt': {'state': {0: {'step': tt.tensor(2.0), 'exp_avg': tt.ones(3)}},
-                   'param_groups': [{'params': [0], 'betas': (0.9, 0.99)}]},
-           'shape': tt.Size([2, 3]), 'dev': tt.device('cpu'), 'dt': tt.float16,
-           'p': nn.Parameter(tt.ones(2)), 'tied': [state['weight'], state['weight']],
-           'ints': tt.arange(5), 'mask': tt.tensor([True, False]), 'b': b'\x00\xff'}
-    out = {}
-    buf = io.BytesIO()
-    tt.save(obj, buf)
-    out['tt_zip'] = ('tt', buf.getvalue())
-    s = _storage_ref('0', 4)
-    out['torch_zip'] = ('tt', open(_torch_zip(os.path.join(folder, 'views.pt'), _pickled(_op_dict(
-        a=_tensor_op(s, 0, (4,), (1,)), b=_tensor_op(s, 1, (2,), (1,)),
-        t=_tensor_op(s, 0, (2, 2), (1, 2)))), {'0': _F4}), 'rb').read())
-    old = {'w': tt.tensor(rng.standard_normal((2, 3)).astype(np.float32)), 'p': nn.Parameter(tt.zeros(2)),
-           'a': np.arange(4.0), 'f': np.float64(1.5), 'i': np.int64(7), 's': tt.Size([1]),
-           'd': tt.device('cpu'), 'fortran': np.asfortranarray(np.arange(6).reshape(2, 3)),
-           'half': tt.ones(2, dtype=tt.float16), 'flag': np.array([True, False])}
-    out['old_pickle_4'] = ('tt', pickle.dumps(old, protocol=4))
-    out['old_pickle_2'] = ('tt', pickle.dumps(old, protocol=2))
-    npz, st, nst = (os.path.join(folder, n) for n in ('ck.npz', 'x.safetensors', 'ck.safetensors'))
-    nn.save({'model': {k: v.array for k, v in state.items()}, 'step': 4, 'vocab': 'abc',
-             'opt': {'state': {0: {'m': np.ones(2)}}, 'groups': [{'lr': 0.1}]}}, npz)
-    nn.save_safetensors({'w': rng.standard_normal((2, 3)).astype(np.float32),
-                         'i': np.arange(3), 'b': np.array([True, False])}, st, {'format': 'pt'})
-    nn.save({'w': tt.ones(2, 2), 'step': 1}, nst)
-    out['npz'] = ('nn', open(npz, 'rb').read())
-    out['safetensors'] = ('st', open(st, 'rb').read())
-    out['nn_safetensors'] = ('nn', open(nst, 'rb').read())
-    shutil.rmtree(folder)
-    return out
-
-
-def _zip_members(raw):
-    """[(name, bytes)] of a zip (valid: only for the sources' own)."""
-    import zipfile
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        return [(i.filename, z.read(i)) for i in z.infolist()]
-
-
-def _rezip(members):
-    """A zip of the members, stored, with right CRCs: what is mutated inside passes the zip."""
-    import zlib
-    out, central = b'', b''
-    for name, data in members:
-        head = _local_header(name, data)
-        central += (b'PK\x01\x02' + _struct.pack('<HHHHHHIIIHHHHHII', 20, 20, 0, 0, 0, 0,
-                                                 zlib.crc32(data), len(data), len(data), len(name),
-                                                 0, 0, 0, 0, 0, len(out)) + name.encode())
-        out += head + data
-    n = len(members)
-    return out + central + b'PK\x05\x06' + _struct.pack('<HHHHIIH', 0, 0, n, n, len(central), len(out), 0)
-
-
-def _mutate_bytes(rng, raw):
-    """One byte-level mutation: flips, a cut, an inserted or duplicated opcode or span, a
-    deleted span, a big number written over 4 or 8 bytes."""
-    raw, n = bytearray(raw), len(raw)
-    how = rng.integers(7)
-    at = int(rng.integers(max(n, 1)))
-    if how == 0:
-        for _ in range(int(rng.integers(1, 5))):
-            raw[int(rng.integers(n))] ^= int(rng.integers(1, 256))
-    elif how == 1:
-        del raw[at:]
-    elif how == 2:
-        raw[at:at] = b''.join(_FUZZ_OPCODES[int(i)] for i in rng.integers(len(_FUZZ_OPCODES), size=int(rng.integers(1, 4))))
-    elif how == 3:
-        span = raw[at:at + int(rng.integers(1, 32))]
-        raw[int(rng.integers(n)):0] = span
-        where = int(rng.integers(n))
-        raw[where:where] = span
-    elif how == 4:
-        del raw[at:at + int(rng.integers(1, 16))]
-    elif how == 5:
-        big = [0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0x0C000000, 2 ** 63 - 1, 2 ** 64 - 1, 0][int(rng.integers(7))]
-        width = 8 if big >= 1 << 32 or rng.integers(2) else 4
-        raw[at:at + width] = big.to_bytes(8, 'little')[:width]
-    else:
-        raw[at:at + 1] = _FUZZ_OPCODES[int(rng.integers(len(_FUZZ_OPCODES)))]
-    return bytes(raw)
-
-
-_FUZZ_JSON = [-1, 2 ** 64, 1.5, 'x', [], {}, None, True, [[[[[[[[1]]]]]]]], [2 ** 62, 3], [0, 10 ** 9],
-              'F32', 'BF16', ['F32'], {'a': 1}, 'O', [1, -1], list(range(70))]
-
-
-def _mutate_file(rng, kind, raw):
-    """A mutant of a source file: byte-level over the whole file, or, inside a zip, over a
-    member (its bytes re-zipped with right CRCs), members swapped, dropped or doubled; a
-    safetensors header field replaced; an .npy header rewritten."""
-    how = rng.integers(4)
-    if raw[:2] == b'PK' and how:
-        members = _zip_members(raw)
-        pick = int(rng.integers(len(members)))
-        name, data = members[pick]
-        if how == 1:
-            if name.endswith('.npy') and rng.integers(2):
-                text = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
-                    ['<f8', '<f4', '|b1', '|O', '>i8', '<U2', '<f4x'][int(rng.integers(7))],
-                    ['False', 'True'][int(rng.integers(2))],
-                    ['()', '(2,)', '(3, 2)', '(0,)', '(4294967296,)', '(-1,)', '(2, 3, 4)'][int(rng.integers(7))])
-                text = (text + ' ' * (64 - (10 + len(text) + 1) % 64) + '\n').encode()
-                body = data[10 + int.from_bytes(data[8:10], 'little'):]
-                members[pick] = (name, b'\x93NUMPY\x01\x00' + len(text).to_bytes(2, 'little') + text + body)
-            else:
-                members[pick] = (name, _mutate_bytes(rng, data))
-        elif how == 2 and len(members) > 1:
-            other = int(rng.integers(len(members)))
-            members[pick], members[other] = (members[pick][0], members[other][1]), (members[other][0], data)
-        else:
-            change = int(rng.integers(3))
-            if change == 0:
-                members.insert(int(rng.integers(len(members) + 1)), members[pick])
-            elif change == 1:
-                del members[pick]
-            else:
-                members[pick] = (members[int(rng.integers(len(members)))][0], data)
-        return _rezip(members)
-    if kind == 'st' or (raw[8:9] == b'{' and how):
-        n = int.from_bytes(raw[:8], 'little')
-        try:
-            header = json.loads(raw[8:8 + n])
-        except ValueError:
-            return _mutate_bytes(rng, raw)
-        names = list(header)
-        entry = header[names[int(rng.integers(len(names)))]]
-        value = _FUZZ_JSON[int(rng.integers(len(_FUZZ_JSON)))]
-        if isinstance(entry, dict) and entry and rng.integers(3):
-            keys = list(entry)
-            entry[keys[int(rng.integers(len(keys)))]] = value
-        else:
-            header[names[int(rng.integers(len(names)))]] = value
-        text = json.dumps(header).encode()
-        return len(text).to_bytes(8, 'little') + text + raw[8 + n:]
-    return _mutate_bytes(rng, raw)
-
-
-def _loadfuzz(seed, count, folder, batch=2000):
-    """count mutants from seed, loaded `batch` at a time in one child each; returns
-    (findings, counts): findings name the mutant and what went wrong."""
-    rng = np.random.default_rng(seed)
-    sources = _fuzz_sources()
-    names = sorted(sources)
-    findings, counts = [], {'ok': 0, 'same': 0, 'refused': 0}
-    readers = {'tt': 'tt', 'nn': 'nn', 'st': 'st'}
-    originals = {}
-    for name in names:
-        path = os.path.join(folder, f'{name}.orig' + ('.safetensors' if 'safetensors' in name else ''))
-        _write(path, sources[name][1])
-        originals[name] = path
-    base = _load_in_child([(readers[sources[n][0]], originals[n]) for n in names])
-    for n in names:
-        assert base[originals[n]][0] == 'ok', (n, base[originals[n]])
-    for start in range(0, count, batch):
-        jobs, made = [], {}
-        for i in range(start, min(start + batch, count)):
-            name = names[int(rng.integers(len(names)))]
-            kind, raw = sources[name]
-            mutant = _mutate_file(rng, kind, raw)
-            path = os.path.join(folder, f'{i}-{name}' + ('.safetensors' if 'safetensors' in name else ''))
-            _write(path, mutant)
-            jobs.append((readers[kind], path))
-            made[path] = (name, len(mutant))
-        got = _load_in_child(jobs, timeout=60 + batch)
-        for path, (name, size) in made.items():
-            status, what, seconds, peak = got[path]
-            problem = None
-            if status == 'ok':
-                counts['ok'] += 1
-                counts['same'] += what == base[originals[name]][1]
-            elif status == 'refused':
-                counts['refused'] += 1
-                prefix = f"load: {path} " if readers[sources[name][0]] == 'tt' else f"{path}"
-                if '\n' in what or not what.startswith(prefix):
-                    problem = f"refused without one line naming the file: {what!r}"
-            else:
-                problem = f"{status}: {what}"
-            if seconds > 20 or peak > (64 << 20) + 8 * size:  # (a loaded machine: 20 s, not 1)
-                problem = f"took {seconds:.1f} s and {peak:,} bytes"
-            if problem:
-                kept = path + '.finding'
-                shutil.copy(path, kept)
-                findings.append(f"{kept} (a mutant of {name}): {problem}")
-            else:
-                os.remove(path)
-    return findings, counts
-
-
+# -- the loader fuzzer (dev/loadfuzz.py): a few hundred mutants here; CI runs 2,000 of a new
+# seed each time, `python dev/loadfuzz.py --seed S --count N` as many as you like.
 def test_loader_fuzzer_finds_nothing_in_300_mutants(tmp_path):
-    findings, counts = _loadfuzz(seed=44, count=300, folder=str(tmp_path))
+    findings, counts = dev_tool('loadfuzz').loadfuzz(seed=44, count=300, folder=str(tmp_path))
     assert findings == [], findings[:5]
     assert counts['refused'] > 100 and counts['ok'] > 20  # the mutants reach both outcomes
-
-
-def _loadfuzz_main(argv):
-    import argparse
-    import tempfile
-    p = argparse.ArgumentParser(prog='test_tinytorch.py loadfuzz')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--count', type=int, default=2000)
-    p.add_argument('--keep', help="folder for the findings (default: a temporary one)")
-    args = p.parse_args(argv)
-    folder = args.keep or tempfile.mkdtemp(prefix='tt-loadfuzz-')
-    os.makedirs(folder, exist_ok=True)
-    began = _time.time()
-    findings, counts = _loadfuzz(args.seed, args.count, folder)
-    print(f"loadfuzz seed {args.seed}: {args.count} mutants in {_time.time() - began:.0f} s: "
-          f"{counts['refused']} refused in one line, {counts['ok']} loaded ({counts['same']} equal "
-          f"to the original), {len(findings)} findings")
-    for f in findings:
-        print(f)
-    sys.exit(1 if findings else 0)
 
 
 def test_load_refuses_a_numpy_global_that_is_not_a_dtype(tmp_path):
@@ -10392,18 +10187,18 @@ def test_checkpoint_gradients_match_pytorch():
 
 
 def test_readme_own_function_runs_as_shown():
-    """The README's autograd.Function block (the same op as its closure block, PyTorch's
+    """The docs' autograd.Function block (docs/gradient.md) (the same op as its closure block, PyTorch's
     way) runs and prints what the README shows."""
     import contextlib
     import io
     import re
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- own_function:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- own_function:output -->\n```text\n(.*?)```", text, re.S).group(1)
     assert "class Softsign(tt.autograd.Function)" in code and "def softsign(x)" in text
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, 'README.md', 'exec'), {})
+        exec(compile(code, 'docs/gradient.md', 'exec'), {})
     assert buf.getvalue() == shown
 
 
@@ -11761,7 +11556,7 @@ def test_optimizer_scheduler_and_clip_signatures_match_pytorch():
     for ours, theirs in pairs:
         mine = shape(ours)
         if newer.get(ours.__name__) and newer[ours.__name__] not in inspect.signature(theirs).parameters:
-            assert _torch_older_than(torch, '2.15'), ours.__name__  # only an older PyTorch lacks it
+            assert fuzzer._torch_older_than(torch, '2.15'), ours.__name__  # only an older PyTorch lacks it
             mine = [p for p in mine if p[0] != newer[ours.__name__]]
         assert mine == shape(theirs), ours.__name__
 
@@ -14220,12 +14015,12 @@ def test_small_text_note_says_how_often_the_run_reads_the_text(tmp_path):
 
 
 def test_readme_figures_of_the_first_command_are_the_scripts():
-    """The README's defaults, steps and corpus size are train_charlm.py's: a change of one
+    """The README's (and docs/train_charlm.md's) defaults, steps and corpus size are train_charlm.py's: a change of one
     without the other fails here (the corpus is this project's own text, so it grows: the
     README's figure, and the final loss measured with it, are redone when it is 15% off)."""
     import train_charlm
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    top = readme.split("## A tour of the files")[0]
+    top = _doc('README.md').split("\n## Read")[0]
+    page = _doc('train_charlm.md')
     steps = train_charlm.RUN_FLAGS['steps']
     assert f"trains for {steps:,} steps" in top
     assert f"batch {train_charlm.RUN_FLAGS['batch_size']}, {steps} steps" in top
@@ -14233,11 +14028,11 @@ def test_readme_figures_of_the_first_command_are_the_scripts():
     defaults = (f"defaults ({f['n_layer']} layers, {f['n_head']} heads, {f['n_embd']} wide, "
                 f"context {f['block_size']}, batch {train_charlm.RUN_FLAGS['batch_size']}, "
                 f"dropout {f['dropout']}, {steps} steps)")
-    assert defaults in ' '.join(readme.split())
+    assert defaults in ' '.join(page.split())
     size = len(train_charlm.default_corpus())
     shown = [int(n.replace(',', '')) for n in
              re.findall(r"own source and README: ([\d,]+) characters", top)
-             + re.findall(r"default corpus[^.]*?\b([\d,]{7}) characters", ' '.join(readme.split()))]
+             + re.findall(r"default corpus[^.]*?\b([\d,]{7}) characters", ' '.join(page.split()))]
     assert len(shown) >= 2, shown
     for n in shown:
         assert abs(n - size) < 0.15 * size, (n, size)
@@ -15461,9 +15256,9 @@ def _learn_row(mistake, where, says):
 
 
 def _learn_table_rows():
-    """The rows of MISTAKES.md's table (README's Build it yourself links it)."""
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    assert '[MISTAKES.md](MISTAKES.md) lists' in readme.split('## Build it yourself')[1]
+    """The rows of MISTAKES.md's table (the README and docs/build.md link it)."""
+    assert '[MISTAKES.md](MISTAKES.md)' in _doc('README.md').split('## Build it yourself')[1]
+    assert '[MISTAKES.md](../MISTAKES.md) lists' in _doc('build.md')
     table = open(os.path.join(HERE, 'MISTAKES.md'), encoding='utf-8').read()
     head = "| the mistake | exercise | what `python learn.py check` says |\n| --- | --- | --- |\n"
     assert head in table
@@ -15547,8 +15342,7 @@ def test_learn_shipped_answers_pass_every_check(_learn_filled):
         assert ok and all(ln.startswith('✓') for ln in lines[:-1]), lines
         assert lines[-1].startswith('No exercise is left unwritten. Check them all')
         if arg == '5':
-            readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-            assert lines[-2] in readme  # the README's sample run line is what the run prints
+            assert lines[-2] in _doc('build.md')  # the docs' sample run line is what the run prints
     assert sys.modules['tinytorch'] is tt
 
 
@@ -15599,10 +15393,9 @@ def test_learn_typical_mistakes_are_named_each_with_its_own_message(_learn_fille
     table = _learn_table_rows()
     assert table[:len(rows)] == rows, '\n'.join(r for r in rows if r not in table)
     assert len(table) == len(rows) + len(_LEARN_RUN_MISTAKES) >= 40
-    readme = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    sample = re.search(r"## Build it yourself.*?```text\n(.*?)```", readme, re.S).group(1)
+    sample = re.search(r"```text\n(.*?)```", _doc('build.md'), re.S).group(1)
     shown = [ln for ln in sample.split('\n') if ln.startswith('✗')]
-    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the README shows real feedback
+    assert len(shown) == 3 and all(ln in messages for ln in shown)  # the docs show real feedback
     assert len({m[4] for m in _LEARN_MISTAKES}) == len(_LEARN_MISTAKES)
 
 
@@ -16181,17 +15974,40 @@ def test_grad_path_through_a_gpt_to_the_first_attention_bias(fused, monkeypatch,
         lookinside.grad_path(loss2, nn.Parameter(tt.ones(2)))
 
 
+def _doc_files(lang='en'):
+    """The README and its pages, as paths from the project's root: README.md and docs/*.md
+    (lang 'zh-CN': README.zh-CN.md and docs/zh-CN/*.md)."""
+    if lang == 'en':
+        return ['README.md'] + sorted('docs/' + f for f in os.listdir(os.path.join(HERE, 'docs'))
+                                      if f.endswith('.md'))
+    return [f'README.{lang}.md'] + sorted(f'docs/{lang}/' + f for f in
+                                          os.listdir(os.path.join(HERE, 'docs', lang)) if f.endswith('.md'))
+
+
+def _doc(name):
+    """One page: 'README.md', 'README.zh-CN.md', a path from the root ('docs/README.md'), or a
+    page of docs/ by its name ('tour.md', 'zh-CN/tour.md')."""
+    path = name if name.startswith(('README', 'docs/')) else os.path.join('docs', name)
+    with open(os.path.join(HERE, path), encoding='utf-8') as f:
+        return f.read()
+
+
+def _docs(lang='en'):
+    """The README and all its pages in one text (each page whole, in _doc_files' order)."""
+    return '\n'.join(_doc(f) for f in _doc_files(lang))
+
+
 def test_readme_name_table_names_only_what_exists():
-    """Every name in the README's PyTorch -> tinytorch table exists where the table says."""
-    text = open(os.path.join(HERE, 'README.md')).read()
-    table = text.split("## From PyTorch to tinytorch")[1].split("**Type promotion**")[0]
+    """Every name in the PyTorch -> tinytorch table (docs/from-pytorch.md) exists where the
+    table says."""
+    table = _doc('from-pytorch.md').split("**Type promotion**")[0]
     homes = {"`tt.` + the same name": [tt], "`nn.` + the same name": [nn],
              "`data.` + the same name": [data], "`nn.init.` + the same name": [nn.init],
              "the same `nn.Module` methods": [nn.Module],
              "`optim.` + the same name": [optim],
              "the same methods": [tt.Tensor], "the same methods and `tt.` functions": [tt.Tensor, tt]}
     checked = 0
-    for row in table.splitlines()[2:]:
+    for row in table.splitlines():
         if not row.startswith('|'):
             continue
         left, right = [c.strip() for c in re.split(r'(?<!\\)\|', row.strip().strip('|'))]
@@ -16210,20 +16026,20 @@ def test_readme_name_table_names_only_what_exists():
 
 
 def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
-    """Every ```python block of the README runs as written in a fresh namespace (output that
-    is shown, not run, goes in a ```text block), and the op shown in "How an op enters
-    the graph" is the one in tinytorch.py."""
+    """Every ```python block of the README and its pages (docs/) runs as written in a fresh
+    namespace (output that is shown, not run, goes in a ```text block), and the op shown in
+    "How an op enters the graph" is the one in tinytorch.py."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _docs()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 5
+    assert len(blocks) >= 11
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
     fast = tt.fast
     try:
         for k, code in enumerate(blocks):
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(code, f'README.md python block {k}', 'exec'), {'__name__': 'readme'})
+                exec(compile(code, f'README/docs python block {k}', 'exec'), {'__name__': 'readme'})
     finally:
         tt.fast = fast
     shown_tanh = re.search(r"(def tanh\(x\):.*?saves_output=True\))", text, re.S).group(1)
@@ -16231,7 +16047,7 @@ def test_readme_python_blocks_all_run(tmp_path, monkeypatch):
 
 
 def test_readme_usage_block_lists_exactly_the_flags_of_help():
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('train_charlm.md')
     usage = re.search(r"```\n(python train_charlm.py \[FILE\].*?)```", text, re.S).group(1)
     r = run_charlm('--help')
     assert r.returncode == 0
@@ -16239,10 +16055,10 @@ def test_readme_usage_block_lists_exactly_the_flags_of_help():
 
 
 def test_what_the_readme_examples_write_is_ignored_by_git():
-    """Following the README leaves `git status` clean: every file or folder its examples
-    write matches a line of .gitignore."""
+    """Following the README and its pages leaves `git status` clean: every file or folder
+    their examples write matches a line of .gitignore."""
     import fnmatch
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _docs()
     written = set(re.findall(r"--to \w+ (\w+)", text))
     written |= set(re.findall(r"--out-dir ([a-z_]+)", text))
     for path in re.findall(r"draw_graph\(\w+, '([^']+)'", text):
@@ -16256,43 +16072,123 @@ def test_what_the_readme_examples_write_is_ignored_by_git():
 
 
 def test_chinese_readme_shows_the_same_tested_code_and_links_back():
-    en = open(os.path.join(HERE, 'README.md'), encoding='utf-8').read()
-    zh = open(os.path.join(HERE, 'README.zh-CN.md'), encoding='utf-8').read()
-    assert "[中文](README.zh-CN.md)" in en and "[English](README.md)" in zh
+    en, zh = _docs(), _docs('zh-CN')
+    readme_en, readme_zh = _doc('README.md'), _doc('README.zh-CN.md')
+    assert "[中文](README.zh-CN.md)" in readme_en and "[English](README.md)" in readme_zh
     blocks = re.findall(r"```python\n.*?```", zh, re.S)
     # the three lines, tanh, in-place ops, convolution, the gradient walkthrough, and the
-    # systems section's three: lookinside.memory, autocast with GradScaler, pruning
+    # systems page's three: lookinside.memory, autocast with GradScaler, pruning
     assert len(blocks) == 8
-    for block in blocks:  # each one runs in the English README's tests
+    for block in blocks:  # each one runs in the English pages' tests
         assert block in en
     commands = re.findall(r"```bash\n(.*?)```", zh, re.S)
-    assert commands and all(c in en for c in commands)  # the two commands, word for word
-    for heading in ("## 两条命令", "## 文件导览", "### 三行代码", "### 一个运算如何进入计算图",
-                    "### 原地运算", "### 卷积就是在图像块上做矩阵乘法", "## 梯度走查",
-                    "## 系统工具", "### 一步训练的内存", "### 混合精度", "### 分词", "### 剪枝",
-                    "### 量化"):
-        assert heading in zh
+    assert commands and all(c in en for c in commands)  # the commands, word for word
+    assert re.findall(r"```bash\n(.*?)```", readme_zh, re.S) == re.findall(r"```bash\n(.*?)```", readme_en, re.S)
+    # the same map: the same sections in both READMEs, in the same order
+    heads = [re.findall(r"(?m)^(#{2,3}) ", text) for text in (readme_en, readme_zh)]
+    assert heads[0] == heads[1], heads
+    for heading in ("## 两条命令", "## 阅读", "### 三行代码", "## 运行", "## 亲手实现它", "## 扩展",
+                    "## 工具", "## 页面"):
+        assert heading in readme_zh
+    for page, heading in (("tour.md", "## 一个运算如何进入计算图"), ("tour.md", "## 原地运算"),
+                          ("digits.md", "## 卷积就是在图像块上做矩阵乘法"), ("gradient.md", "# 梯度走查"),
+                          ("systems.md", "# 系统工具"), ("systems.md", "## 一步训练的内存"),
+                          ("systems.md", "## 混合精度"), ("systems.md", "## 分词"),
+                          ("systems.md", "## 剪枝"), ("systems.md", "## 量化"), ("build.md", "# 亲手实现它")):
+        assert heading in _doc('zh-CN/' + page), (page, heading)
+    for f in _doc_files('zh-CN')[1:]:  # each Chinese page has its English twin of the same name
+        assert os.path.exists(os.path.join(HERE, 'docs', os.path.basename(f))), f
+
+
+def _anchors(text):
+    """The anchors GitHub gives a Markdown page's headings: lower case, punctuation dropped,
+    spaces as hyphens, a repeated one numbered (-1, -2, ...)."""
+    seen, found, fence = {}, set(), False
+    for line in text.split('\n'):
+        if line.startswith('```'):
+            fence = not fence
+        m = not fence and re.match(r'#{1,6} (.+?)\s*#*$', line)
+        if m:
+            slug = re.sub(r'[^\w\- ]', '', m.group(1).strip().lower()).replace(' ', '-')
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            found.add(slug if n == 0 else f'{slug}-{n}')
+    return found
+
+
+def test_anchors_are_githubs():
+    assert _anchors("# A tour of the files\n## train_charlm.py\n## Memory of a step: lookinside.memory "
+                    "and `checkpoint`\n```\n# not a heading\n```\n## 检查项目的工具\n## Tools\n## Tools") == {
+        'a-tour-of-the-files', 'train_charlmpy', 'memory-of-a-step-lookinsidememory-and-checkpoint',
+        '检查项目的工具', 'tools', 'tools-1'}
+
+
+def test_every_relative_link_of_the_readmes_and_docs_resolves():
+    """Every relative link in README.md, README.zh-CN.md and docs/ names a file or folder that
+    exists, an anchor (#...) names a heading of the page it points to, and every page is
+    linked from another (none is left where no reader finds it)."""
+    pages = _doc_files('en') + _doc_files('zh-CN')
+    assert len(pages) >= 20
+    bad, checked, reached = [], 0, set()
+    for page in pages:
+        text = open(os.path.join(HERE, page), encoding='utf-8').read()
+        prose = re.sub(r"(?s)```.*?```", "", text)  # code blocks hold no links
+        prose = re.sub(r"`[^`\n]*`", "", prose)
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+            if re.match(r'[a-z]+:', target):
+                continue  # https://, mailto: ...
+            path, _, anchor = target.partition('#')
+            full = os.path.normpath(os.path.join(HERE, os.path.dirname(page), path)) if path \
+                else os.path.join(HERE, page)
+            checked += 1
+            if full != os.path.join(HERE, page):
+                reached.add(os.path.relpath(full, HERE).replace(os.sep, '/'))
+            if not os.path.exists(full):
+                bad.append(f"{page}: {target}: no such file")
+            elif anchor and anchor not in _anchors(open(full, encoding='utf-8').read()):
+                bad.append(f"{page}: {target}: no heading with this anchor")
+    assert not bad, '\n'.join(bad)
+    assert checked > 100
+    assert not set(pages) - reached - {'README.md'}, set(pages) - reached - {'README.md'}
+
+
+def test_readmes_are_maps_and_state_part_ones_length():
+    """Each README is a map of at most 250 lines, and the length of tinytorch.py's Part I it
+    states (one sentence, "Part I (about N lines"; in Chinese "第一部分（约 N 行") is within 10%
+    of where the line `# END OF PART I` stands."""
+    with open(os.path.join(HERE, 'tinytorch.py'), encoding='utf-8') as f:
+        end = next(n for n, line in enumerate(f, 1) if line.startswith('# END OF PART I'))
+    for page, pattern in (('README.md', r"Part I \(about ([\d,]+) lines"),
+                          ('README.zh-CN.md', r"第一部分（约 ([\d,]+) 行")):
+        text = _doc(page)
+        assert text.count('\n') <= 250, page
+        stated = re.findall(pattern, text)
+        assert len(stated) == 1, (page, stated)
+        n = int(stated[0].replace(',', ''))
+        assert abs(n - end) <= 0.1 * end, f"{page} says Part I is about {n} lines; it ends at line {end}"
+    for page in _doc_files('en')[1:] + _doc_files('zh-CN')[1:]:  # the one place that says it
+        assert not re.search(r"Part I \(about [\d,]+ lines|第一部分（约 [\d,]+ 行", _doc(page)), page
 
 
 def test_readme_own_op_runs_as_shown():
-    """The README's "Write your own op" block runs, and prints what the README shows."""
+    """The "Write your own op" block (docs/gradient.md) runs, and prints what the page shows."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- own_op:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- own_op:output -->\n```text\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(code, 'README.md', 'exec'), {})
+        exec(compile(code, 'docs/gradient.md', 'exec'), {})
     assert buf.getvalue() == shown
 
 
 def test_readme_gradient_walkthrough():
-    """The README's grad_path output is what the code prints now (numbers to 0.1%;
-    values below 1e-9 are rounding noise and only need to stay tiny)."""
+    """The grad_path output docs/gradient.md shows is what the code prints now (numbers to
+    0.1%; values below 1e-9 are rounding noise and only need to stay tiny)."""
     import contextlib
     import io
-    text = open(os.path.join(HERE, 'README.md')).read()
+    text = _doc('gradient.md')
     code = re.search(r"<!-- grad_path:code -->\n```python\n(.*?)```", text, re.S).group(1)
     shown = re.search(r"<!-- grad_path:output -->\n```\n(.*?)```", text, re.S).group(1)
     buf = io.StringIO()
@@ -17469,7 +17365,7 @@ def test_pytorch_edge_values():
             out.sum().backward()
             ref.sum().backward()
         np.testing.assert_allclose(out.array, ref.detach().numpy(), rtol=1e-12, err_msg=str(k))
-        if k == 17 and _torch_older_than(torch, '2.14'):  # clamp(0, 1) at 0, 1, 2: the rule
+        if k == 17 and fuzzer._torch_older_than(torch, '2.14'):  # clamp(0, 1) at 0, 1, 2: the rule
             assert t.grad.tolist() == [1.0, 1.0, 0.0] and x.grad.tolist() == [0.0, 0.0, 0.0]
             continue  # at a bound changed in 2.14 (README, "Older PyTorch releases")
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, err_msg=str(k))
@@ -17484,1509 +17380,8 @@ def test_pytorch_edge_values():
 
 
 # ===========================================================================
-# The differential fuzzer
+# The differential fuzzer's tests (the fuzzer: dev/fuzz.py)
 # ===========================================================================
-# It writes random programs of 3 to 12 statements over the public API, runs each in
-# tinytorch and in PyTorch (float64, then float32) from the same input values, and
-# compares after every statement every live variable (shape, dtype, values with nan/inf
-# positions, requires_grad, whether it is contiguous, and whether the statement raised),
-# then every .grad after backward of a scalar made from the live tensors. Mismatches are grouped by cause, and each group is printed as a minimised
-# program, runnable as-is in both frameworks.
-#
-#   python test_tinytorch.py fuzz --seed 7 --count 20000 [--families views,inplace]
-#
-# A program is a list of source lines in a neutral dialect: `T` is the library (tinytorch
-# or torch), `F` its functional module (nn or torch.nn.functional), `T.DT` the run's
-# float dtype, and `T.bool` PyTorch's name for bool (tinytorch's is `T.bool_`). PyTorch
-# is also the generator's shape oracle: each new statement is run there first, so the
-# next one knows every variable's shape and dtype.
-
-
-# The deliberate differences listed in README.md ("Deliberate differences from
-# PyTorch"), the fuzzer's only exclusions. Each entry: a phrase of the README line (a
-# test checks it is still there), and what the fuzzer does about it.
-FUZZ_DIFFERENCES = {
-    'setitem-duplicates': ("an index that names a position twice",
-                           "setitem indices never name a position twice"),
-    'cross-entropy-weight': ("`cross_entropy`'s `weight` is a constant",
-                             "cross_entropy gets (N, C) logits, int targets, no weight"),
-    'stable-sort': ("`sort`, `argsort` and `topk` are always stable",
-                    "sort and argsort are called with stable=True"),
-    'no-float16': ("float16 and complex numbers are not supported",
-                   "no float16 or complex casts"),
-    'data-attribute': ("a `.data` or\n  `.array` taken before it", "programs never touch .data or .array"),
-    'int-requires-grad': ("leaves an integer or bool tensor without grad",
-                          "requires_grad is compared on float tensors only"),
-    'var-std-empty-dims': ("`var` and `std` with `dim=()` reduce every dim",
-                           "var and std never get dim=()"),
-    'median-of-expanded': ("`median(dim)` of an expanded tensor",
-                           "median gets no tensor with a stride of 0 in a dim of size > 1"),
-    'gelu-inf': ("`gelu(inf)` is `inf` in float32",
-                 "PyTorch's float32 gelu answers inf at +inf (_TorchFunctional)"),
-    'failed-write': ("An in-place change that raises leaves the tensor as it was",
-                     "after an in-place change that both refuse, nothing is compared"),
-    'hardtanh-nan': ("`hardtanh`, `relu6`, `elu` and `selu` treat a nan input as PyTorch's scalar",
-                     "hardtanh, relu6, elu and selu get no operand holding a nan"),
-    'mode-nan': ("`mode` counts the nans of a row as one value",
-                 "mode gets no operand holding a nan (and no row of more than 16)"),
-    'layer-norm-no-spread': ("`layer_norm` over a row with no spread",
-                             "layer_norm normalizes no row of equal values (nor a dim of size 1)"),
-    'retained-grads-after-in-place': ("the `.grad` that `retain_grad()` keeps on that",
-                                      "a program with an in-place change compares the .grad of "
-                                      "leaves only"),
-    'bool-base-powers': ("A Python bool as the base of a power",
-                         "no `False ** x` (PyTorch 2.14 on differentiates it as log(0) 0^x)"),
-    'numpy-ufuncs': ("NumPy's ufuncs refuse a tensor", "no NumPy ufunc gets a tensor (_g_numpy)"),
-    'numpy-copy-false': ("`np.array(t, copy=False)` gives the tensor's memory",
-                         "np.array gets no copy=False (_g_numpy)"),
-    'logit-negative-zero': ("`logit`'s gradient at `-0.0` is", "logit gets no operand holding a -0.0"),
-}
-
-
-# Rules PyTorch changed between 2.13 (the oldest release the suite runs with) and 2.15 (the
-# one tinytorch follows), as README lists them ("Older PyTorch releases"): each names its
-# README phrase, the release that brought the rule, and what the fuzzer leaves out when the
-# installed PyTorch is older (_torch_older_than).
-FUZZ_RULE_CHANGES = {
-    'clamp-bounds': ("clamp's gradient at a bound", '2.14',
-                     "no clamp whose operand meets a bound or holds a nan (_clamp_rule_met)"),
-}
-
-
-def _clamp_rule_met(g, x, args):
-    """Whether `x.clamp(args)` meets the rule PyTorch changed in 2.14 (x at a bound; with
-    tensor bounds, a nan anywhere) while an older PyTorch is the oracle."""
-    if not _torch_older_than(g.torch, FUZZ_RULE_CHANGES['clamp-bounds'][1]):
-        return False
-    try:
-        lo_hi = eval(_render(f"(lambda min=None, max=None: (min, max))({args})", 'torch', 'float64'),
-                     dict(g.env))
-    except Exception:
-        return False  # PyTorch refuses it: nothing to compare
-    torch, v = g.torch, g.env[x].detach().double()
-    bounds = [b.detach().double() if isinstance(b, torch.Tensor) else
-              torch.tensor(float(b), dtype=torch.float64) for b in lo_hi if b is not None]
-    # a near tie too: the float32 run may round onto the bound where float64 does not
-    return bool(v.isnan().any() or any(torch.isclose(v, b, rtol=1e-6, atol=1e-7).any()
-                                       or b.isnan().any() for b in bounds))
-
-
-_FLOAT_DTYPES = ('float16', 'float32', 'float64')
-
-
-# Refusals that are deliberate differences (README): one framework raises where the other
-# computes, by design. A program whose statement is refused this way is not compared any
-# further. Each names its README line, the refusing side and the start of its message.
-FUZZ_REFUSALS = {
-    'split-views': ("the pieces of `split`, `chunk` and `unbind`", 'torch',
-                    r"Output \d+ of \w+ is a view and (its base or another view|is being modified)"),
-    'no-grad-views': ("a view made under `no_grad`", 'torch',
-                      r"A view was created in no_grad mode and (its base|is being modified)"),
-    'saved-tensors': ("Backward refuses an in-place change only where a rule reads", 'either',
-                      r"one of the variables needed for gradient computation has been modified"
-                      r"|backward through '\w+': a tensor of shape .* saved for backward was "
-                      r"modified in place"),
-    'overlap': ("whose operand shares some of its memory with the tensor it writes", 'either',
-                r"unsupported operation: (some elements of the input tensor and the written-to "
-                r"tensor|more than one element of the written-to tensor) refer"
-                r"|the operand shares some of its memory with the tensor it changes"),
-    'expanded-writes': ("an expanded view (several elements, one memory location)", 'tt',
-                        r"this tensor is read-only \(an expanded view"),
-    'index-put-dtype': ("`x[idx] = v` casts `v` to `x`'s dtype", 'torch',
-                        r"Index put requires the source and destination dtypes match"),
-    'bool-base-powers': ("A Python bool as the base of a power", 'torch',
-                         r"INTERNAL ASSERT FAILED at .*Scalar\.cpp"),
-    'int-tensor-without-grad': ("leaves an integer or bool tensor without grad", 'either',
-                                r"can't retain_grad on Tensor that has requires_grad=False"
-                                r"|Autograd not support dtype: (Bool|Long|Int)"),
-    'backward-without-a-pytorch-formula': ("Backward differentiates where PyTorch's has no formula", 'torch',
-                                           r"derivative for aten::remainder is not implemented"
-                                           r"|Found dtype (Double|Float) but expected (Float|Double)"
-                                           r"|Negation, the `-` operator, on a bool tensor"),
-    'views-of-a-new-graph-tensor': ("a view taken before its base first joined the graph", 'torch',
-                                    r"a leaf Variable that requires grad is being used in an "
-                                    r"in-place operation"),
-}
-
-
-def _refused_by_design(e_tt, e_torch):
-    """True when only one side raised, and that refusal is a deliberate difference."""
-    for phrase, side, pattern in FUZZ_REFUSALS.values():
-        error = e_torch if e_tt is None else e_tt
-        raiser = 'torch' if e_tt is None else 'tt'
-        if side in (raiser, 'either') and re.search(pattern, error):
-            return True
-    return False
-
-
-# Statements that name functions tinytorch lacks today (issue 23's list) are generated
-# like any other: tinytorch raises where PyTorch answers, and the fuzzer reports it.
-# They make up the family 'names' (each generator's second list), so that the other
-# families test what tinytorch has.
-_UNARY = ('exp log sqrt abs sin cos tanh sigmoid relu log1p expm1 erf neg '
-          # the table functions (issue 46: what their rules save; an in-place change follows)
-          'sign floor ceil round trunc frac square rsqrt reciprocal log2 log10 exp2 sinh cosh '
-          'asin acos atan '
-          'asinh acosh atanh arcsinh arccosh arctanh logit sinc').split()
-
-
-_UNARY_23 = ('sign floor ceil round trunc frac square rsqrt reciprocal log2 log10 exp2 sinh '
-             'cosh asin acos atan isnan isinf isfinite logical_not').split()
-
-
-def _lit(a):
-    """A NumPy array as a Python literal (floats short; inf and nan by name)."""
-    if a.ndim == 0:
-        v = a.item()
-        if isinstance(v, float):
-            return repr(v) if math.isfinite(v) else ('nan' if v != v else ('inf' if v > 0 else '-inf'))
-        return repr(v)
-    return '[' + ', '.join(_lit(r) for r in a) + ']'
-
-
-def _new_tensor(a, kind, requires_grad=False):
-    """Source that builds a tensor with the values of array a."""
-    dt = {'float': 'T.DT', 'int': 'T.int64', 'bool': 'T.bool'}[kind]
-    rg = ', requires_grad=True' if requires_grad else ''
-    if a.size == 0:
-        return f"T.zeros({', '.join(map(str, a.shape))}, dtype={dt}{rg})"
-    return f"T.tensor({_lit(a)}, dtype={dt}{rg})"
-
-
-class _Gen:
-    """Writes one program, statement by statement, with PyTorch (float64) as the oracle."""
-
-    def __init__(self, rng, torch, families, edges):
-        self.rng, self.torch, self.edges = rng, torch, edges
-        self.lines = []  # (source, op, family)
-        self.env = _namespace(torch, 'float64')
-        self.count = 0
-        self.families = families
-        self.names = families == ['names']
-
-    def op(self, common, issue23=()):
-        """An op name: from issue 23's list in the family 'names', else from the common one."""
-        return self.choice(list(issue23) if self.names and issue23 else common)
-
-    # -- drawing things -----------------------------------------------------------
-    def chance(self, p):
-        return self.rng.random() < p
-
-    def choice(self, seq):
-        return seq[int(self.rng.integers(len(seq)))]
-
-    def name(self):
-        self.count += 1
-        return f"t{self.count}"
-
-    def tensors(self, pred=lambda v: True):
-        return [k for k, v in self.env.items()
-                if k[0] != '_' and isinstance(v, self.torch.Tensor) and pred(v)]
-
-    def pick(self, pred=lambda v: True):
-        names = self.tensors(pred)
-        return self.choice(names) if names else None
-
-    def pick_float(self, pred=lambda v: True):
-        return self.pick(lambda v: v.is_floating_point() and pred(v))
-
-    def dim(self, v):
-        return int(self.rng.integers(-v.ndim, v.ndim)) if v.ndim else self.choice([0, -1])
-
-    def values(self, shape, kind='float'):
-        """Input values: short decimals; with edges, also 0, +-inf, nan and large ones."""
-        if kind == 'int':
-            return np.asarray(self.rng.integers(-3, 5, size=shape))
-        if kind == 'bool':
-            return np.asarray(self.rng.random(shape) < 0.5)
-        a = np.asarray(np.round(self.rng.standard_normal(shape) * 1.5, 2))
-        if self.edges and a.size and self.chance(0.5):
-            specials = np.array([0.0, np.inf, -np.inf, np.nan, 25.0, -25.0, -45.0, 1e4])
-            where = self.rng.random(shape) < 0.3
-            a[where] = self.rng.choice(specials, size=int(where.sum()))
-        return a
-
-    def scalar(self, kind=None):
-        """A Python or NumPy number."""
-        kind = kind or self.choice(['float', 'float', 'int', 'bool', 'np.float64', 'np.float32',
-                                    'np.int64', 'np.bool_'])
-        v = float(np.round(self.rng.standard_normal() * 2, 1))
-        return {'float': repr(v), 'int': str(int(v)), 'bool': self.choice(['True', 'False']),
-                'np.float64': f"np.float64({v})", 'np.float32': f"np.float32({v})",
-                'np.int64': f"np.int64({int(v)})", 'np.bool_': f"np.bool_({self.choice(['True', 'False'])})"}[kind]
-
-    def operand_like(self, v, exact=False):
-        """A tensor that broadcasts to v's shape (exact: has it), else a number."""
-        def fits(o):
-            try:
-                return np.broadcast_shapes(o.shape, v.shape) == tuple(v.shape) and (
-                    not exact or o.shape == v.shape)
-            except ValueError:
-                return False
-        name = self.pick(fits)
-        return name if name and self.chance(0.7) else self.scalar()
-
-    def leaf(self, shape, kind='float', requires_grad=True):
-        """Adds a statement making a new leaf; returns its name."""
-        name = self.name()
-        return name, f"{name} = {_new_tensor(self.values(shape, kind), kind, requires_grad)}"
-
-    # -- the program ------------------------------------------------------------------
-    def inputs(self):
-        """1 to 3 input leaves of broadcast-compatible shapes."""
-        bases = [(3,), (2, 3), (2, 3, 4), (4,), (2, 2, 3), (3, 2)]
-        if self.edges:
-            bases += [(), (), (0,), (2, 0), (0, 3), (1,)]
-        base = self.choice(bases)
-        for i in range(int(self.rng.integers(1, 4))):
-            shape = base if i == 0 else tuple(
-                1 if self.chance(0.3) else s for s in base[int(self.rng.integers(0, len(base) + 1)):])
-            kind = 'float'
-            if self.edges and self.chance(0.35):
-                kind = self.choice(['int', 'bool'])
-            rg = kind == 'float' and self.chance(0.8)
-            name = self.name()
-            self.add(f"{name} = {_new_tensor(self.values(shape, kind), kind, rg)}", 'input', 'input')
-
-    def add(self, src, op, family):
-        """Runs src in PyTorch; keeps it (most statements that raise are dropped)."""
-        try:
-            _exec(src, self.env, 'float64')
-        except Exception:
-            if not self.chance(0.15):
-                return False
-        self.lines.append((src, op, family))
-        return True
-
-    def statement(self):
-        family = self.choice(self.families)
-        gen = self.choice(_FAMILIES[family])
-        for _ in range(5):  # a generator may find nothing to work on
-            try:
-                made = gen(self)
-            except Exception:  # the oracle refused what the generator asked it (a 0-d split)
-                made = None
-            if made:
-                return self.add(made[0], made[1], family)
-        return False
-
-
-# -- generators: each returns (source, op name) or None -----------------------------------
-def _g_binary(g):
-    a = g.pick()
-    if a is None:
-        return None
-    op = g.op(['+', '-', '*', '/', '**', '+', '*', '>', '==', '<=', '!=', '<'], ['//', '%', '&', '|', '^'])
-    b = g.operand_like(g.env[a]) if g.chance(0.8) else g.pick() or g.scalar()
-    left, right = (a, b) if g.chance(0.6) else (b, a)
-    if op == '**' and left == 'False':
-        return None  # FUZZ_DIFFERENCES['bool-base-powers']
-    if op in ('&', '|', '^'):  # bitwise ops, on masks
-        left, right = (f"({t} > 0)" if t.startswith('t') else 'True' for t in (left, right))
-    return f"{g.name()} = {left} {op} {right}", op
-
-
-def _g_binary_fn(g):
-    a = g.pick()
-    if a is None:
-        return None
-    b = g.operand_like(g.env[a])
-    f = g.op(['T.maximum({a}, {b})', 'T.minimum({a}, {b})', '{a}.add({b})', '{a}.sub({b})',
-              '{a}.mul({b})', '{a}.div({b})', '{a}.pow({b})', '{a}.eq({b})', '{a}.ne({b})',
-              '{a}.gt({b})', '{a}.lt({b})', 'T.xlogy({a}, {b})', '{a}.xlogy({b})'],
-             ['{a}.ge({b})', '{a}.le({b})', '{a}.add({b}, alpha=2)', '{a}.sub({b}, alpha=2)',
-              'T.atan2({a}, {b})'])
-    if 'T.' in f and not b.startswith('t'):
-        b = f"T.tensor({b})"
-    return f"{g.name()} = {f.format(a=a, b=b)}", f.split('(')[0].replace('{a}', '')
-
-
-def _g_unary(g):
-    x = g.pick()
-    if x is None:
-        return None
-    f = g.op(_UNARY, _UNARY_23 + ['~'])
-    if f == '~':
-        return f"{g.name()} = ~({x} > 0)", f
-    if f == 'logit' and ((g.env[x] == 0) & g.env[x].signbit()).any():
-        return None  # FUZZ_DIFFERENCES['logit-negative-zero']
-    call = f"T.{f}({x})" if g.chance(0.5) else f"{x}.{f}()"
-    return f"{g.name()} = {call}", f
-
-
-def _g_clamp_where(g):
-    x = g.pick()
-    if x is None:
-        return None
-    v = g.env[x]
-    form = g.choice(['clamp', 'clamp', 'where', 'masked_fill', 'leaky'])
-    if form == 'clamp':
-        lo, hi = sorted([round(float(g.rng.standard_normal()), 1) for _ in range(2)])
-        args = g.choice([f"min={lo}", f"max={hi}", f"{lo}, {hi}"])
-        if g.names:  # tensor bounds (issue 23)
-            args = g.choice([f"min=T.tensor({lo}, dtype=T.DT)", f"{x}, {x} + 1"])
-        if _clamp_rule_met(g, x, args):
-            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
-        return f"{g.name()} = {x}.clamp({args})", 'clamp'
-    if form == 'where':
-        c = g.pick(lambda o: o.dtype == g.torch.bool) if g.chance(0.3) else None
-        cond = c or f"{x} > 0"
-        return f"{g.name()} = T.where({cond}, {x}, {g.operand_like(v)})", 'where'
-    if form == 'masked_fill':
-        value = g.scalar('float')
-        if g.chance(0.4):  # a 0-d tensor value, maybe requiring grad
-            value = g.pick_float(lambda o: o.ndim == 0) or f"T.tensor({value}, dtype=T.DT)"
-        m = g.pick(lambda o: _broadcasts(o, v)) if g.chance(0.3) else None  # the result broadcasts
-        mask = f"{m} > 0" if m else f"{x} > 0"
-        if m and g.chance(0.5):
-            return f"{g.name()} = T.masked_fill({x}, {mask}, {value})", 'masked_fill'
-        return f"{g.name()} = {x}.masked_fill({mask}, {value})", 'masked_fill'
-    return f"{g.name()} = F.leaky_relu({x}, 0.1)", 'leaky_relu'
-
-
-def _g_reduce(g):
-    x = g.pick()
-    if x is None:
-        return None
-    v = g.env[x]
-    f = g.op(['sum', 'mean', 'var', 'std', 'amax', 'amin', 'max', 'min', 'logsumexp', 'norm',
-              'prod', 'cumsum', 'argmax', 'argmin'],
-             ['median', 'nansum', 'nanmean', 'cumprod', 'cummax', 'any', 'all', 'sum_dtype'])
-    if f == 'median' and any(st == 0 and n > 1 for st, n in zip(v.stride(), v.shape)):
-        return None  # FUZZ_DIFFERENCES['median-of-expanded']
-    if f == 'sum_dtype':
-        return f"{g.name()} = {x}.{g.choice(['sum', 'mean'])}(dtype=T.float64)", 'sum(dtype=)'
-    if f in ('any', 'all'):
-        return f"{g.name()} = {x}.{f}(dim={g.dim(v)})", f + '(dim=)'
-    args = []
-    if f in ('cumsum', 'cumprod', 'cummax', 'logsumexp') or g.chance(0.6):
-        if f in ('sum', 'mean', 'var', 'std', 'amax', 'amin', 'logsumexp', 'nansum',
-                 'nanmean', 'norm') and g.chance(0.3):  # a tuple of dims, sometimes ()
-            k = int(g.rng.integers(0 if f not in ('var', 'std') else 1, v.ndim + 1))  # (*)
-            args.append(str(tuple(int(d) for d in g.rng.permutation(v.ndim)[:k])))
-            if f == 'norm':
-                args = [f"dim={args[0]}"]
-            # (*) FUZZ_DIFFERENCES['var-std-empty-dims']: no var or std with dim=()
-        else:
-            args.append(str(g.dim(v)) if f != 'norm' else f"dim={g.dim(v)}")
-        if f not in ('cumsum', 'cumprod', 'cummax') and g.chance(0.4):
-            args.append('keepdim=True')
-    if f in ('var', 'std') and g.chance(0.5):
-        args.append(f"correction={g.choice([0, 1, 2, 5])}")
-    if f == 'norm' and g.chance(0.6):
-        args.insert(0, 'p=' + g.choice(['1', '2', '0.5', '3', 'inf', "float('inf')", '0']))
-    code = f"{g.name()} = {x}.{f}({', '.join(args)})"
-    if f in ('max', 'min', 'median', 'cummax') and args:  # (values, indices)
-        code = f"{g.name()}, {g.name()} = {x}.{f}({', '.join(args)})"
-    return code, f + ('(dim=())' if '()' in args else '')
-
-
-def _g_sort(g):
-    x = g.pick(lambda v: not v.dtype == g.torch.bool)
-    if x is None:
-        return None
-    v = g.env[x]
-    d = g.dim(v)
-    desc = g.choice(['True', 'False'])
-    # FUZZ_DIFFERENCES['stable-sort']: ties are sorted stably in both
-    form = g.choice(['sort', 'argsort', 'topk'])
-    if form == 'sort':
-        return f"{g.name()}, {g.name()} = {x}.sort(dim={d}, descending={desc}, stable=True)", 'sort'
-    if form == 'argsort':
-        return f"{g.name()} = {x}.argsort(dim={d}, descending={desc}, stable=True)", 'argsort'
-    k = int(g.rng.integers(0, v.shape[d] + 1)) if v.ndim else 1
-    if len(v.flatten().unique()) < v.numel() or int(v.isnan().sum()) > 1:  # nans tie too
-        return None  # FUZZ_DIFFERENCES['stable-sort']: topk has no stable=True to ask for
-    return f"{g.name()}, {g.name()} = {x}.topk({k}, {d}, largest={desc})", 'topk'
-
-
-def _g_view(g):
-    x = g.pick()
-    if x is None:
-        return None
-    v, out = g.env[x], g.name()
-    n = v.ndim
-    f = g.op(['view', 'reshape', 'transpose', 'permute', 'T', 'mT', 'expand', 'squeeze',
-              'unsqueeze', 'narrow', 'select', 'split', 'chunk', 'flatten', 'flip', 'roll',
-              'contiguous', 'detach', 'clone', 'cat', 'stack', 'repeat', 'tril'],
-             ['t', 'diagonal', 'unbind', 'unsqueeze_', 't_', 'unflatten'])
-    if f in ('view', 'reshape'):
-        shape = list(v.shape)
-        if v.numel() and g.chance(0.5):
-            shape = [-1]
-        elif n >= 2 and g.chance(0.5):
-            shape = shape[:-2] + [shape[-2] * shape[-1]]
-        elif g.chance(0.5):
-            shape = shape[::-1]
-        return f"{out} = {x}.{f}({', '.join(map(str, shape))})", f
-    if f == 'transpose':
-        return f"{out} = {x}.transpose({g.dim(v)}, {g.dim(v)})", f
-    if f == 'permute':
-        return f"{out} = {x}.permute({', '.join(str(int(d)) for d in g.rng.permutation(n))})", f
-    if f in ('T', 'mT', 'contiguous', 'detach', 'clone', 't'):
-        return f"{out} = {x}.{f}" + ('()' if f in ('contiguous', 'detach', 'clone', 't') else ''), f
-    if f == 'expand':
-        return f"{out} = {x}.expand({', '.join(['2'] + ['-1'] * n)})", f
-    if f == 'squeeze':
-        return f"{out} = {x}.squeeze({g.dim(v) if g.chance(0.6) else ''})", f
-    if f == 'unsqueeze':
-        return f"{out} = {x}.unsqueeze({int(g.rng.integers(-n - 1, n + 1))})", f
-    if f == 'narrow':
-        d = g.dim(v)
-        size = v.shape[d] if n else 1
-        start = int(g.rng.integers(-size, size)) if size else 0
-        length = int(g.rng.integers(0, size - (start % size if size else 0) + 1))
-        return f"{out} = {x}.narrow({d}, {start}, {length})", f
-    if f == 'select':
-        if not n or not v.shape[0]:
-            return None
-        return f"{out} = {x}[{int(g.rng.integers(-v.shape[0], v.shape[0]))}]", 'x[i]'
-    if f in ('split', 'chunk', 'unbind'):
-        d = g.dim(v)
-        k = int(g.rng.integers(1, 4))
-        pieces = len(getattr(v, f)(k, d)) if f != 'unbind' else (v.shape[d] if n else 0)
-        if not pieces:
-            return None
-        call = f"{x}.{f}({k}, {d})" if f != 'unbind' else f"{x}.unbind({d})"
-        return f"{out} = {call}[{int(g.rng.integers(0, pieces))}]", f
-    if f == 'flatten':
-        return f"{out} = {x}.flatten({g.dim(v)}, {g.dim(v)})" if g.chance(0.6) else f"{out} = {x}.flatten()", f
-    if f == 'flip':
-        return f"{out} = {x}.flip({g.dim(v)})", f
-    if f == 'roll':
-        return f"{out} = {x}.roll({int(g.rng.integers(-2, 3))}, {g.dim(v)})", f
-    if f == 'unflatten':
-        return (f"{out} = {x}.unflatten({g.dim(v)}, (1, -1))", f) if n else None
-    if f == 'diagonal':
-        return f"{out} = {x}.diagonal()", f
-    if f == 'movedim':
-        return f"{out} = {x}.movedim({g.dim(v)}, {g.dim(v)})", f
-    if f in ('cat', 'stack'):
-        other = g.pick(lambda o: o.shape == v.shape) or x
-        if f == 'cat' and g.chance(0.2):  # an empty operand: (0,) is skipped (PyTorch's legacy rule)
-            other = g.choice(["T.tensor([], dtype=T.DT)", "T.zeros(0, dtype=T.int64)",
-                              f"{x}[:0]", "T.zeros(0, 3, dtype=T.DT)"])
-        return f"{out} = T.{f}([{x}, {other}], {g.dim(v) if f == 'cat' else 0})", f
-    if f == 'repeat':
-        return f"{out} = {x}.repeat({', '.join(['2'] * max(n, 1))})", f
-    if f == 'tril':
-        return f"{out} = {x}.tril()", f
-    if f == 'unsqueeze_':
-        return f"{x}.unsqueeze_(0)", f
-    return f"{x}.t_()", f
-
-
-def _g_index(g):
-    """x[idx] with every index form: ints, slices with steps, None, ..., masks, int tensors."""
-    x = g.pick(lambda v: v.ndim > 0)
-    if x is None:
-        return None
-    if g.chance(0.15):
-        return f"{g.name()} = {x}[{x} > 0]", 'x[mask]'
-    idx = _index(g, g.env[x], unique=False)
-    return (f"{g.name()} = {x}[{idx}]", _index_kind(idx)) if idx is not None else None
-
-
-def _g_scatter(g):
-    """The index ops out of place (issue 46: a source of another dtype is refused)."""
-    x = g.pick(lambda v: v.ndim >= 1 and v.numel() > 0 and v.dtype != g.torch.bool)
-    if x is None:
-        return None
-    v, out = g.env[x], g.name()
-    d = g.dim(v)
-    n = v.shape[d]
-    f = g.choice(['scatter', 'scatter_add', 'index_add', 'index_fill', 'gather', 'index_select'])
-    dt = g.choice([f"{x}.dtype"] * 3 + ['T.DT', 'T.float32', 'T.int64'])
-    if f in ('index_add', 'index_fill', 'index_select'):
-        i = g.rng.permutation(n)[:int(g.rng.integers(1, n + 1))]
-        shape = list(v.shape)
-        shape[d] = len(i)
-        arg = {'index_add': f"T.ones({tuple(shape)}, dtype={dt})", 'index_fill': '-1.5',
-               'index_select': None}[f]
-        args = f"{d}, T.tensor({_lit(i)})" + (f", {arg}" if arg else '')
-        return f"{out} = {x}.{f}({args})", f
-    # scatter and gather: an index of x's ndim, no longer than x along each dim, naming no
-    # position twice along dim (scatter's winner would be undefined)
-    shape = [int(g.rng.integers(1, k + 1)) for k in v.shape]
-    full = list(shape)
-    full[d] = n
-    i = np.take(np.argsort(g.rng.random(full), axis=d), np.arange(shape[d]), axis=d)
-    idx = _new_tensor(i, 'int')
-    if f == 'gather':
-        return f"{out} = {x}.gather({d}, {idx})", f
-    src = '2.5' if f == 'scatter' and g.chance(0.3) else f"T.ones({tuple(shape)}, dtype={dt})"
-    return f"{out} = {x}.{f}({d}, {idx}, {src})", f
-
-
-def _index(g, v, unique):
-    """Source of a random index for v (unique: no position named twice, for setitem)."""
-    parts, d, used_ellipsis = [], 0, False
-    for _ in range(int(g.rng.integers(1, v.ndim + 2))):
-        r = g.rng.random()
-        if d >= v.ndim or r < 0.08:
-            if r < 0.04 and not used_ellipsis:
-                parts.append('...')
-                used_ellipsis = True
-            else:
-                parts.append('None')
-            continue
-        size = v.shape[d]
-        if not v.numel() and g.chance(0.2):  # out of range, picking nothing: it passes
-            parts.append(f"T.tensor([{size}])")
-        elif r < 0.35 and size:
-            k = int(g.rng.integers(-size, size))
-            parts.append(f"T.tensor({k})" if g.chance(0.25) else str(k))  # a 0-d tensor: its number
-        elif r < 0.6:
-            start = int(g.rng.integers(-size - 1, size + 1)) if g.chance(0.5) else ''
-            stop = int(g.rng.integers(-size - 1, size + 2)) if g.chance(0.5) else ''
-            step = int(g.rng.integers(1, 4)) if g.chance(0.4) else ''
-            if g.chance(0.03):
-                step = -1  # PyTorch refuses negative steps
-            parts.append(f"{start}:{stop}" + (f":{step}" if step != '' else ''))
-        elif r < 0.85 and size:
-            k = int(g.rng.integers(1, size + 1))
-            vals = g.rng.permutation(size)[:k] if unique or g.chance(0.5) else g.rng.integers(-size, size, k)
-            parts.append(f"T.tensor({_lit(np.asarray(vals))})")
-        elif size:
-            parts.append(f"T.tensor({_lit(g.rng.random(size) < 0.5)})")
-        else:
-            parts.append(':')
-        d += 1
-    if unique and sum(p.startswith('T.tensor([') and 'True' not in p and 'False' not in p
-                      for p in parts) > 1:
-        return None  # two int tensors could name a position twice
-    return ', '.join(parts) if len(parts) != 1 else parts[0] + (',' if g.chance(0.2) else '')
-
-
-def _index_kind(idx):
-    """A short name for an index's form, for grouping mismatches."""
-    if '>' in idx:
-        return 'x[mask]'
-    kinds = []
-    for p in _split_index(idx):
-        p = p.strip()
-        kinds.append('bool' if 'True' in p or 'False' in p else 'tensor' if p.startswith('T.tensor([')
-                     else '0-d tensor' if p.startswith('T.')
-                     else 'slice' if ':' in p else p if p in ('None', '...', '()') else 'int' if p else '')
-    return 'x[' + ', '.join(k for k in kinds if k) + ']'
-
-
-def _split_index(idx):
-    """An index's source split at its top-level commas (not those inside T.tensor([...]))."""
-    out, depth, cur = [], 0, ''
-    for ch in idx:
-        depth += (ch in '([') - (ch in ')]')
-        if ch == ',' and depth == 0:
-            out.append(cur)
-            cur = ''
-        else:
-            cur += ch
-    return out + [cur]
-
-
-def _target(g, pred=lambda v: True):
-    """A tensor to change in place, and the `with T.no_grad():` that a leaf (or a view of
-    one) requiring grad needs, as an optimizer's step has (sometimes left out: both raise)."""
-    x = g.pick(pred)
-    if x is None:
-        return None, ''
-    v = g.env[x]
-    base = v._base if v._base is not None else v
-    guarded = v.requires_grad and base.is_leaf
-    return x, 'with T.no_grad(): ' if (guarded and g.chance(0.9)) or g.chance(0.1) else ''
-
-
-def _g_setitem(g):
-    x, guard = _target(g)
-    if x is None:
-        return None
-    v = g.env[x]
-    if v.ndim == 0:
-        idx = g.choice(['None', '...', '()'])
-    elif g.chance(0.15):
-        idx = f"{x} > 0"
-    else:
-        idx = _index(g, v, unique=True)  # FUZZ_DIFFERENCES['setitem-duplicates']
-        if idx is None:
-            return None
-    try:
-        shape = tuple(eval(f"{x}[{idx}]", dict(g.env)).shape)
-    except Exception:
-        shape = ()
-    value = g.scalar('float')
-    if g.chance(0.6):
-        value = g.pick(lambda o: o.shape == shape) if g.chance(0.5) else None
-        if value is None:
-            name, make = g.leaf(shape[int(g.rng.integers(0, len(shape) + 1)):], requires_grad=g.chance(0.6))
-            return f"{make}; {guard}{x}[{idx}] = {name}", 'setitem ' + _index_kind(idx)
-    return f"{guard}{x}[{idx}] = {value}", 'setitem ' + _index_kind(idx)
-
-
-def _g_inplace(g):
-    x, guard = _target(g)
-    if x is None:
-        return None
-    v = g.env[x]
-    f = g.op(['add_', 'sub_', 'mul_', 'div_', '+=', '-=', '*=', '/=', 'clamp_', 'relu_',
-              'masked_fill_', 'fill_', 'zero_', 'copy_', 'pow_', 'retain_grad',
-              # issue 46: the unary ops in place (what their rules read), the index writes
-              g.choice(_IN_PLACE_UNARY_OPS), g.choice(_IN_PLACE_UNARY_OPS),
-              g.choice(['index_fill_', 'index_add_', 'scatter_add_', 'scatter_'])],
-             ['abs_', 'exp_', 'log_', 'tanh_', 'sigmoid_', 'sqrt_', 'neg_', 'floor_',
-              'clamp_min_', 'clamp_max_', 'add_alpha', 'index_fill_', 'index_add_',
-              'scatter_add_', 'scatter_'])
-    if f in ('add_', 'sub_', 'mul_', 'div_', 'pow_', 'copy_'):
-        return f"{guard}{x}.{f}({g.operand_like(v) if f != 'copy_' else g.pick(lambda o: _fits(o, v)) or x})", f
-    if f in ('+=', '-=', '*=', '/='):
-        return f"{guard}{x} {f} {g.operand_like(v)}", f
-    if f == 'add_alpha':
-        return f"{guard}{x}.add_({g.operand_like(v)}, alpha=2)", 'add_(alpha=)'
-    if f in ('clamp_', 'clamp_min_', 'clamp_max_'):
-        lo = round(float(g.rng.standard_normal()), 1)
-        args = {'clamp_': g.choice([f"{lo}, {lo + 1}", f"min={lo}", f"max={lo}"]),
-                'clamp_min_': str(lo), 'clamp_max_': str(lo)}[f]
-        if _clamp_rule_met(g, x, args if f == 'clamp_' else f"{f[6:9]}={lo}"):
-            return None  # FUZZ_RULE_CHANGES['clamp-bounds']
-        return f"{guard}{x}.{f}({args})", f
-    if f == 'masked_fill_':
-        value = g.scalar('float')
-        if g.chance(0.3):
-            value = g.pick_float(lambda o: o.ndim == 0) or value
-        return f"{guard}{x}.masked_fill_({x} > 0, {value})", f
-    if f == 'fill_':
-        return f"{guard}{x}.fill_({g.scalar('float')})", f
-    if f == 'retain_grad':
-        return f"{x}.retain_grad()", f
-    if f in ('index_fill_', 'index_add_', 'scatter_add_', 'scatter_'):
-        if v.ndim != 1 or not v.numel():
-            return None
-        i = f"T.tensor({_lit(g.rng.permutation(v.shape[0])[:2])})"
-        # a source of x's dtype, of another (refused, issue 46), or a part of x itself (refused)
-        src = g.choice([f"T.ones(len({i}), dtype={x}.dtype)"] * 3 + [
-            f"T.ones(len({i}), dtype={g.choice(['T.DT', 'T.float32', 'T.int64'])})",
-            f"{x}[:len({i})].detach()", f"{x}[:len({i})]"])
-        return f"{guard}{x}.{f}(0, {i}, {src if f != 'index_fill_' else '1.5'})", f
-    return f"{guard}{x}.{f}()", f
-
-
-_IN_PLACE_UNARY_OPS = ['abs_', 'exp_', 'log_', 'tanh_', 'sigmoid_', 'sqrt_', 'neg_', 'floor_',
-                       'ceil_', 'round_', 'trunc_', 'sign_', 'sin_', 'cos_', 'square_',
-                       'reciprocal_', 'clamp_min_', 'clamp_max_']
-
-
-def _broadcasts(o, v):
-    try:
-        np.broadcast_shapes(o.shape, v.shape)
-        return True
-    except ValueError:
-        return False
-
-
-def _fits(o, v):
-    try:
-        return np.broadcast_shapes(o.shape, v.shape) == tuple(v.shape)
-    except ValueError:
-        return False
-
-
-def _g_nn(g):
-    x = g.pick_float()
-    if x is None:
-        return None
-    v, out = g.env[x], g.name()
-    f = g.op(['softmax', 'log_softmax', 'gelu', 'gelu_tanh', 'silu', 'softplus', 'relu',
-              'layer_norm', 'linear', 'linear', 'cross_entropy', 'cross_entropy', 'mse_loss',
-              'bce_with_logits', 'matmul', 'one_hot', 'logsumexp'],
-             ['elu', 'selu', 'hardtanh', 'relu6', 'normalize', 'l1_loss', 'smooth_l1_loss',
-              'huber_loss', 'nll_loss', 'kl_div', 'cosine_similarity', 'pad'])
-    if f in ('softmax', 'log_softmax'):
-        return f"{out} = F.{f}({x}, dim={g.dim(v)})", f
-    if f == 'gelu_tanh':
-        return f"{out} = F.gelu({x}, approximate='tanh')", f
-    if f in ('hardtanh', 'relu6', 'elu', 'selu') and v.isnan().any():
-        return None  # FUZZ_DIFFERENCES['hardtanh-nan']
-    if f in ('gelu', 'silu', 'softplus', 'relu', 'elu', 'selu', 'hardtanh', 'relu6'):
-        return f"{out} = F.{f}({x})", f
-    if f == 'normalize':
-        return f"{out} = F.normalize({x}, dim={g.dim(v)})", f
-    if f == 'pad':
-        return f"{out} = F.pad({x}, (1, 1))", f
-    if f == 'logsumexp':
-        return f"{out} = T.logsumexp({x}, {g.dim(v)})", f
-    if f == 'layer_norm':
-        rows = v.reshape(-1, v.shape[-1]) if v.ndim else None
-        if rows is None or v.shape[-1] == 1 or rows.numel() and (rows == rows[:, :1]).all(1).any():
-            return None  # FUZZ_DIFFERENCES['layer-norm-no-spread']
-        w, mw = g.leaf(v.shape[-1:])
-        b, mb = g.leaf(v.shape[-1:])
-        args = g.choice(['', f", {w}", f", {w}, {b}"])
-        return f"{mw}; {mb}; {out} = F.layer_norm({x}, {tuple(v.shape[-1:])}{args})", f
-    if f in ('linear', 'matmul'):
-        if not v.ndim:
-            return None
-        k = int(g.rng.integers(0, 4)) if g.edges else int(g.rng.integers(1, 4))
-        w, mw = g.leaf((k, v.shape[-1]) if f == 'linear' else (v.shape[-1], k))
-        if f == 'matmul':
-            return f"{mw}; {out} = {x} @ {w}", f
-        b, mb = g.leaf(g.choice([(k,), (k,), (1,), ()]))
-        return f"{mw}; {mb}; {out} = F.linear({x}, {w}, {b if g.chance(0.7) else 'None'})", f
-    if f in ('cross_entropy', 'nll_loss'):
-        # FUZZ_DIFFERENCES['cross-entropy-forms']: (N, C) logits and class indices only
-        if v.ndim != 2 or not v.shape[1]:
-            return None
-        target = g.rng.integers(0, v.shape[1], v.shape[0])
-        target[g.rng.random(v.shape[0]) < 0.3] = -100  # ignore_index
-        args = ''
-        if f == 'cross_entropy' and g.chance(0.5):
-            args += f", reduction='{g.choice(['sum', 'none', 'mean'])}'"
-        if f == 'cross_entropy' and g.chance(0.3):
-            args += ", label_smoothing=0.1"
-        return f"{out} = F.{f}({x}, {_new_tensor(target, 'int')}{args})", f
-    if f in ('mse_loss', 'l1_loss', 'smooth_l1_loss', 'huber_loss', 'kl_div', 'cosine_similarity'):
-        other = g.pick_float(lambda o: o.shape == v.shape) or x
-        return f"{out} = F.{f}({x}, {other})", f
-    if f == 'bce_with_logits':
-        kind = g.choice(['T.DT', 'T.DT', 'T.float32'])
-        target = np.round(g.rng.random(tuple(v.shape)), 2)
-        return (f"{out} = F.binary_cross_entropy_with_logits({x}, "
-                f"{_new_tensor(target, 'float').replace('T.DT', kind)})"), f
-    y = g.pick(lambda o: o.dtype == g.torch.int64 and o.ndim <= 2 and bool((o >= 0).all()))
-    return (f"{out} = F.one_hot({y}, 6)", f) if y else None
-
-
-def _g_cast(g):
-    x = g.pick()
-    if x is None:
-        return None
-    # FUZZ_DIFFERENCES['no-float16']: no half() or float16
-    f = g.op(['float()', 'double()', 'long()', 'to(T.float32)', 'to(T.float64)', 'to(T.int64)',
-              'to(T.bool)', 'item()', 'tolist()', 'numel()'],
-             ['int()', 'bool()', 'type_as({y})', 'nelement()', 'element_size()', 'new_zeros(2)',
-              'new_ones(2)', 'new_full((2,), 1.5)', 'new_tensor([1, 2])'])
-    if f == 'item()' and g.env[x].numel() != 1:
-        return None
-    f = f.format(y=g.pick() or x)
-    return f"{g.name()} = {x}.{f}", f.split('(')[0]
-
-
-def _g_functions(g):
-    """Functions of tensors issue 23 names (most missing in tinytorch today)."""
-    x = g.pick()
-    if x is None:
-        return None
-    v = g.env[x]
-    other = g.pick(lambda o: o.shape == v.shape) or x
-    f = g.choice(['T.zeros_like({x}, dtype=T.float64)', 'T.ones_like({x}, dtype=T.float64)', 'T.full_like({x}, 2.0)',
-                  'T.hstack([{x}, {o}])', 'T.vstack([{x}, {o}])', 'T.concat([{x}, {o}])',
-                  'T.logical_and({x}, {o})', 'T.logical_or({x}, {o})', 'T.all({x})', 'T.any({x})',
-                  'T.allclose({x}, {o})', 'T.isclose({x}, {o})', 'T.outer({x}.flatten(), {o}.flatten())',
-                  'T.einsum("...->...", {x})', 'T.tensordot({x}, {o}, 0)', '{x}.masked_select({x} > 0)',
-                  '{x}.repeat_interleave(2)', '{x}.diff()', '{x}.unique()', '{x}.any(dim=0)',
-                  '{x}.all(dim=0)', 'T.linspace(0, 1, 5)', 'T.logspace(0, 1, 3)',
-                  'T.meshgrid({x}.flatten(), {o}.flatten(), indexing="ij")[0]', 'T.cdist({x}, {o})',
-                  '{x}.mode()[0]', '{x}.softmax(-1, dtype=T.float64)'])
-    if f.startswith('{x}.mode') and (v.is_floating_point() and v.isnan().any() or v.ndim and v.shape[-1] > 16):
-        return None  # FUZZ_DIFFERENCES['mode-nan']
-    return f"{g.name()} = {f.format(x=x, o=other)}", f.split('(')[0].replace('{x}', '')
-
-
-def _g_numpy(g):
-    """NumPy interop: np.asarray / np.array (copy=, dtype=) of a tensor, the array written
-    (an alias changes the tensor, a copy does not), NumPy functions that take tensors as
-    arrays, and tensors made from arrays. FUZZ_DIFFERENCES['numpy-ufuncs'] and
-    ['numpy-copy-false']: no ufunc on a tensor, no copy=False."""
-    x = g.pick()
-    if x is None:
-        return None
-    v, out = g.env[x], g.name()
-    src = f"{x}.detach()" if g.chance(0.85) else x  # a tensor that requires grad: refused
-    dt = g.choice(['', '', ', dtype=np.float64', ', dtype=np.float32', ', dtype=np.int64'])
-    f = g.choice(['asarray', 'asarray', 'array', 'array copy', 'concatenate', 'stack', 'where',
-                  'tensor of', 'from_numpy', 'as_tensor', 'tolist'])
-    write = "; {a}[...] = 7" if v.ndim else ""
-    if f == 'asarray':  # written through only where no graph reads it (FUZZ_DIFFERENCES['data-attribute'])
-        if g.chance(0.5):
-            return f"{out} = np.asarray({src}{dt})", 'np.asarray'
-        return (f"{out} = {x}.detach().clone(); _a = np.asarray({out}{dt})" + write.format(a='_a'),
-                'np.asarray')
-    if f == 'array':
-        return f"{out} = np.array({src}{dt})" + write.format(a=out), 'np.array'
-    if f == 'array copy':
-        return f"{out} = np.array({src}{dt}, copy=True)" + write.format(a=out), 'np.array(copy=True)'
-    if f in ('concatenate', 'stack'):
-        if not v.ndim:
-            return None
-        return f"{out} = np.{f}([{src}, {src}])", 'np.' + f
-    if f == 'where':
-        return f"{out} = np.where({src} > 0, {src}, 0)", 'np.where'
-    if f == 'tensor of':
-        return f"{out} = T.tensor(np.asarray({src}{dt}) * 2)", 'T.tensor(np.asarray)'
-    if f == 'from_numpy':
-        return f"_a = np.array({src}{dt}); {out} = T.from_numpy(_a); _a[...] = 5", 'T.from_numpy'
-    if f == 'as_tensor':
-        dt = dt.replace('np.', 'T.')
-        return f"_a = np.array({src}); {out} = T.as_tensor(_a{dt}); _a[...] = 5", 'T.as_tensor'
-    return f"{out} = np.array({src}.tolist(){dt})", 'np.array(tolist)'
-
-
-# Op families: a run may select some (tests run one each). 'edges' draws 0-d, empty,
-# inf/nan, int and bool inputs and runs every family's generators on them.
-_FAMILIES = {
-    'elementwise': [_g_binary, _g_binary, _g_binary_fn, _g_unary, _g_unary, _g_clamp_where],
-    'reductions': [_g_reduce, _g_reduce, _g_reduce, _g_sort, _g_unary],
-    # (issue 46: layouts meet views; changes in place follow functions that save)
-    'views': [_g_view, _g_view, _g_view, _g_view, _g_inplace, _g_setitem, _g_binary, _g_clamp_where],
-    'indexing': [_g_index, _g_index, _g_index, _g_setitem, _g_setitem, _g_inplace, _g_scatter],
-    'inplace': [_g_inplace, _g_inplace, _g_inplace, _g_view, _g_setitem, _g_binary, _g_unary,
-                _g_clamp_where],
-    'nn': [_g_nn, _g_nn, _g_nn, _g_binary, _g_unary],
-    'casts': [_g_cast, _g_cast, _g_binary, _g_clamp_where, _g_numpy, _g_numpy],  # NumPy interop too
-}
-
-
-_FAMILIES['edges'] = [gen for family in list(_FAMILIES.values()) for gen in family]
-
-
-# issue 23's names (each generator draws from its second list)
-_FAMILIES['names'] = [_g_binary, _g_binary_fn, _g_unary, _g_unary, _g_reduce, _g_view,
-                      _g_inplace, _g_nn, _g_cast, _g_functions, _g_functions, _g_clamp_where]
-
-
-# -- running a program in one framework ----------------------------------------------------
-_HEADERS = {'tt': "import numpy as np, tinytorch as T, nn as F\nfrom math import inf, nan",
-            'torch': "import numpy as np, torch as T, torch.nn.functional as F\nfrom math import inf, nan"}
-
-
-# the scalar that backward starts from: every live float tensor that requires grad,
-# weighted (so a gradient sent to the wrong element shows)
-_WEIGHTS = ("def W(v): return T.tensor(np.cos(np.arange(v.numel())).reshape(tuple(v.shape)), "
-            "dtype=v.dtype)")
-
-
-_CODE = {}
-
-
-def _render(src, lib, dt):
-    src = src.replace('T.DT', 'T.' + dt)
-    return src.replace('T.bool)', 'T.bool_)').replace('T.bool,', 'T.bool_,') if lib == 'tt' else src
-
-
-class _TorchFunctional:
-    """torch.nn.functional as the fuzzer's PyTorch programs see it: the same, except that a
-    float32 gelu of +inf is inf (FUZZ_DIFFERENCES['gelu-inf'], PyTorch's float64 answer and
-    tinytorch's), so the difference follows the data into every later value and gradient."""
-    def __init__(self, functional):
-        self._functional = functional
-
-    def __getattr__(self, name):
-        return getattr(self._functional, name)
-
-    def gelu(self, x, approximate='none'):
-        import torch
-        y = self._functional.gelu(x, approximate=approximate)
-        return torch.where(x == math.inf, x.detach(), y) if x.dtype == torch.float32 else y
-
-
-def _namespace(lib, dt):
-    if lib == 'tt':
-        ns = {'T': tt, 'F': nn}
-    else:
-        import torch
-        import torch.nn.functional
-        ns = {'T': torch, 'F': _TorchFunctional(torch.nn.functional)}
-        lib = 'torch'
-    ns.update(np=np, inf=math.inf, nan=math.nan, _lib=lib, _dt=dt)
-    exec(_WEIGHTS, ns)
-    return ns
-
-
-def _exec(src, ns, dt):
-    key = (src, ns['_lib'], dt)
-    if key not in _CODE:
-        _CODE[key] = compile(_render(src, ns['_lib'], dt), '<fuzz>', 'exec')
-    with np.errstate(all='ignore'), _warnings.catch_warnings():
-        _warnings.simplefilter('ignore')
-        exec(_CODE[key], ns)
-
-
-def _snap(v):
-    """What is compared of a value: a tensor's (shape, dtype, requires_grad, whether it is
-    contiguous, values); a .grad's without the layout."""
-    if isinstance(v, tt.Tensor) or type(v).__name__ == 'Tensor':
-        if isinstance(v, tt.Tensor):
-            a, dtype = np.array(v.array, copy=True), str(v.dtype).rstrip('_')
-        else:
-            a, dtype = v.detach().numpy().copy(), str(v.dtype).replace('torch.', '')
-        # the layout shows where a later view or reshape shares memory in one framework only
-        return ('tensor', a.shape, dtype, bool(v.requires_grad), bool(v.is_contiguous()), a)
-    if isinstance(v, np.ndarray):  # a tinytorch .grad
-        return ('tensor', v.shape, str(v.dtype), False, v.copy())
-    if v is None:
-        return ('None',)
-    if isinstance(v, (tuple, list)):
-        return ('seq', tuple(_snap(e) for e in v))
-    if isinstance(v, (bool, np.bool_)):
-        return ('bool', bool(v))
-    if isinstance(v, (int, np.integer)):
-        return ('int', int(v))
-    if isinstance(v, (float, np.floating)):
-        return ('float', np.array(float(v)))
-    return ('other', type(v).__name__)
-
-
-def _variables(ns):
-    return {k: v for k, v in ns.items() if k[0] == 't' and k[1:].isdigit()}
-
-
-def _fuzz_run(lines, lib, dt, loss=None):
-    """Runs the lines; after each: (error or None, {name: snap}). Ends with backward of
-    `loss` (PyTorch's run chooses it from its live tensors)."""
-    ns, steps = _namespace(lib, dt), []
-    for src in lines:
-        try:
-            _exec(src, ns, dt)
-            err = None
-        except Exception as e:  # both raising counts as agreeing, whatever the types
-            err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
-        steps.append((err, {k: _snap(v) for k, v in _variables(ns).items()}))
-    if loss is None:
-        live = [k for k, v in _variables(ns).items()
-                if type(v).__name__ == 'Tensor' and v.is_floating_point() and v.requires_grad]
-        loss = f"_loss = sum((v * W(v)).sum() for v in [{', '.join(live)}]); _loss.backward()" if live else ''
-    err = None
-    if loss:
-        try:
-            _exec(loss, ns, dt)
-        except Exception as e:
-            err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
-    with _warnings.catch_warnings():
-        _warnings.simplefilter('ignore')  # PyTorch warns when .grad of a non-leaf is read
-        grads = {k: _snap(_grad(v)) for k, v in _variables(ns).items()
-                 if (isinstance(v, (tt.Tensor,)) or type(v).__name__ == 'Tensor')
-                 and (_is_leaf(v) and v.is_floating_point() or not _in_place_in(lines))}
-    steps.append((err, grads))
-    return steps, loss
-
-
-def _is_leaf(v):
-    try:
-        return v.is_leaf
-    except RuntimeError:  # PyTorch refuses to regenerate some views' history
-        return False
-
-
-def _in_place_in(lines):
-    """Whether the program changes a tensor in place: then the retained .grad of non-leaf
-    tensors is not compared (FUZZ_DIFFERENCES['retained-grads-after-in-place'])."""
-    return any(re.search(r"\w_\(|[-+*/]= |\] = ", line) for line in lines)
-
-
-def _grad(v):
-    """.grad as a NumPy array (in both libraries .grad is a Tensor or None)."""
-    g = getattr(v, 'grad', None)
-    return g if g is None else np.asarray(g)
-
-
-_TOLERANCES = {'float64': (1e-7, 1e-9), 'float32': (2e-4, 2e-4)}
-
-
-# T.tensor(...) of a float written without a dtype: a float32 tensor in both libraries
-_FLOAT32_LITERAL = r'T\.tensor\((?:(?!dtype)[^()])*\d\.(?:(?!dtype)[^()])*\)'
-
-
-def _float32_taint(taint, src, snaps):
-    """The variables whose values may carry float32 rounding once src has run: float32
-    tensors, what src assigns from a tainted operand, and, after an in-place change with a
-    tainted operand, every variable (views share the changed memory). A float64 value
-    computed from a float32 one is no more precise than it: two correct float32 roundings
-    (NumPy's cos and PyTorch's may differ in the last bit) stay apart by a float32 ulp
-    after any cast to float64, so such a value is compared at float32's tolerance."""
-    operands = set(taint) | {n for n, v in snaps.items() if _holds_float32(v)}
-    out = set(operands)
-    for part in src.split(';'):
-        part = part.replace('with T.no_grad():', '')
-        # a float32 number written in the statement (np.float32(-0.7), T.tensor(0.6)) is a
-        # float32 operand too
-        if not (operands & set(re.findall(r'\bt\d+\b', part)) or 'np.float32(' in part
-                or re.search(_FLOAT32_LITERAL, part)):
-            continue
-        assigned = re.match(r'\s*((?:t\d+\s*,\s*)*t\d+)\s*=(?!=)', part)
-        out |= set(re.findall(r'\bt\d+\b', assigned.group(1))) if assigned else set(snaps)
-    return out
-
-
-def _holds_float32(snap):
-    if snap[0] == 'seq':
-        return any(_holds_float32(s) for s in snap[1])
-    return snap[0] == 'tensor' and snap[2] == 'float32'
-
-
-def _differs(a, b, dt, value_underflow=True, float32_rounded=False, atol_more=0.0,
-             requires_grad=True):
-    """What differs between two snaps (None: they agree). float32_rounded: the value may
-    carry float32 rounding (_float32_taint), so it is compared at float32's tolerance.
-    value_underflow: True, or a mask of the elements where a 0 in tinytorch alone counts.
-    atol_more: an absolute tolerance added per element (_unary_allowances).
-    requires_grad: False compares values only (_pytorch_on_tinytorch_values)."""
-    if a is None or b is None:
-        return 'missing' if a is None else 'extra'
-    if a[0] != b[0]:
-        return f"{a[0]} in tinytorch, {b[0]} in PyTorch"
-    if a[0] == 'seq':
-        if len(a[1]) != len(b[1]):
-            return 'length'
-        return next((w for w in (_differs(x, y, dt, value_underflow, float32_rounded,
-                                          requires_grad=requires_grad)
-                                 for x, y in zip(a[1], b[1])) if w), None)
-    if a[0] in ('tensor', 'float'):
-        if a[0] == 'tensor':
-            if a[1] != b[1]:
-                return 'shape'
-            if a[2] != b[2]:
-                return 'dtype'
-            if a[3] != b[3] and a[2] in _FLOAT_DTYPES and requires_grad:  # FUZZ_DIFFERENCES['int-requires-grad']
-                return 'requires_grad'
-            if len(a) == len(b) == 6 and a[4] != b[4] and requires_grad:  # (not a .grad)
-                return f"layout (contiguous in {'tinytorch' if a[4] else 'PyTorch'} only)"
-        x, y = np.asarray(a[-1]), np.asarray(b[-1])
-        if x.dtype.kind in 'biu' or y.dtype.kind in 'biu':
-            return None if np.array_equal(x, y) else 'value'
-        x, y = x.astype(np.float64), y.astype(np.float64)
-        if (np.isnan(x) != np.isnan(y)).any() or (np.isinf(x) != np.isinf(y)).any() or (
-                x[np.isinf(x)] != y[np.isinf(y)]).any():
-            return 'nan/inf'
-        # a value is compared at its own precision (a float32 result in a float64 program too)
-        rtol, atol = _TOLERANCES['float32' if float32_rounded else
-                                 a[2] if a[0] == 'tensor' and a[2] in _TOLERANCES else dt]
-        ok = np.isfinite(x)
-        atol = (atol + np.broadcast_to(atol_more, x.shape))[ok]
-        if not (np.abs(x[ok] - y[ok]) <= atol + rtol * np.abs(y[ok])).all():
-            return 'value'
-        # an elementwise function's value (not a sum or a gradient, where rounding leaves
-        # 1e-17s) that underflows to 0 in tinytorch, but not in PyTorch
-        flushed = (x[ok] == 0) & (np.abs(y[ok]) > 1e3 * np.finfo(dt).tiny)
-        flushed &= np.broadcast_to(value_underflow, x.shape)[ok]
-        return 'value (0 where PyTorch is not)' if flushed.any() else None
-    return None if a == b else 'value'
-
-
-def _unary_allowances(src, op, s1, s2, rounded):
-    """For an elementwise function's result: where a 0 in tinytorch alone is an underflow
-    (only where both computed it from the same argument: log1p of a rounding error of 1e-8
-    in PyTorch's argument and of an exact 0 in tinytorch's is no underflow), and an added
-    absolute tolerance for sin and cos of float32-rounded arguments: an argument x carries a
-    rounding error of up to eps |x| (a float32 ulp or so), and sin and cos have slopes up to
-    1, so their values may differ by eps |x|, far beyond the relative tolerance when |x| is
-    in the thousands (sin(-5270.3)); in any dtype, by the arguments' own difference. The
-    operand is the statement's other variable."""
-    names = re.findall(r'\bt\d+\b', src.split(';')[-1])
-    a1, a2 = (s.get(names[1]) if len(names) == 2 else None for s in (s1, s2))
-    if not (a1 and a2 and a1[0] == a2[0] == 'tensor' and a1[1] == a2[1]):
-        return True, 0.0
-    x, y = np.asarray(a1[-1], dtype=np.float64), np.asarray(a2[-1], dtype=np.float64)
-    same = (x == y) | (np.isnan(x) & np.isnan(y))
-    if op not in ('sin', 'cos'):
-        return same, 0.0
-    # and at least the arguments' own difference: a float64 argument computed by an earlier
-    # op may be an ulp apart (4.4e38 from a power), and |cos a - cos b| <= |a - b|
-    with np.errstate(invalid='ignore'):  # (inf - inf, where np.where doesn't look)
-        apart = np.abs(np.where(np.isfinite(x) & np.isfinite(y), x - y, 0))
-    ulp32 = np.finfo(np.float32).eps * np.abs(np.where(np.isfinite(y), y, 0)) if rounded else 0.0
-    return same, np.maximum(ulp32, apart)
-
-
-_COMPARISONS = ('.eq', '.ne', '.gt', '.lt', '.ge', '.le', '>', '==', '<=', '!=', '<')
-
-
-def _near_ties_undecided(src, s1, s2, name):
-    """PyTorch's answer to a comparison of values that may carry float32 rounding, with
-    tinytorch's taken where the two operands are within float32's tolerance of each other:
-    there a rounding decides (log(exp(x)) == x), not the op. Elsewhere it must agree."""
-    rhs = src.split('=', 1)[1]
-    names = re.findall(r'\bt\d+\b', rhs)
-    values = [np.asarray(s2[n][-1], dtype=np.float64) for n in names
-              if s2.get(n) and s2[n][0] == 'tensor']
-    if len(names) == 1:  # the other operand is a number written in the statement
-        number = re.findall(r'(?<![\w.])-?(?:\d+\.?\d*(?:e-?\d+)?|inf)', rhs.replace(names[0], ''))
-        values += [float(number[0])] if number else []
-    got, ref = s1.get(name), s2.get(name)
-    if len(values) != 2 or not (got and ref and got[0] == ref[0] == 'tensor' and got[1] == ref[1]):
-        return ref
-    rtol, atol = _TOLERANCES['float32']
-    x, y = values
-    with np.errstate(invalid='ignore'):
-        near = np.abs(x - y) <= atol + rtol * np.maximum(np.abs(x), np.abs(y))
-    try:
-        near = np.broadcast_to(near, np.shape(ref[-1]))
-    except ValueError:
-        return ref
-    return ref[:-1] + (np.where(near, got[-1], ref[-1]),)
-
-
-class _Mismatch:
-    def __init__(self, lines, ops, dt, k, name, what, tt_side, torch_side, loss):
-        self.lines, self.ops, self.dt, self.k, self.name = lines, ops, dt, k, name
-        self.what, self.tt_side, self.torch_side, self.loss = what, tt_side, torch_side, loss
-        self.op = ops[k] if k < len(ops) else 'backward'
-
-    def cause(self):
-        """What stays while minimising: the op, what differed, and whether it showed in
-        another variable than the statement's own (aliasing)."""
-        where = ''
-        if self.op != 'backward' and self.name and self.name != _target_of(self.lines[self.k]):
-            where = ' (seen in another variable: aliasing)'
-        return f"{self.op}: {self.what}{where}"
-
-    def key(self):
-        """The cause, named after minimising: a gradient's by the ops of the program, an
-        aliasing one by the ops that made the views (whatever changed them in place)."""
-        ops = sorted(set(o for o in self.ops if o != 'input'))
-        if self.op == 'backward':
-            return f"backward after {' + '.join(ops) or 'inputs'}: {self.what}"
-        if 'aliasing' in self.cause():
-            views = [o for o in ops if not _changes_in_place(o)]
-            return f"aliasing after {' + '.join(views) or 'inputs'} and an in-place change: {self.what}"
-        return self.cause()
-
-
-def _target_of(src):
-    """The variable a statement assigns or changes in place (in its last part)."""
-    last = src.split(';')[-1].replace('with T.no_grad():', '')
-    return re.search(r'\bt\d+\b', last).group() if re.search(r'\bt\d+\b', last) else None
-
-
-def _unchanged(name, before, after):
-    """Whether a variable's snap is the same after a statement as before it."""
-    a, b = before.get(name), after.get(name)
-    return a is not None and b is not None and _same_snap(a, b)
-
-
-def _same_snap(a, b):
-    if a[0] != b[0]:
-        return False
-    if a[0] == 'seq':
-        return len(a[1]) == len(b[1]) and all(map(_same_snap, a[1], b[1]))
-    if a[0] in ('tensor', 'float'):
-        return a[:-1] == b[:-1] and np.array_equal(a[-1], b[-1], equal_nan=a[-1].dtype.kind == 'f')
-    return a == b
-
-
-def _from_snap(torch, snap):
-    """A PyTorch value holding a snap's values (a tensor without grad); None for a snap
-    that can't be rebuilt."""
-    kind = snap[0]
-    if kind == 'tensor':
-        return torch.tensor(snap[-1], dtype=getattr(torch, snap[2]))
-    if kind == 'seq':
-        items = [_from_snap(torch, s) for s in snap[1]]
-        return None if any(i is None and s[0] != 'None' for i, s in zip(items, snap[1])) else tuple(items)
-    return {'int': lambda: snap[1], 'bool': lambda: snap[1], 'float': lambda: float(snap[1]),
-            'None': lambda: None}.get(kind, lambda: None)()
-
-
-def _pytorch_on_tinytorch_values(lines, k, dt, before):
-    """The snaps after PyTorch runs statement k with tinytorch's values of every variable
-    before it ({} if it can't). Where an earlier statement left the two a rounding apart
-    (within the tolerance), a later op can turn that into a large difference: floor of
-    0.9999999999999999 and of 1.0, a sum over values that cancel, cos of 1e13. The op is
-    right when PyTorch's, given tinytorch's operands, gives tinytorch's answer."""
-    import torch
-    ns = _namespace('torch', dt)
-    for name, snap in before.items():
-        value = _from_snap(torch, snap)
-        if value is None and snap[0] != 'None':
-            return {}
-        ns[name] = value
-    try:
-        _exec(lines[k], ns, dt)
-    except Exception:
-        return {}
-    return {n: _snap(v) for n, v in _variables(ns).items()}
-
-
-def _pytorch_gradients_on(lines, dt, loss, got):
-    """The .grad snaps of PyTorch's run with each statement's result given tinytorch's
-    values (through .data: what PyTorch's rules saved sees them, and no version changes),
-    {} if it can't. The gradient analogue of _pytorch_on_tinytorch_values: asin's rule at
-    a cosine similarity of 1.0000001 in one and 0.99999994 in the other is nan in one and
-    finite in the other, and both rules are right."""
-    import torch
-    ns = _namespace('torch', dt)
-    with _warnings.catch_warnings():
-        _warnings.simplefilter('ignore')
-        try:
-            for k, src in enumerate(lines):
-                try:
-                    _exec(src, ns, dt)
-                except Exception:
-                    pass
-                name = _target_of(src)
-                v, snap = ns.get(name), got[k][1].get(name)
-                if type(v).__name__ == 'Tensor' and snap and snap[0] == 'tensor' and \
-                        tuple(v.shape) == snap[1] and str(v.dtype) == f"torch.{snap[2]}":
-                    v.data.copy_(torch.from_numpy(np.array(snap[-1])))
-            _exec(loss, ns, dt)
-        except Exception:
-            return {}
-        return {k: _snap(_grad(v)) for k, v in _variables(ns).items() if type(v).__name__ == 'Tensor'}
-
-
-def _gradient_rounding(lines, dt, loss):
-    """How far rounding alone may move a gradient: 16 ulps of the largest gradient that any
-    tensor of PyTorch's run carries. A leaf's gradient sums terms as large as that (they may
-    cancel: normalize of a zero vector sends 1e12 back along two paths), and each sum
-    rounds at their scale, in an order the two engines choose differently."""
-    ns = _namespace('torch', dt)
-    with _warnings.catch_warnings():
-        _warnings.simplefilter('ignore')
-        for src in lines:
-            try:
-                _exec(src, ns, dt)
-            except Exception:
-                pass
-        tensors = [v for v in _variables(ns).values() if type(v).__name__ == 'Tensor']
-        try:
-            for v in tensors:
-                if v.requires_grad and not v.is_leaf:
-                    v.retain_grad()
-            _exec(loss, ns, dt)
-        except Exception:
-            return 0.0
-        grads = [np.abs(v.grad.numpy()) for v in tensors if v.grad is not None]
-    largest = max((g[np.isfinite(g)].max(initial=0.0) for g in grads), default=0.0)
-    return 16 * np.finfo(dt).eps * largest
-
-
-def _float64_run_allows(a, b, ref64_step, name):
-    """Whether PyTorch's own float64 run of the program allows tinytorch's float32 value or
-    gradient a, where PyTorch's float32 one b differs: elementwise, a is within float32's
-    tolerance of the float64 answer (rounded to float32: an overflow is inf there too), or
-    within 4 times b's distance from it (two float32 computations that round in different
-    places), or b is not within that tolerance of it either. Float32 rounding
-    amplified (1 + erf(-3.04) in gelu's tail, sin of 1.5e8, a sum that nearly cancels)
-    leaves PyTorch's float32 answer off the true one as well: such an element says nothing
-    about the op (the float64 run, compared first, holds the op to PyTorch's answer)."""
-    err, snaps = ref64_step
-    c = snaps.get(name) if not err else None
-    if not (a and b and c and a[0] == b[0] == c[0] == 'tensor' and a[1] == b[1] == c[1]
-            and a[2] == b[2] == 'float32' and c[2] == 'float64'):
-        return False
-    x, y, z = (np.asarray(s[-1], dtype=np.float64) for s in (a, b, c))
-    rtol, atol = _TOLERANCES['float32']
-    with np.errstate(all='ignore'):
-        z32 = z.astype(np.float32).astype(np.float64)
-        agree = lambda u: ((u == z32) | (np.isnan(u) & np.isnan(z32)) | np.isfinite(u) & np.isfinite(z32)
-                           & (np.abs(u - z32) <= atol + rtol * np.abs(z32)))
-        nearer = np.isfinite(x) & np.isfinite(y) & np.isfinite(z) & (np.abs(x - z) <= 4 * np.abs(y - z))
-    return bool((agree(x) | nearer | ~agree(y)).all())
-
-
-def _refuses_a_change_it_does_not_read(lines, dt, loss, grads):
-    """README: backward refuses an in-place change only where a rule reads the changed
-    tensor (FUZZ_REFUSALS['saved-tensors']). Where tinytorch alone refused, its backward is
-    run again without the version check: if it then gives PyTorch's gradients, the rule it
-    refused did not need what changed (it saved more than it reads: issue 46's y.abs_(),
-    and z = y.round() before y.mul_(-1))."""
-    check = tt._check_saved
-    tt._check_saved = lambda node: None
-    try:
-        got, _ = _fuzz_run(lines, 'tt', dt, loss)
-    finally:
-        tt._check_saved = check
-    err, unchecked = got[-1]
-    return err is None and bool(grads) and all(
-        _differs(unchecked.get(n), grads[n], dt, float32_rounded=True) is None for n in grads)
-
-
-def _changes_in_place(op):
-    return op.endswith('_') or op.startswith('setitem') or op in ('+=', '-=', '*=', '/=', 'retain_grad')
-
-
-def _compare(lines, ops, torch, dts=('float64', 'float32')):
-    """The first mismatch of the program (float64 first, then float32), or None."""
-    for dt in dts:
-        ref, loss = _fuzz_run(lines, 'torch', dt)
-        got, _ = _fuzz_run(lines, 'tt', dt, loss)
-        # a program that uses a name a dropped statement defined is no reproducer
-        broken = any(e1 and e2 and e1.startswith('NameError') and e2.startswith('NameError')
-                     for (e1, _), (e2, _) in zip(got[:-1], ref[:-1]))
-        taint = set()  # variables that may carry float32 rounding (_float32_taint)
-        ref64 = None  # PyTorch's float64 run, for a float32 mismatch (_float64_run_allows)
-        for k, ((e1, s1), (e2, s2)) in enumerate(zip(got, ref)):
-            what = None
-            if k < len(lines):
-                taint = _float32_taint(taint, lines[k], s2)
-            if e1 and e2 and k == len(lines):
-                break  # both backwards raised: the gradients they left half-done don't count
-            if e1 and e2 and _changes_in_place(ops[k]):
-                break  # FUZZ_DIFFERENCES['failed-write']: PyTorch may have written a part
-            if k < len(lines) and any(v[0] == 'tensor' and v[3] and v[2] not in _FLOAT_DTYPES
-                                      for v in s2.values()):
-                break  # FUZZ_DIFFERENCES['int-requires-grad']: what follows differs by design
-            if (e1 is None) != (e2 is None):
-                if k == len(lines) and e1 and _refuses_a_change_it_does_not_read(lines, dt, loss, ref[-1][1]):
-                    what = "refuses an in-place change that its rule does not read"
-                elif _refused_by_design(e1, e2):
-                    break  # FUZZ_REFUSALS: not compared further
-                else:
-                    what = f"raises only in {'tinytorch' if e1 else 'PyTorch'}"
-                # the error's type and first words tell causes apart
-                what, name = what + f" ({re.sub(r'[0-9]+', '#', e1 or e2)[:60]})", None
-            else:
-                for name in sorted(set(s1) | set(s2), key=lambda n: int(n[1:])):
-                    # the underflow check is for the statement's own result; a gradient
-                    # flows through every tensor, so after a float32 one all are rounded so
-                    own = k < len(lines) and name == _target_of(lines[k])
-                    if 0 < k < len(lines) and not own and _unchanged(name, got[k - 1][1], s1) \
-                            and _unchanged(name, ref[k - 1][1], s2):
-                        continue  # judged when it was last written, on both sides
-                    rounded = dt == 'float32' or (name in taint if k < len(lines) else bool(taint))
-                    underflow, more = own and ops[k] in _UNARY, 0.0
-                    if underflow:
-                        underflow, more = _unary_allowances(lines[k], ops[k], s1, s2, rounded)
-                    b = s2.get(name)
-                    if own and ops[k] in _COMPARISONS and rounded:
-                        b = _near_ties_undecided(lines[k], s1, s2, name)
-                    what = _differs(s1.get(name), b, dt, underflow, rounded, more)
-                    if what and what.startswith(('value', 'nan/inf', 'shape')) and k < len(lines) and \
-                            _differs(s1.get(name), _pytorch_on_tinytorch_values(
-                                lines, k, dt, got[k - 1][1] if k else {}).get(name),
-                                dt, underflow, rounded, more, requires_grad=False) is None:
-                        what = None  # PyTorch's op, given tinytorch's operands, agrees
-                    if what and k == len(lines):  # a gradient: PyTorch's rules, given
-                        alt = _pytorch_gradients_on(lines, dt, loss, got).get(name)  # tinytorch's
-                        if _differs(s1.get(name), alt, dt, float32_rounded=rounded) is None:
-                            what = None  # forward values, agree
-                        else:  # or agree to the rounding of the large gradients summed into
-                            rounding = _gradient_rounding(lines, dt, loss)  # it, or PyTorch's
-                            if _differs(s1.get(name), alt, dt, False, rounded, rounding) is None \
-                                    or what == 'value' and _differs(  # own gradient does
-                                        s1.get(name), b, dt, atol_more=rounding) is None:
-                                what = None
-                    if what and what.startswith(('value', 'nan/inf')) and dt == 'float32':
-                        if ref64 is None:
-                            ref64 = _fuzz_run(lines, 'torch', 'float64', loss)[0]
-                        if _float64_run_allows(s1.get(name), s2.get(name), ref64[k], name):
-                            what = None
-                    if what:
-                        if k == len(lines):
-                            what = f".grad {what}"
-                        break
-            if what:
-                side = (lambda e, s: e if (e1 is None) != (e2 is None) else s.get(name))
-                m = _Mismatch(lines, ops, dt, k, name, what, side(e1, s1), side(e2, s2), loss)
-                m.broken = broken
-                return m
-    return None
-
-
-def _minimise(m, torch):
-    """Drops statements while the same cause stays (delta debugging, one line at a time)."""
-    lines, ops, key = list(m.lines), list(m.ops), m.cause()
-    changed = True
-    while changed:
-        changed = False
-        for i in reversed(range(len(lines))):
-            trial_l, trial_o = lines[:i] + lines[i + 1:], ops[:i] + ops[i + 1:]
-            t = _compare(trial_l, trial_o, torch, (m.dt,))
-            if t is not None and t.cause() == key and not t.broken:
-                lines, ops, m, changed = trial_l, trial_o, t, True
-    return m
-
-
-def _shown(side):
-    if side is None or isinstance(side, str):
-        return str(side)
-    if side[0] == 'tensor':
-        return f"{np.array2string(side[-1], precision=6, threshold=20).replace(chr(10), '')} {side[2]}" + (
-            ' requires_grad' if side[3] else '')
-    if side[0] == 'None':
-        return 'None'
-    return repr(side[1] if side[0] != 'seq' else [_shown(e) for e in side[1]])
-
-
-def _reproducer(m):
-    """The minimised program, runnable as-is, for each framework, with each one's answer."""
-    out = []
-    for lib, side, label in (('tt', m.tt_side, 'tinytorch'), ('torch', m.torch_side, 'PyTorch')):
-        out.append(f"  # {label}")
-        body = _HEADERS[lib].split('\n') + [_WEIGHTS] * (m.op == 'backward')
-        body += [_render(s, lib, m.dt) for s in m.lines[:m.k + 1]]
-        if m.op == 'backward':
-            body.append(m.loss)
-        if m.name:
-            body.append(f"print({m.name}{'.grad' if m.op == 'backward' else ''})")
-        out += ['  ' + b for b in body]
-        out.append(f"  # -> {_shown(side)}")
-    return '\n'.join(out)
-
-
-def fuzz(seed=0, count=1000, families=None, minimise=True):
-    """Runs `count` random programs; returns {cause: [programs, a minimised mismatch,
-    the families it was seen in]}."""
-    torch = need_torch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only cost time
-    try:
-        return _fuzz(torch, seed, count, list(families or _FAMILIES), minimise)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _fuzz(torch, seed, count, families, minimise):
-    rng = np.random.default_rng(seed)
-    causes, seen, pre_key = {}, {}, {}
-    for _ in range(count):
-        family = families[int(rng.integers(len(families)))]
-        # 'edges' draws edge inputs and the statements of every family but 'names'
-        drawn = [f for f in _FAMILIES if f not in ('edges', 'names')] if family == 'edges' else [family]
-        g = _Gen(rng, torch, drawn, edges=family == 'edges')
-        g.inputs()
-        for _ in range(int(rng.integers(3, 13))):
-            g.statement()
-        lines, ops = [src for src, _, _ in g.lines], [op for _, op, _ in g.lines]
-        m = _compare(lines, ops, torch)
-        if m is None:
-            continue
-        # minimise the first program of each cause; gradient and aliasing causes are
-        # named by their minimised program, so minimise up to ten of those
-        pre = (m.cause(), m.dt)
-        if seen.get(pre, 0) < (10 if m.op == 'backward' or 'aliasing' in pre[0] else 1):
-            seen[pre] = seen.get(pre, 0) + 1
-            if minimise:
-                m = _minimise(m, torch)
-        else:
-            m = None
-        key = (m.key() + (' (float32 only)' if m.dt == 'float32' else '')) if m else pre_key[pre]
-        pre_key.setdefault(pre, key)
-        entry = causes.setdefault(key, [0, m, set()])
-        entry[0] += 1
-        entry[2].add(family)
-    return causes
-
-
-def _report(causes):
-    return '\n\n'.join(f"{key}   ({n} programs; {', '.join(sorted(fams))})\n{_reproducer(m)}"
-                       for key, (n, m, fams) in sorted(causes.items()))
-
-
-def _fuzz_main(argv):
-    import argparse
-    p = argparse.ArgumentParser(prog='python test_tinytorch.py fuzz')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--count', type=int, default=2000)
-    p.add_argument('--families', default=','.join(_FAMILIES),
-                   help='comma-separated, from: ' + ', '.join(_FAMILIES))
-    args = p.parse_args(argv)
-    start = _time.perf_counter()
-    causes = fuzz(args.seed, args.count, args.families.split(','))
-    seconds = _time.perf_counter() - start
-    print(_report(causes))
-    print(f"\n{args.count} programs in {seconds:.1f} s ({args.count / seconds:.0f} programs/s, "
-          f"minimising included); {sum(n for n, _, _ in causes.values())} mismatched, "
-          f"{len(causes)} causes")
-
-
 # -- the fuzzer's tests: one per family, fixed seeds (CI: `pytest -k pytorch`) -------------
 _FUZZ_CI_COUNT = 500  # programs per family: 4,500 in all, under a minute on 2 cores
 
@@ -18999,12 +17394,12 @@ _FUZZ_FAILING = {}
 
 @pytest.mark.parametrize('family', [
     pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=_FUZZ_FAILING[f]))
-    if f in _FUZZ_FAILING else f for f in _FAMILIES])
+    if f in _FUZZ_FAILING else f for f in fuzzer._FAMILIES])
 def test_fuzz_family_matches_pytorch(family):
     need_torch()
-    causes = fuzz(seed=1000 + list(_FAMILIES).index(family), count=_FUZZ_CI_COUNT,
+    causes = fuzzer.fuzz(seed=1000 + list(fuzzer._FAMILIES).index(family), count=_FUZZ_CI_COUNT,
                   families=[family])
-    assert not causes, f"{len(causes)} causes of mismatch with PyTorch:\n\n" + _report(causes)
+    assert not causes, f"{len(causes)} causes of mismatch with PyTorch:\n\n" + fuzzer._report(causes)
 
 
 def test_fuzz_finds_a_planted_bug_pytorch(monkeypatch):
@@ -19012,14 +17407,14 @@ def test_fuzz_finds_a_planted_bug_pytorch(monkeypatch):
     need_torch()
     monkeypatch.setattr(tt, 'sin', tt.cos)
     monkeypatch.setattr(tt.Tensor, 'sin', lambda self: tt.cos(self))
-    causes = fuzz(seed=5, count=150, families=['elementwise'])
+    causes = fuzzer.fuzz(seed=5, count=150, families=['elementwise'])
     found = [m for key, (n, m, fams) in causes.items() if key.startswith('sin: value')]
     assert found, sorted(causes)
     m = found[0]
     assert m.op == 'sin' and m.k == len(m.lines) - 1  # it ends at the sin
     # minimised: without any one of its statements it no longer shows this cause
     for i in range(len(m.lines)):
-        trial = _compare(m.lines[:i] + m.lines[i + 1:], m.ops[:i] + m.ops[i + 1:], None, (m.dt,))
+        trial = fuzzer._compare(m.lines[:i] + m.lines[i + 1:], m.ops[:i] + m.ops[i + 1:], None, (m.dt,))
         assert trial is None or trial.broken or trial.cause() != m.cause(), (i, m.lines)
 
 
@@ -19028,41 +17423,41 @@ def test_fuzz_float32_rounding_follows_the_data():
     a float64 value that never met one keeps float64's (the check can still fail)."""
     f64, f32 = ('tensor', (3,), 'float64', True, None), ('tensor', (3,), 'float32', False, None)
     snaps = {'t1': f64, 't2': f32, 't3': f64}
-    assert _float32_taint(set(), "t3 = t1 * 2", snaps) == {'t2'}
-    assert _float32_taint(set(), "t3 = t1 * t2", snaps) == {'t2', 't3'}
-    assert _float32_taint({'t3'}, "t4, t5 = t3.max(0)", {**snaps, 't4': f64}) == {'t2', 't3', 't4', 't5'}
-    assert _float32_taint(set(), "with T.no_grad(): t1.add_(t2)", snaps) == {'t1', 't2', 't3'}
-    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(np.float32(-0.7)))", snaps) == {'t2', 't3'}
+    assert fuzzer._float32_taint(set(), "t3 = t1 * 2", snaps) == {'t2'}
+    assert fuzzer._float32_taint(set(), "t3 = t1 * t2", snaps) == {'t2', 't3'}
+    assert fuzzer._float32_taint({'t3'}, "t4, t5 = t3.max(0)", {**snaps, 't4': f64}) == {'t2', 't3', 't4', 't5'}
+    assert fuzzer._float32_taint(set(), "with T.no_grad(): t1.add_(t2)", snaps) == {'t1', 't2', 't3'}
+    assert fuzzer._float32_taint(set(), "t3 = T.atan2(t1, T.tensor(np.float32(-0.7)))", snaps) == {'t2', 't3'}
     # T.tensor of a float without a dtype is float32 (PyTorch squares it in float32)
-    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6))", snaps) == {'t2', 't3'}
-    assert _float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6, dtype=T.float64))", snaps) == {'t2'}
-    assert _float32_taint(set(), "t3 = t1 + T.tensor(2)", snaps) == {'t2'}
+    assert fuzzer._float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6))", snaps) == {'t2', 't3'}
+    assert fuzzer._float32_taint(set(), "t3 = T.atan2(t1, T.tensor(0.6, dtype=T.float64))", snaps) == {'t2'}
+    assert fuzzer._float32_taint(set(), "t3 = t1 + T.tensor(2)", snaps) == {'t2'}
     a = ('tensor', (1,), 'float64', False, np.array([1.0]))
     b = ('tensor', (1,), 'float64', False, np.array([1.0 + 3e-7]))  # a float32 ulp or two
-    assert _differs(a, b, 'float64') == 'value'
-    assert _differs(a, b, 'float64', float32_rounded=True) is None
-    assert _differs(a, ('tensor', (1,), 'float64', False, np.array([1.001])), 'float64',
+    assert fuzzer._differs(a, b, 'float64') == 'value'
+    assert fuzzer._differs(a, b, 'float64', float32_rounded=True) is None
+    assert fuzzer._differs(a, ('tensor', (1,), 'float64', False, np.array([1.001])), 'float64',
                     float32_rounded=True) == 'value'
 
 
 def test_fuzz_underflow_needs_the_same_argument_and_sin_allows_the_arguments_rounding():
     snap = lambda *v: ('tensor', (len(v),), 'float32', False, np.array(v, dtype=np.float32))
     s1, s2 = {'t1': snap(0.0, 5.0), 't2': snap(0.0, 0.0)}, {'t1': snap(1.5e-8, 5.0), 't2': snap(1.5e-8, 0.0)}
-    same, more = _unary_allowances("t2 = T.log1p(t1)", 'log1p', s1, s2, True)
+    same, more = fuzzer._unary_allowances("t2 = T.log1p(t1)", 'log1p', s1, s2, True)
     assert same.tolist() == [False, True] and more == 0.0
-    assert _differs(s1['t2'], s2['t2'], 'float32', same, True) is None
-    assert _differs(s1['t2'], s2['t2'], 'float32', True, True) == 'value (0 where PyTorch is not)'
+    assert fuzzer._differs(s1['t2'], s2['t2'], 'float32', same, True) is None
+    assert fuzzer._differs(s1['t2'], s2['t2'], 'float32', True, True) == 'value (0 where PyTorch is not)'
     big = {'t1': snap(-5270.3), 't2': snap(0.999078)}
-    _, more = _unary_allowances("t2 = t1.sin()", 'sin', big, {**big, 't2': snap(0.999076)}, True)
-    assert _differs(big['t2'], snap(0.999076), 'float32', True, True, more) is None
-    assert _differs(big['t2'], snap(0.99), 'float32', True, True, more) == 'value'
+    _, more = fuzzer._unary_allowances("t2 = t1.sin()", 'sin', big, {**big, 't2': snap(0.999076)}, True)
+    assert fuzzer._differs(big['t2'], snap(0.999076), 'float32', True, True, more) is None
+    assert fuzzer._differs(big['t2'], snap(0.99), 'float32', True, True, more) == 'value'
     # float64: the arguments' own difference (cos has slope at most 1), and no more
     f64 = lambda *v: ('tensor', (len(v),), 'float64', False, np.array(v))
     a1, a2 = f64(4.434264882430378e+38), f64(4.434264882430377e+38)
-    _, more = _unary_allowances("t2 = t1.cos()", 'cos', {'t1': a1}, {'t1': a2}, False)
-    assert _differs(f64(-0.513327), f64(0.952078), 'float64', True, False, more) is None
-    _, more = _unary_allowances("t2 = t1.cos()", 'cos', {'t1': a1}, {'t1': a1}, False)
-    assert _differs(f64(-0.513327), f64(0.952078), 'float64', True, False, more) == 'value'
+    _, more = fuzzer._unary_allowances("t2 = t1.cos()", 'cos', {'t1': a1}, {'t1': a2}, False)
+    assert fuzzer._differs(f64(-0.513327), f64(0.952078), 'float64', True, False, more) is None
+    _, more = fuzzer._unary_allowances("t2 = t1.cos()", 'cos', {'t1': a1}, {'t1': a1}, False)
+    assert fuzzer._differs(f64(-0.513327), f64(0.952078), 'float64', True, False, more) == 'value'
 
 
 def test_fuzz_gelu_of_inf_difference_follows_the_data_pytorch():
@@ -19071,9 +17466,9 @@ def test_fuzz_gelu_of_inf_difference_follows_the_data_pytorch():
     need_torch()
     lines = ["t1 = T.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=T.float32, requires_grad=True)",
              "t2 = t1 / 0", "t3 = F.gelu(t2)", "t4 = T.tanh(t1)", "t5 = t3 * 2"]
-    assert _compare(lines, ['tensor', '/', 'gelu', 'tanh', '*'], None, ('float32',)) is None
+    assert fuzzer._compare(lines, ['tensor', '/', 'gelu', 'tanh', '*'], None, ('float32',)) is None
     # the check can still fail: a wrong value after the gelu is seen
-    assert _compare(lines[:4] + ["t5 = t3 * 2 if _lib == 'torch' else t3 * 0"],
+    assert fuzzer._compare(lines[:4] + ["t5 = t3 * 2 if _lib == 'torch' else t3 * 0"],
                     ['tensor', '/', 'gelu', 'tanh', '*'], None, ('float32',)) is not None
 
 
@@ -19083,11 +17478,11 @@ def test_fuzz_stops_after_a_write_that_both_refuse_pytorch():
     need_torch()
     lines = ["t1 = T.tensor([[-0.6, 1.06], [-1.75, 1.48]], dtype=T.float64)",
              "t1[..., T.tensor([1, 2])] = 0.6", "t2 = t1 * 2"]
-    assert _compare(lines, ['tensor', 'setitem x[..., tensor]', '*'], None, ('float64',)) is None
+    assert fuzzer._compare(lines, ['tensor', 'setitem x[..., tensor]', '*'], None, ('float64',)) is None
     # a refused out-of-place op is no write: what follows is compared (and can differ)
     lines = ["t1 = T.tensor([[-0.6, 1.06], [-1.75, 1.48]], dtype=T.float64)",
              "t2 = t1[..., T.tensor([1, 2])]", "t3 = t1 * 2 if _lib == 'torch' else t1 * 3"]
-    assert _compare(lines, ['tensor', 'getitem', '*'], None, ('float64',)) is not None
+    assert fuzzer._compare(lines, ['tensor', 'getitem', '*'], None, ('float64',)) is not None
 
 
 def test_fuzz_comparison_of_rounded_values_is_undecided_only_at_near_ties():
@@ -19096,12 +17491,12 @@ def test_fuzz_comparison_of_rounded_values_is_undecided_only_at_near_ties():
     s2 = {'t1': snap(1.0, 2.0, 3.0), 't2': snap(1.0000001, 2.5, 3.0)}
     got, ref = snap(True, False, True), snap(False, False, True)
     s1, s2 = {**s2, 't3': got}, {**s2, 't3': ref}
-    b = _near_ties_undecided("t3 = t1.eq(t2)", s1, s2, 't3')
-    assert _differs(got, b, 'float32') is None  # 1.0 vs 1.0000001: a rounding decides
+    b = fuzzer._near_ties_undecided("t3 = t1.eq(t2)", s1, s2, 't3')
+    assert fuzzer._differs(got, b, 'float32') is None  # 1.0 vs 1.0000001: a rounding decides
     wrong = snap(True, True, True)  # 2.0 == 2.5 is no near tie
-    b = _near_ties_undecided("t3 = t1.eq(t2)", {**s1, 't3': wrong}, s2, 't3')
-    assert _differs(wrong, b, 'float32') == 'value'
-    b = _near_ties_undecided("t3 = t1 < 2.0", {**s1, 't3': snap(False, True, False)},
+    b = fuzzer._near_ties_undecided("t3 = t1.eq(t2)", {**s1, 't3': wrong}, s2, 't3')
+    assert fuzzer._differs(wrong, b, 'float32') == 'value'
+    b = fuzzer._near_ties_undecided("t3 = t1 < 2.0", {**s1, 't3': snap(False, True, False)},
                              {**s2, 't3': snap(True, False, False)}, 't3')
     assert b[-1].tolist() == [True, True, False]  # only 2.0 < 2.0 is near a tie
 
@@ -19113,13 +17508,13 @@ def test_fuzz_judges_an_op_on_tinytorchs_operands_pytorch():
     lines = ["t1 = T.tensor([1.0, 2.0], dtype=T.float64)",
              "t2 = t1 if _lib == 'torch' else t1 - 1e-16 * t1",  # 0.9999999999999999, ...
              "t3 = t2.floor()", "t4 = t1 * 2"]
-    assert _compare(lines, ['tensor', '-', 'floor', '*'], None, ('float64',)) is None
+    assert fuzzer._compare(lines, ['tensor', '-', 'floor', '*'], None, ('float64',)) is None
     # and a shape that follows the values (unique of [0, 1] and of [1, 1])
     lines = ["t1 = T.tensor([1.0, 1.5], dtype=T.float64)", lines[1], "t3 = t2.floor().unique()"]
-    assert _compare(lines, ['tensor', '-', 'unique'], None, ('float64',)) is None
+    assert fuzzer._compare(lines, ['tensor', '-', 'unique'], None, ('float64',)) is None
     # the check can still fail: an op that is wrong on the same operands
     wrong = lines[:2] + ["t3 = t2.floor() if _lib == 'torch' else t2.floor() - 1"]
-    m = _compare(wrong, ['tensor', '-', 'floor'], None, ('float64',))
+    m = fuzzer._compare(wrong, ['tensor', '-', 'floor'], None, ('float64',))
     assert m is not None and m.k == 2 and m.what == 'value'
 
 
@@ -19133,7 +17528,7 @@ def test_fuzz_float32_answer_allowed_by_the_float64_run_pytorch():
                                          ('1.001', '1.002', True), ('1.0001', '1.0003', True),
                                          ('1.0001', '1.0005', False), ('1.00001', '1.002', False)):
         lines = ["t1 = T.tensor([1.0, 2.0], dtype=T.DT)", plant.format(torch_factor, factor)]
-        m = _compare(lines, ['tensor', '*'], None, ('float32',))
+        m = fuzzer._compare(lines, ['tensor', '*'], None, ('float32',))
         assert (m is None) == agrees, (torch_factor, factor)
 
 
@@ -19147,7 +17542,7 @@ def test_fuzz_gradient_tolerance_follows_the_largest_gradient_pytorch():
         for small, big, agrees in (('1e-12', '1e12', True), ('1.0', '1.0', False)):
             lines = ["t1 = T.tensor([1.0, 2.0], dtype=T.DT, requires_grad=True)",
                      f"t2 = t1 * {small}", line.format(big)]
-            m = _compare(lines, ['tensor', '*', '*'], None, (dt,))
+            m = fuzzer._compare(lines, ['tensor', '*', '*'], None, (dt,))
             assert (m is None) == agrees, (dt, small, big, m and m.what)
             assert agrees or m.what == '.grad value'
 
@@ -19159,48 +17554,37 @@ def test_fuzz_gradient_judged_on_tinytorchs_forward_values_pytorch():
     need_torch()
     lines = ["t1 = T.tensor([0.5, 0.25], dtype=T.float64, requires_grad=True)",
              "t2 = t1 * (2.0 if _lib == 'torch' else 2.0000000000000004)", "t3 = t2.asin()"]
-    assert _compare(lines, ['tensor', '*', 'asin'], None, ('float64',)) is None
+    assert fuzzer._compare(lines, ['tensor', '*', 'asin'], None, ('float64',)) is None
     wrong = [lines[0], "t2 = t1 * 2 + ((t1 * 1e-3 - t1.detach() * 1e-3) if _lib == 'tt' else 0)"]
-    m = _compare(wrong, ['tensor', '*'], None, ('float64',))
+    m = fuzzer._compare(wrong, ['tensor', '*'], None, ('float64',))
     assert m is not None and m.what == '.grad value'
 
 
 def test_fuzz_exclusions_are_the_readme_differences():
-    """Each exclusion names a line of README.md's list of deliberate differences."""
-    with open(os.path.join(HERE, 'README.md')) as f:
-        readme = f.read()
-    differences = readme.split('**Deliberate differences from PyTorch**')[1].split('\n## ')[0]
-    for name, (phrase, _) in FUZZ_DIFFERENCES.items():
+    """Each exclusion names a line of the list of deliberate differences (docs/differences.md)."""
+    differences = _doc('differences.md').split('\n## Older PyTorch releases')[0]
+    for name, (phrase, _) in fuzzer.FUZZ_DIFFERENCES.items():
         assert phrase in differences, f"FUZZ_DIFFERENCES[{name!r}] names no README line"
-    for name, (phrase, _, _) in FUZZ_REFUSALS.items():
+    for name, (phrase, _, _) in fuzzer.FUZZ_REFUSALS.items():
         assert phrase in differences, f"FUZZ_REFUSALS[{name!r}] names no README line"
-
-
-def _torch_older_than(torch, release):
-    """Whether the installed PyTorch is older than `release` ('2.14'). tinytorch follows
-    PyTorch 2.15; a comparison that meets a rule changed since 2.13 (README, "Older PyTorch
-    releases") asks this and holds an older PyTorch to its own rule."""
-    have = tuple(int(n) for n in re.findall(r'\d+', torch.__version__)[:2])
-    return have < tuple(int(n) for n in release.split('.'))
 
 
 def test_torch_older_than_reads_release_numbers():
     fake = types.SimpleNamespace
-    assert _torch_older_than(fake(__version__='2.13.0+cpu'), '2.14')
-    assert not _torch_older_than(fake(__version__='2.15.0+cu132'), '2.14')
-    assert not _torch_older_than(fake(__version__='2.14.1'), '2.14')
-    assert _torch_older_than(fake(__version__='2.9.1'), '2.14')  # 9 < 14, as numbers
+    assert fuzzer._torch_older_than(fake(__version__='2.13.0+cpu'), '2.14')
+    assert not fuzzer._torch_older_than(fake(__version__='2.15.0+cu132'), '2.14')
+    assert not fuzzer._torch_older_than(fake(__version__='2.14.1'), '2.14')
+    assert fuzzer._torch_older_than(fake(__version__='2.9.1'), '2.14')  # 9 < 14, as numbers
 
 
 def test_fuzz_rule_changes_are_the_readmes_older_releases():
     """Each rule PyTorch changed since 2.13 names its line of README's "Older PyTorch
     releases", and README and CI name the release tinytorch follows."""
-    with open(os.path.join(HERE, 'README.md')) as f:
-        readme = f.read()
-    older = readme.split('### Older PyTorch releases')[1].split('**The differential fuzzer**')[0]
-    for name, (phrase, release, _) in FUZZ_RULE_CHANGES.items():
+    older = _doc('differences.md').split('\n## Older PyTorch releases')[1].split('\n## The differential fuzzer')[0]
+    for name, (phrase, release, _) in fuzzer.FUZZ_RULE_CHANGES.items():
         assert phrase in older and f"({release})" in older, name
-    assert 'tinytorch follows PyTorch\n2.15' in readme and 'tinytorch follows PyTorch 2.15' in older
+    assert 'tinytorch follows PyTorch 2.15' in ' '.join(_doc('tests.md').split())
+    assert 'tinytorch follows PyTorch 2.15' in older
     with open(os.path.join(HERE, '.ci', 'run')) as f:
         assert 'pip install torch==2.15.0' in f.read()
 
@@ -19210,17 +17594,9 @@ def test_fuzz_sees_numpy_copies_and_0d_index_tensors_pytorch(monkeypatch):
     a list of positions. Each planted bug is caught."""
     need_torch()
     monkeypatch.setattr(tt.Tensor, '__array__', lambda x, dtype=None, copy=None: x.numpy())
-    causes = fuzz(seed=77, count=120, families=['casts'], minimise=False)
+    causes = fuzzer.fuzz(seed=77, count=120, families=['casts'], minimise=False)
     assert any('np.array' in key or 'from_numpy' in key or 'as_tensor' in key for key in causes), causes
     monkeypatch.undo()
     monkeypatch.setattr(tt, '_index_number', lambda i: i)
-    causes = fuzz(seed=78, count=120, families=['indexing'], minimise=False)
+    causes = fuzzer.fuzz(seed=78, count=120, families=['indexing'], minimise=False)
     assert any('0-d tensor' in key for key in causes), causes
-
-
-if __name__ == '__main__' and sys.argv[1:2] == ['fuzz']:
-    _fuzz_main(sys.argv[2:])
-
-
-if __name__ == '__main__' and sys.argv[1:2] == ['loadfuzz']:
-    _loadfuzz_main(sys.argv[2:])

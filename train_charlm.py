@@ -13,6 +13,7 @@ Ctrl-C stops after the current step and saves a checkpoint (--resume continues i
 """
 import argparse
 import csv
+import glob
 import io
 import math
 import os
@@ -36,7 +37,7 @@ import tokens
 from transformer import GPT, GPTConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
+DEFAULT_CORPUS = ['README.md', 'docs/*.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
 MODELS = ('gpt', 'lstm', 'gru')
 MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
@@ -245,10 +246,11 @@ def read_text(path):
 
 
 def default_corpus():
+    """This project's own text: the README and its pages in docs/ (English), then the source."""
     parts = []
-    for name in DEFAULT_CORPUS:
-        path = os.path.join(HERE, name)
-        if os.path.exists(path):
+    for pattern in DEFAULT_CORPUS:
+        for path in sorted(glob.glob(os.path.join(HERE, pattern))):
+            name = os.path.relpath(path, HERE).replace(os.sep, '/')
             parts.append(f"# ===== {name} =====\n" + read_text(path))
     return '\n'.join(parts)
 

@@ -1,11 +1,11 @@
-"""mutants.py: plant one bug at a time in a copy of the project and see whether the tests
+"""dev/mutants.py: plant one bug at a time in a copy of the project and see whether the tests
 catch it (a mutation run). Nothing imports this file; it is a tool for whoever writes tests.
 
-    python mutants.py               # every row: plant, run its tests (-k), caught or survived
-    python mutants.py --full        # each row against the whole suite instead (slow)
-    python mutants.py bce tune      # only the rows whose name contains one of these words
-    python mutants.py --list        # the rows, and whether each snippet still matches
-    python mutants.py -j 2          # two rows at a time (each in its own copy)
+    python dev/mutants.py               # every row: plant, run its tests (-k), caught or survived
+    python dev/mutants.py --full        # each row against the whole suite instead (slow)
+    python dev/mutants.py bce tune      # only the rows whose name contains one of these words
+    python dev/mutants.py --list        # the rows, and whether each snippet still matches
+    python dev/mutants.py -j 2          # two rows at a time (each in its own copy)
 
 Each row of MUTANTS is one plausible bug: a file, an exact snippet of today's code, what
 it becomes, the tests that should catch it (a pytest -k expression; `and not pytorch` is
@@ -30,7 +30,7 @@ import time
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project, above dev/
 Mutant = namedtuple('Mutant', 'name file old new tests why')
 
 # The loader's tests (the training scripts' checkpoint tests take minutes: left out).
@@ -551,7 +551,7 @@ _SKIP = shutil.ignore_patterns('.git', '__pycache__', '.pytest_cache', '.venv', 
                                'out', 'out_*', 'runs', '*.npz')
 
 
-def match_count(m, root=HERE):
+def match_count(m, root=ROOT):
     path = os.path.join(root, m.file)
     if not os.path.exists(path):
         return 0
@@ -563,7 +563,7 @@ def _tree(work):
     """A copy of the project in work/tree, and work/no_torch holding a torch that fails to
     import (put first on PYTHONPATH: pytest.importorskip('torch') then skips)."""
     tree = os.path.join(work, 'tree')
-    shutil.copytree(HERE, tree, ignore=_SKIP)
+    shutil.copytree(ROOT, tree, ignore=_SKIP)
     os.makedirs(os.path.join(work, 'no_torch', 'torch'))
     with open(os.path.join(work, 'no_torch', 'torch', '__init__.py'), 'w') as f:
         f.write(_NO_TORCH)
