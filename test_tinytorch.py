@@ -8562,8 +8562,10 @@ import json, os, pickle, resource, sys, time, traceback, tracemalloc
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 sys.path.insert(0, {here!r})
 import numpy as np
-import tinytorch as tt, nn
+import tinytorch as tt, nn, tokens
 from collections import OrderedDict
+LISTED = (nn.Sequential, nn.Linear, nn.ReLU)  # a whole model's classes, listed as a user lists them
+tt.serialization.add_safe_globals(list(LISTED))
 
 
 def summary(v, depth=0):
@@ -8593,10 +8595,19 @@ def summary(v, depth=0):
     if t in (dict, OrderedDict):
         return [t.__name__, [[summary(k, depth + 1), summary(x, depth + 1)] for k, x in v.items()],
                 summary(getattr(v, '_metadata', None), depth + 1)]
+    if t in LISTED:  # an object of a listed class: its fields
+        return ['O', t.__name__, summary(dict(vars(v)), depth + 1)]
     raise AssertionError(f"a {{t.__name__}} is not in the grammar")
 
 
-readers = {{'tt': tt.load, 'nn': nn.load, 'st': nn.load_safetensors}}
+def bpe(path):  # a BPE's merges.txt: its refusal is one ValueError line naming the file
+    try:
+        return tokens.BPE.load(path).merges
+    except ValueError as e:
+        raise nn.CheckpointError(str(e)) from None
+
+
+readers = {{'tt': tt.load, 'nn': nn.load, 'st': nn.load_safetensors, 'bpe': bpe}}
 tracemalloc.start()
 for line in sys.stdin:
     kind, path = json.loads(line)

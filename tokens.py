@@ -113,16 +113,24 @@ class BPE:
 
     @classmethod
     def load(cls, path):
+        """The merges BPE.save wrote. A file that is not one is one ValueError line naming
+        it (never a raw decoding error, nor tokens past the budget of expanded_bytes)."""
         merges = []
-        with open(path, encoding='utf-8') as f:
-            for n, line in enumerate(f, 1):
-                line = line.split('#', 1)[0].strip()
-                if not line:
-                    continue
-                parts = line.split()
-                if len(parts) != 2 or not all(p.isdigit() for p in parts) or \
-                        max(int(p) for p in parts) >= 256 + len(merges):
-                    raise ValueError(f"{path}, line {n}: not a merge of two earlier tokens "
-                                     f"({line[:40]!r})")
-                merges.append((int(parts[0]), int(parts[1])))
-        return cls(merges)
+        try:
+            with open(path, encoding='utf-8') as f:
+                for n, line in enumerate(f, 1):
+                    line = line.split('#', 1)[0].strip()
+                    if not line:
+                        continue
+                    parts = line.split()
+                    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) < 10
+                                                  for p in parts) or \
+                            max(int(p) for p in parts) >= 256 + len(merges):
+                        raise ValueError(f"{path}, line {n}: not a merge of two earlier tokens "
+                                         f"({line[:40]!r})")
+                    merges.append((int(parts[0]), int(parts[1])))
+            return cls(merges)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text (byte {e.start:,} of a line)") from None
+        except ValueError as e:
+            raise ValueError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
