@@ -82,22 +82,27 @@ def open_regular(path, follow=True):
 # of the containers, in which each tensor is _rebuild_tensor_v2(storage, offset, size,
 # stride, requires_grad, hooks)), archive/data/<key> (each storage's raw little-endian
 # bytes), archive/byteorder and archive/version. So torch.load(weights_only=True) reads
-# a tinytorch checkpoint, and tinytorch reads PyTorch's. An object outside that grammar
-# (a whole model, a NumPy array, a set) is saved as one plain pickle instead, which only
-# weights_only=False loads (a NumPy array or scalar also loads with the default: the
-# pattern NumPy's pickle writes is read below, as the files earlier tinytorch saves wrote).
+# a tinytorch checkpoint, and tinytorch reads PyTorch's. An object outside the grammar (a
+# whole model) is pickled into data.pkl as PyTorch pickles it: its class named, built by
+# NEWOBJ, its fields set by BUILD; weights_only loads it only when the user listed its
+# classes (safe_globals, as PyTorch's), or with weights_only=False (a NumPy array or
+# scalar also loads with the default: the pattern NumPy's pickle writes is read below).
 #
-# torch_load() never hands the file to pickle's or NumPy's own code (unless weights_only=False:
-# then the user trusts it). _Grammar is a loop over exactly the pickle opcodes a
-# checkpoint needs; a GLOBAL names one of a closed table of constructions (_MAKERS),
-# never a callable; every array is made by np.frombuffer from bytes of the file, with a
-# dtype from a fixed table (_CODES) and its extent checked, then copied (the array the
-# user gets owns its memory). Limits: the number of values made, the memo, the nesting
-# depth, bytes made against bytes in the file; dict keys are strings, bytes, integers of
-# at most 60 bits or tuples of them, so no key set can make a dict quadratic. The zip
-# archive is read by _Zip: its central directory is cross-checked with every local
-# header (names, sizes, methods, CRCs; no two members overlap) and a member inflates to
-# exactly its declared size. Everything wrong is one line: "load: <file> <what>".
+# torch_load() never hands the file to pickle's or NumPy's own code (unless
+# weights_only=False: then the user trusts it). _Grammar is a loop over exactly the pickle
+# opcodes a checkpoint needs; a GLOBAL names one of a closed table of constructions
+# (_MAKERS) or a class the user listed, never another callable; every array is made by
+# np.frombuffer from bytes of the file, with a dtype from a fixed table (_CODES) and its
+# extent checked, then copied (the array the user gets owns its memory). Every budget is a
+# function of the file's own bytes, checked as the work is done: the work (each opcode,
+# value, memo entry, object: _PER_BYTE), bytes of arrays made against bytes of the
+# pickle, the expanded size of values shared through the memo, the nesting depth, a
+# deflated member's inflation (_INFLATION). Dict keys are strings, bytes, bools, None or
+# integers of at most 60 bits, so no key set can make a dict quadratic. The zip archive is
+# read by _Zip: one end record, whose comment holds no zip record (else zipfile, NumPy
+# and PyTorch could read another archive than this), a central directory cross-checked
+# with every local header (names, sizes, methods, CRCs; no two members overlap), a member
+# inflating to exactly its declared size. Everything wrong is one line: "load: <file> <what>".
 class _BadFile(pickle.UnpicklingError):
     """What is wrong with a file load() reads; load() adds the file's name in front."""
 

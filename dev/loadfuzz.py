@@ -191,6 +191,35 @@ def _mutate_tail(rng, raw):
     return raw + raw[end:end + 22]
 
 
+def _shared(rng, pkl):
+    """A pickle whose value v becomes (v, v) of (v, v) of ... k deep, shared through the
+    memo: valid, and 2**k times v once walked."""
+    if pkl[-1:] != b'.':
+        return pkl
+    return pkl[:-1] + b'q\xffh\xff\x86' * int(rng.integers(1, 200)) + b'.'
+
+
+def _mutate_growth(rng, raw):
+    """Growth the file's bytes do not pay for: shared structure that expands (a plain
+    pickle, or a zip's data.pkl), a member deflated from many times its size, a flood of
+    values made from memoized arguments."""
+    if raw[:2] != b'PK':
+        return _shared(rng, raw)
+    members = _zip_members(raw)
+    pick = int(rng.integers(len(members)))
+    name, data = members[pick]
+    how = int(rng.integers(3))
+    if how == 0 and name.endswith('data.pkl'):
+        members[pick] = (name, _shared(rng, data))
+    elif how == 1:
+        members[pick] = (name, data + bytes(int(rng.integers(1 << 16, 1 << 23))))
+        return _rezip(members, deflate=True)
+    elif name.endswith('data.pkl') and data[-1:] == b'.':  # the value, then n copies of it
+        n = int(rng.integers(1, 100_000))
+        members[pick] = (name, data[:-1] + b'q\xff]q\xfe(' + b'h\xff' * n + b'e\x86.')
+    return _rezip(members)
+
+
 def _mutate_bpe(rng, raw):
     """merges.txt: lines that double a token each time, numbers past the tokens, or bytes."""
     lines = raw.decode('utf-8').splitlines(keepends=True)
@@ -218,6 +247,8 @@ def _mutate_file(rng, kind, raw):
         return _mutate_bpe(rng, raw)
     if raw[:2] == b'PK' and how and rng.integers(6) == 0:
         return _mutate_tail(rng, raw)
+    if rng.integers(8) == 0:
+        return _mutate_growth(rng, raw)
     if raw[:2] == b'PK' and how:
         members = _zip_members(raw)
         pick = int(rng.integers(len(members)))
