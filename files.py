@@ -389,7 +389,7 @@ class _Grammar:
                 if len(self.stack) != 1 or self.marks:
                     _fail(f"stops with {len(self.stack)} values on its stack; {_HOSTILE}")
                 result = self.value(self.stack[0])
-                _check_depth(result, self.budget // 4, self.objects)
+                _check_depth(result, 4 * min(self.size, _MAX_PICKLE) + (1 << 16), self.objects)
                 if self.at != len(self.data):
                     _fail(f"has {len(self.data) - self.at:,} bytes after its pickle's end; {_HOSTILE}")
                 return result
@@ -735,9 +735,11 @@ def _device(kind, index=None):
 def _check_depth(result, limit, objects=()):
     """The loaded value nests at most _MAX_DEPTH containers, holds no cycle, and written out
     with every shared value repeated (as print, save and a walk see it) has at most `limit`
-    values: each container's height and expanded size are found once (an iterative walk,
-    no recursion), so a file of values that share values that share values is refused here,
-    before anything after the load walks it."""
+    values (a tensor or array counts its elements, up to 1,024; `limit` is 4 per byte of the
+    file, and 64 Ki): each
+    container's height and expanded size are found once (an iterative walk, no recursion),
+    so a file of values that share values that share values is refused here, before
+    anything after the load walks it."""
     height, size, todo = {}, {}, [(result, False)]
     while todo:
         v, children_done = todo.pop()
@@ -746,7 +748,8 @@ def _check_depth(result, limit, objects=()):
         if children_done:
             inside = list(_inside(v))
             height[id(v)] = h = 1 + max((height.get(id(x), 0) for x in inside), default=0)
-            size[id(v)] = n = 1 + len(inside) + sum(size.get(id(x), 0) for x in inside)
+            size[id(v)] = n = 1 + len(inside) + sum(size.get(id(x), 0) if id(x) in size else
+                                                    _elements(x) for x in inside)
             if h > _MAX_DEPTH:
                 _fail(f"nests containers more than {_MAX_DEPTH} deep; {_HOSTILE}")
             if n > limit:
@@ -759,6 +762,14 @@ def _check_depth(result, limit, objects=()):
             height[id(v)] = None  # being walked
             todo.append((v, True))
             todo.extend((x, False) for x in _inside(v))
+
+
+def _elements(v):
+    """A tensor's or array's elements, up to the 1,024 a walk reads of each time it meets
+    it (print shows at most 1,000; save writes a shared one once): a model that reuses one
+    layer twelve times holds each of its tensors twelve times, and loads."""
+    n = v.array.size if isinstance(v, Tensor) else v.size if isinstance(v, np.ndarray) else 0
+    return min(n, 1024)
 
 
 def _inside(v):

@@ -7980,8 +7980,9 @@ def test_bpe_refuses_a_vocabulary_below_the_bytes_and_a_bad_merges_file(tmp_path
     doubling = [(0, 0)] + [(256 + k, 256 + k) for k in range(100)]  # token 256 + k: 2**(k+1) bytes
     (tmp_path / 'd.txt').write_text(''.join(f"{a} {b}\n" for a, b in doubling))
     started = _time.time()
-    for make in (lambda: tokens.BPE(doubling), lambda: tokens.BPE.load(tmp_path / 'd.txt')):
-        with pytest.raises(ValueError, match=r"^merge 20 makes a token of 2,097,152 bytes and the "
+    for make, start in ((lambda: tokens.BPE(doubling), ''),
+                        (lambda: tokens.BPE.load(tmp_path / 'd.txt'), f"{tmp_path / 'd.txt'}: ")):
+        with pytest.raises(ValueError, match="^" + re.escape(start) + r"merge 20 makes a token of 2,097,152 bytes and the "
                                              r"tokens 4,194,558 bytes in all \(a BPE's tokens take "
                                              r"at most 1 MiB each, 16 MiB in all\)"):
             make()
@@ -8558,7 +8559,7 @@ def test_real_pytorch_checkpoints_load_with_identical_values(tmp_path):
 # -- every class of hostile file, each loaded in a child process under an
 # address-space limit and a timeout: a crash, a hang or a traceback there fails the test.
 _LOAD_CHILD = r"""
-import json, os, pickle, resource, sys, time, traceback, tracemalloc
+import functools, json, os, pickle, resource, sys, time, traceback, tracemalloc
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 sys.path.insert(0, {here!r})
 import numpy as np
@@ -8568,12 +8569,18 @@ LISTED = (nn.Sequential, nn.Linear, nn.ReLU)  # a whole model's classes, listed 
 tt.serialization.add_safe_globals(list(LISTED))
 
 
-def summary(v, depth=0):
-    # the loaded value as JSON, reading every byte of every array (a bad pointer would crash)
+def summary(v, depth=0, seen=None):
+    # the loaded value as JSON, reading every byte of every array (a bad pointer would crash);
+    # a value met again (shared through the memo) is summarised once, then named by its turn
     assert depth < 300, "too deep"
     t = type(v)
     if v is None or t in (bool, int, float, str):
         return [t.__name__, repr(v)]
+    seen = {{}} if seen is None else seen
+    if id(v) in seen:
+        return ['again', seen[id(v)][0]]
+    seen[id(v)] = (len(seen), v)  # v kept: its id stays its own
+    summary = functools.partial(globals()['summary'], seen=seen)
     if t is bytes:
         return ['bytes', v.hex()]
     if isinstance(v, tt.Tensor):
