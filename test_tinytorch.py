@@ -14270,6 +14270,18 @@ def test_train_digits_refuses_hostile_files_in_one_line(build, message, tmp_path
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.skipif(os.name == 'nt', reason="FIFOs")
+def test_train_digits_refuses_a_fifo_as_its_data_in_one_line_without_waiting(tmp_path):
+    os.mkfifo(tmp_path / 'pipe.csv.gz')
+    r = subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), '--data',
+                        str(tmp_path / 'pipe.csv.gz'), '--out-dir', str(tmp_path / 'out')],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
+    assert r.stderr.startswith(f"error: {tmp_path / 'pipe.csv.gz'} is not a gzipped CSV of numbers "
+                               "(NotARegularFile: "), r.stderr
+    assert not (tmp_path / 'out').exists()
+
+
 def test_train_digits_plot_needs_matplotlib(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'train_digits.py'), '--epochs', '1',
                         '--plot', '--out-dir', str(tmp_path / 'out')], capture_output=True,

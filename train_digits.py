@@ -29,7 +29,7 @@ import numpy as np
 
 import data
 import lookinside
-from files import atomic_write
+from files import atomic_write, open_regular
 import nn
 import optim
 
@@ -84,7 +84,7 @@ def load_digits(path):
     if not os.path.exists(path):
         raise UserError(f"digits file not found: {path}")
     try:
-        with gzip.open(path, 'rb') as f:
+        with open_regular(path) as packed, gzip.open(packed, 'rb') as f:  # a FIFO: refused
             raw = f.read(MAX_TEXT + 1)
         if len(raw) > MAX_TEXT:
             raise UserError(f"{path} inflates to more than {MAX_TEXT >> 20} MiB of text, far "
