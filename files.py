@@ -16,8 +16,9 @@ header is JSON whose every field is checked. Every write is atomic (atomic_write
 temporary beside the file, renamed over it.
 
 Formats: tt.save (PyTorch's zip: torch.load reads it) for a state_dict to share with
-PyTorch; nn.save (.npz + JSON, never pickle) for tinytorch's own training checkpoints;
-.safetensors for Hugging Face.
+PyTorch, or a whole model (loaded back under safe_globals([...]), as PyTorch's); nn.save
+(.npz + JSON, never pickle) for tinytorch's own training checkpoints; .safetensors for
+Hugging Face.
 
 What this file uses of the engine: its public names, and the three that tinytorch.py's
 section 19 lists for it (its _FOR_FILES): _rebuild_tensor (a tensor of a class over an
