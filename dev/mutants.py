@@ -127,8 +127,8 @@ MUTANTS = [
            "        t._grad.array += g\n", "        t._grad.array[...] = g\n",
            'accumulate or twice or part_one', "a second backward overwrites .grad instead of adding"),
     Mutant('matmul-1d-left-row-copied-predicate', 'tinytorch.py',
-           "G = G[..., None, :] if a.ndim == 1 else G",
-           "G = G[..., None, :] if b.ndim == 1 else G",
+           "G = G[..., None, :] if x.ndim == 1 else G",
+           "G = G[..., None, :] if y.ndim == 1 else G",
            'matmul or part_one', "matmul's rule tests b.ndim for a's lost dim (copied from the line above)"),
     Mutant('matmul-dtypes-by-kind', 'tinytorch.py',
            "if t.array.dtype != t0.array.dtype:\n            raise RuntimeError(f\"{op}: {name0} is",
@@ -150,8 +150,8 @@ MUTANTS = [
            "        _grad_enabled = True\n        return False",
            'no_grad or grad_enabled', "leaving a nested no_grad turns grad mode on"),
     Mutant('walk-frees-with-retain-graph', 'tinytorch.py',
-           "            if not retain_graph:\n                _free(node)",
-           "            if retain_graph:\n                _free(node)",
+           "            if not retain_graph:  # drop what the rule holds",
+           "            if retain_graph:  # drop what the rule holds",
            'retain_graph or backward', "backward frees the graph exactly when asked to keep it"),
 
     # -- section 7: type promotion ----------------------------------------------------------
@@ -188,8 +188,8 @@ MUTANTS = [
            "        if counter[0] != version:", "        if counter[0] < version:",
            'version or guarded or in_place', "backward never sees an in-place change of a saved tensor"),
     Mutant('only-first-saved-guarded', 'tinytorch.py',
-           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved]",
-           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved[:1]]",
+           "    for t in saved:\n        records.append((t._vc, t._vc[0], t.array.shape))",
+           "    for t in saved[:1]:\n        records.append((t._vc, t._vc[0], t.array.shape))",
            'version or guarded or in_place', "only the first saved tensor of a rule is guarded"),
 
     # -- section 13: in-place history -------------------------------------------------------
