@@ -10751,7 +10751,7 @@ def test_budgets_keys_shapes_and_zip_readings_each_class_refused_in_one_line_in_
         assert status == 'refused', (name, status, what)
         start = f"load: {path} " if kind == 'tt' else path
         assert '\n' not in what and what.startswith(start) and re.search(match, what), (name, what)
-        assert seconds < 20 and peak < 64 << 20, (name, seconds, peak)  # (2 s idle, flood)
+        assert seconds < 20 and peak < 64 << 20, (name, seconds, peak)  # (the flood: 6-9 s at load 6)
 
 
 def test_a_tensor_one_element_past_its_storage_is_refused(tmp_path):
