@@ -349,9 +349,10 @@ _PATHS.update({
         **{n: getattr(tt, n) for n in ('einsum', 'meshgrid', 'norm', 'split', 'unique', 'cdist',
                                        'tensordot')}),
     'serialization': lambda: _partial_module(
-        'serialization', "tinytorch's load checks a file's contents itself (README, "
-                         "'Loading files from others'); it has no list of safe globals",
-        save=tt.save, load=tt.load),
+        'serialization', "tinytorch has torch.serialization's save, load and list of safe "
+                         "globals (files.py) only",
+        save=tt.save, load=tt.load, **{n: getattr(tt._companion('files'), n) for n in (
+            'add_safe_globals', 'get_safe_globals', 'clear_safe_globals', 'safe_globals')}),
     'nn.parameter': lambda: _partial_module(
         'nn.parameter', "tinytorch has nn.Parameter only", Parameter=tt._companion('nn').Parameter),
     'nn.utils.clip_grad': lambda: _partial_module(

@@ -3664,9 +3664,35 @@ for _f in (uniform_, normal_, trunc_normal_, constant_, zeros_, ones_, xavier_un
 
 # ---------------------------------------------------------------------------
 # 7. Checkpoints: nn.save / nn.load (.npz or .safetensors) live in files.py, the one
-#    room for files (their reading is files.py's grammar); these are its names
+#    room for files (their reading is files.py's grammar); these names call it, importing
+#    it when first used (without files.py beside tinytorch.py: one line saying so)
 # ---------------------------------------------------------------------------
-from files import CheckpointError, load, load_safetensors, save, save_safetensors  # noqa: E402,F401
+def save(obj, path):
+    """Write a state_dict or a training checkpoint to path (.npz, or .safetensors when
+    path ends so), atomically: files.save."""
+    return tt._companion('files').save(obj, path)
+
+
+def load(path):
+    """Read what nn.save wrote; never unpickles (files.load). A bad file: CheckpointError."""
+    return tt._companion('files').load(path)
+
+
+def save_safetensors(tensors, path, metadata=None):
+    """Write name -> tensor as Hugging Face's .safetensors, atomically (files.py)."""
+    return tt._companion('files').save_safetensors(tensors, path, metadata)
+
+
+def load_safetensors(path):
+    """(name -> array, metadata) of a .safetensors file, every field checked (files.py)."""
+    return tt._companion('files').load_safetensors(path)
+
+
+def __getattr__(name):
+    """nn.CheckpointError: files.py's, which a bad checkpoint raises (imported when asked)."""
+    if name == 'CheckpointError':
+        return tt._companion('files').CheckpointError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------

@@ -42,7 +42,10 @@ _FUZZ_OPCODES = [bytes([c]) for c in b'.(NJKM\x8aGX\x8c\x8dCB\x8e)t\x85\x86\x87]
 def _fuzz_sources():
     """kind -> (reader, bytes) of small valid files: tt.save's zip, a PyTorch zip of views,
     an earlier tinytorch save (a plain pickle, protocols 4 and 2), nn.save's .npz and
-    .safetensors, and a Hugging Face .safetensors."""
+    .safetensors, and a Hugging Face .safetensors; and the shapes of issue 55: memo graphs
+    (values shared through the memo, protocols 2 and 4), tt.save's zip deflated, a zip with
+    a comment, tensors and arrays with a zero dim, a whole model (torch.save(model); the
+    child lists its classes), a BPE's merges.txt."""
     T = _tests()
     folder = os.path.join(os.environ.get('TMPDIR', '/tmp'), f'tt-fuzz-src-{os.getpid()}')
     os.makedirs(folder, exist_ok=True)
@@ -78,8 +81,37 @@ def _fuzz_sources():
     out['npz'] = ('nn', open(npz, 'rb').read())
     out['safetensors'] = ('st', open(st, 'rb').read())
     out['nn_safetensors'] = ('nn', open(nst, 'rb').read())
+    a = [1, 'x']
+    b = (a, a)
+    graph = {'a': a, 'b': b, 'c': [b, b], 'd': ((b, b), (b, b)), 'e': {'k': b}}
+    out['memo_graph_2'] = ('tt', pickle.dumps(graph, protocol=2))
+    out['memo_graph_4'] = ('tt', pickle.dumps(graph, protocol=4))
+    out['deflated_zip'] = ('tt', _rezip(_zip_members(out['tt_zip'][1]), deflate=True))
+    out['zip_comment'] = ('tt', _with_comment(out['tt_zip'][1], b'saved by tinytorch'))
+    buf = io.BytesIO()
+    tt.save({'e': tt.zeros(0, 3), 'z': tt.zeros(2, 0, 4), 's': tt.tensor(1.5)}, buf)
+    out['zero_dims_zip'] = ('tt', buf.getvalue())
+    zst, znpz = os.path.join(folder, 'z.safetensors'), os.path.join(folder, 'z.npz')
+    nn.save_safetensors({'e': np.zeros((0, 3), np.float32), 'w': np.ones(2, np.float32)}, zst)
+    nn.save({'e': np.zeros((0, 3)), 'z': tt.zeros(2, 0)}, znpz)
+    out['zero_dims_safetensors'] = ('st', open(zst, 'rb').read())
+    out['zero_dims_npz'] = ('nn', open(znpz, 'rb').read())
+    buf = io.BytesIO()
+    tt.manual_seed(0)
+    tt.save(nn.Sequential(nn.Linear(3, 2), nn.ReLU()), buf)
+    out['whole_model'] = ('tt', buf.getvalue())
+    import tokens
+    merges = os.path.join(folder, 'merges.txt')
+    tokens.BPE.train('the cat sat on the mat; the cat ran', 270).save(merges)
+    out['bpe_merges'] = ('bpe', open(merges, 'rb').read())
     shutil.rmtree(folder)
     return out
+
+
+def _with_comment(raw, comment):
+    """A zip's bytes with its end record's comment set to comment."""
+    end = raw.rindex(b'PK\x05\x06')
+    return raw[:end + 20] + struct.pack('<H', len(comment)) + comment
 
 
 def _zip_members(raw):
@@ -89,17 +121,21 @@ def _zip_members(raw):
         return [(i.filename, z.read(i)) for i in z.infolist()]
 
 
-def _rezip(members):
-    """A zip of the members, stored, with right CRCs: what is mutated inside passes the zip."""
-    T = _tests()
+def _rezip(members, deflate=False):
+    """A zip of the members, stored (or deflated), with right CRCs: what is mutated inside
+    passes the zip."""
     import zlib
     out, central = b'', b''
     for name, data in members:
-        head = T._local_header(name, data)
-        central += (b'PK\x01\x02' + struct.pack('<HHHHHHIIIHHHHHII', 20, 20, 0, 0, 0, 0,
-                                                 zlib.crc32(data), len(data), len(data), len(name),
-                                                 0, 0, 0, 0, 0, len(out)) + name.encode())
-        out += head + data
+        method, packed = 0, data
+        if deflate:
+            z = zlib.compressobj(6, zlib.DEFLATED, -15)
+            method, packed = 8, z.compress(data) + z.flush()
+        fields = (20, 0, method, 0, 0, zlib.crc32(data), len(packed), len(data), len(name))
+        head = b'PK\x03\x04' + struct.pack('<HHHHHIIIHH', *fields, 0) + name.encode()
+        central += (b'PK\x01\x02' + struct.pack('<HHHHHHIIIHHHHHII', 20, *fields, 0, 0, 0, 0, 0,
+                                                 len(out)) + name.encode())
+        out += head + packed
     n = len(members)
     return out + central + b'PK\x05\x06' + struct.pack('<HHHHIIH', 0, 0, n, n, len(central), len(out), 0)
 
@@ -108,6 +144,8 @@ def _mutate_bytes(rng, raw):
     """One byte-level mutation: flips, a cut, an inserted or duplicated opcode or span, a
     deleted span, a big number written over 4 or 8 bytes."""
     raw, n = bytearray(raw), len(raw)
+    if not n:  # an empty member (a tensor with a zero dim): something in it
+        return b''.join(_FUZZ_OPCODES[int(i)] for i in rng.integers(len(_FUZZ_OPCODES), size=3))
     how = rng.integers(7)
     at = int(rng.integers(max(n, 1)))
     if how == 0:
@@ -134,14 +172,83 @@ def _mutate_bytes(rng, raw):
 
 
 _FUZZ_JSON = [-1, 2 ** 64, 1.5, 'x', [], {}, None, True, [[[[[[[[1]]]]]]]], [2 ** 62, 3], [0, 10 ** 9],
-              'F32', 'BF16', ['F32'], {'a': 1}, 'O', [1, -1], list(range(70))]
+              'F32', 'BF16', ['F32'], {'a': 1}, 'O', [1, -1], list(range(70)),
+              [0, 2 ** 61, 2 ** 61], [0, 2 ** 62 - 1], [0, 3], [2, 0, 5]]
+
+
+def _mutate_tail(rng, raw):
+    """A zip's end made to read two ways: bytes after it, a comment holding zip records (a
+    slice of the archive, or a whole second one), a second end record."""
+    end = raw.rindex(b'PK\x05\x06')
+    how = int(rng.integers(4))
+    if how == 0:
+        return raw + bytes(rng.integers(256, size=int(rng.integers(1, 40)), dtype=np.uint8))
+    if how == 1:
+        at = int(rng.integers(len(raw)))
+        return _with_comment(raw, raw[at:at + int(rng.integers(4, 200))])
+    if how == 2:
+        return _with_comment(raw, raw)
+    return raw + raw[end:end + 22]
+
+
+def _shared(rng, pkl):
+    """A pickle whose value v becomes (v, v) of (v, v) of ... k deep, shared through the
+    memo: valid, and 2**k times v once walked."""
+    if pkl[-1:] != b'.':
+        return pkl
+    return pkl[:-1] + b'q\xffh\xff\x86' * int(rng.integers(1, 200)) + b'.'
+
+
+def _mutate_growth(rng, raw):
+    """Growth the file's bytes do not pay for: shared structure that expands (a plain
+    pickle, or a zip's data.pkl), a member deflated from many times its size, a flood of
+    values made from memoized arguments."""
+    if raw[:2] != b'PK':
+        return _shared(rng, raw)
+    members = _zip_members(raw)
+    pick = int(rng.integers(len(members)))
+    name, data = members[pick]
+    how = int(rng.integers(3))
+    if how == 0 and name.endswith('data.pkl'):
+        members[pick] = (name, _shared(rng, data))
+    elif how == 1:
+        members[pick] = (name, data + bytes(int(rng.integers(1 << 16, 1 << 23))))
+        return _rezip(members, deflate=True)
+    elif name.endswith('data.pkl') and data[-1:] == b'.':  # the value, then n copies of it
+        n = int(rng.integers(1, 100_000))
+        members[pick] = (name, data[:-1] + b'q\xff]q\xfe(' + b'h\xff' * n + b'e\x86.')
+    return _rezip(members)
+
+
+def _mutate_bpe(rng, raw):
+    """merges.txt: lines that double a token each time, numbers past the tokens, or bytes."""
+    lines = raw.decode('utf-8').splitlines(keepends=True)
+    how = int(rng.integers(4))
+    if how == 0:
+        k = 256 + sum(1 for line in lines if line.split('#', 1)[0].strip())
+        start = int(rng.integers(256, k))
+        chain = [f"{start} {start}\n"] + [f"{k + i} {k + i}\n" for i in range(int(rng.integers(10, 60)))]
+        return ''.join(lines + chain).encode()
+    if how == 1 and len(lines) > 1:
+        at = int(rng.integers(1, len(lines)))
+        lines[at] = ['-1 2\n', '1 2 3\n', f"{2 ** 64} 1\n", '\u00b2 1\n', '1e3 1\n',
+                     f"{'9' * 5000} 1\n"][int(rng.integers(6))]
+        return ''.join(lines).encode()
+    return _mutate_bytes(rng, raw)
 
 
 def _mutate_file(rng, kind, raw):
     """A mutant of a source file: byte-level over the whole file, or, inside a zip, over a
-    member (its bytes re-zipped with right CRCs), members swapped, dropped or doubled; a
-    safetensors header field replaced; an .npy header rewritten."""
+    member (its bytes re-zipped with right CRCs), members swapped, dropped or doubled, its
+    end made to read two ways; a safetensors header field replaced; an .npy header
+    rewritten; merges.txt's lines."""
     how = rng.integers(4)
+    if kind == 'bpe':
+        return _mutate_bpe(rng, raw)
+    if raw[:2] == b'PK' and how and rng.integers(6) == 0:
+        return _mutate_tail(rng, raw)
+    if rng.integers(8) == 0:
+        return _mutate_growth(rng, raw)
     if raw[:2] == b'PK' and how:
         members = _zip_members(raw)
         pick = int(rng.integers(len(members)))
@@ -151,7 +258,9 @@ def _mutate_file(rng, kind, raw):
                 text = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
                     ['<f8', '<f4', '|b1', '|O', '>i8', '<U2', '<f4x'][int(rng.integers(7))],
                     ['False', 'True'][int(rng.integers(2))],
-                    ['()', '(2,)', '(3, 2)', '(0,)', '(4294967296,)', '(-1,)', '(2, 3, 4)'][int(rng.integers(7))])
+                    ['()', '(2,)', '(3, 2)', '(0,)', '(4294967296,)', '(-1,)', '(2, 3, 4)',
+                     '(0, 2305843009213693952, 2305843009213693952)', '(0, 4611686018427387904)',
+                     '(3, 0)'][int(rng.integers(10))])
                 text = (text + ' ' * (64 - (10 + len(text) + 1) % 64) + '\n').encode()
                 body = data[10 + int.from_bytes(data[8:10], 'little'):]
                 members[pick] = (name, b'\x93NUMPY\x01\x00' + len(text).to_bytes(2, 'little') + text + body)
@@ -168,7 +277,8 @@ def _mutate_file(rng, kind, raw):
                 del members[pick]
             else:
                 members[pick] = (members[int(rng.integers(len(members)))][0], data)
-        return _rezip(members)
+        return _rezip(members, deflate=bool(rng.integers(2)) and raw[:2] == b'PK' and
+                      b'\x08\x00' == raw[8:10])  # a deflated source stays deflated
     if kind == 'st' or (raw[8:9] == b'{' and how):
         n = int.from_bytes(raw[:8], 'little')
         try:
@@ -196,7 +306,7 @@ def loadfuzz(seed, count, folder, batch=2000):
     sources = _fuzz_sources()
     names = sorted(sources)
     findings, counts = [], {'ok': 0, 'same': 0, 'refused': 0}
-    readers = {'tt': 'tt', 'nn': 'nn', 'st': 'st'}
+    readers = {'tt': 'tt', 'nn': 'nn', 'st': 'st', 'bpe': 'bpe'}
     originals = {}
     for name in names:
         path = os.path.join(folder, f'{name}.orig' + ('.safetensors' if 'safetensors' in name else ''))
