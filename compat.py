@@ -437,8 +437,9 @@ class _PathFinder:
         if not hasattr(module, '__path__'):
             module.__path__ = []  # so that its own children (nn.functional) can be imported
         sub = spec.name[len(tt.__name__) + 1:]
-        if '__getattr__' not in module.__dict__:  # tinytorch.nn.utils without an import
-            module.__getattr__ = functools.partial(_child, sub)
+        own = module.__dict__.get('__getattr__')  # nn.py has one (nn.CheckpointError)
+        if not isinstance(own, functools.partial):  # tinytorch.nn.utils without an import
+            module.__getattr__ = functools.partial(_child, sub, own)
         return module
 
     @staticmethod
@@ -474,7 +475,14 @@ def _refusing_parent(sub):
     return getattr(sys.modules[f'{tt.__name__}.{parent}'], '__tinytorch_lacks__', None)
 
 
-def _child(parent, name):
+def _child(parent, own, name):
+    """A module's missing attribute: its own __getattr__'s answer if it has one, else a
+    child module of PyTorch's paths (tinytorch.nn.utils), imported when first asked."""
+    if own is not None:
+        try:
+            return own(name)
+        except AttributeError:
+            pass
     if f'{parent}.{name}' in _PATHS:
         return importlib.import_module(f'{tt.__name__}.{parent}.{name}')
     raise AttributeError(f"module '{tt.__name__}.{parent}' has no attribute {name!r}")

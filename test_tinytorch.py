@@ -3502,6 +3502,21 @@ def test_every_torch_submodule_resolves_as_in_pytorch():
     assert missing == []
 
 
+def test_a_module_with_its_own_getattr_still_gives_its_child_paths():
+    """nn.py answers nn.CheckpointError through a module __getattr__ of its own; the import
+    rule must keep it and still give PyTorch's children (tt.nn.modules.linear) without an
+    import (found at the merge: the rule saw nn's __getattr__ and added none for children)."""
+    import subprocess
+    code = ("import tinytorch as tt, nn\n"
+            "assert tt.nn.modules.linear.Linear is nn.Linear\n"
+            "assert nn.CheckpointError.__name__ == 'CheckpointError'\n"
+            "try:\n    nn.no_such_name\nexcept AttributeError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "has no attribute 'no_such_name'" in r.stdout
+
+
 def test_the_import_rule_gives_torchs_module_paths(tmp_path):
     """In a PyTorch program's import lines, `torch` becomes `tinytorch`: every common
     path resolves, to the files beside tinytorch.py."""

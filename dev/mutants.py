@@ -319,8 +319,8 @@ MUTANTS = [
            "gp = g * (y - p) / np.maximum(p * (1 - p), 1e-12)",
            'bce or binary_cross_entropy or census_layers', "binary_cross_entropy's gradient has the wrong sign"),
     Mutant('conv1d-pads-height', 'nn.py',
-           "pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)",
-           "pad = (padding[0] if isinstance(padding, (tuple, list)) else padding, 0)",
+           "pad = padding if isinstance(padding, str) else (0, one(padding)[1])",
+           "pad = padding if isinstance(padding, str) else (one(padding)[1], 0)",
            'conv1d or census_layers', "conv1d pads the height of its 1-row image, not the length"),
 
     # -- optim.py -------------------------------------------------------------------------
