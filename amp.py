@@ -8,7 +8,7 @@
     scaler.step(optimizer)                             # skipped if a gradient is inf/nan
     scaler.update()                                    # the scale: x0.5 then, x2 after 2000 good steps
 
-  1. autocast: sets tinytorch.py's autocast dtype (its section 4) for the block; the ops
+  1. autocast: sets tinytorch.py's autocast dtype (its section 6b) for the block; the ops
      PyTorch's CPU autocast lists consult it (matmul in tinytorch.py, linear, the
      convolutions, attention and the losses in nn.py)
   2. GradScaler: the loss scale and its schedule, as PyTorch's (the same defaults)
@@ -38,7 +38,7 @@ class autocast:
     a dtype PyTorch's CPU autocast refuses (float32, float64, ...) gets PyTorch's warning
     and the block runs as it is, and so does bfloat16, which NumPy lacks."""
 
-    def __init__(self, device_type='cpu', dtype=None, enabled=True, cache_enabled=None):
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         tt._cpu_only(device_type, 'autocast')
         self.device = device_type
         self.fast_dtype = dtype

@@ -78,6 +78,7 @@ def _refusing_module(name, why):
     """A module path tinytorch deliberately lacks: importing works (`from torch.onnx import
     export` too), and calling any name in it says why in one line."""
     m = _module(name, f"torch.{name}: {why}")
+    m.__tinytorch_lacks__ = why  # its children (torch.fx.passes) lack it too
 
     def refuse(attr):
         if attr.startswith('__'):
@@ -106,13 +107,16 @@ def _deprecated_clip_grad_norm(parameters, max_norm, norm_type=2.0,
 
 def _nn_utils():
     optim_ = tt._companion('optim')
-    return _module('nn.utils', "torch.nn.utils: gradient clipping (optim.py's)",
+    return _module('nn.utils', "torch.nn.utils: gradient clipping and parameters as one vector "
+                               "(optim.py's)",
                    clip_grad_norm_=optim_.clip_grad_norm_,
                    clip_grad_value_=getattr(optim_, 'clip_grad_value_', None),
                    clip_grad_norm=_deprecated_clip_grad_norm,
+                   parameters_to_vector=optim_.parameters_to_vector,
+                   vector_to_parameters=optim_.vector_to_parameters,
                    **{n: _refuse(f'torch.nn.utils.{n}', f"tinytorch has no {n}") for n in (
                        'weight_norm', 'spectral_norm', 'remove_weight_norm',
-                       'remove_spectral_norm', 'parameters_to_vector', 'vector_to_parameters')})
+                       'remove_spectral_norm')})
 
 
 def _as_module(name, obj):
@@ -170,13 +174,34 @@ _PATHS = {
             'reset_peak_memory_stats', 'Event', 'Stream', 'device', 'FloatTensor',
             'DoubleTensor', 'HalfTensor', 'LongTensor', 'IntTensor', 'ByteTensor',
             'BoolTensor')}),
-    'backends': lambda: _module(
-        'backends', "torch.backends: the flags a GPU program sets, accepted",
-        cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False),
-                                   is_built=lambda: False),
-        cudnn=types.SimpleNamespace(allow_tf32=False, benchmark=False, deterministic=False,
-                                    enabled=False, is_available=lambda: False),
-        mps=types.SimpleNamespace(is_available=lambda: False, is_built=lambda: False)),
+    # torch.backends: each backend a module (`import torch.backends.cudnn as cudnn`), with
+    # the flags a GPU program sets (accepted; nothing reads them here) and PyTorch's answers
+    # on a machine without that backend
+    'backends': lambda: _module('backends', "torch.backends: the flags a GPU program sets, "
+                                            "accepted"),
+    'backends.cudnn': lambda: _module(
+        'backends.cudnn', "torch.backends.cudnn: there is no GPU (the flags are accepted)",
+        allow_tf32=True, benchmark=False, benchmark_limit=10, deterministic=False, enabled=True,
+        is_available=lambda: False, is_acceptable=lambda tensor: False, version=lambda: None),
+    'backends.cuda': lambda: _module(
+        'backends.cuda', "torch.backends.cuda: there is no GPU (the flags are accepted)",
+        matmul=types.SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True,
+                                     allow_bf16_reduced_precision_reduction=True),
+        is_built=lambda: False, **{f'{n}_sdp_enabled': (lambda: True) for n in (
+            'flash', 'mem_efficient', 'math', 'cudnn')},
+        **{f'enable_{n}_sdp': (lambda enabled: None) for n in (
+            'flash', 'mem_efficient', 'math', 'cudnn')}),
+    'backends.mps': lambda: _module(
+        'backends.mps', "torch.backends.mps: there is no Apple GPU here",
+        is_available=lambda: False, is_built=lambda: False, is_macos13_or_newer=lambda *a: False),
+    'backends.cpu': lambda: _module(
+        'backends.cpu', "torch.backends.cpu: NumPy computes", get_cpu_capability=lambda: 'DEFAULT'),
+    **{f'backends.{n}': functools.partial(
+        _module, f'backends.{n}', f"torch.backends.{n}: not used by tinytorch (NumPy computes)",
+        is_available=lambda: False, enabled=False) for n in (
+        'mkldnn', 'mkl', 'openmp', 'opt_einsum', 'nnpack', 'xnnpack', 'quantized', 'miopen',
+        'cusparselt', 'kleidiai', 'mha', 'python_native', 'xeon')},
+    'cuda.amp': lambda: tt.cuda.amp,  # the stand-in's own (below)
     'accelerator': lambda: _module(
         'accelerator', "torch.accelerator: there is none",
         is_available=lambda: False, current_accelerator=lambda: None,
@@ -193,7 +218,7 @@ _PATHS = {
         'utils.data.distributed', "torch.utils.data.distributed: one replica, this process",
         DistributedSampler=tt._companion('data').DistributedSampler),
     'profiler': lambda: _partial_module(
-        'profiler', "tinytorch's profiler is lookinside.profile (README, 'Look inside a run')",
+        'profiler', "tinytorch's profiler is lookinside.profile (docs/lookinside.md)",
         profile=tt._companion('lookinside').torch_profile, record_function=tt.record_function,
         ProfilerActivity=enum.Enum('ProfilerActivity', 'CPU CUDA XPU MTIA'),
         schedule=lambda **steps: steps,  # accepted; the profile covers the whole block
@@ -221,8 +246,28 @@ _PATHS = {
             'pad_sequence', 'pack_padded_sequence', 'pad_packed_sequence', 'pack_sequence',
             'PackedSequence', 'unpad_sequence', 'unpack_sequence')}),
     'distributions': lambda: tt._companion('distributions'),
-    **{f'distributions.{f}': (lambda: tt._companion('distributions'))
-       for f in ('normal', 'categorical', 'bernoulli', 'kl', 'distribution')},
+    # PyTorch's files of modules that are one file here: torch.optim.adam is optim.py, and
+    # torch.optim.adam.Adam is optim.Adam (a class tinytorch lacks is an AttributeError)
+    **{f'distributions.{f}': (lambda: tt._companion('distributions')) for f in (
+        'normal bernoulli beta binomial categorical cauchy chi2 constraint_registry constraints '
+        'continuous_bernoulli dirichlet distribution exp_family exponential fishersnedecor gamma '
+        'generalized_pareto geometric gumbel half_cauchy half_normal independent inverse_gamma kl '
+        'kumaraswamy laplace lkj_cholesky log_normal logistic_normal lowrank_multivariate_normal '
+        'mixture_same_family multinomial multivariate_normal negative_binomial one_hot_categorical '
+        'pareto poisson relaxed_bernoulli relaxed_categorical studentT transformed_distribution '
+        'transforms uniform utils von_mises weibull wishart').split()},
+    **{f'optim.{f}': (lambda: tt._companion('optim')) for f in (
+        'adadelta adagrad adam adamax adamw asgd lbfgs nadam optimizer radam rmsprop rprop sgd '
+        'sparse_adam swa_utils').split()},
+    **{f'amp.{f}': _amp for f in ('autocast_mode', 'grad_scaler')},
+    **{f'autograd.{f}': (lambda: _as_module('autograd', tt.autograd)) for f in (
+        'anomaly_mode forward_ad function functional grad_mode gradcheck graph profiler '
+        'profiler_legacy profiler_util variable').split()},
+    **{f'nn.modules.{f}': (lambda: tt._companion('nn')) for f in (
+        'activation adaptive batchnorm channelshuffle container conv distance dropout flatten '
+        'fold instancenorm lazy linear linear_cross_entropy linear_cross_entropy_options loss '
+        'module normalization padding pixelshuffle pooling rnn sparse transformer upsampling '
+        'utils').split()},
 }
 _NOTED = set()  # the notes given once per process
 
@@ -233,8 +278,9 @@ def _note_once(key, message):
         warnings.warn(message, stacklevel=3)
 
 
-def compile(model=None, *, fullgraph=False, dynamic=None, backend='inductor', mode=None,
-            options=None, disable=False):
+def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None,
+            options=None, name=None, disable=False, recompile_limit=None,
+            isolate_recompiles=False, dynamic_shapes=None):
     """torch.compile: the module or function itself, unchanged (the eager code PyTorch
     falls back to), with one note, the first time, that tinytorch has no compiler. Used
     as a decorator, with or without arguments, it returns the function too."""
@@ -284,6 +330,8 @@ _LACKING = {
     "(weight_norm, spectral_norm, orthogonal)", 'nn.utils.parametrize': "parametrizations "
     "(torch.nn.utils.parametrize)",
     'nn.utils.stateless': "functional calls (torch.nn.utils.stateless; use torch.func)",
+    'optim.functional': "functional optimizers (torch.optim.functional; use the optimizer "
+    "classes)",
     'utils._pytree': "PyTorch's private pytree helpers (torch.utils._pytree)",
     **{f'utils.{n}': f"torch.utils.{n}" for n in (
         'backcompat', 'backend_registration', 'benchmark', 'bundled_inputs', 'collect_env',
@@ -301,9 +349,10 @@ _PATHS.update({
         **{n: getattr(tt, n) for n in ('einsum', 'meshgrid', 'norm', 'split', 'unique', 'cdist',
                                        'tensordot')}),
     'serialization': lambda: _partial_module(
-        'serialization', "tinytorch's load checks a file's contents itself (README, "
-                         "'Loading files from others'); it has no list of safe globals",
-        save=tt.save, load=tt.load),
+        'serialization', "tinytorch has torch.serialization's save, load and list of safe "
+                         "globals (files.py) only",
+        save=tt.save, load=tt.load, **{n: getattr(tt._companion('files'), n) for n in (
+            'add_safe_globals', 'get_safe_globals', 'clear_safe_globals', 'safe_globals')}),
     'nn.parameter': lambda: _partial_module(
         'nn.parameter', "tinytorch has nn.Parameter only", Parameter=tt._companion('nn').Parameter),
     'nn.utils.clip_grad': lambda: _partial_module(
@@ -377,16 +426,20 @@ class _PathFinder:
     @staticmethod
     def find_spec(fullname, path=None, target=None):
         sub = fullname[len(tt.__name__) + 1:] if fullname.startswith(tt.__name__ + '.') else None
-        return importlib.util.spec_from_loader(fullname, _PathFinder) if sub in _PATHS else None
+        if sub in _PATHS or _refusing_parent(sub) is not None:
+            return importlib.util.spec_from_loader(fullname, _PathFinder)
+        return None
 
     @staticmethod
     def create_module(spec):
-        module = _PATHS[spec.name[len(tt.__name__) + 1:]]()
+        sub = spec.name[len(tt.__name__) + 1:]
+        module = _PATHS[sub]() if sub in _PATHS else _refusing_module(sub, _refusing_parent(sub))
         if not hasattr(module, '__path__'):
             module.__path__ = []  # so that its own children (nn.functional) can be imported
         sub = spec.name[len(tt.__name__) + 1:]
-        if '__getattr__' not in module.__dict__:  # tinytorch.nn.utils without an import
-            module.__getattr__ = functools.partial(_child, sub)
+        own = module.__dict__.get('__getattr__')  # nn.py has one (nn.CheckpointError)
+        if not isinstance(own, functools.partial):  # tinytorch.nn.utils without an import
+            module.__getattr__ = functools.partial(_child, sub, own)
         return module
 
     @staticmethod
@@ -394,7 +447,42 @@ class _PathFinder:
         pass
 
 
-def _child(parent, name):
+# Module paths below these are PyTorch's, and what they hold tinytorch lacks: each imports,
+# and refuses at use, in one line (the modules themselves are above, in _PATHS).
+_LACKS_BELOW = {
+    'cuda': _NO_GPU, 'accelerator': _NO_GPU, 'backends.cudnn': "cuDNN: " + _NO_GPU,
+    'backends.xeon': "this backend (NumPy computes)",
+    'distributed': _ONE_PROCESS, 'nn.parallel': _ONE_PROCESS, 'multiprocessing': _ONE_PROCESS,
+    'ao': "quantization beyond quantize_dynamic (compress.py)",
+    'utils.data': "datapipes and the data loader's internals (tinytorch's DataLoader is "
+                  "data.py)",
+    'nn.utils': "this part of torch.nn.utils", 'profiler': "this part of torch.profiler",
+    'cpu': "this part of torch.cpu",
+}
+
+
+def _refusing_parent(sub):
+    """The reason of the feature tinytorch lacks, when sub is a module path under one (torch.fx
+    lacking, torch.fx.passes.shape_prop is lacking too: it imports, and refuses at use)."""
+    if not sub or '.' not in sub:
+        return None
+    parent = sub.rsplit('.', 1)[0]
+    if f'{tt.__name__}.{parent}' not in sys.modules:
+        return None  # Python imports the parent first; a name under none is no module
+    for prefix, why in _LACKS_BELOW.items():
+        if parent == prefix or parent.startswith(prefix + '.'):
+            return "tinytorch has no " + why if not why.startswith('tinytorch') else why
+    return getattr(sys.modules[f'{tt.__name__}.{parent}'], '__tinytorch_lacks__', None)
+
+
+def _child(parent, own, name):
+    """A module's missing attribute: its own __getattr__'s answer if it has one, else a
+    child module of PyTorch's paths (tinytorch.nn.utils), imported when first asked."""
+    if own is not None:
+        try:
+            return own(name)
+        except AttributeError:
+            pass
     if f'{parent}.{name}' in _PATHS:
         return importlib.import_module(f'{tt.__name__}.{parent}.{name}')
     raise AttributeError(f"module '{tt.__name__}.{parent}' has no attribute {name!r}")

@@ -84,7 +84,7 @@ class Subset(Dataset):
         return self.dataset[self.indices[i]]
 
 
-def random_split(dataset, lengths, generator=None):
+def random_split(dataset, lengths, generator=tt.default_generator):
     """Split into Subsets of the given lengths (or fractions that add up to 1), at random."""
     n = len(dataset)
     if all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0):
@@ -106,9 +106,6 @@ def random_split(dataset, lengths, generator=None):
 # ---------------------------------------------------------------------------
 class Sampler:
     """Yields dataset indices; subclasses define __iter__ (and __len__ when they can)."""
-
-    def __init__(self, data_source=None):
-        pass
 
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must define __iter__")

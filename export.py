@@ -202,22 +202,22 @@ def to_hf(ck, out_dir, force):
 
 
 def from_hf(folder):
-    files = {n: os.path.join(folder, n) for n in ('config.json', 'model.safetensors', 'vocab.json')}
-    for path in files.values():
+    paths = {n: os.path.join(folder, n) for n in ('config.json', 'model.safetensors', 'vocab.json')}
+    for path in paths.values():
         if not os.path.exists(path):
             raise UserError(f"{path} not found: --from-hf needs a folder with config.json, "
                             "model.safetensors and vocab.json (as --to hf writes them)")
     try:
-        with open(files['config.json'], encoding='utf-8') as f:
-            hf = json.load(f)
-        with open(files['vocab.json'], encoding='utf-8') as f:
-            ids = json.load(f)
+        with files.open_regular(paths['config.json']) as f:  # a FIFO there: refused, not waited on
+            hf = json.loads(f.read().decode('utf-8'))
+        with files.open_regular(paths['vocab.json']) as f:
+            ids = json.loads(f.read().decode('utf-8'))
     except (OSError, ValueError, RecursionError) as e:  # unreadable, not JSON or UTF-8, too deep
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
-    check_gpt_settings(hf, HF_SETTINGS, files['config.json'])
-    vocab = vocab_from(ids, files['vocab.json'], hf['vocab_size'], key=str)
+    check_gpt_settings(hf, HF_SETTINGS, paths['config.json'])
+    vocab = vocab_from(ids, paths['vocab.json'], hf['vocab_size'], key=str)
     try:
-        tensors, _ = nn.load_safetensors(files['model.safetensors'])
+        tensors, _ = nn.load_safetensors(paths['model.safetensors'])
     except nn.CheckpointError as e:
         raise UserError(f"{folder}: cannot read it ({type(e).__name__}: {e})") from None
     if hf.get('model_type') != 'gpt2':

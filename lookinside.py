@@ -15,7 +15,7 @@
      StopRequest (Ctrl-C ends a training loop after its step)
   4. a model's size: summary (the parameter counts that print(model) leaves out, as PyTorch)
 
-tinytorch.py keeps only the hook these need (its section 2); this file reads the graph
+tinytorch.py keeps only the hook these need (its section 6b); this file reads the graph
 that tinytorch builds and the docstrings of its backward rules, and changes nothing.
 """
 import csv
@@ -258,7 +258,7 @@ def grad_path(loss, param, names=None, max_paths=6, file=None):
 # ---------------------------------------------------------------------------
 # 2. Looking inside a run: profile and detect_anomaly
 # ---------------------------------------------------------------------------
-# Both watch every op and every backward rule through tinytorch's hooks (its section 2):
+# Both watch every op and every backward rule through tinytorch's hooks (its section 6b):
 # inside `with`, tt._hooks holds them, and from_op and backward tell them what happens.
 class _Hook:
     """Turned on by `with`, off at the end of the block, even after an error."""

@@ -1,29 +1,28 @@
 """nn.py: modules, layers, losses, initialisers and checkpoints, on top of tinytorch.
 
-  1. Parameter and Module (parameters, train/eval, state_dict, repr)
-  2. layers: Linear, Embedding, LayerNorm, Dropout, activations (ELU, SELU, Hardtanh,
-     ReLU6, Softmax, ...), containers; pad, normalize, cosine_similarity; for images
-     Conv2d, MaxPool2d, AvgPool2d, BatchNorm1d/2d, Flatten
+  1. Parameter and Module (parameters, train/eval, state_dict, repr); containers
+     (Sequential, ModuleList, ModuleDict, ...) and DataParallel (on the CPU: the module)
+  2. layers: Linear, LazyLinear, Embedding, LayerNorm, Dropout, Dropout2d, activations
+     (ELU, SELU, Hardtanh, ReLU6, Softmax, ...); pad, ReflectionPad2d, normalize,
+     cosine_similarity; for images Conv1d, Conv2d, ConvTranspose2d, MaxPool1d/2d,
+     AvgPool2d, AdaptiveAvgPool2d, BatchNorm1d/2d, InstanceNorm2d, Flatten; resizing
+     them: interpolate (nearest, linear, bilinear, trilinear), Upsample, PixelShuffle
   3. recurrent layers: the RNN, LSTM and GRU cells (a few lines of linear, sigmoid and
-     tanh), and RNN, LSTM, GRU (a loop of the cell over time)
+     tanh), and RNN, LSTM, GRU (a loop of the cell over time); batches of sequences of
+     different lengths (pad_sequence, PackedSequence, pack_padded_sequence, ...)
   4. attention and the Transformer as PyTorch's modules: scaled_dot_product_attention,
      MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder /
      Decoder, Transformer
   5. losses: mse_loss, l1_loss, smooth_l1_loss, huber_loss, cross_entropy (fused),
-     nll_loss, kl_div, binary_cross_entropy_with_logits
+     nll_loss, kl_div, binary_cross_entropy (BCELoss), binary_cross_entropy_with_logits
   6. initialisers (nn.init.normal_, xavier_uniform_, ...)
   7. checkpoints: save / load in NumPy's .npz format or as .safetensors (never pickle),
      written atomically
-  7b. the names teaching code reaches for (CENSUS.md): BCELoss, Conv1d, ConvTranspose2d,
-     AdaptiveAvgPool2d, InstanceNorm2d, Dropout2d, LazyLinear, interpolate (nearest,
-     linear, bilinear, trilinear), Upsample, max_pool1d, PixelShuffle, ReflectionPad2d,
-     pad_sequence,
-     packed sequences (PackedSequence, pack_padded_sequence, ..., read by RNN/LSTM/GRU),
-     DataParallel (on the CPU: the module itself)
   8. speed: conv2d and max_pool2d as single ops (the same numbers as section 2's), and
      one direction of a recurrent layer as one op (the same numbers as section 3's)
 
-Needs only NumPy and tinytorch.py.
+Needs only NumPy and tinytorch.py. Importing it changes one thing outside it: tt.load
+then gives an nn.Parameter for a parameter in a file (tt._TENSOR_CLASSES, section 1).
 """
 import copy
 import functools
@@ -48,7 +47,8 @@ functional = sys.modules[__name__]  # nn is also torch.nn.functional: F.relu is 
 class Parameter(Tensor):
     """A Tensor that is a learnable part of a Module: it always requires grad."""
 
-    def __init__(self, data, requires_grad=True):
+    def __init__(self, data=None, requires_grad=True):
+        data = tt.empty(0) if data is None else data  # PyTorch's: an empty parameter
         super().__init__(data.array if isinstance(data, Tensor) else data,
                          requires_grad=requires_grad)
 
@@ -56,7 +56,10 @@ class Parameter(Tensor):
         return 'Parameter containing:\n' + super().__repr__()
 
 
-tt._TENSOR_CLASSES['Parameter'] = Parameter  # tt.load and tt.save know a Parameter by this
+# The one thing importing nn.py does outside this file: tinytorch.py's checkpoint reader
+# (tt.load, tt.save) is told that a tensor its files call 'Parameter' is this class. Without
+# nn.py such a tensor loads as a plain Tensor that requires grad.
+tt._TENSOR_CLASSES['Parameter'] = Parameter
 
 
 class Module:
@@ -414,6 +417,19 @@ def _check_cpu(device, op):
                            f"export the model (see export.py)")
 
 
+def _factory(device, dtype, op):
+    """PyTorch's factory arguments, which every module with parameters takes: the device
+    (the CPU only) and the dtype of its parameters (None: tt.get_default_dtype())."""
+    _check_cpu(device, op)
+    return dtype
+
+
+def _refuse_if(flag, op, what):
+    """A PyTorch argument tinytorch cannot honour, given: one line that says so."""
+    if flag:
+        raise NotImplementedError(f"{op}: {what} is not supported by tinytorch")
+
+
 def _array(v):
     return v.array if isinstance(v, Tensor) else np.asarray(v)
 
@@ -628,6 +644,19 @@ class ParameterDict(_DictOf):
         return '\n'.join(f"  ({k}): {_describe(p)}" for k, p in self._own('parameters'))
 
 
+class DataParallel(Module):
+    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
+    this process. The model is self.module, so state_dict keys start with 'module.' as in
+    PyTorch (a checkpoint saved from one loads into the other)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        self.module = module
+        self.device_ids = []  # PyTorch's, when there is no GPU
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
+
+
 def _as_parameter(value):
     return Parameter(value) if isinstance(value, Tensor) and not isinstance(value, Parameter) \
         else value
@@ -641,10 +670,11 @@ def _describe(p):
 # ---------------------------------------------------------------------------
 # 2. Layers
 # ---------------------------------------------------------------------------
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def linear(x, weight, bias=None):
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
+def linear(input, weight, bias=None):
     """y = x W^T + b as one op (W is (out, in), as in PyTorch). Leading dims of x are
     folded into rows, so the whole batch is a single 2-D matrix multiply."""
+    x = input
     tt._same_dtype('linear', input=x, weight=weight, bias=bias)
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input of shape {tuple(x.shape)} has {x.shape[-1]} features, "
@@ -677,7 +707,8 @@ def linear(x, weight, bias=None):
 
 
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True, dtype=None):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(tt.zeros(out_features, in_features, dtype=dtype))
         self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
@@ -698,48 +729,144 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-def embedding(idx, weight):
-    """Rows of weight picked by integer indices: weight[idx]. Its backward (from
-    tinytorch's getitem) adds each position's gradient into its row, so a token
-    that appears twice gets both contributions."""
-    idx = idx if isinstance(idx, Tensor) else tt.tensor(idx)
+class LazyLinear(Linear):
+    """A Linear whose in_features is read from its first input (make the optimizer after
+    one forward pass, as in PyTorch)."""
+
+    def __init__(self, out_features, bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'LazyLinear')
+        self.in_features, self.out_features = 0, out_features
+        self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
+        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        if self.in_features == 0:
+            self.in_features = x.shape[-1]
+            self.weight = Parameter(tt.zeros(self.out_features, self.in_features,
+                                             dtype=self.weight.dtype))
+            self.reset_parameters()
+        return super().forward(x)
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """A Linear under PyTorch's name for MultiheadAttention's out_proj (PyTorch marks it so
+    that dynamic quantization leaves it alone); here it is a Linear, and prints its name."""
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of weight picked by integer indices: weight[input]. Its backward adds each
+    position's gradient into its row, so a token that appears twice gets both.
+    PyTorch's options: the row padding_idx gets no gradient; max_norm first rescales, in
+    place, each row it reads whose norm_type-norm exceeds max_norm; scale_grad_by_freq
+    divides each row's gradient by the number of times the batch names it."""
+    idx = input if isinstance(input, Tensor) else tt.tensor(input)
     if idx.dtype.kind not in 'iu':
         raise TypeError(f"embedding: indices must be integers, got {idx.dtype}")
+    _refuse_if(sparse, 'embedding', 'sparse=True (sparse gradients)')
     n = weight.shape[0]
     if idx.array.size and (idx.array.min() < 0 or idx.array.max() >= n):
         bad = idx.array[(idx.array < 0) | (idx.array >= n)][0]
         raise IndexError(f"embedding: index {bad} is out of range for an embedding of "
                          f"{n} rows")
-    return weight[idx]
+    if padding_idx is not None:
+        padding_idx = _padding_row(padding_idx, n, 'embedding')
+    if max_norm is not None:
+        _embedding_renorm_(weight, idx, max_norm, norm_type)
+    if padding_idx is None and not scale_grad_by_freq:
+        return weight[idx]  # getitem's rule adds the rows up
+    rows = idx.array.reshape(-1).copy()
+
+    def backward(g):
+        """d weight[idx]/d weight = 1 per read of a row (0: padding_idx; 1/count: by freq)"""
+        g = g.reshape(rows.size, -1)
+        if scale_grad_by_freq:
+            g = g / np.bincount(rows, minlength=n)[rows][:, None].astype(g.dtype)
+        gw = np.zeros(weight.shape, dtype=g.dtype)
+        np.add.at(gw, rows, g)
+        if padding_idx is not None:
+            gw[padding_idx] = 0
+        return (gw,)
+    return from_op(weight.array[rows].reshape(idx.shape + weight.shape[1:]), 'embedding',
+                   (weight,), backward)
+
+
+def _padding_row(padding_idx, n, op):
+    """padding_idx as a row number (PyTorch's: -1 is the last row); out of range, one line."""
+    if not -n <= padding_idx < n:
+        raise AssertionError(f"{op}: padding_idx {padding_idx} must be within num_embeddings "
+                             f"({n})")
+    return padding_idx % n
+
+
+def _embedding_renorm_(weight, idx, max_norm, norm_type):
+    """PyTorch's max_norm: each row idx names whose norm exceeds max_norm is scaled, in
+    place and outside the graph, to max_norm (times max_norm / (norm + 1e-7))."""
+    with no_grad():
+        rows = np.unique(idx.array)
+        w = weight.array[rows]
+        norm = np.linalg.norm(w, ord=norm_type, axis=1) if norm_type != 2 else \
+            np.sqrt((w * w).sum(1))
+        big = norm > max_norm
+        if big.any():
+            scaled = w[big] * (max_norm / (norm[big] + 1e-7))[:, None].astype(w.dtype)
+            weight.array[rows[big]] = scaled
+            tt._bump(weight)
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'Embedding')
+        _refuse_if(sparse, 'Embedding', 'sparse=True (sparse gradients)')
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype))  # N(0, 1)
+        self.padding_idx = None if padding_idx is None else \
+            _padding_row(padding_idx, num_embeddings, 'Embedding')
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            self.weight = Parameter(tt.randn(num_embeddings, embedding_dim, dtype=dtype),
+                                    requires_grad=not _freeze)  # N(0, 1)
+            if self.padding_idx is not None:  # PyTorch's: the padding row starts at 0
+                with no_grad():
+                    self.weight[self.padding_idx].fill_(0)
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ValueError(f"Embedding: _weight of shape {tuple(_weight.shape)} does not "
+                                 f"match num_embeddings, embedding_dim ({num_embeddings}, "
+                                 f"{embedding_dim})")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True):
-        """An Embedding whose weight is a copy of embeddings (num, dim), such as word vectors
-        trained elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+        """An Embedding whose weight is embeddings (num, dim), such as word vectors trained
+        elsewhere; freeze=True (the default, as PyTorch's) keeps it fixed."""
         if embeddings.ndim != 2:
             raise ValueError(f"Embedding.from_pretrained: embeddings must be 2-dimensional, got "
                              f"shape {tuple(embeddings.shape)}")
-        m = cls(*embeddings.shape, dtype=embeddings.dtype)
-        m.weight = Parameter(embeddings.detach().clone(), requires_grad=not freeze)
-        return m
+        return cls(*embeddings.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                   sparse, _weight=embeddings.detach().clone(), _freeze=freeze)
 
-    def forward(self, idx):
-        return embedding(idx, self.weight)
+    def forward(self, input):
+        return embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                         self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        for name, default in (('padding_idx', None), ('max_norm', None), ('norm_type', 2.0),
+                              ('scale_grad_by_freq', False), ('sparse', False)):
+            if getattr(self, name) != default:  # PyTorch shows what is not the default
+                s += f", {name}={getattr(self, name)}"
+        return s
 
 
 @np.errstate(invalid='ignore')  # an inf in a row: inf - inf = nan, silently, as PyTorch's
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Fused layer norm: y = (x - mean) / sqrt(var + eps) * weight + bias over the last
     len(normalized_shape) dims, with a hand-derived backward (one node, not ten)."""
+    x = input
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) \
         else (normalized_shape,)
     k = len(normalized_shape)
@@ -798,7 +925,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, 'LayerNorm')
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) \
             else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
@@ -815,19 +944,20 @@ class LayerNorm(Module):
                 f"{self.elementwise_affine}, bias={self.bias is not None}")
 
 
-def dropout(x, p=0.5, training=True):
+def dropout(input, p=0.5, training=True, inplace=False):
     """Inverted dropout: zero each element with probability p and scale the rest by
     1/(1-p), so the expected value is unchanged and eval mode is the identity."""
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0:
-        return x
-    mask = dropout_mask(x.shape, p, x.dtype)
+        return input
+    mask = dropout_mask(input.shape, p, input.dtype)
 
     def backward(g):
         """d dropout(x)/dx = mask: 0 where dropped, 1/(1-p) where kept"""
         return (g * mask,)
-    return from_op(x.array * mask, 'dropout', (x,), backward)
+    out = from_op(input.array * mask, 'dropout', (input,), backward)
+    return _activation_result(input, out, 'dropout', inplace)
 
 
 def dropout_mask(shape, p, dtype):
@@ -845,22 +975,52 @@ def dropout_mask(shape, p, dtype):
     return mask
 
 
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
+    1/(1-p). An input of 3 dims is read as (N, C, L), with PyTorch's warning (PyTorch 2.15
+    does so, though a later release may read it as one image (C, H, W))."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-"
+                      "wise 1D dropout behavior is desired - input is interpreted as shape (N, "
+                      "C, L), where C is the channel dim (use dropout1d for that)")
+    if not training or p == 0:
+        return input
+    mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
+    return _activation_result(input, input * tt.tensor(mask), 'dropout2d', inplace)
+
+
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
         if not 0 <= p < 1:
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
-        self.p = p
+            raise ValueError(f"{type(self).__name__}: p must be in [0, 1), got {p}")
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    def forward(self, x):
+        return dropout2d(x, self.p, self.training, self.inplace)
+
+
+def _inplace_repr(module):
+    return "inplace=True" if module.inplace else ""  # PyTorch's: shown only when set
 
 
 class ReLU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
     def forward(self, x):
-        return x.relu()
+        return relu(x, self.inplace)
+
+    extra_repr = _inplace_repr
 
 
 class GELU(Module):
@@ -885,19 +1045,24 @@ class Sigmoid(Module):
 
 
 class SiLU(Module):
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
     def forward(self, x):
-        return tt.silu(x)
+        return silu(x, self.inplace)
+
+    extra_repr = _inplace_repr
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope=0.01):
-        self.negative_slope = negative_slope
+    def __init__(self, negative_slope=0.01, inplace=False):
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
-        return tt.leaky_relu(x, self.negative_slope)
+        return leaky_relu(x, self.negative_slope, self.inplace)
 
     def extra_repr(self):
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
 class Softplus(Module):
@@ -912,9 +1077,50 @@ class Softplus(Module):
 
 
 # nn doubles as torch.nn.functional: `import nn as F` runs F.relu(x), F.softmax(x, -1),
-# F.cross_entropy(...). The activations are tinytorch's own ops, under the same names.
-relu, gelu, silu, sigmoid, tanh = tt.relu, tt.gelu, tt.silu, tt.sigmoid, tt.tanh
-leaky_relu, softplus, softmax, log_softmax = tt.leaky_relu, tt.softplus, tt.softmax, tt.log_softmax
+# F.cross_entropy(...). The activations are tinytorch's own ops, taking F's arguments: an
+# in-place form (inplace=True writes the result into the input, as x.relu_()), and
+# softmax's dim chosen as PyTorch chooses it when none is given.
+gelu, softplus = tt.gelu, tt.softplus
+
+
+def relu(input, inplace=False):
+    return _in_place_activation(input, tt.relu, 'relu', inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _in_place_activation(input, tt.leaky_relu, 'leaky_relu', inplace, negative_slope)
+
+
+def silu(input, inplace=False):
+    return _in_place_activation(input, tt.silu, 'silu', inplace)
+
+
+def sigmoid(input):
+    return tt.sigmoid(input)
+
+
+def tanh(input):
+    return tt.tanh(input)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """tt.softmax; with no dim, PyTorch's implicit choice and its warning (_stacklevel is
+    where the warning points, PyTorch's argument)."""
+    return tt.softmax(input, _softmax_dim(dim, input.ndim, 'softmax', _stacklevel), dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return tt.log_softmax(input, _softmax_dim(dim, input.ndim, 'log_softmax', _stacklevel),
+                          dtype)
+
+
+def _in_place_activation(input, op, name, inplace, *args):
+    """op(input, *args), or with inplace=True written into input's memory (name_); a rule
+    that reads the input then reads a copy of its old value."""
+    if not inplace:
+        return op(input, *args)
+    old = input.clone() if input.requires_grad and tt.is_grad_enabled() else input
+    return tt._in_place(input, name + '_', op(old, *args))
 
 
 # -- more activations: ELU, SELU, hardtanh, ReLU6 -------------------------------
@@ -996,9 +1202,18 @@ class SELU(Module):
     def forward(self, x):
         return selu(x, self.inplace)
 
+    extra_repr = _inplace_repr
+
 
 class Hardtanh(Module):
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None,
+                 max_value=None):
+        if min_value is not None or max_value is not None:  # PyTorch's old names
+            warnings.warn("keyword argument `min_value`/`max_value` is deprecated and will be "
+                          "removed in future releases, use `min_val`/`max_val` instead",
+                          FutureWarning, stacklevel=2)
+            min_val = min_val if min_value is None else min_value
+            max_val = max_val if max_value is None else max_value
         if min_val > max_val:
             raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than max_val "
                              f"({max_val})")
@@ -1008,7 +1223,8 @@ class Hardtanh(Module):
         return hardtanh(x, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self):
-        return f"min_val={self.min_val}, max_val={self.max_val}"
+        return f"min_val={self.min_val}, max_val={self.max_val}" + (
+            ", inplace=True" if self.inplace else "")
 
 
 class ReLU6(Hardtanh):
@@ -1019,13 +1235,13 @@ class ReLU6(Hardtanh):
         return "inplace=True" if self.inplace else ""
 
 
-def _softmax_dim(dim, ndim, op):
+def _softmax_dim(dim, ndim, op, stacklevel=3):
     """PyTorch's choice when Softmax() is given no dim (with its warning): dim 0 for
     0-, 1- and 3-d inputs, else 1."""
     if dim is not None:
         return dim
     warnings.warn(f"{op}: implicit dimension choice has been deprecated; pass dim=",
-                  stacklevel=3)
+                  stacklevel=stacklevel)
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -1141,6 +1357,19 @@ def _pad_constant(input, pairs, value):
     return from_op(out, 'pad', (input,), backward)
 
 
+class ReflectionPad2d(Module):
+    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
+
+    def __init__(self, padding):
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x):
+        return pad(x, self.padding, mode='reflect')
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """input / max(norm_p(input over dim), eps): unit vectors along dim."""
     if out is not None:
@@ -1174,9 +1403,6 @@ class CosineSimilarity(Module):
     def forward(self, x1, x2):
         return cosine_similarity(x1, x2, self.dim, self.eps)
 
-    def extra_repr(self):
-        return f"dim={self.dim}, eps={self.eps}"
-
 
 # -- images: convolution, pooling, batch norm ----------------------------------
 # A convolution is a matmul over patches: tt.unfold turns every kh x kw patch of the
@@ -1192,11 +1418,18 @@ def _image(x, op, channels=None):
                          f"(input of shape {tuple(x.shape)})")
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
-    """(N, C, H, W) * weight (O, C, kh, kw) -> (N, O, oh, ow), as F.conv2d (groups=1)."""
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(N, C, H, W) * weight (O, C / groups, kh, kw) -> (N, O, oh, ow), as F.conv2d.
+    padding is a number, a pair, or 'valid' (none) or 'same' (the output as large as the
+    input, stride 1; an odd total goes to the right, as PyTorch)."""
     if weight.ndim != 4:
         raise ValueError(f"conv2d: weight must be 4-D (out, in, kh, kw), got {tuple(weight.shape)}")
+    if isinstance(padding, str):
+        input, padding = _padding_by_name(input, padding, weight.shape[2:], dilation, stride,
+                                          'conv2d')
+    if groups != 1:
+        return _grouped(conv2d, input, weight, bias, groups, 'conv2d', stride, padding, dilation)
     _image(input, 'conv2d', weight.shape[1])
     tt._same_dtype('conv2d', input=input, weight=weight, bias=bias)
     n, o = input.shape[0], weight.shape[0]
@@ -1210,6 +1443,84 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1):
     if bias is not None:
         out = out + bias.reshape(o, 1)
     return out.reshape(n, o, oh, ow)
+
+
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """(N, C, L) * weight (O, C / groups, k) -> (N, O, L'): conv2d on images of height 1."""
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
+                         f"got {tuple(input.shape)} and {tuple(weight.shape)}")
+    if input.ndim == 2:  # one unbatched sequence
+        return conv1d(input[None], weight, bias, stride, padding, dilation, groups)[0]
+    one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
+    pad = padding if isinstance(padding, str) else (0, one(padding)[1])
+    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
+                  one(dilation), groups).squeeze(2)
+
+
+def _grouped(conv, input, weight, bias, groups, op, *args):
+    """A convolution of groups > 1: the input's channels split into groups, each group
+    convolved with its own slice of the kernels (weight's dim 0), the results side by side
+    on the channel dim. Each group is an ordinary convolution, and so is its gradient."""
+    if input.ndim < 3 or input.shape[1] % groups or weight.shape[0] % groups:
+        raise ValueError(f"{op}: groups={groups} must divide the input's channels (input of "
+                         f"shape {tuple(input.shape)}) and weight's dim 0 ({tuple(weight.shape)})")
+    c, o = input.shape[1] // groups, weight.shape[0] // groups
+    outs = [conv(input.narrow(1, g * c, c), weight.narrow(0, g * o, o), None, *args)
+            for g in range(groups)]
+    out = tt.cat(outs, 1)
+    return out if bias is None else out + bias.reshape((-1,) + (1,) * (out.ndim - 2))
+
+
+def _same_pads(kernel, dilation):
+    """padding='same': per dim (left, right), the total d (k - 1) split with the odd one
+    on the right (PyTorch's)."""
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _padding_by_name(input, padding, kernel, dilation, stride, op):
+    """padding 'valid' or 'same' as numbers; an uneven 'same' pads the input's right here."""
+    if padding == 'valid':
+        return input, 0
+    if padding != 'same':
+        raise ValueError(f"{op}: Invalid padding string {padding!r}, should be one of "
+                         f"['valid', 'same']")
+    if tt._pair(stride, 'stride', op) != (1, 1):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+    pads = _same_pads(kernel, tt._pair(dilation, 'dilation', op))
+    extra = [r - left for left, r in pads]
+    if any(extra):
+        input = pad(input, (0, extra[1], 0, extra[0]))
+    return input, tuple(left for left, _ in pads)
+
+
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
+    (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
+    Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
+    pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
+    if groups != 1:  # weight (C_in, C_out / groups, kh, kw): its dim 0 splits as the input's
+        return _grouped(conv_transpose2d, input, weight, bias, groups, 'conv_transpose2d',
+                        stride, padding, output_padding, 1, dilation)
+    _image(input, 'conv_transpose2d', weight.shape[0])
+    n, c, h, w = input.shape
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
+        (stride, 'stride'), (padding, 'padding'), (output_padding, 'output_padding'),
+        (dilation, 'dilation')))
+    kh, kw = weight.shape[2:]
+    x = input.reshape(n, c, h, 1, w, 1)
+    x = pad(x, (0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, c, h * sh, w * sw)
+    x = x[:, :, :(h - 1) * sh + 1, :(w - 1) * sw + 1]  # s - 1 zeros between neighbours
+    qh, qw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    x = pad(x, (qw, qw + opw, qh, qh + oph))  # a negative amount crops
+    return conv2d(x, weight.transpose(0, 1).flip(2, 3), bias, 1, 0, (dh, dw))
 
 
 def _pool_check(input, kernel_size, stride, padding, dilation, op):
@@ -1231,25 +1542,116 @@ def _pool_windows(input, win):
     return cols, (n, c) + win.out
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1):
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
+    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
+    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
+                     one(stride if stride is not None else kernel_size),
+                     (0, one(padding)[1]), one(dilation), ceil_mode, return_indices)
+    if return_indices:
+        return out[0].squeeze(-2), out[1].squeeze(-2)
+    return out.squeeze(-2)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
     """The largest value of each window. Its gradient goes to that one element (the first
-    one on ties, as PyTorch); padding never wins."""
+    one on ties, as PyTorch); padding never wins. ceil_mode=True keeps a last window that
+    only partly covers the input; return_indices=True also gives each winner's place in
+    its (H, W) plane, flattened (h * W + w), for max_unpool."""
     win = _pool_check(input, kernel_size, stride, padding, dilation, 'max_pool2d')
+    h, w = input.shape[2:]
+    if ceil_mode and any(_ceil_extra(input.shape, win)):  # pad so the last window fits
+        eh, ew = _ceil_extra(input.shape, win)
+        fill = -np.inf if input.dtype.kind == 'f' else np.iinfo(input.dtype).min
+        input = pad(input, (0, ew, 0, eh), value=fill)
+        win = tt.window(input.shape, win.kernel, win.dilation, win.padding, win.stride)
     if tt.fast:  # the same numbers as one op (section 8, Speed)
-        return max_pool2d_fused(input, win)
-    cols, shape = _pool_windows(input, win)
-    if padding:  # unfold pads with 0; a max pool's padding is -inf
-        real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
-                         win.dilation, win.padding, win.stride)
-        cols = cols.masked_fill(real.array == 0, -np.inf)
-    return cols.max(dim=1).values.reshape(shape)
+        out = max_pool2d_fused(input, win)
+    else:
+        cols, shape = _pool_windows(input, win)
+        if padding:  # unfold pads with 0; a max pool's padding is -inf
+            real = tt.unfold(tt.ones(1, 1, *input.shape[2:], dtype=input.dtype), win.kernel,
+                             win.dilation, win.padding, win.stride)
+            cols = cols.masked_fill(real.array == 0, -np.inf)
+        out = cols.max(dim=1).values.reshape(shape)
+    return (out, _max_pool_indices(input.array, win, w)) if return_indices else out
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0):
-    """The mean of each window (zero padding counts, as PyTorch's count_include_pad)."""
-    cols, shape = _pool_windows(input, _pool_check(input, kernel_size, stride, padding, 1,
-                                                   'avg_pool2d'))
-    return cols.mean(dim=1).reshape(shape)
+def _ceil_extra(shape, win):
+    """ceil_mode: how much to add at the bottom and the right so that one more window fits
+    where the last one would start inside the input or its left padding (PyTorch's rule)."""
+    extra = []
+    for size, k, dil, p, s in zip(shape[2:], win.kernel, win.dilation, win.padding, win.stride):
+        span = dil * (k - 1) + 1
+        out = -(-(size + 2 * p - span) // s) + 1  # rounded up
+        if (out - 1) * s >= size + p:  # the last window would start in the right padding
+            out -= 1
+        extra.append(max((out - 1) * s + span - (size + 2 * p), 0))
+    return tuple(extra)
+
+
+def _max_pool_indices(x, win, width):
+    """Each window's winner (the first maximum) as h * width + w in its unpadded plane."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (oh, ow) = win
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf) \
+        if ph or pw else x
+    best = idx = None
+    for i in range(kh):
+        for j in range(kw):
+            part = xp[(..., *tt._window_slice(win, i, j))]
+            flat = (np.arange(oh)[:, None] * sh + i * dh - ph) * width + \
+                (np.arange(ow)[None] * sw + j * dw - pw)
+            if best is None:
+                best, idx = part.copy(), np.broadcast_to(flat, part.shape).copy()
+            else:
+                bigger = part > best
+                best, idx = np.where(bigger, part, best), np.where(bigger, flat, idx)
+    return tt.tensor(idx.astype(np.int64))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """The mean of each window. By default zero padding counts (count_include_pad);
+    count_include_pad=False divides each window's sum by the input elements it covers,
+    divisor_override by that number instead; ceil_mode keeps a last partial window (its
+    divisor counts what it covers of the padded input, as PyTorch)."""
+    win = _pool_check(input, kernel_size, stride, padding, 1, 'avg_pool2d')
+    if not ceil_mode and count_include_pad and divisor_override is None:
+        cols, shape = _pool_windows(input, win)
+        return cols.mean(dim=1).reshape(shape)
+    (ph, pw), (h, w) = win.padding, input.shape[2:]
+    eh, ew = _ceil_extra(input.shape, win) if ceil_mode else (0, 0)
+    x = pad(input, (pw, pw + ew, ph, ph + eh))  # the padding as zeros, then windows over x
+    sums_win = tt.window(x.shape, win.kernel, 1, 0, win.stride, 'avg_pool2d')
+    cols, shape = _pool_windows(x, sums_win)
+    sums = cols.sum(dim=1).reshape(shape)
+    if divisor_override is not None:
+        return sums / divisor_override
+    covered = np.zeros((1, 1) + tuple(x.shape[2:]), dtype=input.dtype)  # what a window counts
+    if count_include_pad:
+        covered[..., :h + 2 * ph, :w + 2 * pw] = 1
+    else:
+        covered[..., ph:ph + h, pw:pw + w] = 1
+    counts = tt.unfold(tt.tensor(covered), sums_win.kernel, 1, 0, sums_win.stride).sum(1)
+    return sums / counts.reshape(shape[2:])
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """The mean of each of oh x ow windows that tile the image: window i of n covers
+    [floor(i H / oh), ceil((i + 1) H / oh)) (PyTorch's bins; they may overlap)."""
+    if input.ndim == 3:  # one unbatched image (C, H, W)
+        return adaptive_avg_pool2d(input[None], output_size)[0]
+    _image(input, 'adaptive_avg_pool2d')
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    out = input
+    for d, o in zip((2, 3), sizes):
+        size = input.shape[d]
+        o = size if o is None else o
+        bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]
+        out = tt.cat([out.narrow(d, a, b - a).mean(d, keepdim=True) for a, b in bins], d)
+    return out
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -1292,52 +1694,198 @@ def _normalize(input, mean, var, eps, weight, bias, shape):
     return out
 
 
-class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 bias=True, dtype=None):
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'Conv2d')
-        self.stride, self.padding, self.dilation = stride, padding, dilation
-        self.weight = Parameter(tt.zeros(out_channels, in_channels, *self.kernel_size, dtype=dtype))
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample over its own positions (dims 2, ...) to mean 0
+    and variance 1 (biased), then scale and shift per channel."""
+    if running_mean is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm: running statistics are not supported "
+                                  "(track_running_stats=False, PyTorch's default)")
+    dims = tuple(range(2, input.ndim))
+    mean = input.mean(dims, keepdim=True)
+    var = ((input - mean) ** 2).mean(dims, keepdim=True)
+    return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
+
+
+_PADDING_MODES = ('zeros', 'reflect', 'replicate', 'circular')
+
+
+def _tuple(v, d, name, op):
+    """kernel_size=3 as (3,) or (3, 3): PyTorch keeps a convolution's arguments as tuples."""
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,) * d
+    if len(v) != d or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                              for i in v):
+        raise TypeError(f"{op}: {name} must be an int or {d} ints, got {v!r}")
+    return tuple(int(i) for i in v)
+
+
+class _ConvNd(Module):
+    """What Conv1d, Conv2d and ConvTranspose2d share (PyTorch's _ConvNd): the arguments
+    kept as tuples of d numbers (PyTorch's form, which the repr shows), the weight
+    (out, in / groups, *kernel) ((in, out / groups, *kernel) when transposed), PyTorch's
+    initialisation, and padding_mode: 'zeros' pads inside the convolution; 'reflect',
+    'replicate' and 'circular' pad the input with F.pad first."""
+    d, transposed = 2, False
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                 groups, bias, padding_mode, device, dtype, output_padding=0):
+        op = type(self).__name__
+        dtype = _factory(device, dtype, op)
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"{op}: in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(f"{op}: padding_mode must be one of {list(_PADDING_MODES)}, but "
+                             f"got padding_mode={padding_mode!r}")
+        if self.transposed and padding_mode != 'zeros':
+            raise ValueError(f'Only "zeros" padding mode is supported for {op}')
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.d, 'kernel_size', op)
+        self.stride = _tuple(stride, self.d, 'stride', op)
+        if isinstance(padding, str):
+            if padding not in ('valid', 'same'):
+                raise ValueError(f"{op}: Invalid padding string {padding!r}, should be one of "
+                                 f"['valid', 'same']")
+            if padding == 'same' and set(self.stride) != {1}:
+                raise ValueError(f"{op}: padding='same' is not supported for strided "
+                                 f"convolutions")
+            self.padding = padding
+        else:
+            self.padding = _tuple(padding, self.d, 'padding', op)
+        self.dilation = _tuple(dilation, self.d, 'dilation', op)
+        self.output_padding = _tuple(output_padding, self.d, 'output_padding', op)
+        self.padding_mode = padding_mode
+        shape = ((in_channels, out_channels // groups) if self.transposed
+                 else (out_channels, in_channels // groups))
+        self.weight = Parameter(tt.zeros(*shape, *self.kernel_size, dtype=dtype))
         self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self):
-        # PyTorch's default, as Linear's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C*kh*kw
+        # PyTorch's default, as Linear's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in =
+        # weight.shape[1] * kh * kw (a group's input channels; transposed, its output's)
         kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1 / math.sqrt(_fans(self.weight)[0])
             uniform_(self.bias, -bound, bound)
 
-    def forward(self, x):
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+    def _padded(self, x):
+        """(x, the padding the convolution adds): padding_mode other than 'zeros' pads x
+        here, with F.pad (the last dim's amounts first), and the convolution adds none."""
+        if self.padding_mode == 'zeros':
+            return x, self.padding
+        pads = (_same_pads(self.kernel_size, self.dilation) if self.padding == 'same' else
+                [(0, 0)] * self.d if self.padding == 'valid' else [(p, p) for p in self.padding])
+        return pad(x, [a for pair in reversed(pads) for a in pair], mode=self.padding_mode), 0
 
     def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
-                f"bias={self.bias is not None}")
+        """PyTorch's: the kernel and stride always, the rest when not the default."""
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        zero, one = (0,) * self.d, (1,) * self.d
+        if self.padding != zero:
+            s += f", padding={self.padding}"
+        if self.dilation != one:
+            s += f", dilation={self.dilation}"
+        if self.output_padding != zero:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != 'zeros':
+            s += f", padding_mode={self.padding_mode}"
+        return s
 
 
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+class Conv1d(_ConvNd):
+    d = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode='zeros', device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
 
     def forward(self, x):
-        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+        x, padding = self._padded(x)
+        return conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                      self.groups)
+
+
+class Conv2d(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode='zeros', device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
+
+    def forward(self, x):
+        x, padding = self._padded(x)
+        return conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                      self.groups)
+
+
+class ConvTranspose2d(_ConvNd):
+    transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode='zeros',
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype, output_padding)
+
+    def forward(self, x):
+        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                self.output_padding, self.groups, self.dilation)
+
+
+class _MaxPoolNd(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPoolNd):
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
+
+
+class MaxPool2d(_MaxPoolNd):
+    def forward(self, x):
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices)
 
 
 class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, x):
-        return avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override)
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        self.output_size = output_size
+
+    def forward(self, x):
+        return adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
 
 
 class _BatchNorm(Module):
@@ -1389,6 +1937,29 @@ class BatchNorm2d(_BatchNorm):
     dims = (4,)  # (N, C, H, W)
 
 
+class InstanceNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, device=None, dtype=None, *, bias=True):
+        dtype = _factory(device, dtype, 'InstanceNorm2d')
+        if track_running_stats:
+            raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
+                                      "supported (each image is normalized by its own statistics)")
+        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.track_running_stats = track_running_stats
+        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
+        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine and bias else None
+
+    def forward(self, x):
+        if x.ndim not in (3, 4):
+            raise ValueError(f"InstanceNorm2d: expected a 3-D or 4-D input, got shape "
+                             f"{tuple(x.shape)}")
+        if x.ndim == 3:
+            return self.forward(x[None])[0]
+        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    extra_repr = _BatchNorm.extra_repr  # the same fields, as PyTorch prints them
+
+
 class Flatten(Module):
     def __init__(self, start_dim=1, end_dim=-1):
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -1398,6 +1969,126 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+# -- resizing images: interpolate (nearest, linear, bilinear, trilinear), Upsample,
+#    and PixelShuffle (channels into pixels) -----------------------------------
+def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
+    position i to an input position through the ratio r = in / out (1 / scale_factor
+    when that is given), and
+      - mode 'nearest' copies the input element floor(i * r);
+      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
+        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
+        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
+        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
+        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
+        index_select's: each input element gets its weights' share of the output gradient."""
+    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
+    if mode != 'nearest' and mode not in degree:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
+                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if mode == 'nearest' and align_corners is not None:
+        raise ValueError("interpolate: align_corners option can only be set with the "
+                         "interpolating modes: linear | bilinear | bicubic | trilinear")
+    k = input.ndim - 2
+    if k < 1 or (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
+    if mode in degree:
+        _float_only(input, f"interpolate (mode {mode!r})")
+        if k != degree[mode]:
+            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
+                                      f"needs {degree[mode] + 2}D input")
+    spatial = input.shape[2:]
+    if size is not None:
+        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
+        scales = [i / o for i, o in zip(spatial, out)]
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
+        out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
+        scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
+    if mode == 'nearest':
+        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
+            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
+                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
+            input = input.index_select(d, tt.tensor(idx))
+        return input
+    for d in range(input.ndim - 1, 1, -1):  # the last dim first
+        n_in, n_out = spatial[d - 2], out[d - 2]
+        if align_corners:
+            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            r = scales[d - 2]
+        input = _linear_along(input, d, n_in, n_out, r, align_corners)
+    return input
+
+
+def _linear_along(x, d, n_in, n_out, r, align_corners):
+    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
+    dt = x.dtype
+    i = np.arange(n_out, dtype=dt)
+    if align_corners:
+        src = i * dt.type(r)
+    else:
+        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = np.clip(src - i0, 0, 1).astype(dt)
+    shape = [1] * x.ndim
+    shape[d] = n_out
+    w1 = tt.tensor(l1.reshape(shape))
+    w0 = tt.tensor((1 - l1).reshape(shape))
+    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
+
+
+class Upsample(Module):
+    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
+
+    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
+                 recompute_scale_factor=None):
+        if isinstance(scale_factor, (tuple, list)):  # PyTorch keeps the factors as floats
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor:
+            scale_factor = float(scale_factor)
+        self.size, self.scale_factor, self.mode = size, scale_factor or None, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                           self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode='{self.mode}'"
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
+    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self):
+        return f"upscale_factor={self.upscale_factor}"
 
 
 # ---------------------------------------------------------------------------
@@ -1490,7 +2181,8 @@ def _check_sequence_input(name, input, ndims, said, input_size):
 
 
 class _RNNCellBase(Module):
-    def __init__(self, mode, input_size, hidden_size, bias, dtype):
+    def __init__(self, mode, input_size, hidden_size, bias, device, dtype):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.bias = bias
         gates = _CELLS[mode][1]
@@ -1525,18 +2217,23 @@ class _RNNCellBase(Module):
         return self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
 
     def extra_repr(self):
-        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        s = f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        if getattr(self, 'nonlinearity', 'tanh') != 'tanh':
+            s += f", nonlinearity={self.nonlinearity}"  # PyTorch's, without quotes
+        return s
 
 
 class RNNCell(_RNNCellBase):
     """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu); input (N, input_size) or
     (input_size,), hx like the output (zeros when None)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', dtype=None):
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity='tanh', device=None,
+                 dtype=None):
         if nonlinearity not in ('tanh', 'relu'):
             raise ValueError(f"RNNCell: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
         self.nonlinearity = nonlinearity
-        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, dtype)
+        super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, bias, device,
+                         dtype)
 
     def forward(self, input, hx=None):
         batched, x, (h,) = self._check(input, hx)
@@ -1547,8 +2244,8 @@ class RNNCell(_RNNCellBase):
 class LSTMCell(_RNNCellBase):
     """(h', c') from input (N, input_size) or (input_size,) and hx = (h, c) (zeros when None)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
-        super().__init__('LSTM', input_size, hidden_size, bias, dtype)
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__('LSTM', input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input, hx=None):
         batched, x, state = self._check(input, hx)
@@ -1559,8 +2256,8 @@ class LSTMCell(_RNNCellBase):
 
 
 class GRUCell(_RNNCellBase):
-    def __init__(self, input_size, hidden_size, bias=True, dtype=None):
-        super().__init__('GRU', input_size, hidden_size, bias, dtype)
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__('GRU', input_size, hidden_size, bias, device, dtype)
 
     def forward(self, input, hx=None):
         batched, x, (h,) = self._check(input, hx)
@@ -1573,8 +2270,10 @@ class _RNNBase(Module):
     (and a second loop from the end to the start when bidirectional)."""
 
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, device=None,
+                 dtype=None):
         name = {'LSTM': 'LSTM', 'GRU': 'GRU'}.get(mode, 'RNN')
+        dtype = _factory(device, dtype, name)
         if not 0 <= dropout < 1:
             raise ValueError(f"{name}: dropout must be in [0, 1), got {dropout}")
         if proj_size < 0 or (proj_size and proj_size >= hidden_size):
@@ -1724,13 +2423,9 @@ class _RNNBase(Module):
         return x, (tuple(final) if self.mode == 'LSTM' else final[0])
 
     def extra_repr(self):
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if self.mode == 'RNN_RELU':
-            s += ", nonlinearity='relu'"
-        for name, default in (('bias', True), ('batch_first', False), ('dropout', 0.0),
-                              ('bidirectional', False), ('proj_size', 0)):
+        s = f"{self.input_size}, {self.hidden_size}"  # PyTorch's (without the nonlinearity)
+        for name, default in (('proj_size', 0), ('num_layers', 1), ('bias', True),
+                              ('batch_first', False), ('dropout', 0.0), ('bidirectional', False)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
@@ -1742,12 +2437,12 @@ class RNN(_RNNBase):
     (num_layers * directions, N, hidden_size) or None; returns output, h_n."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None):
         if nonlinearity not in ('tanh', 'relu'):
             raise ValueError(f"RNN: unknown nonlinearity '{nonlinearity}' (tanh or relu)")
         self.nonlinearity = nonlinearity
         super().__init__('RNN_' + nonlinearity.upper(), input_size, hidden_size, num_layers,
-                         bias, batch_first, dropout, bidirectional, dtype=dtype)
+                         bias, batch_first, dropout, bidirectional, device=device, dtype=dtype)
 
 
 class LSTM(_RNNBase):
@@ -1755,18 +2450,144 @@ class LSTM(_RNNBase):
     (PyTorch's LSTM with projections)."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, dtype=None):
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__('LSTM', input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, proj_size, dtype)
+                         dropout, bidirectional, proj_size, device, dtype)
 
 
 class GRU(_RNNBase):
     """Returns output, h_n; hx = h_0 or None."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=None):
+                 dropout=0.0, bidirectional=False, device=None, dtype=None):
         super().__init__('GRU', input_size, hidden_size, num_layers, bias, batch_first,
-                         dropout, bidirectional, dtype=dtype)
+                         dropout, bidirectional, device=device, dtype=dtype)
+
+
+# -- batches of sequences of different lengths (torch.nn.utils.rnn): padded with
+#    pad_sequence, or packed (PackedSequence, read by RNN, LSTM and GRU) -----------
+def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
+    """torch.nn.utils.rnn.pad_sequence: tensors of shape (L_i, *) -> one (L_max, B, *) (or
+    (B, L_max, *) with batch_first), each padded at the end with padding_value."""
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        extra = (0, longest - s.shape[0]) if padding_side == 'right' else (longest - s.shape[0], 0)
+        padded.append(pad(s, (0, 0) * (s.ndim - 1) + extra, value=padding_value))
+    return tt.stack(padded, 0 if batch_first else 1)
+
+
+class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',
+                                                   'unsorted_indices'])):
+    """torch.nn.utils.rnn.PackedSequence: a batch of sequences of different lengths without
+    their padding, time step by time step. The sequences are sorted longest first; data
+    holds step 0 of each, then step 1 of each that has one, and so on: batch_sizes[t] rows
+    for step t (a non-increasing int64 tensor). sorted_indices[i] is the batch position of
+    the i-th longest sequence (None: the batch was sorted already), unsorted_indices its
+    inverse. Lengths 3, 1, 2 (batch order) are packed as
+        data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
+
+    def __new__(cls, data, batch_sizes=None, sorted_indices=None, unsorted_indices=None):
+        if batch_sizes is None:  # PyTorch's other form: data is the pair (data, batch_sizes)
+            data, batch_sizes = data
+        if unsorted_indices is None and sorted_indices is not None:
+            unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def to(self, *args, **kwargs):
+        """The same sequences with data cast (or moved, to 'cpu') as data.to(...)."""
+        return type(self)(self.data.to(*args, **kwargs), *self[1:])
+
+    is_cuda = False
+
+
+def _packed_positions(batch_sizes):
+    """Row r of packed data is step t of the i-th sorted sequence: its place t * N + i in a
+    padded (steps, N, ...) tensor flattened to (steps * N, ...), N = batch_sizes[0]."""
+    n = batch_sizes[0]
+    return np.concatenate([t * n + np.arange(b) for t, b in enumerate(batch_sizes)])
+
+
+def _packed_to_padded(data, batch_sizes, padding_value, total_length=None):
+    """Packed rows -> (steps, N, ...) in sorted order, padding_value where a sequence has
+    ended: one gather from data with a padding row appended."""
+    steps = len(batch_sizes) if total_length is None else total_length
+    n = batch_sizes[0]
+    source = np.full(steps * n, data.shape[0])  # every place reads the padding row ...
+    source[_packed_positions(batch_sizes)] = np.arange(data.shape[0])  # ... but the steps
+    filler = tt.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype)
+    rows = tt.cat([data, filler], 0).index_select(0, tt.tensor(source))
+    return rows.reshape((steps, n) + tuple(data.shape[1:]))
+
+
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """A padded batch (L, N, *) ((N, L, *) with batch_first) and each sequence's length ->
+    a PackedSequence. enforce_sorted=True: the lengths must be non-increasing (and
+    sorted_indices is None); False: they are sorted here, longest first."""
+    lengths = np.asarray(lengths.tolist() if isinstance(lengths, Tensor) else lengths)
+    x = input.transpose(0, 1) if batch_first else input  # (L, N, *)
+    if lengths.ndim != 1 or len(lengths) != x.shape[1]:
+        raise ValueError(f"pack_padded_sequence: expected one length per sequence ({x.shape[1]} "
+                         f"in a batch of shape {tuple(input.shape)}), got {lengths.tolist()}")
+    lengths = lengths.astype(np.int64)
+    if lengths.size and lengths.min() <= 0:
+        raise RuntimeError("pack_padded_sequence: Length of all samples has to be greater than "
+                           f"0, but found an element in 'lengths' that is <= 0: {lengths.tolist()}")
+    if lengths.size and lengths.max() > x.shape[0]:
+        raise RuntimeError(f"pack_padded_sequence: a length {lengths.max()} is longer than the "
+                           f"padded sequences ({x.shape[0]} steps, input shape "
+                           f"{tuple(input.shape)}; batch_first={batch_first})")
+    sorted_indices = None
+    if enforce_sorted:
+        if np.any(np.diff(lengths) > 0):
+            raise RuntimeError(
+                f"pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
+                f"`enforce_sorted` is True (got {lengths.tolist()}); pass enforce_sorted=False "
+                "to sort them here")
+    else:
+        order = np.argsort(-lengths, kind='stable')  # longest first; ties keep batch order
+        sorted_indices = tt.tensor(order)
+        x, lengths = x.index_select(1, sorted_indices), lengths[order]
+    batch_sizes = [int((lengths > t).sum()) for t in range(int(lengths.max(initial=0)))]
+    flat = x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
+    data = flat.index_select(0, tt.tensor(_packed_positions(batch_sizes)))
+    return PackedSequence(data, tt.tensor(batch_sizes, dtype=tt.int64), sorted_indices)
+
+
+def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """A PackedSequence -> (padded, lengths): padded (L, N, *) ((N, L, *) with batch_first)
+    in the batch's own order, padding_value after each sequence's end, L = total_length
+    or the longest; lengths an int64 tensor."""
+    sizes = [int(b) for b in sequence.batch_sizes.tolist()]
+    if total_length is not None and total_length < len(sizes):
+        raise ValueError(f"pad_packed_sequence: Expected total_length to be at least the length "
+                         f"of the longest sequence in input, but got total_length={total_length} "
+                         f"and max sequence length being {len(sizes)}")
+    padded = _packed_to_padded(sequence.data, sizes, padding_value, total_length)
+    lengths = tt.tensor([sum(b > i for b in sizes) for i in range(sizes[0])], dtype=tt.int64)
+    if sequence.unsorted_indices is not None:  # back to the batch's order
+        padded = padded.index_select(1, sequence.unsorted_indices)
+        lengths = lengths.index_select(0, sequence.unsorted_indices)
+    return (padded.transpose(0, 1) if batch_first else padded), lengths
+
+
+def pack_sequence(sequences, enforce_sorted=True):
+    """A list of tensors (L_i, *) -> a PackedSequence (pad_sequence, then pack_padded_sequence)."""
+    return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences],
+                                enforce_sorted=enforce_sorted)
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The inverse of pad_sequence: a list of the sequences, each cut to its length."""
+    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
+    return [x[i, :int(n)] for i, n in enumerate(lengths.tolist() if isinstance(lengths, Tensor)
+                                                 else lengths)]
+
+
+def unpack_sequence(packed_sequences):
+    """The inverse of pack_sequence: the list of sequences, in the batch's own order."""
+    return unpad_sequence(*pad_packed_sequence(packed_sequences, batch_first=True),
+                          batch_first=True)
 
 
 # ---------------------------------------------------------------------------
@@ -1819,7 +2640,7 @@ def attention_weights(q, k, mask=None, is_causal=False, scale=None, zero_empty_r
     return weights
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, from
@@ -1869,7 +2690,9 @@ class MultiheadAttention(Module):
     q_proj_weight, k_proj_weight, v_proj_weight instead of one in_proj_weight)."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, dtype=None):
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        dtype = _factory(device, dtype, 'MultiheadAttention')
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
                              f"num_heads={num_heads}")
@@ -1888,7 +2711,7 @@ class MultiheadAttention(Module):
             self.k_proj_weight = Parameter(tt.zeros(E, self.kdim, dtype=dtype))
             self.v_proj_weight = Parameter(tt.zeros(E, self.vdim, dtype=dtype))
         self.in_proj_bias = Parameter(tt.zeros(3 * E, dtype=dtype)) if bias else None
-        self.out_proj = Linear(E, E, bias=bias, dtype=dtype)
+        self.out_proj = NonDynamicallyQuantizableLinear(E, E, bias=bias, dtype=dtype)
         self._reset_parameters()
 
     def _reset_parameters(self):  # PyTorch's: xavier for the projections, zero biases
@@ -1962,17 +2785,14 @@ class MultiheadAttention(Module):
         weights = weights.mean(1) if average_attn_weights else weights
         return out, (weights if batched else weights.squeeze(0))
 
-    def extra_repr(self):
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
-
 
 def _activation(activation, name):
     if callable(activation):
         return activation
     if activation == 'relu':
-        return tt.relu
+        return relu
     if activation == 'gelu':
-        return tt.gelu
+        return gelu
     raise ValueError(f"{name}: activation should be 'relu', 'gelu' or a callable, got {activation!r}")
 
 
@@ -1981,8 +2801,10 @@ class TransformerEncoderLayer(Module):
     with dropout, a residual connection and a LayerNorm (after the sum; before the
     sublayer with norm_first=True)."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, dtype=dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
@@ -2015,8 +2837,10 @@ class TransformerDecoderLayer(Module):
     """Self-attention on the target, attention from the target to the encoder's output
     (memory), then the MLP; each with dropout, a residual connection and a LayerNorm."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation='relu',
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, dtype=None):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        dtype = _factory(device, dtype, type(self).__name__)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, dtype=dtype)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
@@ -2062,7 +2886,11 @@ class TransformerDecoderLayer(Module):
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (each with its own parameters), then norm."""
 
-    def __init__(self, encoder_layer, num_layers, norm=None):
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        # enable_nested_tensor and mask_check steer PyTorch's fast path for padded batches
+        # (the same numbers); tinytorch has one path, so they are kept and change nothing
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers, self.norm = num_layers, norm
 
@@ -2097,9 +2925,10 @@ class Transformer(Module):
     nn.Transformer: output = decoder(tgt, encoder(src))."""
 
     def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
-                 dim_feedforward=2048, dropout=0.1, activation='relu', custom_encoder=None,
+                 dim_feedforward=2048, dropout=0.1, activation=relu, custom_encoder=None,
                  custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
-                 bias=True, dtype=None):
+                 bias=True, device=None, dtype=None):
+        dtype = _factory(device, dtype, 'Transformer')
         args = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
                     layer_norm_eps=layer_norm_eps, batch_first=batch_first,
                     norm_first=norm_first, bias=bias, dtype=dtype)
@@ -2154,8 +2983,11 @@ def _reduce(loss, reduction, op):
     raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def mse_loss(input, target, reduction='mean'):
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
+def mse_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
+    """(input - target)^2; weight (input's shape) scales each element, and 'mean' then
+    divides by its sum (PyTorch's). size_average and reduce: PyTorch's old reduction."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
     if input.shape != target.shape:  # as PyTorch: a warning, then the two broadcast
         try:
@@ -2180,10 +3012,13 @@ def mse_loss(input, target, reduction='mean'):
         return gd if input.requires_grad else None, -gd if target.requires_grad else None
     # saved: PyTorch's rule reads both, so an in-place change to either raises there too
     loss = from_op(squares, 'mse_loss', (input, target), backward, saved=(input, target))
-    return _reduce(loss, reduction, 'mse_loss')
+    if _weights(weight, input, 'mse_loss') is None:
+        return _reduce(loss, reduction, 'mse_loss')
+    loss = loss * weight
+    return loss.sum() / weight.sum() if reduction == 'mean' else _reduce(loss, reduction, 'mse_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 @np.errstate(invalid='ignore')  # a row with an inf: inf - inf = nan, silently, as PyTorch
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction='mean', label_smoothing=0.0):
@@ -2314,13 +3149,36 @@ def _cross_entropy_probabilities(input, target, weight, ignore_index, reduction,
     return _reduce(-terms.sum(d), reduction, 'cross_entropy')  # 'mean': over N, d1, ...
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def binary_cross_entropy_with_logits(input, target, reduction='mean'):
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction='mean', pos_weight=None):
     """-[y log sigma(x) + (1 - y) log(1 - sigma(x))] = (1 - y) x - log sigma(x), computed
     as PyTorch does: log sigma(x) = min(x, 0) - log(1 + exp(-|x|)) is stable, an infinite
     logit gives PyTorch's inf or nan, and each step is rounded to the target's dtype (PyTorch
     computes in place on 1 - y), so the result has the target's dtype. Its gradient is
-    sigma(x) - y for x and -x for the target y (a target that requires grad gets it)."""
+    sigma(x) - y for x and -x for the target y (a target that requires grad gets it).
+    weight scales each element's loss (broadcast); pos_weight (one per class, the last
+    dim) weighs the positive term: (1 - y) x - (1 + (pos_weight - 1) y) log sigma(x)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    per_elem = _bce_with_logits(input, target) if pos_weight is None else \
+        _bce_with_logits_pos_weight(input, target, pos_weight)
+    if weight is not None:
+        per_elem = per_elem * weight
+    return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+
+
+def _bce_with_logits_pos_weight(input, target, pos_weight):
+    """pos_weight's loss as a composition (its gradient follows): -log sigma(x) is
+    softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))."""
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(f"binary_cross_entropy_with_logits: logits shape {tuple(input.shape)} "
+                         f"and target shape {tuple(target.shape)} differ")
+    neg_log_sigmoid = (-input).clamp(min=0) + (-input.abs()).exp().log1p()
+    return (1 - target) * input + (1 + (pos_weight - 1) * target) * neg_log_sigmoid
+
+
+def _bce_with_logits(input, target):
     logits = input
     if not isinstance(target, Tensor):
         target = tt.tensor(np.asarray(target, dtype=logits.dtype))
@@ -2342,8 +3200,44 @@ def binary_cross_entropy_with_logits(input, target, reduction='mean'):
         """d bce/dx = sigmoid(x) - y
         d bce/dy = -x"""
         return (g * (sig - y)).astype(x.dtype, copy=False), (-g * x).astype(y.dtype, copy=False)
-    per_elem = from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
-    return _reduce(per_elem, reduction, 'binary_cross_entropy_with_logits')
+    return from_op(loss, 'bce_with_logits', (logits, target), backward, saved=(logits, target))
+
+
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction='mean'):
+    """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
+    clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss. Prefer
+    binary_cross_entropy_with_logits on the logits: it is stable."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
+                         f"input size {tuple(input.shape)}")
+    if input.dtype.kind != 'f':
+        raise NotImplementedError(f"binary_cross_entropy: not implemented for {input.dtype} input "
+                                  "(as in PyTorch): it takes probabilities, a float tensor")
+    if ((input.array < 0) | (input.array > 1)).any():
+        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
+                           "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
+    if target.dtype != input.dtype:
+        raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
+                           f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
+    p, y = input.array, target.array
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # inf * 0, silently
+        log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
+        loss = -(y * log_p + (1 - y) * log_q)
+
+    def backward(g):
+        """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)
+        d bce/dy = log(1 - p) - log(p)  (each log clamped at -100)"""
+        gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)
+        return gp.astype(p.dtype, copy=False), (g * (log_q - log_p)).astype(y.dtype, copy=False)
+    loss = from_op(loss.astype(p.dtype, copy=False), 'binary_cross_entropy', (input, target),
+                   backward, saved=(input, target))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, 'binary_cross_entropy')
 
 
 def _legacy_reduction(size_average, reduce, reduction):
@@ -2372,7 +3266,7 @@ def _weights(weight, input, op):
     return weight
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def l1_loss(input, target, size_average=None, reduce=None, reduction='mean', weight=None):
     """|input - target| (its gradient sign(input - target), 0 where they are equal).
     weight (input's shape) scales each element; 'mean' then divides by its sum."""
@@ -2405,7 +3299,7 @@ def _huber(input, target, delta, op):
     return from_op(out, op, (input, target), backward, saved=(input, target))  # as PyTorch's
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mean', beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (d = input - target): Huber's
     loss divided by beta, and l1_loss for beta = 0."""
@@ -2418,7 +3312,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction='mea
     return _reduce(_huber(input, target, beta, 'smooth_l1') / beta, reduction, 'smooth_l1_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target.
     weight (input's shape) scales each element ('mean' still divides by the count)."""
@@ -2433,7 +3327,7 @@ def huber_loss(input, target, reduction='mean', delta=1.0, weight=None):
     return _reduce(loss, reduction, 'huber_loss')
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction='mean'):
     """Negative log-likelihood: loss_i = -weight[t_i] * input[i, t_i], where input holds
@@ -2478,7 +3372,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return loss.sum() / total if total else loss.sum() * np.nan  # PyTorch's 0 / 0
 
 
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
+@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 6b)
 def kl_div(input, target, size_average=None, reduce=None, reduction='mean', log_target=False):
     """Kullback-Leibler divergence of the target distribution from the input one, with
     input as log-probabilities: target (log target - input) pointwise, taking
@@ -2530,11 +3424,11 @@ def _kl_pointwise(input, target, log_target):
 
 
 class MSELoss(Module):
-    def __init__(self, reduction='mean'):
-        self.reduction = reduction
+    def __init__(self, size_average=None, reduce=None, reduction='mean'):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
-        return mse_loss(input, target, self.reduction)
+        return mse_loss(input, target, reduction=self.reduction)
 
 
 class CrossEntropyLoss(Module):
@@ -2550,11 +3444,24 @@ class CrossEntropyLoss(Module):
 
 
 class BCEWithLogitsLoss(Module):
-    def __init__(self, reduction='mean'):
-        self.reduction = reduction
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean',
+                 pos_weight=None):
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.register_buffer('weight', weight)  # buffers, as PyTorch's: Module.to casts them
+        self.register_buffer('pos_weight', pos_weight)
 
-    def forward(self, logits, target):
-        return binary_cross_entropy_with_logits(logits, target, self.reduction)
+    def forward(self, input, target):
+        return binary_cross_entropy_with_logits(input, target, self.weight,
+                                                reduction=self.reduction,
+                                                pos_weight=self.pos_weight)
+
+
+class BCELoss(Module):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean'):
+        self.weight, self.reduction = weight, _legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
 class L1Loss(Module):
@@ -2757,528 +3664,35 @@ for _f in (uniform_, normal_, trunc_normal_, constant_, zeros_, ones_, xavier_un
 
 # ---------------------------------------------------------------------------
 # 7. Checkpoints: nn.save / nn.load (.npz or .safetensors) live in files.py, the one
-#    room for files (their reading is files.py's grammar); these are its names
+#    room for files (their reading is files.py's grammar); these names call it, importing
+#    it when first used (without files.py beside tinytorch.py: one line saying so)
 # ---------------------------------------------------------------------------
-from files import CheckpointError, load, load_safetensors, save, save_safetensors  # noqa: E402,F401
+def save(obj, path):
+    """Write a state_dict or a training checkpoint to path (.npz, or .safetensors when
+    path ends so), atomically: files.save."""
+    return tt._companion('files').save(obj, path)
 
 
-# ---------------------------------------------------------------------------
-# 7b. The names teaching code reaches for (CENSUS.md): layers and losses that two or more
-#    widely read PyTorch teaching repositories use, each built from the ops above
-# ---------------------------------------------------------------------------
-@tt._autocast_op('float32')  # inside torch.autocast: in float32 (tinytorch.py section 4)
-def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
-                         reduction='mean'):
-    """-w [y log p + (1 - y) log(1 - p)] for probabilities p (after a sigmoid); each log is
-    clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss. Prefer
-    binary_cross_entropy_with_logits on the logits: it is stable."""
-    reduction = _legacy_reduction(size_average, reduce, reduction)
-    target = target if isinstance(target, Tensor) else tt.tensor(target, dtype=input.dtype)
-    if target.shape != input.shape:
-        raise ValueError(f"binary_cross_entropy: target size {tuple(target.shape)} must be the "
-                         f"input size {tuple(input.shape)}")
-    if input.dtype.kind != 'f':
-        raise NotImplementedError(f"binary_cross_entropy: not implemented for {input.dtype} input "
-                                  "(as in PyTorch): it takes probabilities, a float tensor")
-    if ((input.array < 0) | (input.array > 1)).any():
-        raise RuntimeError("binary_cross_entropy: all elements of input should be between 0 "
-                           "and 1 (probabilities; for logits use binary_cross_entropy_with_logits)")
-    if target.dtype != input.dtype:
-        raise RuntimeError(f"binary_cross_entropy: target is {target.dtype} but input is "
-                           f"{input.dtype}; they must have the same dtype (target.to(input.dtype))")
-    p, y = input.array, target.array
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # inf * 0, silently
-        log_p, log_q = np.maximum(np.log(p), -100), np.maximum(np.log1p(-p), -100)
-        loss = -(y * log_p + (1 - y) * log_q)
+def load(path):
+    """Read what nn.save wrote; never unpickles (files.load). A bad file: CheckpointError."""
+    return tt._companion('files').load(path)
 
-    def backward(g):
-        """d bce/dp = (p - y) / max(p (1 - p), 1e-12)  (PyTorch's guard at p = 0 or 1)
-        d bce/dy = log(1 - p) - log(p)  (each log clamped at -100)"""
-        gp = g * (p - y) / np.maximum(p * (1 - p), 1e-12)
-        return gp.astype(p.dtype, copy=False), (g * (log_q - log_p)).astype(y.dtype, copy=False)
-    loss = from_op(loss.astype(p.dtype, copy=False), 'binary_cross_entropy', (input, target),
-                   backward, saved=(input, target))
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction, 'binary_cross_entropy')
 
+def save_safetensors(tensors, path, metadata=None):
+    """Write name -> tensor as Hugging Face's .safetensors, atomically (files.py)."""
+    return tt._companion('files').save_safetensors(tensors, path, metadata)
 
-class BCELoss(Module):
-    def __init__(self, weight=None, size_average=None, reduce=None, reduction='mean'):
-        self.weight, self.reduction = weight, _legacy_reduction(size_average, reduce, reduction)
 
-    def forward(self, input, target):
-        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+def load_safetensors(path):
+    """(name -> array, metadata) of a .safetensors file, every field checked (files.py)."""
+    return tt._companion('files').load_safetensors(path)
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """(N, C, L) * weight (O, C, k) -> (N, O, L'): conv2d on images of height 1."""
-    if groups != 1:
-        raise NotImplementedError("conv1d: groups > 1 is not supported (tinytorch's "
-                                  "convolutions have one group)")
-    if input.ndim not in (2, 3) or weight.ndim != 3:
-        raise ValueError(f"conv1d: expected input (N, C, L) or (C, L) and weight (O, C, k), "
-                         f"got {tuple(input.shape)} and {tuple(weight.shape)}")
-    if input.ndim == 2:  # one unbatched sequence
-        return conv1d(input[None], weight, bias, stride, padding, dilation)[0]
-    one = (lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v))
-    pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)
-    return conv2d(input.unsqueeze(2), weight.unsqueeze(2), bias, one(stride), pad,
-                  one(dilation)).squeeze(2)
-
-
-class Conv1d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("Conv1d: groups > 1 is not supported (tinytorch's "
-                                      "convolutions have one group)")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = (kernel_size[0] if isinstance(kernel_size, (tuple, list))
-                            else kernel_size,)
-        self.stride, self.padding, self.dilation = stride, padding, dilation
-        self.weight = Parameter(tt.zeros(out_channels, in_channels, self.kernel_size[0], dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        Conv2d.reset_parameters(self)  # PyTorch's default, as Conv2d's (fan_in = C*k)
-
-    def forward(self, x):
-        return conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
-
-    extra_repr = Conv2d.extra_repr  # the same fields, as PyTorch prints them
-
-
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups=1, dilation=1):
-    """The transpose of conv2d (the gradient of conv2d with respect to its input): weight
-    (C_in, C_out, kh, kw), out size (H - 1) s - 2 p + d (k - 1) + output_padding + 1.
-    Computed as a convolution: spread the input out with s - 1 zeros between neighbours,
-    pad it by d (k - 1) - p, and run conv2d with stride 1 and the kernel flipped."""
-    if groups != 1:
-        raise NotImplementedError("conv_transpose2d: groups > 1 is not supported")
-    _image(input, 'conv_transpose2d', weight.shape[0])
-    n, c, h, w = input.shape
-    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (tt._pair(v, name, 'conv_transpose2d') for v, name in (
-        (stride, 'stride'), (padding, 'padding'), (output_padding, 'output_padding'),
-        (dilation, 'dilation')))
-    kh, kw = weight.shape[2:]
-    x = input.reshape(n, c, h, 1, w, 1)
-    x = pad(x, (0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, c, h * sh, w * sw)
-    x = x[:, :, :(h - 1) * sh + 1, :(w - 1) * sw + 1]  # s - 1 zeros between neighbours
-    qh, qw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-    x = pad(x, (qw, qw + opw, qh, qh + oph))  # a negative amount crops
-    return conv2d(x, weight.transpose(0, 1).flip(2, 3), bias, 1, 0, (dh, dw))
-
-
-class ConvTranspose2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, dtype=None):
-        if groups != 1:
-            raise NotImplementedError("ConvTranspose2d: groups > 1 is not supported")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = tt._pair(kernel_size, 'kernel_size', 'ConvTranspose2d')
-        self.stride, self.padding, self.output_padding = stride, padding, output_padding
-        self.dilation = dilation
-        self.weight = Parameter(tt.zeros(in_channels, out_channels, *self.kernel_size, dtype=dtype))
-        self.bias = Parameter(tt.zeros(out_channels, dtype=dtype)) if bias else None
-        # PyTorch's default: fan_in from weight.shape[1] (the output channels) * kh * kw
-        kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(_fans(self.weight)[0])
-            uniform_(self.bias, -bound, bound)
-
-    def forward(self, x):
-        return conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
-                                self.output_padding, 1, self.dilation)
-
-    def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")
-
-
-def adaptive_avg_pool2d(input, output_size):
-    """The mean of each of oh x ow windows that tile the image: window i of n covers
-    [floor(i H / oh), ceil((i + 1) H / oh)) (PyTorch's bins; they may overlap)."""
-    if input.ndim == 3:  # one unbatched image (C, H, W)
-        return adaptive_avg_pool2d(input[None], output_size)[0]
-    _image(input, 'adaptive_avg_pool2d')
-    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
-    out = input
-    for d, o in zip((2, 3), sizes):
-        size = input.shape[d]
-        o = size if o is None else o
-        bins = [(i * size // o, -(-(i + 1) * size // o)) for i in range(o)]
-        out = tt.cat([out.narrow(d, a, b - a).mean(d, keepdim=True) for a, b in bins], d)
-    return out
-
-
-class AdaptiveAvgPool2d(Module):
-    def __init__(self, output_size):
-        self.output_size = output_size
-
-    def forward(self, x):
-        return adaptive_avg_pool2d(x, self.output_size)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
-
-
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
-                  use_input_stats=True, momentum=0.1, eps=1e-5):
-    """Normalize each channel of each sample over its own positions (dims 2, ...) to mean 0
-    and variance 1 (biased), then scale and shift per channel."""
-    if running_mean is not None or not use_input_stats:
-        raise NotImplementedError("instance_norm: running statistics are not supported "
-                                  "(track_running_stats=False, PyTorch's default)")
-    dims = tuple(range(2, input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    var = ((input - mean) ** 2).mean(dims, keepdim=True)
-    return _normalize(input, mean, var, eps, weight, bias, (1, -1) + (1,) * len(dims))
-
-
-class InstanceNorm2d(Module):
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
-                 track_running_stats=False, dtype=None):
-        if track_running_stats:
-            raise NotImplementedError("InstanceNorm2d: track_running_stats=True is not "
-                                      "supported (each image is normalized by its own statistics)")
-        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
-        self.weight = Parameter(tt.ones(num_features, dtype=dtype)) if affine else None
-        self.bias = Parameter(tt.zeros(num_features, dtype=dtype)) if affine else None
-
-    def forward(self, x):
-        if x.ndim not in (3, 4):
-            raise ValueError(f"InstanceNorm2d: expected a 3-D or 4-D input, got shape "
-                             f"{tuple(x.shape)}")
-        if x.ndim == 3:
-            return self.forward(x[None])[0]
-        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
-
-    def extra_repr(self):
-        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
-
-
-def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zero whole channels (each (n, c) plane) with probability p, scale the rest by
-    1/(1-p). An input of 3 dims is read as (N, C, L), with PyTorch's warning (PyTorch 2.15
-    does so, though a later release may read it as one image (C, H, W))."""
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout2d: p must be in [0, 1), got {p}")
-    if input.ndim == 3:
-        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-"
-                      "wise 1D dropout behavior is desired - input is interpreted as shape (N, "
-                      "C, L), where C is the channel dim (use dropout1d for that)")
-    if not training or p == 0:
-        return input
-    mask = dropout_mask(input.shape[:2] + (1,) * (input.ndim - 2), p, input.dtype)
-    return input * tt.tensor(mask)
-
-
-class Dropout2d(Dropout):
-    def forward(self, x):
-        return dropout2d(x, self.p, self.training)
-
-
-class LazyLinear(Linear):
-    """A Linear whose in_features is read from its first input (make the optimizer after
-    one forward pass, as in PyTorch)."""
-
-    def __init__(self, out_features, bias=True, dtype=None):
-        self.in_features, self.out_features = 0, out_features
-        self.weight = Parameter(tt.zeros(out_features, 0, dtype=dtype))  # made on first use
-        self.bias = Parameter(tt.zeros(out_features, dtype=dtype)) if bias else None
-
-    def forward(self, x):
-        if self.in_features == 0:
-            self.in_features = x.shape[-1]
-            self.weight = Parameter(tt.zeros(self.out_features, self.in_features,
-                                             dtype=self.weight.dtype))
-            self.reset_parameters()
-        return super().forward(x)
-
-
-def interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
-                recompute_scale_factor=None, antialias=False):
-    """Resize the dims after (N, C), as PyTorch's F.interpolate. Each dim maps output
-    position i to an input position through the ratio r = in / out (1 / scale_factor
-    when that is given), and
-      - mode 'nearest' copies the input element floor(i * r);
-      - mode 'linear' (N, C, L), 'bilinear' (N, C, H, W), 'trilinear' (N, C, D, H, W) reads
-        src = (i + 1/2) r - 1/2 (at least 0), or src = i (in - 1) / (out - 1) with
-        align_corners=True (the corner pixels' centres meet), and mixes the two neighbours
-        i0 = floor(src), i1 = i0 + 1 (at most in - 1) as (1 - l) x[i0] + l x[i1], l = src - i0,
-        one dim at a time (the last first, as PyTorch's kernel rounds). The gradient is
-        index_select's: each input element gets its weights' share of the output gradient."""
-    degree = {'linear': 1, 'bilinear': 2, 'trilinear': 3}
-    if mode != 'nearest' and mode not in degree:
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (tinytorch has "
-                                  "'nearest', 'linear', 'bilinear' and 'trilinear')")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
-    if mode == 'nearest' and align_corners is not None:
-        raise ValueError("interpolate: align_corners option can only be set with the "
-                         "interpolating modes: linear | bilinear | bicubic | trilinear")
-    k = input.ndim - 2
-    if k < 1 or (size is None) == (scale_factor is None):
-        raise ValueError("interpolate: give an (N, C, ...) input and one of size or scale_factor")
-    if mode in degree:
-        _float_only(input, f"interpolate (mode {mode!r})")
-        if k != degree[mode]:
-            raise NotImplementedError(f"interpolate: Got {input.ndim}D input, but {mode} mode "
-                                      f"needs {degree[mode] + 2}D input")
-    spatial = input.shape[2:]
-    if size is not None:
-        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * k
-        scales = [i / o for i, o in zip(spatial, out)]
-    else:
-        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * k
-        out = tuple(int(math.floor(i * s)) for i, s in zip(spatial, sf))
-        scales = [i / o if recompute_scale_factor else 1 / s for i, o, s in zip(spatial, out, sf)]
-    if mode == 'nearest':
-        for d, (n_in, n_out, s) in enumerate(zip(spatial, out, scales), 2):
-            idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * np.float32(s))  # in
-                             .astype(np.int64), n_in - 1)  # float32, as PyTorch's kernel
-            input = input.index_select(d, tt.tensor(idx))
-        return input
-    for d in range(input.ndim - 1, 1, -1):  # the last dim first
-        n_in, n_out = spatial[d - 2], out[d - 2]
-        if align_corners:
-            r = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-        else:
-            r = scales[d - 2]
-        input = _linear_along(input, d, n_in, n_out, r, align_corners)
-    return input
-
-
-def _linear_along(x, d, n_in, n_out, r, align_corners):
-    """Linear interpolation along dim d, in x's dtype (PyTorch's positions and weights)."""
-    dt = x.dtype
-    i = np.arange(n_out, dtype=dt)
-    if align_corners:
-        src = i * dt.type(r)
-    else:
-        src = np.maximum((i + dt.type(0.5)) * dt.type(r) - dt.type(0.5), 0)
-    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    l1 = np.clip(src - i0, 0, 1).astype(dt)
-    shape = [1] * x.ndim
-    shape[d] = n_out
-    w1 = tt.tensor(l1.reshape(shape))
-    w0 = tt.tensor((1 - l1).reshape(shape))
-    return x.index_select(d, tt.tensor(i0)) * w0 + x.index_select(d, tt.tensor(i1)) * w1
-
-
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1):
-    """max_pool2d over (N, C, L) as (N, C, 1, L) with a 1 x kernel_size window."""
-    one = lambda v: (1, v[0] if isinstance(v, (tuple, list)) else v)  # noqa: E731
-    out = max_pool2d(input.unsqueeze(-2), one(kernel_size),
-                     one(stride if stride is not None else kernel_size),
-                     (0, one(padding)[1]), one(dilation))
-    return out.squeeze(-2)
-
-
-class MaxPool1d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-        self.kernel_size, self.stride, self.padding = kernel_size, stride or kernel_size, padding
-        self.dilation = dilation
-
-    def forward(self, x):
-        return max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation)
-
-    def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-
-
-def pixel_shuffle(input, upscale_factor):
-    """(N, C r^2, H, W) -> (N, C, H r, W r): each group of r^2 channels becomes an r x r
-    block of pixels (a sub-pixel convolution's upsampling); a reshape and a permute."""
-    r = upscale_factor
-    *lead, c, h, w = input.shape
-    if c % (r * r):
-        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
-                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
-                           f"is not divisible by {r * r}")
-    x = input.reshape(*lead, c // (r * r), r, r, h, w)
-    n = len(lead)
-    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)  # (..., C, H, r, W, r)
-    return x.reshape(*lead, c // (r * r), h * r, w * r)
-
-
-class PixelShuffle(Module):
-    def __init__(self, upscale_factor):
-        self.upscale_factor = upscale_factor
-
-    def forward(self, x):
-        return pixel_shuffle(x, self.upscale_factor)
-
-    def extra_repr(self):
-        return f"upscale_factor={self.upscale_factor}"
-
-
-class ReflectionPad2d(Module):
-    """pad(x, padding, mode='reflect') on the last two dims: the edge mirrored, not repeated."""
-
-    def __init__(self, padding):
-        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
-
-    def forward(self, x):
-        return pad(x, self.padding, mode='reflect')
-
-    def extra_repr(self):
-        return f"{self.padding}"
-
-
-class Upsample(Module):
-    """nn.Upsample: interpolate as a layer (U-Nets, decoders)."""
-
-    def __init__(self, size=None, scale_factor=None, mode='nearest', align_corners=None,
-                 recompute_scale_factor=None):
-        self.size, self.scale_factor, self.mode = size, scale_factor, mode
-        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
-
-    def forward(self, input):
-        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                           self.recompute_scale_factor)
-
-    def extra_repr(self):
-        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
-        return f"{what}, mode='{self.mode}'"
-
-
-def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side='right'):
-    """torch.nn.utils.rnn.pad_sequence: tensors of shape (L_i, *) -> one (L_max, B, *) (or
-    (B, L_max, *) with batch_first), each padded at the end with padding_value."""
-    longest = max(s.shape[0] for s in sequences)
-    padded = []
-    for s in sequences:
-        extra = (0, longest - s.shape[0]) if padding_side == 'right' else (longest - s.shape[0], 0)
-        padded.append(pad(s, (0, 0) * (s.ndim - 1) + extra, value=padding_value))
-    return tt.stack(padded, 0 if batch_first else 1)
-
-
-class DataParallel(Module):
-    """nn.DataParallel on a machine without a GPU: as PyTorch there, it calls its module in
-    this process. The model is self.module, so state_dict keys start with 'module.' as in
-    PyTorch (a checkpoint saved from one loads into the other)."""
-
-    def __init__(self, module, device_ids=None, output_device=None, dim=0):
-        self.module = module
-        self.device_ids = []  # PyTorch's, when there is no GPU
-
-    def forward(self, *inputs, **kwargs):
-        return self.module(*inputs, **kwargs)
-
-
-class PackedSequence(namedtuple('PackedSequence', ['data', 'batch_sizes', 'sorted_indices',
-                                                   'unsorted_indices'])):
-    """torch.nn.utils.rnn.PackedSequence: a batch of sequences of different lengths without
-    their padding, time step by time step. The sequences are sorted longest first; data
-    holds step 0 of each, then step 1 of each that has one, and so on: batch_sizes[t] rows
-    for step t (a non-increasing int64 tensor). sorted_indices[i] is the batch position of
-    the i-th longest sequence (None: the batch was sorted already), unsorted_indices its
-    inverse. Lengths 3, 1, 2 (batch order) are packed as
-        data = [a0 c0 b0 | a1 c1 | a2], batch_sizes = [3, 2, 1], sorted_indices = [0, 2, 1]."""
-
-    def __new__(cls, data, batch_sizes, sorted_indices=None, unsorted_indices=None):
-        if unsorted_indices is None and sorted_indices is not None:
-            unsorted_indices = tt.argsort(sorted_indices)  # the inverse permutation
-        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
-
-    def to(self, *args, **kwargs):
-        """The same sequences with data cast (or moved, to 'cpu') as data.to(...)."""
-        return type(self)(self.data.to(*args, **kwargs), *self[1:])
-
-    is_cuda = False
-
-
-def _packed_positions(batch_sizes):
-    """Row r of packed data is step t of the i-th sorted sequence: its place t * N + i in a
-    padded (steps, N, ...) tensor flattened to (steps * N, ...), N = batch_sizes[0]."""
-    n = batch_sizes[0]
-    return np.concatenate([t * n + np.arange(b) for t, b in enumerate(batch_sizes)])
-
-
-def _packed_to_padded(data, batch_sizes, padding_value, total_length=None):
-    """Packed rows -> (steps, N, ...) in sorted order, padding_value where a sequence has
-    ended: one gather from data with a padding row appended."""
-    steps = len(batch_sizes) if total_length is None else total_length
-    n = batch_sizes[0]
-    source = np.full(steps * n, data.shape[0])  # every place reads the padding row ...
-    source[_packed_positions(batch_sizes)] = np.arange(data.shape[0])  # ... but the steps
-    filler = tt.full((1,) + tuple(data.shape[1:]), padding_value, dtype=data.dtype)
-    rows = tt.cat([data, filler], 0).index_select(0, tt.tensor(source))
-    return rows.reshape((steps, n) + tuple(data.shape[1:]))
-
-
-def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
-    """A padded batch (L, N, *) ((N, L, *) with batch_first) and each sequence's length ->
-    a PackedSequence. enforce_sorted=True: the lengths must be non-increasing (and
-    sorted_indices is None); False: they are sorted here, longest first."""
-    lengths = np.asarray(lengths.tolist() if isinstance(lengths, Tensor) else lengths)
-    x = input.transpose(0, 1) if batch_first else input  # (L, N, *)
-    if lengths.ndim != 1 or len(lengths) != x.shape[1]:
-        raise ValueError(f"pack_padded_sequence: expected one length per sequence ({x.shape[1]} "
-                         f"in a batch of shape {tuple(input.shape)}), got {lengths.tolist()}")
-    lengths = lengths.astype(np.int64)
-    if lengths.size and lengths.min() <= 0:
-        raise RuntimeError("pack_padded_sequence: Length of all samples has to be greater than "
-                           f"0, but found an element in 'lengths' that is <= 0: {lengths.tolist()}")
-    if lengths.size and lengths.max() > x.shape[0]:
-        raise RuntimeError(f"pack_padded_sequence: a length {lengths.max()} is longer than the "
-                           f"padded sequences ({x.shape[0]} steps, input shape "
-                           f"{tuple(input.shape)}; batch_first={batch_first})")
-    sorted_indices = None
-    if enforce_sorted:
-        if np.any(np.diff(lengths) > 0):
-            raise RuntimeError(
-                f"pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
-                f"`enforce_sorted` is True (got {lengths.tolist()}); pass enforce_sorted=False "
-                "to sort them here")
-    else:
-        order = np.argsort(-lengths, kind='stable')  # longest first; ties keep batch order
-        sorted_indices = tt.tensor(order)
-        x, lengths = x.index_select(1, sorted_indices), lengths[order]
-    batch_sizes = [int((lengths > t).sum()) for t in range(int(lengths.max(initial=0)))]
-    flat = x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
-    data = flat.index_select(0, tt.tensor(_packed_positions(batch_sizes)))
-    return PackedSequence(data, tt.tensor(batch_sizes, dtype=tt.int64), sorted_indices)
-
-
-def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
-    """A PackedSequence -> (padded, lengths): padded (L, N, *) ((N, L, *) with batch_first)
-    in the batch's own order, padding_value after each sequence's end, L = total_length
-    or the longest; lengths an int64 tensor."""
-    sizes = [int(b) for b in sequence.batch_sizes.tolist()]
-    if total_length is not None and total_length < len(sizes):
-        raise ValueError(f"pad_packed_sequence: Expected total_length to be at least the length "
-                         f"of the longest sequence in input, but got total_length={total_length} "
-                         f"and max sequence length being {len(sizes)}")
-    padded = _packed_to_padded(sequence.data, sizes, padding_value, total_length)
-    lengths = tt.tensor([sum(b > i for b in sizes) for i in range(sizes[0])], dtype=tt.int64)
-    if sequence.unsorted_indices is not None:  # back to the batch's order
-        padded = padded.index_select(1, sequence.unsorted_indices)
-        lengths = lengths.index_select(0, sequence.unsorted_indices)
-    return (padded.transpose(0, 1) if batch_first else padded), lengths
-
-
-def pack_sequence(sequences, enforce_sorted=True):
-    """A list of tensors (L_i, *) -> a PackedSequence (pad_sequence, then pack_padded_sequence)."""
-    return pack_padded_sequence(pad_sequence(sequences), [s.shape[0] for s in sequences],
-                                enforce_sorted=enforce_sorted)
-
-
-def unpad_sequence(padded_sequences, lengths, batch_first=False):
-    """The inverse of pad_sequence: a list of the sequences, each cut to its length."""
-    x = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
-    return [x[i, :int(n)] for i, n in enumerate(lengths.tolist() if isinstance(lengths, Tensor)
-                                                 else lengths)]
-
-
-def unpack_sequence(packed_sequences):
-    """The inverse of pack_sequence: the list of sequences, in the batch's own order."""
-    return unpad_sequence(*pad_packed_sequence(packed_sequences, batch_first=True),
-                          batch_first=True)
+def __getattr__(name):
+    """nn.CheckpointError: files.py's, which a bad checkpoint raises (imported when asked)."""
+    if name == 'CheckpointError':
+        return tt._companion('files').CheckpointError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------

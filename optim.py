@@ -820,6 +820,24 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
             np.clip(p.grad.array, -clip_value, clip_value, out=p.grad.array)
 
 
+def parameters_to_vector(parameters):
+    """torch.nn.utils.parameters_to_vector: every parameter flattened, one after another,
+    into one vector (in the graph: its gradient flows back to each parameter)."""
+    return tt.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters):
+    """torch.nn.utils.vector_to_parameters: the inverse; each parameter's data becomes its
+    slice of vec, in order (outside the graph, and sharing vec's memory, as PyTorch's)."""
+    if not isinstance(vec, tt.Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    start = 0
+    for p in parameters:
+        n = p.numel()
+        p.data = vec[start:start + n].reshape(p.shape).detach()  # a view of vec, as PyTorch's
+        start += n
+
+
 # ---------------------------------------------------------------------------
 # Speed
 # ---------------------------------------------------------------------------

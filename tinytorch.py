@@ -1,45 +1,40 @@
 """tinytorch: a Tensor with reverse-mode automatic differentiation, on NumPy.
 
-Read this file top to bottom. Part I is the engine as it runs: a reader who stops at
-the line "END OF PART I" (about line 1,200) has seen everything a gradient needs, from the
-Tensor to backward, and every name it uses is defined there once, in the form that runs;
-it calls nothing below it (a test runs the same programs on it alone and on the file).
+Read this file top to bottom. Part I is the engine as it runs: the Tensor, how an op
+enters the graph (from_op) and the first op, add, come first; then mul, matmul, sum, exp,
+log and relu, each with its backward rule; then backward. A reader who stops at the line
+"END OF PART I" (about line 1,450) has seen everything a gradient needs; every name Part I
+uses is defined there once, in the form that runs, and it calls nothing below it (a test
+runs the same programs on it alone and on the whole file).
 
 Part I: the engine
-  1. dtypes, grad mode and the one speed switch
-  2. the Tensor, how an op enters the graph (from_op), the version counter that guards
-     what a rule reads, the tools' hooks, printing, the device
-  3. PyTorch's type promotion; arithmetic with broadcasting (add, sub, mul, div, pow) and
-     its backward, unbroadcast; comparisons
-  4. matmul (and autocast: the listed ops computed in float16 inside torch.autocast)
-  5. sum and mean, exp and log
-  6. backward: walking the graph in reverse topological order (following the history an
-     in-place op rewrote)
+  1. dtypes and grad mode            4. matmul
+  2. the Tensor; from_op             5. sum and mean, exp and log, relu
+  3. add, sub, mul, div, pow, neg;   6. backward: the graph walked in reverse
+     unbroadcast; comparisons           topological order; no_grad
+  Part I, continued: PyTorch's finer rules, which a first reading may skip. Each op above
+     reaches them in one call whose name says what it does: type promotion, the layout of
+     a result in memory, pow's special cases, making tensors, a tensor as a Python value,
+     printing, devices, the version counter, the tools' hooks, autocast, the speed switch.
 Part II: the rest, each section saying what it adds to Part I
-  7. casts by name
-  8. indices, masks and conditions: what a rule reads besides its inputs
-  9. elementwise functions (tanh, gelu, clamp, where, ...)
- 10. reductions (var, max, logsumexp, norm, sort, ...)
- 11. shape and indexing; views share memory with their base
- 12. unfold (im2col: each image patch to a column): a convolution is a matmul over patches; softmax
- 13. in-place ops: the graph is rewritten (views too)
- 14. creation functions and the random generator
- 15. gradcheck: finite differences against the analytic gradient
- 16. your own op as a class: autograd.Function, autograd.grad, autograd.backward
- 17. record_function: a named region for the tools in lookinside.py
- 18. PyTorch's other forms (x.to(device), print options, histograms), and 18b, the names
-     teaching code reaches for
- 19. saving and loading: a checkpoint is data, read by a grammar (tt.save writes
-     PyTorch's zip format; tt.load interprets a closed set of pickle opcodes)
- 20. speed: parallel_for, the thread count and tune() (which hands over to tuning.py: the
-     allocator and the threads that share the cores; importing tinytorch changes nothing
-     in the process), and the fast kernels that some ops call in one line (each computes
-     what the op's plain code says, faster; a test checks that they agree).
-     TINYTORCH_PLAIN=1 (or tt.fast = False) turns every one of them off, so the plain code
-     is what runs. Nothing before it needs it.
- 21. running PyTorch programs: compat.py, beside this file, takes over (PyTorch's module
-     paths, `import tinytorch.nn.functional as F`, and the stand-ins of a machine without
-     a GPU)
+  7. casts by name                  14. creation functions, the random generator
+  8. indices, masks, conditions     15. gradcheck: finite differences
+  9. elementwise functions          16. autograd.Function, autograd.grad, backward
+ 10. reductions                     17. record_function, for lookinside.py's tools
+ 11. shape and indexing; views      18. PyTorch's other forms (x.to(device), ...)
+ 12. unfold (im2col); softmax       19. saving and loading
+ 13. in-place ops                   20. speed (TINYTORCH_PLAIN=1 turns it all off)
+ 21. running PyTorch programs: compat.py, beside this file, gives PyTorch's module paths
+
+How Tensor gets its methods: the class holds what every tensor is (its fields, grad,
+shape, printing). Each op is a plain function, add(a, b), and the section that defines
+it ends with one table, `_methods(add=add, __add__=add, ...)`, that makes it a method:
+x.add(y) and x + y call add(x, y). The class and those tables are the whole list.
+
+What importing does: nothing outside this module until a PyTorch-style import such as
+`import tinytorch.nn` asks for a submodule. Importing adds one finder to sys.meta_path
+that answers only for names under tinytorch (section 21); the first such import loads
+compat.py, and tuning (section 20) starts only when tune() is called.
 
 Every op is a forward line on NumPy arrays plus a backward rule: a function that
 receives g = dLoss/dOut and returns dLoss/dInput for each input (the chain rule,
@@ -81,14 +76,687 @@ long = int64
 bool_ = np.dtype(np.bool_)
 default_dtype = float32  # PyTorch's default for Python floats
 
-# The one speed switch. Part I has no fast code: every op in it is the plain code. Later
-# ops may have a fast twin (a Speed kernel in section 20, nn.py's fused conv, pool and
-# recurrent direction, transformer.py's fused attention, optim.py's adam_step_), which
-# computes the same numbers and runs only while this is True: TINYTORCH_PLAIN=1 in the
-# environment, or tt.fast = False, runs the plain code everywhere.
-fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 
-_grad_enabled = True
+_grad_enabled = True  # False inside `with no_grad():` (section 6): then no op builds a graph
+
+
+# ---------------------------------------------------------------------------
+# 2. The Tensor and how an op enters the graph
+# ---------------------------------------------------------------------------
+class Tensor:
+    """An n-dimensional array (`.array`) that can remember how it was computed.
+
+    A leaf is a tensor you created (`requires_grad=True` asks autograd to fill its
+    `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
+    its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
+
+    The fields Part I uses: `array` (the NumPy array holding the values), `grad` (a
+    Tensor or None; the array behind it is `grad.array`),
+    `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
+    the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
+    `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
+    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter,
+    section 6b) and `_seq` and `_older` (the order ops ran, and what an in-place op
+    rewrote: _inputs, section 6). A Part I reader can skip the others, explained later:
+    `_view` and `_views` in section 11 (views), `_shared` in section 13 (in-place ops).
+    """
+    __slots__ = ('array', '_grad', 'requires_grad', '_parents', '_backward', '_op',
+                 '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
+                 '_older', '_shared', '__weakref__')
+    __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
+
+    def __init__(self, data, dtype=None, requires_grad=False):
+        if isinstance(data, Tensor):
+            data = data.array
+        arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
+        if arr is data:
+            arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
+        _init_result(self, arr)  # no graph yet
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @property
+    def grad(self):  # d loss / d self after backward(): a Tensor of self's shape, or None
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not (isinstance(value, Tensor) and value.shape == self.shape):
+            raise TypeError(f"assigned grad must be None or a Tensor of shape {tuple(self.shape)}, "
+                            f"got a {type(value).__name__} of shape {tuple(np.shape(value))}")
+        self._grad = value
+
+    shape = property(lambda self: Size(self.array.shape))
+    ndim = property(lambda self: self.array.ndim)
+    dtype = property(lambda self: self.array.dtype)
+    is_leaf = property(lambda self: self._backward is None)
+
+
+    __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
+
+    def __repr__(self):  # as PyTorch prints it (section 6b: _tensor_text, _grad_fn_name)
+        extra = [f'dtype=torch.{self.dtype}'] if self.dtype not in (default_dtype, int64, bool_) else []
+        if self._backward is not None:
+            extra.append(f'grad_fn=<{_grad_fn_name(self)}>')  # PyTorch's name for the node
+        elif self.requires_grad:
+            extra.append('requires_grad=True')
+        return _tensor_text(self.array, extra)
+
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and self.array.dtype.kind not in 'fc':
+            raise TypeError(f"only floating point tensors can require grad, got dtype "
+                            f"{self.dtype} (integer tensors are indices, they have no gradient)")
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_() can only change a leaf tensor; use detach()")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self):
+        """Ask backward to also store .grad on this non-leaf tensor."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        self._retains_grad = True
+        return self
+
+
+def _init_result(out, data, vc=None):
+    """The fields of a new tensor, outside the graph. (_views, _older and _shared are set
+    only by views and in-place ops, sections 11 and 13, and read with a default.)"""
+    out.array = data
+    out._grad = None
+    out.requires_grad = False
+    out._parents = ()
+    out._backward = None
+    out._op = None
+    out._retains_grad = False
+    out.name = None
+    out._saved = ()  # the version counter (_guard_saved, section 6b)
+    out._vc = [0] if vc is None else vc  # the version counter, shared with views
+    out._view = None  # section 11
+    out._seq = 0  # the order its op ran (from_op; _inputs, section 6)
+
+
+def _methods(**fns):
+    """Make functions Tensor's methods: _methods(add=add) makes x.add(y) add(x, y). Each
+    section ends with one such line, listing what it adds to Tensor (each name once)."""
+    for name, fn in fns.items():
+        setattr(Tensor, name, fn)
+
+
+_clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
+_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, section 6b): usually none
+
+
+def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
+    """Wrap an op's result. If grad mode is on and any input requires grad, the
+    result joins the graph: it keeps its inputs, the op name and the backward rule.
+
+    `saved` lists the tensors whose values the backward rule reads (inputs, masks,
+    indices), and `saves_output` says that it reads the result itself (exp, softmax):
+    _guard_saved (section 6b) guards them against later in-place changes. `view_of`: the
+    output is a view of that input's memory (section 11).
+    """
+    if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
+        if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
+            data = np.asarray(data)
+        elif isinstance(data, Tensor):  # (it would fail later, far from here)
+            raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
+    out = Tensor.__new__(Tensor)
+    _init_result(out, data, None if view_of is None else view_of._vc)
+    out._op = op
+    if _grad_enabled:
+        try:
+            needs_grad = False
+            for p in parents:
+                if p.requires_grad:
+                    needs_grad = True
+                    break
+        except AttributeError:
+            bad = next(p for p in parents if not isinstance(p, Tensor))
+            raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
+                            "and numbers with tt.tensor(...)") from None
+        if needs_grad:
+            out.requires_grad = True
+            out._parents = parents
+            out._backward = backward
+            out._seq = next(_clock)  # the order ops ran (_inputs, section 6, reads it)
+            if saved or saves_output:
+                _guard_saved(out, saved, saves_output)
+    if _hooks:
+        _watch_op(out, op, parents)  # (section 6b)
+    return out
+
+
+def _constant(data, vc=None):
+    """A tensor outside the graph around an array (no copy): constants, masks, indices.
+    vc: the version counter of the tensor whose array this is a view of."""
+    if isinstance(data, np.generic):  # NumPy's ops on 0-d arrays give (read-only) scalars
+        data = np.asarray(data)
+    out = Tensor.__new__(Tensor)
+    _init_result(out, data, vc)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# 3. Arithmetic with broadcasting
+# ---------------------------------------------------------------------------
+# The first op. Each op below is a forward line on NumPy arrays and a backward rule, handed
+# to from_op. In a two-input rule each input's gradient is computed only if that input
+# requires grad, then summed back to the input's shape (unbroadcast, below). _scaled gives
+# add both operands in one dtype, PyTorch's (section 6b), and _broadcast_op computes,
+# naming both shapes if they do not broadcast.
+def add(a, b, alpha=1):
+    a, b = _scaled(a, b, alpha)  # a + alpha b
+
+    # sa, sb: the shapes now (a later unsqueeze_, squeeze_ or t_ may reshape a or b in place)
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
+        """d(a+b)/da = 1
+        d(a+b)/db = 1"""
+        return (unbroadcast(g, sa) if a.requires_grad else None,
+                unbroadcast(g, sb) if b.requires_grad else None)
+    return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
+
+
+def unbroadcast(grad, shape):
+    """Undo broadcasting in backward: sum grad down to the operand's shape.
+
+    In the forward pass an operand of shape (3,) was broadcast to (4, 3): it was
+    used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
+    that broadcasting added are summed away, dims of size 1 are summed with keepdims.
+    """
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
+    return grad.reshape(shape)
+
+
+def sub(a, b, alpha=1):
+    _no_bool_subtraction(a, b)
+    a, b = _scaled(a, b, alpha)  # a - alpha b
+
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
+        """d(a-b)/da = 1
+        d(a-b)/db = -1"""
+        return (unbroadcast(g, sa) if a.requires_grad else None,
+                unbroadcast(-g, sb) if b.requires_grad else None)
+    return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
+
+
+def mul(a, b):
+    a, b = _operands(a, b)
+
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
+        """d(a*b)/da = b
+        d(a*b)/db = a"""
+        return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
+                unbroadcast(g * a.array, sb) if b.requires_grad else None)
+    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward,
+                   saved=_each_reads_the_other(a, b))
+
+
+def div(a, b):
+    a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0/0 = nan
+        out = _broadcast_op('div', np.true_divide, a, b)  # silently, as PyTorch
+
+    def backward(g, sa=a.array.shape, sb=b.array.shape):
+        """d(a/b)/da = 1/b
+        d(a/b)/db = -a/b^2"""
+        return (unbroadcast(g / b.array, sa) if a.requires_grad else None,
+                unbroadcast(-g * a.array / (b.array * b.array), sb) if b.requires_grad else None)
+    # saved: what the rule reads (b always, a only for b's gradient)
+    return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
+
+
+def pow(a, b):
+    """a ** b for a tensor and a Python number (either side) or two tensors."""
+    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number, np.bool_)):
+        return _pow_number(a, b)
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
+            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
+        return _pow_integer_exponent(a, b)
+    number_base = not isinstance(a, Tensor)
+    a, b = _operands(a, b)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 0 ** -1 = inf, silently,
+        out = _broadcast_op('pow', _power, a, b)  # as PyTorch
+    if number_base and not out.flags.c_contiguous:  # number ** x is row-major in PyTorch
+        out = out.copy(order='C')  # (a tensor ** x keeps x's layout, as NumPy does)
+
+    def backward(g):
+        """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)
+        d(a^b)/db = a^b log(a)  (0 where a = 0 and b >= 0, as PyTorch)"""
+        ga = gb = None
+        if a.requires_grad:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                ga = np.where(b.array == 0, 0, g * (b.array * a.array ** (b.array - 1)))
+            ga = unbroadcast(ga, a.shape)
+        if b.requires_grad:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                gb = np.where((a.array == 0) & (b.array >= 0), 0, out * np.log(a.array))
+            gb = unbroadcast(g * gb, b.shape)
+        return ga, gb
+    return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
+
+
+def _rtruediv(x, other):
+    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: (1 / x) * number, two
+    roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an int
+    tensor's 1 / x is float32). Anything else (an array) divides."""
+    if not isinstance(other, (bool, int, float, np.number, np.bool_)):
+        return div(other, x)
+    x = _floating(x)
+    c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0 * inf = nan
+        r = 1 / x.array  # (r is the rule's own: no later change of x can reach it)
+        out = r * c
+
+    def backward(g):
+        """d(c/x)/dx = -c/x^2  (as PyTorch: (g c) times d(1/x)/dx = -(1/x)^2)"""
+        with np.errstate(over='ignore', invalid='ignore'):
+            return (-(g * c) * (r * r),)
+    return from_op(out, 'div', (x,), backward)
+
+
+def neg(a):
+    if a.dtype == bool_:
+        raise TypeError("neg: negation, the `-` operator, of a bool tensor is not supported; "
+                        "to invert a mask use `~mask` or mask.logical_not()")
+
+    def backward(g):
+        """d(-x)/dx = -1"""
+        return (-g,)
+    return from_op(-a.array, 'neg', (a,), backward)
+
+
+# Comparisons give boolean tensors outside the graph: a step has no gradient (as PyTorch).
+def _compare(fn):
+    def compare(self, other):
+        a, b = _operands(self, other)
+        return _constant(_broadcast_op(fn.__name__, fn, a, b))
+    return compare
+
+
+eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
+                                                np.greater, np.greater_equal))
+
+
+_methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
+         __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
+         __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
+         __rtruediv__=_rtruediv, __pow__=pow, pow=pow,
+         __rpow__=lambda self, other: pow(other, self), __neg__=neg, neg=neg,
+         __eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt,
+         le=le, gt=gt, ge=ge)
+
+
+# ---------------------------------------------------------------------------
+# 4. Matrix multiplication
+# ---------------------------------------------------------------------------
+def matmul(a, b):
+    """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
+
+    A 1-D left operand is treated as a row (1, n), a 1-D right operand as a
+    column (n, 1); the added dim is removed from the result, as in PyTorch.
+    """
+    if _autocast_dtype is not None:  # inside torch.autocast: in float16 (section 6b)
+        return _autocast_call(matmul, 'lower', (a, b), {})
+    _same_dtype('matmul', first=a, second=b)  # two tensors of one dtype (below)
+    x, y = a.array, b.array
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    ka = x.shape[-1]
+    kb = y.shape[-2] if y.ndim > 1 else y.shape[0]
+    if ka != kb:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                         f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
+    try:
+        with np.errstate(invalid='ignore', over='ignore'):  # 1e30 * 1e30 = inf, silently, as PyTorch
+            out = np.matmul(x, y)
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
+                         "cannot be broadcast together") from None
+
+    def backward(g):
+        """d(A@B)/dA: g @ B^T
+        d(A@B)/dB: A^T @ g"""
+        # On the operands as matrices: a 1-D a is a row (1, n), a 1-D b a column (n, 1),
+        # and g gets back the dims they lost. Broadcast batch dims are summed back.
+        x, y = a.array, b.array
+        A = x if x.ndim > 1 else x[None, :]
+        B = y if y.ndim > 1 else y[:, None]
+        G = g[..., None] if y.ndim == 1 else g
+        G = G[..., None, :] if x.ndim == 1 else G
+        ga = gb = None
+        if a.requires_grad:
+            ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(x.shape)
+        if b.requires_grad:
+            gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(y.shape)
+        return ga, gb
+    return from_op(out, 'matmul', (a, b), backward, saved=_each_reads_the_other(a, b))
+
+
+def _same_dtype(op, **tensors):
+    """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
+    to float64 silently would double the memory and the time of a whole model."""
+    given = []  # (name, tensor) of each one given
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
+                            "arrays with tt.tensor(...)")
+        given.append((name, t))
+    name0, t0 = given[0]
+    for name, t in given[1:]:
+        if t.array.dtype != t0.array.dtype:
+            raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
+                               f"have the same dtype: convert one (x.float() for a float32 model)")
+
+
+def _each_reads_the_other(a, b):
+    """What a product's rule reads (mul's, matmul's): b for a's gradient and a for b's, only
+    where that gradient is wanted (so x.mul_(2) needs no copy, and w of x @ w can change)."""
+    return (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
+
+
+_methods(__matmul__=matmul, matmul=matmul,
+         __rmatmul__=lambda self, other: matmul(_operands(other, self)[0], self))
+
+
+# ---------------------------------------------------------------------------
+# 5. Sum and mean, exp and log, relu
+# ---------------------------------------------------------------------------
+def _numpy_keywords(fn):
+    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
+    @functools.wraps(fn)
+    def reduction(*args, **kwargs):
+        if 'keepdims' in kwargs:
+            kwargs['keepdim'] = kwargs.pop('keepdims')
+        if 'axis' in kwargs:
+            kwargs['dim'] = kwargs.pop('axis')
+        return fn(*args, **kwargs)
+    return reduction
+
+
+@_numpy_keywords  # x.sum(axis=, keepdims=) too, as PyTorch
+def sum(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = to(x, dtype)  # sum in that dtype (a cast)
+    axes = _dims(dim, x.array.ndim, 'sum')
+
+    def backward(g, xs=x.array.shape):
+        """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
+        return (_expand_back(g, xs, axes, keepdim),)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
+        out = np.sum(x.array, axis=axes, keepdims=keepdim)
+    return from_op(_row_major(out), 'sum', (x,), backward)
+
+
+def _expand_back(g, shape, axes, keepdim):
+    """Backward of a reduction: put the reduced axes back (as size 1) and
+    broadcast g over them: every input element of a reduced slice receives it."""
+    if not keepdim and axes:
+        g = np.expand_dims(g, axes)
+    return np.broadcast_to(g, shape)
+
+
+@_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = to(x, dtype)
+    if x.dtype.kind not in 'fc':
+        raise TypeError(f"mean: the mean of a {x.dtype} tensor needs a float dtype; pass "
+                        "dtype=tt.float32 or convert it with .float()")
+    axes = _dims(dim, x.ndim, 'mean')
+    n = math.prod(x.shape[a] for a in axes)
+
+    def backward(g, xs=x.array.shape):
+        """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
+        return (_expand_back(g / n, xs, axes, keepdim),)
+    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
+        out = (np.mean(x.array, axis=axes, keepdims=keepdim) if n else  # (np.mean warns of 0/0:
+               np.sum(x.array, axis=axes, keepdims=keepdim) / n)  # the mean of nothing is nan)
+    return from_op(_row_major(out), 'mean', (x,), backward)
+
+
+def _row_major(a):
+    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
+    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
+    return a if a.flags.c_contiguous else a.copy(order='C')
+
+
+def _dim(d, ndim, op):
+    """Normalize a (possibly negative) dim and name it in the error if out of range."""
+    n = builtins.max(ndim, 1)
+    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+        raise TypeError(f"{op}: dim must be an int, got {d!r}")
+    if not -n <= d < n:
+        raise IndexError(f"{op}: dim {d} is out of range for a tensor with ndim {ndim} "
+                         f"(expected a dim in [{-n}, {n - 1}])")
+    return d % n
+
+
+def _dims(dim, ndim, op):
+    """dim may be None (all dims), an int or a tuple; returns a tuple of axes."""
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):  # () as None
+        return tuple(range(ndim))
+    if isinstance(dim, (tuple, list)):
+        axes = tuple(_dim(d, ndim, op) for d in dim)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{op}: dim {tuple(dim)} repeats a dimension")
+        return axes if ndim > 0 else ()  # a 0-d tensor's dim 0 is no axis of its array
+    return (_dim(dim, ndim, op),) if ndim > 0 else ()
+
+
+def exp(x):
+    x = _floating(x)
+    with np.errstate(over='ignore'):  # exp(1000) = inf, silently, as PyTorch
+        out = np.exp(x.array)
+
+    def backward(g):
+        """d e^x/dx = e^x"""
+        return (g * out,)
+    return from_op(out, 'exp', (x,), backward, saves_output=True)
+
+
+def log(x):
+    x = _floating(x)
+
+    def backward(g):
+        """d log(x)/dx = 1/x"""
+        return (g / x.array,)
+    with np.errstate(divide='ignore', invalid='ignore'):  # log(0) = -inf, log(-1) = nan, silently
+        return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
+
+
+def relu(x):
+    if x.array.dtype == bool_:
+        raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
+    out = np.maximum(x.array, 0)  # nan stays nan, -inf becomes 0
+    zero = x.array == 0
+    if zero.any():  # and -0.0 stays -0.0, as PyTorch's (NumPy's maximum gives +0.0)
+        out = np.where(zero, x.array, out)
+    keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
+
+    def backward(g):
+        """d relu(x)/dx = 1 where x > 0, else 0"""
+        gx = g * keep
+        # an inf or nan in g where relu passes nothing makes 0 * inf = nan: select there
+        # instead (slower, so only then)
+        if np.isnan(gx).any():
+            gx = np.where(keep, g, 0)
+        return (gx,)
+    return from_op(out, 'relu', (x,), backward)
+
+
+_methods(sum=sum, mean=mean, exp=exp, log=log, relu=relu)
+
+
+# ---------------------------------------------------------------------------
+# 6. Backward: reverse-mode automatic differentiation
+# ---------------------------------------------------------------------------
+def backward(tensor, gradient=None, retain_graph=False):
+    """Fill .grad of every leaf that `tensor` depends on: d tensor / d leaf.
+
+    Walks the graph from the output back to the leaves (reverse topological
+    order), calling each op's backward rule with the gradient of its output and
+    adding what it returns into the gradients of its inputs. A tensor used twice
+    receives the sum of both contributions (the multivariable chain rule).
+    """
+    for node, g, _ in _walk(tensor, _initial_gradient(tensor, gradient), retain_graph):
+        if node._backward is None or node._retains_grad:  # a leaf, or asked for
+            _accumulate(node, g)
+
+
+def _walk(root, g_root, retain_graph=False):
+    """The walk behind backward: yields (tensor, d root / d tensor, what its rule
+    returned for each of its inputs) for every tensor the gradient reaches, outputs
+    before inputs. A leaf has no rule: its third item is None."""
+    grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
+    order = _topological_order(root)
+    if not retain_graph:  # no rule saved a tensor (x + 1): nothing to free, and a 2nd walk runs
+        retain_graph = True
+        for n in order:
+            if n._saved:
+                retain_graph = False
+                break
+    # A rule computes inf and nan silently, as PyTorch's (log's g / x at x = 0 is inf): NumPy's
+    # warnings are off for the walk, once (per rule it would cost more than a small op), and
+    # so also while the caller adds up what it yields (inf + -inf is nan, silently).
+    with np.errstate(all='ignore'):
+        for node in reversed(order):
+            key = id(node)
+            if key not in grads:
+                continue  # no gradient reached it
+            if isinstance(grads[key], np.generic):  # NumPy's arithmetic on 0-d arrays gives
+                grads[key] = np.asarray(grads[key])  # scalars; a gradient is always an array
+            if node._backward is None:  # a leaf
+                yield node, grads.pop(key), None
+                continue
+            g = grads.pop(key)
+            if node._saved:
+                _check_saved(node)  # the version counter (below)
+            # the op's rule: one step of the chain rule (_run_rule lets the tools watch it)
+            rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
+            yield node, g, rule_out
+            for p, pg in zip(_inputs(node), rule_out):
+                if pg is None or not p.requires_grad:
+                    continue
+                if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:
+                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
+                key = id(p)
+                grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
+            if not retain_graph:  # drop what the rule holds: the graph can't be walked again
+                node._backward, node._parents, node._saved = _freed_graph, (), ()
+
+
+def _inputs(node):
+    """node's inputs as node's op read them. Usually just node._parents; but an input
+    changed in place after node's op ran (h += 1: section 13 (in-place ops)) has a new
+    history since, and its value as node read it is an older self: h._older, numbered by
+    the order ops ran (_seq). Without in-place ops, every input ran before node and this
+    returns _parents."""
+    parents = node._parents
+    for p in parents:
+        if p._seq >= node._seq:
+            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
+    return parents
+
+
+def _as_read_by(node, p):
+    """The version of p that node's op read (p's history was rewritten since)."""
+    while p._seq >= node._seq:
+        p = p._older
+    return p
+
+
+def _topological_order(root):
+    """Every tensor that root depends on (and that requires grad), inputs before
+    outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
+    (a recursive version would hit Python's recursion limit)."""
+    order, visited = [], set()
+    todo = [(root, False)]
+    while todo:
+        node, expanded = todo.pop()
+        if expanded:
+            order.append(node)  # all of node's inputs are already in order
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        todo.append((node, True))
+        for p in _inputs(node):
+            if p.requires_grad and id(p) not in visited:
+                todo.append((p, False))
+    return order
+
+
+def _initial_gradient(tensor, gradient):
+    """d tensor / d tensor: ones for a single number, else the gradient the caller gave."""
+    if not tensor.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
+                           "(no input had requires_grad=True, or it was made under no_grad)")
+    if gradient is None:
+        if tensor.array.size != 1:
+            raise RuntimeError(f"backward: grad can be created implicitly only for a "
+                               f"single-element output, got shape {tuple(tensor.shape)}; "
+                               "pass gradient=...")
+        return np.ones_like(tensor.array)
+    gradient = gradient.array if isinstance(gradient, Tensor) else gradient
+    if tuple(np.shape(gradient)) != tuple(tensor.shape):
+        raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
+                           f"the tensor has shape {tuple(tensor.shape)}")
+    return gradient
+
+
+def _accumulate(t, g):
+    """t.grad += g: gradients accumulate across backward calls, never overwrite."""
+    if t._grad is not None:
+        t._grad.array += g
+    else:  # (add's rule gives its one g to both inputs)
+        t._grad = _constant(g.astype(t.array.dtype, copy=True))  # g may be shared: a copy
+
+
+def _wrong_gradient(node, x, pg):
+    """A rule returned a gradient that can't be input x's: say which op, which input,
+    what was wrong and the likely cause."""
+    i = next(k for k, p in enumerate(_inputs(node)) if p is x)
+    shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
+    if shape is None or dtype is None:
+        problem = f"returned a {type(pg).__name__}, not an array"
+    elif shape != tuple(x.shape):
+        problem = (f"returned a gradient of shape {shape} for an input of shape "
+                   f"{tuple(x.shape)}; a rule must sum the gradient back to its input's shape "
+                   "(see unbroadcast)")
+    else:
+        problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
+                   "input's dtype (cast with .astype(x.dtype))")
+    raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
+
+
+def _check_saved(node):
+    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
+    (it would return a wrong gradient without a word)."""
+    for counter, version, shape in node._saved:
+        if counter[0] != version:
+            raise RuntimeError(
+                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
+                f"saved for backward was modified in place (it is at version {counter[0]}, "
+                f"expected version {version}); use an out-of-place op or .clone() first")
+
+
+def _freed_graph(g):
+    raise RuntimeError("backward: trying to backward through the graph a second time (its "
+                       "buffers were freed by the first backward); pass retain_graph=True to "
+                       "the first backward if you need to go through it twice")
+
+
+# Grad mode: inside `with no_grad():` from_op builds no graph (an optimizer's step, an
+# evaluation). no_grad and enable_grad set _grad_enabled (section 1) and put it back.
 
 
 def is_grad_enabled():
@@ -134,418 +802,29 @@ class enable_grad(_GradMode):
     enabled = True
 
 
-# ---------------------------------------------------------------------------
-# 2. The Tensor and how an op enters the graph
-# ---------------------------------------------------------------------------
-class Size(tuple):
-    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f'torch.Size({list(self)})'
-
-    def numel(self):
-        return math.prod(self)
-
-
-class Tensor:
-    """An n-dimensional array (`.array`) that can remember how it was computed.
-
-    A leaf is a tensor you created (`requires_grad=True` asks autograd to fill its
-    `.grad`). Every op on tensors that require grad returns a non-leaf that keeps
-    its inputs (`_parents`), its op name (`_op`) and a backward rule (`_backward`).
-
-    The fields Part I uses: `array` (the NumPy array holding the values), `grad` (a
-    Tensor or None; the array behind it is `grad.array`),
-    `requires_grad`, `_parents` (the input tensors), `_backward` (the rule: gradient of
-    the output -> gradients of the inputs), `_op` (a name, for repr and the graph),
-    `_retains_grad` (x.retain_grad() asks backward to fill a non-leaf's .grad too) and
-    `name` (optional, for draw_graph), `_saved` and `_vc` (the version counter, after
-    from_op below) and `_seq` and `_older` (the order ops ran, and what an in-place op
-    rewrote: _inputs, section 6). A Part I reader can skip the others, explained later:
-    `_view` and `_views` in section 11 (views), `_shared` in section 13 (in-place ops).
-    """
-    __slots__ = ('array', '_grad', 'requires_grad', '_parents', '_backward', '_op',
-                 '_retains_grad', 'name', '_saved', '_vc', '_view', '_views', '_seq',
-                 '_older', '_shared', '__weakref__')
-    __array_ufunc__ = None  # numpy_array * tensor calls Tensor.__rmul__, not NumPy
-
-    def __init__(self, data, dtype=None, requires_grad=False):
-        if isinstance(data, Tensor):
-            data = data.array
-        arr = _dtype_of_python_data(data) if dtype is None else np.asarray(data, dtype=dtype)
-        if arr is data:
-            arr = np.copy(arr)  # like torch.tensor: never alias the caller's array (keeps layout)
-        _init_result(self, arr)  # no graph yet
-        if requires_grad:
-            self.requires_grad_(True)
-
-    # -- properties ---------------------------------------------------------
-    @property
-    def grad(self):  # d loss / d self after backward(): a Tensor of self's shape, or None
-        return self._grad
-
-    @grad.setter
-    def grad(self, value):
-        if value is not None and not (isinstance(value, Tensor) and value.shape == self.shape):
-            raise TypeError(f"assigned grad must be None or a Tensor of shape {tuple(self.shape)}, "
-                            f"got a {type(value).__name__} of shape {tuple(np.shape(value))}")
-        self._grad = value
-
-    shape = property(lambda self: Size(self.array.shape))
-    ndim = property(lambda self: self.array.ndim)
-    dtype = property(lambda self: self.array.dtype)
-    is_leaf = property(lambda self: self._backward is None)
-
-    def size(self, dim=None):
-        return self.shape if dim is None else self.shape[_dim(dim, self.ndim, 'size')]
-
-    def dim(self):
-        return self.ndim
-
-    def numel(self):
-        return self.array.size
-
-    def __len__(self):
-        if self.ndim == 0:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
-
-    def item(self):
-        if self.array.size != 1:
-            raise ValueError(f"item(): only a one-element tensor can be converted to a Python "
-                             f"number, got shape {tuple(self.shape)}")
-        return self.array.reshape(()).item()
-
-    def numpy(self):
-        if self.requires_grad:
-            raise RuntimeError("numpy(): this tensor requires grad; call .detach().numpy()")
-        return self.array
-
-    def tolist(self):
-        return self.array.tolist()
-
-    def __float__(self):
-        return float(self.item())
-
-    def __int__(self):
-        return int(self.item())
-
-    def __bool__(self):
-        if self.array.size != 1:
-            raise RuntimeError(f"the truth value of a tensor of shape {tuple(self.shape)} "
-                               "is ambiguous; use .any() or .all()")
-        return bool(self.array.reshape(()))
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    __hash__ = object.__hash__  # __eq__ is elementwise, so hash by identity
-
-    def __repr__(self):
-        body = _array_text(self.array)  # the values, as PyTorch prints them (below)
-        extra = f', dtype=torch.{self.dtype}' if self.dtype not in (default_dtype, int64, bool_) else ''
-        if self._backward is not None:
-            extra += f', grad_fn=<{self._op}>'
-        elif self.requires_grad:
-            extra += ', requires_grad=True'
-        return f'tensor({body}{extra})'
-
-    def requires_grad_(self, requires_grad=True):
-        if requires_grad and self.array.dtype.kind not in 'fc':
-            raise TypeError(f"only floating point tensors can require grad, got dtype "
-                            f"{self.dtype} (integer tensors are indices, they have no gradient)")
-        if not self.is_leaf:
-            raise RuntimeError("requires_grad_() can only change a leaf tensor; use detach()")
-        self.requires_grad = requires_grad
-        return self
-
-    def retain_grad(self):
-        """Ask backward to also store .grad on this non-leaf tensor."""
-        if not self.requires_grad:
-            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-        self._retains_grad = True
-        return self
-
-
-def _init_result(out, data, vc=None):
-    """The fields of a new tensor, outside the graph. (_views, _older and _shared are set
-    only by views and in-place ops, sections 11 and 13, and read with a default.)"""
-    out.array = data
-    out._grad = None
-    out.requires_grad = False
-    out._parents = ()
-    out._backward = None
-    out._op = None
-    out._retains_grad = False
-    out.name = None
-    out._saved = ()  # the version counter (_guard_saved, below)
-    out._vc = [0] if vc is None else vc  # the version counter, shared with views
-    out._view = None  # section 11
-    out._seq = 0  # the order its op ran (from_op; _inputs, section 6)
-
-
-def _methods(**fns):
-    """Make functions Tensor's methods: _methods(add=add) makes x.add(y) add(x, y). Each
-    section ends with one such line, listing what it adds to Tensor (each name once)."""
-    for name, fn in fns.items():
-        setattr(Tensor, name, fn)
-
-
-_clock = itertools.count(1)  # numbers the graph's nodes in the order their ops ran
-_hooks = []  # tools watching every op and rule (lookinside.py; _watch_op, below): usually none
-
-
-def from_op(data, op, parents, backward, saved=(), view_of=None, saves_output=False):
-    """Wrap an op's result. If grad mode is on and any input requires grad, the
-    result joins the graph: it keeps its inputs, the op name and the backward rule.
-
-    `saved` lists the tensors whose values the backward rule reads (inputs, masks,
-    indices), and `saves_output` says that it reads the result itself (exp, softmax):
-    _guard_saved (below) guards them against later in-place changes. `view_of`: the
-    output is a view of that input's memory (section 11).
-    """
-    if type(data) is not np.ndarray:  # (an array, the usual result, needs neither check)
-        if isinstance(data, np.generic):  # NumPy's full reductions return scalars: keep arrays
-            data = np.asarray(data)
-        elif isinstance(data, Tensor):  # (it would fail later, far from here)
-            raise TypeError(f"from_op: {op}'s result must be a NumPy array, not a Tensor (use .array)")
-    out = Tensor.__new__(Tensor)
-    _init_result(out, data, None if view_of is None else view_of._vc)
-    out._op = op
-    if _grad_enabled:
-        try:
-            needs_grad = False
-            for p in parents:
-                if p.requires_grad:
-                    needs_grad = True
-                    break
-        except AttributeError:
-            bad = next(p for p in parents if not isinstance(p, Tensor))
-            raise TypeError(f"{op}: expected a Tensor, got {type(bad).__name__}; wrap arrays "
-                            "and numbers with tt.tensor(...)") from None
-        if needs_grad:
-            out.requires_grad = True
-            out._parents = parents
-            out._backward = backward
-            out._seq = next(_clock)  # the order ops ran (_inputs, section 6, reads it)
-            if saved or saves_output:
-                _guard_saved(out, saved, saves_output)
-    if _hooks:
-        _watch_op(out, op, parents)  # (below)
-    return out
-
-
-# The version counter. A rule often reads arrays from the forward pass: mul's rule reads
-# both factors, exp's its own output. If one of them is changed in place before backward
-# (x += 1), the rule would return a wrong gradient without a word. So every tensor has a
-# version counter, `_vc`: a one-element list, shared with its views and bumped by every
-# in-place change (section 13). from_op records (counter, version now, shape) of each
-# array the rule reads in the output's `_saved`, and backward compares before it runs the
-# rule (_check_saved, in section 6).
-def _guard_saved(out, saved, saves_output):
-    """Record the version of each array out's rule reads."""
-    # the counter, not the tensor, so that an output saving itself makes no reference cycle
-    records = [(t._vc, t._vc[0], t.array.shape) for t in saved]
-    if saves_output:
-        records.append((out._vc, out._vc[0], out.array.shape))
-    out._saved = records
-
-
-_methods(_version=property(lambda self: self._vc[0]))  # x._version: how often x was changed
-
-
-# The tools in lookinside.py (profile, detect_anomaly) watch every op and every backward
-# rule: `with` puts them in the list _hooks, and then from_op and backward call these two.
-# When no tool is on, that costs one check of an empty list per op.
-def _watch_op(out, op, parents):
-    """Tell the tools that watch that op made out."""
-    for hook in _hooks:
-        hook.op(out, op, parents)
-
-
-def _run_rule(node, g):
-    """Run node's backward rule; the tools that watch see it start and end."""
-    for hook in _hooks:
-        hook.rule_start(node)
-    grads = node._backward(g)
-    for hook in _hooks:
-        hook.rule_end(node, grads)
-    return grads
-
-
-# How a tensor prints: as PyTorch prints it, with set_printoptions' options (section 18).
-_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
-_print_options = dict(_PRINT_DEFAULTS)
-
-
-def _array_text(a):
-    """A tensor's values as PyTorch prints them: 4 decimals, or e-notation where the
-    magnitudes span more than 1000x (or pass 1e8, or go under 1e-4); floats that are whole
-    numbers as "2."; lines of at most 80 characters; an empty tensor with more than one dim
-    says its size. Other digits, widths or sci_mode, once set_printoptions set them."""
-    if a.size == 0 and a.ndim > 1:
-        return f'[], size={a.shape}'
-    o = _print_options
-    threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
-    with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
-        if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
-            sci = o['sci_mode']
-            return np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
-                                   max_line_width=o['linewidth'], floatmode='fixed',
-                                   suppress_small=not sci,
-                                   formatter={'float_kind': (lambda v: f"{v:.{o['precision']}e}")}
-                                   if sci else None)
-        finite = np.abs(a[np.isfinite(a)]) if a.dtype.kind == 'f' else np.ones(1)
-        nonzero = finite[finite != 0]
-        wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
-        whole = np.all(finite == np.floor(finite)) and not wide
-        small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
-        return np.array2string(a, separator=', ', prefix='tensor(', precision=4,
-                               max_line_width=80,
-                               floatmode='maxprec_equal' if whole else 'fixed',
-                               suppress_small=not (wide or small))
-
-
-class device:
-    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
-    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
-
-    def __init__(self, type, index=None):
-        if isinstance(type, device):
-            type, index = type.type, type.index
-        type, _, number = str(type).partition(':')
-        self.type, self.index = type, int(number) if number else index
-
-    def __repr__(self):
-        more = '' if self.index is None else f', index={self.index}'
-        return f"device(type='{self.type}'{more})"
-
-    def __str__(self):
-        return self.type if self.index is None else f'{self.type}:{self.index}'
-
-    def __eq__(self, other):
-        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
-
-    def __hash__(self):
-        return hash((self.type, self.index))
-
-
-_CPU = device('cpu')
-
-
-def _cpu_only(where, what):
-    """device=... arguments: None or the CPU; any other device gets one clear line."""
-    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
-                                          device(where).type == 'cpu'):
-        return _CPU
-    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
-                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
-                       "PyTorch with export.py)")
-
-
-def _dtype_of_python_data(data):
-    """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
-    try:
-        arr = np.asarray(data)
-    except ValueError as e:  # ragged nested lists
-        raise ValueError(f"tensor: {e}") from None
-    if arr.dtype.kind not in 'biufc':
-        raise TypeError(f"tensor: data must be numbers or booleans (nested lists or a NumPy "
-                        f"array of them), got {type(data).__name__} of dtype {arr.dtype}")
-    if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
-        return arr
-    if arr.dtype.kind == 'f':
-        return arr.astype(default_dtype)
-    if arr.dtype.kind in 'iu':
-        return arr.astype(int64)
-    return arr
-
-
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
-    keeps its dtype (float64 stays float64). device: the CPU (None, 'cpu'); pin_memory is
-    accepted and changes nothing (it speeds copies to a GPU)."""
-    _cpu_only(device, 'tensor')
-    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
-
-
-def _constant(data, vc=None):
-    """A tensor outside the graph around an array (no copy): constants, masks, indices.
-    vc: the version counter of the tensor whose array this is a view of."""
-    if isinstance(data, np.generic):  # NumPy's ops on 0-d arrays give (read-only) scalars
-        data = np.asarray(data)
-    out = Tensor.__new__(Tensor)
-    _init_result(out, data, vc)
-    return out
-
-
-def _dim(d, ndim, op):
-    """Normalize a (possibly negative) dim and name it in the error if out of range."""
-    n = builtins.max(ndim, 1)
-    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
-        raise TypeError(f"{op}: dim must be an int, got {d!r}")
-    if not -n <= d < n:
-        raise IndexError(f"{op}: dim {d} is out of range for a tensor with ndim {ndim} "
-                         f"(expected a dim in [{-n}, {n - 1}])")
-    return d % n
-
-
-def _dims(dim, ndim, op):
-    """dim may be None (all dims), an int or a tuple; returns a tuple of axes."""
-    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):  # () as None
-        return tuple(range(ndim))
-    if isinstance(dim, (tuple, list)):
-        axes = tuple(_dim(d, ndim, op) for d in dim)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{op}: dim {tuple(dim)} repeats a dimension")
-        return axes if ndim > 0 else ()  # a 0-d tensor's dim 0 is no axis of its array
-    return (_dim(dim, ndim, op),) if ndim > 0 else ()
-
-
-def _overlaps(a):
-    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
-    as expand makes): PyTorch copies any other tensor in its own order, such a one in the
-    order of an op's result on it (_in_torch_order, section 3: the stride-0 dims keep their
-    row-major place, the others are ordered by stride around them)."""
-    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
-
-
-def _cast_copy(a, dtype):
-    """Array a cast to dtype: a copy laid out as PyTorch's cast lays it out (_overlaps)."""
-    if _overlaps(a):
-        return _in_torch_order(a.astype(dtype, order='C'), a)
-    return a.astype(dtype, order='K')
-
-
-def to(self, dtype):
-    """Cast to a dtype; between float dtypes the gradient is cast back."""
-    dtype = np.dtype(dtype)
-    if dtype == self.dtype:
-        return self
-    src = self.dtype
-
-    def backward(g):
-        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
-        return (g.astype(src),)
-    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
-        out = from_op(_cast_copy(self.array, dtype), 'to', (self,), backward)
-    if dtype.kind not in 'fc':
-        out = detach(out)
-    return out
-
-
-def detach(x):
-    """Same data (shared, as in PyTorch), outside the graph."""
-    out = Tensor.__new__(Tensor)
-    _init_result(out, x.array, x._vc)
-    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
-    return out
+_methods(backward=backward)
+
+
+# ===========================================================================
+# PART I, CONTINUED: PYTORCH'S FINER RULES
+# ===========================================================================
+# A first reading may skip to END OF PART I: the engine above is complete. What follows is
+# what makes its answers PyTorch's to the last dtype, layout and printed digit; each op
+# above reaches it through one call whose name says what it does.
 
 
 # ---------------------------------------------------------------------------
-# 3. Arithmetic with broadcasting
+# 6b. Part I, continued: PyTorch's finer rules
 # ---------------------------------------------------------------------------
+# Type promotion (_operands, _scaled, _floating: the dtype of a result); the layout of a
+# result in memory (_broadcast_op, _in_torch_order, _row_major); pow's special cases;
+# making tensors and casts (tensor, _constant, to, detach); a tensor as a Python value
+# (x.item(), len(x), if x); printing (_array_text, the grad_fn's name); devices
+# (_cpu_only); the version counter (_guard_saved); the tools' hooks (_watch_op); autocast
+# (_autocast_call); and the one speed switch, fast.
+
+
+# -- Type promotion: the dtype of a result -------------------------------------
 # Type promotion: the dtype of a + b when a and b differ, PyTorch's rule.
 #   1. Categories rank bool < integer < floating.
 #   2. Operands rank in three tiers: tensors with dims > 0-d tensors > scalars
@@ -637,22 +916,32 @@ def _floating(x):
     return x if x.dtype.kind in 'fc' else _constant(_cast_copy(x.array, default_dtype))
 
 
-def unbroadcast(grad, shape):
-    """Undo broadcasting in backward: sum grad down to the operand's shape.
+def _scaled(a, b, alpha):
+    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
+    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
+    a bool one; for bools, alpha * b is b and bool(alpha)."""
+    if type(alpha) is int and alpha == 1:
+        return _operands(a, b)
+    dtype = result_type(a, b)
+    if isinstance(alpha, bool) and dtype != bool_:
+        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
+    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
+        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
+                        f"a float, got {alpha!r}")
+    if dtype == bool_:
+        return _as(a, dtype), _as(b if alpha else b * False, dtype)
+    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
 
-    In the forward pass an operand of shape (3,) was broadcast to (4, 3): it was
-    used 4 times, so its gradient is the sum of the 4 row gradients. Leading dims
-    that broadcasting added are summed away, dims of size 1 are summed with keepdims.
-    """
-    if grad.shape == shape:
-        return grad
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
-    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
-    return grad.reshape(shape)
+
+def _no_bool_subtraction(a, b):
+    """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
+    for x in (a, b):
+        if isinstance(x, bool) or isinstance(x, Tensor) and x.dtype == bool_:
+            raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
+                            "supported; to invert a mask use `~mask` or mask.logical_not()")
 
 
+# -- The layout of a result in memory ------------------------------------------
 def _broadcast_op(op, fn, a, b):
     """Run a broadcasting forward, its result laid out in memory as PyTorch's (below); a
     shape mismatch names the op and both shapes."""
@@ -719,111 +1008,22 @@ def _torch_order(shape, *operands):
     return perm[::-1]
 
 
-# In a two-input rule each input's gradient is computed only if that input requires
-# grad, then summed back to the input's shape (unbroadcast).
-def _scaled(a, b, alpha):
-    """add's and sub's operands a and alpha * b: alpha never changes the result's dtype
-    (that of a + b), and, as PyTorch, a float alpha needs a float result and a bool alpha
-    a bool one; for bools, alpha * b is b and bool(alpha)."""
-    if type(alpha) is int and alpha == 1:
-        return _operands(a, b)
-    dtype = result_type(a, b)
-    if isinstance(alpha, bool) and dtype != bool_:
-        raise TypeError(f"add/sub: a bool alpha needs a bool result, got {dtype}")
-    if isinstance(alpha, (float, np.floating, np.bool_)) and dtype.kind in 'biu':
-        raise TypeError(f"add/sub: for an integer or bool result ({dtype}), alpha must not be "
-                        f"a float, got {alpha!r}")
-    if dtype == bool_:
-        return _as(a, dtype), _as(b if alpha else b * False, dtype)
-    return _as(a, dtype), _as(b, dtype) * alpha  # cast, then scale: 2 * an int32 b can overflow
+def _overlaps(a):
+    """Whether some elements of array a share memory (a stride of 0 over a dim of size > 1,
+    as expand makes): PyTorch copies any other tensor in its own order, such a one in the
+    order of an op's result on it (_in_torch_order, above: the stride-0 dims keep their
+    row-major place, the others are ordered by stride around them)."""
+    return builtins.any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))
 
 
-def add(a, b, alpha=1):
-    a, b = _scaled(a, b, alpha)  # a + alpha b
-
-    # sa, sb: the shapes now (a later unsqueeze_, squeeze_ or t_ may reshape a or b in place)
-    def backward(g, sa=a.array.shape, sb=b.array.shape):
-        """d(a+b)/da = 1
-        d(a+b)/db = 1"""
-        return (unbroadcast(g, sa) if a.requires_grad else None,
-                unbroadcast(g, sb) if b.requires_grad else None)
-    return from_op(_broadcast_op('add', np.add, a, b), 'add', (a, b), backward)
+def _cast_copy(a, dtype):
+    """Array a cast to dtype: a copy laid out as PyTorch's cast lays it out (_overlaps)."""
+    if _overlaps(a):
+        return _in_torch_order(a.astype(dtype, order='C'), a)
+    return a.astype(dtype, order='K')
 
 
-def sub(a, b, alpha=1):
-    _no_bool_subtraction(a, b)
-    a, b = _scaled(a, b, alpha)  # a - alpha b
-
-    def backward(g, sa=a.array.shape, sb=b.array.shape):
-        """d(a-b)/da = 1
-        d(a-b)/db = -1"""
-        return (unbroadcast(g, sa) if a.requires_grad else None,
-                unbroadcast(-g, sb) if b.requires_grad else None)
-    return from_op(_broadcast_op('sub', np.subtract, a, b), 'sub', (a, b), backward)
-
-
-def mul(a, b):
-    a, b = _operands(a, b)
-
-    def backward(g, sa=a.array.shape, sb=b.array.shape):
-        """d(a*b)/da = b
-        d(a*b)/db = a"""
-        return (unbroadcast(g * b.array, sa) if a.requires_grad else None,
-                unbroadcast(g * a.array, sb) if b.requires_grad else None)
-    return from_op(_broadcast_op('mul', np.multiply, a, b), 'mul', (a, b), backward,
-                   saved=_each_reads_the_other(a, b))
-
-
-def _each_reads_the_other(a, b):
-    """What a product's rule reads (mul's, matmul's): b for a's gradient and a for b's, only
-    where that gradient is wanted (so x.mul_(2) needs no copy, and w of x @ w can change)."""
-    return (a, b) if a.requires_grad and b.requires_grad else (b,) if a.requires_grad else (a,)
-
-
-def div(a, b):
-    a, b = _operands(a, b, floating=True)  # int / int is a float32 in PyTorch
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0/0 = nan
-        out = _broadcast_op('div', np.true_divide, a, b)  # silently, as PyTorch
-
-    def backward(g, sa=a.array.shape, sb=b.array.shape):
-        """d(a/b)/da = 1/b
-        d(a/b)/db = -a/b^2"""
-        return (unbroadcast(g / b.array, sa) if a.requires_grad else None,
-                unbroadcast(-g * a.array / (b.array * b.array), sb) if b.requires_grad else None)
-    # saved: what the rule reads (b always, a only for b's gradient)
-    return from_op(out, 'div', (a, b), backward, saved=(a, b) if b.requires_grad else (b,))
-
-
-def pow(a, b):
-    """a ** b for a tensor and a Python number (either side) or two tensors."""
-    if isinstance(a, Tensor) and isinstance(b, (bool, int, float, np.number, np.bool_)):
-        return _pow_number(a, b)
-    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.kind == 'f'
-            and b.dtype.kind in 'iub' and result_type(a, b) == a.dtype):
-        return _pow_integer_exponent(a, b)
-    number_base = not isinstance(a, Tensor)
-    a, b = _operands(a, b)
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 0 ** -1 = inf, silently,
-        out = _broadcast_op('pow', _power, a, b)  # as PyTorch
-    if number_base and not out.flags.c_contiguous:  # number ** x is row-major in PyTorch
-        out = out.copy(order='C')  # (a tensor ** x keeps x's layout, as NumPy does)
-
-    def backward(g):
-        """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)
-        d(a^b)/db = a^b log(a)  (0 where a = 0 and b >= 0, as PyTorch)"""
-        ga = gb = None
-        if a.requires_grad:
-            with np.errstate(divide='ignore', invalid='ignore'):
-                ga = np.where(b.array == 0, 0, g * (b.array * a.array ** (b.array - 1)))
-            ga = unbroadcast(ga, a.shape)
-        if b.requires_grad:
-            with np.errstate(divide='ignore', invalid='ignore'):
-                gb = np.where((a.array == 0) & (b.array >= 0), 0, out * np.log(a.array))
-            gb = unbroadcast(g * gb, b.shape)
-        return ga, gb
-    return from_op(out, 'pow', (a, b), backward, saved=(a, b), saves_output=True)
-
-
+# -- pow's special cases -------------------------------------------------------
 def _pow_number(a, p):
     """tensor ** number."""
     if a.dtype.kind in 'iub' and isinstance(p, (int, np.integer)) and not isinstance(p, bool) \
@@ -882,68 +1082,329 @@ def _power_of(x, p):
         return np.sqrt(x) if p == 0.5 else 1 / np.sqrt(x) if p == -0.5 else x ** p
 
 
-def _rtruediv(x, other):
-    """number / tensor as PyTorch's Tensor.__rtruediv__ computes it: (1 / x) * number, two
-    roundings (0.6 / -0.2 is then -3.0000000000000004, not -2.9999999999999996; an int
-    tensor's 1 / x is float32). Anything else (an array) divides."""
-    if not isinstance(other, (bool, int, float, np.number, np.bool_)):
-        return div(other, x)
-    x = _floating(x)
-    c = other.item() if isinstance(other, np.generic) else other  # in x's dtype, as a number
-    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):  # 1/0 = inf, 0 * inf = nan
-        r = 1 / x.array  # (r is the rule's own: no later change of x can reach it)
-        out = r * c
+# -- Making tensors; casts -----------------------------------------------------
+def _dtype_of_python_data(data):
+    """tensor([1.5, 2]) is float32, tensor([1, 2]) is int64, as in PyTorch."""
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"tensor: {e}") from None
+    if arr.dtype.kind not in 'biufc':
+        raise TypeError(f"tensor: data must be numbers or booleans (nested lists or a NumPy "
+                        f"array of them), got {type(data).__name__} of dtype {arr.dtype}")
+    if isinstance(data, (np.ndarray, np.generic)):  # NumPy data keeps its dtype
+        return arr
+    if arr.dtype.kind == 'f':
+        return arr.astype(default_dtype)
+    if arr.dtype.kind in 'iu':
+        return arr.astype(int64)
+    return arr
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """Create a leaf tensor. Python floats become float32, ints int64; a NumPy array
+    keeps its dtype (float64 stays float64). device: the CPU (None, 'cpu'); pin_memory is
+    accepted and changes nothing (it speeds copies to a GPU)."""
+    _cpu_only(device, 'tensor')
+    return Tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def to(self, dtype):
+    """Cast to a dtype; between float dtypes the gradient is cast back."""
+    dtype = np.dtype(dtype)
+    if dtype == self.dtype:
+        return self
+    src = self.dtype
 
     def backward(g):
-        """d(c/x)/dx = -c/x^2  (as PyTorch: (g c) times d(1/x)/dx = -(1/x)^2)"""
-        with np.errstate(over='ignore', invalid='ignore'):
-            return (-(g * c) * (r * r),)
-    return from_op(out, 'div', (x,), backward)
+        """d cast(x)/dx = 1  (g cast back to the input's dtype)"""
+        return (g.astype(src),)
+    with np.errstate(invalid='ignore'):  # nan to an integer: silently, as PyTorch
+        out = from_op(_cast_copy(self.array, dtype), 'to', (self,), backward)
+    if dtype.kind not in 'fc':
+        out = detach(out)
+    return out
 
 
-def _no_bool_subtraction(a, b):
-    """PyTorch refuses a bool tensor or a Python bool in a subtraction."""
-    for x in (a, b):
-        if isinstance(x, bool) or isinstance(x, Tensor) and x.dtype == bool_:
-            raise TypeError("sub: subtraction, the `-` operator, with a bool tensor is not "
-                            "supported; to invert a mask use `~mask` or mask.logical_not()")
+def detach(x):
+    """Same data (shared, as in PyTorch), outside the graph."""
+    out = Tensor.__new__(Tensor)
+    _init_result(out, x.array, x._vc)
+    x._shared = out._shared = True  # an in-place op on either writes into the shared memory
+    return out
 
 
-def neg(a):
-    if a.dtype == bool_:
-        raise TypeError("neg: negation, the `-` operator, of a bool tensor is not supported; "
-                        "to invert a mask use `~mask` or mask.logical_not()")
-
-    def backward(g):
-        """d(-x)/dx = -1"""
-        return (-g,)
-    return from_op(-a.array, 'neg', (a,), backward)
+# -- A tensor as a Python value (x.item(), len(x), if x: ...; the table at the end of 6b) -
+def _size(self, dim=None):
+    return self.shape if dim is None else self.shape[_dim(dim, self.ndim, 'size')]
 
 
-# Comparisons give boolean tensors outside the graph: a step has no gradient (as PyTorch).
-def _compare(fn):
-    def compare(self, other):
-        a, b = _operands(self, other)
-        return _constant(_broadcast_op(fn.__name__, fn, a, b))
-    return compare
+def _dim_count(self):
+    return self.ndim
 
 
-eq, ne, lt, le, gt, ge = (_compare(f) for f in (np.equal, np.not_equal, np.less, np.less_equal,
-                                                np.greater, np.greater_equal))
+def _numel(self):
+    return self.array.size
 
 
-_methods(__eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge, eq=eq, ne=ne, lt=lt,
-         le=le, gt=gt, ge=ge)
-_methods(__add__=add, add=add, __radd__=lambda self, other: add(other, self), __sub__=sub, sub=sub,
-         __rsub__=lambda self, other: sub(other, self), __mul__=mul, mul=mul,
-         __rmul__=lambda self, other: mul(other, self), __truediv__=div, div=div,
-         __rtruediv__=_rtruediv, __pow__=pow, pow=pow,
-         __rpow__=lambda self, other: pow(other, self), __neg__=neg, neg=neg)
+def _len(self):
+    if self.ndim == 0:
+        raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
 
 
-# ---------------------------------------------------------------------------
-# 4. Matrix multiplication
-# ---------------------------------------------------------------------------
+def _item(self):
+    if self.array.size != 1:
+        raise ValueError(f"item(): only a one-element tensor can be converted to a Python "
+                         f"number, got shape {tuple(self.shape)}")
+    return self.array.reshape(()).item()
+
+
+def _numpy(self):
+    if self.requires_grad:
+        raise RuntimeError("numpy(): this tensor requires grad; call .detach().numpy()")
+    return self.array
+
+
+def _tolist(self):
+    return self.array.tolist()
+
+
+def _float(self):
+    return float(self.item())
+
+
+def _int(self):
+    return int(self.item())
+
+
+def _bool(self):
+    if self.array.size != 1:
+        raise RuntimeError(f"the truth value of a tensor of shape {tuple(self.shape)} "
+                           "is ambiguous; use .any() or .all()")
+    return bool(self.array.reshape(()))
+
+
+def _iter(self):
+    return (self[i] for i in range(len(self)))
+
+
+# -- Printing: as PyTorch prints -----------------------------------------------
+class Size(tuple):
+    """torch.Size: a tensor's shape, a tuple that prints as PyTorch prints it."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f'torch.Size({list(self)})'
+
+    def numel(self):
+        return math.prod(self)
+
+
+# How a tensor prints: as PyTorch prints it, with set_printoptions' options (section 18).
+_PRINT_DEFAULTS = dict(precision=4, threshold=1000, edgeitems=3, linewidth=80, sci_mode=None)
+_print_options = dict(_PRINT_DEFAULTS)
+
+
+def _tensor_text(a, suffixes):
+    """tensor(values, suffix, ...) as PyTorch writes it: a suffix (dtype=..., grad_fn=...) that
+    would pass the line width goes on a line of its own."""
+    text = 'tensor(' + _array_text(a)
+    last = len(text) - text.rfind('\n') + 1  # the last line's length, as PyTorch counts it
+    for suffix in suffixes:
+        if last + len(suffix) + 2 > _print_options['linewidth']:
+            text += ',\n' + ' ' * len('tensor(') + suffix
+            last = len('tensor(') + len(suffix)
+        else:
+            text += ', ' + suffix
+            last += len(suffix) + 2
+    return text + ')'
+
+
+def _array_text(a):
+    """A tensor's values as PyTorch prints them: 4 decimals, or e-notation where the
+    magnitudes span more than 1000x (or pass 1e8, or go under 1e-4); floats that are whole
+    numbers as "2."; lines of at most 80 characters; an empty tensor with more than one dim
+    says its size. Other digits, widths or sci_mode, once set_printoptions set them."""
+    if a.size == 0 and a.ndim > 1:
+        return f'[], size={a.shape}'
+    o = _print_options
+    threshold = sys.maxsize if o['threshold'] == math.inf else o['threshold']
+    # a row cut short by a summary ('...' in it) is laid out as PyTorch's (_summarised_rows)
+    cut = a.ndim > 0 and a.size > threshold and a.shape[-1] > 2 * o['edgeitems']
+    width = o['linewidth']
+    # the format is chosen from the elements shown, as PyTorch's (a summary hides the rest)
+    shown = _shown(a, o['edgeitems']) if a.size > threshold else a
+    # True alone prints as True, as PyTorch's; NumPy pads it to the width of False
+    formatter = {'bool': str} if a.dtype == bool_ and shown.all() else {}
+    with np.printoptions(threshold=threshold, edgeitems=o['edgeitems']):
+        if o['sci_mode'] is not None or (o['precision'], o['linewidth']) != (4, 80):
+            sci = o['sci_mode']
+            if sci:
+                formatter['float_kind'] = lambda v: f"{v:.{o['precision']}e}"
+            text = np.array2string(a, separator=', ', prefix='tensor(', precision=o['precision'],
+                                   max_line_width=width, floatmode='fixed',
+                                   suppress_small=not sci, formatter=formatter or None)
+        else:
+            finite = np.abs(shown[np.isfinite(shown)]) if a.dtype.kind == 'f' else np.ones(1)
+            nonzero = finite[finite != 0]
+            wide = nonzero.size > 0 and (nonzero.max() > 1e8 or nonzero.max() > 1000 * nonzero.min())
+            whole = np.all(finite == np.floor(finite)) and not wide
+            small = nonzero.size > 0 and nonzero.min() < 1e-4 and not whole
+            text = np.array2string(a, separator=', ', prefix='tensor(', precision=4,
+                                   max_line_width=width,
+                                   floatmode='maxprec_equal' if whole else 'fixed',
+                                   suppress_small=not (wide or small), formatter=formatter or None)
+    return _summarised_rows(text, a.ndim, width) if cut else text
+
+
+def _shown(a, edge):
+    """The elements a summary shows: the first and last `edge` along every longer dim."""
+    for d, n in enumerate(a.shape):
+        if n > 2 * edge:
+            a = np.take(a, np.r_[0:edge, n - edge:n], axis=d)
+    return a
+
+
+def _summarised_rows(text, ndim, width):
+    """NumPy's text of a tensor whose rows a summary cut short, each row laid out again as
+    PyTorch lays it out: its elements right-aligned to one width w, the summary an element
+    ' ...' of its own ('...' in NumPy), and floor((width - indent) / (w + 2)) elements on
+    each line (NumPy fills each line instead)."""
+    indent = len('tensor(') + ndim - 1  # where a row's elements start, after its brackets
+    wrap = '\n' + ' ' * (indent + 1)
+
+    def row(inside):
+        items = inside.replace(',' + wrap, ', ').split(', ')
+        w = builtins.max(len(t) for t in items if t != '...')
+        items = [' ...' if t == '...' else t.rjust(w) for t in items]
+        per_line = builtins.max(1, (width - indent) // (w + 2))
+        lines = [', '.join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+        return '[' + (',' + wrap).join(lines) + ']'
+    pieces, done = [], 0  # each innermost [...] (no bracket inside) is a row
+    close = text.find(']')
+    while close >= 0:
+        start = text.rfind('[', done, close)
+        if start >= 0:
+            pieces += [text[done:start], row(text[start + 1:close])]
+            done = close + 1
+        close = text.find(']', close + 1)
+    return ''.join(pieces) + text[done:]
+
+
+# tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
+# Backward0" does not give PyTorch's (docs/pytorch-code.md: "grad_fn").
+_GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
+                  'clamp': 'ClampBackward1', 'layer_norm': 'NativeLayerNormBackward0',
+                  'bce_with_logits': 'BinaryCrossEntropyWithLogitsBackward0',
+                  'pad': 'ConstantPadNdBackward0', 'log1p': 'Log1PBackward0',
+                  'max_pool2d': 'MaxPool2DWithIndicesBackward0',
+                  'norm': 'LinalgVectorNormBackward0', 'CopySlices': 'CopySlices'}
+
+
+def _grad_fn_name(t):
+    """PyTorch's name for the node that made t: 'mul' -> 'MulBackward0'. PyTorch numbers
+    the variants of an op: sum() is SumBackward0, sum(dim) SumBackward1; max() is
+    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims.
+    Each output of a Function has the Function's node."""
+    if t._op.endswith(' output') and len(t._parents) == 1:
+        t = t._parents[0]
+    op = t._op
+    if op.endswith('Backward') or op in ('CopySlices',):  # a Function subclass: its own name
+        return _GRAD_FN_NAMES.get(op, op)
+    op = op.rstrip('_')  # an in-place op has its out-of-place twin's node
+    full = t.ndim == 0  # a reduction to one number (PyTorch: the variant without dim)
+    if op in ('sum', 'mean'):
+        return op.capitalize() + ('Backward0' if full else 'Backward1')
+    if op in ('max', 'min'):
+        return op.capitalize() + ('Backward1' if full else 'Backward0')
+    if op == 'matmul' and len(t._parents) == 2:
+        dims = tuple(p.ndim for p in t._parents)
+        return {(1, 1): 'DotBackward0', (2, 1): 'MvBackward0',
+                (2, 2): 'MmBackward0'}.get(dims, 'MatmulBackward0')
+    if op in _GRAD_FN_NAMES:
+        return _GRAD_FN_NAMES[op]
+    return ''.join(w[:1].upper() + w[1:] for w in op.replace(' ', '_').split('_')) + 'Backward0'
+
+
+# -- Devices: the one device is the CPU ----------------------------------------
+class device:
+    """torch.device: where a tensor lives. tinytorch computes with NumPy on the CPU, so
+    'cpu' is its one device; naming another is fine, using it is refused (_cpu_only)."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        type, _, number = str(type).partition(':')
+        self.type, self.index = type, int(number) if number else index
+
+    def __repr__(self):
+        more = '' if self.index is None else f', index={self.index}'
+        return f"device(type='{self.type}'{more})"
+
+    def __str__(self):
+        return self.type if self.index is None else f'{self.type}:{self.index}'
+
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+_CPU = device('cpu')
+
+
+def _cpu_only(where, what):
+    """device=... arguments: None or the CPU; any other device gets one clear line."""
+    if where is None or where == 'cpu' or (isinstance(where, (str, device)) and
+                                          device(where).type == 'cpu'):
+        return _CPU
+    raise RuntimeError(f"{what}: device {str(where)!r} is not available: tinytorch computes with "
+                       "NumPy on the CPU (use 'cpu'; to run a model on a GPU, export it to "
+                       "PyTorch with export.py)")
+
+
+# -- The version counter -------------------------------------------------------
+# The version counter. A rule often reads arrays from the forward pass: mul's rule reads
+# both factors, exp's its own output. If one of them is changed in place before backward
+# (x += 1), the rule would return a wrong gradient without a word. So every tensor has a
+# version counter, `_vc`: a one-element list, shared with its views and bumped by every
+# in-place change (section 13). from_op records (counter, version now, shape) of each
+# array the rule reads in the output's `_saved`, and backward compares before it runs the
+# rule (_check_saved, in section 6).
+def _guard_saved(out, saved, saves_output):
+    """Record the version of each array out's rule reads."""
+    # the counter, not the tensor, so that an output saving itself makes no reference cycle
+    records = []
+    for t in saved:
+        records.append((t._vc, t._vc[0], t.array.shape))
+    if saves_output:
+        records.append((out._vc, out._vc[0], out.array.shape))
+    out._saved = records
+
+
+# -- The tools' hooks ----------------------------------------------------------
+# The tools in lookinside.py (profile, detect_anomaly) watch every op and every backward
+# rule: `with` puts them in the list _hooks, and then from_op and backward call these two.
+# When no tool is on, that costs one check of an empty list per op.
+def _watch_op(out, op, parents):
+    """Tell the tools that watch that op made out."""
+    for hook in _hooks:
+        hook.op(out, op, parents)
+
+
+def _run_rule(node, g):
+    """Run node's backward rule; the tools that watch see it start and end."""
+    for hook in _hooks:
+        hook.rule_start(node)
+    grads = node._backward(g)
+    for hook in _hooks:
+        hook.rule_end(node, grads)
+    return grads
+
+
+# -- Mixed precision: autocast -------------------------------------------------
 # Mixed precision: inside `with torch.autocast('cpu', dtype=torch.float16)` (amp.py) this is
 # float16, and the ops PyTorch's CPU autocast lists run through _autocast_op (one decorator
 # line each): matmul (below), and in nn.py linear, the convolutions and attention compute
@@ -988,314 +1449,20 @@ def _autocast_call(op, policy, args, kwargs):
         _autocast_dtype = low
 
 
-def _same_dtype(op, **tensors):
-    """Matrix products refuse mixed dtypes, as PyTorch does: promoting a float32 weight
-    to float64 silently would double the memory and the time of a whole model."""
-    given = [(name, t) for name, t in tensors.items() if t is not None]
-    for name, t in given:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}; wrap "
-                            "arrays with tt.tensor(...)")
-    name0, t0 = given[0]
-    for name, t in given[1:]:
-        if t.array.dtype != t0.array.dtype:
-            raise RuntimeError(f"{op}: {name0} is {t0.dtype} but {name} is {t.dtype}; they must "
-                               f"have the same dtype: convert one (x.float() for a float32 model)")
+# -- The one speed switch ------------------------------------------------------
+# The one speed switch. Part I has no fast code: every op in it is the plain code. Later
+# ops may have a fast twin (a Speed kernel in section 20, nn.py's fused conv, pool and
+# recurrent direction, transformer.py's fused attention, optim.py's adam_step_), which
+# computes the same numbers and runs only while this is True: TINYTORCH_PLAIN=1 in the
+# environment, or tt.fast = False, runs the plain code everywhere.
+fast = os.environ.get('TINYTORCH_PLAIN', '0') != '1'
 
 
-@_autocast_op('lower')  # inside torch.autocast: in float16 (above); else as below
-def matmul(a, b):
-    """a @ b for 1-D, 2-D and batched N-D operands (batch dims broadcast).
-
-    A 1-D left operand is treated as a row (1, n), a 1-D right operand as a
-    column (n, 1); the added dim is removed from the result, as in PyTorch.
-    """
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
-    _same_dtype('matmul', first=a, second=b)
-    ka = a.shape[-1]
-    kb = b.shape[-2] if b.ndim > 1 else b.shape[0]
-    if ka != kb:
-        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
-                         f"compatible: {ka} (last dim of the first) != {kb} (rows of the second)")
-    try:
-        with np.errstate(invalid='ignore', over='ignore'):  # 1e30 * 1e30 = inf, silently, as PyTorch
-            out = np.matmul(a.array, b.array)
-    except ValueError:
-        raise ValueError(f"matmul: batch dims of shapes {tuple(a.shape)} and {tuple(b.shape)} "
-                         "cannot be broadcast together") from None
-
-    def backward(g):
-        """d(A@B)/dA: g @ B^T
-        d(A@B)/dB: A^T @ g"""
-        # On the operands as matrices: a 1-D a is a row (1, n), a 1-D b a column (n, 1),
-        # and g gets back the dims they lost. Broadcast batch dims are summed back.
-        A = a.array if a.ndim > 1 else a.array[None, :]
-        B = b.array if b.ndim > 1 else b.array[:, None]
-        G = g[..., None] if b.ndim == 1 else g
-        G = G[..., None, :] if a.ndim == 1 else G
-        ga = gb = None
-        if a.requires_grad:
-            ga = unbroadcast(np.matmul(G, np.swapaxes(B, -1, -2)), A.shape).reshape(a.shape)
-        if b.requires_grad:
-            gb = unbroadcast(np.matmul(np.swapaxes(A, -1, -2), G), B.shape).reshape(b.shape)
-        return ga, gb
-    return from_op(out, 'matmul', (a, b), backward, saved=_each_reads_the_other(a, b))
-
-
-_methods(__matmul__=matmul, matmul=matmul,
-         __rmatmul__=lambda self, other: matmul(_operands(other, self)[0], self))
-
-
-# ---------------------------------------------------------------------------
-# 5. Sum and mean, exp and log
-# ---------------------------------------------------------------------------
-def _expand_back(g, shape, axes, keepdim):
-    """Backward of a reduction: put the reduced axes back (as size 1) and
-    broadcast g over them: every input element of a reduced slice receives it."""
-    if not keepdim and axes:
-        g = np.expand_dims(g, axes)
-    return np.broadcast_to(g, shape)
-
-
-def _row_major(a):
-    """A reduction's (or a scan's) result in row-major order, as PyTorch's: NumPy keeps the
-    input's order of dims in memory (x.T.sum(0) is strided), so a later view would fail."""
-    return a if a.flags.c_contiguous else a.copy(order='C')
-
-
-def _numpy_keywords(fn):
-    """PyTorch also takes NumPy's keyword names: x.sum(axis=1, keepdims=True)."""
-    @functools.wraps(fn)
-    def reduction(*args, **kwargs):
-        if 'keepdims' in kwargs:
-            kwargs['keepdim'] = kwargs.pop('keepdims')
-        if 'axis' in kwargs:
-            kwargs['dim'] = kwargs.pop('axis')
-        return fn(*args, **kwargs)
-    return reduction
-
-
-@_numpy_keywords  # x.sum(axis=, keepdims=) too, as PyTorch
-def sum(x, dim=None, keepdim=False, *, dtype=None):
-    if dtype is not None:
-        x = to(x, dtype)  # sum in that dtype (a cast)
-    axes = _dims(dim, x.ndim, 'sum')
-
-    def backward(g, xs=x.array.shape):
-        """d sum / dx_i = 1  (g broadcast back over the summed dims)"""
-        return (_expand_back(g, xs, axes, keepdim),)
-    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
-        out = np.sum(x.array, axis=axes, keepdims=keepdim)
-    return from_op(_row_major(out), 'sum', (x,), backward)
-
-
-@_numpy_keywords  # x.mean(axis=, keepdims=) too, as PyTorch
-def mean(x, dim=None, keepdim=False, *, dtype=None):
-    if dtype is not None:
-        x = to(x, dtype)
-    if x.dtype.kind not in 'fc':
-        raise TypeError(f"mean: the mean of a {x.dtype} tensor needs a float dtype; pass "
-                        "dtype=tt.float32 or convert it with .float()")
-    axes = _dims(dim, x.ndim, 'mean')
-    n = math.prod(x.shape[a] for a in axes)
-
-    def backward(g, xs=x.array.shape):
-        """d mean / dx_i = 1/n  (g broadcast back over the n averaged elements)"""
-        return (_expand_back(g / n, xs, axes, keepdim),)
-    with np.errstate(invalid='ignore', over='ignore'):  # inf + -inf = nan, silently, as PyTorch
-        out = (np.mean(x.array, axis=axes, keepdims=keepdim) if n else  # (np.mean warns of 0/0:
-               np.sum(x.array, axis=axes, keepdims=keepdim) / n)  # the mean of nothing is nan)
-    return from_op(_row_major(out), 'mean', (x,), backward)
-
-
-def exp(x):
-    x = _floating(x)
-    with np.errstate(over='ignore'):  # exp(1000) = inf, silently, as PyTorch
-        out = np.exp(x.array)
-
-    def backward(g):
-        """d e^x/dx = e^x"""
-        return (g * out,)
-    return from_op(out, 'exp', (x,), backward, saves_output=True)
-
-
-def log(x):
-    x = _floating(x)
-
-    def backward(g):
-        """d log(x)/dx = 1/x"""
-        return (g / x.array,)
-    with np.errstate(divide='ignore', invalid='ignore'):  # log(0) = -inf, log(-1) = nan, silently
-        return from_op(np.log(x.array), 'log', (x,), backward, saved=(x,))
-
-
-_methods(sum=sum, mean=mean, exp=exp, log=log)
-
-
-# ---------------------------------------------------------------------------
-# 6. Backward: reverse-mode automatic differentiation
-# ---------------------------------------------------------------------------
-def backward(tensor, gradient=None, retain_graph=False):
-    """Fill .grad of every leaf that `tensor` depends on: d tensor / d leaf.
-
-    Walks the graph from the output back to the leaves (reverse topological
-    order), calling each op's backward rule with the gradient of its output and
-    adding what it returns into the gradients of its inputs. A tensor used twice
-    receives the sum of both contributions (the multivariable chain rule).
-    """
-    for node, g, _ in _walk(tensor, _initial_gradient(tensor, gradient), retain_graph):
-        if node._backward is None or node._retains_grad:  # a leaf, or asked for
-            _accumulate(node, g)
-
-
-def _walk(root, g_root, retain_graph=False):
-    """The walk behind backward: yields (tensor, d root / d tensor, what its rule
-    returned for each of its inputs) for every tensor the gradient reaches, outputs
-    before inputs. A leaf has no rule: its third item is None."""
-    grads = {id(root): g_root}  # id(tensor) -> d root / d tensor, summed over paths
-    order = _topological_order(root)  # no rule saved a tensor (x + 1): nothing to free, and
-    retain_graph = retain_graph or not builtins.any(n._saved for n in order)  # a 2nd walk runs
-    # A rule computes inf and nan silently, as PyTorch's (log's g / x at x = 0 is inf): NumPy's
-    # warnings are off for the walk, once (per rule it would cost more than a small op), and
-    # so also while the caller adds up what it yields (inf + -inf is nan, silently).
-    with np.errstate(all='ignore'):
-        for node in reversed(order):
-            key = id(node)
-            if key not in grads:
-                continue  # no gradient reached it
-            if isinstance(grads[key], np.generic):  # NumPy's arithmetic on 0-d arrays gives
-                grads[key] = np.asarray(grads[key])  # scalars; a gradient is always an array
-            if node._backward is None:  # a leaf
-                yield node, grads.pop(key), None
-                continue
-            g = grads.pop(key)
-            if node._saved:
-                _check_saved(node)  # the version counter (section 2)
-            # the op's rule: one step of the chain rule (_run_rule lets the tools watch it)
-            rule_out = node._backward(g) if not _hooks else _run_rule(node, g)
-            yield node, g, rule_out
-            for p, pg in zip(_inputs(node), rule_out):
-                if pg is None or not p.requires_grad:
-                    continue
-                if getattr(pg, 'shape', None) != p.array.shape or pg.dtype != p.array.dtype:
-                    _wrong_gradient(node, p, pg)  # a guard rail for the rules you write
-                key = id(p)
-                grads[key] = grads[key] + pg if key in grads else pg  # two paths add up
-            if not retain_graph:
-                _free(node)
-
-
-def _inputs(node):
-    """node's inputs as node's op read them. Usually just node._parents; but an input
-    changed in place after node's op ran (h += 1: section 13 (in-place ops)) has a new
-    history since, and its value as node read it is an older self: h._older, numbered by
-    the order ops ran (_seq). Without in-place ops, every input ran before node and this
-    returns _parents."""
-    parents = node._parents
-    for p in parents:
-        if p._seq >= node._seq:
-            return tuple(p if p._seq < node._seq else _as_read_by(node, p) for p in parents)
-    return parents
-
-
-def _as_read_by(node, p):
-    """The version of p that node's op read (p's history was rewritten since)."""
-    while p._seq >= node._seq:
-        p = p._older
-    return p
-
-
-def _topological_order(root):
-    """Every tensor that root depends on (and that requires grad), inputs before
-    outputs. Iterative depth-first search, so a chain of 100,000 ops is no problem
-    (a recursive version would hit Python's recursion limit)."""
-    order, visited = [], set()
-    todo = [(root, False)]
-    while todo:
-        node, expanded = todo.pop()
-        if expanded:
-            order.append(node)  # all of node's inputs are already in order
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        todo.append((node, True))
-        for p in _inputs(node):
-            if p.requires_grad and id(p) not in visited:
-                todo.append((p, False))
-    return order
-
-
-def _initial_gradient(tensor, gradient):
-    """d tensor / d tensor: ones for a single number, else the gradient the caller gave."""
-    if not tensor.requires_grad:
-        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn "
-                           "(no input had requires_grad=True, or it was made under no_grad)")
-    if gradient is None:
-        if tensor.array.size != 1:
-            raise RuntimeError(f"backward: grad can be created implicitly only for a "
-                               f"single-element output, got shape {tuple(tensor.shape)}; "
-                               "pass gradient=...")
-        return np.ones_like(tensor.array)
-    gradient = gradient.array if isinstance(gradient, Tensor) else gradient
-    if tuple(np.shape(gradient)) != tuple(tensor.shape):
-        raise RuntimeError(f"backward: gradient has shape {tuple(np.shape(gradient))} but "
-                           f"the tensor has shape {tuple(tensor.shape)}")
-    return gradient
-
-
-def _accumulate(t, g):
-    """t.grad += g: gradients accumulate across backward calls, never overwrite."""
-    if t._grad is not None:
-        t._grad.array += g
-    else:  # (add's rule gives its one g to both inputs)
-        t._grad = _constant(g.astype(t.dtype, copy=True))  # g may be shared: a copy
-
-
-def _wrong_gradient(node, x, pg):
-    """A rule returned a gradient that can't be input x's: say which op, which input,
-    what was wrong and the likely cause."""
-    i = next(k for k, p in enumerate(_inputs(node)) if p is x)
-    shape, dtype = getattr(pg, 'shape', None), getattr(pg, 'dtype', None)
-    if shape is None or dtype is None:
-        problem = f"returned a {type(pg).__name__}, not an array"
-    elif shape != tuple(x.shape):
-        problem = (f"returned a gradient of shape {shape} for an input of shape "
-                   f"{tuple(x.shape)}; a rule must sum the gradient back to its input's shape "
-                   "(see unbroadcast)")
-    else:
-        problem = (f"returned a {dtype} gradient for a {x.dtype} input; a gradient has its "
-                   "input's dtype (cast with .astype(x.dtype))")
-    raise RuntimeError(f"backward through '{node._op}': its rule {problem} (input {i})")
-
-
-def _check_saved(node):
-    """Refuse to run a rule whose saved arrays were changed in place after the forward pass
-    (it would return a wrong gradient without a word)."""
-    for counter, version, shape in node._saved:
-        if counter[0] != version:
-            raise RuntimeError(
-                f"backward through '{node._op}': a tensor of shape {tuple(shape)} that it "
-                f"saved for backward was modified in place (it is at version {counter[0]}, "
-                f"expected version {version}); use an out-of-place op or .clone() first")
-
-
-def _freed_graph(g):
-    raise RuntimeError("backward: trying to backward through the graph a second time (its "
-                       "buffers were freed by the first backward); pass retain_graph=True to "
-                       "the first backward if you need to go through it twice")
-
-
-def _free(node):
-    """Drop what the rule holds (its inputs, their arrays): the graph can't be walked again."""
-    node._backward = _freed_graph
-    node._parents = ()
-    node._saved = ()
-
-
-_methods(backward=backward)
+# Part I, continued, gives Tensor these methods: a tensor as a Python value, and x._version
+# (how often x was changed in place: the version counter)
+_methods(size=_size, dim=_dim_count, numel=_numel, __len__=_len, item=_item, numpy=_numpy,
+         tolist=_tolist, __float__=_float, __int__=_int, __bool__=_bool, __iter__=_iter,
+         _version=property(lambda self: self._vc[0]))
 
 # END OF PART I: a working engine. Everything below adds to it.
 
@@ -1307,14 +1474,62 @@ _methods(backward=backward)
 # ---------------------------------------------------------------------------
 # 7. Casts by name
 # ---------------------------------------------------------------------------
-# Part I (section 3) has PyTorch's rule for operands of different dtypes and to(dtype);
+# Part I (section 6b) has PyTorch's rule for operands of different dtypes and to(dtype);
 # here are the casts by name (x.float(), ...) and the test for a float dtype.
 def is_floating_point(x):
     return x.dtype.kind == 'f'
 
 
+# legacy names: torch.FloatTensor, x.type(), x.new(...)
+_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
+               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
+               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
+               bool_: 'BoolTensor'}
+
+
+class _LegacyTensorType(type):
+    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
+    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
+    isinstance(x, torch.FloatTensor) asks for x's dtype."""
+
+    def __call__(cls, *args):
+        if args and builtins.all(isinstance(a, int) for a in args):
+            return zeros(*args, dtype=cls.dtype)
+        return tensor(args[0] if args else [], dtype=cls.dtype)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+    def __repr__(cls):
+        return f"<class 'torch.{cls.__name__}'>"
+
+
+for _dt, _name in _TYPE_NAMES.items():
+    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
+
+
+def _type(x, dtype=None, non_blocking=False, **kwargs):
+    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
+    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
+    if dtype is None:
+        return 'torch.' + _TYPE_NAMES[x.dtype]
+    if isinstance(dtype, str):
+        name = dtype.rsplit('.', 1)[-1]
+        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
+        if dtype is None:
+            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
+    dtype = getattr(dtype, 'dtype', dtype)
+    return x if x.dtype == dtype else to(x, dtype)
+
+
+def _bfloat16(x, *args, **kwargs):
+    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
+                    "use .float() (float32)")
+
+
 _methods(is_floating_point=is_floating_point, float=lambda self: to(self, float32),
-         double=lambda self: to(self, float64), long=lambda self: to(self, int64))
+         double=lambda self: to(self, float64), long=lambda self: to(self, int64),
+         type=_type, bfloat16=_bfloat16, byte=lambda x: to(x, np.dtype(np.uint8)))
 
 
 # ---------------------------------------------------------------------------
@@ -1375,6 +1590,17 @@ def cos(x):
         return from_op(np.cos(x.array), 'cos', (x,), backward, saved=(x,))
 
 
+def tan(x):
+    x = _floating(x)
+    with np.errstate(invalid='ignore'):  # tan(inf) = nan, silently, as PyTorch
+        out = np.tan(x.array)
+
+    def backward(g):
+        """d tan(x)/dx = 1 + tan(x)^2"""
+        return (g * (1 + out * out),)
+    return from_op(out, 'tan', (x,), backward, saves_output=True)
+
+
 def tanh(x):
     x = _floating(x)  # an integer tensor's tanh is a float32 one, as in PyTorch
     out = np.tanh(x.array)
@@ -1410,26 +1636,6 @@ def sigmoid(x):
         """d sigma(x)/dx = sigma(x) (1 - sigma(x))"""
         return (g * out * (1 - out),)
     return from_op(out, 'sigmoid', (x,), backward, saves_output=True)
-
-
-def relu(x):
-    if x.dtype == bool_:
-        raise TypeError("relu: bool inputs are not supported (as in PyTorch)")
-    out = np.maximum(x.array, 0)  # nan stays nan, -inf becomes 0
-    zero = x.array == 0
-    if zero.any():  # and -0.0 stays -0.0, as PyTorch's (NumPy's maximum gives +0.0)
-        out = np.where(zero, x.array, out)
-    keep = ~(out <= 0)  # where the gradient passes: x > 0 (and nan, as PyTorch)
-
-    def backward(g):
-        """d relu(x)/dx = 1 where x > 0, else 0"""
-        gx = g * keep
-        # an inf or nan in g where relu passes nothing makes 0 * inf = nan: select there
-        # instead (slower, so only then)
-        if np.isnan(gx).any():
-            gx = np.where(keep, g, 0)
-        return (gx,)
-    return from_op(out, 'relu', (x,), backward)
 
 
 def log1p(x):
@@ -1579,7 +1785,7 @@ def _clamp_per_element(x, lo, hi):
     out = _clip(x.array, None if lo is None else lo.array, None if hi is None else hi.array)
     inputs = tuple(v for v in (x, lo, hi) if v is not None)
     if not builtins.all(v.array.flags.c_contiguous for v in inputs):
-        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 3)
+        out = _in_torch_order(out, *(v.array for v in inputs))  # as PyTorch's (section 6b)
 
     def backward(g):
         """d clamp/dx = 1 unless x < lo or x > hi (so 1 at a nan); 1/2 at x = lo < hi or lo < hi = x
@@ -1642,7 +1848,7 @@ def where(condition, a, b):
                          f"{tuple(b.shape)} cannot be broadcast together") from None
     c = np.asarray(cond)
     if not (c.flags.c_contiguous and a.array.flags.c_contiguous and b.array.flags.c_contiguous):
-        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 3)
+        out = _in_torch_order(out, c, a.array, b.array)  # as PyTorch's (section 6b)
 
     def backward(g, sa=a.shape, sb=b.shape):
         """d where(c,a,b)/da = 1 where c, else 0
@@ -1951,7 +2157,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = _operands(a, b)
     out = np.isclose(a.array, b.array, rtol=rtol, atol=atol, equal_nan=equal_nan)
     if not (a.array.flags.c_contiguous and b.array.flags.c_contiguous):
-        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 3)
+        out = _in_torch_order(out, a.array, b.array)  # as PyTorch's a == b (section 6b)
     return _constant(out)
 
 
@@ -1972,7 +2178,20 @@ def all(x, dim=None, keepdim=False):
                             keepdims=keepdim))
 
 
-_methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=relu, log1p=log1p,
+def equal(input, other):
+    """torch.equal: True if both have the same shape and the same values (nan is not equal
+    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
+    for name, t in (('input', input), ('other', other)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
+                            f"{type(t).__name__}")
+    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
+
+
+multiply = mul
+
+
+_methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, log1p=log1p,
          expm1=expm1, erf=erf, gelu=gelu, clamp=clamp, maximum=maximum, minimum=minimum,
          masked_fill=masked_fill, __abs__=abs, clip=clamp, clamp_min=clamp_min,
          clamp_max=clamp_max, square=square, rsqrt=rsqrt, reciprocal=reciprocal, log2=log2,
@@ -1987,7 +2206,9 @@ _methods(sqrt=sqrt, abs=abs, sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=
          __rxor__=bitwise_xor, floor_divide=floor_divide, remainder=remainder, fmod=fmod,
          logical_and=logical_and, logical_or=logical_or, logical_xor=logical_xor,
          __invert__=_bitwise_not, bitwise_not=_bitwise_not, logical_not=logical_not, isnan=isnan,
-         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all)
+         isinf=isinf, isfinite=isfinite, isclose=isclose, allclose=allclose, any=any, all=all,
+         tan=tan, equal=equal, multiply=multiply,
+         where=lambda x, condition, other: where(condition, x, other))
 
 
 # ---------------------------------------------------------------------------
@@ -2478,10 +2699,23 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x.array, axis=d, keepdims=keepdim))
 
 
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
+    gradient)."""
+    if input.ndim != 1 or input.dtype.kind not in 'iu':
+        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
+                           f"{input.dtype}")
+    w = None if weights is None else weights.array
+    out = np.bincount(input.array, w, minlength)
+    return _constant(out.astype(int64 if w is None else
+                                (w.dtype if w.dtype == float32 else float64)))
+
+
 _methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
          std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
          prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
-         argmin=argmin)
+         argmin=argmin,
+         bincount=bincount)
 
 
 # ---------------------------------------------------------------------------
@@ -2523,7 +2757,7 @@ def _empty_in_layout_of(a, dtype=None):
     another than a's."""
     dtype = a.dtype if dtype is None else dtype
     if _overlaps(a):
-        order = _torch_order(a.shape, a)  # as an op's result on a alone (section 3)
+        order = _torch_order(a.shape, a)  # as an op's result on a alone (section 6b)
     else:
         order = np.argsort([-s for s in a.strides], kind='stable')  # dims from outer to inner
     return np.empty(tuple(a.shape[i] for i in order), dtype).transpose(np.argsort(order))
@@ -2715,6 +2949,11 @@ def flatten(x, start_dim=0, end_dim=-1):
     if s == e:
         return x  # nothing to flatten: x itself, as PyTorch returns it
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+def ravel(input):
+    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
+    return reshape(input, -1)
 
 
 def expand(x, *sizes):
@@ -2913,7 +3152,7 @@ _Strided = namedtuple('_Strided', 'ndim shape strides')  # what _torch_order rea
 def _index_laid_out(out, src, items):
     """out = src[items] (slices, None and integer arrays, the ints applied already) as
     PyTorch lays it out: its index kernel orders the dims as an elementwise op does
-    (_torch_order, section 3), over the source with its indexed dims' strides set to 0 and
+    (_torch_order, section 6b), over the source with its indexed dims' strides set to 0 and
     over each index array (its strides on the dims it makes, 0 elsewhere; a list is an
     array, a mask the arrays of its positions). Row-major where all of them are (and for any
     other kind of index)."""
@@ -3150,7 +3389,7 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat: expected a non-empty list of tensors")
-    dtype = result_type(*tensors)  # the promotion rule over all of them (section 3)
+    dtype = result_type(*tensors)  # the promotion rule over all of them (section 6b)
     tensors = [_as(t, dtype) for t in tensors]  # a cast sends each gradient back in its dtype
     parents = tuple(tensors)
     # PyTorch's legacy rule: a tensor of shape (0,) is skipped, whatever the others' shape
@@ -3379,6 +3618,15 @@ def masked_select(x, mask):
                    np.broadcast_to(m, shape))
 
 
+def nonzero(input, *, as_tuple=False):
+    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
+    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
+    if as_tuple:
+        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
+            input.shape or (1,))))
+    return _constant(np.argwhere(input.array).astype(int64))
+
+
 def repeat_interleave(x, repeats, dim=None):
     """Each element (or slice along dim) repeated `repeats` times in place: [1, 2] -> [1, 1, 2, 2]."""
     if dim is None:
@@ -3419,6 +3667,29 @@ def nanmean(x, dim=None, keepdim=False):
         raise TypeError(f"nanmean: expected a floating point tensor, got {x.dtype}")
     kept = logical_not(isnan(x))
     return nansum(x, dim, keepdim) / sum(kept, dim, keepdim)
+
+
+def _matmul_of(op, dims):
+    def product(input, other):
+        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+        if (input.ndim, other.ndim) != (dims, dims):
+            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
+                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
+        if dims == 3 and input.shape[0] != other.shape[0]:
+            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
+                               f"{other.shape[0]})")
+        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
+            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
+                               "cannot be multiplied")
+        return matmul(input, other)
+    product.__name__ = op
+    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
+    return product
+
+
+mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
 
 
 def outer(a, b):
@@ -3611,7 +3882,9 @@ _methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
          outer=outer, unique=unique, ger=outer, nelement=Tensor.numel,
          element_size=lambda self: self.array.itemsize, int=lambda self: to(self, int32),
          bool=lambda self: to(self, bool_), half=lambda self: to(self, float16),
-         type_as=lambda self, other: to(self, other.dtype))
+         type_as=lambda self, other: to(self, other.dtype),
+         ravel=ravel, nonzero=nonzero, mm=mm, bmm=bmm, dot=dot,
+         data_ptr=lambda x: x.array.__array_interface__['data'][0])
 
 
 # ---------------------------------------------------------------------------
@@ -3868,7 +4141,7 @@ def _in_place(x, op, result):
         x.array[...] = result.array  # views, aliases and leaves see the new values
     _bump(x)
     if result.requires_grad:
-        for hook in _hooks:  # a profile counted the twin under its own name (section 2)
+        for hook in _hooks:  # a profile counted the twin under its own name (section 6b)
             hook.renamed(result, op)
         result._op = op
         _record(x, result)
@@ -4152,6 +4425,7 @@ def _in_place_form(name, fn, reads_input=False):
     op.__name__ = name
     return op
 
+
 def _new_shape_in_place(x, op, make):
     """unsqueeze_, squeeze_, t_: x takes a new shape over the same memory; in the graph it
     becomes that view of its old self."""
@@ -4169,6 +4443,35 @@ def _new_shape_in_place(x, op, make):
         v = ref()
         if v is not None:
             v._view = (x, lambda t, remake=v._view[1]: remake(undo(t)))
+    return x
+
+
+def _resize_(x, *sizes, memory_format=None):
+    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
+    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
+    shape = _sizes(sizes)
+    if x.requires_grad:
+        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
+    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
+        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
+                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
+                           "(torch.zeros(...)) or use reshape")
+    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
+
+
+def _addcmul_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 * tensor2"""
+    return x.add_(tensor1 * tensor2 * value)
+
+
+def _addcdiv_(x, tensor1, tensor2, *, value=1):
+    """x += value * tensor1 / tensor2"""
+    return x.add_(tensor1 / tensor2 * value)
+
+
+def _detach_(x):
+    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
+    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
     return x
 
 
@@ -4196,7 +4499,9 @@ _methods(abs_=_in_place_form('abs_', abs, reads_input=True), exp_=_in_place_form
          fill_=fill_, zero_=zero_, copy_=copy_, clip_=clamp_, __setitem__=setitem,
          __iadd__=lambda self, o: add_(self, o), __isub__=lambda self, o: sub_(self, o),
          __imul__=lambda self, o: mul_(self, o), __itruediv__=lambda self, o: div_(self, o),
-         __ipow__=lambda self, o: pow_(self, o))
+         __ipow__=lambda self, o: pow_(self, o),
+         addcmul_=_addcmul_, addcdiv_=_addcdiv_, detach_=_detach_, resize_=_resize_,
+         tan_=_in_place_form('tan_', tan))
 
 
 # ---------------------------------------------------------------------------
@@ -4467,13 +4772,49 @@ def _new_zeros(self, *size, dtype=None, requires_grad=False):
     return zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
 
+def _normal_(x, mean=0.0, std=1.0, *, generator=None):
+    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
+    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
+    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
+    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
+    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
+    return copy_(x, _constant(draw.astype(x.dtype)))
+
+
+def _random_(x, from_=None, to=None, *, generator=None):
+    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
+    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
+    if from_ is None:  # the range the dtype holds exactly
+        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
+                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
+    elif to is None:
+        from_, to = 0, from_
+    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
+
+
+def _new(x, *args):
+    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
+    x's dtype."""
+    if not args:
+        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
+    if builtins.all(isinstance(a, int) for a in args):
+        return zeros(*args, dtype=x.dtype)
+    return tensor(args[0], dtype=x.dtype)
+
+
 _methods(new_zeros=_new_zeros, new_empty=_new_zeros,
          new_ones=lambda self, *size, dtype=None, requires_grad=False: ones(
              *size, dtype=dtype or self.dtype, requires_grad=requires_grad),
          new_full=lambda self, size, fill_value, dtype=None, requires_grad=False: full(
              size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad),
          new_tensor=lambda self, data, dtype=None, requires_grad=False: tensor(
-             data, dtype=dtype or self.dtype, requires_grad=requires_grad))
+             data, dtype=dtype or self.dtype, requires_grad=requires_grad),
+         multinomial=multinomial, normal_=_normal_, uniform_=_uniform_, random_=_random_,
+         new=_new)
 
 
 # Functional forms: tinytorch.exp(x), tinytorch.sum(x, dim=1), ... are the same functions.
@@ -4596,6 +4937,32 @@ def _check_directions(f, inputs, wrt, analytic, eps, atol, rtol, seed):
     return True
 
 
+def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
+                 msg=None, **kwargs):
+    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
+    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
+    float64: 1e-7 both; integers: exact)."""
+    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
+    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
+    if a.shape != b.shape:
+        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
+                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
+    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
+        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
+                             f"{a.dtype} != {b.dtype}.")
+    if (rtol is None) != (atol is None):
+        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
+                         f"no {'rtol' if rtol is None else 'atol'}.")
+    if rtol is None:
+        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
+                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if not close.all():
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
+                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
+                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
+                             f"{atol} allowed)")
 # ---------------------------------------------------------------------------
 # 16. Your own op as a class: autograd.Function; autograd.grad and autograd.backward
 # ---------------------------------------------------------------------------
@@ -4807,7 +5174,7 @@ class autograd:
 
 
 class _Reads:
-    """A tool (section 2's hooks) noting the tensors that require grad an op reads: under
+    """A tool (section 6b's hooks) noting the tensors that require grad an op reads: under
     no_grad those are the function's inputs, its parameters, and tensors from outside."""
 
     def __init__(self):
@@ -4958,36 +5325,12 @@ def _next_function(p):
     return (acc, 0)
 
 
-# tinytorch's op names -> PyTorch's node names, where the rule "snake_case op -> CamelCase +
-# Backward0" does not give PyTorch's (README: "grad_fn").
-_GRAD_FN_NAMES = {'reshape': 'ViewBackward0', 'view': 'ViewBackward0',
-                  'clamp': 'ClampBackward1', 'layer_norm': 'NativeLayerNormBackward0',
-                  'bce_with_logits': 'BinaryCrossEntropyWithLogitsBackward0',
-                  'pad': 'ConstantPadNdBackward0', 'log1p': 'Log1PBackward0',
-                  'max_pool2d': 'MaxPool2DWithIndicesBackward0',
-                  'norm': 'LinalgVectorNormBackward0', 'CopySlices': 'CopySlices'}
+def _variable(data, requires_grad=False, volatile=False):
+    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
+    return data.requires_grad_(True) if requires_grad else data
 
 
-def _grad_fn_name(t):
-    """PyTorch's name for the node that made t: 'mul' -> 'MulBackward0'. PyTorch numbers
-    the variants of an op: sum() is SumBackward0, sum(dim) SumBackward1; max() is
-    MaxBackward1, max(dim) MaxBackward0; matmul is Dot, Mv or Mm by its operands' dims."""
-    op = t._op
-    if op.endswith('Backward') or op in ('CopySlices',):  # a Function subclass: its own name
-        return _GRAD_FN_NAMES.get(op, op)
-    op = op.rstrip('_')  # an in-place op has its out-of-place twin's node
-    full = t.ndim == 0  # a reduction to one number (PyTorch: the variant without dim)
-    if op in ('sum', 'mean'):
-        return op.capitalize() + ('Backward0' if full else 'Backward1')
-    if op in ('max', 'min'):
-        return op.capitalize() + ('Backward1' if full else 'Backward0')
-    if op == 'matmul' and len(t._parents) == 2:
-        dims = tuple(p.ndim for p in t._parents)
-        return {(1, 1): 'DotBackward0', (2, 1): 'MvBackward0',
-                (2, 2): 'MmBackward0'}.get(dims, 'MatmulBackward0')
-    if op in _GRAD_FN_NAMES:
-        return _GRAD_FN_NAMES[op]
-    return ''.join(w[:1].upper() + w[1:] for w in op.replace(' ', '_').split('_')) + 'Backward0'
+autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
 
 
 _methods(grad_fn=property(_grad_fn))
@@ -4996,7 +5339,7 @@ _methods(grad_fn=property(_grad_fn))
 # ---------------------------------------------------------------------------
 # 17. record_function: a named region for the tools
 # ---------------------------------------------------------------------------
-# A named row in lookinside's profile (the hooks the tools watch through are in section 2).
+# A named row in lookinside's profile (the hooks the tools watch through are in section 6b).
 class record_function:
     """A named row in an active profile for a block that is not an op (the optimizer's
     step, data loading): `with tt.record_function('optimizer.step'): ...`. Free when no
@@ -5017,15 +5360,18 @@ class record_function:
 # 18. PyTorch's other forms: x.to(device), print options, histograms
 # ---------------------------------------------------------------------------
 # Tensor methods and functions PyTorch programs reach for that compute nothing new: the
-# device forms of to() (the one device is the CPU), set_printoptions, histogram. (PyTorch's
-# module paths and the stand-ins of a machine without a GPU are compat.py's, section 21.)
+# device forms of to() (the one device is the CPU) and the device predicates, grad mode's
+# other forms (inference_mode, set_grad_enabled), is_tensor and numel, set_printoptions,
+# histogram, pi and e, __version__. (PyTorch's module paths and the stand-ins of a machine
+# without a GPU are compat.py's, section 21. The names teaching code reaches for, which
+# dev/CENSUS.md counts, are each in the section of their subject.)
 import operator  # noqa: E402
 import types  # noqa: E402
 
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, **_):
     """x.to(dtype), x.to(device), x.to(device, dtype), x.to(other_tensor): PyTorch's forms
-    (this extends Part I's to(dtype), section 2; the one device is the CPU)."""
+    (this extends Part I's to(dtype), section 6b; the one device is the CPU)."""
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
@@ -5052,7 +5398,39 @@ class inference_mode(no_grad):
         self.enabled = not mode
 
 
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
+    manager it restores the previous mode at the end, as a decorator it sets the mode for
+    each call of the function only."""
 
+    def __init__(self, mode):
+        global _grad_enabled
+        self._prev, self.enabled = _grad_enabled, bool(mode)
+        _grad_enabled = self.enabled
+
+    def __enter__(self):
+        pass  # already set by __init__
+
+    def __call__(self, fn):
+        global _grad_enabled
+        _grad_enabled = self._prev  # decorating changes nothing now; each call does
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def is_tensor(obj):
+    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """torch.numel: the number of elements."""
+    return input.numel()
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
@@ -5091,279 +5469,20 @@ def histc(input, bins=100, min=0, max=0):
     return histogram(input, bins, range=(float(lo), float(hi))).hist
 
 
-# ---------------------------------------------------------------------------
-# 18b. The names teaching code reaches for
-# ---------------------------------------------------------------------------
-# CENSUS.md counts the torch names that 23 widely read PyTorch teaching repositories
-# use. Those that two or more use are here (or in nn.py's section 7b), or refused below in
-# one line saying why tinytorch lacks them. Each is a thin layer over the ops above.
-class set_grad_enabled(_GradMode):
-    """torch.set_grad_enabled(mode): switches the graph on or off at once; as a context
-    manager it restores the previous mode at the end, as a decorator it sets the mode for
-    each call of the function only."""
+# x.is_cuda, x.is_xpu, ...: PyTorch's device and layout predicates, as its CPU tensors answer
+_never = property(lambda self: False)
 
-    def __init__(self, mode):
-        global _grad_enabled
-        self._prev, self.enabled = _grad_enabled, bool(mode)
-        _grad_enabled = self.enabled
-
-    def __enter__(self):
-        pass  # already set by __init__
-
-    def __call__(self, fn):
-        global _grad_enabled
-        _grad_enabled = self._prev  # decorating changes nothing now; each call does
-        enabled = self.enabled
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(enabled):
-                return fn(*args, **kwargs)
-        return wrapper
-
-
-def is_tensor(obj):
-    """torch.is_tensor: is obj a Tensor (a Parameter is one)."""
-    return isinstance(obj, Tensor)
-
-
-def numel(input):
-    """torch.numel: the number of elements."""
-    return input.numel()
-
-
-def equal(input, other):
-    """torch.equal: True if both have the same shape and the same values (nan is not equal
-    to nan; the dtypes may differ: tensor([1, 2]) equals tensor([1., 2.]))."""
-    for name, t in (('input', input), ('other', other)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"equal(): argument '{name}' must be a Tensor, not "
-                            f"{type(t).__name__}")
-    return input.shape == other.shape and bool(np.array_equal(input.array, other.array))
-
-
-def ravel(input):
-    """torch.ravel: the elements as one dim (a view where the memory allows, else a copy)."""
-    return reshape(input, -1)
-
-
-def _matmul_of(op, dims):
-    def product(input, other):
-        for name, t in (('self', input), (op == 'dot' and 'tensor' or 'mat2', other)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
-        if (input.ndim, other.ndim) != (dims, dims):
-            raise RuntimeError(f"{op}: expected {dims}-D tensors, got {input.ndim}-D and "
-                               f"{other.ndim}-D (matmul, the @ operator, takes any dims)")
-        if dims == 3 and input.shape[0] != other.shape[0]:
-            raise RuntimeError(f"bmm: the batch sizes differ ({input.shape[0]} and "
-                               f"{other.shape[0]})")
-        if input.shape[-1] != other.shape[-1 if dims == 1 else -2]:
-            raise RuntimeError(f"{op}: shapes {tuple(input.shape)} and {tuple(other.shape)} "
-                               "cannot be multiplied")
-        return matmul(input, other)
-    product.__name__ = op
-    product.__doc__ = f"torch.{op}: matmul of two {dims}-D tensors only."
-    return product
-
-
-mm, bmm, dot = _matmul_of('mm', 2), _matmul_of('bmm', 3), _matmul_of('dot', 1)
-multiply = mul
-
-
-def tan(x):
-    x = _floating(x)
-    with np.errstate(invalid='ignore'):  # tan(inf) = nan, silently, as PyTorch
-        out = np.tan(x.array)
-
-    def backward(g):
-        """d tan(x)/dx = 1 + tan(x)^2"""
-        return (g * (1 + out * out),)
-    return from_op(out, 'tan', (x,), backward, saves_output=True)
-
-
-def nonzero(input, *, as_tuple=False):
-    """torch.nonzero: the indices of the nonzero elements, one row each (as_tuple: one
-    index tensor per dim, for x[x.nonzero(as_tuple=True)])."""
-    if as_tuple:
-        return tuple(_constant(i.astype(int64)) for i in np.nonzero(input.array.reshape(
-            input.shape or (1,))))
-    return _constant(np.argwhere(input.array).astype(int64))
-
-
-def bincount(input, weights=None, minlength=0):
-    """torch.bincount: how often each value 0, 1, ... occurs in a 1-D int tensor (no
-    gradient)."""
-    if input.ndim != 1 or input.dtype.kind not in 'iu':
-        raise RuntimeError(f"bincount: expected a 1-D integer tensor, got {input.ndim}-D "
-                           f"{input.dtype}")
-    w = None if weights is None else weights.array
-    out = np.bincount(input.array, w, minlength)
-    return _constant(out.astype(int64 if w is None else
-                                (w.dtype if w.dtype == float32 else float64)))
-
-
-def _normal_(x, mean=0.0, std=1.0, *, generator=None):
-    """x.normal_(mean, std): x's elements become samples of N(mean, std)."""
-    draw = _numpy_rng(generator).standard_normal(x.shape) * std + mean
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _uniform_(x, from_=0.0, to=1.0, *, generator=None, **kwargs):
-    """x.uniform_(a, b): x's elements become samples of U[a, b)."""
-    from_, to = kwargs.pop('from', from_), kwargs.pop('to', to)
-    draw = _numpy_rng(generator).random(x.shape) * (to - from_) + from_
-    return copy_(x, _constant(draw.astype(x.dtype)))
-
-
-def _random_(x, from_=None, to=None, *, generator=None):
-    """x.random_(from, to): integers in [from, to) (x.random_(to): in [0, to)); x.random_():
-    as PyTorch, in [0, 2^24] for float32, [0, 2^53] for float64, [0, max] for an integer."""
-    if from_ is None:  # the range the dtype holds exactly
-        from_, to = 0, (2 ** (np.finfo(x.dtype).nmant + 1) + 1 if x.dtype.kind == 'f'
-                        else 2 if x.dtype == bool_ else int(np.iinfo(x.dtype).max))
-    elif to is None:
-        from_, to = 0, from_
-    return copy_(x, _constant(_numpy_rng(generator).integers(from_, to, x.shape)))
-
-
-def _addcmul_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 * tensor2"""
-    return x.add_(tensor1 * tensor2 * value)
-
-
-def _addcdiv_(x, tensor1, tensor2, *, value=1):
-    """x += value * tensor1 / tensor2"""
-    return x.add_(tensor1 / tensor2 * value)
-
-
-def _detach_(x):
-    """x.detach_(): x leaves the graph and becomes a leaf (in place)."""
-    x._parents, x._backward, x._op, x.requires_grad = (), None, None, False
-    return x
-
-
-# legacy names: torch.FloatTensor, x.type(), x.new(...)
-_TYPE_NAMES = {float32: 'FloatTensor', float64: 'DoubleTensor', float16: 'HalfTensor',
-               int64: 'LongTensor', int32: 'IntTensor', np.dtype(np.int16): 'ShortTensor',
-               np.dtype(np.int8): 'CharTensor', np.dtype(np.uint8): 'ByteTensor',
-               bool_: 'BoolTensor'}
-
-
-class _LegacyTensorType(type):
-    """torch.FloatTensor and co: FloatTensor([1, 2]) is tensor([1., 2.]); FloatTensor(2, 3)
-    a tensor of that shape (PyTorch leaves it uninitialized, tinytorch fills zeros);
-    isinstance(x, torch.FloatTensor) asks for x's dtype."""
-
-    def __call__(cls, *args):
-        if args and builtins.all(isinstance(a, int) for a in args):
-            return zeros(*args, dtype=cls.dtype)
-        return tensor(args[0] if args else [], dtype=cls.dtype)
-
-    def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
-
-    def __repr__(cls):
-        return f"<class 'torch.{cls.__name__}'>"
-
-
-for _dt, _name in _TYPE_NAMES.items():
-    globals()[_name] = _LegacyTensorType(_name, (), {'dtype': _dt})
-
-
-def _type(x, dtype=None, non_blocking=False, **kwargs):
-    """x.type(): PyTorch's name of x's type ('torch.FloatTensor'); x.type(dtype), also
-    x.type(torch.LongTensor) or x.type('torch.LongTensor'): x in that dtype."""
-    if dtype is None:
-        return 'torch.' + _TYPE_NAMES[x.dtype]
-    if isinstance(dtype, str):
-        name = dtype.rsplit('.', 1)[-1]
-        dtype = next((d for d, n in _TYPE_NAMES.items() if n == name), None)
-        if dtype is None:
-            raise ValueError(f"type: no tensor type named {name!r} (FloatTensor, LongTensor, ...)")
-    dtype = getattr(dtype, 'dtype', dtype)
-    return x if x.dtype == dtype else to(x, dtype)
-
-
-def _new(x, *args):
-    """x.new(2, 3): a tensor of that shape in x's dtype (zeros here); x.new(data): data in
-    x's dtype."""
-    if not args:
-        return zeros(0, dtype=x.dtype)  # x.new(): an empty tensor, as PyTorch's
-    if builtins.all(isinstance(a, int) for a in args):
-        return zeros(*args, dtype=x.dtype)
-    return tensor(args[0], dtype=x.dtype)
-
-
-def _resize_(x, *sizes, memory_format=None):
-    """x.resize_(2, 3): x takes that shape over its own memory when the number of elements
-    stays the same (as reshape, in place); tinytorch cannot grow or shrink a tensor's memory."""
-    shape = _sizes(sizes)
-    if x.requires_grad:
-        raise RuntimeError("resize_: cannot resize a tensor that requires grad; use reshape")
-    if math.prod(shape) != x.numel() or not x.array.flags.c_contiguous:
-        raise RuntimeError(f"resize_: tinytorch cannot change a tensor's memory (shape "
-                           f"{tuple(x.shape)} to {tuple(shape)}); make a new tensor "
-                           "(torch.zeros(...)) or use reshape")
-    return _new_shape_in_place(x, 'resize_', lambda t: reshape(t, shape))
-
-
-def _bfloat16(x, *args, **kwargs):
-    raise TypeError("bfloat16(): tinytorch computes with NumPy, which has no bfloat16; "
-                    "use .float() (float32)")
-
-
-_methods(ravel=ravel, equal=equal, mm=mm, bmm=bmm, dot=dot, multiply=multiply, tan=tan,
-         nonzero=nonzero, bincount=bincount, multinomial=multinomial, normal_=_normal_,
-         uniform_=_uniform_, random_=_random_, addcmul_=_addcmul_, addcdiv_=_addcdiv_,
-         detach_=_detach_, type=_type, new=_new, bfloat16=_bfloat16, resize_=_resize_,
-         tan_=_in_place_form('tan_', tan), byte=lambda x: to(x, np.dtype(np.uint8)),
-         where=lambda x, condition, other: where(condition, x, other),
-         data_ptr=lambda x: x.array.__array_interface__['data'][0])
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
-
-
-def _variable(data, requires_grad=False, volatile=False):
-    """torch.autograd.Variable (PyTorch before 0.4): today a Variable is a Tensor."""
-    return data.requires_grad_(True) if requires_grad else data
-
-
-autograd.Variable = staticmethod(_variable)  # adds to section 16's namespace (bound nowhere else)
-
-
-def assert_close(actual, expected, *, rtol=None, atol=None, equal_nan=False, check_dtype=True,
-                 msg=None, **kwargs):
-    """torch.testing.assert_close: |actual - expected| <= atol + rtol |expected| everywhere,
-    with PyTorch's default tolerances for the dtype (float32: rtol 1.3e-6, atol 1e-5;
-    float64: 1e-7 both; integers: exact)."""
-    a = actual.array if isinstance(actual, Tensor) else np.asarray(actual)
-    b = expected.array if isinstance(expected, Tensor) else np.asarray(expected)
-    if a.shape != b.shape:
-        raise AssertionError(msg or f"The values for attribute 'shape' do not match: "
-                             f"{tuple(a.shape)} != {tuple(b.shape)}.")
-    if check_dtype and isinstance(actual, Tensor) and a.dtype != b.dtype:
-        raise AssertionError(msg or f"The values for attribute 'dtype' do not match: "
-                             f"{a.dtype} != {b.dtype}.")
-    if (rtol is None) != (atol is None):
-        raise ValueError("Both 'rtol' and 'atol' must be either specified or omitted, but got "
-                         f"no {'rtol' if rtol is None else 'atol'}.")
-    if rtol is None:
-        rtol, atol = {float16: (1e-3, 1e-5), float32: (1.3e-6, 1e-5),
-                      float64: (1e-7, 1e-7)}.get(np.promote_types(a.dtype, b.dtype), (0, 0))
-    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-    if not close.all():
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        raise AssertionError(msg or f"Tensor-likes are not close!\n\nMismatched elements: "
-                             f"{int((~close).sum())} / {close.size}\nGreatest absolute "
-                             f"difference: {np.nanmax(np.where(close, 0, diff))} (up to "
-                             f"{atol} allowed)")
 
 
 __version__ = '2.15.0+tinytorch'  # the PyTorch release whose semantics tinytorch follows
 
 
-_methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda self: False),
+_methods(to=_to, device=property(lambda self: _CPU), is_cpu=property(lambda self: True),
+         is_cuda=_never, is_xpu=_never, is_mps=_never, is_meta=_never, is_quantized=_never,
+         is_sparse=_never, is_sparse_csr=_never, is_mkldnn=_never, is_ipu=_never, is_maia=_never,
+         is_mtia=_never, is_vulkan=_never, is_xla=_never, is_nested=_never,
          cpu=lambda self: self, cuda=lambda self, *args, **kwargs: _cpu_only('cuda', 'cuda()'),
          pin_memory=lambda self: self,
          __index__=lambda self: operator.index(self.item()),  # a 0-d int tensor slices a list
@@ -5371,931 +5490,37 @@ _methods(to=_to, device=property(lambda self: _CPU), is_cuda=property(lambda sel
 
 
 # ---------------------------------------------------------------------------
-# 19. Saving and loading: a checkpoint is data, read by a grammar
+# 19. Saving and loading: files.py reads and writes the files
 # ---------------------------------------------------------------------------
-# torch.save / torch.load. A file from someone else is hostile: it is read, never run.
-#
-# The format save() writes is PyTorch's own: a zip archive of archive/data.pkl (a pickle
-# of the containers, in which each tensor is _rebuild_tensor_v2(storage, offset, size,
-# stride, requires_grad, hooks)), archive/data/<key> (each storage's raw little-endian
-# bytes), archive/byteorder and archive/version. So torch.load(weights_only=True) reads
-# a tinytorch checkpoint, and tinytorch reads PyTorch's. An object outside that grammar
-# (a whole model, a NumPy array, a set) is saved as one plain pickle instead, which only
-# weights_only=False loads (a NumPy array or scalar also loads with the default: the
-# pattern NumPy's pickle writes is read below, as the files earlier tinytorch saves wrote).
-#
-# load() never hands the file to pickle's or NumPy's own code (unless weights_only=False:
-# then the user trusts it). _Grammar is a loop over exactly the pickle opcodes a
-# checkpoint needs; a GLOBAL names one of a closed table of constructions (_MAKERS),
-# never a callable; every array is made by np.frombuffer from bytes of the file, with a
-# dtype from a fixed table (_CODES) and its extent checked, then copied (the array the
-# user gets owns its memory). Limits: the number of values made, the memo, the nesting
-# depth, bytes made against bytes in the file; dict keys are strings, bytes, integers of
-# at most 60 bits or tuples of them, so no key set can make a dict quadratic. The zip
-# archive is read by _Zip: its central directory is cross-checked with every local
-# header (names, sizes, methods, CRCs; no two members overlap) and a member inflates to
-# exactly its declared size. Everything wrong is one line: "load: <file> <what>".
-import io  # noqa: E402 (this section's own tools)
+# torch.save / torch.load live in files.py, the one room for files: PyTorch's zip format,
+# written as PyTorch writes it and read back by a grammar that runs nothing in the file.
+# Here are the two names (each imports files.py when first called: tinytorch.py copied
+# alone says in one line that saving needs it), how pickle and copy.deepcopy rebuild a
+# tensor, and what files.py uses of the engine besides its public names (_FOR_FILES).
 import pickle  # noqa: E402
-import re  # noqa: E402
-import reprlib  # noqa: E402
-import secrets  # noqa: E402
-import struct  # noqa: E402
-import zipfile  # noqa: E402
-import zlib  # noqa: E402
-from collections import OrderedDict as _OrderedDict  # noqa: E402
 
-fcntl = __import__('fcntl') if os.name == 'posix' else None  # a live save locks its temporary
-
-
-class _BadFile(pickle.UnpicklingError):
-    """What is wrong with a file load() reads; load() adds the file's name in front."""
-
-
-_HOSTILE = "the file is damaged or was made to attack: do not use it"
-_MAX_DEPTH = 200  # containers inside containers (a state_dict is 3 or 4 deep)
-_MAX_DIMS = 64  # NumPy's limit
-_MAX_PICKLE = 1 << 28  # 256 MiB: data.pkl holds a checkpoint's structure, not its numbers
-_INT_KEY = 1 << 60  # |key| below this: distinct int keys have distinct hashes (-1, -2 aside)
-
-# The plain numeric dtypes a checkpoint holds: NumPy's code (in a pickled array's dtype)
-# and PyTorch's storage name and dtype name. Nothing else becomes an array.
-_CODES = {'b1': (np.bool_, 'BoolStorage', 'bool'), 'u1': (np.uint8, 'ByteStorage', 'uint8'),
-          'i1': (np.int8, 'CharStorage', 'int8'), 'i2': (np.int16, 'ShortStorage', 'int16'),
-          'i4': (np.int32, 'IntStorage', 'int32'), 'i8': (np.int64, 'LongStorage', 'int64'),
-          'f2': (np.float16, 'HalfStorage', 'float16'),
-          'f4': (np.float32, 'FloatStorage', 'float32'),
-          'f8': (np.float64, 'DoubleStorage', 'float64'),
-          'c8': (np.complex64, 'ComplexFloatStorage', 'complex64'),
-          'c16': (np.complex128, 'ComplexDoubleStorage', 'complex128')}
-_STORAGE_DTYPES = {storage: np.dtype(t) for t, storage, _ in _CODES.values()}
-_STORAGE_NAMES = {d: s for s, d in _STORAGE_DTYPES.items()}
-_TORCH_DTYPES = {**{name: np.dtype(t) for t, _, name in _CODES.values()},  # and PyTorch's aliases
-                 'float': float32, 'double': float64, 'half': float16, 'long': int64, 'int': int32,
-                 'short': np.dtype(np.int16)}
-_DTYPE_NAMES_OUT = {np.dtype(t): name for t, _, name in _CODES.values()}
+_FOR_FILES = ('_rebuild_tensor', '_TENSOR_CLASSES', '_cpu_only')  # files.py's whole interface
 _TENSOR_CLASSES = {}  # 'Parameter' -> nn.Parameter once nn.py is imported (nn.py adds it)
 
 
-def _one_line(text):
-    """text with each character a file may have put there that is not printable (a line end,
-    a terminal's escape) shown escaped, as repr shows it: a refusal stays one line."""
-    return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True):
+    """torch.save: obj to a path or a binary file, in PyTorch's zip format (torch.load reads
+    it); a path is written atomically. files.py (beside this file) does the writing."""
+    return _companion('files').torch_save(obj, f, pickle_module, pickle_protocol,
+                                          _use_new_zipfile_serialization)
 
 
-def _fail(what):
-    """Refuse the file in one line."""
-    raise _BadFile(_one_line(what))
+def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **kwargs):
+    """torch.load: what save() wrote, or a PyTorch file, read by files.py's checkpoint
+    grammar (nothing in the file runs; weights_only=False unpickles a file you trust). A
+    bad file is one line (pickle.UnpicklingError) naming it."""
+    return _companion('files').torch_load(f, map_location, pickle_module,
+                                          weights_only=weights_only, mmap=mmap, **kwargs)
 
 
-class _Make:
-    """A construction a GLOBAL names: a token the interpreter acts on, never called."""
-
-    def __init__(self, kind, arg=None):
-        self.kind, self.arg = kind, arg
-
-
-class _Box:
-    """A value made in two steps (REDUCE or NEWOBJ, then BUILD): NumPy's array and dtype,
-    tinytorch's old device. Usable only once built, and built once."""
-
-    def __init__(self, kind, arg):
-        self.kind, self.arg, self.value = kind, arg, None
-
-
-class _Args(tuple):
-    """A tuple that holds a construction or a storage: only ever a construction's arguments."""
-
-
-class _Storage:
-    """A storage of a PyTorch file (BINPERSID): usable only as a tensor's first argument."""
-
-    def __init__(self, array, member):
-        self.array, self.member = array, member
-
-
-_NUMPY_CORE = ('numpy.core.multiarray', 'numpy._core.multiarray')
-_MAKERS = {('collections', 'OrderedDict'): _Make('OrderedDict'),
-           ('torch._utils', '_rebuild_tensor_v2'): _Make('tensor'),
-           ('torch._utils', '_rebuild_parameter'): _Make('parameter'),
-           ('torch', 'Size'): _Make('Size'), ('torch', 'device'): _Make('device'),
-           ('_codecs', 'encode'): _Make('latin1'),  # bytes in a protocol-2 pickle
-           **{('torch', s): _Make('storage type', d) for s, d in _STORAGE_DTYPES.items()},
-           **{('torch', n): d for n, d in _TORCH_DTYPES.items()},  # torch.float32: a value
-           # what earlier tinytorch saves wrote (a plain pickle of tensors over NumPy arrays)
-           (__name__, '_rebuild_tensor'): _Make('old tensor'),
-           (__name__, 'Tensor'): _Make('class', 'Tensor'), (__name__, 'Size'): _Make('Size'),
-           (__name__, 'device'): _Make('device'), ('numpy', 'ndarray'): _Make('ndarray'),
-           ('numpy', 'dtype'): _Make('dtype'),
-           **{(m, 'Parameter'): _Make('class', 'Parameter')
-              for m in ('nn', f'{__name__}.nn', f'{__name__}._nn')},
-           **{(m, '_reconstruct'): _Make('array') for m in _NUMPY_CORE},
-           **{(m, 'scalar'): _Make('scalar') for m in _NUMPY_CORE}}
-
-
-def _count(v, what):
-    """A size, stride or shape: a tuple of at most 64 ints, each 0 <= n < 2**62."""
-    if not (type(v) in (tuple, Size) and len(v) <= _MAX_DIMS
-            and builtins.all(type(n) is int and 0 <= n < 1 << 62 for n in v)):
-        _fail(f"has a tensor whose {what} is {_show(v)} (a tuple of at most {_MAX_DIMS} counts of "
-              f"0 or more); {_HOSTILE}")
-    return tuple(v)
-
-
-def _key(k, depth=0):
-    """A dict key from the file: str, bytes, bool, None, an int of at most 60 bits, or a
-    tuple of these. (Python hashes such ints to themselves, so no set of keys collides.)"""
-    t = type(k)
-    if t in (str, bytes, bool) or k is None or (t is int and -_INT_KEY < k < _INT_KEY):
-        return k
-    if t is tuple and len(k) <= 16 and depth < 4:
-        for item in k:
-            _key(item, depth + 1)
-        return k
-    _fail(f"has a dict key {_show(k)} of type {t.__name__} (a checkpoint's keys are strings, "
-          f"integers below 2**60 or tuples of them); {_HOSTILE}")
-
-
-def _make_tensor(array, requires_grad, cls='Tensor'):
-    if type(requires_grad) is not bool:
-        _fail(f"has a tensor whose requires_grad is {_show(requires_grad)}, not True or False; "
-              f"{_HOSTILE}")
-    if requires_grad and array.dtype.kind not in 'fc':
-        _fail(f"has a tensor of {array.dtype} that requires grad (only floating point tensors "
-              f"can); {_HOSTILE}")
-    kind = _TENSOR_CLASSES.get(cls, Tensor)  # a Parameter without nn.py: a tensor that requires grad
-    t = kind.__new__(kind)
-    _init_result(t, array)
-    t.requires_grad = requires_grad
-    return t
-
-
-def _array_from(raw, dtype, shape, fortran, made):
-    """An array of `shape` from exactly the bytes `raw` (copied: the result owns its memory)."""
-    shape = _count(shape, 'shape')
-    need = math.prod(shape) * dtype.itemsize
-    if len(raw) != need:
-        _fail(f"has an array of shape {shape} and {dtype} ({need:,} bytes) over {len(raw):,} "
-              f"bytes; {_HOSTILE}")
-    made[0] += need
-    if made[0] > made[1]:
-        _fail(f"makes arrays of {made[0]:,} bytes from a pickle of {made[1]:,}; {_HOSTILE}")
-    return _owned(np.frombuffer(raw, dtype).reshape(shape, order='F' if fortran else 'C'))
-
-
-def _owned(a):
-    """A copy in native byte order, C order, that owns its memory; a bool is 0 or 1 (a
-    byte of the file that is neither would read as True here and as itself elsewhere)."""
-    if a.dtype == np.bool_:
-        return np.array(a.view(np.uint8) != 0, order='C')
-    return np.array(a, dtype=a.dtype.newbyteorder('='), order='C')
-
-
-def _old_dtype(code, state):
-    """np.dtype(code, False, True) and the BUILD state NumPy's pickle gives it."""
-    if not (type(state) is tuple and len(state) == 8 and state[0] == 3
-            and state[2:] == (None, None, None, -1, -1, 0) and state[1] in ('<', '>', '|')):
-        _fail(f"holds a NumPy dtype state {_show(state)} that is not a plain number's; {_HOSTILE}")
-    dtype = np.dtype(_CODES[code][0])
-    if (state[1] == '|') != (dtype.itemsize == 1):
-        _fail(f"holds a NumPy dtype {code} with byte order {state[1]!r}; {_HOSTILE}")
-    return dtype if state[1] in ('|', '<>'[sys.byteorder == 'big']) else dtype.newbyteorder(state[1])
-
-
-class _Grammar:
-    """One pass over a pickle: each opcode below pushes, pops or builds a value of the
-    checkpoint grammar; any other opcode, or a construction used against its form, is
-    refused. `files` is the PyTorch archive's storages (None: a plain pickle)."""
-
-    def __init__(self, data, files=None):
-        self.data, self.at, self.files = data, 0, files
-        self.stack, self.marks, self.memo = [], [], {}
-        self.items, self.max_items = 0, (1 << 20) + len(data) // 8
-        self.made = [0, len(data) + 1024]  # bytes of arrays made / the most the pickle allows
-
-    def take(self, n):
-        if n > len(self.data) - self.at:
-            _fail(f"is truncated: its pickle ends inside an opcode (at byte {self.at:,}); save "
-                  "or download it again")
-        self.at += n
-        return self.data[self.at - n:self.at]
-
-    def number(self, fmt):
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
-
-    def push(self, v):
-        self.items += 1
-        if self.items > self.max_items:
-            _fail(f"makes more than {self.max_items:,} values; {_HOSTILE}")
-        self.stack.append(v)
-
-    def pop(self):
-        if len(self.stack) <= (self.marks[-1] if self.marks else 0):  # nothing above the MARK
-            _fail(f"pops an empty stack (opcode at byte {self.at - 1:,}); {_HOSTILE}")
-        return self.stack.pop()
-
-    def unbox(self, v):
-        """v with a built box replaced by its value (an unbuilt one is refused)."""
-        if type(v) is _Box:
-            if v.value is None:
-                _fail(f"uses a NumPy {v.kind} before its BUILD; {_HOSTILE}")
-            return v.value
-        if type(v) is _Args:
-            _fail(f"puts a construction's arguments inside another's; {_HOSTILE}")
-        return v
-
-    def value(self, v):
-        """v as a value of the grammar (constructions and storages are not values)."""
-        v = self.unbox(v)
-        if type(v) in (_Make, _Storage):
-            _fail(f"uses {getattr(v, 'kind', 'a storage')} as a value; {_HOSTILE}")
-        return v
-
-    def args(self):
-        """The arguments of REDUCE, NEWOBJ or BINPERSID: a tuple."""
-        v = self.pop()
-        return tuple(v) if type(v) is _Args else self.value(v)
-
-    def make_tuple(self, items):
-        """A tuple; one that holds a construction or a storage can only be arguments."""
-        items = tuple(self.unbox(v) for v in items)
-        return _Args(items) if builtins.any(type(v) in (_Make, _Storage) for v in items) else items
-
-    def since_mark(self, as_values=True):
-        if not self.marks:
-            _fail(f"closes a MARK it never opened (at byte {self.at - 1:,}); {_HOSTILE}")
-        start = self.marks.pop()
-        items = [self.value(v) if as_values else v for v in self.stack[start:]]
-        del self.stack[start:]
-        self.items += len(items)
-        return items
-
-    def text(self, n):
-        try:
-            return bytes(self.take(n)).decode('utf-8', 'surrogatepass')
-        except UnicodeDecodeError:
-            _fail(f"has a string that is not UTF-8 (at byte {self.at:,}); {_HOSTILE}")
-
-    def put(self, i):
-        if len(self.stack) <= (self.marks[-1] if self.marks else 0):
-            _fail(f"memoizes an empty stack; {_HOSTILE}")
-        if len(self.memo) >= self.max_items:
-            _fail(f"memoizes more than {self.max_items:,} values; {_HOSTILE}")
-        self.memo[i] = self.stack[-1]
-
-    def get(self, i):
-        if i not in self.memo:
-            _fail(f"refers to memo entry {i}, which it never stored; {_HOSTILE}")
-        self.push(self.memo[i])
-
-    def fill(self, d, pairs):
-        if type(d) not in (dict, _OrderedDict):
-            _fail(f"sets items of a {type(d).__name__}, not a dict; {_HOSTILE}")
-        for k, v in pairs:
-            if _key(k) in d:
-                _fail(f"has the key {_show(k)} twice in one dict; {_HOSTILE}")
-            d[k] = v
-
-    def run(self):
-        ops = self.OPS
-        if self.take(1) != b'\x80' or self.take(1)[0] > 5:
-            _fail("is not a pickle of protocol 2 to 5 (PROTO is not its first opcode): it is not a "
-                  "checkpoint save() wrote, or it is damaged; save or download it again")
-        while True:
-            op = self.take(1)
-            name = ops.get(op)
-            if name is None:
-                _fail(f"has the pickle opcode {bytes(op)!r} at byte {self.at - 1:,}, which no "
-                      f"checkpoint needs; {_HOSTILE}")
-            if name == 'stop':
-                if len(self.stack) != 1 or self.marks:
-                    _fail(f"stops with {len(self.stack)} values on its stack; {_HOSTILE}")
-                result = self.value(self.stack[0])
-                _check_depth(result)
-                if self.at != len(self.data):
-                    _fail(f"has {len(self.data) - self.at:,} bytes after its pickle's end; {_HOSTILE}")
-                return result
-            getattr(self, name)()
-
-    OPS = {b'.': 'stop', b'\x95': 'frame', b'N': 'none', b'\x88': 'true', b'\x89': 'false',
-           b'J': 'binint', b'K': 'binint1', b'M': 'binint2', b'\x8a': 'long1', b'\x8b': 'long4',
-           b'G': 'binfloat', b'X': 'binunicode', b'\x8c': 'short_binunicode',
-           b'\x8d': 'binunicode8', b'C': 'short_binbytes', b'B': 'binbytes',
-           b'\x8e': 'binbytes8', b'\x96': 'binbytes8', b')': 'empty_tuple', b'(': 'mark',
-           b't': 'tuple', b'\x85': 'tuple1', b'\x86': 'tuple2', b'\x87': 'tuple3',
-           b']': 'empty_list', b'a': 'append', b'e': 'appends', b'l': 'list',
-           b'}': 'empty_dict', b's': 'setitem', b'u': 'setitems', b'd': 'dict',
-           b'q': 'binput', b'r': 'long_binput', b'\x94': 'memoize', b'h': 'binget',
-           b'j': 'long_binget', b'c': 'global_', b'\x93': 'stack_global', b'R': 'reduce',
-           b'\x81': 'newobj', b'b': 'build', b'Q': 'binpersid'}
-
-    def frame(self):
-        if self.number('<Q') > len(self.data) - self.at:
-            _fail("has a frame longer than the rest of the file: it is truncated; save or "
-                  "download it again")
-
-    def none(self):
-        self.push(None)
-
-    def true(self):
-        self.push(True)
-
-    def false(self):
-        self.push(False)
-
-    def binint(self):
-        self.push(self.number('<i'))
-
-    def binint1(self):
-        self.push(self.take(1)[0])
-
-    def binint2(self):
-        self.push(self.number('<H'))
-
-    def long1(self):
-        self.push(int.from_bytes(self.take(self.take(1)[0]), 'little', signed=True))
-
-    def long4(self):
-        n = self.number('<i')
-        if not 0 <= n <= 64:
-            _fail(f"has an integer of {n:,} bytes; {_HOSTILE}")
-        self.push(int.from_bytes(self.take(n), 'little', signed=True))
-
-    def binfloat(self):
-        self.push(self.number('>d'))
-
-    def binunicode(self):
-        self.push(self.text(self.number('<I')))
-
-    def short_binunicode(self):
-        self.push(self.text(self.take(1)[0]))
-
-    def binunicode8(self):
-        self.push(self.text(self.number('<Q')))
-
-    def short_binbytes(self):
-        self.push(bytes(self.take(self.take(1)[0])))
-
-    def binbytes(self):
-        self.push(bytes(self.take(self.number('<I'))))
-
-    def binbytes8(self):
-        self.push(bytes(self.take(self.number('<Q'))))
-
-    def empty_tuple(self):
-        self.push(())
-
-    def mark(self):
-        self.marks.append(len(self.stack))
-        if len(self.marks) > self.max_items:
-            _fail(f"opens too many MARKs; {_HOSTILE}")
-
-    def tuple(self):
-        self.push(self.make_tuple(self.since_mark(as_values=False)))
-
-    def tuple1(self):
-        self.push(self.make_tuple([self.pop()]))
-
-    def tuple2(self):
-        b, a = self.pop(), self.pop()
-        self.push(self.make_tuple([a, b]))
-
-    def tuple3(self):
-        c, b, a = self.pop(), self.pop(), self.pop()
-        self.push(self.make_tuple([a, b, c]))
-
-    def empty_list(self):
-        self.push([])
-
-    def list(self):
-        self.push(self.since_mark())
-
-    def append(self):
-        v = self.value(self.pop())
-        self.extend([v])
-
-    def appends(self):
-        self.extend(self.since_mark())
-
-    def extend(self, items):
-        target = self.value(self.pop())
-        if type(target) is not list:
-            _fail(f"appends to a {type(target).__name__}, not a list; {_HOSTILE}")
-        target.extend(items)
-        self.stack.append(target)
-
-    def empty_dict(self):
-        self.push({})
-
-    def dict(self):
-        items = self.since_mark()
-        if len(items) % 2:
-            _fail(f"builds a dict from an odd number of items; {_HOSTILE}")
-        d = {}
-        self.fill(d, zip(items[::2], items[1::2]))
-        self.push(d)
-
-    def setitem(self):
-        v, k = self.value(self.pop()), self.value(self.pop())
-        d = self.value(self.pop())
-        self.fill(d, [(k, v)])
-        self.stack.append(d)
-
-    def setitems(self):
-        items = self.since_mark()
-        if len(items) % 2:
-            _fail(f"sets a dict's items from an odd number of values; {_HOSTILE}")
-        d = self.value(self.pop())
-        self.fill(d, zip(items[::2], items[1::2]))
-        self.stack.append(d)
-
-    def binput(self):
-        self.put(self.take(1)[0])
-
-    def long_binput(self):
-        self.put(self.number('<I'))
-
-    def memoize(self):
-        self.put(len(self.memo))
-
-    def binget(self):
-        self.get(self.take(1)[0])
-
-    def long_binget(self):
-        self.get(self.number('<I'))
-
-    def global_(self):
-        module, name = self.line(), self.line()
-        self.push_global(module, name)
-
-    def line(self):
-        end = self.data.find(b'\n', self.at, self.at + 256)
-        if end < 0:
-            _fail(f"has a GLOBAL without its line end (at byte {self.at:,}); {_HOSTILE}")
-        return self.text(end - self.at + 1)[:-1]
-
-    def stack_global(self):
-        name, module = self.value(self.pop()), self.value(self.pop())
-        if type(module) is not str or type(name) is not str:
-            _fail(f"names a global by something other than two strings; {_HOSTILE}")
-        self.push_global(module, name)
-
-    def push_global(self, module, name):
-        make = _MAKERS.get((module, name))
-        if make is None:
-            _fail(f"holds a pickled {module:.100}.{name:.100} (a whole model saved with "
-                  f"save(model), or other code), and weights_only=True loads only tensors, "
-                  f"numbers, strings and containers; if you trust the file, pass "
-                  f"weights_only=False")
-        self.push(make)
-
-    def binpersid(self):
-        pid = self.args()
-        if self.files is None:
-            _fail(f"refers to data outside its pickle (a persistent id), which only a PyTorch zip "
-                  f"file does; {_HOSTILE}")
-        self.push(self.files.storage(pid))
-
-    def reduce(self):
-        args, make = self.args(), self.pop()
-        if type(make) is not _Make or type(args) is not tuple:
-            _fail(f"calls something that is not one of a checkpoint's constructions; {_HOSTILE}")
-        kind, n = make.kind, len(args)
-        if kind == 'OrderedDict' and n == 0:
-            return self.push(_OrderedDict())
-        if kind == 'tensor' and n in (6, 7) and self.files is not None:
-            return self.push(self.files.tensor(*args))
-        if kind == 'parameter' and n == 3 and isinstance(args[0], Tensor):
-            _no_hooks(args[2])
-            return self.push(_make_tensor(args[0].array, args[1], 'Parameter'))
-        if kind == 'Size' and n == 1:
-            return self.push(Size(_count(args[0], 'size')))
-        if kind == 'device' and n in (1, 2):
-            return self.push(_device(*args))
-        if kind == 'latin1' and args[1:] == ('latin1',) and type(args[0]) is str:
-            if builtins.max(map(ord, args[0]), default=0) > 255:
-                _fail(f"has latin-1 bytes that are not latin-1; {_HOSTILE}")
-            return self.push(args[0].encode('latin1'))
-        if kind == 'old tensor' and n == 3 and type(args[0]) is _Make and args[0].kind == 'class' \
-                and type(args[1]) is np.ndarray:
-            return self.push(_make_tensor(args[1], args[2], args[0].arg))
-        if kind == 'array' and n == 3 and type(args[0]) is _Make and args[0].kind == 'ndarray' \
-                and args[1] == (0,) and args[2] == b'b':
-            return self.push(_Box('array', None))
-        if kind == 'dtype' and n == 3 and type(args[0]) is str and args[0] in _CODES \
-                and args[1:] == (False, True):
-            return self.push(_Box('dtype', args[0]))
-        if kind == 'scalar' and n == 2 and isinstance(args[0], np.dtype) and type(args[1]) is bytes:
-            return self.push(_array_from(args[1], args[0], (), False, self.made)[()])
-        _fail(f"calls {kind} with arguments {_show(args)}, a form no save writes; {_HOSTILE}")
-
-    def newobj(self):
-        args, make = self.args(), self.pop()
-        if type(make) is _Make and type(args) is tuple:
-            if make.kind == 'Size' and len(args) == 1:
-                return self.push(Size(_count(args[0], 'size')))
-            if make.kind == 'device' and args == ():
-                return self.push(_Box('device', None))
-        what = make.arg if type(make) is _Make and make.kind == 'class' else 'an object'
-        _fail(f"makes {what} without its fields (NEWOBJ), which no save writes; {_HOSTILE}")
-
-    def build(self):
-        state, obj = self.value(self.pop()), self.pop()
-        if type(obj) is _Box and obj.value is None:
-            if obj.kind == 'dtype':
-                obj.value = _old_dtype(obj.arg, state)
-            elif obj.kind == 'array' and type(state) is tuple and len(state) == 5 \
-                    and state[0] == 1 and isinstance(state[2], np.dtype) \
-                    and type(state[3]) is bool and type(state[4]) is bytes:
-                obj.value = _array_from(state[4], state[2], state[1], state[3], self.made)
-            elif obj.kind == 'device' and type(state) is dict and set(state) == {'type', 'index'}:
-                obj.value = _device(state['type'], state['index'])
-            else:
-                _fail(f"builds a NumPy {obj.kind} from {_show(state)}, a state NumPy never writes; "
-                      f"{_HOSTILE}")
-            return self.stack.append(obj)
-        if type(obj) is _OrderedDict and type(state) is dict and list(state) == ['_metadata'] \
-                and type(state['_metadata']) in (dict, _OrderedDict) and not vars(obj):
-            obj._metadata = state['_metadata']  # the attribute PyTorch's state_dicts carry
-            return self.stack.append(obj)
-        what = 'a tensor' if isinstance(obj, Tensor) else 'a storage' if type(obj) is _Storage \
-            else f'a NumPy {obj.kind} a second time' if type(obj) is _Box \
-            else f'a {getattr(obj, "kind", type(obj).__name__)}'
-        _fail(f"sets the fields of {what} (BUILD), which no save writes; {_HOSTILE}")
-
-
-def _no_hooks(h):
-    if not (type(h) in (dict, _OrderedDict) and not h):
-        _fail(f"has a tensor with backward hooks {_show(h)} (a save writes an empty OrderedDict); "
-              f"{_HOSTILE}")
-
-
-def _device(kind, index=None):
-    if not (type(kind) is str and re.fullmatch(r'[a-z]{1,16}(:[0-9]{1,4})?', kind)
-            and (index is None or (type(index) is int and 0 <= index < 10000))):
-        _fail(f"has a device ({_show(kind)}, {_show(index)}) that is not a device type and "
-              f"index; {_HOSTILE}")
-    return device(kind, index)
-
-
-def _check_depth(result):
-    """The loaded value nests at most _MAX_DEPTH containers and holds no cycle: each
-    container's height is found once (an iterative walk, no recursion)."""
-    height, todo = {}, [(result, False)]
-    while todo:
-        v, children_done = todo.pop()
-        if type(v) not in (tuple, list, dict, _OrderedDict):
-            continue
-        if children_done:
-            height[id(v)] = h = 1 + builtins.max((height.get(id(x), 0) for x in _inside(v)), default=0)
-            if h > _MAX_DEPTH:
-                _fail(f"nests containers more than {_MAX_DEPTH} deep; {_HOSTILE}")
-        elif id(v) in height:
-            if height[id(v)] is None:
-                _fail(f"holds a container that contains itself; {_HOSTILE}")
-        else:
-            height[id(v)] = None  # being walked
-            todo.append((v, True))
-            todo.extend((x, False) for x in _inside(v))
-
-
-def _inside(v):
-    if type(v) in (dict, _OrderedDict):
-        return [*v.values(), *vars(v).values()] if type(v) is _OrderedDict else v.values()
-    return v
-
-
-def _show(v):
-    """A value of the file in a message: short, whatever its size or depth."""
-    r = reprlib.Repr()
-    r.maxtuple = r.maxlist = 10
-    return r.repr(v)
-
-
-class _Member:
-    def __init__(self, name, method, crc, packed, size, header):
-        self.name, self.method, self.crc, self.packed, self.size = name, method, crc, packed, size
-        self.header, self.start, self.end = header, None, None  # start, end: of its bytes
-
-
-class _Zip:
-    """A zip archive read strictly: the end record where the file ends, a central
-    directory that lists each member once, each member's local header agreeing with it
-    (name, method, sizes, CRC), members that neither overlap nor reach past the
-    directory, stored or deflated only. read() inflates to exactly the declared size and
-    checks the CRC. Every fault is one _BadFile line."""
-
-    def __init__(self, f):
-        self.f = f
-        self.size = f.seek(0, 2)
-        tail = self.at(builtins.max(0, self.size - 22 - 65535), builtins.min(self.size, 22 + 65535))
-        end = tail.rfind(b'PK\x05\x06')
-        while end >= 0 and (end + 22 > len(tail) or
-                            end + 22 + struct.unpack('<H', tail[end + 20:end + 22])[0] != len(tail)):
-            end = tail.rfind(b'PK\x05\x06', 0, end)  # the record whose comment ends the file
-        if end < 0:
-            _fail("is a zip archive without its end record: it is truncated; save or download it "
-                  "again")
-        end_at = self.size - len(tail) + end
-        disk, cd_disk, here, count, cd_size, cd_at = struct.unpack('<HHHHII', tail[end + 4:end + 20])
-        if end_at >= 20 and self.at(end_at - 20, 4) == b'PK\x06\x07':  # zip64 (PyTorch's writer
-            wide = self.zip64(end_at)                                  # always adds it)
-            for short, full in zip((disk, cd_disk, here, count, cd_size, cd_at), wide[1:]):
-                if short not in (full, 0xFFFF, 0xFFFFFFFF):
-                    _fail(f"has a zip end record and a zip64 end record that disagree; {_HOSTILE}")
-            end_at, disk, cd_disk, here, count, cd_size, cd_at = wide
-        elif 0xFFFF in (count, here) or 0xFFFFFFFF in (cd_size, cd_at):
-            _fail(f"is a zip archive whose end record needs a zip64 record it lacks; {_HOSTILE}")
-        if disk or cd_disk or here != count:
-            _fail(f"is a zip archive split over disks; {_HOSTILE}")
-        if cd_at + cd_size != end_at:
-            _fail(f"has a zip directory of {cd_size:,} bytes at {cd_at:,} that does not end where "
-                  f"its end record starts ({end_at:,}); {_HOSTILE}")
-        self.members, self.cd_at = {}, cd_at
-        directory, at = self.at(cd_at, cd_size), 0
-        for _ in range(count):
-            m, at = self.entry(directory, at)
-            if m.name in self.members:
-                _fail(f"has two members named {m.name}; {_HOSTILE}")
-            self.members[m.name] = m
-        if at != cd_size:
-            _fail(f"has a zip directory of {cd_size:,} bytes holding {at:,} bytes of entries; "
-                  f"{_HOSTILE}")
-        last, last_name = 0, None
-        for m in sorted(self.members.values(), key=lambda m: m.header):
-            self.local(m)
-            if m.header < last:
-                _fail(f"has members {last_name} and {m.name} that overlap; {_HOSTILE}")
-            last, last_name = m.end, m.name
-        if last > cd_at:
-            _fail(f"has a member {last_name} that runs into the zip directory; {_HOSTILE}")
-
-    def at(self, offset, n):
-        if offset < 0 or n < 0 or offset + n > self.size:
-            _fail(f"points at bytes {offset:,}..{offset + n:,} of a file of {self.size:,}: it is "
-                  "truncated or damaged; save or download it again")
-        self.f.seek(offset)
-        raw = self.f.read(n)
-        if len(raw) != n:
-            _fail("could not be read whole (it changed while being read?); read it again")
-        return raw
-
-    def zip64(self, end_at):
-        locator = self.at(end_at - 20, 20)
-        disk, rec_at, disks = struct.unpack('<IQI', locator[4:])
-        rec = self.at(rec_at, 56)
-        if rec[:4] != b'PK\x06\x06' or disk or disks != 1 or rec_at + 56 != end_at - 20:
-            _fail(f"has a zip64 end record that is not where its locator says; {_HOSTILE}")
-        return (rec_at,) + struct.unpack('<IIQQQQ', rec[16:56])
-
-    def entry(self, d, at):
-        if d[at:at + 4] != b'PK\x01\x02' or at + 46 > len(d):
-            _fail(f"has a zip directory entry that is not one (at byte {self.cd_at + at:,}); "
-                  f"{_HOSTILE}")
-        (flags, method, _, _, crc, packed, size, n_name, n_extra, n_comment, disk, _, _,
-         header) = struct.unpack('<HHHHIIIHHHHHII', d[at + 8:at + 46])
-        name = self.name(d[at + 46:at + 46 + n_name], flags)
-        extra = d[at + 46 + n_name:at + 46 + n_name + n_extra]
-        if at + 46 + n_name + n_extra + n_comment > len(d):
-            _fail(f"has a zip directory entry {name} longer than the directory; {_HOSTILE}")
-        size, packed, header = self.wide(extra, name, size, packed, header)
-        if flags & 1 or method not in (0, 8) or disk:
-            _fail(f"has a member {name} that is encrypted, on another disk or compressed by a "
-                  f"method other than deflate (method {method}); {_HOSTILE}")
-        if method == 0 and packed != size:
-            _fail(f"has a member {name} stored as {packed:,} bytes but declared as {size:,}; "
-                  f"{_HOSTILE}")
-        return _Member(name, method, crc, packed, size, header), at + 46 + n_name + n_extra + n_comment
-
-    @staticmethod
-    def name(raw, flags):
-        try:
-            return raw.decode('utf-8' if flags & 0x800 else 'cp437')
-        except UnicodeDecodeError:
-            _fail(f"has a member name that is not UTF-8; {_HOSTILE}")
-
-    @staticmethod
-    def wide(extra, name, size, packed, header):
-        """The zip64 extra field: the 64-bit values of the fields that read 0xFFFFFFFF."""
-        at = 0
-        while at + 4 <= len(extra):
-            kind, n = struct.unpack('<HH', extra[at:at + 4])
-            if at + 4 + n > len(extra):
-                break
-            if kind == 1:
-                values, k = extra[at + 4:at + 4 + n], 0
-                out = []
-                for v in (size, packed, header):
-                    if v == 0xFFFFFFFF:
-                        if k + 8 > n:
-                            _fail(f"has a member {name} whose zip64 field is too short; {_HOSTILE}")
-                        v = struct.unpack('<Q', values[k:k + 8])[0]
-                        k += 8
-                    out.append(v)
-                return tuple(out)
-            at += 4 + n
-        if at != len(extra):
-            _fail(f"has a member {name} with a malformed extra field; {_HOSTILE}")
-        return size, packed, header
-
-    def local(self, m):
-        """Cross-check the member's local header with its directory entry; find its bytes."""
-        head = self.at(m.header, 30)
-        flags, method, _, _, crc, packed, size, n_name, n_extra = struct.unpack('<HHHHIIIHH',
-                                                                                 head[6:30])
-        name = self.name(self.at(m.header + 30, n_name), flags) if head[:4] == b'PK\x03\x04' \
-            else None
-        if name != m.name or method != m.method or flags & 1:
-            _fail(f"has a member {m.name} whose local header disagrees with the zip directory "
-                  f"(name {name!r}, method {method}); {_HOSTILE}")
-        m.start = m.header + 30 + n_name + n_extra
-        m.end = m.start + m.packed
-        if flags & 8:  # sizes in a descriptor after the data (PyTorch's writer does so)
-            if (crc, packed, size) not in ((0, 0, 0), (m.crc, m.packed, m.size)):
-                _fail(f"has a member {m.name} whose local header declares sizes that its "
-                      f"descriptor does not; {_HOSTILE}")
-            sig = 4 if self.size - m.end >= 4 and self.at(m.end, 4) == b'PK\x07\x08' else 0
-            for fmt in ('<III', '<IQQ'):
-                n = struct.calcsize(fmt)
-                if m.end + sig + n <= self.size and \
-                        struct.unpack(fmt, self.at(m.end + sig, n)) == (m.crc, m.packed, m.size):
-                    m.end += sig + n
-                    break
-            else:
-                _fail(f"has a member {m.name} whose data descriptor disagrees with the zip "
-                      f"directory; {_HOSTILE}")
-        else:
-            size, packed, _ = self.wide(self.at(m.header + 30 + n_name, n_extra), m.name, size,
-                                        packed, 0)
-            if (crc, packed, size) != (m.crc, m.packed, m.size):
-                _fail(f"has a member {m.name} whose local header declares {size:,} bytes ({packed:,} "
-                      f"stored) and its directory {m.size:,} ({m.packed:,}); {_HOSTILE}")
-
-    def head(self, m, n):
-        """The first n bytes of a stored member: a header to check before reading it whole."""
-        if m.method != 0 or n > m.size:
-            _fail(f"has a member {m.name} that is compressed or shorter than its header ({n} "
-                  f"bytes); {_HOSTILE}")
-        return self.at(m.start, n)
-
-    def read(self, m, into=None):
-        """The member's bytes (into a writable buffer of exactly m.size bytes if given),
-        inflated to at most its declared size, checked against its CRC."""
-        out = memoryview(bytearray(m.size) if into is None else into).cast('B')
-        self.f.seek(m.start)
-        got, crc, left, pending = 0, 0, m.packed, b''
-        inflate = zlib.decompressobj(-15) if m.method == 8 else None
-        while left or pending:
-            if inflate is None:  # stored: straight into the buffer
-                n = self.f.readinto(out[got:got + builtins.min(left, 1 << 24)])
-                if not n:
-                    break
-                crc = zlib.crc32(out[got:got + n], crc)
-                got, left = got + n, left - n
-                continue
-            if not pending:
-                pending = self.f.read(builtins.min(left, 1 << 22))
-                if not pending:
-                    break
-                left -= len(pending)
-            try:
-                chunk = inflate.decompress(pending, m.size - got + 1)  # one byte past: detected
-            except zlib.error as e:
-                _fail(f"has a member {m.name} whose deflated bytes are damaged ({e}); {_HOSTILE}")
-            pending = inflate.unconsumed_tail
-            if got + len(chunk) > m.size:
-                _fail(f"has a member {m.name} that inflates past its declared {m.size:,} bytes; "
-                      f"{_HOSTILE}")
-            out[got:got + len(chunk)] = chunk
-            crc, got = zlib.crc32(chunk, crc), got + len(chunk)
-            if inflate.eof:
-                break
-        if got != m.size or left or pending or (inflate is not None and (not inflate.eof
-                                                                     or inflate.unused_data)):
-            _fail(f"has a member {m.name} whose {m.packed:,} bytes do not hold the {m.size:,} "
-                  f"declared: it is truncated or damaged; save or download it again")
-        if crc != m.crc:
-            _fail(f"has a member {m.name} whose bytes do not match their CRC: it is damaged; save "
-                  "or download it again")
-        return out.obj
-
-
-class _TorchFiles:
-    """The storages of a PyTorch archive, each read once when data.pkl first refers to it
-    (so tensors that share one come back as views of one array, as in PyTorch)."""
-
-    def __init__(self, archive, folder):
-        self.archive, self.folder, self.storages = archive, folder, {}
-        order = archive.members.get(folder + 'byteorder')
-        self.order = '<'
-        if order is not None:
-            text = bytes(archive.read(order)) if order.size <= 16 else b''
-            if text not in (b'little', b'big'):
-                _fail(f"has a byteorder record {_show(text)} (PyTorch writes little or big); "
-                      f"{_HOSTILE}")
-            self.order = '<' if text == b'little' else '>'
-
-    def storage(self, pid):
-        """BINPERSID ('storage', torch.<Type>Storage, key, location, numel)."""
-        if not (type(pid) is tuple and len(pid) == 5 and pid[0] == 'storage'):
-            _fail(f"refers to its data in a way PyTorch never writes ({_show(pid)}); {_HOSTILE}")
-        _, kind, key, location, numel = pid
-        if not (type(kind) is _Make and kind.kind == 'storage type' and type(key) is str
-                and re.fullmatch(r'[A-Za-z0-9_.]{1,64}', key) and type(location) is str
-                and type(numel) is int and 0 <= numel < 1 << 62):
-            _fail(f"has a storage reference {_show(pid)} that is not (type, key, location, size); "
-                  f"{_HOSTILE}")
-        dtype, member = kind.arg, f'{self.folder}data/{key}'
-        if key in self.storages:
-            old = self.storages[key]
-            if old.array.dtype != dtype or old.array.size != numel:
-                _fail(f"declares its storage {member} twice, with different types or sizes; "
-                      f"{_HOSTILE}")
-            return old
-        m = self.archive.members.get(member)
-        if m is None:
-            _fail(f"lacks {member}, which its data.pkl refers to: the file is incomplete; save or "
-                  "download it again")
-        if m.size != numel * dtype.itemsize:
-            _fail(f"has a storage {member} of {m.size:,} bytes, declared as {numel:,} elements of "
-                  f"{dtype} ({numel * dtype.itemsize:,} bytes); {_HOSTILE}")
-        array = np.empty(numel, dtype.newbyteorder(self.order))
-        self.archive.read(m, array)
-        self.storages[key] = _Storage(_owned(array) if self.order == '>' or dtype == np.bool_
-                                      else array, member)
-        return self.storages[key]
-
-    def tensor(self, storage, offset, size, stride, requires_grad, hooks, metadata=None):
-        """torch._utils._rebuild_tensor_v2: a view of the storage, after checking that every
-        element it reaches lies inside it."""
-        if type(storage) is not _Storage:
-            _fail(f"builds a tensor on something that is not one of its storages; {_HOSTILE}")
-        size, stride = _count(size, 'size'), _count(stride, 'stride')
-        if type(offset) is not int or not 0 <= offset < 1 << 62 or len(size) != len(stride):
-            _fail(f"has a tensor of size {size}, stride {stride} at offset {_show(offset)} (each "
-                  f"must be counts of 0 or more, one stride per dimension); {_HOSTILE}")
-        _no_hooks(hooks)
-        if metadata not in (None, {}) and not (type(metadata) is _OrderedDict and not metadata):
-            _fail(f"has tensor metadata {_show(metadata)}, which tinytorch cannot keep; {_HOSTILE}")
-        n = storage.array.size
-        last = offset + builtins.sum((k - 1) * s for k, s in zip(size, stride)) \
-            if builtins.all(size) else offset - 1  # the last element it reaches
-        if last >= n or offset > n:
-            _fail(f"has a tensor of size {size}, stride {stride} at offset {offset} that reaches "
-                  f"element {last:,} of a storage of {n:,}; {_HOSTILE}")
-        a = storage.array
-        view = np.lib.stride_tricks.as_strided(a[offset:], size, [s * a.itemsize for s in stride])
-        return _make_tensor(view, requires_grad)
-
-
-def _load_archive(f, weights_only):
-    archive = _Zip(f)
-    pickles = [n for n in archive.members if n.endswith('data.pkl')
-               and n.count('/') <= 1 and n.rpartition('/')[2] == 'data.pkl']
-    if len(pickles) != 1:
-        _fail("is a zip archive but not a PyTorch file (no data.pkl, or more than one; an "
-              "nn.save checkpoint? read that with nn.load)")
-    m = archive.members[pickles[0]]
-    if m.size > _MAX_PICKLE:
-        _fail(f"has a member {m.name} of {m.size:,} bytes, more than the {_MAX_PICKLE >> 20} MiB "
-              f"a checkpoint's structure takes; {_HOSTILE}")
-    files = _TorchFiles(archive, m.name[:-len('data.pkl')])
-    data = archive.read(m)
-    if weights_only:
-        return _Grammar(bytes(data), files).run()
-    return _TrustedUnpickler(io.BytesIO(data), files).load()
-
-
-class _TrustedUnpickler(pickle.Unpickler):
-    """weights_only=False: full unpickling (the user trusts the file), PyTorch's names
-    mapped to tinytorch's constructions, storages read as _TorchFiles reads them."""
-
-    def __init__(self, file, files=None):
-        super().__init__(file)
-        self.files = files
-
-    def find_class(self, module, name):
-        make = _MAKERS.get((module, name))
-        if self.files is not None and type(make) is _Make and make.kind == 'tensor':
-            return self.files.tensor
-        if type(make) is _Make and make.kind == 'parameter':
-            return lambda t, requires_grad, hooks: _make_tensor(t.array, requires_grad, 'Parameter')
-        if type(make) is _Make and make.kind == 'storage type' or isinstance(make, np.dtype):
-            return make
-        if module == 'torch' and name in ('Size', 'device'):
-            return globals()[name]
-        return super().find_class(module, name)
-
-    def persistent_load(self, pid):
-        if self.files is None:
-            _fail(f"refers to data outside its pickle (a persistent id); {_HOSTILE}")
-        return self.files.storage(pid)
-
-
-# -- writing ----------------------------------------------------------------
 def _rebuild_tensor(cls, array, requires_grad):
-    """How pickle (copy.deepcopy, a whole model's save) rebuilds a tensor: its class, its
-    array and its requires_grad (never its graph)."""
+    """A tensor of class cls over array with its requires_grad (never its graph): how
+    pickle and copy.deepcopy rebuild one, and how files.py makes each tensor it loads."""
     t = cls.__new__(cls)
     _init_result(t, array)
     t.requires_grad = bool(requires_grad)
@@ -6303,283 +5528,12 @@ def _rebuild_tensor(cls, array, requires_grad):
 
 
 def _no_setstate(self, state):
-    raise _BadFile(f"sets a tensor's fields directly (save() never writes that); {_HOSTILE}")
+    raise pickle.UnpicklingError("sets a tensor's fields directly (BUILD), which no save writes; "
+                                 "the file is damaged or was made to attack: do not use it")
 
 
 _methods(__reduce__=lambda self: (_rebuild_tensor, (type(self), self.array, self.requires_grad)),
          __setstate__=_no_setstate)  # pickle's BUILD on a tensor: refused (load's safety)
-
-
-def _in_grammar(obj, depth=0, path=None):
-    """obj is what data.pkl can hold (else save() pickles it whole): containers of
-    numbers, strings, tensors of a storage dtype, Size, device and dtype, no cycle."""
-    path = set() if path is None else path
-    t = type(obj)
-    if obj is None or t in (bool, int, float, str, bytes, Size, device):
-        return t is not int or -(1 << 63) <= obj < 1 << 63
-    if isinstance(obj, np.dtype):
-        return obj in _DTYPE_NAMES_OUT
-    if isinstance(obj, Tensor):
-        return (t is Tensor or t is _TENSOR_CLASSES.get('Parameter')) and \
-            obj.array.dtype in _STORAGE_NAMES
-    if t not in (tuple, list, dict, _OrderedDict) or depth >= _MAX_DEPTH or id(obj) in path:
-        return False
-    path.add(id(obj))
-    if t in (dict, _OrderedDict):
-        try:
-            for k in obj:
-                _key(k)
-        except _BadFile:
-            return False
-        if t is _OrderedDict and set(vars(obj)) - {'_metadata'}:
-            return False
-        inside = [*obj.values(), *vars(obj).values()] if t is _OrderedDict else obj.values()
-    else:
-        inside = obj
-    ok = builtins.all(_in_grammar(v, depth + 1, path) for v in inside)
-    path.discard(id(obj))
-    return ok
-
-
-class _Writer:
-    """data.pkl as PyTorch writes it (protocol 2), and the storages beside it: one per
-    distinct array (a tensor saved twice, or two tensors over one array, share it)."""
-
-    def __init__(self):
-        self.out, self.storages, self.memo = [], {}, {}
-
-    def op(self, *parts):
-        self.out.extend(parts)
-
-    def global_(self, module, name):
-        self.op(b'c', f'{module}\n{name}\n'.encode())
-
-    def write(self, obj):
-        t = type(obj)
-        if obj is None:
-            self.op(b'N')
-        elif t is bool:
-            self.op(b'\x88' if obj else b'\x89')
-        elif t is int:
-            self.op(b'J', struct.pack('<i', obj)) if -(1 << 31) <= obj < 1 << 31 else \
-                self.op(b'\x8a\x08', obj.to_bytes(8, 'little', signed=True))
-        elif t is float:
-            self.op(b'G', struct.pack('>d', obj))
-        elif t is str:
-            raw = obj.encode('utf-8', 'surrogatepass')
-            self.op(b'X', struct.pack('<I', len(raw)), raw)
-        elif t is bytes:  # as pickle's protocol 2 writes bytes (PyTorch's reader has no BINBYTES)
-            self.global_('_codecs', 'encode')
-            self.tuple((obj.decode('latin1'), 'latin1'))
-            self.op(b'R')
-        elif isinstance(obj, np.dtype):
-            self.global_('torch', _DTYPE_NAMES_OUT[obj])
-        elif t is Size:
-            self.global_('torch', 'Size')
-            self.tuple(tuple(obj))
-            self.op(b'\x85R')
-        elif t is device:
-            self.global_('torch', 'device')
-            self.tuple((obj.type,) if obj.index is None else (obj.type, obj.index))
-            self.op(b'R')
-        elif isinstance(obj, Tensor):
-            self.tensor(obj)
-        elif t is tuple:
-            self.tuple(obj)
-        elif t is list:
-            self.op(b']')
-            if obj:
-                self.op(b'(')
-                for v in obj:
-                    self.write(v)
-                self.op(b'e')
-        else:  # dict or OrderedDict
-            if t is _OrderedDict:
-                self.global_('collections', 'OrderedDict')
-                self.op(b')R')
-            else:
-                self.op(b'}')
-            if obj:
-                self.op(b'(')
-                for k, v in obj.items():
-                    self.write(k)
-                    self.write(v)
-                self.op(b'u')
-            if t is _OrderedDict and '_metadata' in vars(obj):
-                self.op(b'}')
-                self.write('_metadata')
-                self.write(obj._metadata)
-                self.op(b'sb')
-
-    def tuple(self, items):
-        self.op(b'(')
-        for v in items:
-            self.write(v)
-        self.op(b't')
-
-    def tensor(self, t):
-        if id(t) in self.memo:  # the same tensor twice (a tied weight): one object on load
-            self.op(b'j', struct.pack('<I', self.memo[id(t)][0]))
-            return
-        a = t.array
-        key = self.storages.setdefault(id(a), (str(len(self.storages)), a))[0]
-        parameter = type(t) is not Tensor
-        if parameter:
-            self.global_('torch._utils', '_rebuild_parameter')
-            self.op(b'(')
-        self.global_('torch._utils', '_rebuild_tensor_v2')
-        self.op(b'((')
-        self.write('storage')
-        self.global_('torch', _STORAGE_NAMES[a.dtype])
-        for v in (key, 'cpu', a.size):
-            self.write(v)
-        self.op(b'tQ')
-        self.write(0)
-        self.tuple(a.shape)
-        self.tuple(tuple(math.prod(a.shape[i + 1:]) for i in range(a.ndim)))  # C order
-        self.write(bool(t.requires_grad) and not parameter)
-        self.global_('collections', 'OrderedDict')
-        self.op(b')Rt', b'R')
-        if parameter:
-            self.write(bool(t.requires_grad))
-            self.global_('collections', 'OrderedDict')
-            self.op(b')Rt', b'R')
-        self.memo[id(t)] = (len(self.memo), t)  # t kept alive: its id stays its own
-        self.op(b'r', struct.pack('<I', self.memo[id(t)][0]))
-
-
-def _write_archive(obj, fh):
-    """PyTorch's zip format: archive/data.pkl, archive/byteorder, archive/data/<key> (the
-    storages' bytes, little-endian, C order), archive/version."""
-    w = _Writer()
-    w.op(b'\x80\x02')
-    w.write(obj)
-    w.op(b'.')
-    with zipfile.ZipFile(fh, 'w', zipfile.ZIP_STORED) as z:
-        z.writestr('archive/data.pkl', b''.join(w.out))
-        z.writestr('archive/byteorder', b'little')
-        for key, a in w.storages.values():
-            raw = np.ascontiguousarray(a, a.dtype.newbyteorder('<'))
-            with z.open(f'archive/data/{key}', 'w', force_zip64=raw.nbytes >= 1 << 31) as out:
-                out.write(memoryview(raw.reshape(-1)).cast('B'))
-        z.writestr('archive/version', b'3\n')
-
-
-def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True):
-    """torch.save: obj to a path or a binary file. A state_dict, an optimizer's, a dict of
-    tensors, numbers and strings is written in PyTorch's zip format (torch.load reads it);
-    anything else (a whole model, a NumPy array) as one plain pickle, which load() reads
-    with weights_only=False only (NumPy arrays aside). To a path atomically: a kill or a
-    crash in the middle leaves the old file or the new one, never half of one."""
-    if _in_grammar(obj):
-        write = lambda fh: _write_archive(obj, fh)  # noqa: E731
-    else:
-        write = lambda fh: pickle.dump(obj, fh, protocol=builtins.max(pickle_protocol, 4))  # noqa: E731
-    if isinstance(f, (str, os.PathLike)):
-        return _atomic_write(f, write)
-    write(f)
-
-
-def _atomic_write(path, write):
-    """write(file) into a temporary file beside path, flushed to the disk, then renamed over
-    path (a rename within one folder is atomic). The temporary's name is short (.<the name's
-    first 40 characters>.<its hash><random>.tmp: any name that fits the folder saves), made with
-    open()'s mode (the umask applies; nothing process-wide changes). While a save runs it
-    holds a lock on its temporary; a save first removes its path's temporaries that no one
-    holds (left by a killed save), and only those, so kills leave at most one behind and
-    two processes saving one path both finish."""
-    folder, base = os.path.split(os.path.abspath(os.fspath(path)))
-    start = f'.{base[:40]}.{zlib.crc32(base.encode("utf-8", "surrogateescape")):08x}'
-    ours = re.compile(re.escape(start) + r'[0-9a-f]{8}\.tmp')
-    for name in os.listdir(folder):
-        if ours.fullmatch(name):
-            _remove_if_unheld(os.path.join(folder, name))
-    tmp = fd = None
-    try:
-        while fd is None:
-            tmp = os.path.join(folder, f'{start}{secrets.token_hex(4)}.tmp')
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_BINARY', 0),
-                             0o666)
-            except FileExistsError:
-                continue
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    ours = os.path.samestat(os.stat(tmp), os.fstat(fd))
-                except FileNotFoundError:  # another save removed it before we locked it
-                    ours = False
-                if not ours:
-                    os.close(fd)
-                    fd = tmp = None
-        with os.fdopen(fd, 'wb') as fh:
-            fd = None
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-            os.replace(tmp, path)  # while the lock is held: no other save removes it first
-        tmp = None
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _remove_if_unheld(tmp):
-    """Remove a temporary no running save holds (its save was killed)."""
-    if fcntl is None:
-        return
-    try:
-        fd = os.open(tmp, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.remove(tmp)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **kwargs):
-    """torch.load: what save() wrote, or a PyTorch file. weights_only=None or True (as
-    PyTorch 2.6+) reads the file with the checkpoint grammar above: tensors, numbers,
-    strings, containers, Size, device, dtypes; nothing in it runs. weights_only=False
-    unpickles anything: only for a file you trust. A file that is not a checkpoint, or is
-    damaged or hostile, is refused with one line (pickle.UnpicklingError) naming it."""
-    if isinstance(map_location, (str, device)):
-        _cpu_only(map_location, 'load')
-    trusted = weights_only is not None and not weights_only
-    if isinstance(f, (str, os.PathLike)):
-        with open(f, 'rb') as fh:
-            return load(fh, map_location, weights_only=not trusted)
-    name = getattr(f, 'name', None)
-    name = name if isinstance(name, str) else 'the file'
-    try:
-        start = f.read(2)
-        f.seek(-len(start), 1)
-        if not start:
-            _fail("is empty (0 bytes): it holds no checkpoint; save or download it again")
-        if start == b'PK':  # a zip archive: PyTorch's format
-            return _load_archive(f, not trusted)
-        if trusted:
-            return _TrustedUnpickler(f).load()
-        return _Grammar(f.read()).run()
-    except _BadFile as e:
-        raise pickle.UnpicklingError(f"load: {name} {e}") from None
-    except Exception as e:  # noqa: BLE001 (full unpickling fails many ways; the grammar should not)
-        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        if isinstance(e, MemoryError):
-            what = "MemoryError: it declares a size larger than the memory"
-        if trusted and isinstance(e, (AttributeError, ImportError)):
-            raise pickle.UnpicklingError(
-                f"load: {name} could not be unpickled ({what:.200}); a whole model needs its class "
-                "defined or imported where you load it") from None
-        raise pickle.UnpicklingError(
-            f"load: {name} is not a checkpoint that save() wrote, or it is truncated or damaged "
-            f"({what:.200}); save or download it again".replace('\n', ' ')) from None
 
 
 # ---------------------------------------------------------------------------
@@ -6609,10 +5563,11 @@ _sharing = None  # tuning.py, once tune() turned on sharing the cores with other
 
 def tune():
     """Tune this process for training; the scripts (train_*.py, bench.py) call it first
-    thing. Importing tinytorch changes nothing in the process; this call does, for the whole
-    process: glibc keeps freed memory for reuse, and tinytorch's threads and OpenBLAS's
-    follow the cores other programs leave free. tuning.py, beside this file, holds both
-    (and says why). Returns the names of the settings made."""
+    thing. Importing tinytorch changes no setting of the process (it adds one import
+    finder, section 21); this call does, for the whole process: glibc keeps freed memory for
+    reuse, and tinytorch's threads and OpenBLAS's follow the cores other programs leave free.
+    tuning.py, beside this file, holds both (and says why). Returns the names of the
+    settings made."""
     global _sharing
     tuning = _companion('tuning')
     done = tuning.tune()
@@ -6865,15 +5820,15 @@ def _scatter_add_rows(shape, idx, g):
     return gx
 
 
-
 # ---------------------------------------------------------------------------
 # 21. Running PyTorch programs: compat.py takes over
 # ---------------------------------------------------------------------------
 # A PyTorch program with `import tinytorch as torch` goes on to import torch.nn.functional
 # and to ask torch.cuda.is_available(). compat.py, beside this file, answers: PyTorch's
 # module paths (tinytorch.nn is nn.py, tinytorch.utils.data is data.py) and the stand-ins
-# of a machine without a GPU. This file loads it last, when it is there; copied alone,
-# tinytorch.py computes all the same, and only those names are missing.
+# of a machine without a GPU. This file loads it on first use (a PyTorch-style import, or
+# a name only compat.py has, as tinytorch.cuda); copied alone, tinytorch.py computes all
+# the same, and only those names are missing.
 import importlib  # noqa: E402 (this section's own tools)
 import importlib.util  # noqa: E402
 
@@ -6934,16 +5889,19 @@ def __getattr__(name):
     return compat.attribute(name)
 
 
-class _CompatMissing:
-    """Without compat.py, `import tinytorch.nn` says what to copy, in one line."""
+class _Submodules:
+    """What importing tinytorch adds to the process: this finder on sys.meta_path, which
+    Python asks about each module imported after it. It answers only for names under
+    tinytorch (`import tinytorch.nn.functional as F`), by compat.py's rule, and loads
+    compat.py on the first such import; without compat.py it says in one line what to copy."""
 
     @staticmethod
     def find_spec(fullname, path=None, target=None):
-        if fullname.startswith(__name__ + '.'):
-            _companion('compat')  # raises: "this path needs compat.py, and there is none ..."
+        if not fullname.startswith(__name__ + '.'):
+            return None  # not a name of ours: Python asks the next finder
+        return _companion('compat')._PathFinder.find_spec(fullname, path, target)
 
 
-if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'compat.py')):
-    _companion('compat')  # its import installs the import rule
-elif not builtins.any(getattr(f, '__qualname__', '') == '_CompatMissing' for f in sys.meta_path):
-    sys.meta_path.append(_CompatMissing)
+if not builtins.any(getattr(f, '__qualname__', '') == '_Submodules' and f.__module__ == __name__
+                    for f in sys.meta_path):
+    sys.meta_path.append(_Submodules)

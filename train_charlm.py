@@ -13,11 +13,14 @@ Ctrl-C stops after the current step and saves a checkpoint (--resume continues i
 """
 import argparse
 import csv
+import glob
 import io
 import math
 import os
 import reprlib
+import stat
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -27,13 +30,14 @@ import tinytorch as tt  # noqa: E402
 import numpy as np
 
 import lookinside
+from files import NotARegularFile, atomic_write, open_regular
 import nn
 import optim
 import tokens
 from transformer import GPT, GPTConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_CORPUS = ['README.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
+DEFAULT_CORPUS = ['README.md', 'docs/*.md', 'tinytorch.py', 'nn.py', 'optim.py', 'transformer.py',
                   'train_linear.py', 'train_charlm.py']
 MODELS = ('gpt', 'lstm', 'gru')
 MODEL_FLAGS = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.1)
@@ -242,10 +246,11 @@ def read_text(path):
 
 
 def default_corpus():
+    """This project's own text: the README and its pages in docs/ (English), then the source."""
     parts = []
-    for name in DEFAULT_CORPUS:
-        path = os.path.join(HERE, name)
-        if os.path.exists(path):
+    for pattern in DEFAULT_CORPUS:
+        for path in sorted(glob.glob(os.path.join(HERE, pattern))):
+            name = os.path.relpath(path, HERE).replace(os.sep, '/')
             parts.append(f"# ===== {name} =====\n" + read_text(path))
     return '\n'.join(parts)
 
@@ -457,12 +462,21 @@ def checkpoint_path(out_dir, name=CKPT_NAME):
 
 
 def prepare_out_dir(out_dir):
+    """The folder exists and takes a new file (a probe of a fresh name, made with O_EXCL: a
+    link planted in the folder is never followed); a leftover temporary that is not a
+    regular file (a FIFO would block a save forever) is refused before any work."""
     try:
         os.makedirs(out_dir, exist_ok=True)
-        probe = os.path.join(out_dir, '.write-test')
-        with open(probe, 'w') as f:
-            f.write('ok')
+        fd, probe = tempfile.mkstemp(prefix='.write-test', dir=out_dir)
+        os.close(fd)
         os.remove(probe)
+        for name in os.listdir(out_dir):
+            path = os.path.join(out_dir, name)
+            if name.startswith('.') and name.endswith('.tmp') and not stat.S_ISREG(os.lstat(path).st_mode):
+                what = 'a link' if os.path.islink(path) else 'a FIFO' if stat.S_ISFIFO(
+                    os.lstat(path).st_mode) else 'a folder, device or socket'
+                raise UserError(f"{path} is a leftover temporary that is not a regular file "
+                                f"({what}); remove it to save")
     except OSError as e:
         raise UserError(f"cannot write to the output folder {out_dir}: "
                         f"{e.strerror or e}") from None
@@ -470,6 +484,8 @@ def prepare_out_dir(out_dir):
 
 def load_checkpoint(out_dir, name=CKPT_NAME):
     path = checkpoint_path(out_dir, name)
+    if os.path.islink(path):
+        raise UserError(f"{path} is a link, which a run folder's files never are; move it aside")
     if not os.path.exists(path):
         raise UserError(f"no checkpoint at {path}; train first (or give --out-dir)")
     return read_checkpoint(path)
@@ -553,6 +569,10 @@ def check_checkpoint(ck, path, tail=NOT_OURS):
                     isinstance(t, WHOLE) and not isinstance(t, bool) and 0 <= t < 256 + i
                     for t in m) for i, m in enumerate(merges)):
             bad(f"its vocab {show(vocab)} is not a BPE's merges (pairs of earlier tokens)")
+        try:
+            tokens.expanded_bytes(merges)
+        except ValueError as e:
+            bad(f"its BPE's {e}")
         size = ck.get('config', {}).get('vocab_size', 256 + len(merges))
         if size != 256 + len(merges):
             bad(f"its BPE has {256 + len(merges):,} tokens, its config says vocab_size "
@@ -782,7 +802,7 @@ def plot_metrics(metrics_file, png_path):
     ax.set_ylabel('loss (nats per character)')
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png_path)
+    atomic_write(png_path, lambda f: fig.savefig(f, format='png'))  # a link there: replaced
     print(f"loss curve saved to {png_path}"
           + ("" if val else " (no validation loss yet: the run stopped before its first evaluation)"))
 
@@ -847,8 +867,11 @@ def read_metrics(path):
     step (a whole number) then numbers or empty fields. A last line without its newline (a
     kill while it was written) is left out of the rows, and torn says so. Anything else is
     one UserError line, and the file is not touched."""
-    with open(path, 'rb') as f:
-        raw = f.read()
+    try:
+        with open_regular(path, follow=False) as f:
+            raw = f.read()
+    except NotARegularFile as e:
+        raise UserError(str(e)) from None
     try:
         text = raw.decode('utf-8')
     except UnicodeDecodeError as e:
@@ -889,7 +912,7 @@ def write_metrics(path, header, rows):
     """metrics.csv rewritten whole or not at all (a kill midway leaves the old one)."""
     text = io.StringIO(newline='')
     csv.writer(text).writerows([header, *rows])
-    tt._atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
+    atomic_write(path, lambda f: f.write(text.getvalue().encode('utf-8')))
 
 
 def agree_metrics(path, ck):
@@ -932,14 +955,28 @@ class RunFiles:
         if best:
             nn.save(checkpoint, checkpoint_path(self.out_dir, BEST_NAME))
         nn.save(checkpoint, checkpoint_path(self.out_dir))
-        if not os.path.exists(self.metrics_file):  # a new run's, or imported weights' first rows
-            with open(self.metrics_file, 'w', newline='') as f:
-                csv.writer(f).writerow(METRICS_COLUMNS)
-        with open(self.metrics_file, 'a', newline='') as f:
+        if not os.path.lexists(self.metrics_file):  # a new run's, or imported weights' first rows
+            write_metrics(self.metrics_file, METRICS_COLUMNS, [])
+        with append_only(self.metrics_file) as f:
             csv.writer(f).writerows(self.rows)
             f.flush()
             os.fsync(f.fileno())
         self.rows = []
+
+
+def append_only(path):
+    """path opened to append text, only if it is a regular file of the run folder (no link
+    followed, no FIFO waited on); else one UserError line."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, 'O_NOFOLLOW', 0)
+                     | getattr(os, 'O_NONBLOCK', 0))
+    except OSError as e:
+        raise UserError(f"cannot append to {path}: {e.strerror or e} (a link there is never "
+                        "followed)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path} is not a regular file; {LEFT_AS_IT_IS}")
+    return os.fdopen(fd, 'a', newline='')
 
 
 def update_ratio(before, params):
@@ -1379,7 +1416,7 @@ def train(args):
     # -- the end: a last checkpoint, what happened, a sample unless stopped early ------
     files.save(checkpoint(step))
     if isinstance(vocab, BPEVocab):  # the merges beside the checkpoint, readable
-        vocab.bpe.save(os.path.join(args.out_dir, 'merges.txt'))
+        atomic_write(os.path.join(args.out_dir, 'merges.txt'), vocab.bpe.save)  # links: replaced
     status = ('interrupted' if stop.requested else 'done' if step >= args.steps
               else 'output closed' if log.progress.closed else 'stopped')
     report_end(status, step, args, last_val, best, log.elapsed())

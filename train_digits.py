@@ -19,6 +19,7 @@ import gzip
 import math
 import os
 import sys
+import tempfile
 import time
 
 if __name__ == '__main__':  # OpenBLAS reads it once, as NumPy loads it (see tt.tune)
@@ -28,6 +29,7 @@ import numpy as np
 
 import data
 import lookinside
+from files import atomic_write, open_regular
 import nn
 import optim
 
@@ -82,7 +84,7 @@ def load_digits(path):
     if not os.path.exists(path):
         raise UserError(f"digits file not found: {path}")
     try:
-        with gzip.open(path, 'rb') as f:
+        with open_regular(path) as packed, gzip.open(packed, 'rb') as f:  # a FIFO: refused
             raw = f.read(MAX_TEXT + 1)
         if len(raw) > MAX_TEXT:
             raise UserError(f"{path} inflates to more than {MAX_TEXT >> 20} MiB of text, far "
@@ -237,7 +239,7 @@ def plot_errors(images, labels, predicted, path):
         ax.imshow(images[k, 0], cmap='gray_r')
         ax.set_title(f"{predicted[k]} (is {labels[k]})", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    atomic_write(path, lambda f: fig.savefig(f, format='png'))  # a link there: replaced
     print(f"{len(wrong)} misclassified test digits drawn in {path}")
 
 
@@ -247,9 +249,8 @@ def prepare_out_dir(out_dir):
     line now, not a crash at the end that loses the trained model."""
     try:
         os.makedirs(out_dir, exist_ok=True)
-        probe = os.path.join(out_dir, '.write-test')
-        with open(probe, 'w') as f:
-            f.write('ok')
+        fd, probe = tempfile.mkstemp(prefix='.write-test', dir=out_dir)  # a fresh name: no link
+        os.close(fd)                                                    # planted there followed
         os.remove(probe)
     except OSError as e:
         raise UserError(f"cannot write to the output folder {out_dir}: "

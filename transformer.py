@@ -252,7 +252,7 @@ def _causal_bias_keys_first(t, like):
     return _causal_bias_cache[key]
 
 
-@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 4)
+@tt._autocast_op('lower')  # inside torch.autocast: in float16 (tinytorch.py section 6b)
 def fused_causal_attention(qkv, n_head, dropout_p=0.0):
     """Multi-head causal self-attention as ONE op with a hand-derived backward.
 

@@ -1,6 +1,7 @@
 """tuning.py: what tt.tune() changes in the process, for training.
 
-Importing tinytorch changes nothing in the process: a library must not. A training script
+Importing tinytorch changes no setting of the process (it adds one import finder, for
+`import tinytorch.nn`-style imports, and nothing else): a library must not. A training script
 asks for these two settings with tt.tune() (train_*.py and bench.py do, first thing):
 
   1. tune_malloc: glibc's allocator keeps freed memory for reuse instead of handing it back
@@ -64,7 +65,7 @@ def tune_malloc():
 # halves of a split matmul in OpenBLAS, the ranges of a parallel_for) are descheduled in
 # turn, and each wait lasts one of the scheduler's time slices (milliseconds) instead of
 # microseconds. On the 2-core dev VM with two busy processes a GPT step took 10-30x its
-# quiet time with 2 threads, and 2-3x with 1 (README, Performance). So, four times a
+# quiet time with 2 threads, and 2-3x with 1 (docs/performance.md). So, four times a
 # second, share_cores looks at the machine: /proc/stat's procs_running counts the threads
 # that run or wait for a core, machine-wide; less this process's own, that leaves the
 # others. The cores they leave (at least one) are what tinytorch's parallel_for and

@@ -1,11 +1,11 @@
-"""mutants.py: plant one bug at a time in a copy of the project and see whether the tests
+"""dev/mutants.py: plant one bug at a time in a copy of the project and see whether the tests
 catch it (a mutation run). Nothing imports this file; it is a tool for whoever writes tests.
 
-    python mutants.py               # every row: plant, run its tests (-k), caught or survived
-    python mutants.py --full        # each row against the whole suite instead (slow)
-    python mutants.py bce tune      # only the rows whose name contains one of these words
-    python mutants.py --list        # the rows, and whether each snippet still matches
-    python mutants.py -j 2          # two rows at a time (each in its own copy)
+    python dev/mutants.py               # every row: plant, run its tests (-k), caught or survived
+    python dev/mutants.py --full        # each row against the whole suite instead (slow)
+    python dev/mutants.py bce tune      # only the rows whose name contains one of these words
+    python dev/mutants.py --list        # the rows, and whether each snippet still matches
+    python dev/mutants.py -j 2          # two rows at a time (each in its own copy)
 
 Each row of MUTANTS is one plausible bug: a file, an exact snippet of today's code, what
 it becomes, the tests that should catch it (a pytest -k expression; `and not pytorch` is
@@ -30,7 +30,7 @@ import time
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project, above dev/
 Mutant = namedtuple('Mutant', 'name file old new tests why')
 
 # The loader's tests (the training scripts' checkpoint tests take minutes: left out).
@@ -63,7 +63,12 @@ LOADER_TESTS = ' or '.join([
     'test_tt_save_writes_the_zip_format_torch_reads_and_round_trips_every_value',
     'test_load_checks_crcs_depth_and_the_bytes_arrays_take',
     'test_load_normalises_bools_reads_big_endian_and_refuses_odd_tensors',
-    'test_tinytorch_alone_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_that_requires_grad',
+    'test_tinytorch_with_files_saves_and_loads_and_a_parameter_without_nn_is_a_tensor_that_requires_grad',
+    'test_budgets_keys_shapes_and_zip_readings_each_class_refused_in_one_line_in_a_child',
+    'test_a_fifo_or_link_beside_a_save_or_in_place_of_a_file_is_refused_in_one_line_and_never_blocks',
+    'test_a_whole_model_saved_with_save_loads_under_safe_globals_and_trains_on',
+    'test_every_reader_has_one_way_out_whatever_numpy_or_python_raise_inside',
+    'test_bpe_refuses_a_vocabulary_below_the_bytes_and_a_bad_merges_file',
     'test_loader_fuzzer_finds_nothing_in_300_mutants',
     'test_load_refuses_a_numpy_global_that_is_not_a_dtype',
     'test_load_a_torch_save_zip_whose_tensors_share_one_storage_at_offsets',
@@ -122,8 +127,8 @@ MUTANTS = [
            "        t._grad.array += g\n", "        t._grad.array[...] = g\n",
            'accumulate or twice or part_one', "a second backward overwrites .grad instead of adding"),
     Mutant('matmul-1d-left-row-copied-predicate', 'tinytorch.py',
-           "G = G[..., None, :] if a.ndim == 1 else G",
-           "G = G[..., None, :] if b.ndim == 1 else G",
+           "G = G[..., None, :] if x.ndim == 1 else G",
+           "G = G[..., None, :] if y.ndim == 1 else G",
            'matmul or part_one', "matmul's rule tests b.ndim for a's lost dim (copied from the line above)"),
     Mutant('matmul-dtypes-by-kind', 'tinytorch.py',
            "if t.array.dtype != t0.array.dtype:\n            raise RuntimeError(f\"{op}: {name0} is",
@@ -145,8 +150,8 @@ MUTANTS = [
            "        _grad_enabled = True\n        return False",
            'no_grad or grad_enabled', "leaving a nested no_grad turns grad mode on"),
     Mutant('walk-frees-with-retain-graph', 'tinytorch.py',
-           "            if not retain_graph:\n                _free(node)",
-           "            if retain_graph:\n                _free(node)",
+           "            if not retain_graph:  # drop what the rule holds",
+           "            if retain_graph:  # drop what the rule holds",
            'retain_graph or backward', "backward frees the graph exactly when asked to keep it"),
 
     # -- section 7: type promotion ----------------------------------------------------------
@@ -183,8 +188,8 @@ MUTANTS = [
            "        if counter[0] != version:", "        if counter[0] < version:",
            'version or guarded or in_place', "backward never sees an in-place change of a saved tensor"),
     Mutant('only-first-saved-guarded', 'tinytorch.py',
-           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved]",
-           "records = [(t._vc, t._vc[0], t.array.shape) for t in saved[:1]]",
+           "    for t in saved:\n        records.append((t._vc, t._vc[0], t.array.shape))",
+           "    for t in saved[:1]:\n        records.append((t._vc, t._vc[0], t.array.shape))",
            'version or guarded or in_place', "only the first saved tensor of a rule is guarded"),
 
     # -- section 13: in-place history -------------------------------------------------------
@@ -314,8 +319,8 @@ MUTANTS = [
            "gp = g * (y - p) / np.maximum(p * (1 - p), 1e-12)",
            'bce or binary_cross_entropy or census_layers', "binary_cross_entropy's gradient has the wrong sign"),
     Mutant('conv1d-pads-height', 'nn.py',
-           "pad = (0, padding[0] if isinstance(padding, (tuple, list)) else padding)",
-           "pad = (padding[0] if isinstance(padding, (tuple, list)) else padding, 0)",
+           "pad = padding if isinstance(padding, str) else (0, one(padding)[1])",
+           "pad = padding if isinstance(padding, str) else (one(padding)[1], 0)",
            'conv1d or census_layers', "conv1d pads the height of its 1-row image, not the length"),
 
     # -- optim.py -------------------------------------------------------------------------
@@ -420,107 +425,107 @@ MUTANTS = [
 
     # -- the loader (tinytorch.py section 19, files.py): planted by its author, each caught
     #    by a test of the 'Loading files from others' section
-    Mutant('loader-bounds-check-off-by-one-a-tensor-one-ele', 'tinytorch.py',
+    Mutant('loader-bounds-check-off-by-one-a-tensor-one-ele', 'files.py',
            '        if last >= n or offset > n:',
            '        if last > n or offset > n:',
            LOADER_TESTS, 'bounds check off by one: a tensor one element past its storage loads'),
-    Mutant('loader-weights-only-none-read-as-unsafe-false', 'tinytorch.py',
+    Mutant('loader-weights-only-none-read-as-unsafe-false', 'files.py',
            '    trusted = weights_only is not None and not weights_only',
            '    trusted = not weights_only',
            LOADER_TESTS, 'weights_only=None read as unsafe (False)'),
-    Mutant('loader-a-ctrl-c-during-a-save-leaves-its-tempor', 'tinytorch.py',
+    Mutant('loader-a-ctrl-c-during-a-save-leaves-its-tempor', 'files.py',
            '        if tmp is not None and os.path.exists(tmp):\n            os.remove(tmp)',
            '        if tmp is not None and os.path.exists(tmp) and False:\n            os.remove(tmp)',
            LOADER_TESTS, 'a Ctrl-C during a save leaves its temporary'),
-    Mutant('loader-duplicate-zip-member-names-accepted-the', 'tinytorch.py',
+    Mutant('loader-duplicate-zip-member-names-accepted-the', 'files.py',
            '            if m.name in self.members:',
            '            if m.name in self.members and False:',
            LOADER_TESTS, 'duplicate zip member names accepted (the last wins)'),
-    Mutant('loader-overlapping-zip-members-accepted', 'tinytorch.py',
+    Mutant('loader-overlapping-zip-members-accepted', 'files.py',
            '            if m.header < last:',
            '            if m.header < last - 4096:',
            LOADER_TESTS, 'overlapping zip members accepted'),
-    Mutant('loader-a-zip-member-s-crc-not-checked', 'tinytorch.py',
+    Mutant('loader-a-zip-member-s-crc-not-checked', 'files.py',
            '        if crc != m.crc:',
            '        if crc != m.crc and m.method:',
            LOADER_TESTS, "a zip member's CRC not checked"),
-    Mutant('loader-inflation-not-bounded-by-the-declared-si', 'tinytorch.py',
+    Mutant('loader-inflation-not-bounded-by-the-declared-si', 'files.py',
            'chunk = inflate.decompress(pending, m.size - got + 1)',
            'chunk = inflate.decompress(pending)',
            LOADER_TESTS, 'inflation not bounded by the declared size'),
-    Mutant('loader-a-storage-member-larger-than-its-tensors', 'tinytorch.py',
+    Mutant('loader-a-storage-member-larger-than-its-tensors', 'files.py',
            '        if m.size != numel * dtype.itemsize:',
            '        if m.size < numel * dtype.itemsize:',
            LOADER_TESTS, 'a storage member larger than its tensors declare accepted'),
-    Mutant('loader-int-dict-keys-of-any-size-hash-collision', 'tinytorch.py',
+    Mutant('loader-int-dict-keys-of-any-size-hash-collision', 'files.py',
            '(t is int and -_INT_KEY < k < _INT_KEY)',
            '(t is int)',
            LOADER_TESTS, 'int dict keys of any size (hash collisions: quadratic)'),
-    Mutant('loader-a-dict-key-given-twice-the-last-wins', 'tinytorch.py',
+    Mutant('loader-a-dict-key-given-twice-the-last-wins', 'files.py',
            '            if _key(k) in d:',
            '            if _key(k) in d and False:',
            LOADER_TESTS, 'a dict key given twice: the last wins'),
-    Mutant('loader-nesting-depth-limit-1000x-too-high', 'tinytorch.py',
+    Mutant('loader-nesting-depth-limit-1000x-too-high', 'files.py',
            '            if h > _MAX_DEPTH:',
            '            if h > 1000 * _MAX_DEPTH:',
            LOADER_TESTS, 'nesting depth limit 1000x too high'),
-    Mutant('loader-bytes-of-arrays-not-counted-against-the', 'tinytorch.py',
+    Mutant('loader-bytes-of-arrays-not-counted-against-the', 'files.py',
            '    if made[0] > made[1]:',
            '    if made[0] > 1000 * made[1]:',
            LOADER_TESTS, "bytes of arrays not counted against the pickle's size"),
-    Mutant('loader-bool-bytes-not-normalised-to-0-1', 'tinytorch.py',
+    Mutant('loader-bool-bytes-not-normalised-to-0-1', 'files.py',
            "    if a.dtype == np.bool_:\n        return np.array(a.view(np.uint8) != 0, order='C')",
            "    if a.dtype == np.bool_ and False:\n        return np.array(a.view(np.uint8) != 0, order='C')",
            LOADER_TESTS, 'bool bytes not normalised to 0/1'),
-    Mutant('loader-a-big-endian-array-read-as-native', 'tinytorch.py',
+    Mutant('loader-a-big-endian-array-read-as-native', 'files.py',
            "    return dtype if state[1] in ('|', '<>'[sys.byteorder == 'big']) else",
            "    return dtype if state[1] in ('|', '<>'[sys.byteorder == 'big'], '>') else",
            LOADER_TESTS, 'a big-endian array read as native'),
-    Mutant('loader-save-writes-fortran-strides-for-c-order', 'tinytorch.py',
-           'math.prod(a.shape[i + 1:]) for i in range(a.ndim)',
-           'math.prod(a.shape[:i]) for i in range(a.ndim)',
+    Mutant('loader-save-writes-fortran-strides-for-c-order', 'files.py',
+           'self.tuple(tuple(math.prod(a.shape[i + 1:]) for i in range(a.ndim)))',
+           'self.tuple(tuple(math.prod(a.shape[:i]) for i in range(a.ndim)))',
            LOADER_TESTS, 'save writes Fortran strides for C-order bytes'),
-    Mutant('loader-a-parameter-saved-with-requires-grad-fal', 'tinytorch.py',
+    Mutant('loader-a-parameter-saved-with-requires-grad-fal', 'files.py',
            '            self.write(bool(t.requires_grad))\n',
            '            self.write(False)\n',
            LOADER_TESTS, 'a Parameter saved with requires_grad False'),
-    Mutant('loader-an-integer-tensor-may-require-grad', 'tinytorch.py',
+    Mutant('loader-an-integer-tensor-may-require-grad', 'files.py',
            "    if requires_grad and array.dtype.kind not in 'fc':",
            "    if requires_grad and array.dtype.kind not in 'fciu':",
            LOADER_TESTS, 'an integer tensor may require grad'),
-    Mutant('loader-backward-hooks-in-a-file-accepted', 'tinytorch.py',
+    Mutant('loader-backward-hooks-in-a-file-accepted', 'files.py',
            '    if not (type(h) in (dict, _OrderedDict) and not h):',
            '    if not (type(h) in (dict, _OrderedDict)):',
            LOADER_TESTS, 'backward hooks in a file accepted'),
-    Mutant('loader-a-save-s-temporary-made-with-mode-0600-t', 'tinytorch.py',
+    Mutant('loader-a-save-s-temporary-made-with-mode-0600-t', 'files.py',
            "os.O_EXCL | getattr(os, 'O_BINARY', 0),\n                             0o666)",
            "os.O_EXCL | getattr(os, 'O_BINARY', 0),\n                             0o600)",
            LOADER_TESTS, "a save's temporary made with mode 0600 (the umask ignored)"),
-    Mutant('loader-a-save-removes-every-temporary-named-aft', 'tinytorch.py',
+    Mutant('loader-a-save-removes-every-temporary-named-aft', 'files.py',
            "    ours = re.compile(re.escape(start) + r'[0-9a-f]{8}\\.tmp')",
            "    ours = re.compile(re.escape(f'.{base[:40]}.') + r'.*\\.tmp')",
            LOADER_TESTS, "a save removes every temporary named after its file (a user's too)"),
-    Mutant('loader-a-save-removes-temporaries-that-a-runnin', 'tinytorch.py',
+    Mutant('loader-a-save-removes-temporaries-that-a-runnin', 'files.py',
            '        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        os.remove(tmp)',
            '        os.remove(tmp)',
            LOADER_TESTS, 'a save removes temporaries that a running save holds'),
-    Mutant('loader-a-dotted-global-resolved-by-its-first-pa', 'tinytorch.py',
+    Mutant('loader-a-dotted-global-resolved-by-its-first-pa', 'files.py',
            '        make = _MAKERS.get((module, name))\n        if make is None:',
            "        make = _MAKERS.get((module, name.split('.')[0]))\n        if make is None:",
            LOADER_TESTS, 'a dotted global resolved by its first part'),
-    Mutant('loader-truncation-read-as-a-short-opcode', 'tinytorch.py',
+    Mutant('loader-truncation-read-as-a-short-opcode', 'files.py',
            '        if n > len(self.data) - self.at:',
            '        if n > len(self.data) - self.at + 8:',
            LOADER_TESTS, 'truncation read as a short opcode'),
-    Mutant('loader-bytes-after-the-pickle-s-end-accepted', 'tinytorch.py',
+    Mutant('loader-bytes-after-the-pickle-s-end-accepted', 'files.py',
            '                if self.at != len(self.data):',
            '                if self.at > len(self.data):',
            LOADER_TESTS, "bytes after the pickle's end accepted"),
-    Mutant('loader-an-unbuilt-numpy-box-used-as-a-value', 'tinytorch.py',
+    Mutant('loader-an-unbuilt-numpy-box-used-as-a-value', 'files.py',
            '            if v.value is None:\n                _fail(f"uses a NumPy {v.kind} before its BUILD',
            '            if v.value is None and False:\n                _fail(f"uses a NumPy {v.kind} before its BUILD',
            LOADER_TESTS, 'an unbuilt NumPy box used as a value'),
-    Mutant('loader-a-numpy-array-built-twice', 'tinytorch.py',
+    Mutant('loader-a-numpy-array-built-twice', 'files.py',
            '        if type(obj) is _Box and obj.value is None:',
            '        if type(obj) is _Box:',
            LOADER_TESTS, 'a NumPy array built twice'),
@@ -529,8 +534,8 @@ MUTANTS = [
            '        if begin > at:',
            LOADER_TESTS, 'safetensors: overlapping tensors accepted'),
     Mutant('loader-safetensors-a-bool-accepted-as-a-count', 'files.py',
-           'all(type(n) is int and 0 <= n < 1 << 62 for n in v)',
-           'all(isinstance(n, int) and 0 <= n < 1 << 62 for n in v)',
+           'len(v) <= 64 and all(type(n) is int and 0 <= n < 1 << 62 for n in v)',
+           'len(v) <= 64 and all(isinstance(n, int) and 0 <= n < 1 << 62 for n in v)',
            LOADER_TESTS, 'safetensors: a bool accepted as a count'),
     Mutant('loader-safetensors-metadata-values-not-checked', 'files.py',
            '    if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):',
@@ -544,6 +549,43 @@ MUTANTS = [
            '    if len(shape) > 64 or start + size + need != m.size:',
            '    if len(shape) > 64 or start + size + need > m.size + 8:',
            LOADER_TESTS, "npz: an .npy header's size not checked against its member"),
+    # -- issue 55's classes (files.py, tokens.py): each planted by the author of its defence
+    Mutant('loader-the-work-budget-1000x-too-high', 'files.py',
+           '        if self.spent > self.budget:',
+           '        if self.spent > self.budget * 1000:',
+           LOADER_TESTS, "the work a pickle makes not bounded by the file's bytes"),
+    Mutant('loader-inflation-not-bounded-by-a-ratio', 'files.py',
+           '                if m.size > _INFLATION * m.packed + (1 << 16) or inflated > _MAX_INFLATED:',
+           '                if inflated > _MAX_INFLATED:',
+           LOADER_TESTS, "a deflated member may inflate to any multiple of its bytes"),
+    Mutant('loader-expanded-size-not-checked', 'files.py',
+           '            if n > limit:',
+           '            if n > limit * 10 ** 80:',
+           LOADER_TESTS, "shared structure's expanded size not checked (billion laughs)"),
+    Mutant('loader-tuple-dict-keys-accepted', 'files.py',
+           '    if t in (str, bytes, bool) or k is None',
+           '    if t in (str, bytes, bool, tuple) or k is None',
+           LOADER_TESTS, "tuple dict keys accepted (their hash a file can solve for)"),
+    Mutant('loader-a-zip-comment-holding-records-accepted', 'files.py',
+           '        if len(ends) > 1 or any(sig in tail[end + 22:] for sig in _ZIP_RECORDS):',
+           '        if False:',
+           LOADER_TESTS, "a zip with two readings (a second archive in its comment) accepted"),
+    Mutant('loader-a-zero-dim-hides-dims-numpy-cannot-index', 'files.py',
+           '    if math.prod(n for n in shape if n) * itemsize > _INDEX_LIMIT:',
+           '    if math.prod(shape) * itemsize > _INDEX_LIMIT:',
+           LOADER_TESTS, "a shape [0, 2**61, 2**61] passes (NumPy's raw ValueError)"),
+    Mutant('loader-a-fifo-leftover-temporary-opened', 'files.py',
+           '    if not stat.S_ISREG(mode):',
+           '    if stat.S_ISDIR(mode):',
+           LOADER_TESTS, "a leftover temporary that is a FIFO or a link is opened"),
+    Mutant('loader-listed-classes-ignored', 'files.py',
+           '            listed = _listed(module, name)',
+           '            listed = None',
+           LOADER_TESTS, "safe_globals' classes not looked up (whole models refused)"),
+    Mutant('tokens-bpe-merges-expand-unbounded', 'tokens.py',
+           '        if lengths[-1] > MAX_TOKEN_BYTES or total > MAX_TOKENS_BYTES:',
+           '        if False:',
+           LOADER_TESTS, "BPE merges that double a token each time accepted"),
 ]
 
 _NO_TORCH = "raise ImportError('PyTorch is hidden by mutants.py: the run is without it')\n"
@@ -551,7 +593,7 @@ _SKIP = shutil.ignore_patterns('.git', '__pycache__', '.pytest_cache', '.venv', 
                                'out', 'out_*', 'runs', '*.npz')
 
 
-def match_count(m, root=HERE):
+def match_count(m, root=ROOT):
     path = os.path.join(root, m.file)
     if not os.path.exists(path):
         return 0
@@ -563,7 +605,7 @@ def _tree(work):
     """A copy of the project in work/tree, and work/no_torch holding a torch that fails to
     import (put first on PYTHONPATH: pytest.importorskip('torch') then skips)."""
     tree = os.path.join(work, 'tree')
-    shutil.copytree(HERE, tree, ignore=_SKIP)
+    shutil.copytree(ROOT, tree, ignore=_SKIP)
     os.makedirs(os.path.join(work, 'no_torch', 'torch'))
     with open(os.path.join(work, 'no_torch', 'torch', '__init__.py'), 'w') as f:
         f.write(_NO_TORCH)
