@@ -11634,19 +11634,19 @@ def test_every_loader_limit_holds_at_the_limit_and_refuses_one_past_it(tmp_path)
 
 def test_the_loaders_budget_of_work_at_its_limit_and_one_past_it(tmp_path):
     """A pickle may make the grammar do 16 units of work per byte of the file, and 2**20 more
-    (files.py: each opcode costs 4, each value pushed 4, a new memo entry 32). After PROTO,
-    an EMPTY_LIST (4 + 4), n MEMOIZEs of one byte each (4 + 32) and STOP (4) cost 12 + 36 n
-    units from a file of n + 4 bytes, allowed while 12 + 36 n <= 16 (n + 4) + 2**20, that is
-    n <= (2**20 + 52) / 20: n = 52,431 loads; 52,432 are refused in one line."""
-    n = (2 ** 20 + 52) // 20
-    assert n == 52431 and 12 + 36 * n <= 16 * (n + 4) + 2 ** 20
-    assert 8 + 36 * (n + 1) > 16 * (n + 5) + 2 ** 20  # the last MEMOIZE of n + 1 passes the budget
-    memoized = lambda k: b'\x80\x04]' + b'\x94' * k + b'.'  # noqa: E731
+    (files.py: each opcode costs 4, each value pushed 4, a new memo entry 32). After PROTO: an
+    EMPTY_LIST (4 + 4), twice BININT1 0 and APPEND (4 + 4, then 4), n MEMOIZEs of one byte each
+    (4 + 32) and STOP (4) cost 36 + 36 n units from a file of n + 10 bytes, allowed while
+    36 + 36 n <= 16 (n + 10) + 2**20: n = 52,435 spends exactly the budget and loads; one
+    MEMOIZE more is refused in one line."""
+    n = 52435
+    assert 36 + 36 * n == 16 * (n + 10) + 2 ** 20 == 1887696
+    memoized = lambda k: b'\x80\x04]' + b'K\x00a' * 2 + b'\x94' * k + b'.'  # noqa: E731
     open(tmp_path / 'at.pt', 'wb').write(memoized(n))
-    assert tt.load(tmp_path / 'at.pt') == []
+    assert tt.load(tmp_path / 'at.pt') == [0, 0]
     open(tmp_path / 'past.pt', 'wb').write(memoized(n + 1))
-    _refused(str(tmp_path / 'past.pt'), r"makes more values than its 52,436 bytes can describe "
-             r"\(more than 1,887,552 units of work")
+    _refused(str(tmp_path / 'past.pt'), r"makes more values than its 52,446 bytes can describe "
+             r"\(more than 1,887,712 units of work")
 
 
 def test_a_data_pkl_of_256_mib_is_read_and_one_byte_more_refused_before_reading(tmp_path):
