@@ -11747,7 +11747,7 @@ _GOLDEN_INTS = [0, 1, 127, 128, 255, 256, 32767, 32768, 65535, 65536, 2147483647
 _GOLDEN_PICKLE = {'ints': _GOLDEN_INTS, 'floats': [0.1, -2.5, 1e300, math.inf],
                   'text': 'h\u00e9llo \u2713 \u91cd\u307f', 'bytes': b'\x00\x7f\x80\xc8\xff',
                   'tuple': (1, 'a', None), 'bools': [True, False], 'nested': {'k': [[], {}]}}
-# numpy_checkpoint.npz (np.savez in nn.save's layout): name -> (type, dtype, values)
+# numpy_savez.zip (np.savez in nn.save's layout): name -> (type, dtype, values)
 _GOLDEN_NPZ = {
     'fortran': ('tensor', 'float64', [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),  # stored in F order
     'big_endian': ('array', 'int32', [-2 ** 31, 2 ** 31 - 1, 1]),  # stored as '>i4'
@@ -11892,7 +11892,7 @@ def test_golden_pickles_of_protocols_2_to_5_load_to_the_values_written_by_hand(t
 
 
 def test_golden_npz_loads_with_nn_load_to_the_values_written_by_hand(tmp_path):
-    d = nn.load(os.path.join(_GOLDEN, 'numpy_checkpoint.npz'))  # a zip comment after its end
+    d = nn.load(os.path.join(_GOLDEN, 'numpy_savez.zip'))  # a zip comment after its end
     assert list(d) == [*_GOLDEN_NPZ, 'lr', 'note']
     for name, (kind, dtype, values) in _GOLDEN_NPZ.items():
         assert type(d[name]) is (tt.Tensor if kind == 'tensor' else np.ndarray), name

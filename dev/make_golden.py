@@ -17,9 +17,10 @@ What it writes, each a few KB at most:
                        2**7, 2**8, 2**15, 2**16, 2**31, 2**63 and their negatives, bytes and text
                        above 127, floats; NumPy arrays (a Fortran-ordered one, a big-endian one)
                        at protocols 2 to 4 (protocol 5 pickles an array by _frombuffer)
-  numpy_checkpoint.npz np.savez in nn.save's layout (a0, a1, ..., __tinytorch_meta__): a
+  numpy_savez.zip      np.savez in nn.save's layout (a0, a1, ..., __tinytorch_meta__): a
                        Fortran-ordered array, big-endian ints, bytes 128..255, 64 dims, a 0-d
-                       array, names with bytes above 127; a zip comment
+                       array, names with bytes above 127; a zip comment (named .zip, as an .npz
+                       is one: *.npz files are what the project's runs write and git ignores)
   tensors.safetensors  Hugging Face's format written here by its specification (an 8-byte
                        length, the JSON header, the bytes): bfloat16 (PyTorch's bits), float16,
                        int8, uint8, bool, int64, a name and metadata with bytes above 127
@@ -105,17 +106,18 @@ def main():
         'octets_\u00e9': {'__tensor__': 2}, 'dims64': {'__tensor__': 3},
         'flags': {'__array__': 4}, 'step': {'__array__': 5}, '\u91cd\u307f': {'__array__': 6},
         'lr': 0.5, 'note': 'caf\u00e9'}}
-    np.savez(path('numpy_checkpoint.npz'),
-             a0=np.asfortranarray(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])),
-             a1=np.array([-2**31, 2**31 - 1, 1], dtype='>i4'),
-             a2=np.array([0, 127, 128, 255], dtype=np.uint8),
-             a3=np.full((1,) * 64, 0.5, dtype=np.float32),
-             a4=np.array([True, False]),
-             a5=np.array(-7, dtype=np.int64),
-             a6=np.array([65535, 0], dtype='<u2'),
-             __tinytorch_meta__=np.frombuffer(json.dumps(meta, ensure_ascii=False).encode(),
-                                              dtype=np.uint8))
-    add_comment('numpy_checkpoint.npz', 'np.savez, then a comment: \u00e9\u00e8'.encode())
+    with open(path('numpy_savez.zip'), 'wb') as f:  # a file: np.savez adds no .npz to its name
+        np.savez(f,
+                 a0=np.asfortranarray(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])),
+                 a1=np.array([-2**31, 2**31 - 1, 1], dtype='>i4'),
+                 a2=np.array([0, 127, 128, 255], dtype=np.uint8),
+                 a3=np.full((1,) * 64, 0.5, dtype=np.float32),
+                 a4=np.array([True, False]),
+                 a5=np.array(-7, dtype=np.int64),
+                 a6=np.array([65535, 0], dtype='<u2'),
+                 __tinytorch_meta__=np.frombuffer(json.dumps(meta, ensure_ascii=False).encode(),
+                                                  dtype=np.uint8))
+    add_comment('numpy_savez.zip', 'np.savez, then a comment: \u00e9\u00e8'.encode())
     st = {'poids_\u00e9': torch.tensor([1.5, -2.0, 3.14159], dtype=torch.bfloat16),
           'h': torch.tensor([65504.0, -0.0], dtype=torch.float16),
           'i8': torch.tensor([-128, 127], dtype=torch.int8), 'u8': torch.tensor([0, 255], dtype=torch.uint8),
@@ -134,7 +136,7 @@ def main():
         f.write(struct.pack('<Q', len(text)) + text + data)
     for name in sorted(os.listdir(OUT)):
         print(f'{os.path.getsize(path(name)):6,} {name}')
-    assert zipfile.ZipFile(path('numpy_checkpoint.npz')).comment  # readable by zipfile
+    assert zipfile.ZipFile(path('numpy_savez.zip')).comment  # readable by zipfile
 
 
 if __name__ == '__main__':
