@@ -11675,11 +11675,11 @@ def _npz_with(tmp_path, name, npy):
     path = tmp_path / name
     with _zipfile.ZipFile(path, 'w') as z:
         z.writestr('a0.npy', npy)
-        z.writestr('__tinytorch_meta__.npy', _npy_bytes(b'{"__tensor__": 0}', 'u1'))
+        z.writestr('__tinytorch_meta__.npy', _npy_member_bytes(b'{"__tensor__": 0}', 'u1'))
     return path
 
 
-def _npy_bytes(raw, descr, shape=None, header_size=None):
+def _npy_member_bytes(raw, descr, shape=None, header_size=None):
     """An .npy file by its format (version 2 when header_size is given: that many header
     bytes, padded with spaces to its line end); shape (len(raw),) unless given."""
     shape = (len(raw),) if shape is None else shape
@@ -11698,13 +11698,13 @@ def test_nn_load_and_safetensors_limits_hold_at_the_limit_and_refuse_one_past_it
     """The .npy member: 64 dims and a header of 64 KiB load, 65 dims and a byte more are
     refused; a .safetensors shape of 64 dims loads, 65 is refused."""
     one = np.array([0.5], '<f4').tobytes()
-    assert nn.load(_npz_with(tmp_path, 'd64.npz', _npy_bytes(one, 'f4', (1,) * 64))).shape == (1,) * 64
+    assert nn.load(_npz_with(tmp_path, 'd64.npz', _npy_member_bytes(one, 'f4', (1,) * 64))).shape == (1,) * 64
     with pytest.raises(nn.CheckpointError, match=r"has its array a0\.npy, which declares \(1, 1"):
-        nn.load(_npz_with(tmp_path, 'd65.npz', _npy_bytes(one, 'f4', (1,) * 65)))
-    got = nn.load(_npz_with(tmp_path, 'h64k.npz', _npy_bytes(one, 'f4', (1,), header_size=1 << 16)))
+        nn.load(_npz_with(tmp_path, 'd65.npz', _npy_member_bytes(one, 'f4', (1,) * 65)))
+    got = nn.load(_npz_with(tmp_path, 'h64k.npz', _npy_member_bytes(one, 'f4', (1,), header_size=1 << 16)))
     assert got.array.tolist() == [0.5]
     with pytest.raises(nn.CheckpointError, match=r"whose array header claims 65,537 bytes"):
-        nn.load(_npz_with(tmp_path, 'h64k1.npz', _npy_bytes(one, 'f4', (1,), header_size=(1 << 16) + 1)))
+        nn.load(_npz_with(tmp_path, 'h64k1.npz', _npy_member_bytes(one, 'f4', (1,), header_size=(1 << 16) + 1)))
     for n, ok in ((64, True), (65, False)):
         header = json.dumps({'w': {'dtype': 'F32', 'shape': [1] * n, 'data_offsets': [0, 4]}})
         header += ' ' * (-len(header) % 8)
