@@ -15304,7 +15304,13 @@ def _fake_matplotlib(folder):
         "class _Fig:\n"
         "    def __init__(self, ax): self.ax = ax\n"
         "    def tight_layout(self): pass\n"
-        "    def savefig(self, path): open(path, 'w').write(repr(self.ax.lines))\n"
+        "    def savefig(self, f, format=None):\n"  # a path, or an open binary file (format given)
+        "        text = repr(self.ax.lines).encode()\n"
+        "        if isinstance(f, str):\n"
+        "            open(f, 'wb').write(text)\n"
+        "        else:\n"
+        "            assert format == 'png'\n"
+        "            f.write(text)\n"
         "def subplots(**kw):\n"
         "    ax = _Ax()\n"
         "    return _Fig(ax), ax\n")
