@@ -7757,7 +7757,8 @@ _SIGNATURE_MODULES = [
     ('lr_scheduler', 'torch.optim.lr_scheduler', 'class'), ('data', 'torch.utils.data', 'any'),
     ('distributions', 'torch.distributions', 'any'), ('amp', 'torch.amp', 'any'),
     ('rnn', 'torch.nn.utils.rnn', 'any'), ('nn_utils', 'torch.nn.utils', 'func'),
-    ('prune', 'torch.nn.utils.prune', 'any'), ('quantization', 'torch.ao.quantization', 'func')]
+    ('prune', 'torch.nn.utils.prune', 'any'), ('quantization', 'torch.ao.quantization', 'func'),
+    ('torch', 'torch', 'func')]
 
 
 def _signature_text(f, lib):
@@ -7785,8 +7786,8 @@ def _signature_text(f, lib):
             continue
         if d is getattr(lib, 'default_generator', None):
             d = 'default_generator'
-        elif inspect.isfunction(d) or inspect.isbuiltin(d):
-            d = d.__name__
+        elif inspect.isfunction(d) or inspect.isbuiltin(d) or inspect.ismodule(d):
+            d = d.__name__  # save's pickle_module=pickle is 'pickle'
         elif isinstance(d, np.dtype) or type(d).__name__ == 'dtype':  # torch.qint8 is int8 here
             d = getattr(d, 'name', None) or str(d).replace('torch.', '')
             d = {'qint8': 'int8'}.get(d, d)
@@ -8064,6 +8065,34 @@ _PYTORCH_SIGNATURES = {  # PyTorch 2.15's, read with _signature_text
     'nn_utils.vector_to_parameters': '(vec, parameters)',
     'quantization.quantize_dynamic':
         '(model, qconfig_spec=None, dtype=int8, mapping=None, inplace=False)',
+    # the torch-level functions whose signature PyTorch's inspect can read (most are builtins)
+    'torch.cdist': "(x1, x2, p=2, compute_mode='use_mm_for_euclid_dist_if_necessary')",
+    'torch.compile':
+        '(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None, options=None, '
+        'name=None, disable=False, recompile_limit=None, isolate_recompiles=False, '
+        'dynamic_shapes=None)',
+    'torch.get_default_device': '()',
+    'torch.get_float32_matmul_precision': '()',
+    'torch.get_rng_state': '()',
+    'torch.initial_seed': '()',
+    'torch.is_tensor': '(obj)',
+    'torch.load': '(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None)',
+    'torch.manual_seed': '(seed)',
+    'torch.meshgrid': '(indexing=None)',
+    'torch.norm': "(input, p='fro', dim=None, keepdim=False, out=None, dtype=None)",
+    'torch.save':
+        '(obj, f, pickle_module=pickle, pickle_protocol=2, _use_new_zipfile_serialization=True, '
+        '_disable_byteorder_record=False)',
+    'torch.seed': '()',
+    'torch.set_default_device': '(device)',
+    'torch.set_default_tensor_type': '(t)',
+    'torch.set_float32_matmul_precision': '(precision)',
+    'torch.set_printoptions':
+        '(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, '
+        'sci_mode=None)',
+    'torch.set_rng_state': '(new_state)',
+    'torch.split': '(tensor, split_size_or_sections, dim=0)',
+    'torch.tensordot': '(a, b, dims=2, out=None)',
 }
 
 # Where PyTorch's signature shows only *args, **kwargs (its overloads), its documented one.
