@@ -8140,6 +8140,40 @@ def test_shared_callables_take_the_parameters_torch_takes():
         assert '\n' not in str(e.value) and 'tinytorch has no' in str(e.value)
 
 
+def test_torch_level_functions_take_the_parameters_pytorch_added(tmp_path):
+    """The torch-level parameters the signature table added work, or refuse in one line."""
+    x = tt.tensor([[3., 4.], [0., 1.]], requires_grad=True)
+    n = tt.norm(input=x, dtype=tt.float64)  # computed in float64; the gradient comes back float32
+    assert n.dtype == np.float64 and n.item() == math.sqrt(26)
+    n.backward()
+    assert x.grad.dtype == np.float32 and np.allclose(x.grad.numpy(), x.detach().numpy() / 26 ** .5)
+    with pytest.raises(RuntimeError, match='without narrowing'):
+        tt.norm(tt.tensor([1.], dtype=tt.float64), dtype=tt.float32)
+    for f, args in ((tt.norm, (x,)), (tt.tensordot, (x, x))):
+        assert tt.allclose(f(*args, out=None), f(*args))
+        with pytest.raises(RuntimeError) as e:
+            f(*args, out=tt.zeros(()))
+        assert 'has no out=' in str(e.value) and '\n' not in str(e.value)
+    a, b = tt.tensor([[0., 0.], [1., 1.]]), tt.tensor([[3., 4.]])
+    root13 = float(np.sqrt(np.float32(13)))
+    for mode in ('use_mm_for_euclid_dist_if_necessary', 'use_mm_for_euclid_dist',
+                 'donot_use_mm_for_euclid_dist'):
+        assert tt.cdist(a, b, compute_mode=mode).tolist() == [[5.], [root13]]
+    with pytest.raises(ValueError, match='mm is not a valid value for compute_mode'):
+        tt.cdist(a, b, compute_mode='mm')
+    i, j = tt.arange(2), tt.arange(3)
+    with pytest.warns(UserWarning, match='indexing argument'):  # None is 'ij', with the warning
+        grids = tt.meshgrid(i, j)
+    assert [g.tolist() for g in grids] == [g.tolist() for g in tt.meshgrid(i, j, indexing='ij')]
+    assert [t.tolist() for t in tt.split(tensor=i, split_size_or_sections=1)] == [[0], [1]]
+    state = tt.get_rng_state()
+    first = tt.rand(3).tolist()
+    tt.set_rng_state(new_state=state)
+    assert tt.rand(3).tolist() == first
+    tt.save({'w': i}, tmp_path / 'w.pt', pickle_module=pickle, _disable_byteorder_record=True)
+    assert tt.load(tmp_path / 'w.pt')['w'].tolist() == [0, 1]
+
+
 def test_pytorch_signatures_of_every_shared_callable():
     """Every public callable of these PyTorch modules that tinytorch has too: its signature is
     pinned above and is tinytorch's (the pinned tables cover the case without PyTorch)."""
