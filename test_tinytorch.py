@@ -8200,6 +8200,64 @@ def test_pytorch_signatures_of_every_shared_callable():
     assert tuple(sorted(refusing)) == _REFUSING_CALLABLES
 
 
+# The Tensor methods both have whose PyTorch 2.15 signature inspect reads (most of PyTorch's are
+# builtins, which it cannot), self left out, read with _method_signature_text.
+_PYTORCH_TENSOR_METHOD_SIGNATURES = {
+    'backward': '(gradient=None, retain_graph=None, create_graph=False, inputs=None)',
+    'norm': "(p='fro', dim=None, keepdim=False, dtype=None)",
+    'split': '(split_size, dim=0)',
+    'unflatten': '(dim, sizes)',
+    'unique': '(sorted=True, return_inverse=False, return_counts=False, dim=None)',
+}
+# Methods whose signature still differs from PyTorch's, and tinytorch's as it is: Part I's
+# backward lacks create_graph and inputs (torch.autograd.backward has both). A fix fails this
+# pin: then the name leaves it.
+_TENSOR_METHODS_NOT_YET_PYTORCHS = {'backward': '(gradient=None, retain_graph=False)'}
+
+
+def _method_signature_text(cls, name, lib):
+    """_signature_text of cls.name without its first parameter (self, whatever its name)."""
+    try:
+        sig = inspect.signature(getattr(cls, name))
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+
+    def method():
+        pass
+    method.__signature__ = sig.replace(parameters=params)
+    return _signature_text(method, lib)
+
+
+def test_tensor_methods_take_the_parameters_torch_takes():
+    """Each pinned PyTorch Tensor method signature is tinytorch's (self left out)."""
+    got = {name: _method_signature_text(tt.Tensor, name, tt)
+           for name in _PYTORCH_TENSOR_METHOD_SIGNATURES}
+    want = {**_PYTORCH_TENSOR_METHOD_SIGNATURES, **_TENSOR_METHODS_NOT_YET_PYTORCHS}
+    assert {k: got[k] for k in want if got[k] != want[k]} == {}
+    x = tt.tensor([[3., 4.], [0., 1.]])  # PyTorch's positions: dtype 4th, split_size by name
+    assert x.norm(2, 1, False, tt.float64).tolist() == [5., 1.]
+    assert [t.tolist() for t in x.split(split_size=1)] == [[[3., 4.]], [[0., 1.]]]
+
+
+def test_pytorch_signatures_of_every_shared_tensor_method():
+    """Every public Tensor method both have whose PyTorch signature inspect reads is pinned
+    above, and is tinytorch's (but the ones pinned as not yet PyTorch's)."""
+    torch = need_torch()
+    seen = {}
+    for name in dir(torch.Tensor):
+        if name.startswith('_') or not hasattr(tt.Tensor, name) or \
+                not callable(getattr(torch.Tensor, name)):
+            continue
+        text = _method_signature_text(torch.Tensor, name, torch)
+        if text is not None and text != '(*args, **kwargs)':
+            seen[name] = (text, _method_signature_text(tt.Tensor, name, tt))
+    assert {k: v[0] for k, v in seen.items()} == _PYTORCH_TENSOR_METHOD_SIGNATURES
+    assert {k: v[1] for k, v in seen.items() if v[0] != v[1]} == _TENSOR_METHODS_NOT_YET_PYTORCHS
+
+
 # A module built both ways, and PyTorch 2.15's repr of it.
 _MODULE_REPRS = {
     'AdaptiveAvgPool2d((5, 7))': 'AdaptiveAvgPool2d(output_size=(5, 7))',
