@@ -2726,8 +2726,14 @@ def bincount(input, weights=None, minlength=0):
                                 (w.dtype if w.dtype == float32 else float64)))
 
 
+@_numpy_keywords
+def _norm_method(self, p='fro', dim=None, keepdim=False, dtype=None):
+    """x.norm(...): torch.norm as PyTorch's method takes it (no out=: dtype is 4th)."""
+    return norm(self, p, dim, keepdim, dtype=dtype)
+
+
 _methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
-         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
+         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=_norm_method,
          prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
          argmin=argmin,
          bincount=bincount)
@@ -3531,6 +3537,11 @@ def split(tensor, split_size_or_sections, dim=0):
     return tuple(out)
 
 
+def _split_method(self, split_size, dim=0):
+    """x.split(...): torch.split as PyTorch's method names it (split_size, sizes or a list)."""
+    return split(self, split_size, dim)
+
+
 def chunk(x, chunks, dim=0):
     """`chunks` pieces of ceil(n / chunks) (as PyTorch, possibly fewer pieces)."""
     if chunks < 1:
@@ -3892,7 +3903,7 @@ _methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
          index_add=index_add, index_fill=index_fill, mode=mode, reshape=reshape, permute=permute,
          transpose=transpose, unsqueeze=unsqueeze, squeeze=squeeze, flatten=flatten, expand=expand,
          narrow=narrow, select=select, unbind=unbind, unflatten=unflatten, diagonal=diagonal,
-         split=split, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
+         split=_split_method, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
          scatter_add=scatter_add, index_select=index_select, take_along_dim=take_along_dim,
          flip=flip, roll=roll, repeat=repeat, view=view, __getitem__=getitem,
          T=property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1)))),
