@@ -17798,6 +17798,60 @@ def test_learn_stubs_name_what_the_lines_after_them_read():
     assert _learn.reads_after('7.2', 0) == ['q', 'k', 'v'] and _learn.reads_after('7.2', 1) == []
 
 
+def test_learn_workspace_hides_the_neighbours_that_answer_an_exercise(_learn_filled, tmp_path):
+    """grep: the cut-out workspace holds none of the code beside an exercise that answers it
+    (pow's rule for a tensor exponent by 3.5, _window_slice's slicing for 11.1/11.2, RMSprop's
+    in-place update and Adam's formulas for 10.1, AdamW's decay for 10.2), and, filled in, what
+    calls a replaced helper gives the shipped numbers (pooling through _window_slice, Adam in
+    the fast mode through adam_step_)."""
+    ws = tmp_path / 'mine'
+    _learn.start(ws)
+    text = {f: (ws / f).read_text() for f in _learn.FILES}
+    revealing = [('tinytorch.py', 'g * (b.array * a.array ** (b.array - 1))'),
+                 ('tinytorch.py', 'd(a^b)/da = b a^(b-1)'),
+                 ('tinytorch.py', 'g * (e.array * a.array ** below)'),
+                 ('tinytorch.py', 'd(x^0.5)/dx = 0.5 x^(-0.5)'),
+                 ('tinytorch.py', 'slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)'),
+                 ('optim.py', 'v[...] = alpha * v + (1 - alpha) * g * g'),
+                 ('optim.py', 'p -= lr * g / (sqrt(v) + eps)'),
+                 ('optim.py', 'p *= (1 - lr * wd)'),
+                 ('optim.py', 'p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)'),
+                 ('optim.py', 'm = b1 m + (1 - b1) g'),
+                 ('optim.py', 'm += tmp  # m = b1 m + (1 - b1) g')]
+    for f, line in revealing:
+        assert line in (_learn.HERE / f).read_text()  # the grep has something to find
+        assert line not in text[f], (f, line)
+    for f, ex, shipped, mine in _learn.HIDE:  # every hidden line found nowhere else, too
+        ours = [x.strip() for x in (_learn.HERE / f).read_text().split('\n')]
+        for ln in shipped.split('\n'):
+            if len(ln.strip()) > 12 and ln.strip() not in mine and ours.count(ln.strip()) == 1:
+                assert ln.strip() not in {x.strip() for x in text[f].split('\n')}, (ex, ln)
+        assert mine in text[f]
+    code = textwrap.dedent("""\
+        import numpy as np, tinytorch as tt, nn, optim
+        for kw in (dict(kernel_size=3, stride=2, padding=1, dilation=2), dict(kernel_size=2)):
+            x = tt.tensor(np.random.default_rng(0).standard_normal((2, 3, 9, 8)), requires_grad=True)
+            y, i = nn.functional.max_pool2d(x, return_indices=True, **kw)
+            (y * y).sum().backward()
+            print(repr(y.array.round(12).tolist()), i.array.tolist(), x.grad.array.round(12).tolist())
+        p = nn.Parameter(tt.ones(3))
+        opt = optim.Adam([p], lr=0.1)
+        tt.fast = True
+        for _ in range(3):
+            p.grad = tt.tensor([1.0, -2.0, 0.5])
+            opt.step()
+        print(p.array.round(6).tolist())  # (adam_step_ and adam_step: float32 roundings apart)
+        """)
+    runs = [subprocess.run([sys.executable, '-c', code], cwd=d, capture_output=True, text=True,
+                           env={**os.environ, 'PYTHONPATH': ''}) for d in (_learn_filled, HERE)]
+    assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout != '', runs[0].stderr
+    r = subprocess.run([sys.executable, '-c', 'import optim, nn, tinytorch as tt\n'
+                        'p = nn.Parameter(tt.ones(2)); p.grad = tt.ones(2)\n'
+                        'optim.RMSprop([p]).step()'], cwd=ws,
+                       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ''})
+    assert "RMSprop's step is hidden in this workspace while exercise 10.1 is open" in r.stderr
+
+
 def test_learn_start_never_overwrites(tmp_path):
     ws = tmp_path / 'mine'
     ws.mkdir()
