@@ -2708,6 +2708,36 @@ def _generate_np(tt, model, prompt, n, temperature):
     return idx
 
 
+def _stuck_counter(code):
+    """A name that an `if` test of the learner's block reads and the block sets, but never
+    advances (no `n += ...`, no `n = ... n ...`): a counter that stays where it was set, as
+    (name, the test's line, what it is set to). None when there is none (or no block)."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except (SyntaxError, ValueError):
+        return None
+    tests = [(n.test, ast.unparse(n.test)) for n in ast.walk(tree) if isinstance(n, ast.If)]
+    plain, advanced = {}, set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            advanced.add(n.target.id)
+        elif isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    if any(isinstance(v, ast.Name) and v.id == t.id for v in ast.walk(n.value)):
+                        advanced.add(t.id)
+                    else:
+                        plain.setdefault(t.id, ast.unparse(n.value))
+    order = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)  # a count compared
+    for test, line in tests:
+        for c in ast.walk(test):
+            if isinstance(c, ast.Compare) and all(isinstance(op, order) for op in c.ops):
+                for v in [c.left] + c.comparators:
+                    if isinstance(v, ast.Name) and v.id in plain and v.id not in advanced:
+                        return v.id, line, plain[v.id]
+    return None
+
+
 def check_12_2(m):
     tt, tr = m['tinytorch'], m['transformer']
     cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=3, n_head=2, n_embd=16, dropout=0.0,
@@ -2739,6 +2769,13 @@ def check_12_2(m):
                                              use_cache=use_cache).array)
         finally:
             del model.forward
+    stuck = next(filter(None, map(_stuck_counter, _learner_code(tr, '12.2'))), None)
+    if stuck:  # the one mistake the calls cannot tell from `elif cache is None:`
+        name, test, first = stuck
+        stuck_says = (f"your counter {name} never advances: it is set ({name} = {first}) but "
+                      f"no step adds to it, so `{test}` never sees the window slide and the "
+                      f"cache is never rebuilt; advance {name} each step the text grows "
+                      f"({name} += 1), or test the length itself (idx.shape[1] > bs)")
     for temperature in (0, 4.0):  # greedy, then sampled from the same seed
         tt.manual_seed(7)
         want = _generate_np(tt, model, prompt, n, temperature)
@@ -2768,6 +2805,9 @@ def check_12_2(m):
             if isinstance(e, IndexError):
                 raise Fail(f"with the cache, generation raised {says}: the cache has one entry "
                            "per layer, KVCache(self.config.n_layer)") from None
+            if stuck and not any(shape[1] > 1 for shape, _ in calls[1:3]):
+                raise Fail(f"with the cache, generation past the block size raised {says}: "
+                           + stuck_says)
             raise Fail(f"with the cache, generation past the block size raised {says}" + (
                 ": the cache already holds the earlier tokens' keys and values, so after the "
                 "first call only the newest token goes through the model (idx[:, -1:])"
@@ -2788,6 +2828,8 @@ def check_12_2(m):
             raise Fail("with use_cache=True every step ran the whole window through the model: "
                        "the cache already holds the earlier tokens, so after the first call "
                        "feed only the newest one, idx[:, -1:]")
+        if stuck and not any(t > 1 for t, _ in ran[6:]):  # never rebuilt once it slides
+            raise Fail(stuck_says)
         if not np.array_equal(got, want):
             raise Fail(f"with the cache, generate gave other tokens than without it: "
                        f"{got[0].tolist()} instead of {want[0].tolist()}")

@@ -17299,6 +17299,7 @@ _LEARN_MISTAKES = [
     ('9.1', 'nn.py', 'h = o * c.tanh()', 'h = o.tanh() * c.tanh()', 'the output gate', 'the output gate through a tanh'),
     ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = tuple(range(lead))[:1] + tuple(', 'broadcasting added two dims in front', 'unbroadcast sums only the first of several leading dims'),
     ('12.2', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = x + self.attn(self.ln_1(x))', 'needs exercise 8.1 first', 'the block (8.1) does not pass the cache to its attention'),
+    ('12.2', 'transformer.py', None, '            if not use_cache:\n                logits, _ = self(window)\n            elif cache is None or pos >= bs:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n                pos = window.shape[1]\n            else:\n                logits, _ = self(idx[:, -1:], cache=cache)', 'your counter pos never advances', "generate's own position counter never incremented (the cache never rebuilt)"),
 ]
 
 
@@ -17519,6 +17520,7 @@ _LEARN_OTHER_ANSWERS += [
     ('11.3', '    patches = tt.unfold(input, kernel, dilation=dilation, padding=padding, stride=stride)\n    flat = weight.reshape(o, -1)\n    out = (patches.transpose(1, 2) @ flat.transpose(0, 1)).transpose(1, 2)\n    if bias is not None:\n        out = out + bias.reshape(1, o, 1)\n    return out.reshape(n, o, oh, ow)'),
     ('11.4', '        shape = [1] * len(xs)\n        shape[d] = xs[d]\n        hit = np.arange(xs[d]).reshape(shape) == idx\n        gg = g if keepdim else np.expand_dims(g, d)\n        return (np.where(hit, gg, 0).astype(g.dtype),)'),
     ('12.1', '            old = cache.layers[layer]\n            if old is None:\n                past = 0\n            else:\n                past = old[0].shape[-2]\n                k = tt.cat((old[0], k), dim=-2)\n                v = tt.cat((old[1], v), dim=-2)\n            cache.layers[layer] = k, v'),
+    ('12.2', '            if not use_cache:\n                logits, _ = self(window)\n            elif cache is None or pos >= bs:  # pos: the tokens in the cache\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n                pos = window.shape[1]\n            else:\n                logits, _ = self(idx[:, -1:], cache=cache)\n                pos += 1'),
     ('12.2', '            if use_cache and cache is not None and idx.shape[1] <= bs:\n                logits, _ = self(idx[:, -1:], cache=cache)\n            elif use_cache:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n            else:\n                logits = self(window)[0]'),
 ]
 _LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
