@@ -1145,7 +1145,33 @@ def check_input_grad(name, got, want, shape, mistakes=(), math_=''):
         raise Fail(f"the gradient for {name} is twice the right one ({math_})")
     if close(2 * got, want):
         raise Fail(f"the gradient for {name} is half the right one ({math_})")
+    how = _how_wrong(got, want)
+    if how:
+        raise Fail(f"the gradient for {name} is {how} ({math_})")
     raise Fail(f"the gradient for {name} is wrong: {worst(got, want)} ({math_})")
+
+
+def _how_wrong(got, want):
+    """How a gradient differs from finite differences, where a cheap test names it: zero
+    everywhere, a constant factor (as 1/k or k when k is whole), or the transpose; else ''."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if not np.any(want) or not np.all(np.isfinite(got)):
+        return ''
+    if not np.any(got):
+        return ("zero everywhere, though finite differences are not: g's part is lost "
+                "(multiplied by 0, or a zeros array returned)")
+    c = float(np.sum(got * want) / np.sum(want * want))  # the best single factor
+    if c != 0 and close(got, c * want):
+        k = 1 / c
+        factor = (f"1/{round(k)} of the right one" if abs(k) > 1.5 and abs(k - round(k)) < 1e-3
+                  else f"{round(c)} times the right one" if abs(c - round(c)) < 1e-3
+                  else f"{c:.4g} times the right one")
+        return (f"{factor} at every element: a constant factor too many or too few, the "
+                "rest is right")
+    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and close(np.swapaxes(got, -1, -2), want):
+        return ("the transpose of the right one (the right numbers, rows and columns swapped): "
+                "check which factor is transposed, and the order of the product")
+    return ''
 
 
 def check_binary(m, op, npf, math_, shapes=((4, 3), (3,)), mistakes=None, positive=False):

@@ -17300,6 +17300,8 @@ _LEARN_MISTAKES = [
     ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = tuple(range(lead))[:1] + tuple(', 'broadcasting added two dims in front', 'unbroadcast sums only the first of several leading dims'),
     ('12.2', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = x + self.attn(self.ln_1(x))', 'needs exercise 8.1 first', 'the block (8.1) does not pass the cache to its attention'),
     ('12.2', 'transformer.py', None, '            if not use_cache:\n                logits, _ = self(window)\n            elif cache is None or pos >= bs:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n                pos = window.shape[1]\n            else:\n                logits, _ = self(idx[:, -1:], cache=cache)', 'your counter pos never advances', "generate's own position counter never incremented (the cache never rebuilt)"),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(B, np.swapaxes(G, -1, -2))', 'the transpose of the right one', 'dA = B @ g^T: the right numbers, transposed'),
+    ('5.1', 'nn.py', 'gd = 2 * g * d', 'gd = 2 * g * d / d.size', '1/6 of the right one', "mse_loss's rule divides by the number of elements (reduction='none' has no mean)"),
 ]
 
 
@@ -17631,7 +17633,17 @@ def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp
      "✗ 3.4 log's backward: log's rule used log(x): its derivative is 1/x"),
     ('3.4', "        return (g * x.array,)",
      "✗ 3.4 log's backward: log's rule multiplied g by x: d log(x)/dx = 1/x, so divide g by x"),
-], ids=['twice', 'half', 'log(x)', 'times x'])
+    # exp's rule returning zeros, and times 1.5 (not 2 or 1/2): a constant factor, whole or not
+    ('3.3', "        return (np.zeros_like(g),)",
+     "✗ 3.3 exp's backward: the gradient for x is zero everywhere, though finite differences are "
+     "not: g's part is lost (multiplied by 0, or a zeros array returned) (d e^x/dx = e^x)"),
+    ('3.3', "        return (1.5 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is 1.5 times the right one at every element: a "
+     "constant factor too many or too few, the rest is right (d e^x/dx = e^x)"),
+    ('3.3', "        return (3 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is 3 times the right one at every element: a "
+     "constant factor too many or too few, the rest is right (d e^x/dx = e^x)"),
+], ids=['twice', 'half', 'log(x)', 'times x', 'zeros', 'times 1.5', 'times 3'])
 def test_learn_each_diagnosis_tests_its_own_condition(_learn_filled, tmp_path, ex, code, line):
     """The exact line, so that a diagnosis testing another condition (swapped, or copied
     from the line above) fails here."""
