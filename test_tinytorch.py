@@ -18608,6 +18608,9 @@ _LEARN_MISTAKES = [
     ('9.1', 'nn.py', 'h = o * c.tanh()', 'h = o.tanh() * c.tanh()', 'the output gate', 'the output gate through a tanh'),
     ('1.1', 'tinytorch.py', 'axes = tuple(range(lead)) + tuple(', 'axes = tuple(range(lead))[:1] + tuple(', 'broadcasting added two dims in front', 'unbroadcast sums only the first of several leading dims'),
     ('12.2', 'transformer.py', 'x = x + self.attn(self.ln_1(x), cache, layer)', 'x = x + self.attn(self.ln_1(x))', 'needs exercise 8.1 first', 'the block (8.1) does not pass the cache to its attention'),
+    ('12.2', 'transformer.py', None, '            if not use_cache:\n                logits, _ = self(window)\n            elif cache is None or pos >= bs:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n                pos = window.shape[1]\n            else:\n                logits, _ = self(idx[:, -1:], cache=cache)', 'your counter pos never advances', "generate's own position counter never incremented (the cache never rebuilt)"),
+    ('3.1', 'tinytorch.py', 'np.matmul(G, np.swapaxes(B, -1, -2))', 'np.matmul(B, np.swapaxes(G, -1, -2))', 'the transpose of the right one', 'dA = B @ g^T: the right numbers, transposed'),
+    ('5.1', 'nn.py', 'gd = 2 * g * d', 'gd = 2 * g * d / d.size', '1/6 of the right one', "mse_loss's rule divides by the number of elements (reduction='none' has no mean)"),
 ]
 
 
@@ -18869,6 +18872,7 @@ _LEARN_OTHER_ANSWERS += [
     ('11.3', '    patches = tt.unfold(input, kernel, dilation=dilation, padding=padding, stride=stride)\n    flat = weight.reshape(o, -1)\n    out = (patches.transpose(1, 2) @ flat.transpose(0, 1)).transpose(1, 2)\n    if bias is not None:\n        out = out + bias.reshape(1, o, 1)\n    return out.reshape(n, o, oh, ow)'),
     ('11.4', '        shape = [1] * len(xs)\n        shape[d] = xs[d]\n        hit = np.arange(xs[d]).reshape(shape) == idx\n        gg = g if keepdim else np.expand_dims(g, d)\n        return (np.where(hit, gg, 0).astype(g.dtype),)'),
     ('12.1', '            old = cache.layers[layer]\n            if old is None:\n                past = 0\n            else:\n                past = old[0].shape[-2]\n                k = tt.cat((old[0], k), dim=-2)\n                v = tt.cat((old[1], v), dim=-2)\n            cache.layers[layer] = k, v'),
+    ('12.2', '            if not use_cache:\n                logits, _ = self(window)\n            elif cache is None or pos >= bs:  # pos: the tokens in the cache\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n                pos = window.shape[1]\n            else:\n                logits, _ = self(idx[:, -1:], cache=cache)\n                pos += 1'),
     ('12.2', '            if use_cache and cache is not None and idx.shape[1] <= bs:\n                logits, _ = self(idx[:, -1:], cache=cache)\n            elif use_cache:\n                cache = KVCache(self.config.n_layer)\n                logits, _ = self(window, cache=cache)\n            else:\n                logits = self(window)[0]'),
 ]
 _LEARN_OTHER_ANSWERS += [(ex, None) for ex, e in _learn.EXERCISES.items() if 'plain' in e]  # hint 3's
@@ -18979,7 +18983,17 @@ def test_learn_a_check_blames_the_exercise_it_runs_that_fails(_learn_filled, tmp
      "✗ 3.4 log's backward: log's rule used log(x): its derivative is 1/x"),
     ('3.4', "        return (g * x.array,)",
      "✗ 3.4 log's backward: log's rule multiplied g by x: d log(x)/dx = 1/x, so divide g by x"),
-], ids=['twice', 'half', 'log(x)', 'times x'])
+    # exp's rule returning zeros, and times 1.5 (not 2 or 1/2): a constant factor, whole or not
+    ('3.3', "        return (np.zeros_like(g),)",
+     "✗ 3.3 exp's backward: the gradient for x is zero everywhere, though finite differences are "
+     "not: g's part is lost (multiplied by 0, or a zeros array returned) (d e^x/dx = e^x)"),
+    ('3.3', "        return (1.5 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is 1.5 times the right one at every element: a "
+     "constant factor too many or too few, the rest is right (d e^x/dx = e^x)"),
+    ('3.3', "        return (3 * g * out,)",
+     "✗ 3.3 exp's backward: the gradient for x is 3 times the right one at every element: a "
+     "constant factor too many or too few, the rest is right (d e^x/dx = e^x)"),
+], ids=['twice', 'half', 'log(x)', 'times x', 'zeros', 'times 1.5', 'times 3'])
 def test_learn_each_diagnosis_tests_its_own_condition(_learn_filled, tmp_path, ex, code, line):
     """The exact line, so that a diagnosis testing another condition (swapped, or copied
     from the line above) fails here."""
@@ -19146,6 +19160,60 @@ def test_learn_stubs_name_what_the_lines_after_them_read():
                 assert len(ln) <= 100, (ex, ln)
     assert _learn.reads_after('6.1') == ['e', 'sumexp', 'logp']
     assert _learn.reads_after('7.2', 0) == ['q', 'k', 'v'] and _learn.reads_after('7.2', 1) == []
+
+
+def test_learn_workspace_hides_the_neighbours_that_answer_an_exercise(_learn_filled, tmp_path):
+    """grep: the cut-out workspace holds none of the code beside an exercise that answers it
+    (pow's rule for a tensor exponent by 3.5, _window_slice's slicing for 11.1/11.2, RMSprop's
+    in-place update and Adam's formulas for 10.1, AdamW's decay for 10.2), and, filled in, what
+    calls a replaced helper gives the shipped numbers (pooling through _window_slice, Adam in
+    the fast mode through adam_step_)."""
+    ws = tmp_path / 'mine'
+    _learn.start(ws)
+    text = {f: (ws / f).read_text() for f in _learn.FILES}
+    revealing = [('tinytorch.py', 'g * (b.array * a.array ** (b.array - 1))'),
+                 ('tinytorch.py', 'd(a^b)/da = b a^(b-1)'),
+                 ('tinytorch.py', 'g * (e.array * a.array ** below)'),
+                 ('tinytorch.py', 'd(x^0.5)/dx = 0.5 x^(-0.5)'),
+                 ('tinytorch.py', 'slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)'),
+                 ('optim.py', 'v[...] = alpha * v + (1 - alpha) * g * g'),
+                 ('optim.py', 'p -= lr * g / (sqrt(v) + eps)'),
+                 ('optim.py', 'p *= (1 - lr * wd)'),
+                 ('optim.py', 'p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)'),
+                 ('optim.py', 'm = b1 m + (1 - b1) g'),
+                 ('optim.py', 'm += tmp  # m = b1 m + (1 - b1) g')]
+    for f, line in revealing:
+        assert line in (_learn.HERE / f).read_text()  # the grep has something to find
+        assert line not in text[f], (f, line)
+    for f, ex, shipped, mine in _learn.HIDE:  # every hidden line found nowhere else, too
+        ours = [x.strip() for x in (_learn.HERE / f).read_text().split('\n')]
+        for ln in shipped.split('\n'):
+            if len(ln.strip()) > 12 and ln.strip() not in mine and ours.count(ln.strip()) == 1:
+                assert ln.strip() not in {x.strip() for x in text[f].split('\n')}, (ex, ln)
+        assert mine in text[f]
+    code = textwrap.dedent("""\
+        import numpy as np, tinytorch as tt, nn, optim
+        for kw in (dict(kernel_size=3, stride=2, padding=1, dilation=2), dict(kernel_size=2)):
+            x = tt.tensor(np.random.default_rng(0).standard_normal((2, 3, 9, 8)), requires_grad=True)
+            y, i = nn.functional.max_pool2d(x, return_indices=True, **kw)
+            (y * y).sum().backward()
+            print(repr(y.array.round(12).tolist()), i.array.tolist(), x.grad.array.round(12).tolist())
+        p = nn.Parameter(tt.ones(3))
+        opt = optim.Adam([p], lr=0.1)
+        tt.fast = True
+        for _ in range(3):
+            p.grad = tt.tensor([1.0, -2.0, 0.5])
+            opt.step()
+        print(p.array.round(6).tolist())  # (adam_step_ and adam_step: float32 roundings apart)
+        """)
+    runs = [subprocess.run([sys.executable, '-c', code], cwd=d, capture_output=True, text=True,
+                           env={**os.environ, 'PYTHONPATH': ''}) for d in (_learn_filled, HERE)]
+    assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout != '', runs[0].stderr
+    r = subprocess.run([sys.executable, '-c', 'import optim, nn, tinytorch as tt\n'
+                        'p = nn.Parameter(tt.ones(2)); p.grad = tt.ones(2)\n'
+                        'optim.RMSprop([p]).step()'], cwd=ws,
+                       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': ''})
+    assert "RMSprop's step is hidden in this workspace while exercise 10.1 is open" in r.stderr
 
 
 def test_learn_start_never_overwrites(tmp_path):
