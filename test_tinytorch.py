@@ -388,8 +388,10 @@ OPS = [
      (lambda m, F, a: a.max(1).indices, (3, 4))),
     ('min', (lambda m, F, a: a.min(0, keepdim=True).values, nc(3, 4)), (lambda m, F, a: a.min(), (3, 4))),
     ('logsumexp', (lambda m, F, a: a.logsumexp(-1), nc(3, 4))),
-    ('norm', (lambda m, F, a: a.norm(), nc(3, 4)), (lambda m, F, a: a.norm(p=3, dim=-1, keepdim=True), (3, 4)),
-     (lambda m, F, a: a.norm(p=1, dim=0), (3, 4)), (lambda m, F, a: a.norm(p=float('inf'), dim=1), (3, 4))),
+    ('norm', (lambda m, F, a: m.norm(a), nc(3, 4)), (lambda m, F, a: m.norm(a, p=3, dim=-1, keepdim=True), (3, 4)),
+     (lambda m, F, a: m.norm(a, p=1, dim=0), (3, 4)), (lambda m, F, a: m.norm(a, p=float('inf'), dim=1), (3, 4))),
+    ('.norm', (lambda m, F, a: a.norm(), nc(3, 4)), (lambda m, F, a: a.norm(3, -1, True), (3, 4)),
+     (lambda m, F, a: a.norm(2, 1, False, m.float64), (3, 4))),
     ('prod', (lambda m, F, a: a.prod(), (2, 3)), (lambda m, F, a: a.prod(-1), nc(3, 4))),
     ('median', (lambda m, F, a: a.median(), (3, 5)), (lambda m, F, a: a.median(-1).values, nc(3, 5))),
     ('mode', (lambda m, F, a: a.mode(-1).values, nc(3, 4))),
@@ -423,7 +425,8 @@ OPS = [
     ('narrow', (lambda m, F, a: a.narrow(1, 1, 2), nc(3, 4))),
     ('select', (lambda m, F, a: a.select(1, 2), nc(3, 4))),
     ('unbind', (lambda m, F, a: a.unbind(1)[2], nc(3, 4))),
-    ('split', (lambda m, F, a: a.split(2, -1)[1], (3, 5)), (lambda m, F, a: a.split([1, 2], 0)[1], nc(3, 4))),
+    ('split', (lambda m, F, a: m.split(a, 2, -1)[1], (3, 5)), (lambda m, F, a: m.split(a, [1, 2], 0)[1], nc(3, 4))),
+    ('.split', (lambda m, F, a: a.split(2, -1)[1], nc(3, 5)), (lambda m, F, a: a.split(split_size=[1, 2])[1], (3, 4))),
     ('chunk', (lambda m, F, a: a.chunk(2, 0)[0], nc(3, 4))),
     ('diagonal', (lambda m, F, a: a.diagonal(1), nc(3, 4))),
     ('tril', (lambda m, F, a: a.tril(-1), nc(4, 4))),
@@ -8277,7 +8280,7 @@ def test_shared_callables_take_the_parameters_torch_takes():
         assert '\n' not in str(e.value) and 'tinytorch has no' in str(e.value)
 
 
-def test_torch_level_functions_take_the_parameters_pytorch_added(tmp_path):
+def test_torch_level_functions_take_the_parameters_torch_added(tmp_path):
     """The torch-level parameters the signature table added work, or refuse in one line."""
     x = tt.tensor([[3., 4.], [0., 1.]], requires_grad=True)
     n = tt.norm(input=x, dtype=tt.float64)  # computed in float64; the gradient comes back float32
@@ -11796,11 +11799,11 @@ def _npz_with(tmp_path, name, npy):
     path = tmp_path / name
     with _zipfile.ZipFile(path, 'w') as z:
         z.writestr('a0.npy', npy)
-        z.writestr('__tinytorch_meta__.npy', _npy_bytes(b'{"__tensor__": 0}', 'u1'))
+        z.writestr('__tinytorch_meta__.npy', _npy_header_by_hand(b'{"__tensor__": 0}', 'u1'))
     return path
 
 
-def _npy_bytes(raw, descr, shape=None, header_size=None):
+def _npy_header_by_hand(raw, descr, shape=None, header_size=None):
     """An .npy file by its format (version 2 when header_size is given: that many header
     bytes, padded with spaces to its line end); shape (len(raw),) unless given."""
     shape = (len(raw),) if shape is None else shape
@@ -11819,13 +11822,13 @@ def test_nn_load_and_safetensors_limits_hold_at_the_limit_and_refuse_one_past_it
     """The .npy member: 64 dims and a header of 64 KiB load, 65 dims and a byte more are
     refused; a .safetensors shape of 64 dims loads, 65 is refused."""
     one = np.array([0.5], '<f4').tobytes()
-    assert nn.load(_npz_with(tmp_path, 'd64.npz', _npy_bytes(one, 'f4', (1,) * 64))).shape == (1,) * 64
+    assert nn.load(_npz_with(tmp_path, 'd64.npz', _npy_header_by_hand(one, 'f4', (1,) * 64))).shape == (1,) * 64
     with pytest.raises(nn.CheckpointError, match=r"has its array a0\.npy, which declares \(1, 1"):
-        nn.load(_npz_with(tmp_path, 'd65.npz', _npy_bytes(one, 'f4', (1,) * 65)))
-    got = nn.load(_npz_with(tmp_path, 'h64k.npz', _npy_bytes(one, 'f4', (1,), header_size=1 << 16)))
+        nn.load(_npz_with(tmp_path, 'd65.npz', _npy_header_by_hand(one, 'f4', (1,) * 65)))
+    got = nn.load(_npz_with(tmp_path, 'h64k.npz', _npy_header_by_hand(one, 'f4', (1,), header_size=1 << 16)))
     assert got.array.tolist() == [0.5]
     with pytest.raises(nn.CheckpointError, match=r"whose array header claims 65,537 bytes"):
-        nn.load(_npz_with(tmp_path, 'h64k1.npz', _npy_bytes(one, 'f4', (1,), header_size=(1 << 16) + 1)))
+        nn.load(_npz_with(tmp_path, 'h64k1.npz', _npy_header_by_hand(one, 'f4', (1,), header_size=(1 << 16) + 1)))
     for n, ok in ((64, True), (65, False)):
         header = json.dumps({'w': {'dtype': 'F32', 'shape': [1] * n, 'data_offsets': [0, 4]}})
         header += ' ' * (-len(header) % 8)
