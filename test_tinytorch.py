@@ -8522,6 +8522,8 @@ def test_more_activation_modules_and_in_place():
     np.testing.assert_allclose(x.grad, np.where(x.array > 0, 1, np.exp(x.array)))
     with pytest.raises(RuntimeError, match="hardtanh_: a leaf tensor"):
         nn.ReLU6(inplace=True)(x)
+    h = tt.tensor([-1.0, 7.0, 3.0])  # the function's inplace too: relu6 clamps h itself
+    assert nn.relu6(h, inplace=True) is h and h.tolist() == [0.0, 6.0, 3.0]
 
 
 def test_pad_modes_gradcheck_and_errors():
