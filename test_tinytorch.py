@@ -18059,6 +18059,32 @@ def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_lea
     assert rows == want, '\n'.join(r for r in want if r not in rows)
 
 
+def test_learn_scratch_diagnoses_name_the_case_they_see():
+    """The from-scratch checks' words, each for its own case: twice vs half the right
+    gradient, one leading dim vs several, and check 1.1 trying float32 arrays too (a Tensor
+    that makes every array float64 fails it, by name)."""
+    with pytest.raises(_learn.Fail, match="mul's gradient for a is twice the right one"):
+        _learn._sc_grad('a', 'mul', np.full(2, 2.0), np.ones(2), (2,), np.float64)
+    with pytest.raises(_learn.Fail, match="mul's gradient for a is half the right one"):
+        _learn._sc_grad('a', 'mul', np.full(2, 0.5), np.ones(2), (2,), np.float64)
+    assert _learn._sc_unbroadcast_says((4, 3), (3,)) == (
+        "for an operand of shape (3,) broadcast to (4, 3) the gradient must be summed over the "
+        "leading dim broadcasting added (4 uses -> the sum of 4 rows)")
+    assert _learn._sc_unbroadcast_says((2, 5, 4, 3), (4, 3)).startswith(
+        "2 dims were added in front of an operand of shape (4, 3)")
+
+    class Float64Tensor:  # keeps float64 arrays, but turns a float32 array into float64
+        def __init__(self, data, requires_grad=False):
+            if isinstance(data, np.ndarray):
+                self.data = data.astype(np.float64, copy=False)
+            else:
+                self.data = np.asarray(data) if isinstance(data, np.generic) else \
+                    np.asarray(data, dtype=np.float32)
+            self.requires_grad, self.grad, self.rule, self.parents = requires_grad, None, None, ()
+    with pytest.raises(_learn.Fail, match="a float32 array became float64"):
+        _learn.sc_check_1_1({'engine': types.SimpleNamespace(Tensor=Float64Tensor)})
+
+
 def test_learn_scratch_hint_names_tinytorch_and_diff_shows_it_by_name(_learn_scratch_filled, tmp_path, capsys):
     """The from-scratch answer key is not shipped: hint 3 names where tinytorch does the same,
     diff shows that code (found by name) beside the learner's once the check passes."""
