@@ -3841,7 +3841,7 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
 
 
 
-def test_backend_flags_start_at_pytorchs_values_on_a_machine_without_a_gpu():
+def test_backend_flags_start_at_torchs_values_on_a_machine_without_a_gpu():
     """What torch.backends answers before a program sets anything (a fresh process: other
     tests set these flags), as PyTorch's CPU build answers."""
     code = textwrap.dedent("""
@@ -8650,7 +8650,7 @@ def test_regression_losses_at_inf_and_nan():
             assert np.isnan(x.grad.array[2])  # PyTorch's smooth_l1 and huber rules give nan too
 
 
-def test_legacy_size_average_and_reduce_read_as_pytorch_reads_them():
+def test_legacy_size_average_and_reduce_read_as_torch_reads_them():
     """PyTorch's old arguments: each None counts as True; reduce=False is 'none' whatever
     size_average says, else size_average=False is 'sum' and True 'mean'. Per element the
     squared (and absolute) errors of [1, 3] against 0 are [1, 9] ([1, 3])."""
