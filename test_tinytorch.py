@@ -8656,7 +8656,8 @@ def test_legacy_size_average_and_reduce_read_as_torch_reads_them():
     squared (and absolute) errors of [1, 3] against 0 are [1, 9] ([1, 3])."""
     x, y = tt.tensor([1.0, 3.0]), tt.zeros(2)
     for kw, want in ((dict(reduce=True), 5.0), (dict(size_average=True), 5.0),
-                     (dict(size_average=False), 10.0), (dict(size_average=False, reduce=True), 10.0),
+                     (dict(size_average=False), 10.0),
+                     (dict(size_average=False, reduce=True), 10.0),
                      (dict(reduce=False), [1.0, 9.0]),
                      (dict(size_average=False, reduce=False), [1.0, 9.0])):
         assert nn.mse_loss(x, y, **kw).tolist() == want, kw
