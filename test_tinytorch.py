@@ -2836,6 +2836,8 @@ def test_a_0d_integer_tensor_indexes_as_its_number():
     assert tt.arange(3.)[tt.tensor(-1)].shape == () and tt.arange(3.)[tt.tensor(-1)].item() == 2.0
     assert x[:, i].tolist() == [1.0, 4.0] and x[i, [0, 2]].tolist() == [3.0, 5.0]
     assert x[tt.tensor([1])].shape == (1, 3)  # a 1-D tensor stays advanced indexing
+    with pytest.raises(TypeError):  # only an integer tensor is an index (PyTorch's)
+        [10, 20, 30][tt.tensor(1.0)]
     z = x.clone()
     z[i] += 1.
     assert z.tolist() == [[0., 1., 2.], [4., 5., 6.]]
@@ -3472,6 +3474,11 @@ def test_every_torch_submodule_imports_and_refuses_at_use_in_one_line():
     assert tt.cpu.is_available() and tt.cpu.device_count() == 1
     with pytest.raises(RuntimeError, match="^torch.xpu.device_count: tinytorch has no XPU"):
         tt.xpu.device_count()
+    # below a path of a feature tinytorch lacks, a module's names refuse with its reason
+    import tinytorch.ao.nn as ao_nn
+    with pytest.raises(RuntimeError, match=r"^torch.ao.nn.Linear: tinytorch has no quantization "
+                                           r"beyond quantize_dynamic"):
+        ao_nn.Linear(2, 2)
 
 
 def test_set_default_device_cpu_only():
@@ -3909,6 +3916,8 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
             assert (tt.ones(2) @ tt.ones(2)).dtype == tt.float32
     with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
         tt.amp.autocast(device_type='cuda')
+    with pytest.raises(TypeError):  # device_type has no default (PyTorch's)
+        tt.autocast()
     with _warnings.catch_warnings(), pytest.raises(ZeroDivisionError):
         _warnings.simplefilter('ignore')
         with tt.autocast(device_type='cpu'):
@@ -3922,6 +3931,21 @@ def test_what_a_gpu_program_asks_is_answered_for_a_machine_without_one():
     with pytest.raises(TypeError):
         [1, 2][tt.tensor(1.0)]  # a float tensor is no index, as in PyTorch
 
+
+
+def test_backend_flags_start_at_torchs_values_on_a_machine_without_a_gpu():
+    """What torch.backends answers before a program sets anything (a fresh process: other
+    tests set these flags), as PyTorch's CPU build answers."""
+    code = textwrap.dedent("""
+        import tinytorch.backends.cudnn as cudnn, tinytorch.backends.cuda as cuda
+        print(cudnn.allow_tf32, cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
+              cudnn.is_available(), cuda.matmul.allow_tf32,
+              [getattr(cuda, n + '_sdp_enabled')() for n in ('flash', 'mem_efficient', 'math')])
+    """)
+    r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split('\n')[0] == "True True False False False False [True, True, True]"
 
 
 # Mixed precision on the CPU: torch.autocast and torch.amp.GradScaler (amp.py)
@@ -7401,14 +7425,15 @@ def test_importing_tinytorch_adds_one_finder_and_loads_compat_on_first_use():
         added = [f for f in sys.meta_path if f not in before]
         print([getattr(f, '__qualname__', f) for f in added])
         print(sorted(set(sys.modules) & {'compat', 'tinytorch._compat', 'nn', 'tuning', 'amp'}))
-        print(added[0].find_spec('json.decoder'), added[0].find_spec('tinytorchx.nn'))
+        print(added[0].find_spec('json.decoder'), added[0].find_spec('tinytorchx.nn'),
+              'compat' in sys.modules)  # a name that only starts like ours loads nothing
         import tinytorch.nn.functional as F
         print('compat' in sys.modules, hasattr(F, 'relu'))
     """)
     r = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["['_Submodules']", '[]', 'None None', 'True True']
+    assert r.stdout.splitlines() == ["['_Submodules']", '[]', 'None None False', 'True True']
 
 
 def test_the_import_rule_answers_only_for_tinytorch_paths():
@@ -8676,6 +8701,26 @@ def test_embedding_padding_idx_starts_at_zero_and_gets_no_gradient():
     assert repr(emb) == "Embedding(5, 3, padding_idx=4)"
 
 
+def test_embedding_options_at_their_edges_by_hand():
+    """padding_idx from -n (the first row) to n - 1, row 0 as the padding row, max_norm in
+    another norm_type, and the module passing scale_grad_by_freq on (values by hand)."""
+    tt.manual_seed(0)
+    emb = nn.Embedding(4, 2, padding_idx=-4)  # -num_embeddings is allowed: row 0
+    assert emb.padding_idx == 0 and repr(emb) == "Embedding(4, 2, padding_idx=0)"
+    with pytest.raises(AssertionError, match="padding_idx -5 must be within num_embeddings"):
+        nn.Embedding(4, 2, padding_idx=-5)
+    emb = nn.Embedding(3, 2, padding_idx=0)  # row 0 is a padding row like any other
+    assert emb.weight[0].tolist() == [0.0, 0.0] and emb.weight[1].abs().sum().item() > 0
+    # max_norm in the 1-norm: row 0's is 3 + 4 = 7 > 6, scaled by 6 / 7; row 1's is 1
+    w = tt.tensor([[3.0, 4.0], [0.5, 0.5]], dtype=tt.float64)
+    nn.embedding(tt.tensor([0, 1]), w, max_norm=6.0, norm_type=1.0)
+    np.testing.assert_allclose(w.array, [[18 / 7, 24 / 7], [0.5, 0.5]], rtol=1e-6)
+    # the module's scale_grad_by_freq: row 1 named twice, its two gradients of 1 halved
+    emb = nn.Embedding(3, 2, scale_grad_by_freq=True)
+    emb(tt.tensor([1, 1, 2])).sum().backward()
+    assert emb.weight.grad.tolist() == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+
+
 def test_embedding_max_norm_renormalises_the_rows_it_reads_in_place():
     w = tt.tensor([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]])
     out = nn.embedding(tt.tensor([0, 1]), w, max_norm=1.0)
@@ -8899,6 +8944,8 @@ def test_more_activation_modules_and_in_place():
     np.testing.assert_allclose(x.grad, np.where(x.array > 0, 1, np.exp(x.array)))
     with pytest.raises(RuntimeError, match="hardtanh_: a leaf tensor"):
         nn.ReLU6(inplace=True)(x)
+    h = tt.tensor([-1.0, 7.0, 3.0])  # the function's inplace too: relu6 clamps h itself
+    assert nn.relu6(h, inplace=True) is h and h.tolist() == [0.0, 6.0, 3.0]
 
 
 def test_pad_modes_gradcheck_and_errors():
@@ -9023,6 +9070,21 @@ def test_regression_losses_at_inf_and_nan():
         np.testing.assert_array_equal(x.grad[[0, 1, 3]], [1, -1, 0])  # sign(d), as PyTorch
         if fn is not nn.l1_loss:  # (l1_loss at nan: see the xfail below)
             assert np.isnan(x.grad.array[2])  # PyTorch's smooth_l1 and huber rules give nan too
+
+
+def test_legacy_size_average_and_reduce_read_as_torch_reads_them():
+    """PyTorch's old arguments: each None counts as True; reduce=False is 'none' whatever
+    size_average says, else size_average=False is 'sum' and True 'mean'. Per element the
+    squared (and absolute) errors of [1, 3] against 0 are [1, 9] ([1, 3])."""
+    x, y = tt.tensor([1.0, 3.0]), tt.zeros(2)
+    for kw, want in ((dict(reduce=True), 5.0), (dict(size_average=True), 5.0),
+                     (dict(size_average=False), 10.0),
+                     (dict(size_average=False, reduce=True), 10.0),
+                     (dict(reduce=False), [1.0, 9.0]),
+                     (dict(size_average=False, reduce=False), [1.0, 9.0])):
+        assert nn.mse_loss(x, y, **kw).tolist() == want, kw
+    assert nn.l1_loss(x, y, size_average=False).tolist() == 4.0
+    assert nn.l1_loss(x, y, reduce=True).tolist() == 2.0
 
 
 def test_l1_loss_gradient_at_nan_is_torchs_zero():  # abs's gradient at nan is 0, as PyTorch's
@@ -13851,6 +13913,22 @@ def test_grouped_conv1d_and_conv_transpose2d_gradients():
                                tt.cat(halves, 1).array + b.array[:, None, None], rtol=1e-12)
 
 
+def test_grouped_conv_modules_check_both_channel_counts_and_shape_the_weight_by_hand():
+    """groups must divide out_channels too (in_channels alone is not enough), and a
+    transposed convolution's weight is (in, out / groups, *kernel), a plain one's
+    (out, in / groups, *kernel)."""
+    with pytest.raises(ValueError, match=r"in_channels \(4\) and out_channels \(6\) must be "
+                                         r"divisible by groups \(4\)"):
+        nn.Conv2d(4, 6, 1, groups=4)
+    assert nn.ConvTranspose2d(4, 2, 3, groups=2).weight.shape == (4, 1, 3, 3)
+    assert nn.Conv2d(4, 2, 3, groups=2).weight.shape == (2, 2, 3, 3)
+    m = nn.ConvTranspose2d(4, 2, 1, groups=2, bias=False)
+    with tt.no_grad():
+        m.weight.copy_(tt.tensor([[[[1.0]]], [[[2.0]]], [[[3.0]]], [[[4.0]]]]))
+    # output channel g sums its group's two input channels, each times its own weight
+    assert m(tt.ones(1, 4, 1, 1)).tolist() == [[[[3.0]], [[7.0]]]]
+
+
 @pytest.mark.parametrize("mode,numpy_mode", [('reflect', 'reflect'), ('replicate', 'edge'),
                                              ('circular', 'wrap')])
 def test_conv_padding_mode_pads_the_input_as_numpy_names_it(mode, numpy_mode):
@@ -13897,6 +13975,22 @@ def test_pools_ceil_mode_return_indices_and_avg_divisors_by_hand():
     check(lambda x: nn.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), t64(1, 2, 6, 5))
     assert repr(nn.MaxPool2d(2)) == ("MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, "
                                      "ceil_mode=False)")
+
+
+def test_max_pool_edges_of_ceil_mode_and_return_indices_by_hand():
+    """ceil_mode never keeps a window that would start in the right padding; return_indices
+    names the first maximum of a tie and counts places in the unpadded plane; MaxPool1d
+    passes ceil_mode and return_indices each to its own parameter."""
+    x = tt.arange(9.0).reshape(1, 1, 3, 3)
+    # padding 1, stride 2: windows start at -1 and 1; a third would start at 3, in the padding
+    assert nn.max_pool2d(x, 2, 2, 1, ceil_mode=True).tolist() == [[[[0.0, 2.0], [6.0, 8.0]]]]
+    assert nn.max_pool2d(tt.ones(1, 1, 2, 2), 2, return_indices=True)[1].tolist() == [[[[0]]]]
+    _, idx = nn.max_pool2d(tt.arange(16.0).reshape(1, 1, 4, 4), 2, 2, 1, return_indices=True)
+    assert idx.tolist() == [[[[0, 2, 3], [8, 10, 11], [12, 14, 15]]]]
+    x = tt.tensor([[[3.0, 1.0, 2.0, 5.0, 4.0]]])
+    assert nn.MaxPool1d(2, ceil_mode=True)(x).tolist() == [[[3.0, 5.0, 4.0]]]
+    values, where = nn.MaxPool1d(2, return_indices=True)(x)
+    assert values.tolist() == [[[3.0, 5.0]]] and where.tolist() == [[[0, 3]]]
 
 
 def test_pytorch_grouped_convolutions_padding_modes_and_pools_agree():
@@ -14560,6 +14654,10 @@ def test_parameters_to_vector_and_back():
     tt.nn.utils.vector_to_parameters(tt.arange(9.0), m.parameters())
     assert m.weight.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and m.bias.tolist() == [6.0, 7.0, 8.0]
     assert isinstance(m.weight, nn.Parameter) and m.weight.requires_grad
+    v = tt.zeros(9)
+    tt.nn.utils.vector_to_parameters(v, m.parameters())
+    v.add_(1)  # the parameters share vec's memory (PyTorch's): they see the change
+    assert m.weight.tolist() == [[1.0, 1.0]] * 3 and m.bias.tolist() == [1.0] * 3
     with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
         tt.nn.utils.vector_to_parameters([1.0], m.parameters())
 
@@ -19836,6 +19934,32 @@ def test_learn_scratch_typical_mistakes_are_named_each_with_its_own_message(_lea
     rows = table.split(head)[1].split('\n\n')[0].strip().split('\n')
     want = [_learn_row(m[4], m[0], msg) for m, msg in zip(_LEARN_SCRATCH_MISTAKES, messages)]
     assert rows == want, '\n'.join(r for r in want if r not in rows)
+
+
+def test_learn_scratch_diagnoses_name_the_case_they_see():
+    """The from-scratch checks' words, each for its own case: twice vs half the right
+    gradient, one leading dim vs several, and check 1.1 trying float32 arrays too (a Tensor
+    that makes every array float64 fails it, by name)."""
+    with pytest.raises(_learn.Fail, match="mul's gradient for a is twice the right one"):
+        _learn._sc_grad('a', 'mul', np.full(2, 2.0), np.ones(2), (2,), np.float64)
+    with pytest.raises(_learn.Fail, match="mul's gradient for a is half the right one"):
+        _learn._sc_grad('a', 'mul', np.full(2, 0.5), np.ones(2), (2,), np.float64)
+    assert _learn._sc_unbroadcast_says((4, 3), (3,)) == (
+        "for an operand of shape (3,) broadcast to (4, 3) the gradient must be summed over the "
+        "leading dim broadcasting added (4 uses -> the sum of 4 rows)")
+    assert _learn._sc_unbroadcast_says((2, 5, 4, 3), (4, 3)).startswith(
+        "2 dims were added in front of an operand of shape (4, 3)")
+
+    class Float64Tensor:  # keeps float64 arrays, but turns a float32 array into float64
+        def __init__(self, data, requires_grad=False):
+            if isinstance(data, np.ndarray):
+                self.data = data.astype(np.float64, copy=False)
+            else:
+                self.data = np.asarray(data) if isinstance(data, np.generic) else \
+                    np.asarray(data, dtype=np.float32)
+            self.requires_grad, self.grad, self.rule, self.parents = requires_grad, None, None, ()
+    with pytest.raises(_learn.Fail, match="a float32 array became float64"):
+        _learn.sc_check_1_1({'engine': types.SimpleNamespace(Tensor=Float64Tensor)})
 
 
 def test_learn_scratch_hint_names_tinytorch_and_diff_shows_it_by_name(_learn_scratch_filled, tmp_path, capsys):
