@@ -478,13 +478,10 @@ def _refusing_parent(sub):
 def _child(parent, own, name):
     """A module's missing attribute: its own __getattr__'s answer if it has one, else a
     child module of PyTorch's paths (tinytorch.nn.utils), imported when first asked."""
-    if own is not None:
-        try:
-            return own(name)
-        except AttributeError:
-            pass
     if f'{parent}.{name}' in _PATHS:
         return importlib.import_module(f'{tt.__name__}.{parent}.{name}')
+    if own is not None:
+        return own(name)  # its answer, or its own one-line refusal
     raise AttributeError(f"module '{tt.__name__}.{parent}' has no attribute {name!r}")
 
 

@@ -723,9 +723,131 @@ def stub(ex, indent, block):
     return say
 
 
+# Code beside an exercise that would answer it (issue 54: "the tensor-power rule sits above
+# 3.5, RMSprop's in-place update below Adam, _window_slice is exactly 11.1/11.2's slicing, and
+# AdamW's docstring gives its decay"): in the workspace only, replaced by text that does not
+# spell the answer out. The shipped text must be in the file once (start refuses otherwise, and
+# the tests fail). What the engine calls keeps working, written otherwise (_window_slice from
+# the positions 11.1's text states, adam_step_ as adam_step); what nothing the checks run calls
+# (pow's rule for a tensor exponent, RMSprop's step) raises, saying that tinytorch's own file
+# has it.
+HIDE = [  # (file, exercises, shipped text, workspace text)
+    ('tinytorch.py', '3.5',  # pow of two tensors: the power rule for the base
+     '        """d(a^b)/da = b a^(b-1)  (0 where b = 0, even for a nan g)\n',
+     '        """d(a^b)/da: the power rule (hidden here while exercise 3.5 is open)\n'),
+    ('tinytorch.py', '3.5',
+     '                ga = np.where(b.array == 0, 0, g * (b.array * a.array ** (b.array - 1)))\n',
+     '                raise NotImplementedError(\n'
+     '                    "pow: the gradient of a base to a tensor power is "\n'
+     '                    "hidden in this workspace "\n'
+     '                    "while exercise 3.5 is open: tinytorch\'s own tinytorch.py has it")\n'),
+    ('tinytorch.py', '3.5',  # float tensor ** integer tensor
+     '        """d(a^b)/da = b a^(b-1)  (b - 1 in b\'s integer dtype; 0 where b = 0, '
+     'even for a nan g)"""\n',
+     '        """d(a^b)/da: the power rule (hidden here while exercise 3.5 is open)"""\n'),
+    ('tinytorch.py', '3.5',
+     '            below = (b.array - 1).astype(a.dtype)\n'
+     '            return (unbroadcast(np.where(e.array == 0, 0, g * (e.array * a.array '
+     '** below)), a.shape),)\n',
+     '            raise NotImplementedError(\n'
+     '                "pow: the gradient of a base to an integer tensor power is "\n'
+     '                "hidden in this workspace "\n'
+     '                "while exercise 3.5 is open: tinytorch\'s own tinytorch.py has it")\n'),
+    ('tinytorch.py', '3.5',  # _power_of's docstring
+     '    rule uses it too: d(x^0.5)/dx = 0.5 x^(-0.5) is nan at -inf, as PyTorch\'s."""\n',
+     '    rule uses it too."""\n'),
+    ('tinytorch.py', '11.1 and 11.2',  # pooling calls it: the same positions, as index arrays
+     '    """The positions that kernel element (i, j) visits, in the padded input: a '
+     'strided slice."""\n'
+     '    (dh, dw), (sh, sw), (oh, ow) = w.dilation, w.stride, w.out\n'
+     '    return (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),\n'
+     '            slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))\n',
+     '    """The positions that kernel element (i, j) visits in the padded input, as 11.1\'s\n'
+     '    text gives them, each evenly spaced list as a slice (a view: pooling writes through\n'
+     '    it). Hidden while exercises 11.1 and 11.2 are open: tinytorch\'s own has it."""\n'
+     '    at = [np.arange(n) * s + k * d for n, s, k, d in zip(w.out, w.stride, (i, j), '
+     'w.dilation)]\n'
+     '    return tuple(slice(int(p[0]), int(p[-1]) + 1, s) for p, s in zip(at, w.stride))\n'),
+    ('optim.py', '10.1 and 10.2',  # Adam's docstring: the contract, not the formulas
+     '    """m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;\n'
+     '    p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).\n'
+     "    weight_decay here is L2 (added to g), as in PyTorch's Adam, unless\n"
+     '    decoupled_weight_decay=True (that is AdamW). amsgrad=True divides by the largest\n'
+     '    v seen so far instead of the current v."""\n',
+     '    """PyTorch\'s Adam: each step moves a parameter by about lr, scaled by running '
+     'averages\n'
+     "    of its gradient and of the gradient's square (adam_step, exercise 10.1). weight_decay\n"
+     "    is Adam's L2 unless decoupled_weight_decay=True (that is AdamW; exercise 10.2).\n"
+     '    amsgrad=True divides by the largest v seen so far instead of the current v."""\n'),
+    ('optim.py', '10.2',  # AdamW's docstring: the contract, not the decay
+     '    """Adam with decoupled weight decay: p *= (1 - lr * wd) before the Adam step."""\n',
+     '    """Adam with decoupled weight decay: the weights themselves shrink each step, not\n'
+     '    through the gradient (how: exercise 10.2)."""\n'),
+    ('optim.py', '10.1',  # RMSprop: 10.1's pattern (nothing in learn.py calls it)
+     '    """Divide g by a running root mean square of the gradients:\n'
+     '    v = alpha v + (1 - alpha) g^2;  p -= lr * g / (sqrt(v) + eps).\n'
+     '    centered=True subtracts the squared running mean of g from v (a variance);\n'
+     '    momentum > 0 keeps buf = momentum * buf + g / (sqrt(v) + eps) and steps by lr * buf.\n'
+     '    weight_decay is L2 (g += wd * p)."""\n',
+     '    """Divide g by a running root mean square of the gradients (hidden in this workspace\n'
+     '    while exercise 10.1, Adam\'s step, is open: tinytorch\'s own optim.py has it)."""\n'),
+    ('optim.py', '10.1',
+     "        v = state['square_avg']\n"
+     '        v[...] = alpha * v + (1 - alpha) * g * g\n'
+     "        if group['centered']:\n"
+     "            mean = state['grad_avg']\n"
+     '            mean[...] = alpha * mean + (1 - alpha) * g\n'
+     '            avg = np.sqrt(v - mean * mean) + eps\n'
+     '        else:\n'
+     '            avg = np.sqrt(v) + eps\n'
+     '        if momentum > 0:\n'
+     "            buf = state['momentum_buffer']\n"
+     '            buf[...] = momentum * buf + g / avg\n'
+     '            p.array -= lr * buf\n'
+     '        else:\n'
+     '            p.array -= lr * g / avg\n',
+     '        raise NotImplementedError(\n'
+     '            "RMSprop\'s step is hidden in this workspace "\n'
+     '            "while exercise 10.1 is open: tinytorch\'s own optim.py has it")\n'),
+    ('optim.py', '10.1',  # the Speed section's Adam: the plain one (learn.py runs that anyway)
+     '    """adam_step\'s arithmetic with one scratch array and no other temporaries (a third\n'
+     '    of the memory traffic; a test checks that both give the same numbers)."""\n'
+     '    bias1, bias2 = 1 - b1 ** t, 1 - b2 ** t\n'
+     '    m *= b1\n'
+     '    tmp = np.multiply(g, 1 - b1)\n'
+     '    m += tmp  # m = b1 m + (1 - b1) g\n'
+     '    v *= b2\n'
+     '    np.multiply(g, g, out=tmp)\n'
+     '    tmp *= 1 - b2\n'
+     '    v += tmp  # v = b2 v + (1 - b2) g^2\n'
+     '    np.sqrt(v, out=tmp)\n'
+     '    tmp /= math.sqrt(bias2)\n'
+     '    tmp += eps  # sqrt(v / (1 - b2^t)) + eps\n'
+     '    np.divide(m, tmp, out=tmp)\n'
+     '    tmp *= lr / bias1\n'
+     '    p -= tmp  # p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)\n',
+     '    """adam_step (tinytorch\'s own, with one scratch array, is hidden in this '
+     'workspace while\n'
+     '    exercise 10.1 is open)."""\n'
+     '    return adam_step(p, g, m, v, t, lr, b1, b2, eps)\n'),
+]
+
+
+def hide(f, text):
+    """text (file f as the learner gets it) with HIDE's neighbours replaced."""
+    for file, ex, shipped, mine in HIDE:
+        if file == f:
+            if text.count(shipped) != 1:
+                raise Mismatch(f"exercise {ex}: {f} no longer holds, once, the lines learn.py "
+                               f"hides from its workspace ({shipped.strip()[:40]!r}...): this "
+                               "learn.py does not match the files beside it")
+            text = text.replace(shipped, mine)
+    return text
+
+
 def workspace_text(f):
     """File f as the learner gets it: every exercise's lines replaced by its stub, between
-    a '# exercise N.k: title' and an '# end exercise' line."""
+    a '# exercise N.k: title' and an '# end exercise' line, and HIDE's neighbours replaced."""
     lines = (HERE / f).read_text().split('\n')
     spans = sorted(((a, b, indent, ex, k) for ex in ORDER if EXERCISES[ex]['file'] == f
                     for k, (a, b, indent) in enumerate(blocks(ex))), reverse=True)
@@ -735,7 +857,7 @@ def workspace_text(f):
     head = (f"# Your copy of {f} (made by learn.py, version {VERSION}): fill in each block "
             "between '# exercise N.k' and '# end exercise',\n# then run: python learn.py check "
             "N.k  (it imports nothing from the tinytorch folder: move this folder anywhere)\n")
-    return head + '\n'.join(lines)
+    return head + hide(f, '\n'.join(lines))  # (after the cuts: blocks are the shipped lines)
 
 
 # ---------------------------------------------------------------------------
@@ -1023,7 +1145,33 @@ def check_input_grad(name, got, want, shape, mistakes=(), math_=''):
         raise Fail(f"the gradient for {name} is twice the right one ({math_})")
     if close(2 * got, want):
         raise Fail(f"the gradient for {name} is half the right one ({math_})")
+    how = _how_wrong(got, want)
+    if how:
+        raise Fail(f"the gradient for {name} is {how} ({math_})")
     raise Fail(f"the gradient for {name} is wrong: {worst(got, want)} ({math_})")
+
+
+def _how_wrong(got, want):
+    """How a gradient differs from finite differences, where a cheap test names it: zero
+    everywhere, a constant factor (as 1/k or k when k is whole), or the transpose; else ''."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if not np.any(want) or not np.all(np.isfinite(got)):
+        return ''
+    if not np.any(got):
+        return ("zero everywhere, though finite differences are not: g's part is lost "
+                "(multiplied by 0, or a zeros array returned)")
+    c = float(np.sum(got * want) / np.sum(want * want))  # the best single factor
+    if c != 0 and close(got, c * want):
+        k = 1 / c
+        factor = (f"1/{round(k)} of the right one" if abs(k) > 1.5 and abs(k - round(k)) < 1e-3
+                  else f"{round(c)} times the right one" if abs(c - round(c)) < 1e-3
+                  else f"{c:.4g} times the right one")
+        return (f"{factor} at every element: a constant factor too many or too few, the "
+                "rest is right")
+    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and close(np.swapaxes(got, -1, -2), want):
+        return ("the transpose of the right one (the right numbers, rows and columns swapped): "
+                "check which factor is transposed, and the order of the product")
+    return ''
 
 
 def check_binary(m, op, npf, math_, shapes=((4, 3), (3,)), mistakes=None, positive=False):
@@ -2586,6 +2734,36 @@ def _generate_np(tt, model, prompt, n, temperature):
     return idx
 
 
+def _stuck_counter(code):
+    """A name that an `if` test of the learner's block reads and the block sets, but never
+    advances (no `n += ...`, no `n = ... n ...`): a counter that stays where it was set, as
+    (name, the test's line, what it is set to). None when there is none (or no block)."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except (SyntaxError, ValueError):
+        return None
+    tests = [(n.test, ast.unparse(n.test)) for n in ast.walk(tree) if isinstance(n, ast.If)]
+    plain, advanced = {}, set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            advanced.add(n.target.id)
+        elif isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    if any(isinstance(v, ast.Name) and v.id == t.id for v in ast.walk(n.value)):
+                        advanced.add(t.id)
+                    else:
+                        plain.setdefault(t.id, ast.unparse(n.value))
+    order = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)  # a count compared
+    for test, line in tests:
+        for c in ast.walk(test):
+            if isinstance(c, ast.Compare) and all(isinstance(op, order) for op in c.ops):
+                for v in [c.left] + c.comparators:
+                    if isinstance(v, ast.Name) and v.id in plain and v.id not in advanced:
+                        return v.id, line, plain[v.id]
+    return None
+
+
 def check_12_2(m):
     tt, tr = m['tinytorch'], m['transformer']
     cfg = tr.GPTConfig(block_size=8, vocab_size=7, n_layer=3, n_head=2, n_embd=16, dropout=0.0,
@@ -2617,6 +2795,13 @@ def check_12_2(m):
                                              use_cache=use_cache).array)
         finally:
             del model.forward
+    stuck = next(filter(None, map(_stuck_counter, _learner_code(tr, '12.2'))), None)
+    if stuck:  # the one mistake the calls cannot tell from `elif cache is None:`
+        name, test, first = stuck
+        stuck_says = (f"your counter {name} never advances: it is set ({name} = {first}) but "
+                      f"no step adds to it, so `{test}` never sees the window slide and the "
+                      f"cache is never rebuilt; advance {name} each step the text grows "
+                      f"({name} += 1), or test the length itself (idx.shape[1] > bs)")
     for temperature in (0, 4.0):  # greedy, then sampled from the same seed
         tt.manual_seed(7)
         want = _generate_np(tt, model, prompt, n, temperature)
@@ -2646,6 +2831,9 @@ def check_12_2(m):
             if isinstance(e, IndexError):
                 raise Fail(f"with the cache, generation raised {says}: the cache has one entry "
                            "per layer, KVCache(self.config.n_layer)") from None
+            if stuck and not any(shape[1] > 1 for shape, _ in calls[1:3]):
+                raise Fail(f"with the cache, generation past the block size raised {says}: "
+                           + stuck_says)
             raise Fail(f"with the cache, generation past the block size raised {says}" + (
                 ": the cache already holds the earlier tokens' keys and values, so after the "
                 "first call only the newest token goes through the model (idx[:, -1:])"
@@ -2666,6 +2854,8 @@ def check_12_2(m):
             raise Fail("with use_cache=True every step ran the whole window through the model: "
                        "the cache already holds the earlier tokens, so after the first call "
                        "feed only the newest one, idx[:, -1:]")
+        if stuck and not any(t > 1 for t, _ in ran[6:]):  # never rebuilt once it slides
+            raise Fail(stuck_says)
         if not np.array_equal(got, want):
             raise Fail(f"with the cache, generate gave other tokens than without it: "
                        f"{got[0].tolist()} instead of {want[0].tolist()}")

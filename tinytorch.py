@@ -2387,13 +2387,28 @@ def logsumexp(x, dim, keepdim=False):
                    saved=(x,), saves_output=True)
 
 
+def _no_out(out, what):
+    """out=...: tinytorch returns new tensors and writes into none; any out but None is one
+    line."""
+    if out is not None:
+        raise RuntimeError(f"{what}: tinytorch has no out= (it writes into no tensor); use the "
+                           f"result instead: y = torch.{what}(...), or y.copy_(torch.{what}(...))")
+
+
 @_numpy_keywords  # x.norm(axis=, keepdims=) too, as PyTorch
-def norm(x, p='fro', dim=None, keepdim=False):
+def norm(input, p='fro', dim=None, keepdim=False, out=None, dtype=None):
     """The vector p-norm over dim (all elements by default): (sum |x|^p)^(1/p);
     'fro' and 2 are the Euclidean norm, inf the largest |x|, -inf the smallest,
-    0 the number of non-zero elements."""
+    0 the number of non-zero elements. dtype: computed in that (as wide or wider) dtype."""
+    x = input
+    _no_out(out, 'norm')
     if x.dtype.kind != 'f':
         raise TypeError(f"norm: expected a floating point tensor, got {x.dtype}")
+    if dtype is not None:  # x cast first (differentiably), never narrowed, as PyTorch
+        if np.promote_types(x.dtype, dtype) != np.dtype(dtype):
+            raise RuntimeError(f"norm: the dtype of the input ({x.dtype}) should be convertible "
+                               f"without narrowing to the specified dtype ({np.dtype(dtype)})")
+        x = to(x, dtype)
     if p == 'fro':  # PyTorch's 'fro' is a matrix norm: over 2 dims at most
         if isinstance(dim, (tuple, list)) and len(dim) > 2:
             raise RuntimeError(f"norm: p='fro' takes at most 2 dims, got {tuple(dim)}; use "
@@ -2711,8 +2726,14 @@ def bincount(input, weights=None, minlength=0):
                                 (w.dtype if w.dtype == float32 else float64)))
 
 
+@_numpy_keywords
+def _norm_method(self, p='fro', dim=None, keepdim=False, dtype=None):
+    """x.norm(...): torch.norm as PyTorch's method takes it (no out=: dtype is 4th)."""
+    return norm(self, p, dim, keepdim, dtype=dtype)
+
+
 _methods(cumprod=cumprod, cummax=cummax, cummin=cummin, median=median, var=var,
-         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=norm,
+         std=std, amax=amax, amin=amin, max=max, min=min, logsumexp=logsumexp, norm=_norm_method,
          prod=prod, cumsum=cumsum, argsort=argsort, sort=sort, topk=topk, argmax=argmax,
          argmin=argmin,
          bincount=bincount)
@@ -3493,8 +3514,9 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
                          view_of=x), x, lambda t: diagonal(t, offset, d1, d2))
 
 
-def split(x, split_size_or_sections, dim=0):
+def split(tensor, split_size_or_sections, dim=0):
     """Pieces of split_size (the last may be smaller), or of the listed sizes."""
+    x = tensor
     d = _dim(dim, x.ndim, 'split')
     n = x.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -3513,6 +3535,11 @@ def split(x, split_size_or_sections, dim=0):
         out.append(narrow(x, d, start, s))
         start += s
     return tuple(out)
+
+
+def _split_method(self, split_size, dim=0):
+    """x.split(...): torch.split as PyTorch's method names it (split_size, sizes or a list)."""
+    return split(self, split_size, dim)
 
 
 def chunk(x, chunks, dim=0):
@@ -3697,8 +3724,9 @@ def outer(a, b):
     return unsqueeze(a, 1) * unsqueeze(b, 0)
 
 
-def tensordot(a, b, dims=2):
+def tensordot(a, b, dims=2, out=None):
     """Sum over the last `dims` dims of a and the first of b (or the listed pairs)."""
+    _no_out(out, 'tensordot')
     if bool_ in (a.dtype, b.dtype) and a.numel() and b.numel():  # (empty: nothing to add up)
         raise TypeError("tensordot: not defined for bool tensors (as in PyTorch)")
     if isinstance(dims, int):
@@ -3786,8 +3814,13 @@ def vstack(tensors):
     return cat([t if t.ndim > 1 else reshape(t, 1, -1) for t in tensors], 0)
 
 
-def cdist(x1, x2, p=2.0):
-    """The p-norm distance between each row of x1 and each row of x2: (..., P, R)."""
+def cdist(x1, x2, p=2.0, compute_mode='use_mm_for_euclid_dist_if_necessary'):
+    """The p-norm distance between each row of x1 and each row of x2: (..., P, R).
+    compute_mode: PyTorch may compute p=2 by a matrix product (faster, less exact);
+    tinytorch always takes the differences, the exact way, whichever mode is named."""
+    if compute_mode not in ('use_mm_for_euclid_dist_if_necessary', 'use_mm_for_euclid_dist',
+                            'donot_use_mm_for_euclid_dist'):
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if x1.dtype.kind != 'f' or x2.dtype.kind != 'f':  # no promotion, as in PyTorch
         raise RuntimeError(f"cdist only supports floating-point dtypes, got {x1.dtype} and {x2.dtype}")
     if x1.dtype != x2.dtype:
@@ -3870,7 +3903,7 @@ _methods(detach=detach, clone=clone, contiguous=contiguous, stride=stride,
          index_add=index_add, index_fill=index_fill, mode=mode, reshape=reshape, permute=permute,
          transpose=transpose, unsqueeze=unsqueeze, squeeze=squeeze, flatten=flatten, expand=expand,
          narrow=narrow, select=select, unbind=unbind, unflatten=unflatten, diagonal=diagonal,
-         split=split, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
+         split=_split_method, chunk=chunk, tril=tril, triu=triu, gather=gather, scatter=scatter,
          scatter_add=scatter_add, index_select=index_select, take_along_dim=take_along_dim,
          flip=flip, roll=roll, repeat=repeat, view=view, __getitem__=getitem,
          T=property(lambda self: permute(self, tuple(range(self.ndim - 1, -1, -1)))),
@@ -4567,8 +4600,8 @@ def get_rng_state():
     return default_generator.get_state()
 
 
-def set_rng_state(state):
-    default_generator.set_state(state)
+def set_rng_state(new_state):
+    default_generator.set_state(new_state)
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -4751,9 +4784,14 @@ def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_gra
                  requires_grad)
 
 
-def meshgrid(*tensors, indexing='ij'):
-    """Coordinate grids: each 1-D tensor expanded along the others' dims (views)."""
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids: each 1-D tensor expanded along the others' dims (views). indexing
+    None is 'ij', with PyTorch's warning that it should be named."""
     tensors = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    if indexing is None:
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
+                      "indexing argument.", UserWarning, stacklevel=2)
+        indexing = 'ij'
     if indexing not in ('ij', 'xy'):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     if len({t.dtype for t in tensors}) > 1:
@@ -5503,9 +5541,11 @@ _FOR_FILES = ('_rebuild_tensor', '_TENSOR_CLASSES', '_cpu_only')  # files.py's w
 _TENSOR_CLASSES = {}  # 'Parameter' -> nn.Parameter once nn.py is imported (nn.py adds it)
 
 
-def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_serialization=True):
+def save(obj, f, pickle_module=pickle, pickle_protocol=2, _use_new_zipfile_serialization=True,
+         _disable_byteorder_record=False):
     """torch.save: obj to a path or a binary file, in PyTorch's zip format (torch.load reads
-    it); a path is written atomically. files.py (beside this file) does the writing."""
+    it); a path is written atomically. files.py (beside this file) does the writing (its own
+    pickler: pickle_module and the two underscored flags are accepted and change nothing)."""
     return _companion('files').torch_save(obj, f, pickle_module, pickle_protocol,
                                           _use_new_zipfile_serialization)
 
