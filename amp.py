@@ -204,7 +204,8 @@ class GradScaler:
                 self._scale = np.float32(self._scale * np.float32(self._backoff_factor))
                 self._growth_tracker = 0
             elif self._growth_tracker + 1 == self._growth_interval:
-                grown = np.float32(self._scale * np.float32(self._growth_factor))
+                with np.errstate(over='ignore'):  # a scale past float32's range: kept, silently
+                    grown = np.float32(self._scale * np.float32(self._growth_factor))
                 if math.isfinite(grown):
                     self._scale = grown
                 self._growth_tracker = 0

@@ -5682,7 +5682,7 @@ def test_composed_names_gradcheck():
     check(lambda a, b: a.add(b, alpha=3).sub(b, alpha=0.5), x, t64(4, seed=1))
     g = [t.tolist() for t in tt.meshgrid(tt.tensor([1, 2]), tt.tensor([3, 4, 5]), indexing='xy')]
     assert g == [[[1, 2], [1, 2], [1, 2]], [[3, 3], [4, 4], [5, 5]]]
-    check(lambda a: tt.meshgrid(a[0], a[1])[1] * 2, x)
+    check(lambda a: tt.meshgrid(a[0], a[1], indexing='ij')[1] * 2, x)
 
 
 def test_std_at_zero_spread_and_nanmean_of_no_values_gradients():
