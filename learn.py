@@ -5192,7 +5192,10 @@ def sc_run_5(m):
     return f"300 steps: w = {w:.4f}, b = {b:.4f}, loss {float(loss.data):.2e}"
 
 
-def sc_run_6(m):
+def _sc_spiral(m, make_opt, steps):
+    """The spiral classifier of steps 6 and 9 on the learner's engine (an MLP of their
+    Linear layers), trained by the optimizer make_opt(nn, model) makes:
+    (training accuracy, the last loss)."""
     E, nn = m['engine'], m['nn']
     x, y = spiral()
 
@@ -5204,15 +5207,21 @@ def sc_run_6(m):
             return self.out(self.hidden(z).relu())
     np.random.seed(0)
     model = MLP()
-    opt = nn.SGD([{'params': model.hidden.parameters(), 'lr': 2.0},
-                  {'params': model.out.parameters()}], lr=2.0)
+    opt = make_opt(nn, model)
     X = E.Tensor(x)
-    for step in range(300):
+    for step in range(steps):
         opt.zero_grad()
         loss = nn.cross_entropy(model(X), y)
         loss.backward()
         opt.step()
-    acc = float((np.asarray(model(X).data).argmax(1) == y).mean())
+    return float((np.asarray(model(X).data).argmax(1) == y).mean()), loss
+
+
+def sc_run_6(m):
+    E, nn = m['engine'], m['nn']
+    acc, loss = _sc_spiral(m, lambda nn, model: nn.SGD(  # two groups: each keeps its own lr
+        [{'params': model.hidden.parameters(), 'lr': 2.0}, {'params': model.out.parameters()}],
+        lr=2.0), 300)
     if acc < 0.95:
         raise Fail(f"the spiral classifier reached only {acc:.0%} training accuracy (loss "
                    f"{float(loss.data):.3f}) after 300 steps; expected at least 95%")
@@ -5382,25 +5391,8 @@ def sc_check_9_1(m):
 
 
 def sc_run_9(m):
-    E, nn = m['engine'], m['nn']
-    x, y = spiral()
-
-    class MLP(nn.Module):
-        def __init__(self):
-            self.hidden, self.out = nn.Linear(2, 64), nn.Linear(64, 3)
-
-        def forward(self, z):
-            return self.out(self.hidden(z).relu())
-    np.random.seed(0)
-    model = MLP()
-    opt = nn.Adam(model.parameters(), lr=0.02, weight_decay=0.01, decoupled=True)
-    X = E.Tensor(x)
-    for step in range(200):
-        opt.zero_grad()
-        loss = nn.cross_entropy(model(X), y)
-        loss.backward()
-        opt.step()
-    acc = float((np.asarray(model(X).data).argmax(1) == y).mean())
+    acc, loss = _sc_spiral(m, lambda nn, model: nn.Adam(
+        model.parameters(), lr=0.02, weight_decay=0.01, decoupled=True), 200)
     if acc < 0.95:
         raise Fail(f"the spiral classifier trained by your AdamW reached only {acc:.0%} (loss "
                    f"{float(loss.data):.3f}) after 200 steps; expected at least 95%")
